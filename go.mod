@@ -1,0 +1,8 @@
+module github.com/occl/occl
+
+go 1.26.0
+
+require (
+	github.com/valyala/bytebufferpool v1.0.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+)

@@ -1,0 +1,86 @@
+package transport
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+)
+
+func TestHeaderRoundTrip(t *testing.T) {
+	h := Header{Kind: KindP2P, Op: 11, DType: 9, RedOp: 4, Comm: 1 << 60, Epoch: 7, Step: 1 << 31, Seq: 1<<64 - 1, Root: 5, Count: 12345, Len: MaxLen}
+	var b [HeaderSize]byte
+	h.Encode(b[:])
+	var g Header
+	if err := g.Decode(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	if g != h {
+		t.Fatalf("round trip: got %+v want %+v", g, h)
+	}
+}
+
+func TestHeaderRejects(t *testing.T) {
+	good := Header{Kind: KindCollective, Len: 10}
+	var b [HeaderSize]byte
+	good.Encode(b[:])
+	cases := map[string]func(b []byte) []byte{
+		"short":    func(b []byte) []byte { return b[:HeaderSize-1] },
+		"magic":    func(b []byte) []byte { b[0] ^= 1; return b },
+		"version":  func(b []byte) []byte { b[2] = 9; return b },
+		"kind0":    func(b []byte) []byte { b[3] = 0; return b },
+		"kind":     func(b []byte) []byte { b[3] = 200; return b },
+		"flags":    func(b []byte) []byte { b[7] = 1; return b },
+		"reserved": func(b []byte) []byte { b[37] = 1; return b },
+		"length":   func(b []byte) []byte { b[55] = 0xff; return b },
+	}
+	for name, edit := range cases {
+		c := append([]byte(nil), b[:]...)
+		var h Header
+		err := h.Decode(edit(c))
+		var fe *FrameError
+		if !errors.As(err, &fe) {
+			t.Errorf("%s: Decode = %v, want FrameError", name, err)
+		}
+	}
+}
+
+func TestCheck(t *testing.T) {
+	a := Header{Kind: KindCollective, Seq: 3, Len: 8}
+	b := a
+	if err := Check(&a, &b); err != nil {
+		t.Fatal(err)
+	}
+	b.Seq = 4
+	var me *MismatchError
+	if err := Check(&a, &b); !errors.As(err, &me) || me.Got.Seq != 3 || me.Want.Seq != 4 {
+		t.Fatalf("Check = %v", err)
+	}
+}
+
+// FuzzHeaderDecode feeds arbitrary bytes to the frame header decoder: it
+// must never panic, and whatever it accepts must re-encode to the same bytes.
+func FuzzHeaderDecode(f *testing.F) {
+	var b [HeaderSize]byte
+	(&Header{Kind: KindCollective, Seq: 1, Len: 4}).Encode(b[:])
+	f.Add(b[:])
+	f.Add([]byte{})
+	f.Add(bytes.Repeat([]byte{0xff}, HeaderSize))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		var h Header
+		if err := h.Decode(in); err != nil {
+			var fe *FrameError
+			if !errors.As(err, &fe) {
+				t.Fatalf("Decode error %T is not a FrameError", err)
+			}
+			return
+		}
+		if h.Len > MaxLen {
+			t.Fatalf("accepted length %d", h.Len)
+		}
+		var out [HeaderSize]byte
+		h.Encode(out[:])
+		if !bytes.Equal(out[:], in[:HeaderSize]) {
+			t.Fatalf("re-encoding changed the header:\n in %x\nout %x", in[:HeaderSize], out)
+		}
+	})
+}

@@ -1,0 +1,156 @@
+package tcp
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/occl/occl/transport"
+	"github.com/occl/occl/transport/transporttest"
+)
+
+var testSecret = []byte("0123456789abcdef")
+
+// pairN connects two Conns of n streams each through a real listener on
+// 127.0.0.1, with a small stripe threshold so striping is exercised.
+func pairN(t testing.TB, n int) (transport.Conn, transport.Conn) {
+	t.Helper()
+	ln, err := Listen("127.0.0.1:0", testSecret, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cfg := func(self int) MeshConfig {
+		return MeshConfig{Self: self, Comm: 42, Epoch: 1, Secret: testSecret, Streams: n,
+			Options: Options{StripeMin: 64 << 10}, Listener: ln}
+	}
+	type res struct {
+		m   map[int]*Conn
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		m, err := Connect(ctx, cfg(1), []Endpoint{{Rank: 0}})
+		ch <- res{m, err}
+	}()
+	m0, err := Connect(ctx, cfg(0), []Endpoint{{Rank: 1, Addr: ln.Addr().String()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := <-ch
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	return m0[1], r.m[0]
+}
+
+func TestConformance(t *testing.T) {
+	transporttest.Run(t, func(t testing.TB) (transport.Conn, transport.Conn) { return pairN(t, 1) })
+}
+
+func TestConformanceStriped(t *testing.T) {
+	transporttest.Run(t, func(t testing.TB) (transport.Conn, transport.Conn) { return pairN(t, 3) })
+}
+
+func TestWrongSecretRejected(t *testing.T) {
+	ln, err := Listen("127.0.0.1:0", testSecret, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err = Dial(ctx, ln.Addr().String(), []byte("fedcba9876543210"), Hello{Purpose: PurposeData, From: 1, To: 0, NStreams: 1})
+	if !errors.Is(err, ErrAuth) {
+		t.Fatalf("Dial with a wrong secret = %v, want ErrAuth", err)
+	}
+	actx, acancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer acancel()
+	if a, err := ln.Accept(actx); err == nil {
+		a.Conn.Close()
+		t.Fatal("listener handed out a connection that failed authentication")
+	}
+}
+
+func TestFilterRejects(t *testing.T) {
+	ln, err := Listen("127.0.0.1:0", testSecret, func(h Hello) error {
+		if h.Purpose != PurposeRendezvous {
+			return errors.New("rendezvous only")
+		}
+		return nil
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err = Dial(ctx, ln.Addr().String(), testSecret, Hello{Purpose: PurposeData, From: 1, NStreams: 1})
+	if !errors.Is(err, ErrRejected) {
+		t.Fatalf("Dial = %v, want ErrRejected", err)
+	}
+}
+
+func TestGarbageClientDoesNotBlockListener(t *testing.T) {
+	ln, err := Listen("127.0.0.1:0", testSecret, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	junk, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer junk.Close()
+	junk.Write(bytes.Repeat([]byte{0xff}, 100))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	go Dial(ctx, ln.Addr().String(), testSecret, Hello{Purpose: PurposeData, From: 3, NStreams: 1})
+	a, err := ln.Accept(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Conn.Close()
+	if a.Hello.From != 3 {
+		t.Fatalf("accepted hello from %d", a.Hello.From)
+	}
+}
+
+func TestRecvMessageLimit(t *testing.T) {
+	a, b := pairN(t, 1)
+	defer a.Close()
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	h := transport.Header{Kind: transport.KindControl}
+	if err := a.Send(ctx, h, []byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	got, msg, err := b.(*Conn).RecvMessage(ctx, 16, nil)
+	if err != nil || string(msg) != "hello" || got.Kind != transport.KindControl {
+		t.Fatalf("RecvMessage = %v %q %v", got, msg, err)
+	}
+	if err := a.Send(ctx, h, make([]byte, 100)); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = b.(*Conn).RecvMessage(ctx, 16, nil)
+	var fe *transport.FrameError
+	if !errors.As(err, &fe) {
+		t.Fatalf("oversized control frame: %v, want FrameError", err)
+	}
+}
+
+func BenchmarkSendRecv4KiB(b *testing.B) {
+	transporttest.Bench(b, func(t testing.TB) (transport.Conn, transport.Conn) { return pairN(t, 1) }, 4<<10)
+}
+func BenchmarkSendRecv1MiB(b *testing.B) {
+	transporttest.Bench(b, func(t testing.TB) (transport.Conn, transport.Conn) { return pairN(t, 1) }, 1<<20)
+}
+func BenchmarkSendRecv16MiB2Streams(b *testing.B) {
+	transporttest.Bench(b, func(t testing.TB) (transport.Conn, transport.Conn) { return pairN(t, 2) }, 16<<20)
+}

@@ -1,0 +1,73 @@
+package tcp
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/occl/occl/transport"
+)
+
+// rawPair returns a Conn and the raw socket at its other end, so a test can
+// write arbitrary bytes at it.
+func rawPair(t testing.TB) (*Conn, net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	raw, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewConn([]*net.TCPConn{s.(*net.TCPConn)}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, raw
+}
+
+// FuzzConnRecv writes arbitrary bytes into a connection and reads them as
+// a data frame and as a control frame. Neither may panic, allocate from the
+// declared length, or accept a frame that does not match what was expected.
+func FuzzConnRecv(f *testing.F) {
+	var good [transport.HeaderSize + 4]byte
+	want := transport.Header{Kind: transport.KindCollective, Comm: 1, Seq: 2, Len: 4}
+	want.Encode(good[:])
+	f.Add(good[:], false)
+	f.Add(good[:transport.HeaderSize], true)
+	huge := want
+	huge.Len = transport.MaxLen
+	var hb [transport.HeaderSize]byte
+	huge.Encode(hb[:])
+	f.Add(hb[:], true)
+	f.Fuzz(func(t *testing.T, in []byte, control bool) {
+		c, raw := rawPair(t)
+		defer c.Close()
+		raw.Write(in)
+		raw.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if control {
+			h, msg, err := c.RecvMessage(ctx, 1024, nil)
+			if err == nil && (len(msg) != int(h.Len) || len(msg) > 1024) {
+				t.Fatalf("accepted %d bytes for a %d-byte header", len(msg), h.Len)
+			}
+			return
+		}
+		buf := make([]byte, 4)
+		err := c.Recv(ctx, want, buf)
+		if err == nil {
+			var h transport.Header
+			if h.Decode(in) != nil || h != want {
+				t.Fatalf("accepted a frame that does not match: %x", in)
+			}
+		}
+	})
+}

@@ -1,0 +1,183 @@
+package tcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/occl/occl/transport"
+)
+
+// HandshakeTimeout bounds how long an incoming connection may take to
+// authenticate before the listener drops it.
+var HandshakeTimeout = 10 * time.Second
+
+// Listener accepts authenticated connections. Each incoming socket is
+// authenticated on its own goroutine, so a slow or hostile client cannot
+// hold up the others; only sockets that pass the handshake and the accept
+// filter are handed to Accept.
+type Listener struct {
+	ln     *net.TCPListener
+	secret []byte
+	filter func(Hello) error
+	ready  chan Accepted
+	done   chan struct{}
+	once   sync.Once
+	wg     sync.WaitGroup
+	log    *slog.Logger
+}
+
+// Accepted is an authenticated incoming connection and what its dialler
+// said about itself.
+type Accepted struct {
+	Conn  *net.TCPConn
+	Hello Hello
+}
+
+// Listen listens on addr ("host:port"; port 0 picks a free one). Incoming
+// connections must prove they hold secret; filter, if not nil, may refuse a
+// hello (wrong communicator, purpose or rank) with an error.
+func Listen(addr string, secret []byte, filter func(Hello) error, log *slog.Logger) (*Listener, error) {
+	la, err := net.ResolveTCPAddr("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("tcp: listen %s: %w", addr, err)
+	}
+	ln, err := net.ListenTCP("tcp", la)
+	if err != nil {
+		return nil, fmt.Errorf("tcp: listen %s: %w", addr, err)
+	}
+	if filter == nil {
+		filter = func(Hello) error { return nil }
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	l := &Listener{
+		ln:     ln,
+		secret: secret,
+		filter: filter,
+		ready:  make(chan Accepted, 64),
+		done:   make(chan struct{}),
+		log:    log,
+	}
+	l.wg.Add(1)
+	go l.loop()
+	return l, nil
+}
+
+// Addr returns the address the listener is bound to.
+func (l *Listener) Addr() *net.TCPAddr { return l.ln.Addr().(*net.TCPAddr) }
+
+func (l *Listener) loop() {
+	defer l.wg.Done()
+	for {
+		c, err := l.ln.AcceptTCP()
+		if err != nil {
+			select {
+			case <-l.done:
+				return
+			default:
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			l.log.Warn("occl: accept failed", "addr", l.ln.Addr().String(), "err", err)
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		l.wg.Add(1)
+		go l.handshake(c)
+	}
+}
+
+func (l *Listener) handshake(c *net.TCPConn) {
+	defer l.wg.Done()
+	c.SetDeadline(time.Now().Add(HandshakeTimeout))
+	h, err := serverHandshake(c, l.secret, l.filter)
+	if err != nil {
+		l.log.Warn("occl: refused connection", "from", c.RemoteAddr().String(), "err", err)
+		c.Close()
+		return
+	}
+	c.SetDeadline(time.Time{})
+	select {
+	case l.ready <- Accepted{Conn: c, Hello: h}:
+	case <-l.done:
+		c.Close()
+	}
+}
+
+// Accept returns the next authenticated connection.
+func (l *Listener) Accept(ctx context.Context) (Accepted, error) {
+	select {
+	case a := <-l.ready:
+		return a, nil
+	case <-l.done:
+		return Accepted{}, transport.ErrClosed
+	case <-ctx.Done():
+		return Accepted{}, ctx.Err()
+	}
+}
+
+// Close stops listening and drops connections that were not accepted yet.
+func (l *Listener) Close() error {
+	var err error
+	l.once.Do(func() {
+		close(l.done)
+		err = l.ln.Close()
+		l.wg.Wait()
+		for {
+			select {
+			case a := <-l.ready:
+				a.Conn.Close()
+			default:
+				return
+			}
+		}
+	})
+	return err
+}
+
+// Dial connects to addr and authenticates with secret, presenting h. It
+// retries while the listener is not up yet (connection refused) until ctx
+// ends, so ranks may start in any order.
+func Dial(ctx context.Context, addr string, secret []byte, h Hello) (*net.TCPConn, error) {
+	var d net.Dialer
+	backoff := 5 * time.Millisecond
+	for {
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err == nil {
+			tc := c.(*net.TCPConn)
+			if dl, ok := ctx.Deadline(); ok {
+				tc.SetDeadline(dl)
+			} else {
+				tc.SetDeadline(time.Now().Add(HandshakeTimeout))
+			}
+			if err := clientHandshake(tc, secret, h); err != nil {
+				tc.Close()
+				return nil, fmt.Errorf("tcp: handshake with %s: %w", addr, err)
+			}
+			tc.SetDeadline(time.Time{})
+			return tc, nil
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("tcp: dial %s: %w (last error: %v)", addr, ctx.Err(), err)
+		}
+		if !retryable(err) {
+			return nil, fmt.Errorf("tcp: dial %s: %w", addr, err)
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("tcp: dial %s: %w (last error: %v)", addr, ctx.Err(), err)
+		}
+		backoff = min(2*backoff, 200*time.Millisecond)
+	}
+}

@@ -1,0 +1,305 @@
+// Package transporttest holds the conformance tests every transport.Conn
+// implementation must pass: ordered delivery of every size, header checks,
+// deadlines, cancellation, close semantics, eager sends and an allocation
+// free hot path.
+package transporttest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/occl/occl/transport"
+)
+
+// PairFunc makes a fresh connected pair of Conns for one test.
+type PairFunc func(t testing.TB) (a, b transport.Conn)
+
+// Run runs every conformance test on pairs made by newPair.
+func Run(t *testing.T, newPair PairFunc) {
+	t.Run("RoundTrip", func(t *testing.T) { testRoundTrip(t, newPair) })
+	t.Run("Ordered", func(t *testing.T) { testOrdered(t, newPair) })
+	t.Run("Mismatch", func(t *testing.T) { testMismatch(t, newPair) })
+	t.Run("Deadline", func(t *testing.T) { testDeadline(t, newPair) })
+	t.Run("Cancel", func(t *testing.T) { testCancel(t, newPair) })
+	t.Run("PeerClose", func(t *testing.T) { testPeerClose(t, newPair) })
+	t.Run("LocalClose", func(t *testing.T) { testLocalClose(t, newPair) })
+	t.Run("Eager", func(t *testing.T) { testEager(t, newPair) })
+	t.Run("NoAllocs", func(t *testing.T) { testNoAllocs(t, newPair) })
+}
+
+func hdr(seq uint64, step uint32) transport.Header {
+	return transport.Header{Kind: transport.KindCollective, Op: 1, DType: 7, Comm: 0xC0FFEE, Epoch: 3, Seq: seq, Step: step, Count: 99, Root: 2}
+}
+
+func fill(b []byte, seed uint64) {
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+}
+
+func ctxT(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func testRoundTrip(t *testing.T, newPair PairFunc) {
+	a, b := newPair(t)
+	defer a.Close()
+	defer b.Close()
+	ctx := ctxT(t, 30*time.Second)
+	sizes := []int{0, 1, 55, 56, 57, 4095, 4096, 65537, 1<<20 + 3, 3 << 20, 9<<20 + 11}
+	// Both directions at once, so a transport that serialises them or
+	// mixes them up fails.
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for dir, ends := range [][2]transport.Conn{{a, b}, {b, a}} {
+		tx, rx := ends[0], ends[1]
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			for i, n := range sizes {
+				buf := make([]byte, n)
+				fill(buf, uint64(dir*100+i))
+				if err := tx.Send(ctx, hdr(uint64(i), uint32(dir)), buf); err != nil {
+					errs <- fmt.Errorf("dir %d send %d bytes: %w", dir, n, err)
+					return
+				}
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			for i, n := range sizes {
+				got := make([]byte, n)
+				if err := rx.Recv(ctx, hdr(uint64(i), uint32(dir)), got); err != nil {
+					errs <- fmt.Errorf("dir %d recv %d bytes: %w", dir, n, err)
+					return
+				}
+				want := make([]byte, n)
+				fill(want, uint64(dir*100+i))
+				if !bytes.Equal(got, want) {
+					errs <- fmt.Errorf("dir %d: payload of %d bytes corrupted", dir, n)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+func testOrdered(t *testing.T, newPair PairFunc) {
+	a, b := newPair(t)
+	defer a.Close()
+	defer b.Close()
+	ctx := ctxT(t, 30*time.Second)
+	const n = 2000
+	go func() {
+		var buf [8]byte
+		for i := 0; i < n; i++ {
+			buf[0] = byte(i)
+			if err := a.Send(ctx, hdr(uint64(i), 0), buf[:1+i%8]); err != nil {
+				return
+			}
+		}
+	}()
+	var buf [8]byte
+	for i := 0; i < n; i++ {
+		if err := b.Recv(ctx, hdr(uint64(i), 0), buf[:1+i%8]); err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+		if buf[0] != byte(i) {
+			t.Fatalf("message %d carried %d", i, buf[0])
+		}
+	}
+}
+
+func testMismatch(t *testing.T, newPair PairFunc) {
+	ctx := ctxT(t, 10*time.Second)
+	cases := []struct {
+		name string
+		edit func(h *transport.Header)
+		n    int
+	}{
+		{"seq", func(h *transport.Header) { h.Seq++ }, 8},
+		{"epoch", func(h *transport.Header) { h.Epoch++ }, 8},
+		{"comm", func(h *transport.Header) { h.Comm++ }, 8},
+		{"step", func(h *transport.Header) { h.Step++ }, 8},
+		{"op", func(h *transport.Header) { h.Op++ }, 8},
+		{"count", func(h *transport.Header) { h.Count++ }, 8},
+		{"kind", func(h *transport.Header) { h.Kind = transport.KindP2P }, 8},
+		{"length", func(h *transport.Header) {}, 9},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := newPair(t)
+			defer a.Close()
+			defer b.Close()
+			if err := a.Send(ctx, hdr(7, 1), make([]byte, 8)); err != nil {
+				t.Fatal(err)
+			}
+			want := hdr(7, 1)
+			tc.edit(&want)
+			err := b.Recv(ctx, want, make([]byte, tc.n))
+			var me *transport.MismatchError
+			if !errors.As(err, &me) {
+				t.Fatalf("Recv = %v, want a MismatchError", err)
+			}
+			if me.Error() == "" {
+				t.Fatal("empty mismatch message")
+			}
+		})
+	}
+}
+
+func testDeadline(t *testing.T, newPair PairFunc) {
+	a, b := newPair(t)
+	defer a.Close()
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err := b.Recv(ctx, hdr(1, 0), make([]byte, 4))
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Recv = %v, want DeadlineExceeded", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("deadline honoured only after %v", d)
+	}
+	_ = a
+}
+
+func testCancel(t *testing.T, newPair PairFunc) {
+	a, b := newPair(t)
+	defer a.Close()
+	defer b.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(30*time.Millisecond, cancel)
+	// A large send with nobody receiving must block and then be cancelled.
+	err := a.Send(ctx, hdr(1, 0), make([]byte, 64<<20))
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Send = %v, want Canceled", err)
+	}
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	time.AfterFunc(30*time.Millisecond, cancel2)
+	if err := b.Recv(ctx2, hdr(9, 9), make([]byte, 1)); err == nil {
+		t.Fatal("Recv after cancellation succeeded")
+	}
+}
+
+func testPeerClose(t *testing.T, newPair PairFunc) {
+	a, b := newPair(t)
+	defer b.Close()
+	ctx := ctxT(t, 10*time.Second)
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		a.Close()
+	}()
+	err := b.Recv(ctx, hdr(1, 0), make([]byte, 4))
+	if !errors.Is(err, transport.ErrPeerClosed) {
+		t.Fatalf("Recv after peer close = %v, want ErrPeerClosed", err)
+	}
+}
+
+func testLocalClose(t *testing.T, newPair PairFunc) {
+	a, b := newPair(t)
+	defer b.Close()
+	ctx := ctxT(t, 10*time.Second)
+	done := make(chan error, 1)
+	go func() { done <- a.Recv(ctx, hdr(1, 0), make([]byte, 4)) }()
+	time.Sleep(20 * time.Millisecond)
+	a.Close()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("Recv on a closed Conn succeeded")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not unblock Recv")
+	}
+	if err := a.Send(ctx, hdr(2, 0), nil); !errors.Is(err, transport.ErrClosed) {
+		t.Fatalf("Send after Close = %v, want ErrClosed", err)
+	}
+}
+
+func testEager(t *testing.T, newPair PairFunc) {
+	a, b := newPair(t)
+	defer a.Close()
+	defer b.Close()
+	n := a.EagerLimit()
+	if n < 1024 {
+		t.Fatalf("EagerLimit = %d, want at least 1 KiB", n)
+	}
+	ctx := ctxT(t, 5*time.Second)
+	// Nobody receives yet: an eager send must still complete.
+	if err := a.Send(ctx, hdr(1, 0), make([]byte, n)); err != nil {
+		t.Fatalf("eager send of %d bytes: %v", n, err)
+	}
+	if err := b.Recv(ctx, hdr(1, 0), make([]byte, n)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func testNoAllocs(t *testing.T, newPair PairFunc) {
+	a, b := newPair(t)
+	defer a.Close()
+	defer b.Close()
+	ctx := ctxT(t, 30*time.Second)
+	sbuf := make([]byte, 4096)
+	rbuf := make([]byte, 4096)
+	h := hdr(1, 0)
+	allocs := testing.AllocsPerRun(200, func() {
+		if err := a.Send(ctx, h, sbuf); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Recv(ctx, h, rbuf); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs > 0 {
+		t.Fatalf("Send+Recv allocates %.1f times per message", allocs)
+	}
+}
+
+// Bench measures one-way Send+Recv of size bytes on a pair, pipelined by a
+// sending goroutine.
+func Bench(b *testing.B, newPair PairFunc, size int) {
+	x, y := newPair(b)
+	defer x.Close()
+	defer y.Close()
+	ctx := context.Background()
+	sbuf := make([]byte, size)
+	rbuf := make([]byte, size)
+	h := hdr(1, 0)
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	b.ResetTimer()
+	done := make(chan error, 1)
+	go func() {
+		for i := 0; i < b.N; i++ {
+			if err := x.Send(ctx, h, sbuf); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	for i := 0; i < b.N; i++ {
+		if err := y.Recv(ctx, h, rbuf); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
+}

@@ -1,0 +1,124 @@
+package algo
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Collective identifies a communication operation. The numeric values are
+// part of the wire format: they are carried in frame headers and operation
+// fingerprints, so that ranks running different collectives detect it.
+type Collective uint8
+
+// Collective operations.
+const (
+	OpAllReduce     Collective = 1
+	OpBroadcast     Collective = 2
+	OpReduce        Collective = 3
+	OpAllGather     Collective = 4
+	OpReduceScatter Collective = 5
+	OpAllToAll      Collective = 6
+	OpAllToAllV     Collective = 7
+	OpGather        Collective = 8
+	OpScatter       Collective = 9
+	OpBarrier       Collective = 10
+	OpSendRecv      Collective = 11
+	OpSplit         Collective = 12
+)
+
+var collectiveNames = [...]string{
+	OpAllReduce:     "AllReduce",
+	OpBroadcast:     "Broadcast",
+	OpReduce:        "Reduce",
+	OpAllGather:     "AllGather",
+	OpReduceScatter: "ReduceScatter",
+	OpAllToAll:      "AllToAll",
+	OpAllToAllV:     "AllToAllV",
+	OpGather:        "Gather",
+	OpScatter:       "Scatter",
+	OpBarrier:       "Barrier",
+	OpSendRecv:      "SendRecv",
+	OpSplit:         "Split",
+}
+
+// Valid reports whether c is a known collective.
+func (c Collective) Valid() bool {
+	return int(c) < len(collectiveNames) && collectiveNames[c] != ""
+}
+
+// String returns the name of the collective, e.g. "AllReduce".
+func (c Collective) String() string {
+	if !c.Valid() {
+		return fmt.Sprintf("collective(%d)", uint8(c))
+	}
+	return collectiveNames[c]
+}
+
+// Algorithm names a schedule family. AlgoAuto lets Select choose by
+// collective, size and rank count.
+type Algorithm uint8
+
+// Algorithms.
+const (
+	// AlgoAuto lets Select choose.
+	AlgoAuto Algorithm = iota
+	// AlgoRing passes chunks around a ring: bandwidth-optimal for large
+	// buffers (AllReduce, ReduceScatter, AllGather, Reduce).
+	AlgoRing
+	// AlgoRHD is recursive halving-doubling (Rabenseifner) AllReduce:
+	// bandwidth-optimal with log2(p) steps, for medium buffers.
+	AlgoRHD
+	// AlgoRD is recursive doubling AllReduce: log2(p) steps exchanging the
+	// whole vector, for small, latency-bound buffers.
+	AlgoRD
+	// AlgoTree is a binomial tree (Broadcast, Reduce).
+	AlgoTree
+	// AlgoPairwise is the pairwise-exchange all-to-all.
+	AlgoPairwise
+	// AlgoLinear has the root talk to every rank directly (Gather,
+	// Scatter).
+	AlgoLinear
+	// AlgoDissemination is the dissemination barrier.
+	AlgoDissemination
+
+	numAlgorithms
+)
+
+var algorithmNames = [numAlgorithms]string{
+	AlgoAuto:          "auto",
+	AlgoRing:          "ring",
+	AlgoRHD:           "rhd",
+	AlgoRD:            "rd",
+	AlgoTree:          "tree",
+	AlgoPairwise:      "pairwise",
+	AlgoLinear:        "linear",
+	AlgoDissemination: "dissemination",
+}
+
+// Valid reports whether a is a known algorithm.
+func (a Algorithm) Valid() bool { return a < numAlgorithms }
+
+// String returns the lower-case name of the algorithm as ParseAlgorithm
+// accepts it.
+func (a Algorithm) String() string {
+	if !a.Valid() {
+		return fmt.Sprintf("algorithm(%d)", uint8(a))
+	}
+	return algorithmNames[a]
+}
+
+// ParseAlgorithm parses an algorithm name as String returns it ("auto",
+// "ring", "rhd", "rd", "tree", "pairwise", "linear", "dissemination"),
+// ignoring case and surrounding space. The empty string means AlgoAuto.
+func ParseAlgorithm(s string) (Algorithm, error) {
+	s = strings.ToLower(strings.TrimSpace(s))
+	if s == "" {
+		return AlgoAuto, nil
+	}
+	for i, n := range algorithmNames {
+		if n == s {
+			return Algorithm(i), nil
+		}
+	}
+	return AlgoAuto, fmt.Errorf("unknown algorithm %q (want one of %s)", s, strings.Join(algorithmNames[:], ", "))
+}

@@ -1,0 +1,261 @@
+package algo
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/occl/occl/algo/internal/fakepeers"
+)
+
+// blockByte is the content of byte j of the block rank from sends to rank
+// to.
+func blockByte(from, to, j int) byte { return byte(from*37 + to*11 + j) }
+
+func TestAllToAllPairwise(t *testing.T) {
+	i := 0
+	for _, p := range testRanks {
+		for _, per := range []int{0, 1, 5, 1031} {
+			for _, variable := range []bool{false, true} {
+				net, opts := netConfig(i)
+				i++
+				t.Run(fmt.Sprintf("p%d/per%d/v=%v/%s", p, per, variable, net), func(t *testing.T) {
+					t.Parallel()
+					// size[from][to] is the length of the block from sends to.
+					rng := rand.New(rand.NewPCG(uint64(p), uint64(per)))
+					size := make([][]int, p)
+					for a := range size {
+						size[a] = make([]int, p)
+						for b := range size[a] {
+							size[a][b] = per
+							if variable {
+								size[a][b] = rng.IntN(2*per + 1)
+							}
+						}
+					}
+					type rankBufs struct {
+						send, recv, sendCopy       []byte
+						sOffs, sLens, rOffs, rLens []int
+					}
+					rb := make([]rankBufs, p)
+					for r := range rb {
+						b := &rb[r]
+						b.sOffs, b.sLens = make([]int, p), make([]int, p)
+						b.rOffs, b.rLens = make([]int, p), make([]int, p)
+						so, ro := 0, 0
+						for q := 0; q < p; q++ {
+							b.sOffs[q], b.sLens[q] = so, size[r][q]
+							so += size[r][q]
+							b.rOffs[q], b.rLens[q] = ro, size[q][r]
+							ro += size[q][r] + 1 // a gap byte after each block
+						}
+						b.send = make([]byte, so)
+						for q := 0; q < p; q++ {
+							for j := 0; j < b.sLens[q]; j++ {
+								b.send[b.sOffs[q]+j] = blockByte(r, q, j)
+							}
+						}
+						b.sendCopy = append([]byte(nil), b.send...)
+						b.recv = bytes.Repeat([]byte{0xEE}, ro)
+					}
+					runRanks(t, p, opts, func(ctx context.Context, rank int, peers Peers) error {
+						b := &rb[rank]
+						return AllToAllPairwise(ctx, peers, b.send, b.sOffs, b.sLens, b.recv, b.rOffs, b.rLens)
+					})
+					for r := range rb {
+						b := &rb[r]
+						if !bytes.Equal(b.send, b.sendCopy) {
+							t.Fatalf("rank %d: send buffer modified", r)
+						}
+						for q := 0; q < p; q++ {
+							for j := 0; j < b.rLens[q]; j++ {
+								if g, w := b.recv[b.rOffs[q]+j], blockByte(q, r, j); g != w {
+									t.Fatalf("rank %d block from %d byte %d: got %#x, want %#x", r, q, j, g, w)
+								}
+							}
+							if g := b.recv[b.rOffs[q]+b.rLens[q]]; g != 0xEE {
+								t.Fatalf("rank %d: gap after block %d overwritten", r, q)
+							}
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+// blockLayout returns offsets and lengths of p blocks of per bytes (or
+// random lengths up to 2*per) laid out with one-byte gaps.
+func blockLayout(rng *rand.Rand, p, per int, variable bool) (offs, lens []int, total int) {
+	offs, lens = make([]int, p), make([]int, p)
+	for i := range offs {
+		lens[i] = per
+		if variable {
+			lens[i] = rng.IntN(2*per + 1)
+		}
+		offs[i] = total
+		total += lens[i] + 1
+	}
+	return offs, lens, total
+}
+
+func TestGatherLinear(t *testing.T) {
+	i := 0
+	for _, p := range testRanks {
+		for _, per := range []int{0, 1, 13, 1031} {
+			for _, root := range []int{0, p - 1, p / 2} {
+				net, opts := netConfig(i)
+				variable := i%2 == 1
+				i++
+				t.Run(fmt.Sprintf("p%d/per%d/root%d/v=%v/%s", p, per, root, variable, net), func(t *testing.T) {
+					t.Parallel()
+					offs, lens, total := blockLayout(rand.New(rand.NewPCG(uint64(p), uint64(per))), p, per, variable)
+					want := bytes.Repeat([]byte{0xEE}, total)
+					for b := 0; b < p; b++ {
+						for j := 0; j < lens[b]; j++ {
+							want[offs[b]+j] = blockByte(b, root, j)
+						}
+					}
+					bufs := make([][]byte, p)
+					for r := range bufs {
+						bufs[r] = bytes.Repeat([]byte{0xEE}, total)
+						copy(bufs[r][offs[r]:offs[r]+lens[r]], want[offs[r]:])
+					}
+					runRanks(t, p, opts, func(ctx context.Context, rank int, peers Peers) error {
+						return GatherLinear(ctx, peers, bufs[rank], offs, lens, root)
+					})
+					if d := firstDiff(bufs[root], want, 1); d != "" {
+						t.Fatalf("root %d: %s", root, d)
+					}
+				})
+			}
+		}
+	}
+}
+
+func TestScatterLinear(t *testing.T) {
+	i := 0
+	for _, p := range testRanks {
+		for _, per := range []int{0, 1, 13, 1031} {
+			for _, root := range []int{0, p - 1, p / 2} {
+				net, opts := netConfig(i)
+				variable := i%2 == 0
+				i++
+				t.Run(fmt.Sprintf("p%d/per%d/root%d/v=%v/%s", p, per, root, variable, net), func(t *testing.T) {
+					t.Parallel()
+					offs, lens, total := blockLayout(rand.New(rand.NewPCG(uint64(p), uint64(per))), p, per, variable)
+					src := make([]byte, total)
+					for b := 0; b < p; b++ {
+						for j := 0; j < lens[b]; j++ {
+							src[offs[b]+j] = blockByte(root, b, j)
+						}
+					}
+					outs := make([][]byte, p)
+					for r := range outs {
+						outs[r] = make([]byte, lens[r])
+					}
+					runRanks(t, p, opts, func(ctx context.Context, rank int, peers Peers) error {
+						var data []byte
+						if rank == root {
+							data = src
+						}
+						return ScatterLinear(ctx, peers, data, offs, lens, root, outs[rank])
+					})
+					for r := range outs {
+						if d := firstDiff(outs[r], src[offs[r]:offs[r]+lens[r]], 1); d != "" {
+							t.Fatalf("rank %d: %s", r, d)
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+func TestBarrierDissemination(t *testing.T) {
+	for _, p := range testRanks {
+		for j, c := range netConfigs {
+			t.Run(fmt.Sprintf("p%d/%s", p, c.name), func(t *testing.T) {
+				t.Parallel()
+				const rounds = 5
+				var entered [rounds]atomic.Int32
+				runRanks(t, p, c.opts, func(ctx context.Context, rank int, peers Peers) error {
+					for k := 0; k < rounds; k++ {
+						// The last rank to arrive is late on purpose.
+						if rank == (k+j)%p {
+							time.Sleep(2 * time.Millisecond)
+						}
+						entered[k].Add(1)
+						if err := BarrierDissemination(ctx, peers); err != nil {
+							return err
+						}
+						if n := entered[k].Load(); int(n) != p {
+							return fmt.Errorf("rank %d left barrier %d when only %d of %d ranks had entered", rank, k, n, p)
+						}
+					}
+					return nil
+				})
+			})
+		}
+	}
+}
+
+func TestSendRecv(t *testing.T) {
+	for _, c := range netConfigs {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			// Every rank sends a large message to the next and receives from
+			// the previous at the same time: sequential blocking sends would
+			// deadlock on the rendezvous network.
+			for _, p := range []int{2, 3, 5} {
+				for _, n := range []int{0, 1, 100, 1 << 16} {
+					bufs := make([][]byte, p)
+					runRanks(t, p, c.opts, func(ctx context.Context, rank int, peers Peers) error {
+						send := bytes.Repeat([]byte{byte(rank + 1)}, n)
+						recv := make([]byte, n)
+						to, from := (rank+1)%p, (rank+p-1)%p
+						if err := SendRecv(ctx, peers, to, 7, send, from, 7, recv); err != nil {
+							return err
+						}
+						bufs[rank] = recv
+						return nil
+					})
+					for r, b := range bufs {
+						if want := bytes.Repeat([]byte{byte((r+p-1)%p + 1)}, n); !bytes.Equal(b, want) {
+							t.Fatalf("p=%d n=%d rank %d: wrong data", p, n, r)
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestSendRecvError checks that a failed receive does not leave the send
+// hanging and that the receive error is the one reported.
+func TestSendRecvError(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	nw := fakepeers.New(2, fakepeers.Options{EagerLimit: -1})
+	p0 := nw.Peer(0)
+	errc := make(chan error, 1)
+	go func() {
+		// Rank 1 sends a message of the wrong length and never receives.
+		errc <- nw.Peer(1).Send(ctx, 0, 1, make([]byte, 10))
+	}()
+	err := SendRecv(ctx, p0, 1, 1, make([]byte, 1<<10), 1, 1, make([]byte, 20))
+	if err == nil {
+		t.Fatal("SendRecv succeeded on a length mismatch")
+	}
+	t.Log(err)
+	if err := <-errc; err != nil {
+		t.Fatalf("peer send: %v", err)
+	}
+	if len(nw.Errors()) != 1 {
+		t.Fatalf("network recorded %d errors, want 1", len(nw.Errors()))
+	}
+}

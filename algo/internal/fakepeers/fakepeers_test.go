@@ -1,0 +1,144 @@
+package fakepeers
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestDelivery(t *testing.T) {
+	for _, opts := range []Options{{EagerLimit: -1}, {EagerLimit: 0}, {EagerLimit: 1 << 20}, {MaxDelay: time.Millisecond, DelayProb: 0.5}} {
+		err := Run(context.Background(), 3, opts, func(ctx context.Context, rank int, p Peers) error {
+			if rank == 0 {
+				for k := 0; k < 50; k++ {
+					if err := p.Send(ctx, 1, uint32(k), bytes.Repeat([]byte{byte(k)}, k)); err != nil {
+						return err
+					}
+				}
+				return nil
+			}
+			if rank == 1 {
+				for k := 0; k < 50; k++ {
+					buf := make([]byte, k)
+					if err := p.Recv(ctx, 0, uint32(k), buf); err != nil {
+						return err
+					}
+					if !bytes.Equal(buf, bytes.Repeat([]byte{byte(k)}, k)) {
+						return errors.New("wrong payload")
+					}
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("%+v: %v", opts, err)
+		}
+	}
+}
+
+func TestMismatch(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		step      uint32
+		n         int
+		wantError string
+	}{
+		{"step", 2, 8, "got step 1"},
+		{"length", 1, 9, "got 8 bytes, want 9"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := Run(context.Background(), 2, Options{EagerLimit: -1}, func(ctx context.Context, rank int, p Peers) error {
+				if rank == 0 {
+					return p.Send(ctx, 1, 1, make([]byte, 8))
+				}
+				return p.Recv(ctx, 0, tc.step, make([]byte, tc.n))
+			})
+			if err == nil || !strings.Contains(err.Error(), tc.wantError) {
+				t.Fatalf("got %v, want an error containing %q", err, tc.wantError)
+			}
+		})
+	}
+}
+
+// TestRendezvousDeadlock checks that two ranks that both send a large
+// message before receiving deadlock, as they would over TCP, and that the
+// timeout reports where they are stuck.
+func TestRendezvousDeadlock(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	err := Run(ctx, 2, Options{EagerLimit: 64}, func(ctx context.Context, rank int, p Peers) error {
+		other := 1 - rank
+		if err := p.Send(ctx, other, 0, make([]byte, 65)); err != nil {
+			return err
+		}
+		return p.Recv(ctx, other, 0, make([]byte, 65))
+	})
+	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("got %v, want a deadline error", err)
+	}
+	if !strings.Contains(err.Error(), "send step 0 to rank") {
+		t.Fatalf("error does not say where ranks were blocked: %v", err)
+	}
+
+	// The same exchange with eager messages completes.
+	err = Run(context.Background(), 2, Options{EagerLimit: 64}, func(ctx context.Context, rank int, p Peers) error {
+		other := 1 - rank
+		if err := p.Send(ctx, other, 0, make([]byte, 64)); err != nil {
+			return err
+		}
+		return p.Recv(ctx, other, 0, make([]byte, 64))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestUndelivered(t *testing.T) {
+	err := Run(context.Background(), 2, Options{}, func(ctx context.Context, rank int, p Peers) error {
+		if rank == 0 {
+			return p.Send(ctx, 1, 3, nil)
+		}
+		return nil
+	})
+	if err == nil || !strings.Contains(err.Error(), "undelivered") {
+		t.Fatalf("got %v, want an undelivered-message error", err)
+	}
+}
+
+func TestBadPeer(t *testing.T) {
+	nw := New(2, Options{})
+	ctx := context.Background()
+	if err := nw.Peer(0).Send(ctx, 0, 0, nil); err == nil {
+		t.Error("send to self succeeded")
+	}
+	if err := nw.Peer(0).Recv(ctx, 2, 0, nil); err == nil {
+		t.Error("recv from rank out of range succeeded")
+	}
+}
+
+func TestHideEager(t *testing.T) {
+	type eager interface{ EagerLimit(int) int }
+	if _, ok := New(2, Options{}).Peers()[0].(eager); !ok {
+		t.Error("peers do not implement EagerLimit")
+	}
+	if _, ok := New(2, Options{HideEager: true}).Peers()[0].(eager); ok {
+		t.Error("HideEager peers implement EagerLimit")
+	}
+}
+
+func TestAbandonedRendezvous(t *testing.T) {
+	nw := New(2, Options{EagerLimit: -1})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	buf := make([]byte, 100)
+	if err := nw.Peer(0).Send(ctx, 1, 0, buf); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("send to a rank that never receives: %v", err)
+	}
+	// The sender may reuse buf now; the receiver must not read it.
+	if err := nw.Peer(1).Recv(context.Background(), 0, 0, make([]byte, 100)); err == nil {
+		t.Fatal("received a message its sender gave up on")
+	}
+}

@@ -1,0 +1,83 @@
+// Pairwise-exchange all-to-all
+//
+// Every rank has one block for every rank (possibly of different sizes:
+// this serves both AllToAll and AllToAllV). The own block is copied
+// locally; the others are exchanged in p-1 steps where each rank sends to
+// one rank and receives from another, so that every step is a permutation
+// and no rank is the target of two senders at once:
+//
+//	step s = 1 .. p-1:
+//	  send    block for rank (r+s) mod p to that rank
+//	  receive block from rank (r-s) mod p into its place
+//
+// The sends run in one sender goroutine while the caller receives, in the
+// same step order, so that a rank may send step s+1 while it is still
+// receiving step s; matching in step order on both sides cannot deadlock.
+// Empty blocks are skipped by both sides: a block is skipped by its sender
+// exactly when its receiver skips it, as the block sizes agree.
+//
+// Communication steps: p-1. Message step labels: s.
+//
+// Bytes on the wire per rank: sends everything but its own block, receives
+// everything but its own block; for AllToAll with n bytes per rank that is
+// (p-1)/p * n each way.
+
+package algo
+
+import (
+	"context"
+	"fmt"
+)
+
+// AllToAllPairwise sends send[sendOffs[i]:sendOffs[i]+sendLens[i]] to rank
+// i and receives rank i's block for this rank into
+// recv[recvOffs[i]:recvOffs[i]+recvLens[i]], for every rank i including
+// this one (copied locally). sendLens[j] on rank i must equal recvLens[i]
+// on rank j. send and recv must not overlap.
+func AllToAllPairwise(ctx context.Context, p Peers, send []byte, sendOffs, sendLens []int, recv []byte, recvOffs, recvLens []int) error {
+	size, r := p.Size(), p.Rank()
+	copy(recv[recvOffs[r]:recvOffs[r]+recvLens[r]], send[sendOffs[r]:sendOffs[r]+sendLens[r]])
+	if size <= 1 {
+		return nil
+	}
+	nsend := 0
+	for s := 1; s < size; s++ {
+		if sendLens[mod(r+s, size)] > 0 {
+			nsend++
+		}
+	}
+
+	g := newGroup(ctx)
+	defer g.cancel()
+	var done chan struct{}
+	if nsend > 0 {
+		done = make(chan struct{})
+		go func() {
+			defer close(done)
+			for s := 1; s < size; s++ {
+				to := mod(r+s, size)
+				if sendLens[to] == 0 {
+					continue
+				}
+				if err := p.Send(g.ctx, to, uint32(s), send[sendOffs[to]:sendOffs[to]+sendLens[to]]); err != nil {
+					g.fail(fmt.Errorf("pairwise all-to-all: rank %d step %d: send to rank %d: %w", r, s, to, err))
+					return
+				}
+			}
+		}()
+	}
+	for s := 1; s < size; s++ {
+		from := mod(r-s, size)
+		if recvLens[from] == 0 {
+			continue
+		}
+		if err := p.Recv(g.ctx, from, uint32(s), recv[recvOffs[from]:recvOffs[from]+recvLens[from]]); err != nil {
+			g.fail(fmt.Errorf("pairwise all-to-all: rank %d step %d: recv from rank %d: %w", r, s, from, err))
+			break
+		}
+	}
+	if done != nil {
+		<-done
+	}
+	return g.err
+}

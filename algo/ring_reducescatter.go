@@ -1,0 +1,147 @@
+// Ring reduce-scatter
+//
+// The p ranks form a ring: rank r sends to rank r+1 and receives from rank
+// r-1 (mod p). The vector of n bytes is cut into p segments given by the
+// caller (they may be uneven or empty). Segment b travels around the ring
+// starting at rank b+1 and accumulating one rank's contribution per hop, so
+// that it ends, fully reduced, on rank b:
+//
+//	step s = 0 .. p-2:
+//	  send    segment (r-s-1) mod p to   rank r+1
+//	  receive segment (r-s-2) mod p from rank r-1 and reduce it into data
+//
+// The segment sent in step s+1 is the one reduced in step s, and after step
+// p-2 rank r has reduced segment (r-p) mod p = r for the last time.
+//
+// Every segment is further cut into chunks of at most chunkBytes (whole
+// elements), and the steps are pipelined: a sender goroutine sends chunk k
+// of step s+1 as soon as the receive loop has reduced chunk k of step s, so
+// that sending one chunk overlaps receiving and reducing the next. The
+// receive loop receives each chunk into a staging buffer of one chunk and
+// reduces it into place.
+//
+// Communication steps: p-1, each of ceil(segment bytes / chunkBytes)
+// messages. Every message of step s carries the step label s.
+//
+// Bytes on the wire per rank: sends n - |segment r|, receives
+// n - |segment r-1|; with p equal segments (p-1)/p * n each way.
+//
+// The input vector is overwritten: on return segment r of data holds the
+// result on rank r and the other segments hold partial reductions.
+
+package algo
+
+import (
+	"context"
+	"fmt"
+)
+
+// ReduceScatterRing reduces data over all ranks with op's combiner and
+// leaves segment Rank() — elements segs[r] to segs[r+1] — of data holding the
+// result on rank r. segs has Size()+1 nondecreasing element offsets into
+// data; segments may be empty or uneven. The other segments of data are
+// used as scratch and hold partial results on return. chunkBytes is the
+// pipelining unit (rounded down to whole elements; <= 0 sends each segment
+// as one message). Staging uses workspace slot 0.
+func ReduceScatterRing(ctx context.Context, p Peers, ws *Workspace, data []byte, dt DType, op Op, segs []int, chunkBytes int) error {
+	return reduceScatterRing(ctx, p, ws, data, dt, op, layout{segs: segs, scale: dt.Size()}, chunkBytes, 0)
+}
+
+// layout describes the p blocks a ring schedule moves, without allocating:
+// either byte offsets and lengths, element boundaries segs scaled by the
+// element size, or (when both are nil) the balanced Partition of count
+// elements of the given size.
+type layout struct {
+	offs, lens []int
+	segs       []int
+	count      int
+	scale      int
+}
+
+// block returns the byte offset and length of block i of p.
+func (l layout) block(i, p int) (off, n int) {
+	switch {
+	case l.offs != nil:
+		return l.offs[i], l.lens[i]
+	case l.segs != nil:
+		return l.segs[i] * l.scale, (l.segs[i+1] - l.segs[i]) * l.scale
+	}
+	off, n = Partition(l.count, p, i)
+	return off * l.scale, n * l.scale
+}
+
+// chunks returns the total number of chunks over all p blocks and the
+// largest chunk.
+func (l layout) chunks(p, chunk int) (total, largest int) {
+	for i := 0; i < p; i++ {
+		_, n := l.block(i, p)
+		total += numChunks(n, chunk)
+		largest = max(largest, min(n, chunk))
+	}
+	return total, largest
+}
+
+// reduceScatterRing is ReduceScatterRing over any layout, with step labels
+// starting at base.
+func reduceScatterRing(ctx context.Context, p Peers, ws *Workspace, data []byte, dt DType, op Op, l layout, chunkBytes int, base uint32) error {
+	size, r := p.Size(), p.Rank()
+	if size <= 1 {
+		return nil
+	}
+	op = op.Combiner()
+	chunk := chunkSize(chunkBytes, dt.Size())
+	total, largest := l.chunks(size, chunk)
+	if total == 0 {
+		return nil
+	}
+	stage := ws.Get(0, largest)
+	next, prev := mod(r+1, size), mod(r-1, size)
+
+	g := newGroup(ctx)
+	defer g.cancel()
+	// One token per chunk reduced in steps 0..p-3: the sender may forward
+	// that chunk in the next step. The capacity covers every chunk, so the
+	// receive loop never blocks on it.
+	ready := make(chan struct{}, total)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for s := 0; s < size-1; s++ {
+			b := mod(r-s-1, size)
+			off, n := l.block(b, size)
+			for k, nc := 0, numChunks(n, chunk); k < nc; k++ {
+				if s > 0 {
+					if err := g.wait(ready); err != nil {
+						g.fail(fmt.Errorf("ring reduce-scatter: rank %d step %d: waiting for chunk %d of segment %d: %w", r, s, k, b, err))
+						return
+					}
+				}
+				lo, hi := chunkAt(off, n, chunk, k)
+				if err := p.Send(g.ctx, next, base+uint32(s), data[lo:hi]); err != nil {
+					g.fail(fmt.Errorf("ring reduce-scatter: rank %d step %d: send chunk %d of segment %d to rank %d: %w", r, s, k, b, next, err))
+					return
+				}
+			}
+		}
+	}()
+
+recv:
+	for s := 0; s < size-1; s++ {
+		b := mod(r-s-2, size)
+		off, n := l.block(b, size)
+		for k, nc := 0, numChunks(n, chunk); k < nc; k++ {
+			lo, hi := chunkAt(off, n, chunk, k)
+			buf := stage[:hi-lo]
+			if err := p.Recv(g.ctx, prev, base+uint32(s), buf); err != nil {
+				g.fail(fmt.Errorf("ring reduce-scatter: rank %d step %d: recv chunk %d of segment %d from rank %d: %w", r, s, k, b, prev, err))
+				break recv
+			}
+			ReduceInto(data[lo:hi], buf, dt, op)
+			if s < size-2 {
+				ready <- struct{}{}
+			}
+		}
+	}
+	<-done
+	return g.err
+}

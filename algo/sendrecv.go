@@ -1,0 +1,115 @@
+package algo
+
+import (
+	"context"
+	"fmt"
+	"sync"
+)
+
+// EagerPeers is implemented by Peers whose transport buffers small messages.
+// EagerLimit(peer) is the largest message that Send to peer accepts without
+// waiting for peer to receive it (given that peer has received every earlier
+// message). Schedules use it to exchange small messages without a helper
+// goroutine.
+type EagerPeers interface {
+	Peers
+	// EagerLimit returns the eager message limit for peer in bytes.
+	EagerLimit(peer int) int
+}
+
+// SendRecv sends sbuf to rank to as message sstep and receives message rstep
+// from rank from into rbuf, concurrently, so that two ranks exchanging with
+// each other cannot deadlock whatever the message sizes. Both messages are
+// sent and received even when empty.
+//
+// When p implements EagerPeers and sbuf fits in the eager limit of to, the
+// send is done inline before the receive; otherwise the send runs in a
+// goroutine while the caller receives. SendRecv waits for both and returns
+// the first error; a failure on one side cancels the other.
+func SendRecv(ctx context.Context, p Peers, to int, sstep uint32, sbuf []byte, from int, rstep uint32, rbuf []byte) error {
+	if ep, ok := p.(EagerPeers); ok && len(sbuf) <= ep.EagerLimit(to) {
+		if err := p.Send(ctx, to, sstep, sbuf); err != nil {
+			return fmt.Errorf("send step %d to rank %d: %w", sstep, to, err)
+		}
+		if err := p.Recv(ctx, from, rstep, rbuf); err != nil {
+			return fmt.Errorf("recv step %d from rank %d: %w", rstep, from, err)
+		}
+		return nil
+	}
+	g := newGroup(ctx)
+	defer g.cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := p.Send(g.ctx, to, sstep, sbuf); err != nil {
+			g.fail(fmt.Errorf("send step %d to rank %d: %w", sstep, to, err))
+		}
+	}()
+	if err := p.Recv(g.ctx, from, rstep, rbuf); err != nil {
+		g.fail(fmt.Errorf("recv step %d from rank %d: %w", rstep, from, err))
+	}
+	<-done
+	return g.err
+}
+
+// exchange is SendRecv with the same step label on both messages that skips
+// empty messages. Both sides of every message must know its length, so that
+// a message is skipped by its sender exactly when its receiver skips it.
+func exchange(ctx context.Context, p Peers, to int, sbuf []byte, from int, rbuf []byte, step uint32) error {
+	switch {
+	case len(sbuf) == 0 && len(rbuf) == 0:
+		return nil
+	case len(rbuf) == 0:
+		if err := p.Send(ctx, to, step, sbuf); err != nil {
+			return fmt.Errorf("send step %d to rank %d: %w", step, to, err)
+		}
+		return nil
+	case len(sbuf) == 0:
+		if err := p.Recv(ctx, from, step, rbuf); err != nil {
+			return fmt.Errorf("recv step %d from rank %d: %w", step, from, err)
+		}
+		return nil
+	}
+	return SendRecv(ctx, p, to, step, sbuf, from, step, rbuf)
+}
+
+// group tracks the helper goroutines of one operation: the first failure is
+// kept and cancels the shared context, so that the other goroutines stop
+// instead of waiting for messages that will never come.
+type group struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	mu     sync.Mutex
+	err    error
+}
+
+func newGroup(ctx context.Context) *group {
+	g := &group{}
+	g.ctx, g.cancel = context.WithCancel(ctx)
+	return g
+}
+
+// fail records err if it is the first failure and cancels the group.
+// Failures after the first are usually consequences of the cancellation and
+// are dropped.
+func (g *group) fail(err error) {
+	if err == nil {
+		return
+	}
+	g.mu.Lock()
+	if g.err == nil {
+		g.err = err
+	}
+	g.mu.Unlock()
+	g.cancel()
+}
+
+// wait waits for the token channel or cancellation.
+func (g *group) wait(tokens <-chan struct{}) error {
+	select {
+	case <-tokens:
+		return nil
+	case <-g.ctx.Done():
+		return g.ctx.Err()
+	}
+}

@@ -1,0 +1,64 @@
+// Binomial tree reduce
+//
+// Ranks are renumbered relative to the root, v = (r - root) mod p, and form
+// the binomial tree of tree_broadcast.go, traversed bottom-up:
+//
+//	for j = 0, 1, .. while 2^j < p:
+//	  if bit j of v is set: send the partial result to v - 2^j and stop
+//	  else if v + 2^j < p:  receive the partial of v + 2^j's subtree and
+//	                        combine it into data (own partial on the left)
+//
+// After ceil(log2 p) steps the root holds the reduction over all ranks.
+// The combination tree is fixed by p and root, so results are
+// deterministic.
+//
+// Communication steps: ceil(log2 p). Message step labels: j, the tree level.
+//
+// Bytes on the wire: every non-root rank sends n once; a rank receives n
+// from each of its children, so the root receives ceil(log2 p) * n. Best
+// for small vectors; large ones go to the ring reduce.
+//
+// data is overwritten on every rank: at the root with the result, on the
+// other ranks with the partial result of their subtree.
+
+package algo
+
+import (
+	"context"
+	"fmt"
+)
+
+// ReduceTree reduces data over all ranks with op's combiner (Avg is summed;
+// the caller divides) into data on root. On the other ranks data is
+// clobbered (it holds partial results on return). Staging uses workspace
+// slot 0 (len(data) bytes).
+func ReduceTree(ctx context.Context, p Peers, ws *Workspace, data []byte, dt DType, op Op, root int) error {
+	size, r := p.Size(), p.Rank()
+	if size <= 1 || len(data) == 0 {
+		return nil
+	}
+	op = op.Combiner()
+	v := mod(r-root, size)
+	var stage []byte
+	for j, m := 0, 1; m < size; j, m = j+1, m<<1 {
+		if v&m != 0 {
+			parent := mod(v-m+root, size)
+			if err := p.Send(ctx, parent, uint32(j), data); err != nil {
+				return fmt.Errorf("tree reduce: rank %d level %d: send to rank %d: %w", r, j, parent, err)
+			}
+			return nil
+		}
+		if v+m >= size {
+			continue
+		}
+		child := mod(v+m+root, size)
+		if stage == nil {
+			stage = ws.Get(0, len(data))
+		}
+		if err := p.Recv(ctx, child, uint32(j), stage); err != nil {
+			return fmt.Errorf("tree reduce: rank %d level %d: recv from rank %d: %w", r, j, child, err)
+		}
+		ReduceInto(data, stage, dt, op)
+	}
+	return nil
+}

@@ -1,0 +1,136 @@
+package algo
+
+import (
+	"context"
+	"fmt"
+	"testing"
+)
+
+func TestBroadcastTree(t *testing.T) {
+	i := 0
+	for _, p := range testRanks {
+		for _, n := range []int{0, 1, 2, p - 1, p + 1, 13, 1031, 1 << 16} {
+			for _, root := range []int{0, p - 1, p / 2} {
+				for _, chunk := range []int{64, 7, 0} {
+					if n < 0 || (n == 1<<16 && chunk != 64) {
+						continue
+					}
+					net, opts := netConfig(i)
+					i++
+					t.Run(fmt.Sprintf("p%d/n%d/root%d/chunk%d/%s", p, n, root, chunk, net), func(t *testing.T) {
+						t.Parallel()
+						want := make([]byte, n)
+						for j := range want {
+							want[j] = byte(j*7 + 3)
+						}
+						bufs := make([][]byte, p)
+						for r := range bufs {
+							bufs[r] = make([]byte, n)
+							if r == root {
+								copy(bufs[r], want)
+							}
+						}
+						runRanks(t, p, opts, func(ctx context.Context, rank int, peers Peers) error {
+							return BroadcastTree(ctx, peers, bufs[rank], root, chunk)
+						})
+						for r := range bufs {
+							if d := firstDiff(bufs[r], want, 1); d != "" {
+								t.Fatalf("rank %d: %s", r, d)
+							}
+						}
+					})
+				}
+			}
+		}
+	}
+}
+
+func TestReduceTree(t *testing.T) {
+	cs := combos()
+	i := 0
+	for _, p := range testRanks {
+		for _, count := range testCounts(p) {
+			for _, root := range []int{0, p - 1, p / 2} {
+				c := cs[i%len(cs)]
+				net, opts := netConfig(i)
+				i++
+				t.Run(fmt.Sprintf("p%d/n%d/root%d/%v/%v/%s", p, count, root, c.dt, c.op, net), func(t *testing.T) {
+					t.Parallel()
+					in := rankInputs(c.dt, c.op, p, count)
+					want := serialReduce(c.dt, c.op, in)
+					runRanks(t, p, opts, func(ctx context.Context, rank int, peers Peers) error {
+						return ReduceTree(ctx, peers, new(Workspace), in[rank], c.dt, c.op, root)
+					})
+					if d := firstDiff(in[root], want, c.dt.Size()); d != "" {
+						t.Fatalf("root %d: %s", root, d)
+					}
+				})
+			}
+		}
+	}
+}
+
+func TestReduceTypes(t *testing.T) {
+	for _, p := range []int{5, 8} {
+		for j, c := range combos() {
+			net, opts := netConfig(j)
+			t.Run(fmt.Sprintf("p%d/%v/%v/%s", p, c.dt, c.op, net), func(t *testing.T) {
+				t.Parallel()
+				in := rankInputs(c.dt, c.op, p, 1031)
+				want := serialReduce(c.dt, c.op, in)
+				tree := make([][]byte, p)
+				for r := range tree {
+					tree[r] = append([]byte(nil), in[r]...)
+				}
+				runRanks(t, p, opts, func(ctx context.Context, rank int, peers Peers) error {
+					if err := ReduceTree(ctx, peers, new(Workspace), tree[rank], c.dt, c.op, 1); err != nil {
+						return err
+					}
+					return ReduceRing(ctx, peers, new(Workspace), in[rank], c.dt, c.op, 2, 128)
+				})
+				if d := firstDiff(tree[1], want, c.dt.Size()); d != "" {
+					t.Fatalf("tree: %s", d)
+				}
+				if d := firstDiff(in[2], want, c.dt.Size()); d != "" {
+					t.Fatalf("ring: %s", d)
+				}
+			})
+		}
+	}
+}
+
+// TestLarge runs the rooted collectives on about a megabyte.
+func TestLarge(t *testing.T) {
+	const count = 1 << 18
+	const p, root = 5, 3
+	in := rankInputs(Int32, Sum, p, count)
+	want := serialReduce(Int32, Sum, in)
+	tree := make([][]byte, p)
+	bcast := make([][]byte, p)
+	for r := range tree {
+		tree[r] = append([]byte(nil), in[r]...)
+		bcast[r] = make([]byte, len(want))
+	}
+	copy(bcast[root], want)
+	runRanks(t, p, netConfigs[2].opts, func(ctx context.Context, rank int, peers Peers) error {
+		ws := new(Workspace)
+		if err := ReduceTree(ctx, peers, ws, tree[rank], Int32, Sum, root); err != nil {
+			return err
+		}
+		if err := ReduceRing(ctx, peers, ws, in[rank], Int32, Sum, root, 8<<10); err != nil {
+			return err
+		}
+		return BroadcastTree(ctx, peers, bcast[rank], root, 8<<10)
+	})
+	if d := firstDiff(tree[root], want, 4); d != "" {
+		t.Fatalf("tree reduce: %s", d)
+	}
+	if d := firstDiff(in[root], want, 4); d != "" {
+		t.Fatalf("ring reduce: %s", d)
+	}
+	for r := range bcast {
+		if d := firstDiff(bcast[r], want, 4); d != "" {
+			t.Fatalf("broadcast rank %d: %s", r, d)
+		}
+	}
+}

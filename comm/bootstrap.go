@@ -1,0 +1,389 @@
+package comm
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+
+	"github.com/occl/occl/comm/internal/wire"
+	"github.com/occl/occl/transport"
+	"github.com/occl/occl/transport/tcp"
+)
+
+// Init joins the communicator identified by id as rank rank of size ranks.
+// Every rank calls it with the same id and size; rank 0 serves the
+// rendezvous at id.Addr, so it must run on the host that address names. The
+// call returns when every rank has joined and all connections are open and
+// authenticated, or fails when ctx ends (the configured timeout applies if
+// ctx has no deadline).
+//
+// Bootstrap: each rank connects to rank 0 (retrying until rank 0 listens),
+// proves it holds the secret, opens a data listener on the interface that
+// reached rank 0, and sends its rank, host identity and listener address.
+// Rank 0 answers with the table of all ranks. Ranks then connect pairwise
+// (the lower rank dials), authenticating every connection. The connections
+// to rank 0 stay open as the control plane.
+func Init(ctx context.Context, id UniqueID, rank, size int, opts ...Option) (*Communicator, error) {
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	return initTCP(ctx, id, rank, size, cfg, nil)
+}
+
+// commIDOf derives the communicator id every rank computes from the id's
+// secret (random, so ids of different communicators differ).
+func commIDOf(id UniqueID) uint64 {
+	h := sha256.Sum256(append([]byte("occl-comm-id"), id.Secret[:]...))
+	return binary.LittleEndian.Uint64(h[:])
+}
+
+func listenFilter(p tcp.Purpose, comm uint64) func(tcp.Hello) error {
+	return func(h tcp.Hello) error {
+		if h.Purpose != p {
+			return fmt.Errorf("purpose %d, this listener serves %d", h.Purpose, p)
+		}
+		if h.Comm != comm {
+			return fmt.Errorf("communicator %016x, this listener serves %016x", h.Comm, comm)
+		}
+		return nil
+	}
+}
+
+// initTCP bootstraps a communicator over TCP. rootLn, if not nil, is an
+// already bound rendezvous listener for rank 0 (Split binds it before it
+// publishes the address).
+func initTCP(ctx context.Context, id UniqueID, rank, size int, cfg config, rootLn *tcp.Listener) (c *Communicator, err error) {
+	if size < 1 || rank < 0 || rank >= size || size > wire.MaxRanks {
+		if rootLn != nil {
+			rootLn.Close()
+		}
+		return nil, invalidf("init: rank %d of size %d", rank, size)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, cfg.timeout)
+		defer cancel()
+	}
+	commID := commIDOf(id)
+	secret := id.Secret[:]
+	log := cfg.log.With("rank", rank, "size", size, "comm", fmt.Sprintf("%016x", commID))
+	wrap := func(what string, e error) error {
+		return fmt.Errorf("occl: rank %d: init: %s: %w", rank, what, e)
+	}
+
+	var rv *rendezvous
+	if rank == 0 {
+		ln := rootLn
+		if ln == nil {
+			ln, err = tcp.Listen(id.Addr, secret, listenFilter(tcp.PurposeRendezvous, commID), log)
+			if err != nil {
+				return nil, wrap("serve rendezvous", err)
+			}
+		}
+		rv = startRendezvous(ctx, ln, size, log)
+		defer func() {
+			if err != nil {
+				rv.abort()
+			}
+		}()
+	}
+
+	tc, err := tcp.Dial(ctx, id.Addr, secret, tcp.Hello{Purpose: tcp.PurposeRendezvous, Comm: commID, From: rank, To: 0, NStreams: 1})
+	if err != nil {
+		return nil, wrap("rendezvous with rank 0", err)
+	}
+	ctrlConn, err := tcp.NewConn([]*net.TCPConn{tc}, tcp.Options{})
+	if err != nil {
+		return nil, wrap("rendezvous", err)
+	}
+	defer func() {
+		if err != nil {
+			ctrlConn.Close()
+		}
+	}()
+
+	host := cfg.listenHost
+	if host == "" {
+		host = tc.LocalAddr().(*net.TCPAddr).IP.String()
+	}
+	dataLn, err := tcp.Listen(net.JoinHostPort(host, "0"), secret, listenFilter(tcp.PurposeData, commID), log)
+	if err != nil {
+		return nil, wrap("data listener", err)
+	}
+	defer func() {
+		if err != nil {
+			dataLn.Close()
+		}
+	}()
+
+	join := wire.Msg{Type: wire.Join, Rank: rank, Size: size,
+		Info: wire.RankInfo{HostID: cfg.hostID, Addr: dataLn.Addr().String(), PID: os.Getpid()}}
+	if err = sendMsg(ctx, ctrlConn, &join); err != nil {
+		return nil, wrap("send join to rank 0", err)
+	}
+	m, _, err := recvMsg(ctx, ctrlConn, nil)
+	if err != nil {
+		return nil, wrap("wait for the rank table from rank 0", err)
+	}
+	switch {
+	case m.Type == wire.Reject:
+		return nil, wrap("rank 0 refused the join", errors.New(m.Text))
+	case m.Type != wire.Table || len(m.Ranks) != size:
+		return nil, wrap("rendezvous", fmt.Errorf("unexpected reply (type %d, %d ranks)", m.Type, len(m.Ranks)))
+	}
+
+	peers := make([]tcp.Endpoint, 0, size-1)
+	hostIDs := make([]string, size)
+	for r, info := range m.Ranks {
+		hostIDs[r] = info.HostID
+		if r != rank {
+			peers = append(peers, tcp.Endpoint{Rank: r, Addr: info.Addr})
+		}
+	}
+	mesh, err := tcp.Connect(ctx, tcp.MeshConfig{Self: rank, Comm: commID, Epoch: 0, Secret: secret,
+		Streams: cfg.streams, Options: tcp.Options{SocketBuffer: cfg.sockBuf}, Listener: dataLn}, peers)
+	if err != nil {
+		return nil, wrap("connect", err)
+	}
+	conns := make([]transport.Conn, size)
+	for r, conn := range mesh {
+		conns[r] = conn
+	}
+
+	var server *ctrlServer
+	if rv != nil {
+		ctrlConns, e := rv.wait(ctx)
+		if e != nil {
+			err = e
+			for _, conn := range mesh {
+				conn.Close()
+			}
+			return nil, wrap("rendezvous", err)
+		}
+		server = newCtrlServer(ctrlConns, cfg, log)
+	}
+	client := newCtrlClient(rank, ctrlConn, server, cfg, log)
+	fab := &tcpFabric{ln: dataLn, secret: id.Secret, cfg: cfg}
+	c = newCommunicator(commID, rank, hostIDs, conns, client, fab, cfg)
+	client.start(c)
+	log.Info("occl: communicator ready", "hosts", c.NumHosts(), "local_rank", c.localRank, "local_size", c.localSize)
+	return c, nil
+}
+
+// rendezvous is rank 0's side of the bootstrap: it collects one join from
+// every rank, checks them, and answers each with the table of all ranks.
+type rendezvous struct {
+	ln     *tcp.Listener
+	size   int
+	result chan rendezvousResult
+	cancel context.CancelFunc
+}
+
+type rendezvousResult struct {
+	conns []*tcp.Conn
+	err   error
+}
+
+type joinReq struct {
+	conn *tcp.Conn
+	msg  wire.Msg
+	err  error
+}
+
+func startRendezvous(ctx context.Context, ln *tcp.Listener, size int, log interface {
+	Warn(string, ...any)
+}) *rendezvous {
+	ctx, cancel := context.WithCancel(ctx)
+	rv := &rendezvous{ln: ln, size: size, result: make(chan rendezvousResult, 1), cancel: cancel}
+	go rv.run(ctx, log)
+	return rv
+}
+
+func (rv *rendezvous) run(ctx context.Context, log interface{ Warn(string, ...any) }) {
+	defer rv.ln.Close()
+	conns := make([]*tcp.Conn, rv.size)
+	infos := make([]wire.RankInfo, rv.size)
+	joins := make(chan joinReq)
+	joined := 0
+	refuse := func(conn *tcp.Conn, why string) {
+		log.Warn("occl: rendezvous refused a rank", "reason", why)
+		sendMsg(ctx, conn, &wire.Msg{Type: wire.Reject, Text: why})
+		conn.Close()
+	}
+	fail := func(err error) {
+		for _, conn := range conns {
+			if conn != nil {
+				refuse(conn, err.Error())
+			}
+		}
+		rv.result <- rendezvousResult{err: err}
+	}
+	go func() {
+		for {
+			a, err := rv.ln.Accept(ctx)
+			if err != nil {
+				return
+			}
+			go func() {
+				conn, err := tcp.NewConn([]*net.TCPConn{a.Conn}, tcp.Options{})
+				if err != nil {
+					a.Conn.Close()
+					return
+				}
+				rctx, cancel := context.WithTimeout(ctx, tcp.HandshakeTimeout)
+				defer cancel()
+				m, _, err := recvMsg(rctx, conn, nil)
+				if err == nil && m.Type != wire.Join {
+					err = fmt.Errorf("expected a join, got message type %d", m.Type)
+				}
+				if err == nil && m.Rank != a.Hello.From {
+					err = fmt.Errorf("joined as rank %d but authenticated as rank %d", m.Rank, a.Hello.From)
+				}
+				select {
+				case joins <- joinReq{conn: conn, msg: m, err: err}:
+				case <-ctx.Done():
+					conn.Close()
+				}
+			}()
+		}
+	}()
+	for joined < rv.size {
+		select {
+		case <-ctx.Done():
+			var missing []int
+			for r, conn := range conns {
+				if conn == nil {
+					missing = append(missing, r)
+				}
+			}
+			fail(fmt.Errorf("rendezvous did not complete: ranks %v did not join: %w", missing, ctx.Err()))
+			return
+		case j := <-joins:
+			switch {
+			case j.err != nil:
+				refuse(j.conn, j.err.Error())
+			case j.msg.Size != rv.size:
+				refuse(j.conn, fmt.Sprintf("rank %d says the communicator has %d ranks, rank 0 says %d", j.msg.Rank, j.msg.Size, rv.size))
+			case j.msg.Rank < 0 || j.msg.Rank >= rv.size:
+				refuse(j.conn, fmt.Sprintf("rank %d out of range for size %d", j.msg.Rank, rv.size))
+			case conns[j.msg.Rank] != nil:
+				refuse(j.conn, fmt.Sprintf("rank %d joined twice (pids %d and %d)", j.msg.Rank, infos[j.msg.Rank].PID, j.msg.Info.PID))
+			default:
+				conns[j.msg.Rank] = j.conn
+				infos[j.msg.Rank] = j.msg.Info
+				joined++
+			}
+		}
+	}
+	table := wire.Msg{Type: wire.Table, Ranks: infos}
+	for r, conn := range conns {
+		if err := sendMsg(ctx, conn, &table); err != nil {
+			for _, conn := range conns {
+				conn.Close()
+			}
+			rv.result <- rendezvousResult{err: fmt.Errorf("send the rank table to rank %d: %w", r, err)}
+			return
+		}
+	}
+	rv.result <- rendezvousResult{conns: conns}
+}
+
+// wait returns the control connections to every rank once all have joined.
+func (rv *rendezvous) wait(ctx context.Context) ([]*tcp.Conn, error) {
+	select {
+	case r := <-rv.result:
+		return r.conns, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// abort stops a rendezvous that will not be used.
+func (rv *rendezvous) abort() {
+	rv.cancel()
+	go func() {
+		r := <-rv.result
+		for _, c := range r.conns {
+			c.Close()
+		}
+	}()
+}
+
+// fabric is how a communicator makes the communicators of a Split.
+type fabric interface {
+	// split creates this rank's communicator for a Split group. Every rank
+	// of the parent calls it in the same operation; group lists the parent
+	// ranks of this rank's group in new-rank order (nil for ranks that
+	// take part in no group), and self is this rank's index in it.
+	split(ctx context.Context, p *opPeers, childID uint64, group []int, self int) (*Communicator, error)
+	// release frees what the fabric holds when the communicator closes.
+	release()
+}
+
+// tcpFabric splits communicators bootstrapped over TCP: the leader of each
+// group binds a rendezvous listener, leaders' addresses are exchanged over
+// the parent, and each group bootstraps like Init with a secret derived
+// from the parent's.
+type tcpFabric struct {
+	ln     *tcp.Listener
+	secret [16]byte
+	cfg    config
+}
+
+func (f *tcpFabric) release() { f.ln.Close() }
+
+func (f *tcpFabric) split(ctx context.Context, p *opPeers, childID uint64, group []int, self int) (*Communicator, error) {
+	c := p.c
+	const addrLen = 64
+	var rootLn *tcp.Listener
+	var child UniqueID
+	child.Secret = deriveSecret(f.secret, childID)
+	mine := make([]byte, addrLen)
+	if group != nil && self == 0 {
+		host, _, _ := net.SplitHostPort(f.ln.Addr().String())
+		ln, err := tcp.Listen(net.JoinHostPort(host, "0"), child.Secret[:],
+			listenFilter(tcp.PurposeRendezvous, commIDOf(child)), c.log)
+		if err != nil {
+			return nil, fmt.Errorf("split: rendezvous listener: %w", err)
+		}
+		rootLn = ln
+		copy(mine, ln.Addr().String())
+	}
+	all := make([]byte, addrLen*c.size)
+	if err := allGatherBytes(ctx, p, mine, all); err != nil {
+		if rootLn != nil {
+			rootLn.Close()
+		}
+		return nil, err
+	}
+	if group == nil {
+		return nil, nil
+	}
+	leader := group[0]
+	child.Addr = string(trimZero(all[leader*addrLen : (leader+1)*addrLen]))
+	return initTCP(ctx, child, self, len(group), f.cfg, rootLn)
+}
+
+func trimZero(b []byte) []byte {
+	for i, x := range b {
+		if x == 0 {
+			return b[:i]
+		}
+	}
+	return b
+}
+
+func deriveSecret(parent [16]byte, childID uint64) [16]byte {
+	h := sha256.New()
+	h.Write(parent[:])
+	h.Write([]byte("occl-split"))
+	binary.Write(h, binary.LittleEndian, childID)
+	var s [16]byte
+	copy(s[:], h.Sum(nil))
+	return s
+}

@@ -1,0 +1,482 @@
+package comm
+
+import (
+	"context"
+
+	"github.com/occl/occl/algo"
+	"github.com/occl/occl/transport"
+)
+
+// Workspace slots used by the communicator itself; schedules use the low
+// slots.
+const (
+	slotInput = 16 // private copy of an input the schedule overwrites
+)
+
+// Buffers passed to an operation belong to it until it completes: for the
+// blocking forms until they return, for Async forms until the Request is
+// done. After a failed operation the contents of its output buffers are
+// unspecified.
+//
+// In-place operation is selected by passing the same memory as input and
+// output (for AllGather, the input is the rank's block of the output; for
+// ReduceScatter, the output is the rank's block of the input). In-place
+// ReduceScatter uses the rest of the input as scratch.
+
+func collHeader(op algo.Collective, dt DType, red Op, root, count int) transport.Header {
+	return transport.Header{Kind: transport.KindCollective, Op: uint8(op), DType: uint8(dt), RedOp: uint8(red), Root: uint32(root), Count: uint64(count)}
+}
+
+func (c *Communicator) checkRoot(root int) error {
+	if root < 0 || root >= c.size {
+		return invalidf("root %d out of range [0, %d)", root, c.size)
+	}
+	return nil
+}
+
+func checkOp(op Op) error {
+	if !op.Valid() {
+		return invalidf("unknown reduction %d", uint8(op))
+	}
+	return nil
+}
+
+func checkPair(send, recv Buffer) error {
+	if err := send.validate("send buffer"); err != nil {
+		return err
+	}
+	if err := recv.validate("recv buffer"); err != nil {
+		return err
+	}
+	if send.dt != recv.dt {
+		return invalidf("send buffer is %s but recv buffer is %s", send.dt, recv.dt)
+	}
+	return nil
+}
+
+// wait blocks until r completes. Operations are bounded by their own
+// deadlines, so this cannot hang.
+func wait(r *Request) error {
+	<-r.done
+	return r.err
+}
+
+// AllReduce reduces send across all ranks with op and leaves the result in
+// recv on every rank. send and recv have the same length and type.
+func (c *Communicator) AllReduce(ctx context.Context, send, recv Buffer, op Op) error {
+	return wait(c.AllReduceAsync(ctx, send, recv, op))
+}
+
+// AllReduceAsync is the non-blocking form of AllReduce.
+func (c *Communicator) AllReduceAsync(ctx context.Context, send, recv Buffer, op Op) *Request {
+	const name = "AllReduce"
+	err := checkPair(send, recv)
+	if err == nil {
+		err = checkOp(op)
+	}
+	if err == nil && len(send.b) != len(recv.b) {
+		err = invalidf("send has %d elements, recv %d", send.Len(), recv.Len())
+	}
+	if err == nil && !same(send.b, recv.b) && overlap(send.b, recv.b) {
+		err = invalidf("send and recv buffers overlap")
+	}
+	if err != nil {
+		return c.failedRequest(name, err)
+	}
+	dt, n := send.dt, send.Len()
+	return c.submit(ctx, name, collHeader(algo.OpAllReduce, dt, op, 0, n), func(ctx context.Context, p *opPeers) error {
+		if !same(send.b, recv.b) {
+			copy(recv.b, send.b)
+		}
+		if err := c.allReduce(ctx, p, recv.b, dt, op); err != nil {
+			return err
+		}
+		algo.Finalize(recv.b, dt, op, c.size)
+		return nil
+	})
+}
+
+// allReduce runs the chosen AllReduce schedule in place, without Avg's
+// final division.
+func (c *Communicator) allReduce(ctx context.Context, p *opPeers, data []byte, dt DType, op Op) error {
+	if c.size == 1 || len(data) == 0 {
+		return nil
+	}
+	red := op.Combiner()
+	switch algo.Select(algo.OpAllReduce, len(data), c.size, c.cfg.algo) {
+	case algo.AlgoRing:
+		return algo.AllReduceRing(ctx, p, &c.ws, data, dt, red, c.cfg.chunk)
+	case algo.AlgoRHD:
+		return algo.AllReduceRHD(ctx, p, &c.ws, data, dt, red)
+	default:
+		return algo.AllReduceRD(ctx, p, &c.ws, data, dt, red)
+	}
+}
+
+// Broadcast copies root's send buffer into recv on every rank. recv has the
+// same length on every rank; send is read on the root only (other ranks may
+// pass an empty Buffer). Pass the same buffer as send and recv on the root
+// for in-place operation.
+func (c *Communicator) Broadcast(ctx context.Context, send, recv Buffer, root int) error {
+	return wait(c.BroadcastAsync(ctx, send, recv, root))
+}
+
+// BroadcastAsync is the non-blocking form of Broadcast.
+func (c *Communicator) BroadcastAsync(ctx context.Context, send, recv Buffer, root int) *Request {
+	const name = "Broadcast"
+	err := c.checkRoot(root)
+	if err == nil {
+		err = recv.validate("recv buffer")
+	}
+	isRoot := c.rank == root
+	if err == nil && isRoot {
+		err = checkPair(send, recv)
+		if err == nil && len(send.b) != len(recv.b) {
+			err = invalidf("root's send has %d elements, recv %d", send.Len(), recv.Len())
+		}
+		if err == nil && !same(send.b, recv.b) && overlap(send.b, recv.b) {
+			err = invalidf("send and recv buffers overlap")
+		}
+	}
+	if err != nil {
+		return c.failedRequest(name, err)
+	}
+	return c.submit(ctx, name, collHeader(algo.OpBroadcast, recv.dt, 0, root, recv.Len()), func(ctx context.Context, p *opPeers) error {
+		if isRoot && !same(send.b, recv.b) {
+			copy(recv.b, send.b)
+		}
+		if c.size == 1 || len(recv.b) == 0 {
+			return nil
+		}
+		return algo.BroadcastTree(ctx, p, recv.b, root, c.cfg.chunk)
+	})
+}
+
+// Reduce reduces send across all ranks with op into recv on root. recv is
+// used on the root only (other ranks may pass an empty Buffer).
+func (c *Communicator) Reduce(ctx context.Context, send, recv Buffer, op Op, root int) error {
+	return wait(c.ReduceAsync(ctx, send, recv, op, root))
+}
+
+// ReduceAsync is the non-blocking form of Reduce.
+func (c *Communicator) ReduceAsync(ctx context.Context, send, recv Buffer, op Op, root int) *Request {
+	const name = "Reduce"
+	err := c.checkRoot(root)
+	if err == nil {
+		err = checkOp(op)
+	}
+	if err == nil {
+		err = send.validate("send buffer")
+	}
+	isRoot := c.rank == root
+	if err == nil && isRoot {
+		err = checkPair(send, recv)
+		if err == nil && len(send.b) != len(recv.b) {
+			err = invalidf("send has %d elements, root's recv %d", send.Len(), recv.Len())
+		}
+		if err == nil && !same(send.b, recv.b) && overlap(send.b, recv.b) {
+			err = invalidf("send and recv buffers overlap")
+		}
+	}
+	if err != nil {
+		return c.failedRequest(name, err)
+	}
+	dt, n := send.dt, send.Len()
+	return c.submit(ctx, name, collHeader(algo.OpReduce, dt, op, root, n), func(ctx context.Context, p *opPeers) error {
+		var data []byte
+		if isRoot {
+			data = recv.b
+			if !same(send.b, recv.b) {
+				copy(data, send.b)
+			}
+		} else {
+			// Schedules accumulate into the buffer; keep the caller's input.
+			data = c.ws.Get(slotInput, len(send.b))
+			copy(data, send.b)
+		}
+		if c.size > 1 && len(data) > 0 {
+			red := op.Combiner()
+			var err error
+			if algo.Select(algo.OpReduce, len(data), c.size, c.cfg.algo) == algo.AlgoRing {
+				err = algo.ReduceRing(ctx, p, &c.ws, data, dt, red, root, c.cfg.chunk)
+			} else {
+				err = algo.ReduceTree(ctx, p, &c.ws, data, dt, red, root)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		if isRoot {
+			algo.Finalize(data, dt, op, c.size)
+		}
+		return nil
+	})
+}
+
+// blocks returns per-rank byte offsets and lengths for equal blocks of
+// blockBytes.
+func (c *Communicator) blocks(blockBytes int) (offs, lens []int) {
+	offs, lens = make([]int, c.size), make([]int, c.size)
+	for i := range offs {
+		offs[i], lens[i] = i*blockBytes, blockBytes
+	}
+	return offs, lens
+}
+
+// AllGather gathers every rank's send buffer into recv on every rank, in
+// rank order. recv holds Size() times the elements of send. In-place: send
+// is rank's block of recv.
+func (c *Communicator) AllGather(ctx context.Context, send, recv Buffer) error {
+	return wait(c.AllGatherAsync(ctx, send, recv))
+}
+
+// AllGatherAsync is the non-blocking form of AllGather.
+func (c *Communicator) AllGatherAsync(ctx context.Context, send, recv Buffer) *Request {
+	const name = "AllGather"
+	err := checkPair(send, recv)
+	nb := len(send.b)
+	if err == nil && len(recv.b) != nb*c.size {
+		err = invalidf("recv has %d elements, want %d x %d", recv.Len(), c.size, send.Len())
+	}
+	var mine []byte
+	if err == nil {
+		mine = recv.b[c.rank*nb : (c.rank+1)*nb]
+		if !same(send.b, mine) && overlap(send.b, recv.b) {
+			err = invalidf("send overlaps recv other than as this rank's block")
+		}
+	}
+	if err != nil {
+		return c.failedRequest(name, err)
+	}
+	return c.submit(ctx, name, collHeader(algo.OpAllGather, send.dt, 0, 0, send.Len()), func(ctx context.Context, p *opPeers) error {
+		copy(mine, send.b)
+		if c.size == 1 || nb == 0 {
+			return nil
+		}
+		offs, lens := c.blocks(nb)
+		return algo.AllGatherRing(ctx, p, recv.b, offs, lens, c.cfg.chunk)
+	})
+}
+
+// ReduceScatter reduces send across ranks with op and leaves block Rank()
+// of the result in recv. send holds Size() times the elements of recv.
+// In-place: recv is rank's block of send (the rest of send is overwritten).
+func (c *Communicator) ReduceScatter(ctx context.Context, send, recv Buffer, op Op) error {
+	return wait(c.ReduceScatterAsync(ctx, send, recv, op))
+}
+
+// ReduceScatterAsync is the non-blocking form of ReduceScatter.
+func (c *Communicator) ReduceScatterAsync(ctx context.Context, send, recv Buffer, op Op) *Request {
+	const name = "ReduceScatter"
+	err := checkPair(send, recv)
+	if err == nil {
+		err = checkOp(op)
+	}
+	nb := len(recv.b)
+	if err == nil && len(send.b) != nb*c.size {
+		err = invalidf("send has %d elements, want %d x %d", send.Len(), c.size, recv.Len())
+	}
+	inPlace := false
+	if err == nil {
+		inPlace = same(recv.b, send.b[c.rank*nb:(c.rank+1)*nb]) && nb > 0
+		if !inPlace && overlap(send.b, recv.b) {
+			err = invalidf("recv overlaps send other than as this rank's block")
+		}
+	}
+	if err != nil {
+		return c.failedRequest(name, err)
+	}
+	dt, n := recv.dt, recv.Len()
+	return c.submit(ctx, name, collHeader(algo.OpReduceScatter, dt, op, 0, n), func(ctx context.Context, p *opPeers) error {
+		data := send.b
+		if !inPlace {
+			data = c.ws.Get(slotInput, len(send.b))
+			copy(data, send.b)
+		}
+		if c.size > 1 && nb > 0 {
+			segs := make([]int, c.size+1)
+			for i := range segs {
+				segs[i] = i * n
+			}
+			if err := algo.ReduceScatterRing(ctx, p, &c.ws, data, dt, op.Combiner(), segs, c.cfg.chunk); err != nil {
+				return err
+			}
+		}
+		copy(recv.b, data[c.rank*nb:(c.rank+1)*nb])
+		algo.Finalize(recv.b, dt, op, c.size)
+		return nil
+	})
+}
+
+// AllToAll sends block j of send to rank j and receives rank j's block into
+// block j of recv. send and recv have the same length, a multiple of
+// Size(). Passing the same buffer twice is allowed (in place).
+func (c *Communicator) AllToAll(ctx context.Context, send, recv Buffer) error {
+	return wait(c.AllToAllAsync(ctx, send, recv))
+}
+
+// AllToAllAsync is the non-blocking form of AllToAll.
+func (c *Communicator) AllToAllAsync(ctx context.Context, send, recv Buffer) *Request {
+	const name = "AllToAll"
+	err := checkPair(send, recv)
+	if err == nil && (len(send.b) != len(recv.b) || send.Len()%c.size != 0) {
+		err = invalidf("send has %d elements and recv %d; both must be the same multiple of %d", send.Len(), recv.Len(), c.size)
+	}
+	if err == nil && !same(send.b, recv.b) && overlap(send.b, recv.b) {
+		err = invalidf("send and recv buffers overlap")
+	}
+	if err != nil {
+		return c.failedRequest(name, err)
+	}
+	nb := len(send.b) / c.size
+	return c.submit(ctx, name, collHeader(algo.OpAllToAll, send.dt, 0, 0, send.Len()/c.size), func(ctx context.Context, p *opPeers) error {
+		offs, lens := c.blocks(nb)
+		return c.allToAll(ctx, p, send.b, offs, lens, recv.b, offs, lens)
+	})
+}
+
+// allToAll runs the exchange, staging the input when it is also the output.
+func (c *Communicator) allToAll(ctx context.Context, p *opPeers, send []byte, soffs, slens []int, recv []byte, roffs, rlens []int) error {
+	if same(send, recv) && len(send) > 0 {
+		tmp := c.ws.Get(slotInput, len(send))
+		copy(tmp, send)
+		send = tmp
+	}
+	return algo.AllToAllPairwise(ctx, p, send, soffs, slens, recv, roffs, rlens)
+}
+
+// AllToAllV is AllToAll with a count and displacement per peer, in
+// elements: sendCounts[j] elements from send[sendDispls[j]:] go to rank j,
+// and recvCounts[j] elements from rank j land at recv[recvDispls[j]:].
+// recvCounts[j] on this rank must equal sendCounts[this rank] on rank j.
+func (c *Communicator) AllToAllV(ctx context.Context, send Buffer, sendCounts, sendDispls []int, recv Buffer, recvCounts, recvDispls []int) error {
+	return wait(c.AllToAllVAsync(ctx, send, sendCounts, sendDispls, recv, recvCounts, recvDispls))
+}
+
+// AllToAllVAsync is the non-blocking form of AllToAllV.
+func (c *Communicator) AllToAllVAsync(ctx context.Context, send Buffer, sendCounts, sendDispls []int, recv Buffer, recvCounts, recvDispls []int) *Request {
+	const name = "AllToAllV"
+	err := checkPair(send, recv)
+	var soffs, slens, roffs, rlens []int
+	if err == nil {
+		soffs, slens, err = c.vLayout("send", send, sendCounts, sendDispls)
+	}
+	if err == nil {
+		roffs, rlens, err = c.vLayout("recv", recv, recvCounts, recvDispls)
+	}
+	if err == nil && !same(send.b, recv.b) && overlap(send.b, recv.b) {
+		err = invalidf("send and recv buffers overlap")
+	}
+	if err != nil {
+		return c.failedRequest(name, err)
+	}
+	return c.submit(ctx, name, collHeader(algo.OpAllToAllV, send.dt, 0, 0, 0), func(ctx context.Context, p *opPeers) error {
+		return c.allToAll(ctx, p, send.b, soffs, slens, recv.b, roffs, rlens)
+	})
+}
+
+// vLayout checks per-peer counts and displacements (in elements) against a
+// buffer and converts them to byte offsets and lengths.
+func (c *Communicator) vLayout(what string, b Buffer, counts, displs []int) (offs, lens []int, err error) {
+	if len(counts) != c.size || len(displs) != c.size {
+		return nil, nil, invalidf("%s counts and displacements need %d entries, got %d and %d", what, c.size, len(counts), len(displs))
+	}
+	es, n := b.dt.Size(), b.Len()
+	offs, lens = make([]int, c.size), make([]int, c.size)
+	for j := range counts {
+		if counts[j] < 0 || displs[j] < 0 || displs[j] > n || counts[j] > n-displs[j] {
+			return nil, nil, invalidf("%s block for rank %d (displacement %d, count %d) outside the %d-element buffer", what, j, displs[j], counts[j], n)
+		}
+		offs[j], lens[j] = displs[j]*es, counts[j]*es
+	}
+	return offs, lens, nil
+}
+
+// Gather collects every rank's send buffer into recv on root, in rank
+// order. recv (root only) holds Size() times the elements of send.
+func (c *Communicator) Gather(ctx context.Context, send, recv Buffer, root int) error {
+	return wait(c.GatherAsync(ctx, send, recv, root))
+}
+
+// GatherAsync is the non-blocking form of Gather.
+func (c *Communicator) GatherAsync(ctx context.Context, send, recv Buffer, root int) *Request {
+	const name = "Gather"
+	err := c.checkRoot(root)
+	if err == nil {
+		err = send.validate("send buffer")
+	}
+	isRoot := c.rank == root
+	nb := len(send.b)
+	if err == nil && isRoot {
+		err = checkPair(send, recv)
+		if err == nil && len(recv.b) != nb*c.size {
+			err = invalidf("root's recv has %d elements, want %d x %d", recv.Len(), c.size, send.Len())
+		}
+		if err == nil && !same(send.b, recv.b[root*nb:(root+1)*nb]) && overlap(send.b, recv.b) {
+			err = invalidf("send overlaps recv other than as the root's block")
+		}
+	}
+	if err != nil {
+		return c.failedRequest(name, err)
+	}
+	return c.submit(ctx, name, collHeader(algo.OpGather, send.dt, 0, root, send.Len()), func(ctx context.Context, p *opPeers) error {
+		offs, lens := c.blocks(nb)
+		data := recv.b
+		if isRoot {
+			copy(data[root*nb:(root+1)*nb], send.b)
+		} else {
+			// Off the root only this rank's block is read; point at it.
+			offs[c.rank] = 0
+			data = send.b
+		}
+		return algo.GatherLinear(ctx, p, data, offs, lens, root)
+	})
+}
+
+// Scatter sends block j of root's send buffer to rank j's recv. send (root
+// only) holds Size() times the elements of recv.
+func (c *Communicator) Scatter(ctx context.Context, send, recv Buffer, root int) error {
+	return wait(c.ScatterAsync(ctx, send, recv, root))
+}
+
+// ScatterAsync is the non-blocking form of Scatter.
+func (c *Communicator) ScatterAsync(ctx context.Context, send, recv Buffer, root int) *Request {
+	const name = "Scatter"
+	err := c.checkRoot(root)
+	if err == nil {
+		err = recv.validate("recv buffer")
+	}
+	isRoot := c.rank == root
+	nb := len(recv.b)
+	if err == nil && isRoot {
+		err = checkPair(send, recv)
+		if err == nil && len(send.b) != nb*c.size {
+			err = invalidf("root's send has %d elements, want %d x %d", send.Len(), c.size, recv.Len())
+		}
+		if err == nil && !same(recv.b, send.b[root*nb:(root+1)*nb]) && overlap(send.b, recv.b) {
+			err = invalidf("recv overlaps send other than as the root's block")
+		}
+	}
+	if err != nil {
+		return c.failedRequest(name, err)
+	}
+	return c.submit(ctx, name, collHeader(algo.OpScatter, recv.dt, 0, root, recv.Len()), func(ctx context.Context, p *opPeers) error {
+		offs, lens := c.blocks(nb)
+		return algo.ScatterLinear(ctx, p, send.b, offs, lens, root, recv.b)
+	})
+}
+
+// Barrier returns once every rank has called it.
+func (c *Communicator) Barrier(ctx context.Context) error {
+	return wait(c.BarrierAsync(ctx))
+}
+
+// BarrierAsync is the non-blocking form of Barrier.
+func (c *Communicator) BarrierAsync(ctx context.Context) *Request {
+	return c.submit(ctx, "Barrier", collHeader(algo.OpBarrier, 0, 0, 0, 0), func(ctx context.Context, p *opPeers) error {
+		if c.size == 1 {
+			return nil
+		}
+		return algo.BarrierDissemination(ctx, p)
+	})
+}

@@ -1,0 +1,262 @@
+// Package wire encodes the control-plane messages of a communicator: the
+// rendezvous (join, table, reject) and the messages that keep ranks in
+// agreement afterwards (heartbeats, failure reports and verdicts, goodbye).
+// They travel as the payload of transport.KindControl frames.
+//
+// Encoding: one type byte, then the fields of that type in order; integers
+// are zig-zag varints, strings and lists are prefixed with their varint
+// length. The decoder bounds every length before it allocates and rejects
+// trailing bytes.
+package wire
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// Type is the kind of a control message.
+type Type uint8
+
+// Message types.
+const (
+	Join      Type = 1  // rank -> root: who I am
+	Table     Type = 2  // root -> rank: every rank's info
+	Reject    Type = 3  // root -> rank: join refused
+	Heartbeat Type = 4  // both ways: still alive
+	Report    Type = 5  // rank -> root: something failed
+	Verdict   Type = 6  // root -> every rank: the communicator has failed
+	Goodbye   Type = 7  // rank -> root: closing cleanly
+	Shutdown  Type = 8  // root -> rank: the root is closing cleanly
+	Stalled   Type = 9  // rank -> root: an operation has been running long
+	Probe     Type = 10 // root -> rank: describe operation Seq
+	Status    Type = 11 // rank -> root: the answer to a probe
+	maxType        = Status
+)
+
+// Limits enforced by the decoder.
+const (
+	MaxString = 4096
+	MaxRanks  = 1 << 20
+	// MaxMessage bounds the encoded size of any message a receiver
+	// accepts (a rank table entry is about 100 bytes).
+	MaxMessage = 64 << 20
+)
+
+// RankInfo is what the rendezvous learns about one rank.
+type RankInfo struct {
+	HostID string // host identity (equal ids share a host)
+	Addr   string // data listener address
+	PID    int    // process id, for messages
+}
+
+// Msg is one control message. Only the fields of its Type are encoded.
+type Msg struct {
+	Type Type
+	// Join
+	Rank, Size int
+	Info       RankInfo
+	// Table
+	Ranks []RankInfo
+	// Reject, Report, Verdict
+	Text string
+	// Report, Verdict: Kind says what failed; Peer is the rank blamed (-1
+	// if none) and Reporter the rank that saw it.
+	Kind     uint8
+	Peer     int
+	Reporter int
+	// Stalled, Probe, Status: the collective sequence number asked about.
+	Seq uint64
+	// Status: State says whether the rank has reached Seq; Op is the
+	// fingerprint of its operation there; Current is the sequence number
+	// the rank is running now.
+	State   uint8
+	Op      Fingerprint
+	Current uint64
+}
+
+// Fingerprint identifies a collective call: what every rank must agree on.
+type Fingerprint struct {
+	Op, DType, RedOp uint8
+	Root             uint32
+	Count            uint64
+}
+
+// Append encodes m onto b.
+func (m *Msg) Append(b []byte) []byte {
+	b = append(b, byte(m.Type))
+	switch m.Type {
+	case Join:
+		b = binary.AppendVarint(b, int64(m.Rank))
+		b = binary.AppendVarint(b, int64(m.Size))
+		b = appendInfo(b, &m.Info)
+	case Table:
+		b = binary.AppendVarint(b, int64(len(m.Ranks)))
+		for i := range m.Ranks {
+			b = appendInfo(b, &m.Ranks[i])
+		}
+	case Reject:
+		b = appendString(b, m.Text)
+	case Report, Verdict:
+		b = append(b, m.Kind)
+		b = binary.AppendVarint(b, int64(m.Peer))
+		b = binary.AppendVarint(b, int64(m.Reporter))
+		b = appendString(b, m.Text)
+	case Stalled, Probe:
+		b = binary.AppendUvarint(b, m.Seq)
+	case Status:
+		b = binary.AppendUvarint(b, m.Seq)
+		b = append(b, m.State, m.Op.Op, m.Op.DType, m.Op.RedOp)
+		b = binary.AppendUvarint(b, uint64(m.Op.Root))
+		b = binary.AppendUvarint(b, m.Op.Count)
+		b = binary.AppendUvarint(b, m.Current)
+	}
+	return b
+}
+
+func appendInfo(b []byte, r *RankInfo) []byte {
+	b = appendString(b, r.HostID)
+	b = appendString(b, r.Addr)
+	return binary.AppendVarint(b, int64(r.PID))
+}
+
+func appendString(b []byte, s string) []byte {
+	if len(s) > MaxString {
+		s = s[:MaxString]
+	}
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+// ErrMalformed is wrapped by every decoding error.
+var ErrMalformed = errors.New("malformed control message")
+
+// Decode parses one message that fills b exactly.
+func Decode(b []byte) (Msg, error) {
+	d := decoder{b: b}
+	var m Msg
+	t := d.byte()
+	if d.err == nil && (t == 0 || Type(t) > maxType) {
+		return m, fmt.Errorf("%w: unknown type %d", ErrMalformed, t)
+	}
+	m.Type = Type(t)
+	switch m.Type {
+	case Join:
+		m.Rank = d.int(-1, MaxRanks)
+		m.Size = d.int(1, MaxRanks)
+		m.Info = d.info()
+	case Table:
+		n := d.int(0, MaxRanks)
+		// Each entry needs at least 3 bytes: bound n by what is left.
+		if d.err == nil && n > len(d.b)/3 {
+			d.fail("table of %d ranks in %d bytes", n, len(d.b))
+		}
+		if d.err == nil {
+			m.Ranks = make([]RankInfo, n)
+			for i := range m.Ranks {
+				m.Ranks[i] = d.info()
+			}
+		}
+	case Reject:
+		m.Text = d.string()
+	case Report, Verdict:
+		m.Kind = d.byte()
+		m.Peer = d.int(-1, MaxRanks)
+		m.Reporter = d.int(-1, MaxRanks)
+		m.Text = d.string()
+	case Stalled, Probe:
+		m.Seq = d.uvarint(1<<64 - 1)
+	case Status:
+		m.Seq = d.uvarint(1<<64 - 1)
+		m.State = d.byte()
+		m.Op.Op = d.byte()
+		m.Op.DType = d.byte()
+		m.Op.RedOp = d.byte()
+		m.Op.Root = uint32(d.uvarint(1<<32 - 1))
+		m.Op.Count = d.uvarint(1<<64 - 1)
+		m.Current = d.uvarint(1<<64 - 1)
+	}
+	if d.err == nil && len(d.b) > 0 {
+		d.fail("%d trailing bytes", len(d.b))
+	}
+	if d.err != nil {
+		return Msg{}, d.err
+	}
+	return m, nil
+}
+
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) fail(format string, args ...any) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: "+format, append([]any{ErrMalformed}, args...)...)
+	}
+}
+
+func (d *decoder) byte() uint8 {
+	if d.err != nil {
+		return 0
+	}
+	if len(d.b) == 0 {
+		d.fail("truncated")
+		return 0
+	}
+	v := d.b[0]
+	d.b = d.b[1:]
+	return v
+}
+
+func (d *decoder) int(lo, hi int) int {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.fail("bad varint")
+		return 0
+	}
+	d.b = d.b[n:]
+	if v < int64(lo) || v > int64(hi) {
+		d.fail("value %d out of range [%d, %d]", v, lo, hi)
+		return 0
+	}
+	return int(v)
+}
+
+func (d *decoder) uvarint(hi uint64) uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.fail("bad varint")
+		return 0
+	}
+	d.b = d.b[n:]
+	if v > hi {
+		d.fail("value %d above %d", v, hi)
+		return 0
+	}
+	return v
+}
+
+func (d *decoder) string() string {
+	if d.err != nil {
+		return ""
+	}
+	n, k := binary.Uvarint(d.b)
+	if k <= 0 || n > MaxString || n > uint64(len(d.b)-k) {
+		d.fail("bad string length")
+		return ""
+	}
+	s := string(d.b[k : k+int(n)])
+	d.b = d.b[k+int(n):]
+	return s
+}
+
+func (d *decoder) info() RankInfo {
+	return RankInfo{HostID: d.string(), Addr: d.string(), PID: d.int(0, 1<<31)}
+}

@@ -1,0 +1,107 @@
+package comm
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/occl/occl/transport"
+	"github.com/occl/occl/transport/mem"
+)
+
+// NewLocal creates size communicators joined by the in-process transport,
+// one per rank, all in this process: element r is rank r. They behave like
+// communicators across processes (same frames, same checks, same failure
+// agreement) and are meant for tests and for running schedules without a
+// network. Drive each rank from its own goroutine.
+func NewLocal(size int, opts ...Option) ([]*Communicator, error) {
+	if size < 1 {
+		return nil, invalidf("NewLocal: size %d", size)
+	}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	reg := &localRegistry{groups: map[uint64]*localGroup{}}
+	g := newLocalGroup(size)
+	hostIDs := make([]string, size)
+	for r := range hostIDs {
+		hostIDs[r] = cfg.hostID
+	}
+	const rootID = 0x10ca1
+	comms := make([]*Communicator, size)
+	for r := range comms {
+		comms[r] = g.member(r, rootID, hostIDs, reg, cfg)
+	}
+	return comms, nil
+}
+
+// localGroup is the set of pipes and the control plane of one in-process
+// communicator.
+type localGroup struct {
+	size  int
+	conns [][]transport.Conn // conns[i][j]: rank i's end of the pipe to j
+	ctrl  *localControl
+}
+
+func newLocalGroup(size int) *localGroup {
+	g := &localGroup{size: size, conns: make([][]transport.Conn, size), ctrl: &localControl{members: make([]*Communicator, size)}}
+	for i := range g.conns {
+		g.conns[i] = make([]transport.Conn, size)
+	}
+	for i := range size {
+		for j := i + 1; j < size; j++ {
+			a, b := mem.Pipe(mem.DefaultCapacity)
+			g.conns[i][j], g.conns[j][i] = a, b
+		}
+	}
+	return g
+}
+
+func (g *localGroup) member(rank int, id uint64, hostIDs []string, reg *localRegistry, cfg config) *Communicator {
+	c := newCommunicator(id, rank, hostIDs, g.conns[rank], &localMember{l: g.ctrl, rank: rank}, reg, cfg)
+	g.ctrl.mu.Lock()
+	g.ctrl.members[rank] = c
+	g.ctrl.mu.Unlock()
+	return c
+}
+
+// localRegistry is the fabric of in-process communicators: the groups of
+// a Split meet here by their child id.
+type localRegistry struct {
+	mu     sync.Mutex
+	groups map[uint64]*localGroup
+	joined map[uint64]int
+}
+
+func (reg *localRegistry) release() {}
+
+func (reg *localRegistry) split(ctx context.Context, p *opPeers, childID uint64, group []int, self int) (*Communicator, error) {
+	if group == nil {
+		return nil, nil
+	}
+	c := p.c
+	reg.mu.Lock()
+	g := reg.groups[childID]
+	if g == nil {
+		g = newLocalGroup(len(group))
+		reg.groups[childID] = g
+		if reg.joined == nil {
+			reg.joined = map[uint64]int{}
+		}
+	}
+	reg.joined[childID]++
+	if reg.joined[childID] == len(group) {
+		delete(reg.groups, childID)
+		delete(reg.joined, childID)
+	}
+	reg.mu.Unlock()
+	if g.size != len(group) {
+		return nil, fmt.Errorf("split: group %016x has %d ranks here and %d elsewhere", childID, len(group), g.size)
+	}
+	hostIDs := make([]string, len(group))
+	for i, r := range group {
+		hostIDs[i] = c.hostIDs[c.hosts[r]]
+	}
+	return g.member(self, childID, hostIDs, reg, c.cfg), nil
+}

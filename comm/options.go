@@ -1,0 +1,169 @@
+package comm
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/occl/occl/algo"
+	"github.com/occl/occl/topo"
+)
+
+// Defaults of the configuration.
+const (
+	DefaultTimeout          = 10 * time.Minute
+	DefaultChunkSize        = 512 << 10
+	DefaultHeartbeat        = time.Second
+	DefaultHeartbeatTimeout = 20 * time.Second
+)
+
+// config is a communicator's configuration: defaults, then OCCL_*
+// environment variables, then Options.
+type config struct {
+	timeout          time.Duration
+	algo             algo.Algorithm
+	chunk            int
+	streams          int
+	sockBuf          int
+	hostID           string
+	listenHost       string
+	heartbeat        time.Duration
+	heartbeatTimeout time.Duration
+	log              *slog.Logger
+}
+
+// Option configures Init, InitFromEnv and NewLocal.
+type Option func(*config)
+
+// WithTimeout sets the deadline applied to an operation whose context has
+// none (OCCL_TIMEOUT). An operation that times out fails the communicator.
+func WithTimeout(d time.Duration) Option { return func(c *config) { c.timeout = d } }
+
+// WithAlgorithm forces a schedule (OCCL_ALGO: ring, rhd, rd, tree,
+// pairwise, linear) for the collectives that have it; others keep the
+// automatic choice.
+func WithAlgorithm(a algo.Algorithm) Option { return func(c *config) { c.algo = a } }
+
+// WithChunkSize sets the pipelining chunk of ring and tree schedules in
+// bytes (OCCL_CHUNK_SIZE).
+func WithChunkSize(n int) Option { return func(c *config) { c.chunk = n } }
+
+// WithStreams sets the number of TCP sockets per pair of ranks
+// (OCCL_NSOCKS_PERPEER); large messages are striped across them.
+func WithStreams(n int) Option { return func(c *config) { c.streams = n } }
+
+// WithHostID sets the identity of this rank's host (OCCL_HOSTID). Ranks with
+// the same host id are treated as one host; by default it is derived from
+// the hostname and boot id.
+func WithHostID(id string) Option { return func(c *config) { c.hostID = id } }
+
+// WithListenHost sets the address this rank's data listener binds
+// (OCCL_SOCKET_ADDR). By default it is the local address of the connection
+// to the rendezvous, which is the interface that reaches rank 0.
+func WithListenHost(host string) Option { return func(c *config) { c.listenHost = host } }
+
+// WithHeartbeat sets the control-plane heartbeat interval and the silence
+// after which a rank is declared failed (OCCL_HEARTBEAT_TIMEOUT sets the
+// latter).
+func WithHeartbeat(interval, timeout time.Duration) Option {
+	return func(c *config) { c.heartbeat, c.heartbeatTimeout = interval, timeout }
+}
+
+// WithLogger sets the logger. By default occl logs warnings to stderr, and
+// more with OCCL_DEBUG=INFO or OCCL_DEBUG=DEBUG.
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
+
+func newConfig(opts []Option) (config, error) {
+	c := config{
+		timeout:          DefaultTimeout,
+		chunk:            DefaultChunkSize,
+		streams:          1,
+		heartbeat:        DefaultHeartbeat,
+		heartbeatTimeout: DefaultHeartbeatTimeout,
+	}
+	if err := c.fromEnv(); err != nil {
+		return c, err
+	}
+	for _, o := range opts {
+		o(&c)
+	}
+	if c.log == nil {
+		c.log = defaultLogger()
+	}
+	if c.hostID == "" {
+		c.hostID = topo.LocalHostID()
+	}
+	if c.timeout <= 0 || c.chunk <= 0 || c.streams <= 0 || c.heartbeat <= 0 || c.heartbeatTimeout <= c.heartbeat {
+		return c, invalidf("configuration: timeout %v, chunk %d, streams %d, heartbeat %v/%v must be positive (and the heartbeat timeout longer than the interval)",
+			c.timeout, c.chunk, c.streams, c.heartbeat, c.heartbeatTimeout)
+	}
+	return c, nil
+}
+
+func (c *config) fromEnv() error {
+	var err error
+	env := func(name string, parse func(string) error) {
+		if v := os.Getenv(name); v != "" && err == nil {
+			if e := parse(v); e != nil {
+				err = fmt.Errorf("occl: %s=%q: %w", name, v, e)
+			}
+		}
+	}
+	env("OCCL_TIMEOUT", func(v string) (e error) { c.timeout, e = parseDuration(v); return })
+	env("OCCL_ALGO", func(v string) (e error) { c.algo, e = algo.ParseAlgorithm(strings.ToLower(v)); return })
+	env("OCCL_CHUNK_SIZE", func(v string) (e error) { c.chunk, e = ParseSize(v); return })
+	env("OCCL_NSOCKS_PERPEER", func(v string) (e error) { c.streams, e = strconv.Atoi(v); return })
+	env("OCCL_SOCKET_BUFFER", func(v string) (e error) { c.sockBuf, e = ParseSize(v); return })
+	env("OCCL_HOSTID", func(v string) error { c.hostID = v; return nil })
+	env("OCCL_SOCKET_ADDR", func(v string) error { c.listenHost = v; return nil })
+	env("OCCL_HEARTBEAT_TIMEOUT", func(v string) (e error) { c.heartbeatTimeout, e = parseDuration(v); return })
+	return err
+}
+
+// parseDuration accepts Go durations ("30s", "2m") and plain seconds.
+func parseDuration(v string) (time.Duration, error) {
+	if s, err := strconv.ParseFloat(v, 64); err == nil {
+		return time.Duration(s * float64(time.Second)), nil
+	}
+	return time.ParseDuration(v)
+}
+
+// ParseSize parses a byte count with an optional K, M or G suffix (powers of
+// 1024), as nccl-tests does: "8", "64K", "1M", "2G".
+func ParseSize(v string) (int, error) {
+	v = strings.TrimSuffix(strings.TrimSuffix(strings.TrimSpace(v), "B"), "b")
+	mult := 1
+	if n := len(v); n > 0 {
+		switch v[n-1] {
+		case 'k', 'K':
+			mult, v = 1<<10, v[:n-1]
+		case 'm', 'M':
+			mult, v = 1<<20, v[:n-1]
+		case 'g', 'G':
+			mult, v = 1<<30, v[:n-1]
+		}
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("bad size %q", v)
+	}
+	return n * mult, nil
+}
+
+func defaultLogger() *slog.Logger {
+	level := slog.LevelWarn
+	switch strings.ToUpper(os.Getenv("OCCL_DEBUG")) {
+	case "INFO":
+		level = slog.LevelInfo
+	case "DEBUG", "TRACE":
+		level = slog.LevelDebug
+	case "ERROR":
+		level = slog.LevelError
+	case "NONE", "OFF":
+		return slog.New(slog.DiscardHandler)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+}

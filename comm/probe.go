@@ -1,0 +1,172 @@
+package comm
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/occl/occl/algo"
+	"github.com/occl/occl/comm/internal/wire"
+	"github.com/occl/occl/transport"
+)
+
+// Mismatched collectives are usually caught by the frame checks: the first
+// message between two ranks in different operations carries the wrong
+// fingerprint. When the two operations exchange no message at all (two
+// broadcasts from different roots, say), every rank just waits. To catch
+// those too, a rank whose operation runs longer than the stall interval
+// asks the control root to probe: every rank reports the fingerprint of its
+// call at that sequence number, and if two ranks disagree the communicator
+// fails with ErrMismatch on every rank instead of timing out.
+
+// Probe states.
+const (
+	notReached uint8 = 0 // the rank has not started that operation yet
+	reached    uint8 = 1 // the fingerprint is valid
+	forgotten  uint8 = 2 // too old to remember
+)
+
+const histLen = 256
+
+// opHistory remembers the fingerprints of a rank's recent collectives.
+type opHistory struct {
+	mu      sync.Mutex
+	seq     [histLen]uint64
+	fp      [histLen]wire.Fingerprint
+	started uint64 // highest sequence number started
+	running uint64 // sequence number running now, 0 if none
+}
+
+func fingerprint(h *transport.Header) wire.Fingerprint {
+	return wire.Fingerprint{Op: h.Op, DType: h.DType, RedOp: h.RedOp, Root: h.Root, Count: h.Count}
+}
+
+func (h *opHistory) start(seq uint64, fp wire.Fingerprint) {
+	h.mu.Lock()
+	h.seq[seq%histLen], h.fp[seq%histLen] = seq, fp
+	h.started, h.running = seq, seq
+	h.mu.Unlock()
+}
+
+func (h *opHistory) finish() {
+	h.mu.Lock()
+	h.running = 0
+	h.mu.Unlock()
+}
+
+func (h *opHistory) current() uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.running
+}
+
+// status answers a probe about seq.
+func (h *opHistory) status(seq uint64) wire.Msg {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	m := wire.Msg{Type: wire.Status, Seq: seq, Current: h.running}
+	switch {
+	case seq > h.started:
+		m.State = notReached
+	case h.seq[seq%histLen] == seq:
+		m.State, m.Op = reached, h.fp[seq%histLen]
+	default:
+		m.State = forgotten
+	}
+	return m
+}
+
+// judge compares the ranks' answers about seq (a zero Msg where a rank did
+// not answer) and returns a mismatch failure if two ranks called different
+// collectives, or nil.
+func judge(seq uint64, answers []wire.Msg) *PeerError {
+	groups := map[wire.Fingerprint][]int{}
+	for r, a := range answers {
+		if a.Type == wire.Status && a.State == reached {
+			groups[a.Op] = append(groups[a.Op], r)
+		}
+	}
+	if len(groups) < 2 {
+		return nil
+	}
+	var parts []string
+	for fp, ranks := range groups {
+		parts = append(parts, fmt.Sprintf("ranks %v called %s", ranks, describeFingerprint(fp)))
+	}
+	sort.Strings(parts)
+	return &PeerError{Peer: -1, Reporter: -1, Kind: ErrMismatch,
+		Reason: fmt.Sprintf("collectives do not match at seq %d: %s", seq, strings.Join(parts, "; "))}
+}
+
+// stallInterval is how long an operation runs before the rank asks for a
+// probe; it doubles, up to maxStallInterval, while the operation goes on.
+func stallInterval(timeout time.Duration) time.Duration {
+	return min(2*time.Second, timeout/4)
+}
+
+const maxStallInterval = 30 * time.Second
+
+// watchdog arms the stall check for the collective seq that is starting.
+type watchdog struct {
+	mu    sync.Mutex
+	timer *time.Timer
+	seq   uint64
+	next  time.Duration
+}
+
+func (c *Communicator) armWatchdog(seq uint64) {
+	w := &c.watch
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.seq, w.next = seq, stallInterval(c.cfg.timeout)
+	if w.timer == nil {
+		w.timer = time.AfterFunc(w.next, c.onStall)
+	} else {
+		w.timer.Reset(w.next)
+	}
+}
+
+func (c *Communicator) disarmWatchdog() {
+	w := &c.watch
+	w.mu.Lock()
+	w.seq = 0
+	if w.timer != nil {
+		w.timer.Stop()
+	}
+	w.mu.Unlock()
+}
+
+func (c *Communicator) onStall() {
+	w := &c.watch
+	w.mu.Lock()
+	seq := w.seq
+	if seq == 0 || seq != c.hist.current() {
+		w.mu.Unlock()
+		return
+	}
+	w.next = min(2*w.next, maxStallInterval)
+	w.timer.Reset(w.next)
+	w.mu.Unlock()
+	c.log.Info("occl: operation stalled; asking every rank what it is running", "seq", seq)
+	c.ctrl.stalled(seq)
+}
+
+func describeFingerprint(fp wire.Fingerprint) string {
+	op := algo.Collective(fp.Op)
+	dt := algo.DType(fp.DType)
+	switch op {
+	case algo.OpAllReduce, algo.OpReduceScatter:
+		return fmt.Sprintf("%s(count=%d, %s, %s)", op, fp.Count, dt, algo.Op(fp.RedOp))
+	case algo.OpReduce:
+		return fmt.Sprintf("%s(count=%d, %s, %s, root=%d)", op, fp.Count, dt, algo.Op(fp.RedOp), fp.Root)
+	case algo.OpBroadcast, algo.OpGather, algo.OpScatter:
+		return fmt.Sprintf("%s(count=%d, %s, root=%d)", op, fp.Count, dt, fp.Root)
+	case algo.OpBarrier, algo.OpAllToAllV, algo.OpSplit:
+		return op.String()
+	case algo.OpSendRecv:
+		return fmt.Sprintf("%d %s elements", fp.Count, dt)
+	}
+	return fmt.Sprintf("%s(count=%d, %s)", op, fp.Count, dt)
+}

@@ -32,6 +32,9 @@ type Spec struct {
 	RankEnv func(rank int) []string
 	// Addr is the rendezvous host; default 127.0.0.1.
 	Addr string
+	// UniqueID, if set, is used instead of a fresh id on Addr (its String
+	// form).
+	UniqueID string
 	// Stdout and Stderr receive the processes' output, each line prefixed
 	// with "[rank] ". nil discards it.
 	Stdout, Stderr io.Writer
@@ -71,9 +74,13 @@ func Start(ctx context.Context, spec Spec) (*Job, error) {
 	if spec.KillGrace == 0 {
 		spec.KillGrace = 10 * time.Second
 	}
-	id, err := comm.NewUniqueIDAt(spec.Addr + ":0")
-	if err != nil {
-		return nil, err
+	idStr := spec.UniqueID
+	if idStr == "" {
+		id, err := comm.NewUniqueIDAt(spec.Addr + ":0")
+		if err != nil {
+			return nil, err
+		}
+		idStr = id.String()
 	}
 	j := &Job{spec: spec, res: make([]Result, spec.NP), fail: make(chan struct{}), pipes: make([][]*io.PipeWriter, spec.NP)}
 	base := append(os.Environ(), spec.Env...)
@@ -85,7 +92,7 @@ func Start(ctx context.Context, spec Spec) (*Job, error) {
 			fmt.Sprintf("OCCL_WORLD_SIZE=%d", spec.NP),
 			fmt.Sprintf("OCCL_LOCAL_RANK=%d", r),
 			fmt.Sprintf("OCCL_LOCAL_SIZE=%d", spec.NP),
-			"OCCL_UNIQUE_ID="+id.String(),
+			"OCCL_UNIQUE_ID="+idStr,
 		)
 		if spec.RankEnv != nil {
 			env = append(env, spec.RankEnv(r)...)

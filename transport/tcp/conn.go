@@ -93,9 +93,8 @@ func NewConn(socks []*net.TCPConn, o Options) (*Conn, error) {
 		c.streams = append(c.streams, s)
 	}
 	c.eager = c.streams[0].eagerLimit()
-	c.tx = watch{conn: c, write: true}
-	c.rx = watch{conn: c}
-	c.tx.fire, c.rx.fire = c.tx.expire, c.rx.expire
+	c.tx.conn, c.tx.write = c, true
+	c.rx.conn = c
 	for _, s := range c.streams[1:] {
 		s.startWorkers(c.quit)
 	}
@@ -277,48 +276,65 @@ func (c *Conn) mapErr(ctx context.Context, err error) error {
 }
 
 // watch ties one direction of a Conn to the context of the current call.
-// Arming with the same context again is free, so a communicator that runs
+// Arming with the same context again is cheap, so a communicator that runs
 // an operation of many messages under one context pays once per operation:
 // the context's deadline becomes the sockets' deadline, and cancellation
-// moves the deadline into the past, which wakes the blocked call.
+// moves the deadline into the past, which wakes the blocked call. A
+// generation number keeps a late cancellation of an earlier context from
+// touching the deadline of the current one.
 type watch struct {
+	mu       sync.Mutex
 	conn     *Conn
 	write    bool
 	done     <-chan struct{}
 	deadline time.Time
 	armed    bool
+	gen      uint64
 	stop     func() bool
-	fire     func()
 }
 
 func (w *watch) arm(ctx context.Context) error {
 	done := ctx.Done()
 	dl, _ := ctx.Deadline()
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	if w.armed && done == w.done && dl.Equal(w.deadline) {
 		return ctx.Err()
 	}
-	w.disarm()
+	w.disarmLocked()
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	w.gen++
 	w.set(dl)
 	w.done, w.deadline, w.armed = done, dl, true
 	if done != nil {
-		w.stop = context.AfterFunc(ctx, w.fire)
+		gen := w.gen
+		w.stop = context.AfterFunc(ctx, func() {
+			w.mu.Lock()
+			if w.gen == gen {
+				w.set(time.Unix(1, 0))
+			}
+			w.mu.Unlock()
+		})
 	}
 	return nil
 }
 
 func (w *watch) disarm() {
+	w.mu.Lock()
+	w.disarmLocked()
+	w.mu.Unlock()
+}
+
+func (w *watch) disarmLocked() {
 	if w.stop != nil {
 		w.stop()
 		w.stop = nil
 	}
+	w.gen++
 	w.armed = false
 }
-
-// expire runs when the watched context ends.
-func (w *watch) expire() { w.set(time.Unix(1, 0)) }
 
 func (w *watch) set(t time.Time) {
 	for _, s := range w.conn.streams {

@@ -1,0 +1,318 @@
+package comm_test
+
+// Tests across real OS processes talking TCP over 127.0.0.1. The test
+// binary re-executes itself as the workers: TestMain runs the scenario named
+// in OCCL_TEST_WORKER instead of the tests, joined through the environment
+// the launcher sets (OCCL_RANK, OCCL_WORLD_SIZE, OCCL_UNIQUE_ID).
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/occl/occl/bench/launch"
+	"github.com/occl/occl/comm"
+	"github.com/occl/occl/transport/tcp"
+)
+
+func TestMain(m *testing.M) {
+	if name := os.Getenv("OCCL_TEST_WORKER"); name != "" {
+		os.Exit(worker(name))
+	}
+	os.Exit(m.Run())
+}
+
+// worker runs one scenario in a worker process and returns its exit code.
+func worker(name string) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	fail := func(format string, args ...any) int {
+		fmt.Fprintf(os.Stderr, "FAIL "+format+"\n", args...)
+		return 1
+	}
+	opts := []comm.Option{comm.WithTimeout(time.Minute)}
+	if s := os.Getenv("OCCL_TEST_STREAMS"); s != "" {
+		n, _ := strconv.Atoi(s)
+		opts = append(opts, comm.WithStreams(n))
+	}
+	if d, err := time.ParseDuration(os.Getenv("OCCL_TEST_JOIN_DELAY")); err == nil {
+		time.Sleep(d)
+	}
+	if name == "intruder" {
+		_, err := comm.InitFromEnv(ctx, opts...)
+		if errors.Is(err, tcp.ErrAuth) {
+			fmt.Println("REFUSED", err)
+			return 0
+		}
+		return fail("intruder joined or failed otherwise: %v", err)
+	}
+	c, err := comm.InitFromEnv(ctx, opts...)
+	if err != nil {
+		return fail("init: %v", err)
+	}
+	defer c.Close()
+	switch name {
+	case "conformance":
+		m := matrix{sizes: []int{0, 1, 13, 1031}, dtypes: allDTypes(), ops: allOps(), async: true}
+		if err := conformance(ctx, c, m); err != nil {
+			return fail("%v", err)
+		}
+		if os.Getenv("OCCL_TEST_LARGE") != "" {
+			if err := large(ctx, c); err != nil {
+				return fail("%v", err)
+			}
+		}
+	case "hosts":
+		// OCCL_HOSTID is set to rank/2 by the test.
+		want := (c.Size() + 1) / 2
+		if c.NumHosts() != want || c.LocalRank() != c.Rank()%2 || c.Host(c.Rank()) != c.Rank()/2 {
+			return fail("hosts: %d hosts, local rank %d of %d, host %d", c.NumHosts(), c.LocalRank(), c.LocalSize(), c.Host(c.Rank()))
+		}
+		x := []int32{int32(c.Rank())}
+		if err := comm.AllReduce(ctx, c, x, x, comm.Sum); err != nil {
+			return fail("%v", err)
+		}
+	case "kill":
+		// AllReduce 32 MiB until something fails; report who is blamed.
+		x := make([]float32, 8<<20)
+		for i := 0; ; i++ {
+			start := time.Now()
+			err := comm.AllReduce(ctx, c, x, x, comm.Sum)
+			if err != nil {
+				var pe *comm.PeerError
+				peer := -1
+				if errors.As(err, &pe) {
+					peer = pe.Peer
+				}
+				fmt.Printf("FAILED peer=%d elapsed=%dms err=%v\n", peer, time.Since(start).Milliseconds(), err)
+				return 0
+			}
+			if i == 0 {
+				fmt.Println("READY")
+			}
+		}
+	case "mismatch":
+		x := make([]float32, 100+c.Rank()%2)
+		err := comm.AllReduce(ctx, c, x, x, comm.Sum)
+		if !errors.Is(err, comm.ErrMismatch) {
+			return fail("count mismatch: %v", err)
+		}
+		fmt.Println("MISMATCH", err)
+	case "mismatch-probe":
+		x := make([]float32, 10)
+		err := comm.Broadcast(ctx, c, x, x, c.Rank()/2)
+		for err == nil && c.Err() == nil {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if err == nil {
+			err = c.Err()
+		}
+		if !errors.Is(err, comm.ErrMismatch) {
+			return fail("root mismatch: %v", err)
+		}
+		fmt.Println("MISMATCH", err)
+	default:
+		return fail("unknown scenario %q", name)
+	}
+	return 0
+}
+
+// job runs a scenario on np processes and returns their combined output.
+func job(t *testing.T, scenario string, np int, env ...string) string {
+	t.Helper()
+	var out syncBuffer
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	_, err := launch.Run(ctx, launch.Spec{
+		NP: np, Path: os.Args[0], Args: []string{"-test.run=^$"},
+		Env:    append([]string{"OCCL_TEST_WORKER=" + scenario}, env...),
+		Stdout: &out, Stderr: &out,
+	})
+	if err != nil {
+		t.Fatalf("%s on %d processes: %v\n%s", scenario, np, err, out.String())
+	}
+	return out.String()
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestProcessConformance(t *testing.T) {
+	for _, np := range []int{2, 3, 4} {
+		t.Run(fmt.Sprintf("np%d", np), func(t *testing.T) {
+			var env []string
+			if !testing.Short() {
+				env = append(env, "OCCL_TEST_LARGE=1")
+			}
+			job(t, "conformance", np, env...)
+		})
+	}
+}
+
+// TestProcessStriped runs the conformance matrix with two sockets per pair,
+// so large messages are split across streams.
+func TestProcessStriped(t *testing.T) {
+	if testing.Short() {
+		t.Skip("large buffers")
+	}
+	job(t, "conformance", 3, "OCCL_TEST_STREAMS=2", "OCCL_TEST_LARGE=1")
+}
+
+func TestProcessHostIdentity(t *testing.T) {
+	var out syncBuffer
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := launch.Run(ctx, launch.Spec{
+		NP: 4, Path: os.Args[0], Args: []string{"-test.run=^$"},
+		Env:     []string{"OCCL_TEST_WORKER=hosts"},
+		RankEnv: func(r int) []string { return []string{fmt.Sprintf("OCCL_HOSTID=vhost%d", r/2)} },
+		Stdout:  &out, Stderr: &out,
+	})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+}
+
+// TestProcessKilled SIGKILLs one of four processes in the middle of a large
+// AllReduce; the other three must fail quickly with an error naming it.
+func TestProcessKilled(t *testing.T) {
+	const np, victim = 4, 2
+	pr, pw := io.Pipe()
+	var all syncBuffer
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	j, err := launch.Start(ctx, launch.Spec{
+		NP: np, Path: os.Args[0], Args: []string{"-test.run=^$"},
+		Env:       []string{"OCCL_TEST_WORKER=kill", "OCCL_HEARTBEAT_TIMEOUT=30s"},
+		Stdout:    io.MultiWriter(pw, &all),
+		Stderr:    &all,
+		KillGrace: -1,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	allReady := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		ready := 0
+		for ready < np && sc.Scan() {
+			if strings.HasSuffix(sc.Text(), "READY") {
+				ready++
+			}
+		}
+		allReady <- ready == np
+		io.Copy(io.Discard, pr)
+	}()
+	select {
+	case ok := <-allReady:
+		if !ok {
+			t.Fatalf("workers ended before they were ready:\n%s", all.String())
+		}
+	case <-time.After(time.Minute):
+		j.KillAll()
+		t.Fatalf("workers not ready after a minute:\n%s", all.String())
+	}
+	time.Sleep(150 * time.Millisecond) // well inside the next AllReduce
+	killed := time.Now()
+	if err := j.Kill(victim); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { j.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		j.KillAll()
+		t.Fatalf("survivors still running 30s after the kill:\n%s", all.String())
+	}
+	elapsed := time.Since(killed)
+	pw.Close()
+	out := all.String()
+	for r := 0; r < np; r++ {
+		if r == victim {
+			continue
+		}
+		prefix := fmt.Sprintf("[%d] FAILED peer=%d ", r, victim)
+		if !strings.Contains(out, prefix) {
+			t.Errorf("rank %d did not report rank %d as failed:\n%s", r, victim, out)
+		}
+	}
+	t.Logf("survivors exited %v after the kill", elapsed.Round(time.Millisecond))
+	if elapsed > 10*time.Second {
+		t.Errorf("survivors took %v to notice the dead rank", elapsed)
+	}
+}
+
+func TestProcessMismatch(t *testing.T) {
+	out := job(t, "mismatch", 3)
+	if strings.Count(out, "MISMATCH") != 3 {
+		t.Fatalf("not every rank reported the mismatch:\n%s", out)
+	}
+	out = job(t, "mismatch-probe", 4)
+	if strings.Count(out, "MISMATCH") != 4 {
+		t.Fatalf("not every rank reported the mismatch:\n%s", out)
+	}
+}
+
+// TestProcessWrongSecret starts a process that knows the rendezvous address
+// but not the secret, claiming rank 1, alongside the real ranks 0 and 1:
+// it must be refused and the real job must run.
+func TestProcessWrongSecret(t *testing.T) {
+	id, err := comm.NewUniqueIDAt("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := id
+	bad.Secret[0] ^= 0xff
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	var out syncBuffer
+	j, err := launch.Start(ctx, launch.Spec{
+		NP: 2, Path: os.Args[0], Args: []string{"-test.run=^$"},
+		UniqueID: id.String(),
+		Env:      []string{"OCCL_TEST_WORKER=hosts"},
+		// Rank 1 joins late, so the rendezvous is still open when the
+		// intruder arrives.
+		RankEnv: func(r int) []string {
+			return []string{fmt.Sprintf("OCCL_HOSTID=vhost%d", r/2), fmt.Sprintf("OCCL_TEST_JOIN_DELAY=%ds", 3*r)}
+		},
+		Stdout: &out, Stderr: &out,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	intruder := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+	intruder.Env = append(os.Environ(), "OCCL_TEST_WORKER=intruder", "OCCL_RANK=1", "OCCL_WORLD_SIZE=2", "OCCL_UNIQUE_ID="+bad.String())
+	iout, ierr := intruder.CombinedOutput()
+	if ierr != nil || !strings.Contains(string(iout), "REFUSED") {
+		t.Errorf("intruder: %v\n%s", ierr, iout)
+	}
+	if _, err := j.Wait(); err != nil {
+		t.Fatalf("the real job failed: %v\n%s", err, out.String())
+	}
+}

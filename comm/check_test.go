@@ -11,6 +11,7 @@ import (
 	"fmt"
 
 	"github.com/occl/occl/comm"
+	"github.com/occl/occl/internal/reference"
 )
 
 // matrix selects what a conformance run covers.
@@ -69,7 +70,7 @@ type checker struct {
 
 func (k checker) allReduce(dt comm.DType, op comm.Op, n int, inPlace bool) error {
 	c := k.c
-	in := input(dt, op, c.Rank(), 0, n)
+	in := reference.Input(dt, op, c.Rank(), 0, n)
 	out := garbage(len(in))
 	if inPlace {
 		out = in
@@ -79,12 +80,12 @@ func (k checker) allReduce(dt comm.DType, op comm.Op, n int, inPlace bool) error
 		func() *comm.Request { return c.AllReduceAsync(k.ctx, s, r, op) }); err != nil {
 		return err
 	}
-	return compare(fmt.Sprintf("AllReduce %s %s n=%d inplace=%v", dt, op, n, inPlace), dt, out, reduced(dt, op, c.Size(), 0, n))
+	return compare(fmt.Sprintf("AllReduce %s %s n=%d inplace=%v", dt, op, n, inPlace), dt, out, reference.Reduced(dt, op, c.Size(), 0, n))
 }
 
 func (k checker) reduce(dt comm.DType, op comm.Op, n, root int, inPlace bool) error {
 	c := k.c
-	in := input(dt, op, c.Rank(), 0, n)
+	in := reference.Input(dt, op, c.Rank(), 0, n)
 	var out []byte
 	if c.Rank() == root {
 		out = garbage(len(in))
@@ -102,7 +103,7 @@ func (k checker) reduce(dt comm.DType, op comm.Op, n, root int, inPlace bool) er
 	if c.Rank() != root {
 		return compare(what+" (input must be unchanged)", dt, in, keep)
 	}
-	return compare(what, dt, out, reduced(dt, op, c.Size(), 0, n))
+	return compare(what, dt, out, reference.Reduced(dt, op, c.Size(), 0, n))
 }
 
 func (k checker) broadcast(dt comm.DType, n, root int, inPlace bool) error {
@@ -110,7 +111,7 @@ func (k checker) broadcast(dt comm.DType, n, root int, inPlace bool) error {
 	var in []byte
 	out := garbage(n * dt.Size())
 	if c.Rank() == root {
-		in = input(dt, comm.Sum, root, 0, n)
+		in = reference.Input(dt, comm.Sum, root, 0, n)
 		if inPlace {
 			out = in
 		}
@@ -120,14 +121,14 @@ func (k checker) broadcast(dt comm.DType, n, root int, inPlace bool) error {
 		func() *comm.Request { return c.BroadcastAsync(k.ctx, s, r, root) }); err != nil {
 		return err
 	}
-	return compare(fmt.Sprintf("Broadcast %s n=%d root=%d inplace=%v", dt, n, root, inPlace), dt, out, input(dt, comm.Sum, root, 0, n))
+	return compare(fmt.Sprintf("Broadcast %s n=%d root=%d inplace=%v", dt, n, root, inPlace), dt, out, reference.Input(dt, comm.Sum, root, 0, n))
 }
 
 func (k checker) allGather(dt comm.DType, n int, inPlace bool) error {
 	c := k.c
 	es, size, rank := dt.Size(), c.Size(), c.Rank()
 	out := garbage(size * n * es)
-	in := input(dt, comm.Sum, rank, rank*n, n)
+	in := reference.Input(dt, comm.Sum, rank, rank*n, n)
 	if inPlace {
 		copy(out[rank*n*es:], in)
 		in = out[rank*n*es : (rank+1)*n*es]
@@ -139,7 +140,7 @@ func (k checker) allGather(dt comm.DType, n int, inPlace bool) error {
 	}
 	var want []byte
 	for j := 0; j < size; j++ {
-		want = append(want, input(dt, comm.Sum, j, j*n, n)...)
+		want = append(want, reference.Input(dt, comm.Sum, j, j*n, n)...)
 	}
 	return compare(fmt.Sprintf("AllGather %s n=%d inplace=%v", dt, n, inPlace), dt, out, want)
 }
@@ -147,7 +148,7 @@ func (k checker) allGather(dt comm.DType, n int, inPlace bool) error {
 func (k checker) reduceScatter(dt comm.DType, op comm.Op, n int, inPlace bool) error {
 	c := k.c
 	es, size, rank := dt.Size(), c.Size(), c.Rank()
-	in := input(dt, op, rank, 0, size*n)
+	in := reference.Input(dt, op, rank, 0, size*n)
 	out := garbage(n * es)
 	if inPlace {
 		out = in[rank*n*es : (rank+1)*n*es]
@@ -157,13 +158,13 @@ func (k checker) reduceScatter(dt comm.DType, op comm.Op, n int, inPlace bool) e
 		func() *comm.Request { return c.ReduceScatterAsync(k.ctx, s, r, op) }); err != nil {
 		return err
 	}
-	return compare(fmt.Sprintf("ReduceScatter %s %s n=%d inplace=%v", dt, op, n, inPlace), dt, out, reduced(dt, op, size, rank*n, n))
+	return compare(fmt.Sprintf("ReduceScatter %s %s n=%d inplace=%v", dt, op, n, inPlace), dt, out, reference.Reduced(dt, op, size, rank*n, n))
 }
 
 func (k checker) allToAll(dt comm.DType, n int, inPlace bool) error {
 	c := k.c
 	size, rank := c.Size(), c.Rank()
-	in := input(dt, comm.Sum, rank, 0, size*n)
+	in := reference.Input(dt, comm.Sum, rank, 0, size*n)
 	out := garbage(len(in))
 	if inPlace {
 		out = in
@@ -175,7 +176,7 @@ func (k checker) allToAll(dt comm.DType, n int, inPlace bool) error {
 	}
 	var want []byte
 	for j := 0; j < size; j++ {
-		want = append(want, input(dt, comm.Sum, j, rank*n, n)...)
+		want = append(want, reference.Input(dt, comm.Sum, j, rank*n, n)...)
 	}
 	return compare(fmt.Sprintf("AllToAll %s n=%d inplace=%v", dt, n, inPlace), dt, out, want)
 }
@@ -197,7 +198,7 @@ func (k checker) allToAllV(dt comm.DType, n int) error {
 	}
 	send := make([]byte, off*es)
 	for j := 0; j < size; j++ {
-		copy(send[sd[j]*es:], input(dt, comm.Sum, rank, j*1_000_003, sc[j]))
+		copy(send[sd[j]*es:], reference.Input(dt, comm.Sum, rank, j*1_000_003, sc[j]))
 	}
 	off = 2
 	for j := 0; j < size; j++ {
@@ -207,7 +208,7 @@ func (k checker) allToAllV(dt comm.DType, n int) error {
 	recv := garbage(off * es)
 	want := garbage(off * es)
 	for j := 0; j < size; j++ {
-		copy(want[rd[j]*es:], input(dt, comm.Sum, j, rank*1_000_003, rc[j]))
+		copy(want[rd[j]*es:], reference.Input(dt, comm.Sum, j, rank*1_000_003, rc[j]))
 	}
 	s, r := comm.Raw(send, dt), comm.Raw(recv, dt)
 	if err := call(k.ctx, k.async, func() error { return c.AllToAllV(k.ctx, s, sc, sd, r, rc, rd) },
@@ -220,7 +221,7 @@ func (k checker) allToAllV(dt comm.DType, n int) error {
 func (k checker) gather(dt comm.DType, n, root int) error {
 	c := k.c
 	size, rank := c.Size(), c.Rank()
-	in := input(dt, comm.Sum, rank, rank*n, n)
+	in := reference.Input(dt, comm.Sum, rank, rank*n, n)
 	var out []byte
 	if rank == root {
 		out = garbage(size * n * dt.Size())
@@ -235,7 +236,7 @@ func (k checker) gather(dt comm.DType, n, root int) error {
 	}
 	var want []byte
 	for j := 0; j < size; j++ {
-		want = append(want, input(dt, comm.Sum, j, j*n, n)...)
+		want = append(want, reference.Input(dt, comm.Sum, j, j*n, n)...)
 	}
 	return compare(fmt.Sprintf("Gather %s n=%d root=%d", dt, n, root), dt, out, want)
 }
@@ -245,7 +246,7 @@ func (k checker) scatter(dt comm.DType, n, root int) error {
 	size, rank := c.Size(), c.Rank()
 	var in []byte
 	if rank == root {
-		in = input(dt, comm.Sum, root, 0, size*n)
+		in = reference.Input(dt, comm.Sum, root, 0, size*n)
 	}
 	out := garbage(n * dt.Size())
 	s, r := comm.Raw(in, dt), comm.Raw(out, dt)
@@ -253,7 +254,7 @@ func (k checker) scatter(dt comm.DType, n, root int) error {
 		func() *comm.Request { return c.ScatterAsync(k.ctx, s, r, root) }); err != nil {
 		return err
 	}
-	return compare(fmt.Sprintf("Scatter %s n=%d root=%d", dt, n, root), dt, out, input(dt, comm.Sum, root, rank*n, n))
+	return compare(fmt.Sprintf("Scatter %s n=%d root=%d", dt, n, root), dt, out, reference.Input(dt, comm.Sum, root, rank*n, n))
 }
 
 // sendRecv runs a ring exchange in both directions plus a message to self,
@@ -262,9 +263,9 @@ func (k checker) sendRecv(dt comm.DType, n int) error {
 	c := k.c
 	size, rank := c.Size(), c.Rank()
 	right, left := (rank+1)%size, (rank+size-1)%size
-	toR := input(dt, comm.Sum, rank, 0, n)
-	toL := input(dt, comm.Sum, rank, 7777, n+1)
-	self := input(dt, comm.Sum, rank, 555, n)
+	toR := reference.Input(dt, comm.Sum, rank, 0, n)
+	toL := reference.Input(dt, comm.Sum, rank, 7777, n+1)
+	self := reference.Input(dt, comm.Sum, rank, 555, n)
 	fromL, fromR, fromSelf := garbage(len(toR)), garbage(len(toL)), garbage(len(self))
 	g := c.NewGroup().
 		Recv(comm.Raw(fromL, dt), left).
@@ -287,17 +288,17 @@ func (k checker) sendRecv(dt comm.DType, n int) error {
 		// left == right == self: the messages pair up in order.
 		return compare(what+" self", dt, fromSelf, self)
 	}
-	if err := compare(what+" from left", dt, fromL, input(dt, comm.Sum, left, 0, n)); err != nil {
+	if err := compare(what+" from left", dt, fromL, reference.Input(dt, comm.Sum, left, 0, n)); err != nil {
 		return err
 	}
-	if err := compare(what+" from right", dt, fromR, input(dt, comm.Sum, right, 7777, n+1)); err != nil {
+	if err := compare(what+" from right", dt, fromR, reference.Input(dt, comm.Sum, right, 7777, n+1)); err != nil {
 		return err
 	}
 	if err := compare(what+" self", dt, fromSelf, self); err != nil {
 		return err
 	}
 	if size >= 2 && rank < 2 {
-		buf := input(dt, comm.Sum, rank, 99, n)
+		buf := reference.Input(dt, comm.Sum, rank, 99, n)
 		if rank == 0 {
 			return c.Send(k.ctx, comm.Raw(buf, dt), 1)
 		}
@@ -305,7 +306,7 @@ func (k checker) sendRecv(dt comm.DType, n int) error {
 		if err := c.Recv(k.ctx, comm.Raw(got, dt), 0); err != nil {
 			return err
 		}
-		return compare(what+" plain", dt, got, input(dt, comm.Sum, 0, 99, n))
+		return compare(what+" plain", dt, got, reference.Input(dt, comm.Sum, 0, 99, n))
 	}
 	return nil
 }

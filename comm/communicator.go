@@ -20,12 +20,16 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/occl/occl/algo"
 	"github.com/occl/occl/transport"
+	"github.com/occl/occl/transport/mem"
+	"github.com/occl/occl/transport/tcp"
 )
 
 // Communicator is one rank's handle on a group of ranks. Its methods are
@@ -512,4 +516,43 @@ func describeOp(h *transport.Header) string {
 		return fmt.Sprintf("%d %s elements (message %d)", h.Count, algo.DType(h.DType), h.Seq)
 	}
 	return describeFingerprint(fingerprint(h))
+}
+
+// Algorithm returns the schedule the communicator runs for collective op
+// on a buffer of bytes bytes (the automatic choice, or the forced one where
+// it applies).
+func (c *Communicator) Algorithm(op algo.Collective, bytes int) algo.Algorithm {
+	return algo.Select(op, bytes, c.size, c.cfg.algo)
+}
+
+// TransportName names the transports the communicator's connections use:
+// "tcp", "mem", or several joined with "+" when peers differ.
+func (c *Communicator) TransportName() string {
+	seen := map[string]bool{}
+	var names []string
+	for _, conn := range c.conns {
+		if conn == nil {
+			continue
+		}
+		n := transportName(conn)
+		if !seen[n] {
+			seen[n] = true
+			names = append(names, n)
+		}
+	}
+	if len(names) == 0 {
+		return "none"
+	}
+	sort.Strings(names)
+	return strings.Join(names, "+")
+}
+
+func transportName(conn transport.Conn) string {
+	switch conn.(type) {
+	case *tcp.Conn:
+		return "tcp"
+	case *mem.Conn:
+		return "mem"
+	}
+	return fmt.Sprintf("%T", conn)
 }

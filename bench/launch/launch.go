@@ -38,6 +38,9 @@ type Spec struct {
 	// Stdout and Stderr receive the processes' output, each line prefixed
 	// with "[rank] ". nil discards it.
 	Stdout, Stderr io.Writer
+	// RawStdout copies standard output without the rank prefix (for jobs
+	// where only one rank prints).
+	RawStdout bool
 	// KillGrace is how long the other processes may run after one failed
 	// before they are killed. 0 means 10 seconds; negative means never.
 	KillGrace time.Duration
@@ -98,8 +101,8 @@ func Start(ctx context.Context, spec Spec) (*Job, error) {
 			env = append(env, spec.RankEnv(r)...)
 		}
 		cmd.Env = env
-		cmd.Stdout = j.prefixed(r, spec.Stdout)
-		cmd.Stderr = j.prefixed(r, spec.Stderr)
+		cmd.Stdout = j.prefixed(r, spec.Stdout, !spec.RawStdout)
+		cmd.Stderr = j.prefixed(r, spec.Stderr, true)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		cmd.WaitDelay = 5 * time.Second
 		if err := cmd.Start(); err != nil {
@@ -187,8 +190,9 @@ func Run(ctx context.Context, spec Spec) ([]Result, error) {
 	return j.Wait()
 }
 
-// prefixed returns a writer that copies lines to w with a rank prefix.
-func (j *Job) prefixed(rank int, w io.Writer) io.Writer {
+// prefixed returns a writer that copies lines to w, with a rank prefix if
+// prefix is set.
+func (j *Job) prefixed(rank int, w io.Writer, prefix bool) io.Writer {
 	if w == nil {
 		return nil
 	}
@@ -200,7 +204,11 @@ func (j *Job) prefixed(rank int, w io.Writer) io.Writer {
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
 			j.mu.Lock()
-			fmt.Fprintf(w, "[%d] %s\n", rank, sc.Text())
+			if prefix {
+				fmt.Fprintf(w, "[%d] %s\n", rank, sc.Text())
+			} else {
+				fmt.Fprintf(w, "%s\n", sc.Text())
+			}
 			j.mu.Unlock()
 		}
 		io.Copy(io.Discard, pr)

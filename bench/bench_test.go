@@ -1,0 +1,140 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/occl/occl/algo"
+	"github.com/occl/occl/comm"
+)
+
+func TestSizes(t *testing.T) {
+	got, err := Sizes(8, 64, 2, 0)
+	if err != nil || len(got) != 4 || got[0] != 8 || got[3] != 64 {
+		t.Fatalf("Sizes(8,64,x2) = %v %v", got, err)
+	}
+	got, _ = Sizes(0, 4, 2, 0)
+	if len(got) != 4 || got[0] != 0 || got[1] != 1 {
+		t.Fatalf("Sizes(0,4,x2) = %v", got)
+	}
+	got, _ = Sizes(10, 35, 0, 10)
+	if len(got) != 3 || got[2] != 30 {
+		t.Fatalf("Sizes(10,35,+10) = %v", got)
+	}
+	if _, err := Sizes(64, 8, 2, 0); err == nil {
+		t.Fatal("inverted range accepted")
+	}
+	if _, err := Sizes(8, 64, 1, 0); err == nil {
+		t.Fatal("factor 1 accepted")
+	}
+}
+
+func TestLayoutAndBusFactor(t *testing.T) {
+	// nccl-tests: AllGather's size is the output; ReduceScatter's the input.
+	l := AllGather.Layout(1000, 4, 3)
+	if l.SendCount != 83 || l.RecvCount != 249 || l.Bytes != 996 {
+		t.Fatalf("allgather layout %+v", l)
+	}
+	l = ReduceScatter.Layout(1000, 4, 3)
+	if l.SendCount != 249 || l.RecvCount != 83 || l.Bytes != 996 {
+		t.Fatalf("reducescatter layout %+v", l)
+	}
+	if f := AllReduce.BusFactor(4); f != 1.5 {
+		t.Fatalf("allreduce factor %v", f)
+	}
+	if f := AllToAll.BusFactor(4); f != 0.75 {
+		t.Fatalf("alltoall factor %v", f)
+	}
+	if f := Broadcast.BusFactor(8); f != 1 {
+		t.Fatalf("broadcast factor %v", f)
+	}
+	if op, err := ParseOp("all_reduce_perf"); err != nil || op != AllReduce {
+		t.Fatalf("ParseOp = %v %v", op, err)
+	}
+}
+
+// TestRunnerChecksEveryOp runs every operation through the runner with the
+// result check on, in process: no wrong element may be reported.
+func TestRunnerChecksEveryOp(t *testing.T) {
+	for _, op := range Ops() {
+		for _, dt := range []algo.DType{algo.Float32, algo.BFloat16, algo.Int8} {
+			comms, err := comm.NewLocal(3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			results := make([]Result, 3)
+			errs := make([]error, 3)
+			var wg sync.WaitGroup
+			for r, c := range comms {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					cfg := Config{Op: op, DType: dt, RedOp: algo.Max, Root: 1, Iters: 3, Warmup: 1, Check: true}
+					run, err := NewRunner(c, cfg, 1<<16)
+					if err != nil {
+						errs[r] = err
+						return
+					}
+					for _, size := range []int{0, 24, 1 << 16} {
+						if results[r], errs[r] = run.Run(ctx, size); errs[r] != nil {
+							return
+						}
+						if results[r].Wrong != 0 || (op.HasInPlace() && results[r].InPlaceWrong != 0) {
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			cancel()
+			for _, c := range comms {
+				c.Close()
+			}
+			for r := range errs {
+				if errs[r] != nil {
+					t.Fatalf("%s %s rank %d: %v", op, dt, r, errs[r])
+				}
+				if res := results[r]; res.Wrong != 0 || (op.HasInPlace() && res.InPlaceWrong != 0) {
+					t.Fatalf("%s %s rank %d: %d wrong out of place, %d in place", op, dt, r, res.Wrong, res.InPlaceWrong)
+				}
+			}
+			if op != Barrier && (results[0].TimeUS <= 0 || results[0].Wrong < 0) {
+				t.Fatalf("%s: no measurement: %+v", op, results[0])
+			}
+		}
+	}
+}
+
+func TestTableAndJSON(t *testing.T) {
+	var buf bytes.Buffer
+	tab := NewTable(&buf)
+	tab.Header()
+	tab.Row(Result{Bytes: 1024, Count: 256, RedOp: "sum", Root: -1, TimeUS: 12.5, AlgBW: 0.08, BusBW: 0.12, Wrong: 0, InPlaceTimeUS: 11, InPlaceWrong: 0}, "float")
+	tab.Row(Result{Bytes: 2048, Count: 512, RedOp: "sum", Root: -1, TimeUS: 20, BusBW: 0.2, Wrong: 3}, "float")
+	if wrong := tab.Footer(); wrong != 3 {
+		t.Fatalf("footer counted %d wrong", wrong)
+	}
+	out := buf.String()
+	for _, want := range []string{"out-of-place", "#wrong", "  1024  ", "N/A", "Out of bounds values : 3 FAILED", "Avg bus bandwidth"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	buf.Reset()
+	WriteJSON(&buf, Result{Impl: "occl", Op: AllReduce, NP: 2, Bytes: 8, BusBW: 1.5, Wrong: -1})
+	var m map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &m); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"impl", "op", "np", "bytes", "count", "dtype", "algo", "transport", "time_us", "algbw_GBps", "busbw_GBps", "wrong"} {
+		if _, ok := m[k]; !ok {
+			t.Errorf("JSON lacks %q: %s", k, buf.String())
+		}
+	}
+}

@@ -1,0 +1,242 @@
+// Command occl-bench measures occl's collectives the way nccl-tests
+// measures NCCL's, with the same flags and the same table.
+//
+//	occl-bench -np 4 -op allreduce -b 8 -e 64M -f 2 -c 1
+//
+// With -np N it starts N local processes on 127.0.0.1 itself. Without it,
+// it joins a job launched by torchrun, mpirun, srun or occl's launcher
+// through their environment variables, so on a cluster:
+//
+//	mpirun -np 16 occl-bench -op alltoall -b 1K -e 1G
+//
+// Rank 0 prints the table (or, with -json, one JSON object per size) on
+// standard output and a progress line per size on standard error.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/occl/occl/algo"
+	"github.com/occl/occl/bench"
+	"github.com/occl/occl/bench/launch"
+	"github.com/occl/occl/comm"
+	"github.com/occl/occl/topo"
+)
+
+type sizeFlag int
+
+func (s *sizeFlag) String() string { return strconv.Itoa(int(*s)) }
+func (s *sizeFlag) Set(v string) error {
+	n, err := comm.ParseSize(v)
+	*s = sizeFlag(n)
+	return err
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("occl-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		minBytes  = sizeFlag(32 << 20)
+		maxBytes  = sizeFlag(32 << 20)
+		stepBytes = sizeFlag(0)
+	)
+	fs.Var(&minBytes, "b", "minimum size in bytes (K, M, G suffixes)")
+	fs.Var(&maxBytes, "e", "maximum size in bytes")
+	fs.Var(&stepBytes, "i", "increment between sizes instead of a factor")
+	var (
+		opName    = fs.String("op", "allreduce", "operation: "+opList())
+		factor    = fs.Int("f", 2, "multiplication factor between sizes")
+		iters     = fs.Int("n", 20, "timed iterations per size")
+		warmup    = fs.Int("w", 5, "warmup iterations per size")
+		check     = fs.Int("c", 1, "check results (1) or not (0)")
+		dtName    = fs.String("d", "float", "data type: float, double, half, bfloat16, int8, uint8, int32, uint32, int64, uint64")
+		redName   = fs.String("o", "sum", "reduction: sum, prod, min, max, avg")
+		root      = fs.Int("r", 0, "root rank of rooted operations")
+		algoName  = fs.String("algo", "auto", "force a schedule: ring, rhd, rd, tree, pairwise, linear")
+		transp    = fs.String("transport", "auto", "transport between ranks: tcp or auto")
+		np        = fs.Int("np", 0, "launch this many local processes on 127.0.0.1 (0: join a launched job)")
+		jsonOut   = fs.Bool("json", false, "print one JSON object per size instead of the table")
+		cpuprof   = fs.String("cpuprofile", "", "write a CPU profile (rank r>0 appends .r)")
+		timeout   = fs.Duration("timeout", 5*time.Minute, "deadline of each operation")
+		streams   = fs.Int("streams", 0, "TCP sockets per pair of ranks (0: default)")
+		chunk     = sizeFlag(0)
+		noProgres = fs.Bool("quiet", false, "no progress lines on standard error")
+	)
+	fs.Var(&chunk, "chunk", "pipelining chunk size (0: default)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	fail := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "occl-bench: "+format+"\n", a...)
+		return 1
+	}
+	op, err := bench.ParseOp(*opName)
+	if err != nil {
+		return fail("%v", err)
+	}
+	dt, err := algo.ParseDType(*dtName)
+	if err != nil {
+		return fail("%v", err)
+	}
+	red, err := algo.ParseOp(*redName)
+	if err != nil {
+		return fail("%v", err)
+	}
+	forced, err := algo.ParseAlgorithm(*algoName)
+	if err != nil {
+		return fail("%v", err)
+	}
+	switch *transp {
+	case "auto", "tcp":
+	default:
+		return fail("transport %q is not available (tcp, auto)", *transp)
+	}
+	sizes, err := bench.Sizes(int(minBytes), int(maxBytes), *factor, int(stepBytes))
+	if err != nil {
+		return fail("%v", err)
+	}
+
+	if *np > 0 && os.Getenv("OCCL_RANK") == "" {
+		return launchLocal(*np, args, stdout, stderr)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	opts := []comm.Option{comm.WithTimeout(*timeout), comm.WithAlgorithm(forced)}
+	if *streams > 0 {
+		opts = append(opts, comm.WithStreams(*streams))
+	}
+	if chunk > 0 {
+		opts = append(opts, comm.WithChunkSize(int(chunk)))
+	}
+	initCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	c, err := comm.InitFromEnv(initCtx, opts...)
+	cancel()
+	if err != nil {
+		return fail("%v", err)
+	}
+	defer c.Close()
+	rank := c.Rank()
+
+	if *cpuprof != "" {
+		name := *cpuprof
+		if rank > 0 {
+			name += "." + strconv.Itoa(rank)
+		}
+		f, err := os.Create(name)
+		if err != nil {
+			return fail("%v", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fail("%v", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+
+	cfg := bench.Config{Op: op, DType: dt, RedOp: red, Root: *root, Iters: *iters, Warmup: *warmup, Check: *check != 0}
+	runner, err := bench.NewRunner(c, cfg, sizes[len(sizes)-1])
+	if err != nil {
+		return fail("%v", err)
+	}
+	if rank != 0 {
+		stdout = io.Discard
+	}
+	table := bench.NewTable(stdout)
+	if !*jsonOut {
+		fmt.Fprintf(stdout, "# occl-bench op %s nranks %d minBytes %d maxBytes %d step: %s warmup iters: %d iters: %d validation: %d\n",
+			op, c.Size(), minBytes, maxBytes, stepDesc(*factor, int(stepBytes)), *warmup, *iters, *check)
+		fmt.Fprintf(stdout, "# transport %s algorithm %s\n#\n# Using ranks\n", c.TransportName(), *algoName)
+		if err := describeRanks(ctx, c, stdout); err != nil {
+			return fail("%v", err)
+		}
+		table.Header()
+	}
+	start := time.Now()
+	for i, size := range sizes {
+		res, err := runner.Run(ctx, size)
+		if err != nil {
+			return fail("rank %d: %s of %d bytes: %v", rank, op, size, err)
+		}
+		if *jsonOut {
+			bench.WriteJSON(stdout, res)
+		} else {
+			table.Row(res, bench.TypeName(dt))
+		}
+		if rank == 0 && !*noProgres {
+			fmt.Fprintf(stderr, "# progress: %s %d bytes done (%d/%d, %.1fs)\n", op, res.Bytes, i+1, len(sizes), time.Since(start).Seconds())
+		}
+	}
+	if !*jsonOut {
+		if wrong := table.Footer(); wrong > 0 {
+			return 1
+		}
+	}
+	return 0
+}
+
+// describeRanks prints one line per rank, gathered at rank 0.
+func describeRanks(ctx context.Context, c *comm.Communicator, w io.Writer) error {
+	const width = 128
+	line := fmt.Sprintf("#  Rank %3d Pid %7d on %s local rank %d/%d host %d", c.Rank(), os.Getpid(),
+		topo.Hostname(c.HostID(c.Host(c.Rank()))), c.LocalRank(), c.LocalSize(), c.Host(c.Rank()))
+	mine := make([]byte, width)
+	copy(mine, line)
+	all := make([]byte, width*c.Size())
+	if err := c.AllGather(ctx, comm.Raw(mine, comm.Uint8), comm.Raw(all, comm.Uint8)); err != nil {
+		return err
+	}
+	for r := 0; r < c.Size(); r++ {
+		fmt.Fprintln(w, strings.TrimRight(string(all[r*width:(r+1)*width]), "\x00"))
+	}
+	return nil
+}
+
+func stepDesc(factor, step int) string {
+	if step > 0 {
+		return fmt.Sprintf("%d(bytes)", step)
+	}
+	return fmt.Sprintf("%d(factor)", factor)
+}
+
+func opList() string {
+	var names []string
+	for _, op := range bench.Ops() {
+		names = append(names, string(op))
+	}
+	return strings.Join(names, ", ")
+}
+
+// launchLocal re-runs this command as np processes on 127.0.0.1.
+func launchLocal(np int, args []string, stdout, stderr io.Writer) int {
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintf(stderr, "occl-bench: %v\n", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	_, err = launch.Run(ctx, launch.Spec{
+		NP: np, Path: self, Args: args, Addr: "127.0.0.1",
+		Stdout: stdout, Stderr: stderr, RawStdout: true,
+	})
+	if err != nil {
+		fmt.Fprintf(stderr, "occl-bench: %v\n", err)
+		return 1
+	}
+	return 0
+}

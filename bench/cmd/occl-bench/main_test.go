@@ -1,0 +1,56 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestLaunchedSweep builds occl-bench and runs a small checked sweep of
+// several operations across 3 processes, as a user would.
+func TestLaunchedSweep(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "occl-bench")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	for _, op := range []string{"allreduce", "alltoall", "broadcast", "sendrecv"} {
+		cmd := exec.Command(bin, "-np", "3", "-op", op, "-b", "8", "-e", "1M", "-f", "8", "-n", "3", "-w", "1", "-c", "1", "-json", "-quiet")
+		cmd.Env = append(os.Environ(), "OCCL_RANK=")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", op, err, out)
+		}
+		lines := 0
+		sc := bufio.NewScanner(strings.NewReader(string(out)))
+		for sc.Scan() {
+			var r struct {
+				Op    string  `json:"op"`
+				NP    int     `json:"np"`
+				Wrong int64   `json:"wrong"`
+				Time  float64 `json:"time_us"`
+			}
+			if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+				t.Fatalf("%s: not JSON: %q", op, sc.Text())
+			}
+			if r.Op != op || r.NP != 3 || r.Wrong != 0 || r.Time <= 0 {
+				t.Fatalf("%s: bad result %+v", op, r)
+			}
+			lines++
+		}
+		if lines != 6 {
+			t.Fatalf("%s: %d results, want 6 (8 B to 256 KiB):\n%s", op, lines, out)
+		}
+	}
+}
+
+func TestBadFlags(t *testing.T) {
+	for _, args := range [][]string{{"-op", "nope"}, {"-d", "float128"}, {"-b", "1X"}, {"-transport", "carrier-pigeon"}, {"-b", "64", "-e", "8"}} {
+		if code := run(args, os.Stdout, os.Stderr); code == 0 {
+			t.Errorf("%v accepted", args)
+		}
+	}
+}

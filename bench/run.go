@@ -1,0 +1,302 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/occl/occl/algo"
+	"github.com/occl/occl/comm"
+	"github.com/occl/occl/internal/reference"
+)
+
+// Config is what one benchmark measures.
+type Config struct {
+	Op     Op
+	DType  algo.DType
+	RedOp  algo.Op
+	Root   int
+	Iters  int  // timed iterations per size
+	Warmup int  // untimed iterations before them
+	Check  bool // verify one more run of each size against the reference
+}
+
+// Result is the measurement of one size, out-of-place and in-place. Times
+// are the maximum over ranks of each rank's average time per operation.
+type Result struct {
+	Impl      string  `json:"impl"`
+	Op        Op      `json:"op"`
+	NP        int     `json:"np"`
+	Bytes     int     `json:"bytes"`
+	Count     int     `json:"count"`
+	DType     string  `json:"dtype"`
+	RedOp     string  `json:"redop"`
+	Root      int     `json:"root"`
+	Algo      string  `json:"algo"`
+	Transport string  `json:"transport"`
+	TimeUS    float64 `json:"time_us"`
+	AlgBW     float64 `json:"algbw_GBps"`
+	BusBW     float64 `json:"busbw_GBps"`
+	Wrong     int64   `json:"wrong"`
+	// In-place measurement; InPlaceTimeUS is 0 where the operation has no
+	// in-place form.
+	InPlaceTimeUS float64 `json:"inplace_time_us"`
+	InPlaceAlgBW  float64 `json:"inplace_algbw_GBps"`
+	InPlaceBusBW  float64 `json:"inplace_busbw_GBps"`
+	InPlaceWrong  int64   `json:"inplace_wrong"`
+}
+
+// Runner benchmarks one operation on one communicator. Buffers are
+// allocated once for the largest size and reused.
+type Runner struct {
+	c      *comm.Communicator
+	cfg    Config
+	es     int
+	sbuf   []byte
+	rbuf   []byte
+	expect []byte
+	reqs   []*comm.Request
+}
+
+// NewRunner prepares a runner for sizes up to maxBytes.
+func NewRunner(c *comm.Communicator, cfg Config, maxBytes int) (*Runner, error) {
+	if !cfg.DType.Valid() || !cfg.RedOp.Valid() {
+		return nil, fmt.Errorf("bench: bad dtype %v or reduction %v", cfg.DType, cfg.RedOp)
+	}
+	if cfg.Op.Rooted() && (cfg.Root < 0 || cfg.Root >= c.Size()) {
+		return nil, fmt.Errorf("bench: root %d out of range for %d ranks", cfg.Root, c.Size())
+	}
+	if cfg.Iters < 1 || cfg.Warmup < 0 {
+		return nil, fmt.Errorf("bench: %d iterations, %d warmup", cfg.Iters, cfg.Warmup)
+	}
+	es := cfg.DType.Size()
+	l := cfg.Op.Layout(maxBytes, es, c.Size())
+	return &Runner{
+		c: c, cfg: cfg, es: es,
+		sbuf:   make([]byte, l.SendCount*es),
+		rbuf:   make([]byte, l.RecvCount*es),
+		expect: make([]byte, max(l.SendCount, l.RecvCount)*es),
+		reqs:   make([]*comm.Request, 0, max(cfg.Iters, cfg.Warmup)),
+	}, nil
+}
+
+// HasInPlace reports whether the operation has an in-place form.
+func (op Op) HasInPlace() bool {
+	return op != SendRecv && op != AllToAllV && op != Barrier
+}
+
+// Run measures one size of the sweep.
+func (r *Runner) Run(ctx context.Context, size int) (Result, error) {
+	c, cfg := r.c, r.cfg
+	n := c.Size()
+	l := cfg.Op.Layout(size, r.es, n)
+	res := Result{
+		Impl: "occl", Op: cfg.Op, NP: n, Bytes: l.Bytes, Count: l.Count,
+		DType: cfg.DType.String(), RedOp: cfg.RedOp.String(), Root: -1,
+		Algo:      c.Algorithm(cfg.Op.Collective(), l.RecvCount*r.es).String(),
+		Transport: c.TransportName(),
+	}
+	if !cfg.Op.Reduces() {
+		res.RedOp = "none"
+	}
+	if cfg.Op.Rooted() {
+		res.Root = cfg.Root
+	}
+	var err error
+	res.TimeUS, res.Wrong, err = r.measure(ctx, l, false)
+	if err != nil {
+		return res, err
+	}
+	res.AlgBW, res.BusBW = r.bandwidth(l, res.TimeUS)
+	if cfg.Op.HasInPlace() {
+		res.InPlaceTimeUS, res.InPlaceWrong, err = r.measure(ctx, l, true)
+		if err != nil {
+			return res, err
+		}
+		res.InPlaceAlgBW, res.InPlaceBusBW = r.bandwidth(l, res.InPlaceTimeUS)
+	}
+	return res, nil
+}
+
+func (r *Runner) bandwidth(l Layout, us float64) (alg, bus float64) {
+	if us <= 0 {
+		return 0, 0
+	}
+	alg = float64(l.Bytes) / (us * 1e-6) / 1e9
+	return alg, alg * r.cfg.Op.BusFactor(r.c.Size())
+}
+
+// measure times one variant and, if asked, checks one more run. It returns
+// the maximum over ranks of the average time in microseconds and the total
+// number of wrong elements over ranks (-1 when not checked).
+func (r *Runner) measure(ctx context.Context, l Layout, inPlace bool) (float64, int64, error) {
+	send, recv := r.buffers(l, inPlace)
+	r.fill(l, send)
+	if err := r.loop(ctx, send, recv, r.cfg.Warmup); err != nil {
+		return 0, 0, err
+	}
+	if err := r.c.Barrier(ctx); err != nil {
+		return 0, 0, err
+	}
+	start := time.Now()
+	if err := r.loop(ctx, send, recv, r.cfg.Iters); err != nil {
+		return 0, 0, err
+	}
+	avg := float64(time.Since(start).Nanoseconds()) / 1e3 / float64(r.cfg.Iters)
+	wrong := int64(-1)
+	if r.cfg.Check {
+		r.fill(l, send)
+		if err := r.loop(ctx, send, recv, 1); err != nil {
+			return 0, 0, err
+		}
+		wrong = r.verify(l, recv)
+	}
+	agg := []float64{avg, float64(wrong)}
+	if err := comm.AllReduce(ctx, r.c, agg[:1], agg[:1], comm.Max); err != nil {
+		return 0, 0, err
+	}
+	if r.cfg.Check {
+		if err := comm.AllReduce(ctx, r.c, agg[1:], agg[1:], comm.Sum); err != nil {
+			return 0, 0, err
+		}
+	}
+	return agg[0], int64(agg[1]), nil
+}
+
+// loop issues iters operations back to back and waits for all of them.
+func (r *Runner) loop(ctx context.Context, send, recv []byte, iters int) error {
+	r.reqs = r.reqs[:0]
+	for i := 0; i < iters; i++ {
+		r.reqs = append(r.reqs, r.issue(ctx, send, recv))
+	}
+	for _, q := range r.reqs {
+		if err := q.Wait(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// buffers returns the send and receive memory for one variant.
+func (r *Runner) buffers(l Layout, inPlace bool) (send, recv []byte) {
+	es, rank, root := r.es, r.c.Rank(), r.cfg.Root
+	send, recv = r.sbuf[:l.SendCount*es], r.rbuf[:l.RecvCount*es]
+	if !inPlace {
+		return send, recv
+	}
+	switch r.cfg.Op {
+	case AllReduce, Reduce, Broadcast, AllToAll:
+		recv = send
+	case AllGather:
+		send = recv[rank*l.SendCount*es : (rank+1)*l.SendCount*es]
+	case Gather:
+		if rank == root {
+			send = recv[root*l.SendCount*es : (root+1)*l.SendCount*es]
+		}
+	case ReduceScatter:
+		recv = send[rank*l.RecvCount*es : (rank+1)*l.RecvCount*es]
+	case Scatter:
+		if rank == root {
+			recv = send[root*l.RecvCount*es : (root+1)*l.RecvCount*es]
+		}
+	}
+	return send, recv
+}
+
+func (r *Runner) issue(ctx context.Context, send, recv []byte) *comm.Request {
+	c, cfg := r.c, r.cfg
+	s, d := comm.Raw(send, cfg.DType), comm.Raw(recv, cfg.DType)
+	switch cfg.Op {
+	case AllReduce:
+		return c.AllReduceAsync(ctx, s, d, cfg.RedOp)
+	case Reduce:
+		return c.ReduceAsync(ctx, s, d, cfg.RedOp, cfg.Root)
+	case Broadcast:
+		return c.BroadcastAsync(ctx, s, d, cfg.Root)
+	case AllGather:
+		return c.AllGatherAsync(ctx, s, d)
+	case ReduceScatter:
+		return c.ReduceScatterAsync(ctx, s, d, cfg.RedOp)
+	case AllToAll:
+		return c.AllToAllAsync(ctx, s, d)
+	case AllToAllV:
+		n := c.Size()
+		per := s.Len() / n
+		counts, displs := make([]int, n), make([]int, n)
+		for j := range counts {
+			counts[j], displs[j] = per, j*per
+		}
+		return c.AllToAllVAsync(ctx, s, counts, displs, d, counts, displs)
+	case Gather:
+		return c.GatherAsync(ctx, s, d, cfg.Root)
+	case Scatter:
+		return c.ScatterAsync(ctx, s, d, cfg.Root)
+	case SendRecv:
+		n, rank := c.Size(), c.Rank()
+		return c.NewGroup().Send(s, (rank+1)%n).Recv(d, (rank+n-1)%n).Start(ctx)
+	}
+	return c.BarrierAsync(ctx)
+}
+
+// fill writes this rank's reference input into the send buffer.
+func (r *Runner) fill(l Layout, send []byte) {
+	cfg, rank := r.cfg, r.c.Rank()
+	switch cfg.Op {
+	case AllReduce, Reduce, ReduceScatter:
+		reference.FillInput(send, cfg.DType, cfg.RedOp, rank, 0)
+	case AllGather, Gather:
+		reference.FillInput(send, cfg.DType, algo.Sum, rank, rank*l.SendCount)
+	case Broadcast, Scatter:
+		if rank == cfg.Root {
+			reference.FillInput(send, cfg.DType, algo.Sum, rank, 0)
+		}
+	case AllToAll, AllToAllV, SendRecv:
+		reference.FillInput(send, cfg.DType, algo.Sum, rank, 0)
+	}
+}
+
+// verify counts the wrong elements of this rank's output.
+func (r *Runner) verify(l Layout, recv []byte) int64 {
+	cfg, es, n, rank := r.cfg, r.es, r.c.Size(), r.c.Rank()
+	exp := r.expect[:len(recv)]
+	switch cfg.Op {
+	case AllReduce:
+		reference.FillReduced(exp, cfg.DType, cfg.RedOp, n, 0)
+	case Reduce:
+		if rank != cfg.Root {
+			return 0
+		}
+		reference.FillReduced(exp, cfg.DType, cfg.RedOp, n, 0)
+	case ReduceScatter:
+		reference.FillReduced(exp, cfg.DType, cfg.RedOp, n, rank*l.RecvCount)
+	case Broadcast:
+		reference.FillInput(exp, cfg.DType, algo.Sum, cfg.Root, 0)
+	case Scatter:
+		reference.FillInput(exp, cfg.DType, algo.Sum, cfg.Root, rank*l.RecvCount)
+	case AllGather, Gather:
+		if cfg.Op == Gather && rank != cfg.Root {
+			return 0
+		}
+		for j := 0; j < n; j++ {
+			blk := l.SendCount * es
+			reference.FillInput(exp[j*blk:(j+1)*blk], cfg.DType, algo.Sum, j, j*l.SendCount)
+		}
+	case AllToAll, AllToAllV:
+		per := l.RecvCount / n
+		for j := 0; j < n; j++ {
+			reference.FillInput(exp[j*per*es:(j+1)*per*es], cfg.DType, algo.Sum, j, rank*per)
+		}
+	case SendRecv:
+		reference.FillInput(exp, cfg.DType, algo.Sum, (rank+n-1)%n, 0)
+	default:
+		return 0
+	}
+	var wrong int64
+	for i := 0; i+es <= len(recv); i += es {
+		if !bytes.Equal(recv[i:i+es], exp[i:i+es]) {
+			wrong++
+		}
+	}
+	return wrong
+}

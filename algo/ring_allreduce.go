@@ -31,13 +31,23 @@ import (
 // (Avg is summed; the caller divides). chunkBytes is the pipelining unit
 // (<= 0 sends each segment as one message). Staging uses workspace slot 0.
 func AllReduceRing(ctx context.Context, p Peers, ws *Workspace, data []byte, dt DType, op Op, chunkBytes int) error {
+	return AllReduceRingFrom(ctx, p, ws, nil, data, dt, op, chunkBytes)
+}
+
+// AllReduceRingFrom is AllReduceRing out of place: the input is read from
+// src (never written) and the result lands in data, without copying the
+// input first. A nil src means in place.
+func AllReduceRingFrom(ctx context.Context, p Peers, ws *Workspace, src, data []byte, dt DType, op Op, chunkBytes int) error {
 	size := p.Size()
 	es := dt.Size()
 	if size <= 1 || es == 0 || len(data) < es {
+		if src != nil {
+			copy(data, src)
+		}
 		return nil
 	}
 	l := layout{count: len(data) / es, scale: es}
-	if err := reduceScatterRing(ctx, p, ws, data, dt, op, l, chunkBytes, 0); err != nil {
+	if err := reduceScatterRing(ctx, p, ws, src, data, dt, op, l, chunkBytes, 0); err != nil {
 		return fmt.Errorf("ring allreduce: %w", err)
 	}
 	// The allgather chunks in bytes; keep the same (element-rounded) unit.

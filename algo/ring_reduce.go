@@ -36,7 +36,7 @@ func ReduceRing(ctx context.Context, p Peers, ws *Workspace, data []byte, dt DTy
 		return nil
 	}
 	l := layout{count: len(data) / es, scale: es}
-	if err := reduceScatterRing(ctx, p, ws, data, dt, op, l, chunkBytes, 0); err != nil {
+	if err := reduceScatterRing(ctx, p, ws, nil, data, dt, op, l, chunkBytes, 0); err != nil {
 		return fmt.Errorf("ring reduce: %w", err)
 	}
 	step := uint32(size - 1)

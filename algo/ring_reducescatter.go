@@ -27,7 +27,11 @@
 // n - |segment r-1|; with p equal segments (p-1)/p * n each way.
 //
 // The input vector is overwritten: on return segment r of data holds the
-// result on rank r and the other segments hold partial reductions.
+// result on rank r and the other segments hold partial reductions. The
+// out-of-place form (ReduceScatterRingFrom) reads the input from a separate
+// vector and never writes it: step 0 sends straight from it and every
+// received chunk is combined with it into data, which saves copying the
+// input first.
 
 package algo
 
@@ -44,7 +48,14 @@ import (
 // pipelining unit (rounded down to whole elements; <= 0 sends each segment
 // as one message). Staging uses workspace slot 0.
 func ReduceScatterRing(ctx context.Context, p Peers, ws *Workspace, data []byte, dt DType, op Op, segs []int, chunkBytes int) error {
-	return reduceScatterRing(ctx, p, ws, data, dt, op, layout{segs: segs, scale: dt.Size()}, chunkBytes, 0)
+	return reduceScatterRing(ctx, p, ws, nil, data, dt, op, layout{segs: segs, scale: dt.Size()}, chunkBytes, 0)
+}
+
+// ReduceScatterRingFrom is ReduceScatterRing with the input in src, which is
+// only read; data (the same length) receives the result segment and the
+// partial reductions.
+func ReduceScatterRingFrom(ctx context.Context, p Peers, ws *Workspace, src, data []byte, dt DType, op Op, segs []int, chunkBytes int) error {
+	return reduceScatterRing(ctx, p, ws, src, data, dt, op, layout{segs: segs, scale: dt.Size()}, chunkBytes, 0)
 }
 
 // layout describes the p blocks a ring schedule moves, without allocating:
@@ -82,10 +93,17 @@ func (l layout) chunks(p, chunk int) (total, largest int) {
 }
 
 // reduceScatterRing is ReduceScatterRing over any layout, with step labels
-// starting at base.
-func reduceScatterRing(ctx context.Context, p Peers, ws *Workspace, data []byte, dt DType, op Op, l layout, chunkBytes int, base uint32) error {
+// starting at base. A nil src means in place (src is data).
+func reduceScatterRing(ctx context.Context, p Peers, ws *Workspace, src, data []byte, dt DType, op Op, l layout, chunkBytes int, base uint32) error {
 	size, r := p.Size(), p.Rank()
+	inPlace := src == nil
+	if inPlace {
+		src = data
+	}
 	if size <= 1 {
+		if !inPlace {
+			copy(data, src)
+		}
 		return nil
 	}
 	op = op.Combiner()
@@ -117,7 +135,11 @@ func reduceScatterRing(ctx context.Context, p Peers, ws *Workspace, data []byte,
 					}
 				}
 				lo, hi := chunkAt(off, n, chunk, k)
-				if err := p.Send(g.ctx, next, base+uint32(s), data[lo:hi]); err != nil {
+				from := data
+				if s == 0 {
+					from = src // step 0 sends this rank's own input
+				}
+				if err := p.Send(g.ctx, next, base+uint32(s), from[lo:hi]); err != nil {
 					g.fail(fmt.Errorf("ring reduce-scatter: rank %d step %d: send chunk %d of segment %d to rank %d: %w", r, s, k, b, next, err))
 					return
 				}
@@ -136,7 +158,11 @@ recv:
 				g.fail(fmt.Errorf("ring reduce-scatter: rank %d step %d: recv chunk %d of segment %d from rank %d: %w", r, s, k, b, prev, err))
 				break recv
 			}
-			ReduceInto(data[lo:hi], buf, dt, op)
+			if inPlace {
+				ReduceInto(data[lo:hi], buf, dt, op)
+			} else {
+				Reduce3(data[lo:hi], src[lo:hi], buf, dt, op)
+			}
 			if s < size-2 {
 				ready <- struct{}{}
 			}

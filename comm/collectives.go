@@ -85,10 +85,11 @@ func (c *Communicator) AllReduceAsync(ctx context.Context, send, recv Buffer, op
 	}
 	dt, n := send.dt, send.Len()
 	return c.submit(ctx, name, collHeader(algo.OpAllReduce, dt, op, 0, n), func(ctx context.Context, p *opPeers) error {
+		var src []byte
 		if !same(send.b, recv.b) {
-			copy(recv.b, send.b)
+			src = send.b
 		}
-		if err := c.allReduce(ctx, p, recv.b, dt, op); err != nil {
+		if err := c.allReduce(ctx, p, src, recv.b, dt, op); err != nil {
 			return err
 		}
 		algo.Finalize(recv.b, dt, op, c.size)
@@ -96,16 +97,25 @@ func (c *Communicator) AllReduceAsync(ctx context.Context, send, recv Buffer, op
 	})
 }
 
-// allReduce runs the chosen AllReduce schedule in place, without Avg's
-// final division.
-func (c *Communicator) allReduce(ctx context.Context, p *opPeers, data []byte, dt DType, op Op) error {
+// allReduce runs the chosen AllReduce schedule, without Avg's final
+// division. The result lands in data; src, if not nil, is the input (read
+// only), else data holds the input.
+func (c *Communicator) allReduce(ctx context.Context, p *opPeers, src, data []byte, dt DType, op Op) error {
 	if c.size == 1 || len(data) == 0 {
+		if src != nil {
+			copy(data, src)
+		}
 		return nil
 	}
 	red := op.Combiner()
-	switch algo.Select(algo.OpAllReduce, len(data), c.size, c.cfg.algo) {
-	case algo.AlgoRing:
-		return algo.AllReduceRing(ctx, p, &c.ws, data, dt, red, c.cfg.chunk)
+	a := algo.Select(algo.OpAllReduce, len(data), c.size, c.cfg.algo)
+	if a == algo.AlgoRing {
+		return algo.AllReduceRingFrom(ctx, p, &c.ws, src, data, dt, red, c.cfg.chunk)
+	}
+	if src != nil {
+		copy(data, src)
+	}
+	switch a {
 	case algo.AlgoRHD:
 		return algo.AllReduceRHD(ctx, p, &c.ws, data, dt, red)
 	default:
@@ -289,16 +299,17 @@ func (c *Communicator) ReduceScatterAsync(ctx context.Context, send, recv Buffer
 	dt, n := recv.dt, recv.Len()
 	return c.submit(ctx, name, collHeader(algo.OpReduceScatter, dt, op, 0, n), func(ctx context.Context, p *opPeers) error {
 		data := send.b
+		var src []byte
 		if !inPlace {
-			data = c.ws.Get(slotInput, len(send.b))
-			copy(data, send.b)
+			// Reduce out of place into scratch, leaving send untouched.
+			data, src = c.ws.Get(slotInput, len(send.b)), send.b
 		}
-		if c.size > 1 && nb > 0 {
-			segs := make([]int, c.size+1)
-			for i := range segs {
-				segs[i] = i * n
-			}
-			if err := algo.ReduceScatterRing(ctx, p, &c.ws, data, dt, op.Combiner(), segs, c.cfg.chunk); err != nil {
+		segs := make([]int, c.size+1)
+		for i := range segs {
+			segs[i] = i * n
+		}
+		if nb > 0 {
+			if err := algo.ReduceScatterRingFrom(ctx, p, &c.ws, src, data, dt, op.Combiner(), segs, c.cfg.chunk); err != nil {
 				return err
 			}
 		}

@@ -269,6 +269,7 @@ type ctrlServer struct {
 	left    []bool
 	gone    []bool
 	verdict *wire.Msg
+	sending sync.WaitGroup // verdicts being delivered
 	probe   *probeRound
 	allLeft chan struct{}
 	closing bool
@@ -441,6 +442,8 @@ func (s *ctrlServer) declare(v *wire.Msg) {
 			to = append(to, r)
 		}
 	}
+	s.sending.Add(1)
+	defer s.sending.Done()
 	s.mu.Unlock()
 	s.log.Warn("occl: communicator failed", "peer", v.Peer, "reporter", v.Reporter, "reason", v.Text)
 	var wg sync.WaitGroup
@@ -505,6 +508,8 @@ func (s *ctrlServer) close(ctx context.Context, clean bool) error {
 		}
 	}
 	s.mu.Unlock()
+	// A verdict being delivered reaches every rank before the shutdown.
+	s.sending.Wait()
 	for _, r := range to {
 		s.send(r, &wire.Msg{Type: wire.Shutdown})
 	}

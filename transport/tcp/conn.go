@@ -34,15 +34,16 @@ import (
 
 // Defaults for Options.
 const (
-	DefaultSocketBuffer = 4 << 20
 	DefaultStripeMin    = 1 << 20
 	maxEager            = 256 << 10
 )
 
 // Options tune a Conn.
 type Options struct {
-	// SocketBuffer is the SO_SNDBUF / SO_RCVBUF size requested for every
-	// stream (the kernel may cap it). 0 means DefaultSocketBuffer.
+	// SocketBuffer, if positive, is the SO_SNDBUF / SO_RCVBUF size set on
+	// every stream (the kernel may cap it). 0 leaves the kernel's buffer
+	// autotuning on, which on Linux reaches larger windows than a fixed
+	// size can (tcp_rmem's maximum) and measured faster on loopback.
 	SocketBuffer int
 	// StripeMin is the smallest payload split across several streams.
 	// 0 means DefaultStripeMin.
@@ -50,9 +51,6 @@ type Options struct {
 }
 
 func (o Options) withDefaults() Options {
-	if o.SocketBuffer <= 0 {
-		o.SocketBuffer = DefaultSocketBuffer
-	}
 	if o.StripeMin <= 0 {
 		o.StripeMin = DefaultStripeMin
 	}
@@ -378,8 +376,10 @@ type stream struct {
 
 func newStream(tc *net.TCPConn, sockBuf int) (*stream, error) {
 	tc.SetNoDelay(true)
-	tc.SetReadBuffer(sockBuf)
-	tc.SetWriteBuffer(sockBuf)
+	if sockBuf > 0 {
+		tc.SetReadBuffer(sockBuf)
+		tc.SetWriteBuffer(sockBuf)
+	}
 	tc.SetKeepAlive(true)
 	tc.SetKeepAlivePeriod(15 * time.Second)
 	rc, err := tc.SyscallConn()

@@ -34,8 +34,8 @@ import (
 
 // Defaults for Options.
 const (
-	DefaultStripeMin    = 1 << 20
-	maxEager            = 256 << 10
+	DefaultStripeMin = 1 << 20
+	maxEager         = 256 << 10
 )
 
 // Options tune a Conn.

@@ -6,11 +6,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 
 	"github.com/occl/occl/comm/internal/wire"
+	"github.com/occl/occl/topo"
 	"github.com/occl/occl/transport"
+	"github.com/occl/occl/transport/shm"
 	"github.com/occl/occl/transport/tcp"
 )
 
@@ -150,9 +153,12 @@ func initTCP(ctx context.Context, id UniqueID, rank, size int, cfg config, rootL
 	if err != nil {
 		return nil, wrap("connect", err)
 	}
-	conns := make([]transport.Conn, size)
-	for r, conn := range mesh {
-		conns[r] = conn
+	conns, err := sameHostLinks(ctx, cfg, commID, rank, hostIDs, mesh, log)
+	if err != nil {
+		for _, conn := range mesh {
+			conn.Close()
+		}
+		return nil, wrap("shared memory", err)
 	}
 
 	var server *ctrlServer
@@ -173,6 +179,70 @@ func initTCP(ctx context.Context, id UniqueID, rank, size int, cfg config, rootL
 	client.start(c)
 	log.Info("occl: communicator ready", "hosts", c.NumHosts(), "local_rank", c.localRank, "local_size", c.localSize)
 	return c, nil
+}
+
+// sameHostLinks returns the connection table: for peers on this rank's host
+// a shared-memory connection set up over (and watching) the TCP one, unless
+// the configuration says TCP; TCP for the others. With TransportAuto a host
+// where shared memory cannot be set up (no /dev/shm, or full) falls back to
+// TCP for that pair.
+func sameHostLinks(ctx context.Context, cfg config, commID uint64, rank int, hostIDs []string, mesh map[int]*tcp.Conn, log *slog.Logger) ([]transport.Conn, error) {
+	conns := make([]transport.Conn, len(hostIDs))
+	for r, conn := range mesh {
+		conns[r] = conn
+	}
+	if cfg.transport == TransportTCP {
+		return conns, nil
+	}
+	var local []int
+	for r := range hostIDs {
+		switch {
+		case r == rank:
+		case hostIDs[r] == hostIDs[rank]:
+			local = append(local, r)
+		case cfg.transport == TransportSHM:
+			return nil, fmt.Errorf("transport shm forced but rank %d is on another host (%s)", r, topo.Hostname(hostIDs[r]))
+		}
+	}
+	if len(local) == 0 {
+		return conns, nil
+	}
+	if n, err := shm.CleanStale(""); err == nil && n > 0 {
+		log.Info("occl: removed stale shared-memory files", "files", n)
+	}
+	type result struct {
+		peer int
+		conn *shm.Conn
+		err  error
+	}
+	results := make(chan result, len(local))
+	for _, r := range local {
+		go func() {
+			sc, err := shm.Connect(ctx, mesh[r], shm.Config{Comm: commID, Self: rank, Peer: r})
+			results <- result{r, sc, err}
+		}()
+	}
+	var first error
+	for range local {
+		res := <-results
+		switch {
+		case res.err == nil:
+			conns[res.peer] = res.conn
+		case errors.Is(res.err, shm.ErrUnavailable) && cfg.transport == TransportAuto:
+			log.Warn("occl: shared memory unavailable, using TCP", "peer", res.peer, "err", res.err)
+		case first == nil:
+			first = fmt.Errorf("rank %d: %w", res.peer, res.err)
+		}
+	}
+	if first != nil {
+		for _, c := range conns {
+			if sc, ok := c.(*shm.Conn); ok {
+				sc.Close()
+			}
+		}
+		return nil, first
+	}
+	return conns, nil
 }
 
 // rendezvous is rank 0's side of the bootstrap: it collects one join from

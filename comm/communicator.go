@@ -29,6 +29,7 @@ import (
 	"github.com/occl/occl/algo"
 	"github.com/occl/occl/transport"
 	"github.com/occl/occl/transport/mem"
+	"github.com/occl/occl/transport/shm"
 	"github.com/occl/occl/transport/tcp"
 )
 
@@ -553,6 +554,8 @@ func transportName(conn transport.Conn) string {
 		return "tcp"
 	case *mem.Conn:
 		return "mem"
+	case *shm.Conn:
+		return "shm"
 	}
 	return fmt.Sprintf("%T", conn)
 }

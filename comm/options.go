@@ -32,6 +32,7 @@ type config struct {
 	listenHost       string
 	heartbeat        time.Duration
 	heartbeatTimeout time.Duration
+	transport        string
 	log              *slog.Logger
 }
 
@@ -72,6 +73,22 @@ func WithHeartbeat(interval, timeout time.Duration) Option {
 	return func(c *config) { c.heartbeat, c.heartbeatTimeout = interval, timeout }
 }
 
+// Transports a communicator can use between two ranks.
+const (
+	// TransportAuto uses shared memory between ranks on the same host and
+	// TCP between hosts.
+	TransportAuto = "auto"
+	// TransportTCP uses TCP between every pair.
+	TransportTCP = "tcp"
+	// TransportSHM requires shared memory between every pair (all ranks
+	// on one host).
+	TransportSHM = "shm"
+)
+
+// WithTransport chooses the transport (OCCL_TRANSPORT): TransportAuto,
+// TransportTCP or TransportSHM.
+func WithTransport(name string) Option { return func(c *config) { c.transport = name } }
+
 // WithLogger sets the logger. By default occl logs warnings to stderr, and
 // more with OCCL_DEBUG=INFO or OCCL_DEBUG=DEBUG.
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
@@ -83,6 +100,7 @@ func newConfig(opts []Option) (config, error) {
 		streams:          1,
 		heartbeat:        DefaultHeartbeat,
 		heartbeatTimeout: DefaultHeartbeatTimeout,
+		transport:        TransportAuto,
 	}
 	if err := c.fromEnv(); err != nil {
 		return c, err
@@ -95,6 +113,11 @@ func newConfig(opts []Option) (config, error) {
 	}
 	if c.hostID == "" {
 		c.hostID = topo.LocalHostID()
+	}
+	switch c.transport {
+	case TransportAuto, TransportTCP, TransportSHM:
+	default:
+		return c, invalidf("transport %q: want auto, tcp or shm", c.transport)
 	}
 	if c.timeout <= 0 || c.chunk <= 0 || c.streams <= 0 || c.heartbeat <= 0 || c.heartbeatTimeout <= c.heartbeat {
 		return c, invalidf("configuration: timeout %v, chunk %d, streams %d, heartbeat %v/%v must be positive (and the heartbeat timeout longer than the interval)",
@@ -119,6 +142,7 @@ func (c *config) fromEnv() error {
 	env("OCCL_SOCKET_BUFFER", func(v string) (e error) { c.sockBuf, e = ParseSize(v); return })
 	env("OCCL_HOSTID", func(v string) error { c.hostID = v; return nil })
 	env("OCCL_SOCKET_ADDR", func(v string) error { c.listenHost = v; return nil })
+	env("OCCL_TRANSPORT", func(v string) error { c.transport = strings.ToLower(v); return nil })
 	env("OCCL_HEARTBEAT_TIMEOUT", func(v string) (e error) { c.heartbeatTimeout, e = parseDuration(v); return })
 	return err
 }

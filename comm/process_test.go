@@ -41,6 +41,12 @@ func worker(name string) int {
 		return 1
 	}
 	opts := []comm.Option{comm.WithTimeout(time.Minute)}
+	if v := os.Getenv("OCCL_TEST_VHOSTS"); v != "" {
+		// Ranks per virtual host: shared memory inside, TCP across.
+		per, _ := strconv.Atoi(v)
+		rank, _ := strconv.Atoi(os.Getenv("OCCL_RANK"))
+		opts = append(opts, comm.WithHostID(fmt.Sprintf("vhost%d", rank/per)))
+	}
 	if s := os.Getenv("OCCL_TEST_STREAMS"); s != "" {
 		n, _ := strconv.Atoi(s)
 		opts = append(opts, comm.WithStreams(n))
@@ -63,6 +69,12 @@ func worker(name string) int {
 	defer c.Close()
 	switch name {
 	case "conformance":
+		if want := os.Getenv("OCCL_TRANSPORT"); want != "" && c.TransportName() != want {
+			return fail("transport %s, want %s", c.TransportName(), want)
+		}
+		if os.Getenv("OCCL_TEST_VHOSTS") != "" && c.TransportName() != "shm+tcp" {
+			return fail("transport %s, want shm+tcp", c.TransportName())
+		}
 		m := matrix{sizes: []int{0, 1, 13, 1031}, dtypes: allDTypes(), ops: allOps(), async: true}
 		if err := conformance(ctx, c, m); err != nil {
 			return fail("%v", err)
@@ -161,14 +173,29 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// TestProcessConformance runs the conformance matrix across processes over
+// TCP, over shared memory (the automatic choice on one host), and over a
+// mix of both (two virtual hosts of two ranks).
 func TestProcessConformance(t *testing.T) {
-	for _, np := range []int{2, 3, 4} {
-		t.Run(fmt.Sprintf("np%d", np), func(t *testing.T) {
-			var env []string
+	cases := []struct {
+		name string
+		np   int
+		env  []string
+	}{
+		{"tcp/np2", 2, []string{"OCCL_TRANSPORT=tcp"}},
+		{"tcp/np3", 3, []string{"OCCL_TRANSPORT=tcp"}},
+		{"tcp/np4", 4, []string{"OCCL_TRANSPORT=tcp"}},
+		{"shm/np2", 2, []string{"OCCL_TRANSPORT=shm"}},
+		{"shm/np3", 3, []string{"OCCL_TRANSPORT=shm"}},
+		{"mixed/np4", 4, []string{"OCCL_TEST_VHOSTS=2"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			env := tc.env
 			if !testing.Short() {
 				env = append(env, "OCCL_TEST_LARGE=1")
 			}
-			job(t, "conformance", np, env...)
+			job(t, "conformance", tc.np, env...)
 		})
 	}
 }
@@ -179,7 +206,7 @@ func TestProcessStriped(t *testing.T) {
 	if testing.Short() {
 		t.Skip("large buffers")
 	}
-	job(t, "conformance", 3, "OCCL_TEST_STREAMS=2", "OCCL_TEST_LARGE=1")
+	job(t, "conformance", 3, "OCCL_TRANSPORT=tcp", "OCCL_TEST_STREAMS=2", "OCCL_TEST_LARGE=1")
 }
 
 func TestProcessHostIdentity(t *testing.T) {
@@ -200,6 +227,12 @@ func TestProcessHostIdentity(t *testing.T) {
 // TestProcessKilled SIGKILLs one of four processes in the middle of a large
 // AllReduce; the other three must fail quickly with an error naming it.
 func TestProcessKilled(t *testing.T) {
+	for _, tr := range []string{"tcp", "shm"} {
+		t.Run(tr, func(t *testing.T) { testKilled(t, tr) })
+	}
+}
+
+func testKilled(t *testing.T, transport string) {
 	const np, victim = 4, 2
 	pr, pw := io.Pipe()
 	var all syncBuffer
@@ -207,7 +240,7 @@ func TestProcessKilled(t *testing.T) {
 	defer cancel()
 	j, err := launch.Start(ctx, launch.Spec{
 		NP: np, Path: os.Args[0], Args: []string{"-test.run=^$"},
-		Env:       []string{"OCCL_TEST_WORKER=kill", "OCCL_HEARTBEAT_TIMEOUT=30s"},
+		Env:       []string{"OCCL_TEST_WORKER=kill", "OCCL_HEARTBEAT_TIMEOUT=30s", "OCCL_TRANSPORT=" + transport},
 		Stdout:    io.MultiWriter(pw, &all),
 		Stderr:    &all,
 		KillGrace: -1,

@@ -67,7 +67,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		redName   = fs.String("o", "sum", "reduction: sum, prod, min, max, avg")
 		root      = fs.Int("r", 0, "root rank of rooted operations")
 		algoName  = fs.String("algo", "auto", "force a schedule: ring, rhd, rd, tree, pairwise, linear")
-		transp    = fs.String("transport", "auto", "transport between ranks: tcp or auto")
+		transp    = fs.String("transport", "auto", "transport between ranks: auto (shared memory on one host, TCP across hosts), tcp or shm")
 		np        = fs.Int("np", 0, "launch this many local processes on 127.0.0.1 (0: join a launched job)")
 		jsonOut   = fs.Bool("json", false, "print one JSON object per size instead of the table")
 		cpuprof   = fs.String("cpuprofile", "", "write a CPU profile (rank r>0 appends .r)")
@@ -101,9 +101,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return fail("%v", err)
 	}
 	switch *transp {
-	case "auto", "tcp":
+	case comm.TransportAuto, comm.TransportTCP, comm.TransportSHM:
 	default:
-		return fail("transport %q is not available (tcp, auto)", *transp)
+		return fail("unknown transport %q (auto, tcp, shm)", *transp)
 	}
 	sizes, err := bench.Sizes(int(minBytes), int(maxBytes), *factor, int(stepBytes))
 	if err != nil {
@@ -116,7 +116,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	opts := []comm.Option{comm.WithTimeout(*timeout), comm.WithAlgorithm(forced)}
+	opts := []comm.Option{comm.WithTimeout(*timeout), comm.WithAlgorithm(forced), comm.WithTransport(*transp)}
 	if *streams > 0 {
 		opts = append(opts, comm.WithStreams(*streams))
 	}

@@ -1,0 +1,443 @@
+package shm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/occl/occl/transport"
+)
+
+// Tuning of the data path.
+const (
+	// chunk is how many bytes a side copies before it publishes its
+	// counter, so that the other side can work on a large frame while it
+	// is still being copied. It is kept below the size at which the
+	// runtime's memmove switches to non-temporal stores (1 MiB on amd64),
+	// so that data written into the ring is still in cache when the
+	// consumer reads it. 256 KiB measured best among 64 KiB to 512 KiB.
+	chunk = 256 << 10
+	// spinTight is how many times a waiting side re-reads the shared
+	// counter in a tight loop, and spinYield how many more times it yields
+	// to other goroutines in between, before it sleeps on the futex:
+	// some 10 to 30 µs in all, enough to keep a ping-pong between two
+	// processes out of the futex, short enough not to starve other
+	// processes when they outnumber the cores.
+	spinTight = 64
+	spinYield = 128
+	// sleepSlice bounds a single futex sleep, so that cancellation of a
+	// context without a deadline and a dead peer that nobody reported are
+	// noticed within that time even without a wake-up.
+	sleepSlice = 2 * time.Millisecond
+)
+
+var (
+	errPeerClosedSend = fmt.Errorf("shm: send: %w", transport.ErrPeerClosed)
+	errPeerClosedRecv = fmt.Errorf("shm: recv: %w", transport.ErrPeerClosed)
+)
+
+// pad keeps the fields the sender and the receiver update on separate cache
+// lines.
+type pad [128]byte
+
+// Conn is one end of a shared-memory connection. It implements
+// transport.Conn. Create one with Connect.
+type Conn struct {
+	out   ring // the ring Send writes (this side is its producer)
+	in    ring // the ring Recv reads (this side is its consumer)
+	outM  *mapping
+	inM   *mapping
+	eager int
+	peer  int
+
+	_ pad
+	// Producer state, used only by Send.
+	tail  uint64 // bytes written into out; authoritative copy
+	ptail uint64 // value of tail last published to shared memory
+	headC uint64 // last head read from shared memory (validated)
+	shdr  [transport.HeaderSize]byte
+
+	_ pad
+	// Consumer state, used only by Recv.
+	head  uint64 // bytes read from in; authoritative copy
+	phead uint64 // value of head last published to shared memory
+	tailC uint64 // last tail read from shared memory (validated)
+	rhdr  [transport.HeaderSize]byte
+
+	_ pad
+
+	closed  atomic.Bool
+	gone    atomic.Bool // the control connection reported the peer gone
+	goneErr error       // why; written before gone is set
+
+	// mu is held shared by every Send and Recv and exclusively by Close
+	// while it unmaps the rings, so that no call touches unmapped memory.
+	mu        sync.RWMutex
+	ctl       transport.Conn
+	monitored chan struct{} // closed when the liveness monitor returns
+	closeOnce sync.Once
+}
+
+var _ transport.Conn = (*Conn)(nil)
+
+// newConn joins two mapped rings into a Conn. ctl, if not nil, becomes the
+// liveness monitor of the connection and is closed with it.
+func newConn(out, in *mapping, peer int, ctl transport.Conn, want transport.Header) *Conn {
+	c := &Conn{out: out.ring, in: in.ring, outM: out, inM: in, peer: peer, ctl: ctl}
+	c.eager = max(0, int(c.out.cap/4)-transport.HeaderSize)
+	// The rings may not start at zero (they always do after Connect, but
+	// tests start them anywhere): adopt the counters once, then own them.
+	c.tail = c.out.tail.Load()
+	c.ptail, c.headC = c.tail, c.tail
+	c.head = c.in.head.Load()
+	c.phead, c.tailC = c.head, c.head
+	if ctl != nil {
+		c.monitored = make(chan struct{})
+		go c.monitor(want)
+	}
+	return c
+}
+
+// EagerLimit implements transport.Conn: a quarter of the ring this side
+// writes, the same slack the other transports give.
+func (c *Conn) EagerLimit() int { return c.eager }
+
+// Peer returns the rank at the other end.
+func (c *Conn) Peer() int { return c.peer }
+
+// Send implements transport.Conn.
+func (c *Conn) Send(ctx context.Context, h transport.Header, payload []byte) error {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.closed.Load() {
+		return transport.ErrClosed
+	}
+	if c.out.consClosed.Load() != 0 || c.gone.Load() {
+		return c.peerErr(errPeerClosedSend)
+	}
+	h.Len = uint64(len(payload))
+	h.Encode(c.shdr[:])
+	if err := c.put(ctx, c.shdr[:]); err != nil {
+		return err
+	}
+	if err := c.put(ctx, payload); err != nil {
+		return err
+	}
+	c.publishTail()
+	return nil
+}
+
+// Recv implements transport.Conn. The header is decoded and checked before
+// any payload byte is copied into buf.
+func (c *Conn) Recv(ctx context.Context, want transport.Header, buf []byte) error {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.closed.Load() {
+		return transport.ErrClosed
+	}
+	if err := c.get(ctx, c.rhdr[:]); err != nil {
+		return err
+	}
+	var got transport.Header
+	if err := got.Decode(c.rhdr[:]); err != nil {
+		return err
+	}
+	want.Len = uint64(len(buf))
+	if err := transport.Check(&got, &want); err != nil {
+		return err
+	}
+	if err := c.get(ctx, buf); err != nil {
+		return err
+	}
+	c.publishHead()
+	return nil
+}
+
+// put copies p into the out ring, waiting for space as needed, and
+// publishes the tail every chunk bytes. The caller publishes the rest.
+func (c *Conn) put(ctx context.Context, p []byte) error {
+	r := &c.out
+	for len(p) > 0 {
+		want := uint64(min(len(p), chunk))
+		free := r.cap - (c.tail - c.headC)
+		if free < want {
+			if err := c.loadHead(); err != nil {
+				return err
+			}
+			free = r.cap - (c.tail - c.headC)
+			if free == 0 {
+				c.publishTail()
+				if err := c.wait(ctx, false); err != nil {
+					return err
+				}
+				continue
+			}
+		}
+		n := min(want, free)
+		off := c.tail & r.mask
+		k := copy(r.data[off:], p[:n])
+		copy(r.data, p[k:n])
+		c.tail += n
+		p = p[n:]
+		if c.tail-c.ptail >= chunk {
+			c.publishTail()
+			if c.closed.Load() {
+				return transport.ErrClosed
+			}
+		}
+	}
+	return nil
+}
+
+// get fills p from the in ring, waiting for data as needed, and publishes
+// the head every chunk bytes. The caller publishes the rest.
+func (c *Conn) get(ctx context.Context, p []byte) error {
+	r := &c.in
+	for len(p) > 0 {
+		want := uint64(min(len(p), chunk))
+		avail := c.tailC - c.head
+		if avail < want {
+			if err := c.loadTail(); err != nil {
+				return err
+			}
+			avail = c.tailC - c.head
+			if avail == 0 {
+				c.publishHead()
+				if err := c.wait(ctx, true); err != nil {
+					return err
+				}
+				continue
+			}
+		}
+		n := min(want, avail)
+		off := c.head & r.mask
+		k := copy(p[:n], r.data[off:])
+		copy(p[k:n], r.data)
+		c.head += n
+		p = p[n:]
+		if c.head-c.phead >= chunk {
+			c.publishHead()
+			if c.closed.Load() {
+				return transport.ErrClosed
+			}
+		}
+	}
+	return nil
+}
+
+// loadHead reads the consumer's head from shared memory. A value outside
+// [last head seen, tail] cannot come from a working peer and is reported as
+// a corrupt ring instead of being used.
+func (c *Conn) loadHead() error {
+	h := c.out.head.Load()
+	if h-c.headC > c.tail-c.headC {
+		return corrupt("head", h, c.headC, c.tail)
+	}
+	c.headC = h
+	return nil
+}
+
+// loadTail reads the producer's tail from shared memory. A value outside
+// [last tail seen, head+capacity] is reported as a corrupt ring.
+func (c *Conn) loadTail() error {
+	t := c.in.tail.Load()
+	if t-c.tailC > c.head+c.in.cap-c.tailC {
+		return corrupt("tail", t, c.tailC, c.head+c.in.cap)
+	}
+	c.tailC = t
+	return nil
+}
+
+func corrupt(what string, v, lo, hi uint64) error {
+	return &transport.FrameError{Reason: fmt.Sprintf("shared ring corrupt: %s counter %d outside [%d, %d]", what, v, lo, hi)}
+}
+
+// publishTail makes the bytes written so far visible to the consumer and
+// wakes it if it sleeps.
+func (c *Conn) publishTail() {
+	if c.ptail == c.tail {
+		return
+	}
+	c.ptail = c.tail
+	c.out.tail.Store(c.tail)
+	// Swap clears the flag so that one sleep costs one wake-up, however
+	// many publishes happen before the sleeper runs again.
+	if c.out.dataWaiting.Load() != 0 && c.out.dataWaiting.Swap(0) != 0 {
+		bump(c.out.dataSeq)
+	}
+}
+
+// publishHead returns the bytes read so far to the producer and wakes it if
+// it sleeps.
+func (c *Conn) publishHead() {
+	if c.phead == c.head {
+		return
+	}
+	c.phead = c.head
+	c.in.head.Store(c.head)
+	// The producer sleeps until head reaches its target, so that it
+	// refills the ring in large pieces instead of waking per frame. A
+	// garbage target only delays it until its sleep times out.
+	if c.in.spaceWaiting.Load() != 0 && int64(c.head-c.in.spaceTarget.Load()) >= 0 && c.in.spaceWaiting.Swap(0) != 0 {
+		bump(c.in.spaceSeq)
+	}
+}
+
+// ready reports whether the side can make progress: data to read for the
+// consumer, at least spaceWant free bytes for the producer.
+func (c *Conn) ready(consumer bool) (bool, error) {
+	if consumer {
+		if err := c.loadTail(); err != nil {
+			return false, err
+		}
+		return c.tailC != c.head, nil
+	}
+	if err := c.loadHead(); err != nil {
+		return false, err
+	}
+	return c.out.cap-(c.tail-c.headC) >= c.spaceWant(), nil
+}
+
+// spaceWant is how much free space a producer that found the ring full
+// waits for: a chunk, or a quarter of a small ring.
+func (c *Conn) spaceWant() uint64 { return min(chunk, c.out.cap/4) }
+
+// wait blocks until ready(consumer) holds, the connection is closed at
+// either end, or ctx ends. It spins a little, then sleeps on the futex
+// word of its ring in slices of at most sleepSlice.
+//
+// Lost wake-ups are impossible: the sleeper stores its waiting flag and
+// then re-reads the counter; the other side stores the counter and then
+// reads the flag. Go's atomics are sequentially consistent (on amd64 a
+// store is an XCHG, a full barrier), so at least one of the two sees the
+// other's store, and a wake-up bumps the futex word before waking so that a
+// FUTEX_WAIT racing with it returns at once.
+func (c *Conn) wait(ctx context.Context, consumer bool) error {
+	r := &c.out
+	seqw, flag, peerClosed, peerErr := r.spaceSeq, r.spaceWaiting, r.consClosed, errPeerClosedSend
+	if consumer {
+		r = &c.in
+		seqw, flag, peerClosed, peerErr = r.dataSeq, r.dataWaiting, r.prodClosed, errPeerClosedRecv
+	}
+	var done <-chan struct{}
+	for i := 0; ; i++ {
+		ok, err := c.ready(consumer)
+		if ok || err != nil {
+			return err
+		}
+		if c.closed.Load() {
+			return transport.ErrClosed
+		}
+		if peerClosed.Load() != 0 || c.gone.Load() {
+			// Whatever the peer published before closing is still
+			// delivered: look once more now that the flag is seen.
+			if ok, err := c.ready(consumer); ok || err != nil {
+				return err
+			}
+			return c.peerErr(peerErr)
+		}
+		if i < spinTight {
+			continue
+		}
+		if i < spinTight+spinYield {
+			runtime.Gosched()
+			continue
+		}
+		if done == nil {
+			done = ctx.Done()
+		}
+		select {
+		case <-done:
+			return ctx.Err()
+		default:
+		}
+		d := sleepSlice
+		if dl, ok := ctx.Deadline(); ok {
+			left := time.Until(dl)
+			if left <= 0 {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				return context.DeadlineExceeded
+			}
+			d = min(d, left)
+		}
+		seq := seqw.Load()
+		if !consumer {
+			r.spaceTarget.Store(c.tail - r.cap + c.spaceWant())
+		}
+		flag.Store(1)
+		if ok, err := c.ready(consumer); ok || err != nil {
+			flag.Store(0)
+			return err
+		}
+		if !c.closed.Load() && !c.gone.Load() && peerClosed.Load() == 0 {
+			futexWait(seqw, seq, d)
+		}
+		flag.Store(0)
+	}
+}
+
+// peerErr returns the reason the peer is gone.
+func (c *Conn) peerErr(closed error) error {
+	if c.gone.Load() {
+		return c.goneErr
+	}
+	return closed
+}
+
+// monitor waits on the control connection, which carries nothing after
+// setup. When it fails (the peer closed it, or its process died and the
+// kernel closed its socket) the peer is marked gone and the local waiters
+// are woken.
+func (c *Conn) monitor(want transport.Header) {
+	defer close(c.monitored)
+	err := c.ctl.Recv(context.Background(), want, nil)
+	if c.closed.Load() {
+		return
+	}
+	if err == nil {
+		err = errors.New("unexpected message")
+	}
+	c.goneErr = fmt.Errorf("shm: rank %d: %w (control connection: %v)", c.peer, transport.ErrPeerClosed, err)
+	c.gone.Store(true)
+	c.mu.RLock()
+	if !c.closed.Load() {
+		bump(c.in.dataSeq)
+		bump(c.out.spaceSeq)
+	}
+	c.mu.RUnlock()
+}
+
+// Close implements transport.Conn. It marks this end closed in shared
+// memory, wakes both sides, closes the control connection, waits for
+// pending calls to return (they fail with transport.ErrClosed) and unmaps
+// the rings. The peer can still receive what was sent before Close, then
+// gets an error wrapping transport.ErrPeerClosed.
+func (c *Conn) Close() error {
+	c.closeOnce.Do(func() {
+		c.closed.Store(true)
+		c.out.prodClosed.Store(1)
+		c.in.consClosed.Store(1)
+		bump(c.out.dataSeq)
+		bump(c.in.spaceSeq)
+		bump(c.in.dataSeq)
+		bump(c.out.spaceSeq)
+		if c.ctl != nil {
+			c.ctl.Close()
+		}
+		c.mu.Lock()
+		c.outM.unmap()
+		c.inM.unmap()
+		c.out, c.in = ring{}, ring{}
+		c.mu.Unlock()
+		if c.monitored != nil {
+			<-c.monitored
+		}
+	})
+	return nil
+}

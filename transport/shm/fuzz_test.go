@@ -1,0 +1,210 @@
+package shm
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/occl/occl/transport"
+)
+
+// anonRing maps an anonymous shared ring, for tests that write garbage into
+// it directly.
+func anonRing(t testing.TB, capacity uint64) *mapping {
+	t.Helper()
+	b, err := unix.Mmap(-1, 0, int(ctrlSize+capacity), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_ANON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &mapping{ring: viewRing(b, capacity), fd: -1}
+	t.Cleanup(func() { unix.Munmap(b) })
+	return m
+}
+
+// reset clears the control page and sets the counters.
+func (m *mapping) reset(head, tail uint64) {
+	clear(m.m[:ctrlSize])
+	m.head.Store(head)
+	m.tail.Store(tail)
+}
+
+// fill writes b into the data area starting at stream position pos.
+func (m *mapping) fill(pos uint64, b []byte) {
+	for i, v := range b[:min(len(b), int(m.cap))] {
+		m.data[(pos+uint64(i))&m.mask] = v
+	}
+}
+
+var fuzzWant = transport.Header{Kind: transport.KindCollective, Op: 1, DType: 7, Comm: 0xC0FFEE, Epoch: 3, Seq: 5, Step: 1, Count: 99, Root: 2}
+
+func validFrame(n int) []byte {
+	h := fuzzWant
+	h.Len = uint64(n)
+	b := make([]byte, transport.HeaderSize+n)
+	h.Encode(b)
+	for i := range n {
+		b[transport.HeaderSize+i] = byte(i)
+	}
+	return b
+}
+
+// FuzzRecvCorrupt fills the control page with arbitrary bytes (flags,
+// futex words, wake-up targets), writes arbitrary bytes into the ring at the
+// consumer's position and an arbitrary tail, then receives. Recv must
+// return an error (or the frame, if the bytes happen to be one), never
+// panic, read out of bounds, hang or allocate by a length it read.
+func FuzzRecvCorrupt(f *testing.F) {
+	const capacity = MinCapacity
+	f.Add(validFrame(16), []byte{}, uint64(0), uint64(transport.HeaderSize+16), uint16(16))
+	f.Add(validFrame(16), []byte{}, uint64(1<<64-20), uint64(transport.HeaderSize+16), uint16(16))
+	f.Add(validFrame(16), []byte{}, uint64(capacity-30), uint64(transport.HeaderSize+8), uint16(16))
+	f.Add(validFrame(3000), []byte{}, uint64(100), uint64(capacity+1), uint16(3000))
+	f.Add(validFrame(0), []byte{}, uint64(0), uint64(1<<63), uint16(0))
+	f.Add(validFrame(0), []byte{}, uint64(7), uint64(1<<64-1), uint16(0))
+	f.Add([]byte{0xc1, 0x0c, 1, 1, 0, 0, 0, 0}, []byte{}, uint64(0), uint64(56), uint16(0))
+	bad := validFrame(8)
+	bad[48], bad[55] = 0xff, 0xff // absurd length
+	f.Add(bad, []byte{}, uint64(0), uint64(64), uint16(8))
+	f.Add(make([]byte, 200), []byte{}, uint64(0), uint64(200), uint16(100))
+	garbage := make([]byte, ctrlSize)
+	for i := range garbage {
+		garbage[i] = byte(i*7 + 1)
+	}
+	f.Add(validFrame(16), garbage, uint64(0), uint64(transport.HeaderSize+16), uint16(16))
+
+	in := anonRing(f, capacity)
+	out := anonRing(f, capacity)
+	buf := make([]byte, 1<<16)
+	f.Fuzz(func(t *testing.T, data, ctrl []byte, start, delta uint64, n uint16) {
+		in.reset(start, start+delta)
+		copy(in.m[offTail+8:ctrlSize], ctrl) // everything but the tail...
+		in.head.Store(start)                 // ...and the head the consumer starts at
+		clear(in.data)
+		in.fill(start, data)
+		in.prodClosed.Store(1) // nothing more will come: no waiting
+		out.reset(0, 0)
+		c := newConn(out, in, 1, nil, transport.Header{})
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+
+		var ms0, ms1 runtime.MemStats
+		runtime.ReadMemStats(&ms0)
+		err := c.Recv(ctx, fuzzWant, buf[:n])
+		runtime.ReadMemStats(&ms1)
+		if d := ms1.TotalAlloc - ms0.TotalAlloc; d > 32<<10 {
+			t.Fatalf("Recv allocated %d bytes", d)
+		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			t.Fatal("Recv waited on a ring whose producer is closed")
+		}
+		if err == nil {
+			// The ring holds data followed by zeros.
+			var hb [transport.HeaderSize]byte
+			copy(hb[:], data)
+			var got transport.Header
+			if got.Decode(hb[:]) != nil {
+				t.Fatal("Recv accepted a frame that does not decode")
+			}
+			want := fuzzWant
+			want.Len = uint64(n)
+			if got != want {
+				t.Fatalf("Recv accepted header %+v, want %+v", got, want)
+			}
+			if delta < transport.HeaderSize+uint64(n) || delta > capacity {
+				t.Fatalf("Recv returned a %d-byte frame with only %d bytes published", n, delta)
+			}
+		}
+	})
+}
+
+// FuzzSendCorrupt gives the producer an arbitrary head and control page,
+// with an empty ring at an arbitrary position. Send must fit what fits and
+// never use a head outside [last head seen, bytes written]: such a head is
+// a FrameError. A plausible head lets it go on until the ring looks full,
+// where it waits.
+func FuzzSendCorrupt(f *testing.F) {
+	const capacity = MinCapacity
+	f.Add([]byte{}, uint64(0), uint64(0), uint16(100))
+	f.Add([]byte{}, uint64(1<<64-10), uint64(0), uint16(capacity))
+	f.Add([]byte{}, uint64(5), uint64(1), uint16(capacity))
+	f.Add([]byte{}, uint64(5), uint64(capacity+1), uint16(capacity))
+	f.Add([]byte{}, uint64(5), uint64(1<<63), uint16(2*capacity))
+	f.Add([]byte{1, 2, 3}, uint64(5), uint64(1<<64-1), uint16(capacity))
+
+	in := anonRing(f, capacity)
+	out := anonRing(f, capacity)
+	payload := make([]byte, 1<<16)
+	f.Fuzz(func(t *testing.T, ctrl []byte, start, hdelta uint64, n uint16) {
+		out.reset(0, 0)
+		copy(out.m[offTail+8:ctrlSize], ctrl)
+		out.tail.Store(start)
+		out.head.Store(start + hdelta)
+		out.consClosed.Store(0)
+		in.reset(0, 0)
+		c := newConn(out, in, 1, nil, transport.Header{})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+		defer cancel()
+		err := c.Send(ctx, fuzzWant, payload[:n])
+		var fe *transport.FrameError
+		size := transport.HeaderSize + uint64(n)
+		switch {
+		case size <= capacity:
+			if err != nil {
+				t.Fatalf("Send of %d bytes into an empty ring: %v", n, err)
+			}
+		case hdelta > capacity:
+			if !errors.As(err, &fe) {
+				t.Fatalf("Send with head %d, tail %d = %v, want FrameError", start+hdelta, start, err)
+			}
+		case err == nil:
+			if size > capacity+hdelta {
+				t.Fatalf("Send of %d bytes succeeded with only %d bytes freed", size, hdelta)
+			}
+		case !errors.As(err, &fe) && !errors.Is(err, context.DeadlineExceeded):
+			t.Fatalf("Send = %v, want FrameError or DeadlineExceeded", err)
+		}
+	})
+}
+
+func TestCorruptCounters(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var fe *transport.FrameError
+
+	// A tail more than a ring ahead of the head.
+	in, out := anonRing(t, MinCapacity), anonRing(t, MinCapacity)
+	in.reset(0, MinCapacity+1)
+	c := newConn(out, in, 1, nil, transport.Header{})
+	if err := c.Recv(ctx, fuzzWant, nil); !errors.As(err, &fe) {
+		t.Fatalf("Recv with a bogus tail = %v, want FrameError", err)
+	}
+
+	// A tail that moves backwards.
+	in.reset(0, 0)
+	in.fill(0, validFrame(2 * MinCapacity)[:MinCapacity])
+	c = newConn(out, in, 1, nil, transport.Header{})
+	done := make(chan error, 1)
+	go func() { done <- c.Recv(ctx, fuzzWant, make([]byte, 2*MinCapacity)) }()
+	in.tail.Store(MinCapacity)
+	time.Sleep(20 * time.Millisecond)
+	in.tail.Store(10)
+	if err := <-done; !errors.As(err, &fe) {
+		t.Fatalf("Recv with a tail moving backwards = %v, want FrameError", err)
+	}
+
+	// A head beyond the tail, seen when the producer needs space.
+	in.reset(0, 0)
+	out.reset(0, 0)
+	c = newConn(out, in, 1, nil, transport.Header{})
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		out.head.Store(1 << 40)
+	}()
+	if err := c.Send(ctx, fuzzWant, make([]byte, 3*MinCapacity)); !errors.As(err, &fe) {
+		t.Fatalf("Send with a bogus head = %v, want FrameError", err)
+	}
+}

@@ -1,0 +1,286 @@
+package shm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/occl/occl/transport"
+)
+
+// ErrUnavailable is wrapped by the error Connect returns when shared memory
+// cannot join the two ranks (a ring could not be created, opened or
+// validated on either side) but the setup exchange itself completed. Both
+// sides then return it, and the control connection is still in step and
+// owned by the caller, which may go on using it as the data connection.
+var ErrUnavailable = errors.New("shared memory transport unavailable")
+
+// Config describes one shared-memory connection.
+type Config struct {
+	// Comm and Epoch identify the communicator and topology epoch the
+	// connection belongs to. They name the ring files and label the setup
+	// messages, which the peer checks.
+	Comm  uint64
+	Epoch uint32
+	// Self and Peer are the ranks of this side and of the other side.
+	Self, Peer int
+	// Capacity is the size in bytes of the ring this side writes: a power
+	// of two between MinCapacity and MaxCapacity; 0 means
+	// DefaultCapacity. The two directions may differ.
+	Capacity int
+	// Dir is where this side creates its ring file; "" means DefaultDir().
+	Dir string
+}
+
+// Setup messages travel over the control connection as KindVerify frames
+// with this sequence number; Step says which message it is and Root carries
+// the sender's rank.
+const (
+	setupSeq  = 0x73686d // "shm"
+	stepOffer = 1
+	stepAck   = 2
+	stepWatch = 3 // never sent: the liveness monitor waits for it
+
+	offerSize   = 512
+	offerText   = 48 // offset of the path (or error text) in an offer
+	ackSize     = 128
+	ackText     = 8
+	statusOK    = 0
+	statusError = 1
+)
+
+func setupHeader(cfg *Config, step uint32, from int) transport.Header {
+	return transport.Header{
+		Kind:  transport.KindVerify,
+		Comm:  cfg.Comm,
+		Epoch: cfg.Epoch,
+		Seq:   setupSeq,
+		Step:  step,
+		Root:  uint32(from),
+		Count: uint64(ringVersion),
+	}
+}
+
+// offer is what each side announces about the ring it writes.
+type offer struct {
+	status   uint32
+	pid      uint32
+	capacity uint64
+	nonce    [nonceSize]byte
+	text     string // path of the ring file, or why there is none
+}
+
+// Offer wire layout (offerSize bytes, little endian): magic u64, status
+// u32, pid u32, capacity u64, nonce [16], text length u16, 6 reserved
+// bytes, text.
+func (o *offer) encode(b []byte) {
+	clear(b)
+	putU64(b[0:], ringMagic)
+	putU32(b[8:], o.status)
+	putU32(b[12:], o.pid)
+	putU64(b[16:], o.capacity)
+	copy(b[24:40], o.nonce[:])
+	n := copy(b[offerText:], o.text)
+	putU16(b[40:], uint16(n))
+}
+
+func (o *offer) decode(b []byte) error {
+	if getU64(b[0:]) != ringMagic {
+		return errors.New("malformed offer: bad magic")
+	}
+	n := int(getU16(b[40:]))
+	if n > len(b)-offerText {
+		return errors.New("malformed offer: text too long")
+	}
+	o.status = getU32(b[8:])
+	o.pid = getU32(b[12:])
+	o.capacity = getU64(b[16:])
+	copy(o.nonce[:], b[24:40])
+	o.text = string(b[offerText : offerText+n])
+	return nil
+}
+
+func encodeAck(b []byte, status uint32, text string) {
+	clear(b)
+	putU32(b[0:], status)
+	n := copy(b[ackText:], text)
+	putU16(b[4:], uint16(n))
+}
+
+func decodeAck(b []byte) (status uint32, text string) {
+	n := min(int(getU16(b[4:])), len(b)-ackText)
+	return getU32(b[0:]), string(b[ackText : ackText+n])
+}
+
+// Connect sets up a shared-memory connection with cfg.Peer, exchanging the
+// setup messages over ctl, an established connection to the same peer
+// (typically its authenticated TCP connection). Both ranks call Connect
+// with mirrored configs; the protocol is symmetric:
+//
+//  1. each side creates, sizes and maps the ring it will write, in its own
+//     file, and sends an offer with the file's path, capacity and nonce;
+//  2. each side opens and maps the peer's file, checks it against the
+//     offer, removes it from the directory and answers with an ack;
+//  3. each side removes its own file (if the peer has not already).
+//
+// Once Connect returns, successfully or not, no ring file of this pair is
+// left in the directory: the rings live only as long as the mappings. A
+// process killed in the middle of the exchange may leave its file behind;
+// CleanStale removes such files.
+//
+// On success ctl belongs to the returned Conn: it is not used for data, but
+// watched, so that a peer whose process dies is noticed at once (the kernel
+// closes its end), and it is closed by Conn.Close. The caller must not use
+// ctl afterwards. On failure ctl stays the caller's; if the error wraps
+// ErrUnavailable both sides completed the exchange and ctl may still be
+// used, otherwise its state is undefined and it should be closed.
+//
+// ctx bounds the setup only.
+func Connect(ctx context.Context, ctl transport.Conn, cfg Config) (*Conn, error) {
+	var local error // why this side cannot take part
+	if cfg.Self == cfg.Peer || cfg.Self < 0 || cfg.Peer < 0 {
+		local = fmt.Errorf("invalid ranks %d and %d", cfg.Self, cfg.Peer)
+	}
+	capacity := uint64(DefaultCapacity)
+	if cfg.Capacity != 0 {
+		capacity = uint64(cfg.Capacity)
+		if cfg.Capacity < 0 || !validCapacity(capacity) {
+			local = fmt.Errorf("invalid capacity %d: want a power of two in [%d, %d]", cfg.Capacity, MinCapacity, MaxCapacity)
+		}
+	}
+	dir := cfg.Dir
+	if dir == "" {
+		dir = DefaultDir()
+	}
+	if abs, err := filepath.Abs(dir); err == nil {
+		dir = abs
+	} else if local == nil {
+		local = err
+	}
+
+	var out, in *mapping
+	defer func() {
+		// Reached on every path: the own file goes away now; on failure
+		// the mappings go too.
+		if out != nil {
+			unix.Unlink(out.path)
+		}
+	}()
+	fail := func(err error) (*Conn, error) {
+		if out != nil {
+			out.unmap()
+		}
+		if in != nil {
+			in.unmap()
+		}
+		return nil, err
+	}
+
+	mine := offer{pid: uint32(os.Getpid()), capacity: capacity}
+	if local == nil {
+		m, err := createRing(dir, cfg.Comm, cfg.Self, cfg.Peer, cfg.Epoch, capacity)
+		if err != nil {
+			local = err
+		} else {
+			out = m
+			mine.nonce = m.nonce()
+			mine.text = m.path
+			if len(m.path) > offerSize-offerText {
+				local = fmt.Errorf("ring path %q is too long", m.path)
+			}
+		}
+	}
+	if local != nil {
+		mine.status, mine.text = statusError, local.Error()
+	}
+
+	// Exchange offers.
+	var sb, rb [offerSize]byte
+	mine.encode(sb[:])
+	if err := exchange(ctx, ctl, setupHeader(&cfg, stepOffer, cfg.Self), sb[:], setupHeader(&cfg, stepOffer, cfg.Peer), rb[:]); err != nil {
+		return fail(fmt.Errorf("shm: setup with rank %d: %w", cfg.Peer, err))
+	}
+	var theirs offer
+	var remote error // why the peer cannot take part
+	if err := theirs.decode(rb[:]); err != nil {
+		remote = err
+	} else if theirs.status != statusOK {
+		remote = errors.New(theirs.text)
+	}
+
+	// Map the peer's ring.
+	if local == nil && remote == nil {
+		if err := checkPath(theirs.text, cfg); err != nil {
+			local = err
+		} else if m, err := openRing(theirs.text, theirs.capacity, theirs.nonce); err != nil {
+			local = err
+		} else {
+			in = m
+			unix.Unlink(m.path)
+		}
+	}
+
+	// Exchange acks.
+	var sa, ra [ackSize]byte
+	if local == nil {
+		encodeAck(sa[:], statusOK, "")
+	} else {
+		encodeAck(sa[:], statusError, local.Error())
+	}
+	if err := exchange(ctx, ctl, setupHeader(&cfg, stepAck, cfg.Self), sa[:], setupHeader(&cfg, stepAck, cfg.Peer), ra[:]); err != nil {
+		return fail(fmt.Errorf("shm: setup with rank %d: %w", cfg.Peer, err))
+	}
+	if st, text := decodeAck(ra[:]); st != statusOK && remote == nil {
+		remote = errors.New(text)
+	}
+	switch {
+	case local != nil:
+		return fail(fmt.Errorf("shm: rank %d to rank %d: %w: %v", cfg.Self, cfg.Peer, ErrUnavailable, local))
+	case remote != nil:
+		return fail(fmt.Errorf("shm: rank %d to rank %d: %w: rank %d reports: %v", cfg.Self, cfg.Peer, ErrUnavailable, cfg.Peer, remote))
+	}
+	// The creator's descriptor held the stale-file lock; the file is about
+	// to be unlinked, so it is no longer needed.
+	unix.Close(out.fd)
+	out.fd = -1
+	return newConn(out, in, cfg.Peer, ctl, setupHeader(&cfg, stepWatch, cfg.Peer)), nil
+}
+
+// exchange sends one frame and receives one, concurrently, so that neither
+// side depends on the control connection buffering the other's message.
+func exchange(ctx context.Context, ctl transport.Conn, sh transport.Header, send []byte, rh transport.Header, recv []byte) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sent := make(chan error, 1)
+	go func() { sent <- ctl.Send(ctx, sh, send) }()
+	err := ctl.Recv(ctx, rh, recv)
+	if err != nil {
+		cancel()
+	}
+	if serr := <-sent; err == nil {
+		err = serr
+	}
+	return err
+}
+
+// checkPath accepts only an absolute, clean path to a ring file written by
+// the peer for this side, in this communicator and epoch.
+func checkPath(path string, cfg Config) error {
+	if !filepath.IsAbs(path) || filepath.Clean(path) != path {
+		return fmt.Errorf("peer announced a bad ring path %q", path)
+	}
+	base := filepath.Base(path)
+	if !strings.HasPrefix(base, namePrefix(cfg.Comm, cfg.Peer, cfg.Self, cfg.Epoch)) {
+		return fmt.Errorf("peer announced ring %q, which is not named for rank %d to rank %d in communicator %#x epoch %d",
+			path, cfg.Peer, cfg.Self, cfg.Comm, cfg.Epoch)
+	}
+	if _, ok := creatorPID(base); !ok {
+		return fmt.Errorf("peer announced a bad ring name %q", base)
+	}
+	return nil
+}

@@ -1,0 +1,431 @@
+package shm_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/occl/occl/transport"
+	"github.com/occl/occl/transport/mem"
+	"github.com/occl/occl/transport/shm"
+	"github.com/occl/occl/transport/transporttest"
+)
+
+// connectPair runs both sides of Connect over an in-process control pipe.
+func connectPair(t testing.TB, ca, cb shm.Config) (*shm.Conn, *shm.Conn, error, error) {
+	t.Helper()
+	// A pipe that buffers nothing: setup must not rely on buffering.
+	x, y := mem.Pipe(0)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	type res struct {
+		c   *shm.Conn
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		c, err := shm.Connect(ctx, y, cb)
+		ch <- res{c, err}
+	}()
+	a, erra := shm.Connect(ctx, x, ca)
+	r := <-ch
+	return a, r.c, erra, r.err
+}
+
+func configs(capacity int, dir string) (shm.Config, shm.Config) {
+	comm := rand.Uint64()
+	return shm.Config{Comm: comm, Epoch: 1, Self: 0, Peer: 1, Capacity: capacity, Dir: dir},
+		shm.Config{Comm: comm, Epoch: 1, Self: 1, Peer: 0, Capacity: capacity, Dir: dir}
+}
+
+func pair(t testing.TB, capacity int) (*shm.Conn, *shm.Conn) {
+	t.Helper()
+	ca, cb := configs(capacity, "")
+	a, b, erra, errb := connectPair(t, ca, cb)
+	if erra != nil || errb != nil {
+		t.Fatalf("Connect: %v / %v", erra, errb)
+	}
+	assertNoFiles(t, shm.DefaultDir(), ca.Comm)
+	return a, b
+}
+
+// assertNoFiles fails if dir holds a ring file of communicator comm.
+func assertNoFiles(t testing.TB, dir string, comm uint64) {
+	t.Helper()
+	m, err := filepath.Glob(filepath.Join(dir, fmt.Sprintf("occl-%016x-*", comm)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m) > 0 {
+		t.Fatalf("ring files left behind: %v", m)
+	}
+}
+
+func TestConformance(t *testing.T) {
+	transporttest.Run(t, func(t testing.TB) (transport.Conn, transport.Conn) { return pair(t, 0) })
+}
+
+// A small ring makes every frame wrap and every large frame stream.
+func TestConformanceSmallRing(t *testing.T) {
+	transporttest.Run(t, func(t testing.TB) (transport.Conn, transport.Conn) { return pair(t, 16<<10) })
+}
+
+func TestConnectBadCapacity(t *testing.T) {
+	ca, cb := configs(0, "")
+	ca.Capacity = 12345
+	a, b, erra, errb := connectPair(t, ca, cb)
+	if a != nil || b != nil {
+		t.Fatal("Connect succeeded with an invalid capacity")
+	}
+	if !errors.Is(erra, shm.ErrUnavailable) || !errors.Is(errb, shm.ErrUnavailable) {
+		t.Fatalf("errors = %v / %v, want ErrUnavailable on both sides", erra, errb)
+	}
+	if !strings.Contains(errb.Error(), "capacity") {
+		t.Fatalf("peer's error does not say why: %v", errb)
+	}
+	assertNoFiles(t, shm.DefaultDir(), ca.Comm)
+}
+
+func TestConnectDifferentDirs(t *testing.T) {
+	ca, cb := configs(64<<10, t.TempDir())
+	cb.Dir = t.TempDir()
+	a, b, erra, errb := connectPair(t, ca, cb)
+	if erra != nil || errb != nil {
+		t.Fatalf("Connect: %v / %v", erra, errb)
+	}
+	defer a.Close()
+	defer b.Close()
+	assertNoFiles(t, ca.Dir, ca.Comm)
+	assertNoFiles(t, cb.Dir, ca.Comm)
+	ctx := context.Background()
+	h := transport.Header{Kind: transport.KindP2P, Comm: ca.Comm, Epoch: 1, Seq: 1}
+	if err := a.Send(ctx, h, []byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 5)
+	if err := b.Recv(ctx, h, buf); err != nil || string(buf) != "hello" {
+		t.Fatalf("Recv = %v, %q", err, buf)
+	}
+}
+
+// After a refused setup the control connection is still in step and can
+// carry data.
+func TestConnectFallbackKeepsControl(t *testing.T) {
+	x, y := mem.Pipe(mem.DefaultCapacity)
+	ca, cb := configs(0, "")
+	cb.Dir = "/nonexistent-occl-dir"
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := shm.Connect(ctx, y, cb)
+		errc <- err
+	}()
+	_, erra := shm.Connect(ctx, x, ca)
+	errb := <-errc
+	if !errors.Is(erra, shm.ErrUnavailable) || !errors.Is(errb, shm.ErrUnavailable) {
+		t.Fatalf("errors = %v / %v, want ErrUnavailable on both sides", erra, errb)
+	}
+	h := transport.Header{Kind: transport.KindP2P, Comm: 1, Seq: 1}
+	if err := x.Send(ctx, h, []byte("tcp")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 3)
+	if err := y.Recv(ctx, h, buf); err != nil || string(buf) != "tcp" {
+		t.Fatalf("control connection after fallback: %v %q", err, buf)
+	}
+	assertNoFiles(t, shm.DefaultDir(), ca.Comm)
+}
+
+// Setup messages of another communicator are rejected, not acted upon.
+func TestConnectWrongComm(t *testing.T) {
+	ca, cb := configs(0, "")
+	cb.Comm++
+	_, _, erra, errb := connectPair(t, ca, cb)
+	var me *transport.MismatchError
+	if !errors.As(erra, &me) || !errors.As(errb, &me) {
+		t.Fatalf("errors = %v / %v, want MismatchError", erra, errb)
+	}
+	assertNoFiles(t, shm.DefaultDir(), ca.Comm)
+	assertNoFiles(t, shm.DefaultDir(), cb.Comm)
+}
+
+// A peer that never answers makes Connect fail when ctx ends, leaving no
+// file behind.
+func TestConnectTimeout(t *testing.T) {
+	x, y := mem.Pipe(0)
+	defer y.Close()
+	ca, _ := configs(0, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := shm.Connect(ctx, x, ca); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Connect = %v, want DeadlineExceeded", err)
+	}
+	assertNoFiles(t, shm.DefaultDir(), ca.Comm)
+}
+
+// Frames interleave both directions with random sizes across a small ring.
+func TestRandomFrames(t *testing.T) {
+	a, b := pair(t, 64<<10)
+	defer a.Close()
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	errs := make(chan error, 2)
+	for dir, ends := range [][2]*shm.Conn{{a, b}, {b, a}} {
+		go func() { errs <- streamFrames(ctx, ends[0], uint64(dir), 500, 300<<10) }()
+		go func() { errs <- checkFrames(ctx, ends[1], uint64(dir), 500, 300<<10) }()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// streamFrames sends n frames of sizes in [0, maxSize) derived from seed.
+func streamFrames(ctx context.Context, c transport.Conn, seed uint64, n, maxSize int) error {
+	r := rand.New(rand.NewPCG(seed, 1))
+	buf := make([]byte, maxSize)
+	for i := range n {
+		size := frameSize(r, maxSize)
+		fillSeq(buf[:size], seed, i)
+		h := transport.Header{Kind: transport.KindP2P, Comm: 9, Seq: uint64(i), Step: uint32(seed)}
+		if err := c.Send(ctx, h, buf[:size]); err != nil {
+			return fmt.Errorf("send %d (%d bytes): %w", i, size, err)
+		}
+	}
+	return nil
+}
+
+// checkFrames receives and checks what streamFrames sends.
+func checkFrames(ctx context.Context, c transport.Conn, seed uint64, n, maxSize int) error {
+	r := rand.New(rand.NewPCG(seed, 1))
+	buf := make([]byte, maxSize)
+	want := make([]byte, maxSize)
+	for i := range n {
+		size := frameSize(r, maxSize)
+		h := transport.Header{Kind: transport.KindP2P, Comm: 9, Seq: uint64(i), Step: uint32(seed)}
+		if err := c.Recv(ctx, h, buf[:size]); err != nil {
+			return fmt.Errorf("recv %d (%d bytes): %w", i, size, err)
+		}
+		fillSeq(want[:size], seed, i)
+		if string(buf[:size]) != string(want[:size]) {
+			return fmt.Errorf("frame %d (%d bytes) corrupted", i, size)
+		}
+	}
+	return nil
+}
+
+func frameSize(r *rand.Rand, maxSize int) int {
+	switch r.IntN(4) {
+	case 0:
+		return r.IntN(64)
+	case 1:
+		return r.IntN(4096)
+	default:
+		return r.IntN(maxSize)
+	}
+}
+
+func fillSeq(b []byte, seed uint64, i int) {
+	r := rand.New(rand.NewPCG(seed, uint64(i)))
+	for j := 0; j < len(b); j += 8 {
+		v := r.Uint64()
+		for k := 0; k < 8 && j+k < len(b); k++ {
+			b[j+k] = byte(v >> (8 * k))
+		}
+	}
+}
+
+func TestCloseUnblocksSend(t *testing.T) {
+	a, b := pair(t, 64<<10)
+	defer b.Close()
+	done := make(chan error, 1)
+	go func() {
+		done <- a.Send(context.Background(), transport.Header{Kind: transport.KindP2P}, make([]byte, 1<<20))
+	}()
+	time.Sleep(20 * time.Millisecond)
+	a.Close()
+	a.Close() // idempotent
+	select {
+	case err := <-done:
+		if !errors.Is(err, transport.ErrClosed) {
+			t.Fatalf("Send blocked on a full ring, then closed = %v, want ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not unblock Send")
+	}
+	// The peer gets what fitted, then the close.
+	err := b.Recv(context.Background(), transport.Header{Kind: transport.KindP2P}, make([]byte, 1<<20))
+	if !errors.Is(err, transport.ErrPeerClosed) {
+		t.Fatalf("Recv of a frame cut by Close = %v, want ErrPeerClosed", err)
+	}
+	if err := b.Send(context.Background(), transport.Header{Kind: transport.KindP2P}, nil); !errors.Is(err, transport.ErrPeerClosed) {
+		t.Fatalf("Send to a closed peer = %v, want ErrPeerClosed", err)
+	}
+}
+
+// Frames sent before Close are still delivered.
+func TestCloseDeliversBuffered(t *testing.T) {
+	a, b := pair(t, 0)
+	defer b.Close()
+	ctx := context.Background()
+	for i := range 10 {
+		if err := a.Send(ctx, transport.Header{Kind: transport.KindP2P, Seq: uint64(i)}, []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.Close()
+	buf := make([]byte, 1)
+	for i := range 10 {
+		if err := b.Recv(ctx, transport.Header{Kind: transport.KindP2P, Seq: uint64(i)}, buf); err != nil || buf[0] != byte(i) {
+			t.Fatalf("frame %d after peer close: %v %v", i, err, buf)
+		}
+	}
+	if err := b.Recv(ctx, transport.Header{Kind: transport.KindP2P, Seq: 10}, buf); !errors.Is(err, transport.ErrPeerClosed) {
+		t.Fatalf("Recv past the end = %v, want ErrPeerClosed", err)
+	}
+}
+
+// Close racing with traffic in both directions never touches unmapped
+// memory and every call returns.
+func TestCloseDuringTraffic(t *testing.T) {
+	for i := range 20 {
+		a, b := pair(t, 64<<10)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		errs := make(chan error, 4)
+		for dir, ends := range [][2]*shm.Conn{{a, b}, {b, a}} {
+			go func() { errs <- streamFrames(ctx, ends[0], uint64(dir), 1000, 200<<10) }()
+			go func() { errs <- checkFrames(ctx, ends[1], uint64(dir), 1000, 200<<10) }()
+		}
+		time.Sleep(time.Duration(i) * time.Millisecond)
+		if i%2 == 0 {
+			a.Close()
+		} else {
+			b.Close()
+		}
+		for range 4 {
+			if err := <-errs; err != nil && !errors.Is(err, transport.ErrClosed) && !errors.Is(err, transport.ErrPeerClosed) {
+				t.Fatalf("round %d: %v", i, err)
+			}
+		}
+		a.Close()
+		b.Close()
+		cancel()
+	}
+}
+
+func TestCleanStale(t *testing.T) {
+	dir := t.TempDir()
+	dead := deadPID(t)
+	stale := filepath.Join(dir, fmt.Sprintf("occl-%016x-0-1-3-%d-00112233", uint64(0xabc), dead))
+	live := filepath.Join(dir, fmt.Sprintf("occl-%016x-1-0-3-%d-44556677", uint64(0xabc), os.Getpid()))
+	other := filepath.Join(dir, "occl-not-a-ring")
+	unrelated := filepath.Join(dir, fmt.Sprintf("other-%016x-0-1-3-%d-00112233", uint64(0xabc), dead))
+	for _, p := range []string{stale, live, other, unrelated} {
+		if err := os.WriteFile(p, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, err := shm.CleanStale(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Fatalf("CleanStale removed %d files, want 1", n)
+	}
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Fatalf("stale file still there: %v", err)
+	}
+	for _, p := range []string{live, other, unrelated} {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("%s was removed: %v", p, err)
+		}
+	}
+}
+
+func BenchmarkSendRecv(b *testing.B) {
+	for _, size := range benchSizes {
+		b.Run(sizeName(size), func(b *testing.B) {
+			transporttest.Bench(b, func(t testing.TB) (transport.Conn, transport.Conn) { return pair(t, 0) }, size)
+		})
+	}
+}
+
+// BenchmarkPingPong measures the round trip of a small frame: one side
+// sends, the other echoes it back.
+func BenchmarkPingPong(b *testing.B) {
+	for _, size := range []int{8, 4 << 10} {
+		b.Run(sizeName(size), func(b *testing.B) {
+			x, y := pair(b, 0)
+			defer x.Close()
+			defer y.Close()
+			ctx := context.Background()
+			h := transport.Header{Kind: transport.KindP2P, Comm: 1, Seq: 1}
+			buf, echo := make([]byte, size), make([]byte, size)
+			done := make(chan error, 1)
+			b.ReportAllocs()
+			b.ResetTimer()
+			go func() {
+				for range b.N {
+					if err := y.Recv(ctx, h, echo); err != nil {
+						done <- err
+						return
+					}
+					if err := y.Send(ctx, h, echo); err != nil {
+						done <- err
+						return
+					}
+				}
+				done <- nil
+			}()
+			for range b.N {
+				if err := x.Send(ctx, h, buf); err != nil {
+					b.Fatal(err)
+				}
+				if err := x.Recv(ctx, h, buf); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := <-done; err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+}
+
+// BenchmarkCopy is the memcpy limit on the same sizes: a ring moves each
+// byte twice, so half of this is the ceiling for BenchmarkSendRecv.
+func BenchmarkCopy(b *testing.B) {
+	for _, size := range benchSizes {
+		b.Run(sizeName(size), func(b *testing.B) {
+			src := make([]byte, size)
+			dst := make([]byte, size)
+			b.SetBytes(int64(size))
+			b.ReportAllocs()
+			for b.Loop() {
+				copy(dst, src)
+			}
+		})
+	}
+}
+
+var benchSizes = []int{4 << 10, 1 << 20, 16 << 20}
+
+func sizeName(n int) string {
+	switch {
+	case n >= 1<<20:
+		return fmt.Sprintf("%dMiB", n>>20)
+	case n >= 1<<10:
+		return fmt.Sprintf("%dKiB", n>>10)
+	default:
+		return fmt.Sprintf("%dB", n)
+	}
+}

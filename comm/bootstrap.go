@@ -148,6 +148,9 @@ func initTCP(ctx context.Context, id UniqueID, rank, size int, cfg config, rootL
 			peers = append(peers, tcp.Endpoint{Rank: r, Addr: info.Addr})
 		}
 	}
+	if cfg.affinity {
+		bindLocal(rank, hostIDs, log)
+	}
 	mesh, err := tcp.Connect(ctx, tcp.MeshConfig{Self: rank, Comm: commID, Epoch: 0, Secret: secret,
 		Streams: cfg.streams, Options: tcp.Options{SocketBuffer: cfg.sockBuf}, Listener: dataLn}, peers)
 	if err != nil {
@@ -179,6 +182,28 @@ func initTCP(ctx context.Context, id UniqueID, rank, size int, cfg config, rootL
 	client.start(c)
 	log.Info("occl: communicator ready", "hosts", c.NumHosts(), "local_rank", c.localRank, "local_size", c.localSize)
 	return c, nil
+}
+
+// bindLocal pins this process to its share of the host's CPUs.
+func bindLocal(rank int, hostIDs []string, log *slog.Logger) {
+	local, n := 0, 0
+	for r, h := range hostIDs {
+		if h == hostIDs[rank] {
+			if r < rank {
+				local++
+			}
+			n++
+		}
+	}
+	allowed, err := topo.AllowedCPUs()
+	if err == nil {
+		cpus := topo.CPUShare(allowed, local, n)
+		if err = topo.BindProcess(cpus); err == nil {
+			log.Info("occl: bound to CPUs", "cpus", cpus, "local_rank", local, "local_size", n)
+			return
+		}
+	}
+	log.Warn("occl: could not bind to CPUs", "err", err)
 }
 
 // sameHostLinks returns the connection table: for peers on this rank's host

@@ -62,6 +62,7 @@ type Communicator struct {
 	out     sync.WaitGroup // requests issued and not finished
 
 	// Worker-only state.
+	op     opContext
 	ws     algo.Workspace
 	peers  opPeers
 	p2pTx  []uint64
@@ -266,12 +267,7 @@ func (c *Communicator) run(r *Request) error {
 	if pe := c.failErr.Load(); pe != nil {
 		return &OpError{Rank: c.rank, Op: r.name, Seq: r.seq, Err: pe}
 	}
-	ctx := r.ctx
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.cfg.timeout)
-		defer cancel()
-	}
+	ctx := c.op.get(r.ctx, c.cfg.timeout)
 	p := &c.peers
 	p.hdr = r.hdr
 	p.hdr.Comm = c.id
@@ -302,6 +298,41 @@ func (c *Communicator) run(r *Request) error {
 		return &OpError{Rank: c.rank, Op: r.name, Seq: r.seq, Err: err}
 	}
 	return &OpError{Rank: c.rank, Op: r.name, Seq: r.seq, Err: c.classify(ctx, r, err, time.Since(start))}
+}
+
+// opContext gives operations whose context has no deadline the
+// communicator's default timeout. Deriving a new context for every
+// operation would make every connection re-arm its cancellation hook each
+// time, so one derived context is shared by the operations that start
+// within a short window: each still gets at least the full timeout, and at
+// most timeout/64 more.
+type opContext struct {
+	ctx      context.Context
+	cancel   context.CancelFunc
+	parent   <-chan struct{}
+	deadline time.Time
+}
+
+func (o *opContext) get(user context.Context, timeout time.Duration) context.Context {
+	if _, ok := user.Deadline(); ok {
+		return user
+	}
+	now := time.Now()
+	if o.ctx != nil && o.parent == user.Done() && o.ctx.Err() == nil && !o.deadline.Before(now.Add(timeout)) {
+		return o.ctx
+	}
+	o.release()
+	o.deadline = now.Add(timeout + timeout/64)
+	o.ctx, o.cancel = context.WithDeadline(user, o.deadline)
+	o.parent = user.Done()
+	return o.ctx
+}
+
+func (o *opContext) release() {
+	if o.cancel != nil {
+		o.cancel()
+		o.ctx, o.cancel = nil, nil
+	}
 }
 
 // Lost-link grace: how long a rank that lost a connection waits for the
@@ -427,6 +458,7 @@ func (c *Communicator) shutdown(ctx context.Context, drain bool) error {
 	}
 	c.quitOnce.Do(func() { close(c.quit) })
 	<-c.stopped
+	c.op.release()
 	// Anything issued concurrently with Close fails now.
 	c.mu.Lock()
 	rest := c.pending

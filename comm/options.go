@@ -33,6 +33,7 @@ type config struct {
 	heartbeat        time.Duration
 	heartbeatTimeout time.Duration
 	transport        string
+	affinity         bool
 	log              *slog.Logger
 }
 
@@ -89,6 +90,14 @@ const (
 // TransportTCP or TransportSHM.
 func WithTransport(name string) Option { return func(c *config) { c.transport = name } }
 
+// WithAffinity binds the process to its share of the host's CPUs when the
+// communicator is created (OCCL_AFFINITY=auto): the local ranks of a host
+// split the CPUs the processes may use, and GOMAXPROCS follows, so that
+// ranks do not compete for cores. It changes process-wide settings, so it
+// is off by default; launchers that bind processes themselves (mpirun)
+// make it unnecessary.
+func WithAffinity(on bool) Option { return func(c *config) { c.affinity = on } }
+
 // WithLogger sets the logger. By default occl logs warnings to stderr, and
 // more with OCCL_DEBUG=INFO or OCCL_DEBUG=DEBUG.
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
@@ -142,6 +151,17 @@ func (c *config) fromEnv() error {
 	env("OCCL_SOCKET_BUFFER", func(v string) (e error) { c.sockBuf, e = ParseSize(v); return })
 	env("OCCL_HOSTID", func(v string) error { c.hostID = v; return nil })
 	env("OCCL_SOCKET_ADDR", func(v string) error { c.listenHost = v; return nil })
+	env("OCCL_AFFINITY", func(v string) error {
+		switch strings.ToLower(v) {
+		case "auto", "1", "on":
+			c.affinity = true
+		case "off", "0", "none":
+			c.affinity = false
+		default:
+			return fmt.Errorf("want auto or off")
+		}
+		return nil
+	})
 	env("OCCL_TRANSPORT", func(v string) error { c.transport = strings.ToLower(v); return nil })
 	env("OCCL_HEARTBEAT_TIMEOUT", func(v string) (e error) { c.heartbeatTimeout, e = parseDuration(v); return })
 	return err

@@ -75,6 +75,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		streams   = fs.Int("streams", 0, "TCP sockets per pair of ranks (0: default)")
 		chunk     = sizeFlag(0)
 		noProgres = fs.Bool("quiet", false, "no progress lines on standard error")
+		affinity  = fs.Bool("affinity", true, "bind each local rank to its share of the CPUs (and GOMAXPROCS)")
 	)
 	fs.Var(&chunk, "chunk", "pipelining chunk size (0: default)")
 	if err := fs.Parse(args); err != nil {
@@ -116,7 +117,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	opts := []comm.Option{comm.WithTimeout(*timeout), comm.WithAlgorithm(forced), comm.WithTransport(*transp)}
+	opts := []comm.Option{comm.WithTimeout(*timeout), comm.WithAlgorithm(forced), comm.WithTransport(*transp), comm.WithAffinity(*affinity)}
 	if *streams > 0 {
 		opts = append(opts, comm.WithStreams(*streams))
 	}

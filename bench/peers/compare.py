@@ -1,0 +1,660 @@
+#!/usr/bin/python3
+"""Run occl-bench, Gloo and Open MPI side by side on this machine, measure the
+machine's own limits in the same run, and print the comparison.
+
+One command, from the repository root:
+
+    /usr/bin/python3 bench/peers/compare.py
+
+It builds the programs it needs into a temporary directory
+
+    go build -o <tmp>/occl-bench ./bench/cmd/occl-bench
+    go build -o <tmp>/occl-limits ./bench/peers/limits
+    mpicc -std=c99 -O2 -o <tmp>/mpi_bench bench/peers/mpi_bench.c
+
+then runs, for every case below, occl-bench over TCP and over shared memory,
+gloo_bench.py (torch.distributed, Gloo over loopback TCP), and mpi_bench under
+mpirun with the TCP BTL on lo and with the shared-memory BTL (vader):
+
+    allreduce   float32   8 B .. 64 MiB   np=2   (sweep, factor 2)
+    allreduce   float32   64 MiB          np=4
+    alltoall    float32   16 MiB          np=4
+    allreduce   float32   8 B             np=2   (latency, many iterations)
+
+Every JSON line any of them prints is written, with the case and the run it
+came from added, to bench/results/compare-<date>.jsonl (or --out), together
+with one "meta" line describing the machine and one "run" line per command
+(its argv, exit code and duration). The tables can be printed again from such
+a file without running anything:
+
+    /usr/bin/python3 bench/peers/compare.py --table bench/results/compare-....jsonl [--markdown]
+
+Each "run" line also carries other_cpu_s, the CPU time that other processes
+used while the command ran; the script warns when it is large, because on a
+small machine anything else running distorts every number. --wait-idle N
+waits up to N seconds for an idle machine before each command.
+
+A peer that is missing (torch not importable, no mpirun/mpicc, occl-bench not
+building, a transport that occl-bench does not offer) gets a clear message and
+empty columns; nothing is ever filled in. Only the Python standard library is
+used.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+# Columns of the comparison, in order.
+IMPLS = ("occl-tcp", "occl-shm", "gloo", "mpi-tcp", "mpi-shm")
+
+
+class Case:
+    """One benchmark configuration, run by every implementation."""
+
+    def __init__(self, name, group, op, np, b, e, f, n, w):
+        self.name, self.group = name, group
+        self.op, self.np = op, np
+        self.b, self.e, self.f, self.n, self.w = b, e, f, n, w
+
+    def sweep_args(self):
+        return ["-op", self.op, "-b", self.b, "-e", self.e, "-f", str(self.f),
+                "-n", str(self.n), "-w", str(self.w), "-d", "float32"]
+
+    def describe(self):
+        size = self.b if self.b == self.e else "%s..%s" % (self.b, self.e)
+        return "%s np=%d %s n=%d w=%d" % (self.op, self.np, size, self.n, self.w)
+
+
+def default_cases(quick):
+    """The default set. Large sizes take fewer iterations so that the whole
+    comparison stays within a few minutes on two cores."""
+    if quick:
+        return [
+            Case("allreduce-np2-small", "allreduce np=2 sweep", "allreduce", 2, "8", "64K", 8, 10, 2),
+            Case("allreduce-np2-large", "allreduce np=2 sweep", "allreduce", 2, "1M", "4M", 4, 3, 1),
+            Case("allreduce-64M-np4", "allreduce 64MiB np=4", "allreduce", 4, "64M", "64M", 2, 2, 1),
+            Case("alltoall-16M-np4", "alltoall 16MiB np=4", "alltoall", 4, "16M", "16M", 2, 2, 1),
+            Case("allreduce-8B-np2", "allreduce 8B np=2 latency", "allreduce", 2, "8", "8", 2, 100, 10),
+        ]
+    return [
+        Case("allreduce-np2-small", "allreduce np=2 sweep", "allreduce", 2, "8", "1M", 2, 50, 10),
+        Case("allreduce-np2-large", "allreduce np=2 sweep", "allreduce", 2, "2M", "64M", 2, 10, 3),
+        Case("allreduce-64M-np4", "allreduce 64MiB np=4", "allreduce", 4, "64M", "64M", 2, 5, 2),
+        Case("alltoall-16M-np4", "alltoall 16MiB np=4", "alltoall", 4, "16M", "16M", 2, 5, 2),
+        Case("allreduce-8B-np2", "allreduce 8B np=2 latency", "allreduce", 2, "8", "8", 2, 2000, 200),
+    ]
+
+
+def loadavg():
+    """The 1-minute load average, or None where /proc is missing."""
+    try:
+        with open("/proc/loadavg") as f:
+            return float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def busy_seconds():
+    """CPU seconds all processes of the machine have run since boot (user,
+    nice and system time from /proc/stat), or None where /proc is missing.
+    Interrupt and softirq time are left out: loopback TCP traffic is
+    processed there and would otherwise be counted as someone else's work."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()[1:]
+        user, nice, system = (int(x) for x in fields[:3])
+        return (user + nice + system) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError):
+        return None
+
+
+def wait_idle(max_wait):
+    """Waits up to max_wait seconds for the machine to be idle (less than a
+    tenth of a CPU busy over one second). Returns True if it is."""
+    deadline = time.monotonic() + max_wait
+    said = False
+    while True:
+        b0 = busy_seconds()
+        time.sleep(1.0)
+        b1 = busy_seconds()
+        if b0 is None or b1 is None or b1 - b0 < 0.1:
+            return True
+        if time.monotonic() >= deadline:
+            log("compare:          machine still busy (%.1f CPUs) after waiting %.0f s; running anyway"
+                % (b1 - b0, max_wait))
+            return False
+        if not said:
+            log("compare:          machine busy (%.1f CPUs in use), waiting up to %.0f s"
+                % (b1 - b0, max_wait))
+            said = True
+
+
+def children_seconds():
+    """CPU seconds used by this script's finished children."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def tail(text, lines=6):
+    t = [l for l in (text or "").strip().splitlines() if l.strip()]
+    return "\n".join("    " + l for l in t[-lines:])
+
+
+# ------------------------------------------------------------------ tools --
+
+class Tools:
+    """Locates or builds each program; a missing one has a reason instead."""
+
+    def __init__(self, args, tmp):
+        self.args, self.tmp = args, tmp
+        self.occl = self.limits = self.mpi = self.mpirun = None
+        self.gloo_ok = False
+        self.torch_version = None
+        self.missing = {}  # peer -> reason
+
+    def prepare(self, skip):
+        if "occl" not in skip:
+            self.occl = self._go_build("occl", "./bench/cmd/occl-bench", "occl-bench", self.args.occl_bin)
+        if "limits" not in skip:
+            self.limits = self._go_build("limits", "./bench/peers/limits", "occl-limits", None)
+        if "gloo" not in skip:
+            self._check_gloo()
+        if "mpi" not in skip:
+            self._build_mpi()
+        for peer, why in self.missing.items():
+            log("compare: %s unavailable: %s; its columns stay empty" % (peer, why))
+
+    def _go_build(self, peer, pkg, name, given):
+        if given:
+            if os.access(given, os.X_OK):
+                return given
+            self.missing[peer] = "%s is not executable" % given
+            return None
+        if not shutil.which("go"):
+            self.missing[peer] = "the go command is not on PATH"
+            return None
+        out = os.path.join(self.tmp, name)
+        log("compare: go build -o %s %s" % (out, pkg))
+        p = subprocess.run(["go", "build", "-o", out, pkg], cwd=ROOT,
+                           capture_output=True, text=True)
+        if p.returncode != 0:
+            self.missing[peer] = "go build %s failed:\n%s" % (pkg, tail(p.stderr))
+            return None
+        return out
+
+    def _check_gloo(self):
+        py = self.args.python
+        probe = ("import torch, torch.distributed as d; "
+                 "assert d.is_available() and d.is_gloo_available(), 'no Gloo backend'; "
+                 "print(torch.__version__)")
+        try:
+            p = subprocess.run([py, "-c", probe], capture_output=True, text=True, timeout=120)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            self.missing["gloo"] = "cannot run %s: %s" % (py, e)
+            return
+        if p.returncode != 0:
+            self.missing["gloo"] = "torch.distributed with Gloo is not importable by %s:\n%s" % (
+                py, tail(p.stderr, 2))
+            return
+        self.gloo_ok = True
+        self.torch_version = p.stdout.strip()
+
+    def _build_mpi(self):
+        self.mpirun = shutil.which("mpirun")
+        mpicc = shutil.which("mpicc")
+        if not self.mpirun or not mpicc:
+            self.missing["mpi"] = "mpirun or mpicc not found (install openmpi-bin, libopenmpi-dev)"
+            self.mpirun = None
+            return
+        out = os.path.join(self.tmp, "mpi_bench")
+        cmd = [mpicc, "-std=c99", "-O2", "-o", out, os.path.join(HERE, "mpi_bench.c")]
+        log("compare: " + " ".join(cmd))
+        p = subprocess.run(cmd, capture_output=True, text=True)
+        if p.returncode != 0:
+            self.missing["mpi"] = "mpicc failed:\n%s" % tail(p.stderr)
+            self.mpirun = None
+            return
+        self.mpi = out
+
+
+def commands(case, tools, args):
+    """(run label, argv) for every implementation of one case."""
+    out = []
+    check = ["-c", "1"] if args.check else ["-c", "0"]
+    if tools.occl:
+        for t in ("tcp", "shm"):
+            argv = [tools.occl, "-np", str(case.np)] + case.sweep_args() + ["-transport", t, "-json"]
+            if not args.check:
+                argv += ["-c", "0"]
+            out.append(("occl-" + t, argv))
+    if tools.gloo_ok:
+        out.append(("gloo", [args.python, os.path.join(HERE, "gloo_bench.py"), "-np", str(case.np)]
+                    + case.sweep_args() + check))
+    if tools.mpi:
+        base = [tools.mpirun]
+        if hasattr(os, "geteuid") and os.geteuid() == 0:
+            base.append("--allow-run-as-root")
+        base += ["--oversubscribe", "-np", str(case.np),
+                 "--mca", "pml", "ob1", "--mca", "oob_tcp_if_include", "lo"]
+        btls = {
+            "tcp": ["--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include", "lo"],
+            "shm": ["--mca", "btl", "self,vader"],
+        }
+        for t in ("tcp", "shm"):
+            out.append(("mpi-" + t, base + btls[t] + [tools.mpi] + case.sweep_args()
+                        + check + ["-transport", t]))
+    return out
+
+
+def parse_json_lines(text):
+    recs = []
+    for line in (text or "").splitlines():
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            recs.append(json.loads(line))
+        except json.JSONDecodeError:
+            pass
+    return recs
+
+
+def run_one(label, argv, timeout, verbose):
+    """Runs one command; returns (records, rc, seconds, stderr, other_cpu).
+    other_cpu is an estimate of the CPU seconds that processes other than the
+    command spent during its run: other work on the machine distorts the
+    measurement, and this makes it visible."""
+    busy0, child0 = busy_seconds(), children_seconds()
+    t0 = time.monotonic()
+    try:
+        # A session of its own, so that on a timeout the launcher and every
+        # rank it started are killed together.
+        p = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, start_new_session=True)
+        try:
+            so, se = p.communicate(timeout=timeout)
+            rc = p.returncode
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            so, se = p.communicate()
+            rc = 124
+            se = (se or "") + "\ntimed out after %.0f s" % timeout
+    except OSError as e:
+        rc, so, se = 127, "", str(e)
+    if verbose and se:
+        sys.stderr.write(se)
+    secs = time.monotonic() - t0
+    busy1, child1 = busy_seconds(), children_seconds()
+    other = None
+    if busy0 is not None and busy1 is not None:
+        other = max(0.0, (busy1 - busy0) - (child1 - child0))
+    return parse_json_lines(so), rc, secs, se, other
+
+
+def rnd(x):
+    return None if x is None else round(x, 2)
+
+
+def warn_if_busy(label, secs, other):
+    """Warns when other processes used more than a fifth of a CPU on average
+    while a benchmark ran."""
+    if other is not None and secs > 0.5 and other / secs > 0.2:
+        log("compare:          warning: other processes used %.1f CPU-s during this %.1f s run; "
+            "its numbers are disturbed" % (other, secs))
+
+
+def machine_meta(tools):
+    meta = {
+        "impl": "meta",
+        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "hostname": platform.node(),
+        "kernel": platform.release(),
+        "cpus": os.cpu_count(),
+        "python": sys.version.split()[0],
+    }
+    if tools.torch_version:
+        meta["torch"] = tools.torch_version
+    if tools.mpirun:
+        try:
+            v = subprocess.run([tools.mpirun, "--version"], capture_output=True, text=True, timeout=30)
+            meta["mpi"] = (v.stdout.strip().splitlines() or [""])[0]
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    meta["cpu"] = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        v = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                           capture_output=True, text=True, timeout=30)
+        if v.returncode == 0:
+            meta["occl_commit"] = v.stdout.strip()
+    except OSError:
+        pass
+    return meta
+
+
+def run_all(args):
+    skip = set(s for s in args.skip.split(",") if s)
+    cases = default_cases(args.quick)
+    out_path = args.out or os.path.join(
+        ROOT, "bench", "results",
+        "compare-%s.jsonl" % datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
+    os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
+
+    records = []
+    with tempfile.TemporaryDirectory(prefix="occl-compare-") as tmp, open(out_path, "w") as out:
+        tools = Tools(args, tmp)
+        tools.prepare(skip)
+
+        def write(rec):
+            if "argv" in rec:
+                # Record commands with the build directory abstracted away.
+                rec["argv"] = [a.replace(tmp, "<tmp>") for a in rec["argv"]]
+            records.append(rec)
+            out.write(json.dumps(rec) + "\n")
+            out.flush()
+
+        meta = machine_meta(tools)
+        meta["load1"] = loadavg()
+        b0 = busy_seconds()
+        time.sleep(1.0)
+        b1 = busy_seconds()
+        meta["busy_cpus_at_start"] = None if b0 is None or b1 is None else round(b1 - b0, 2)
+        write(meta)
+        if (meta["busy_cpus_at_start"] or 0) > 0.2:
+            log("compare: warning: %.1f CPUs busy with other work before starting; it will "
+                "distort the numbers (see --wait-idle)" % meta["busy_cpus_at_start"])
+
+        if tools.limits:
+            log("compare: measuring the machine's limits")
+            if args.wait_idle > 0:
+                wait_idle(args.wait_idle)
+            recs, rc, secs, err, other = run_one("limits", [tools.limits], args.timeout, args.verbose)
+            write({"impl": "run", "case": "limits", "run": "limit", "argv": [tools.limits],
+                   "rc": rc, "seconds": round(secs, 2), "other_cpu_s": rnd(other)})
+            warn_if_busy("limits", secs, other)
+            if rc != 0:
+                log("compare: limits failed (exit %d):\n%s" % (rc, tail(err)))
+            for r in recs:
+                r.update(case="limits", run="limit")
+                write(r)
+
+        # Rounds run every command once each, interleaved, so that a slow
+        # spell of the machine hits every implementation alike; the tables
+        # report the median over rounds.
+        plan = [(c, label, argv) for _ in range(args.repeat)
+                for c in cases for label, argv in commands(c, tools, args)]
+        for i, (case, label, argv) in enumerate(plan, 1):
+            log("compare: [%d/%d] %-8s %s" % (i, len(plan), label, case.describe()))
+            if args.wait_idle > 0:
+                wait_idle(args.wait_idle)
+            recs, rc, secs, err, other = run_one(label, argv, args.timeout, args.verbose)
+            write({"impl": "run", "case": case.name, "group": case.group, "run": label,
+                   "argv": argv, "rc": rc, "seconds": round(secs, 2), "other_cpu_s": rnd(other)})
+            warn_if_busy(label, secs, other)
+            want_transport = label.split("-", 1)[1] if "-" in label else "tcp"
+            for r in recs:
+                if label.startswith("occl") and r.get("transport") not in (None, want_transport):
+                    log("compare: warning: %s asked for transport %s but reports %r"
+                        % (label, want_transport, r.get("transport")))
+                r.update(case=case.name, group=case.group, run=label)
+                write(r)
+            if rc == 3 and label == "gloo":
+                log("compare:          gloo does not support %s in this torch; column left empty\n%s"
+                    % (case.op, tail(err, 2)))
+            elif rc != 0:
+                log("compare:          %s failed (exit %d) after %d rows; the rest stays empty:\n%s"
+                    % (label, rc, len(recs), tail(err)))
+            else:
+                log("compare:          ok, %d rows, %.1f s" % (len(recs), secs))
+
+    log("compare: wrote %s" % out_path)
+    return records, out_path
+
+
+# ----------------------------------------------------------------- tables --
+
+def median_record(rs):
+    """One record whose numbers are the medians of rs (wrong: the maximum)."""
+    out = dict(rs[-1])
+    for k in ("time_us", "busbw_GBps", "algbw_GBps", "inplace_time_us", "inplace_busbw_GBps"):
+        vals = sorted(r[k] for r in rs if isinstance(r.get(k), (int, float)))
+        if vals:
+            mid = len(vals) // 2
+            out[k] = vals[mid] if len(vals) % 2 else (vals[mid - 1] + vals[mid]) / 2
+    wrongs = [r.get("wrong") for r in rs if isinstance(r.get("wrong"), (int, float))]
+    if wrongs:
+        out["wrong"] = max(wrongs)
+    out["rounds"] = len(rs)
+    return out
+
+
+def load_records(path):
+    recs = []
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if line.startswith("{"):
+                try:
+                    recs.append(json.loads(line))
+                except json.JSONDecodeError:
+                    pass
+    return recs
+
+
+def column_of(rec):
+    """Which comparison column a measurement belongs to."""
+    if rec.get("run") in IMPLS:
+        return rec["run"]
+    impl, t = rec.get("impl"), rec.get("transport")
+    if impl == "gloo":
+        return "gloo"
+    if impl == "occl":
+        return "occl-" + (t or "tcp")
+    if impl in ("openmpi", "mpi"):
+        return "mpi-" + (t or "tcp")
+    return None
+
+
+def fmt_num(x, width=9):
+    if x is None:
+        return "-".rjust(width)
+    if x == 0:
+        s = "0"
+    elif abs(x) >= 1000:
+        s = "%.0f" % x
+    elif abs(x) >= 10:
+        s = "%.1f" % x
+    elif abs(x) >= 0.01:
+        s = "%.3f" % x
+    else:
+        s = "%.2e" % x
+    return s.rjust(width)
+
+
+def fmt_ratio(a, b):
+    if a is None or b is None or b == 0:
+        return "-"
+    return "%.2fx" % (a / b)
+
+
+def fmt_pct(a, b):
+    if a is None or b is None or b == 0:
+        return "-"
+    return "%.0f%%" % (100.0 * a / b)
+
+
+def fmt_bytes(n):
+    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= div and n % div == 0:
+            return "%d%s" % (n // div, unit)
+    return "%dB" % n
+
+
+def render(headers, rows, markdown):
+    if markdown:
+        lines = ["| " + " | ".join(headers) + " |",
+                 "|" + "|".join("---:" for _ in headers) + "|"]
+        lines += ["| " + " | ".join(c.strip() for c in r) + " |" for r in rows]
+        return "\n".join(lines)
+    widths = [max(len(h), *(len(r[i].strip()) for r in rows)) if rows else len(h)
+              for i, h in enumerate(headers)]
+    fmt = "  ".join("%%%ds" % w for w in widths)
+    lines = [fmt % tuple(headers), "  ".join("-" * w for w in widths)]
+    lines += [fmt % tuple(c.strip() for c in r) for r in rows]
+    return "\n".join(lines)
+
+
+def print_tables(records, markdown=False, file=sys.stdout):
+    limits = {r.get("what"): r for r in records if r.get("impl") == "limit"}
+    memcpy = (limits.get("memcpy") or {}).get("GBps")
+    tcp_bw = (limits.get("tcp_loopback") or {}).get("GBps")
+    tcp_bidir = (limits.get("tcp_loopback_bidir") or {}).get("GBps")
+    rtt = (limits.get("tcp_rtt_8B") or {}).get("us")
+    meta = next((r for r in records if r.get("impl") == "meta"), {})
+
+    def out(s=""):
+        print(s, file=file)
+
+    title = "# " if markdown else ""
+    out("%soccl vs Gloo vs Open MPI on %s (%s CPUs%s)" % (
+        title, meta.get("hostname", "this host"), meta.get("cpus", "?"),
+        ", " + meta["cpu"] if meta.get("cpu") else ""))
+    if meta:
+        out("%s, torch %s, %s, CPUs busy with other work at start: %s" % (
+            meta.get("date", ""), meta.get("torch", "-"), meta.get("mpi", "MPI -"),
+            meta.get("busy_cpus_at_start", "-")))
+    out()
+    out("Machine limits: memcpy %s GB/s, loopback TCP %s GB/s (one stream), %s GB/s per direction "
+        "with both directions at once (the ceiling of a 2-rank all-reduce over TCP), "
+        "TCP 8 B round trip %s us"
+        % (fmt_num(memcpy, 0), fmt_num(tcp_bw, 0), fmt_num(tcp_bidir, 0), fmt_num(rtt, 0)))
+    out()
+
+    # Group measurements: group -> (op, np, bytes) -> column -> records;
+    # repeated rounds of the same cell are reduced to their median.
+    groups = {}
+    for r in records:
+        if r.get("impl") in ("meta", "run", "limit") or "busbw_GBps" not in r:
+            continue
+        col = column_of(r)
+        if col not in IMPLS:
+            continue
+        g = r.get("group") or "%s np=%s" % (r.get("op"), r.get("np"))
+        key = (r.get("op"), r.get("np"), r.get("bytes"))
+        groups.setdefault(g, {}).setdefault(key, {}).setdefault(col, []).append(r)
+    for rows in groups.values():
+        for cells in rows.values():
+            for col, rs in cells.items():
+                cells[col] = median_record(rs)
+
+    for g, rows in groups.items():
+        keys = sorted(rows)
+        op = keys[0][0] if keys else "?"
+        out("%s%s, float32: bus bandwidth (GB/s)" % ("## " if markdown else "== ", g))
+        out()
+        headers = ["bytes"] + list(IMPLS) + [
+            "occl/gloo", "occl/mpi-tcp", "occl-shm/mpi-shm", "occl-tcp/tcp-bidir", "occl-shm/memcpy"]
+        table = []
+        for k in keys:
+            cells = rows[k]
+            bw = {c: (cells[c].get("busbw_GBps") if c in cells else None) for c in IMPLS}
+            # torch only has in-place allreduce, broadcast and reduce, so
+            # Gloo is compared with occl's in-place measurement of those.
+            inpl = {c: (cells[c].get("inplace_busbw_GBps") or None) if c in cells else None for c in IMPLS}
+            vs_gloo = bw["occl-tcp"]
+            if op in ("allreduce", "broadcast", "reduce") and inpl["occl-tcp"]:
+                vs_gloo = inpl["occl-tcp"]
+            table.append([fmt_bytes(k[2])] + [fmt_num(bw[c]) for c in IMPLS] + [
+                fmt_ratio(vs_gloo, bw["gloo"]),
+                fmt_ratio(bw["occl-tcp"], bw["mpi-tcp"]),
+                fmt_ratio(bw["occl-shm"], bw["mpi-shm"]),
+                fmt_pct(bw["occl-tcp"], tcp_bidir or tcp_bw),
+                fmt_pct(bw["occl-shm"], memcpy),
+            ])
+        out(render(headers, table, markdown))
+        out()
+        out("%s%s, float32: time (us)" % ("## " if markdown else "== ", g))
+        out()
+        headers = ["bytes"] + list(IMPLS)
+        table = []
+        for k in keys:
+            cells = rows[k]
+            table.append([fmt_bytes(k[2])] + [
+                fmt_num(cells[c].get("time_us") if c in cells else None) for c in IMPLS])
+        out(render(headers, table, markdown))
+        wrong = sorted({"%s %s" % (c, fmt_bytes(k[2]))
+                        for k in keys for c, r in rows[k].items() if (r.get("wrong") or 0) > 0})
+        if wrong:
+            out()
+            out("WRONG RESULTS in: " + ", ".join(wrong))
+        out()
+    rounds = max((c.get("rounds", 1) for rows in groups.values() for cells in rows.values()
+                  for c in cells.values()), default=1)
+    out("Each cell is the median of %d round(s). Ratios are busbw(occl)/busbw(peer) for the "
+        "same bytes: above 1x occl is faster. occl/gloo and occl/mpi-tcp use occl over TCP "
+        "(occl/gloo with occl's in-place time for allreduce, broadcast and reduce, which torch "
+        "only has in place); the occl columns are out-of-place. The last two columns are occl's "
+        "busbw as a share of the two-way loopback TCP bandwidth and of memcpy. '-' means not measured."
+        % rounds)
+
+
+def main():
+    p = argparse.ArgumentParser(
+        description="occl vs Gloo vs Open MPI on this machine (see the module docstring).")
+    p.add_argument("--out", help="JSONL file for all raw records "
+                   "(default bench/results/compare-<date>.jsonl)")
+    p.add_argument("--occl-bin", help="use this occl-bench instead of building it")
+    p.add_argument("--python", default="/usr/bin/python3", help="interpreter with torch for Gloo")
+    p.add_argument("--skip", default="", help="comma-separated: occl,gloo,mpi,limits")
+    p.add_argument("--no-check", dest="check", action="store_false",
+                   help="do not verify results (-c 0 everywhere)")
+    p.add_argument("--quick", action="store_true", help="few sizes and iterations (smoke test)")
+    p.add_argument("--timeout", type=float, default=600, help="seconds allowed per command")
+    p.add_argument("--repeat", type=int, default=3,
+                   help="rounds of every command; tables show the median (default 3)")
+    p.add_argument("--wait-idle", type=float, default=0, metavar="SECONDS",
+                   help="before each command, wait up to this long for the machine to be idle")
+    p.add_argument("--verbose", action="store_true", help="show every command's stderr")
+    p.add_argument("--table", metavar="JSONL", help="only print the tables of an earlier run")
+    p.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
+    args = p.parse_args()
+
+    try:
+        if args.table:
+            print_tables(load_records(args.table), args.markdown)
+            return 0
+        records, _ = run_all(args)
+        print_tables(records, args.markdown)
+    except BrokenPipeError:
+        # Output piped into head or similar; nothing left to say.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

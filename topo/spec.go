@@ -1,0 +1,145 @@
+package topo
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// FromSpec builds a topology from OCCL_TOPO's value: either the path of a
+// JSON topology file, or a spec of comma-separated key=value pairs:
+//
+//	hosts=HxR     H hosts of R ranks each (rank r on host r/R); required
+//	hbd=BW        intra-host bandwidth, e.g. 8GB/s, 800MB/s, 100Gb/s
+//	eps=BW        packet-network bandwidth per NIC
+//	ocs=BW        optical circuit bandwidth
+//	hbd_lat=D     latencies, e.g. 2us, 0.5ms (also eps_lat, ocs_lat)
+//	nics=rank     one NIC per rank, on rail = local rank (default)
+//	nics=host     one NIC per host, shared by its ranks
+//	rail_only=1   no packet path across rails of different hosts
+//
+// For example "hosts=4x2,hbd=8GB/s,eps=1GB/s" emulates four hosts of two
+// ranks whose intra-host links are eight times faster than the network.
+func FromSpec(spec string) (*Topology, error) {
+	spec = strings.TrimSpace(spec)
+	if spec == "" {
+		return nil, fmt.Errorf("topology: empty spec")
+	}
+	if !strings.Contains(spec, "=") {
+		return Load(spec)
+	}
+	kv := map[string]string{}
+	for _, part := range strings.Split(spec, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok {
+			return nil, fmt.Errorf("topology spec %q: %q is not key=value", spec, part)
+		}
+		kv[strings.ToLower(k)] = v
+	}
+	hs, ok := kv["hosts"]
+	if !ok {
+		return nil, fmt.Errorf("topology spec %q: hosts=HxR is required", spec)
+	}
+	h, r, err := parseGrid(hs)
+	if err != nil {
+		return nil, fmt.Errorf("topology spec %q: %w", spec, err)
+	}
+	t := Uniform(h, r)
+	t.Name = spec
+	for k, v := range kv {
+		var err error
+		switch k {
+		case "hosts":
+		case "hbd", "eps", "ocs":
+			p := t.Classes[LinkClass(k)]
+			p.Bandwidth, err = ParseBandwidth(v)
+			t.Classes[LinkClass(k)] = p
+		case "hbd_lat", "eps_lat", "ocs_lat":
+			c := LinkClass(strings.TrimSuffix(k, "_lat"))
+			p := t.Classes[c]
+			var d time.Duration
+			d, err = time.ParseDuration(v)
+			p.Latency = d.Seconds()
+			t.Classes[c] = p
+		case "nics":
+			switch v {
+			case "rank":
+			case "host":
+				t.shareNICs()
+			default:
+				err = fmt.Errorf("nics=%s: want rank or host", v)
+			}
+		case "rail_only":
+			t.RailOnly = v == "1" || v == "true"
+		default:
+			err = fmt.Errorf("unknown key %q", k)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("topology spec %q: %w", spec, err)
+		}
+	}
+	if err := t.Validate(); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// shareNICs gives every host a single NIC that all its ranks use.
+func (t *Topology) shareNICs() {
+	t.NICs = t.NICs[:0]
+	for h := range t.Hosts {
+		t.NICs = append(t.NICs, NIC{Host: h, Name: "nic0", Rail: 0, Class: EPS})
+	}
+	for r := range t.Ranks {
+		t.Ranks[r].NIC = t.Ranks[r].Host
+		t.Ranks[r].Rail = 0
+	}
+}
+
+func parseGrid(s string) (int, int, error) {
+	a, b, ok := strings.Cut(strings.ToLower(s), "x")
+	if !ok {
+		return 0, 0, fmt.Errorf("hosts=%s: want HxR", s)
+	}
+	h, err1 := strconv.Atoi(a)
+	r, err2 := strconv.Atoi(b)
+	if err1 != nil || err2 != nil || h < 1 || r < 1 {
+		return 0, 0, fmt.Errorf("hosts=%s: want positive HxR", s)
+	}
+	return h, r, nil
+}
+
+// ParseBandwidth parses a bandwidth such as "8GB/s", "800MB/s", "100Gb/s"
+// or "1.5e9" (bytes per second) into bytes per second. Decimal prefixes.
+func ParseBandwidth(s string) (float64, error) {
+	v := strings.TrimSuffix(strings.TrimSpace(s), "/s")
+	units := []struct {
+		suffix string
+		mult   float64
+	}{
+		{"GB", 1e9}, {"MB", 1e6}, {"KB", 1e3}, {"Gb", 1e9 / 8}, {"Mb", 1e6 / 8}, {"B", 1},
+	}
+	mult := 1.0
+	for _, u := range units {
+		if strings.HasSuffix(v, u.suffix) {
+			mult, v = u.mult, strings.TrimSuffix(v, u.suffix)
+			break
+		}
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || f <= 0 {
+		return 0, fmt.Errorf("bad bandwidth %q", s)
+	}
+	return f * mult, nil
+}
+
+// FromEnv returns the topology OCCL_TOPO describes, or nil if it is unset.
+func FromEnv() (*Topology, error) {
+	spec := os.Getenv("OCCL_TOPO")
+	if spec == "" {
+		return nil, nil
+	}
+	return FromSpec(spec)
+}

@@ -80,6 +80,16 @@ const (
 	AlgoLinear
 	// AlgoDissemination is the dissemination barrier.
 	AlgoDissemination
+	// AlgoHierarchical runs intra-host and inter-host phases (AllReduce:
+	// reduce-scatter, rail allreduce, allgather; AllGather and
+	// ReduceScatter: a rail phase and a host phase).
+	AlgoHierarchical
+	// AlgoGateway reduces onto one gateway per host, runs a ring among
+	// gateways and broadcasts back (AllReduce).
+	AlgoGateway
+	// Algo2D is RailX's 2D allreduce over hosts and rails, two halves in
+	// opposite dimension order at once (AllReduce).
+	Algo2D
 
 	numAlgorithms
 )
@@ -93,6 +103,9 @@ var algorithmNames = [numAlgorithms]string{
 	AlgoPairwise:      "pairwise",
 	AlgoLinear:        "linear",
 	AlgoDissemination: "dissemination",
+	AlgoHierarchical:  "hier",
+	AlgoGateway:       "gateway",
+	Algo2D:            "2d",
 }
 
 // Valid reports whether a is a known algorithm.

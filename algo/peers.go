@@ -40,7 +40,8 @@ type Peers interface {
 // allocated once and reused. A Workspace is not safe for concurrent use; one
 // operation runs at a time on a communicator.
 type Workspace struct {
-	slots [][]byte
+	slots    [][]byte
+	children []*Workspace
 }
 
 // Get returns a buffer of n bytes for the given slot. The contents are
@@ -70,5 +71,8 @@ func (w *Workspace) Release(keep int) {
 		if cap(b) > keep {
 			w.slots[i] = nil
 		}
+	}
+	for _, c := range w.children {
+		c.Release(keep)
 	}
 }

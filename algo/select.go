@@ -31,13 +31,13 @@ func Supports(c Collective, a Algorithm) bool {
 	}
 	switch c {
 	case OpAllReduce:
-		return a == AlgoRing || a == AlgoRHD || a == AlgoRD
+		return a == AlgoRing || a == AlgoRHD || a == AlgoRD || a == AlgoHierarchical || a == AlgoGateway || a == Algo2D
 	case OpBroadcast:
 		return a == AlgoTree
 	case OpReduce:
 		return a == AlgoTree || a == AlgoRing
 	case OpAllGather, OpReduceScatter:
-		return a == AlgoRing
+		return a == AlgoRing || a == AlgoHierarchical
 	case OpAllToAll, OpAllToAllV:
 		return a == AlgoPairwise
 	case OpGather, OpScatter:

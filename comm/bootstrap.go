@@ -67,6 +67,15 @@ func initTCP(ctx context.Context, id UniqueID, rank, size int, cfg config, rootL
 		}
 		return nil, invalidf("init: rank %d of size %d", rank, size)
 	}
+	if err := cfg.checkTopology(size); err != nil {
+		if rootLn != nil {
+			rootLn.Close()
+		}
+		return nil, err
+	}
+	if cfg.topology != nil {
+		cfg.hostID = virtualHostID(cfg.hostID, cfg.topology, rank)
+	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, cfg.timeout)
@@ -461,7 +470,11 @@ func (f *tcpFabric) split(ctx context.Context, p *opPeers, childID uint64, group
 	}
 	leader := group[0]
 	child.Addr = string(trimZero(all[leader*addrLen : (leader+1)*addrLen]))
-	return initTCP(ctx, child, self, len(group), f.cfg, rootLn)
+	cfg := f.cfg
+	if p.c.cfg.topology != nil {
+		cfg.topology = p.c.cfg.topology.Subset(group)
+	}
+	return initTCP(ctx, child, self, len(group), cfg, rootLn)
 }
 
 func trimZero(b []byte) []byte {

@@ -108,9 +108,16 @@ func (c *Communicator) allReduce(ctx context.Context, p *opPeers, src, data []by
 		return nil
 	}
 	red := op.Combiner()
-	a := algo.Select(algo.OpAllReduce, len(data), c.size, c.cfg.algo)
-	if a == algo.AlgoRing {
+	a := c.Algorithm(algo.OpAllReduce, len(data))
+	switch a {
+	case algo.AlgoRing:
 		return algo.AllReduceRingFrom(ctx, p, &c.ws, src, data, dt, red, c.cfg.chunk)
+	case algo.AlgoHierarchical:
+		return algo.AllReduceHierarchical(ctx, p, &c.ws, src, data, dt, red, c.hostGroups, c.cfg.chunk)
+	case algo.AlgoGateway:
+		return algo.AllReduceGateway(ctx, p, &c.ws, src, data, dt, red, c.hostGroups, c.cfg.chunk)
+	case algo.Algo2D:
+		return algo.AllReduce2D(ctx, p, &c.ws, src, data, dt, red, c.hostGroups, c.cfg.chunk)
 	}
 	if src != nil {
 		copy(data, src)
@@ -207,7 +214,7 @@ func (c *Communicator) ReduceAsync(ctx context.Context, send, recv Buffer, op Op
 		if c.size > 1 && len(data) > 0 {
 			red := op.Combiner()
 			var err error
-			if algo.Select(algo.OpReduce, len(data), c.size, c.cfg.algo) == algo.AlgoRing {
+			if c.Algorithm(algo.OpReduce, len(data)) == algo.AlgoRing {
 				err = algo.ReduceRing(ctx, p, &c.ws, data, dt, red, root, c.cfg.chunk)
 			} else {
 				err = algo.ReduceTree(ctx, p, &c.ws, data, dt, red, root)
@@ -263,6 +270,9 @@ func (c *Communicator) AllGatherAsync(ctx context.Context, send, recv Buffer) *R
 		if c.size == 1 || nb == 0 {
 			return nil
 		}
+		if c.Algorithm(algo.OpAllGather, len(recv.b)) == algo.AlgoHierarchical {
+			return algo.AllGatherHierarchical(ctx, p, &c.ws, recv.b, nb, c.hostGroups, c.cfg.chunk)
+		}
 		offs, lens := c.blocks(nb)
 		return algo.AllGatherRing(ctx, p, recv.b, offs, lens, c.cfg.chunk)
 	})
@@ -308,10 +318,18 @@ func (c *Communicator) ReduceScatterAsync(ctx context.Context, send, recv Buffer
 		for i := range segs {
 			segs[i] = i * n
 		}
-		if nb > 0 {
-			if err := algo.ReduceScatterRingFrom(ctx, p, &c.ws, src, data, dt, op.Combiner(), segs, c.cfg.chunk); err != nil {
+		if nb > 0 && c.size > 1 {
+			var err error
+			if c.Algorithm(algo.OpReduceScatter, len(send.b)) == algo.AlgoHierarchical {
+				err = algo.ReduceScatterHierarchical(ctx, p, &c.ws, src, data, dt, op.Combiner(), nb, c.hostGroups, c.cfg.chunk)
+			} else {
+				err = algo.ReduceScatterRingFrom(ctx, p, &c.ws, src, data, dt, op.Combiner(), segs, c.cfg.chunk)
+			}
+			if err != nil {
 				return err
 			}
+		} else if src != nil {
+			copy(data, src)
 		}
 		copy(recv.b, data[c.rank*nb:(c.rank+1)*nb])
 		algo.Finalize(recv.b, dt, op, c.size)

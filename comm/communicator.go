@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/occl/occl/algo"
+	"github.com/occl/occl/topo"
 	"github.com/occl/occl/transport"
 	"github.com/occl/occl/transport/mem"
 	"github.com/occl/occl/transport/shm"
@@ -48,9 +49,13 @@ type Communicator struct {
 	localRank int
 	localSize int
 
-	conns  []transport.Conn // by peer rank; nil at c.rank
-	ctrl   controlPlane
-	fabric fabric
+	conns []transport.Conn // by peer rank; nil at c.rank
+
+	topo       *topo.Topology // nil: one host, no description
+	model      *algo.Model
+	hostGroups [][]int // every host's ranks in local-rank order
+	ctrl       controlPlane
+	fabric     fabric
 
 	// Operation queue. seq counts collectives issued; the worker runs
 	// requests in order.
@@ -120,6 +125,7 @@ func newCommunicator(id uint64, rank int, hostIDs []string, conns []transport.Co
 		}
 	}
 	c.peers.c = c
+	c.setupModel()
 	go c.worker()
 	return c
 }
@@ -552,10 +558,19 @@ func describeOp(h *transport.Header) string {
 }
 
 // Algorithm returns the schedule the communicator runs for collective op
-// on a buffer of bytes bytes (the automatic choice, or the forced one where
-// it applies).
+// on a buffer of bytes bytes: the forced one where it applies, else the
+// cost model's choice when the communicator has a topology, else the
+// size-based choice.
 func (c *Communicator) Algorithm(op algo.Collective, bytes int) algo.Algorithm {
-	return algo.Select(op, bytes, c.size, c.cfg.algo)
+	if f := c.cfg.algo; f != algo.AlgoAuto && c.applicable(op, f) {
+		return f
+	}
+	if c.model != nil {
+		if a, _ := c.model.Choose(op, bytes); a != algo.AlgoAuto && c.applicable(op, a) {
+			return a
+		}
+	}
+	return algo.Select(op, bytes, c.size, algo.AlgoAuto)
 }
 
 // TransportName names the transports the communicator's connections use:

@@ -22,11 +22,17 @@ func NewLocal(size int, opts ...Option) ([]*Communicator, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := cfg.checkTopology(size); err != nil {
+		return nil, err
+	}
 	reg := &localRegistry{groups: map[uint64]*localGroup{}}
 	g := newLocalGroup(size)
 	hostIDs := make([]string, size)
 	for r := range hostIDs {
 		hostIDs[r] = cfg.hostID
+		if cfg.topology != nil {
+			hostIDs[r] = virtualHostID(cfg.hostID, cfg.topology, r)
+		}
 	}
 	const rootID = 0x10ca1
 	comms := make([]*Communicator, size)
@@ -103,5 +109,9 @@ func (reg *localRegistry) split(ctx context.Context, p *opPeers, childID uint64,
 	for i, r := range group {
 		hostIDs[i] = c.hostIDs[c.hosts[r]]
 	}
-	return g.member(self, childID, hostIDs, reg, c.cfg), nil
+	cfg := c.cfg
+	if cfg.topology != nil {
+		cfg.topology = cfg.topology.Subset(group)
+	}
+	return g.member(self, childID, hostIDs, reg, cfg), nil
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/occl/occl/algo"
 	"github.com/occl/occl/comm"
+	"github.com/occl/occl/topo"
 )
 
 // runLocal runs fn on every rank of an in-process communicator of size
@@ -409,4 +410,55 @@ func TestClosedCommunicator(t *testing.T) {
 	if err := c.Barrier(context.Background()); !errors.Is(err, comm.ErrClosed) {
 		t.Fatalf("Barrier after Close: %v", err)
 	}
+}
+
+// TestTopologySchedules runs the collectives with every topology-aware
+// schedule forced, and with the cost model's choice, on emulated hosts.
+func TestTopologySchedules(t *testing.T) {
+	for _, spec := range []string{"hosts=4x2", "hosts=3x3", "hosts=2x4", "hosts=3x1", "hosts=1x3"} {
+		for _, a := range []algo.Algorithm{algo.AlgoAuto, algo.AlgoHierarchical, algo.AlgoGateway, algo.Algo2D} {
+			top, err := topo.FromSpec(spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := len(top.Ranks)
+			t.Run(fmt.Sprintf("%s/%s", spec, a), func(t *testing.T) {
+				t.Parallel()
+				requireOK(t, runLocal(t, n, func(ctx context.Context, c *comm.Communicator) error {
+					if c.NumHosts() != len(top.Hosts) {
+						return fmt.Errorf("%d hosts, topology has %d", c.NumHosts(), len(top.Hosts))
+					}
+					if a != algo.AlgoAuto && c.Algorithm(algo.OpAllReduce, 1<<20) != a {
+						return fmt.Errorf("forced %s, running %s", a, c.Algorithm(algo.OpAllReduce, 1<<20))
+					}
+					return topologyChecks(ctx, c)
+				}, comm.WithTopology(top), comm.WithAlgorithm(a), comm.WithChunkSize(8192)))
+			})
+		}
+	}
+}
+
+// topologyChecks runs the collectives that have topology-aware schedules.
+func topologyChecks(ctx context.Context, c *comm.Communicator) error {
+	k := checker{ctx: ctx, c: c}
+	for _, n := range []int{0, 1, 1031, 20000} {
+		for _, dt := range []comm.DType{comm.Float32, comm.BFloat16} {
+			for _, op := range []comm.Op{comm.Sum, comm.Max} {
+				for _, inPlace := range []bool{false, true} {
+					if err := k.allReduce(dt, op, n, inPlace); err != nil {
+						return err
+					}
+					if err := k.reduceScatter(dt, op, n, inPlace); err != nil {
+						return err
+					}
+				}
+			}
+			for _, inPlace := range []bool{false, true} {
+				if err := k.allGather(dt, n, inPlace); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return k.split()
 }

@@ -34,6 +34,7 @@ type config struct {
 	heartbeatTimeout time.Duration
 	transport        string
 	affinity         bool
+	topology         *topo.Topology
 	log              *slog.Logger
 }
 
@@ -162,6 +163,7 @@ func (c *config) fromEnv() error {
 		}
 		return nil
 	})
+	env("OCCL_TOPO", func(v string) (e error) { c.topology, e = topo.FromSpec(v); return })
 	env("OCCL_TRANSPORT", func(v string) error { c.transport = strings.ToLower(v); return nil })
 	env("OCCL_HEARTBEAT_TIMEOUT", func(v string) (e error) { c.heartbeatTimeout, e = parseDuration(v); return })
 	return err

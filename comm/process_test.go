@@ -84,6 +84,14 @@ func worker(name string) int {
 				return fail("%v", err)
 			}
 		}
+	case "topology":
+		// OCCL_TOPO and OCCL_ALGO come from the environment.
+		if want := os.Getenv("OCCL_TEST_NUM_HOSTS"); want != strconv.Itoa(c.NumHosts()) {
+			return fail("%d hosts, want %s", c.NumHosts(), want)
+		}
+		if err := topologyChecks(ctx, c); err != nil {
+			return fail("%v", err)
+		}
 	case "hosts":
 		// OCCL_HOSTID is set to rank/2 by the test.
 		want := (c.Size() + 1) / 2
@@ -207,6 +215,27 @@ func TestProcessStriped(t *testing.T) {
 		t.Skip("large buffers")
 	}
 	job(t, "conformance", 3, "OCCL_TRANSPORT=tcp", "OCCL_TEST_STREAMS=2", "OCCL_TEST_LARGE=1")
+}
+
+// TestProcessVirtualHosts runs the topology-aware schedules across real
+// processes grouped into emulated hosts by OCCL_TOPO: shared memory inside
+// an emulated host, TCP between them.
+func TestProcessVirtualHosts(t *testing.T) {
+	cases := []struct {
+		spec, algo string
+		np, hosts  int
+	}{
+		{"hosts=4x2", "hier", 8, 4},
+		{"hosts=3x3", "2d", 9, 3},
+		{"hosts=2x4", "gateway", 8, 2},
+		{"hosts=2x3", "auto", 6, 2},
+	}
+	for _, tc := range cases {
+		t.Run(tc.spec+"/"+tc.algo, func(t *testing.T) {
+			job(t, "topology", tc.np, "OCCL_TOPO="+tc.spec, "OCCL_ALGO="+tc.algo,
+				fmt.Sprintf("OCCL_TEST_NUM_HOSTS=%d", tc.hosts))
+		})
+	}
 }
 
 func TestProcessHostIdentity(t *testing.T) {

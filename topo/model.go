@@ -298,3 +298,72 @@ func (t *Topology) JSON() []byte {
 	b, _ := json.MarshalIndent(t, "", "  ")
 	return b
 }
+
+// Subset returns the topology of the given ranks of t, renumbered in the
+// order given (rank i of the result is ranks[i] of t): hosts that keep no
+// rank are dropped, local ranks are renumbered in order, NICs of dropped
+// hosts and circuits touching them go away. A sub-communicator uses it.
+func (t *Topology) Subset(ranks []int) *Topology {
+	out := &Topology{Name: t.Name, RailOnly: t.RailOnly, Classes: map[LinkClass]LinkParams{}}
+	for c, p := range t.Classes {
+		out.Classes[c] = p
+	}
+	hostMap := map[int]int{}
+	for _, r := range ranks {
+		h := t.Ranks[r].Host
+		if _, ok := hostMap[h]; !ok {
+			hostMap[h] = len(out.Hosts)
+			out.Hosts = append(out.Hosts, t.Hosts[h])
+		}
+	}
+	nicMap := map[int]int{}
+	for i, n := range t.NICs {
+		if nh, ok := hostMap[n.Host]; ok {
+			nicMap[i] = len(out.NICs)
+			n.Host = nh
+			out.NICs = append(out.NICs, n)
+		}
+	}
+	local := map[int]int{}
+	for _, r := range ranks {
+		rk := t.Ranks[r]
+		rk.Host = hostMap[rk.Host]
+		rk.LocalRank = local[rk.Host]
+		local[rk.Host]++
+		if rk.NIC >= 0 {
+			rk.NIC = nicMap[rk.NIC]
+		}
+		out.Ranks = append(out.Ranks, rk)
+	}
+	for _, c := range t.Circuits {
+		a, okA := nicMap[c.A]
+		b, okB := nicMap[c.B]
+		if okA && okB {
+			out.Circuits = append(out.Circuits, Circuit{A: a, B: b, Bandwidth: c.Bandwidth})
+		}
+	}
+	return out
+}
+
+// FromHosts returns a topology of len(host) ranks where rank r is on host
+// host[r] (hosts numbered from 0), one NIC per rank on the packet network,
+// and the default link parameters: what a communicator knows of a fabric
+// it was given no description of.
+func FromHosts(host []int) *Topology {
+	n := 0
+	for _, h := range host {
+		n = max(n, h+1)
+	}
+	t := &Topology{Classes: DefaultClasses()}
+	for h := 0; h < n; h++ {
+		t.Hosts = append(t.Hosts, Host{Name: fmt.Sprintf("host%d", h), HBDomain: -1, ToR: -1})
+	}
+	local := make([]int, n)
+	for _, h := range host {
+		nic := len(t.NICs)
+		t.NICs = append(t.NICs, NIC{Host: h, Rail: local[h], Class: EPS})
+		t.Ranks = append(t.Ranks, Rank{Host: h, LocalRank: local[h], NIC: nic, Rail: local[h]})
+		local[h]++
+	}
+	return t
+}

@@ -87,3 +87,26 @@ func TestParseBandwidth(t *testing.T) {
 		}
 	}
 }
+
+func TestSubsetAndFromHosts(t *testing.T) {
+	top, _ := FromSpec("hosts=3x2")
+	sub := top.Subset([]int{5, 1, 4})
+	if err := sub.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if len(sub.Hosts) != 2 || sub.Ranks[0].Host != 0 || sub.Ranks[1].Host != 1 || sub.Ranks[2].Host != 0 ||
+		sub.Ranks[0].LocalRank != 0 || sub.Ranks[2].LocalRank != 1 {
+		t.Fatalf("subset ranks %+v", sub.Ranks)
+	}
+	if p := sub.Path(0, 2); p.Class != HBD {
+		t.Fatalf("ranks 5 and 4 share a host: %+v", p)
+	}
+	fh := FromHosts([]int{1, 0, 1, 0})
+	if err := fh.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	hr := fh.HostRanks()
+	if len(hr) != 2 || hr[0][0] != 1 || hr[0][1] != 3 || hr[1][1] != 2 {
+		t.Fatalf("host ranks %v", hr)
+	}
+}

@@ -1,0 +1,62 @@
+package algo
+
+import "context"
+
+// SubPeers returns a view of a subset of p's ranks as a smaller Peers, so a
+// schedule written for a whole communicator can run on one group of it (the
+// ranks of one host, one rail, one row of a grid). Index i of the view is
+// rank ranks[i] of p; p.Rank() must be one of them. Step labels of the view
+// are offset by base, so that the phases of a composite schedule stay
+// distinguishable on the wire.
+func SubPeers(p Peers, ranks []int, base uint32) Peers {
+	me := -1
+	for i, r := range ranks {
+		if r == p.Rank() {
+			me = i
+			break
+		}
+	}
+	if me < 0 {
+		panic("algo: SubPeers: this rank is not in the group")
+	}
+	s := subPeers{p: p, ranks: ranks, me: me, base: base}
+	if ep, ok := p.(EagerPeers); ok {
+		return eagerSubPeers{subPeers: s, ep: ep}
+	}
+	return s
+}
+
+type subPeers struct {
+	p     Peers
+	ranks []int
+	me    int
+	base  uint32
+}
+
+func (s subPeers) Rank() int { return s.me }
+func (s subPeers) Size() int { return len(s.ranks) }
+
+func (s subPeers) Send(ctx context.Context, peer int, step uint32, buf []byte) error {
+	return s.p.Send(ctx, s.ranks[peer], s.base+step, buf)
+}
+
+func (s subPeers) Recv(ctx context.Context, peer int, step uint32, buf []byte) error {
+	return s.p.Recv(ctx, s.ranks[peer], s.base+step, buf)
+}
+
+type eagerSubPeers struct {
+	subPeers
+	ep EagerPeers
+}
+
+func (s eagerSubPeers) EagerLimit(peer int) int { return s.ep.EagerLimit(s.ranks[peer]) }
+
+// Child returns the i-th child workspace of w, created on first use and
+// kept, for sub-schedules that run concurrently within one operation and
+// must not share staging buffers.
+func (w *Workspace) Child(i int) *Workspace {
+	for len(w.children) <= i {
+		w.children = append(w.children, &Workspace{})
+	}
+	return w.children[i]
+}

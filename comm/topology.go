@@ -1,0 +1,80 @@
+package comm
+
+import (
+	"fmt"
+
+	"github.com/occl/occl/algo"
+	"github.com/occl/occl/topo"
+)
+
+// WithTopology describes the fabric (OCCL_TOPO: a JSON file or a spec such
+// as hosts=4x2,hbd=8GB/s,eps=1GB/s). It must have exactly one rank per
+// rank of the communicator. The topology decides which ranks count as one
+// host (so one machine can run several emulated hosts: shared memory inside
+// an emulated host, TCP between them) and gives the cost model its link
+// parameters, from which the schedules are chosen.
+func WithTopology(t *topo.Topology) Option { return func(c *config) { c.topology = t } }
+
+// virtualHostID is this rank's host identity under a topology: the real
+// machine's identity (so emulated hosts on different machines never merge)
+// and the emulated host.
+func virtualHostID(real string, t *topo.Topology, rank int) string {
+	return fmt.Sprintf("%s/vhost%d", real, t.Ranks[rank].Host)
+}
+
+// checkTopology validates the configured topology against the size.
+func (c *config) checkTopology(size int) error {
+	if c.topology == nil {
+		return nil
+	}
+	if n := len(c.topology.Ranks); n != size {
+		return invalidf("topology describes %d ranks, the communicator has %d", n, size)
+	}
+	return nil
+}
+
+// setupModel gives the communicator its topology and cost model: the
+// configured topology, or, across several hosts without one, a topology of
+// the hosts it discovered with default link parameters. A single host
+// without a topology keeps the size-based choice of algo.Select.
+func (c *Communicator) setupModel() {
+	t := c.cfg.topology
+	if t == nil && c.NumHosts() > 1 {
+		t = topo.FromHosts(c.hosts)
+	}
+	if t == nil {
+		return
+	}
+	c.topo = t
+	c.model = algo.NewModel(t)
+	c.hostGroups = t.HostRanks()
+}
+
+// Topology returns the topology the communicator schedules for, or nil if
+// it has none (one host and no OCCL_TOPO).
+func (c *Communicator) Topology() *topo.Topology { return c.topo }
+
+// Predict returns the cost model's time in seconds for collective op with
+// schedule a on bytes bytes (the full buffer), and whether the model covers
+// it.
+func (c *Communicator) Predict(op algo.Collective, a algo.Algorithm, bytes int) (float64, bool) {
+	if c.model == nil {
+		return 0, false
+	}
+	return c.model.Predict(op, a, bytes)
+}
+
+// applicable reports whether schedule a can run collective op on this
+// communicator's layout.
+func (c *Communicator) applicable(op algo.Collective, a algo.Algorithm) bool {
+	if !algo.Supports(op, a) {
+		return false
+	}
+	switch a {
+	case algo.AlgoHierarchical, algo.Algo2D:
+		return c.hostGroups != nil && c.topo.Uniformity() > 0
+	case algo.AlgoGateway:
+		return c.hostGroups != nil
+	}
+	return true
+}

@@ -9,23 +9,35 @@ import (
 
 // Table writes results in nccl-tests' layout.
 type Table struct {
-	w     io.Writer
-	n     int
-	sumBW float64
-	wrong int64
+	w       io.Writer
+	n       int
+	sumBW   float64
+	wrong   int64
+	explain bool
 }
 
 // NewTable returns a table writing to w.
 func NewTable(w io.Writer) *Table { return &Table{w: w} }
 
+// Explain adds, after nccl-tests' columns, the schedule run, the cost
+// model's predicted time and measured/predicted (out of place).
+func (t *Table) Explain() { t.explain = true }
+
 // Header writes the column headings.
 func (t *Table) Header() {
 	fmt.Fprintf(t.w, "#\n")
 	fmt.Fprintf(t.w, "# %10s  %12s  %8s  %6s  %6s  %31s  %31s\n", "", "", "", "", "", "out-of-place", "in-place")
-	fmt.Fprintf(t.w, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s\n",
+	fmt.Fprintf(t.w, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s",
 		"size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong")
-	fmt.Fprintf(t.w, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s\n",
+	if t.explain {
+		fmt.Fprintf(t.w, "  %8s  %9s  %9s", "algo", "predicted", "meas/pred")
+	}
+	fmt.Fprintf(t.w, "\n# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s",
 		"(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "")
+	if t.explain {
+		fmt.Fprintf(t.w, "  %8s  %9s  %9s", "", "(us)", "")
+	}
+	fmt.Fprintln(t.w)
 }
 
 // Row writes one result.
@@ -36,6 +48,14 @@ func (t *Table) Row(r Result, dtypeName string) {
 		t.variant(r.InPlaceTimeUS, r.InPlaceAlgBW, r.InPlaceBusBW, r.InPlaceWrong)
 	} else {
 		fmt.Fprintf(t.w, "  %7s  %6s  %6s  %6s", "N/A", "N/A", "N/A", "N/A")
+	}
+	if t.explain {
+		pred, ratio := "N/A", "N/A"
+		if r.PredictedUS > 0 {
+			pred = formatTime(r.PredictedUS)
+			ratio = strconv.FormatFloat(r.TimeUS/r.PredictedUS, 'f', 2, 64)
+		}
+		fmt.Fprintf(t.w, "  %8s  %9s  %9s", r.Algo, pred, ratio)
 	}
 	fmt.Fprintln(t.w)
 	t.n++

@@ -45,6 +45,10 @@ type Result struct {
 	InPlaceAlgBW  float64 `json:"inplace_algbw_GBps"`
 	InPlaceBusBW  float64 `json:"inplace_busbw_GBps"`
 	InPlaceWrong  int64   `json:"inplace_wrong"`
+	// PredictedUS is the cost model's time for Algo, 0 when the
+	// communicator has no topology or the model does not cover the
+	// operation.
+	PredictedUS float64 `json:"predicted_us,omitempty"`
 }
 
 // Runner benchmarks one operation on one communicator. Buffers are
@@ -91,11 +95,14 @@ func (r *Runner) Run(ctx context.Context, size int) (Result, error) {
 	c, cfg := r.c, r.cfg
 	n := c.Size()
 	l := cfg.Op.Layout(size, r.es, n)
+	a := c.Algorithm(cfg.Op.Collective(), l.Bytes)
 	res := Result{
 		Impl: "occl", Op: cfg.Op, NP: n, Bytes: l.Bytes, Count: l.Count,
 		DType: cfg.DType.String(), RedOp: cfg.RedOp.String(), Root: -1,
-		Algo:      c.Algorithm(cfg.Op.Collective(), l.RecvCount*r.es).String(),
-		Transport: c.TransportName(),
+		Algo: a.String(), Transport: c.TransportName(),
+	}
+	if t, ok := c.Predict(cfg.Op.Collective(), a, l.Bytes); ok {
+		res.PredictedUS = t * 1e6
 	}
 	if !cfg.Op.Reduces() {
 		res.RedOp = "none"

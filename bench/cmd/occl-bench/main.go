@@ -76,6 +76,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		chunk     = sizeFlag(0)
 		noProgres = fs.Bool("quiet", false, "no progress lines on standard error")
 		affinity  = fs.Bool("affinity", true, "bind each local rank to its share of the CPUs (and GOMAXPROCS)")
+		topoSpec  = fs.String("topo", "", "fabric description: a JSON topology file or a spec such as hosts=4x2,hbd=8GB/s,eps=1GB/s (OCCL_TOPO)")
+		explain   = fs.Bool("explain", false, "print the schedule run and the cost model's predicted time next to the measured one")
 	)
 	fs.Var(&chunk, "chunk", "pipelining chunk size (0: default)")
 	if err := fs.Parse(args); err != nil {
@@ -124,6 +126,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if chunk > 0 {
 		opts = append(opts, comm.WithChunkSize(int(chunk)))
 	}
+	if *topoSpec != "" {
+		t, err := topo.FromSpec(*topoSpec)
+		if err != nil {
+			return fail("%v", err)
+		}
+		opts = append(opts, comm.WithTopology(t))
+	}
 	initCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	c, err := comm.InitFromEnv(initCtx, opts...)
 	cancel()
@@ -158,6 +167,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		stdout = io.Discard
 	}
 	table := bench.NewTable(stdout)
+	if *explain {
+		table.Explain()
+	}
 	if !*jsonOut {
 		fmt.Fprintf(stdout, "# occl-bench op %s nranks %d minBytes %d maxBytes %d step: %s warmup iters: %d iters: %d validation: %d\n",
 			op, c.Size(), minBytes, maxBytes, stepDesc(*factor, int(stepBytes)), *warmup, *iters, *check)

@@ -172,6 +172,15 @@ func initTCP(ctx context.Context, id UniqueID, rank, size int, cfg config, rootL
 		}
 		return nil, wrap("shared memory", err)
 	}
+	fabric, err := emulate(cfg, commID, rank, conns, false)
+	if err != nil {
+		for _, conn := range conns {
+			if conn != nil {
+				conn.Close()
+			}
+		}
+		return nil, wrap("emulation", err)
+	}
 
 	var server *ctrlServer
 	if rv != nil {
@@ -188,6 +197,7 @@ func initTCP(ctx context.Context, id UniqueID, rank, size int, cfg config, rootL
 	client := newCtrlClient(rank, ctrlConn, server, cfg, log)
 	fab := &tcpFabric{ln: dataLn, secret: id.Secret, cfg: cfg}
 	c = newCommunicator(commID, rank, hostIDs, conns, client, fab, cfg)
+	c.emu = fabric
 	client.start(c)
 	log.Info("occl: communicator ready", "hosts", c.NumHosts(), "local_rank", c.localRank, "local_size", c.localSize)
 	return c, nil

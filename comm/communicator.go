@@ -29,6 +29,7 @@ import (
 	"github.com/occl/occl/algo"
 	"github.com/occl/occl/topo"
 	"github.com/occl/occl/transport"
+	"github.com/occl/occl/transport/emu"
 	"github.com/occl/occl/transport/mem"
 	"github.com/occl/occl/transport/shm"
 	"github.com/occl/occl/transport/tcp"
@@ -51,6 +52,7 @@ type Communicator struct {
 
 	conns []transport.Conn // by peer rank; nil at c.rank
 
+	emu        *emu.Fabric    // shapes the connections, if emulating
 	topo       *topo.Topology // nil: one host, no description
 	model      *algo.Model
 	hostGroups [][]int // every host's ranks in local-rank order
@@ -478,6 +480,9 @@ func (c *Communicator) shutdown(ctx context.Context, drain bool) error {
 			conn.Close()
 		}
 	}
+	if c.emu != nil {
+		c.emu.Close()
+	}
 	c.fabric.release()
 	return err
 }
@@ -596,13 +601,15 @@ func (c *Communicator) TransportName() string {
 }
 
 func transportName(conn transport.Conn) string {
-	switch conn.(type) {
+	switch c := conn.(type) {
 	case *tcp.Conn:
 		return "tcp"
 	case *mem.Conn:
 		return "mem"
 	case *shm.Conn:
 		return "shm"
+	case *emu.Conn:
+		return "emu(" + transportName(c.Unwrap()) + ")"
 	}
 	return fmt.Sprintf("%T", conn)
 }

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/occl/occl/transport"
+	"github.com/occl/occl/transport/emu"
 	"github.com/occl/occl/transport/mem"
 )
 
@@ -35,6 +36,9 @@ func NewLocal(size int, opts ...Option) ([]*Communicator, error) {
 		}
 	}
 	const rootID = 0x10ca1
+	if err := g.emulate(cfg, rootID); err != nil {
+		return nil, err
+	}
 	comms := make([]*Communicator, size)
 	for r := range comms {
 		comms[r] = g.member(r, rootID, hostIDs, reg, cfg)
@@ -42,12 +46,38 @@ func NewLocal(size int, opts ...Option) ([]*Communicator, error) {
 	return comms, nil
 }
 
+// emulate wraps every pipe of the group in one in-process emulated fabric.
+func (g *localGroup) emulate(cfg config, id uint64) error {
+	if !cfg.emulate {
+		return nil
+	}
+	var err error
+	g.fabric, err = emu.New(cfg.topology, emu.Config{Key: fmt.Sprintf("%016x", id), Local: true})
+	if err != nil {
+		return fmt.Errorf("emulated fabric: %w", err)
+	}
+	for i := range g.conns {
+		for j, conn := range g.conns[i] {
+			if conn == nil {
+				continue
+			}
+			w, err := g.fabric.Wrap(conn, i, j)
+			if err != nil {
+				return fmt.Errorf("emulated fabric: %w", err)
+			}
+			g.conns[i][j] = w
+		}
+	}
+	return nil
+}
+
 // localGroup is the set of pipes and the control plane of one in-process
 // communicator.
 type localGroup struct {
-	size  int
-	conns [][]transport.Conn // conns[i][j]: rank i's end of the pipe to j
-	ctrl  *localControl
+	size   int
+	conns  [][]transport.Conn // conns[i][j]: rank i's end of the pipe to j
+	ctrl   *localControl
+	fabric *emu.Fabric // emulated links, if any
 }
 
 func newLocalGroup(size int) *localGroup {
@@ -87,10 +117,18 @@ func (reg *localRegistry) split(ctx context.Context, p *opPeers, childID uint64,
 		return nil, nil
 	}
 	c := p.c
+	cfg := c.cfg
+	if cfg.topology != nil {
+		cfg.topology = cfg.topology.Subset(group)
+	}
 	reg.mu.Lock()
 	g := reg.groups[childID]
 	if g == nil {
 		g = newLocalGroup(len(group))
+		if err := g.emulate(cfg, childID); err != nil {
+			reg.mu.Unlock()
+			return nil, err
+		}
 		reg.groups[childID] = g
 		if reg.joined == nil {
 			reg.joined = map[uint64]int{}
@@ -108,10 +146,6 @@ func (reg *localRegistry) split(ctx context.Context, p *opPeers, childID uint64,
 	hostIDs := make([]string, len(group))
 	for i, r := range group {
 		hostIDs[i] = c.hostIDs[c.hosts[r]]
-	}
-	cfg := c.cfg
-	if cfg.topology != nil {
-		cfg.topology = cfg.topology.Subset(group)
 	}
 	return g.member(self, childID, hostIDs, reg, cfg), nil
 }

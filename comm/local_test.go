@@ -462,3 +462,21 @@ func topologyChecks(ctx context.Context, c *comm.Communicator) error {
 	}
 	return k.split()
 }
+
+// TestEmulatedFabric runs the topology-aware schedules with every link
+// shaped by the emulated fabric (fast links, so it stays quick).
+func TestEmulatedFabric(t *testing.T) {
+	top, err := topo.FromSpec("hosts=2x2,hbd=20GB/s,eps=5GB/s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	requireOK(t, runLocal(t, 4, func(ctx context.Context, c *comm.Communicator) error {
+		if name := c.TransportName(); name != "emu(mem)" {
+			return fmt.Errorf("transport %s, want emu(mem)", name)
+		}
+		return topologyChecks(ctx, c)
+	}, comm.WithTopology(top), comm.WithEmulation(true)))
+	if _, err := comm.NewLocal(2, comm.WithEmulation(true)); !errors.Is(err, comm.ErrInvalidArgument) {
+		t.Fatalf("emulation without a topology: %v", err)
+	}
+}

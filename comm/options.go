@@ -35,6 +35,7 @@ type config struct {
 	transport        string
 	affinity         bool
 	topology         *topo.Topology
+	emulate          bool
 	log              *slog.Logger
 }
 
@@ -129,6 +130,9 @@ func newConfig(opts []Option) (config, error) {
 	default:
 		return c, invalidf("transport %q: want auto, tcp or shm", c.transport)
 	}
+	if c.emulate && c.topology == nil {
+		return c, invalidf("emulation needs a topology (OCCL_TOPO or WithTopology)")
+	}
 	if c.timeout <= 0 || c.chunk <= 0 || c.streams <= 0 || c.heartbeat <= 0 || c.heartbeatTimeout <= c.heartbeat {
 		return c, invalidf("configuration: timeout %v, chunk %d, streams %d, heartbeat %v/%v must be positive (and the heartbeat timeout longer than the interval)",
 			c.timeout, c.chunk, c.streams, c.heartbeat, c.heartbeatTimeout)
@@ -164,6 +168,7 @@ func (c *config) fromEnv() error {
 		return nil
 	})
 	env("OCCL_TOPO", func(v string) (e error) { c.topology, e = topo.FromSpec(v); return })
+	env("OCCL_EMULATE", func(v string) error { c.emulate = v == "1" || strings.EqualFold(v, "true"); return nil })
 	env("OCCL_TRANSPORT", func(v string) error { c.transport = strings.ToLower(v); return nil })
 	env("OCCL_HEARTBEAT_TIMEOUT", func(v string) (e error) { c.heartbeatTimeout, e = parseDuration(v); return })
 	return err

@@ -378,3 +378,9 @@ func TestProcessWrongSecret(t *testing.T) {
 		t.Fatalf("the real job failed: %v\n%s", err, out.String())
 	}
 }
+
+// TestProcessEmulated runs the topology checks across processes on an
+// emulated fabric: shared memory and TCP both shaped.
+func TestProcessEmulated(t *testing.T) {
+	job(t, "topology", 4, "OCCL_TOPO=hosts=2x2,hbd=10GB/s,eps=2GB/s", "OCCL_EMULATE=1", "OCCL_ALGO=hier", "OCCL_TEST_NUM_HOSTS=2")
+}

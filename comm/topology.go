@@ -5,6 +5,8 @@ import (
 
 	"github.com/occl/occl/algo"
 	"github.com/occl/occl/topo"
+	"github.com/occl/occl/transport"
+	"github.com/occl/occl/transport/emu"
 )
 
 // WithTopology describes the fabric (OCCL_TOPO: a JSON file or a spec such
@@ -14,6 +16,39 @@ import (
 // an emulated host, TCP between them) and gives the cost model its link
 // parameters, from which the schedules are chosen.
 func WithTopology(t *topo.Topology) Option { return func(c *config) { c.topology = t } }
+
+// WithEmulation shapes every connection to the topology's link bandwidth
+// and latency (OCCL_EMULATE=1), with transport/emu: one machine then
+// behaves like the multi-host fabric the topology describes, for tests and
+// benchmarks. It needs WithTopology.
+func WithEmulation(on bool) Option { return func(c *config) { c.emulate = on } }
+
+// emulate wraps every connection in an emulated fabric when the
+// configuration asks for it, and returns the fabric (nil if not emulating).
+func emulate(cfg config, key uint64, rank int, conns []transport.Conn, local bool) (*emu.Fabric, error) {
+	if !cfg.emulate {
+		return nil, nil
+	}
+	if !local {
+		emu.CleanStale("")
+	}
+	f, err := emu.New(cfg.topology, emu.Config{Key: fmt.Sprintf("%016x", key), Local: local})
+	if err != nil {
+		return nil, fmt.Errorf("emulated fabric: %w", err)
+	}
+	for r, conn := range conns {
+		if conn == nil {
+			continue
+		}
+		w, err := f.Wrap(conn, rank, r)
+		if err != nil {
+			f.Close()
+			return nil, fmt.Errorf("emulated fabric: rank %d: %w", r, err)
+		}
+		conns[r] = w
+	}
+	return f, nil
+}
 
 // virtualHostID is this rank's host identity under a topology: the real
 // machine's identity (so emulated hosts on different machines never merge)

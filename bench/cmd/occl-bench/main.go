@@ -77,6 +77,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		noProgres = fs.Bool("quiet", false, "no progress lines on standard error")
 		affinity  = fs.Bool("affinity", true, "bind each local rank to its share of the CPUs (and GOMAXPROCS)")
 		topoSpec  = fs.String("topo", "", "fabric description: a JSON topology file or a spec such as hosts=4x2,hbd=8GB/s,eps=1GB/s (OCCL_TOPO)")
+		emulate   = fs.Bool("emulate", false, "shape every link to the -topo fabric's bandwidth and latency (OCCL_EMULATE=1)")
 		explain   = fs.Bool("explain", false, "print the schedule run and the cost model's predicted time next to the measured one")
 	)
 	fs.Var(&chunk, "chunk", "pipelining chunk size (0: default)")
@@ -132,6 +133,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return fail("%v", err)
 		}
 		opts = append(opts, comm.WithTopology(t))
+	}
+	if *emulate {
+		opts = append(opts, comm.WithEmulation(true))
 	}
 	initCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	c, err := comm.InitFromEnv(initCtx, opts...)

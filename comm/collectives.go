@@ -358,6 +358,7 @@ func (c *Communicator) AllToAllAsync(ctx context.Context, send, recv Buffer) *Re
 		return c.failedRequest(name, err)
 	}
 	nb := len(send.b) / c.size
+	c.traffic.record(TrafficTag(ctx), c.size, nil, nb)
 	return c.submit(ctx, name, collHeader(algo.OpAllToAll, send.dt, 0, 0, send.Len()/c.size), func(ctx context.Context, p *opPeers) error {
 		offs, lens := c.blocks(nb)
 		return c.allToAll(ctx, p, send.b, offs, lens, recv.b, offs, lens)
@@ -399,6 +400,7 @@ func (c *Communicator) AllToAllVAsync(ctx context.Context, send Buffer, sendCoun
 	if err != nil {
 		return c.failedRequest(name, err)
 	}
+	c.traffic.record(TrafficTag(ctx), c.size, slens, 0)
 	return c.submit(ctx, name, collHeader(algo.OpAllToAllV, send.dt, 0, 0, 0), func(ctx context.Context, p *opPeers) error {
 		return c.allToAll(ctx, p, send.b, soffs, slens, recv.b, roffs, rlens)
 	})

@@ -76,8 +76,9 @@ type Communicator struct {
 	p2pRx  []uint64
 	splits uint64
 
-	hist  opHistory
-	watch watchdog
+	hist    opHistory
+	watch   watchdog
+	traffic monitor
 
 	failOnce sync.Once
 	failErr  atomic.Pointer[PeerError]

@@ -1,0 +1,159 @@
+package comm
+
+import (
+	"context"
+	"encoding/json"
+	"sort"
+	"sync"
+)
+
+// The traffic monitor counts the bytes every AllToAll and AllToAllV sends
+// from this rank to each peer, under a tag the caller attaches to the
+// context (an MoE layer and phase, say "layer3/dispatch"). Recording is a
+// few additions per operation on the calling rank; the full matrix of a tag
+// is assembled on demand by TrafficMatrix, a collective that gathers every
+// rank's row. Planners use it to predict the next phase's demand.
+
+type tagKey struct{}
+
+// WithTrafficTag returns a context whose all-to-all operations are counted
+// under tag.
+func WithTrafficTag(ctx context.Context, tag string) context.Context {
+	return context.WithValue(ctx, tagKey{}, tag)
+}
+
+// TrafficTag returns the tag WithTrafficTag attached to ctx ("" if none).
+func TrafficTag(ctx context.Context) string {
+	tag, _ := ctx.Value(tagKey{}).(string)
+	return tag
+}
+
+// monitor is one rank's traffic counters.
+type monitor struct {
+	mu   sync.Mutex
+	rows map[string]*trafficRow
+}
+
+type trafficRow struct {
+	bytes []uint64 // to each rank
+	ops   uint64
+}
+
+// record adds one operation's bytes per destination under tag.
+func (m *monitor) record(tag string, size int, lens []int, uniform int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.rows == nil {
+		m.rows = map[string]*trafficRow{}
+	}
+	r := m.rows[tag]
+	if r == nil {
+		r = &trafficRow{bytes: make([]uint64, size)}
+		m.rows[tag] = r
+	}
+	r.ops++
+	if lens == nil {
+		for j := range r.bytes {
+			r.bytes[j] += uint64(uniform)
+		}
+		return
+	}
+	for j, n := range lens {
+		r.bytes[j] += uint64(n)
+	}
+}
+
+func (m *monitor) row(tag string, size int) ([]uint64, uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]uint64, size)
+	if r := m.rows[tag]; r != nil {
+		copy(out, r.bytes)
+		return out, r.ops
+	}
+	return out, 0
+}
+
+func (m *monitor) tags() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]string, 0, len(m.rows))
+	for t := range m.rows {
+		out = append(out, t)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (m *monitor) reset(tag string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if tag == "" {
+		m.rows = nil
+		return
+	}
+	delete(m.rows, tag)
+}
+
+// Traffic is the all-to-all traffic of one tag: bytes from every rank to
+// every rank, and summed per host pair.
+type Traffic struct {
+	Tag string `json:"tag"`
+	// Ops is the number of operations recorded under the tag by each rank.
+	Ops []uint64 `json:"ops"`
+	// Ranks[i][j] is the bytes rank i sent to rank j.
+	Ranks [][]uint64 `json:"ranks"`
+	// Hosts[a][b] is the bytes ranks of host a sent to ranks of host b.
+	Hosts [][]uint64 `json:"hosts"`
+	// Host is the host index of every rank.
+	Host []int `json:"host"`
+}
+
+// JSON encodes the traffic matrix.
+func (t *Traffic) JSON() []byte {
+	b, _ := json.Marshal(t)
+	return b
+}
+
+// LocalTraffic returns the bytes this rank sent to every rank under tag,
+// and how many operations were counted. It does not communicate.
+func (c *Communicator) LocalTraffic(tag string) ([]uint64, uint64) {
+	return c.traffic.row(tag, c.size)
+}
+
+// TrafficTags lists the tags this rank has counted traffic under.
+func (c *Communicator) TrafficTags() []string { return c.traffic.tags() }
+
+// ResetTraffic forgets this rank's counters of tag, or of every tag when
+// tag is "". It does not communicate; call it on every rank to start a new
+// measurement.
+func (c *Communicator) ResetTraffic(tag string) { c.traffic.reset(tag) }
+
+// TrafficMatrix gathers every rank's counters of tag into the full matrix,
+// on every rank. It is a collective: every rank must call it.
+func (c *Communicator) TrafficMatrix(ctx context.Context, tag string) (*Traffic, error) {
+	n := c.size
+	row, ops := c.traffic.row(tag, n)
+	mine := make([]uint64, n+1)
+	mine[0] = ops
+	copy(mine[1:], row)
+	all := make([]uint64, n*(n+1))
+	if err := c.AllGather(ctx, Slice(mine), Slice(all)); err != nil {
+		return nil, err
+	}
+	t := &Traffic{Tag: tag, Ops: make([]uint64, n), Ranks: make([][]uint64, n), Host: append([]int(nil), c.hosts...)}
+	h := c.NumHosts()
+	t.Hosts = make([][]uint64, h)
+	for a := range t.Hosts {
+		t.Hosts[a] = make([]uint64, h)
+	}
+	for i := 0; i < n; i++ {
+		rec := all[i*(n+1) : (i+1)*(n+1)]
+		t.Ops[i] = rec[0]
+		t.Ranks[i] = append([]uint64(nil), rec[1:]...)
+		for j, b := range t.Ranks[i] {
+			t.Hosts[c.hosts[i]][c.hosts[j]] += b
+		}
+	}
+	return t, nil
+}

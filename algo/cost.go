@@ -146,7 +146,7 @@ func (m *Model) ringAllReduce(groups [][]int, n int, bytes float64) float64 {
 func (m *Model) AllReduce(a Algorithm, n int) (float64, bool) {
 	N := len(m.t.Ranks)
 	S := float64(n)
-	all := [][]int{seq(N)}
+	all := [][]int{m.t.RingOrder()}
 	switch a {
 	case AlgoRing:
 		return m.ringAllReduce(all, N, S), true
@@ -197,7 +197,7 @@ func (m *Model) AllGather(a Algorithm, n int) (float64, bool) {
 	S := float64(n)
 	switch a {
 	case AlgoRing:
-		return m.ringTime([][]int{seq(N)}, N-1, S/float64(N), false), true
+		return m.ringTime([][]int{m.t.RingOrder()}, N-1, S/float64(N), false), true
 	case AlgoHierarchical:
 		if !m.Uniform() {
 			return 0, false
@@ -215,7 +215,7 @@ func (m *Model) ReduceScatter(a Algorithm, n int) (float64, bool) {
 	S := float64(n)
 	switch a {
 	case AlgoRing:
-		return m.ringTime([][]int{seq(N)}, N-1, S/float64(N), true), true
+		return m.ringTime([][]int{m.t.RingOrder()}, N-1, S/float64(N), true), true
 	case AlgoHierarchical:
 		if !m.Uniform() {
 			return 0, false
@@ -328,12 +328,4 @@ func (m *Model) treeFlows(S float64) []flow {
 		}
 	}
 	return flows
-}
-
-func seq(n int) []int {
-	s := make([]int, n)
-	for i := range s {
-		s[i] = i
-	}
-	return s
 }

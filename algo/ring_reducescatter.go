@@ -58,6 +58,13 @@ func ReduceScatterRingFrom(ctx context.Context, p Peers, ws *Workspace, src, dat
 	return reduceScatterRing(ctx, p, ws, src, data, dt, op, layout{segs: segs, scale: dt.Size()}, chunkBytes, 0)
 }
 
+// ReduceScatterRingBlocks is ReduceScatterRingFrom with each rank's block
+// given by a byte offset and length (offs[i], lens[i] for ring position i),
+// so the blocks may be laid out in any order. src may be nil (in place).
+func ReduceScatterRingBlocks(ctx context.Context, p Peers, ws *Workspace, src, data []byte, dt DType, op Op, offs, lens []int, chunkBytes int) error {
+	return reduceScatterRing(ctx, p, ws, src, data, dt, op, layout{offs: offs, lens: lens, scale: dt.Size()}, chunkBytes, 0)
+}
+
 // layout describes the p blocks a ring schedule moves, without allocating:
 // either byte offsets and lengths, element boundaries segs scaled by the
 // element size, or (when both are nil) the balanced Partition of count

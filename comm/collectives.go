@@ -111,7 +111,8 @@ func (c *Communicator) allReduce(ctx context.Context, p *opPeers, src, data []by
 	a := c.Algorithm(algo.OpAllReduce, len(data))
 	switch a {
 	case algo.AlgoRing:
-		return algo.AllReduceRingFrom(ctx, p, &c.ws, src, data, dt, red, c.cfg.chunk)
+		rp, _ := c.ringPeers(p)
+		return algo.AllReduceRingFrom(ctx, rp, &c.ws, src, data, dt, red, c.cfg.chunk)
 	case algo.AlgoHierarchical:
 		return algo.AllReduceHierarchical(ctx, p, &c.ws, src, data, dt, red, c.hostGroups, c.cfg.chunk)
 	case algo.AlgoGateway:
@@ -273,8 +274,10 @@ func (c *Communicator) AllGatherAsync(ctx context.Context, send, recv Buffer) *R
 		if c.Algorithm(algo.OpAllGather, len(recv.b)) == algo.AlgoHierarchical {
 			return algo.AllGatherHierarchical(ctx, p, &c.ws, recv.b, nb, c.hostGroups, c.cfg.chunk)
 		}
+		rp, order := c.ringPeers(p)
 		offs, lens := c.blocks(nb)
-		return algo.AllGatherRing(ctx, p, recv.b, offs, lens, c.cfg.chunk)
+		offs, lens = permute(order, offs, lens)
+		return algo.AllGatherRing(ctx, rp, recv.b, offs, lens, c.cfg.chunk)
 	})
 }
 
@@ -322,6 +325,10 @@ func (c *Communicator) ReduceScatterAsync(ctx context.Context, send, recv Buffer
 			var err error
 			if c.Algorithm(algo.OpReduceScatter, len(send.b)) == algo.AlgoHierarchical {
 				err = algo.ReduceScatterHierarchical(ctx, p, &c.ws, src, data, dt, op.Combiner(), nb, c.hostGroups, c.cfg.chunk)
+			} else if rp, order := c.ringPeers(p); order != nil {
+				offs, lens := c.blocks(nb)
+				offs, lens = permute(order, offs, lens)
+				err = algo.ReduceScatterRingBlocks(ctx, rp, &c.ws, src, data, dt, op.Combiner(), offs, lens, c.cfg.chunk)
 			} else {
 				err = algo.ReduceScatterRingFrom(ctx, p, &c.ws, src, data, dt, op.Combiner(), segs, c.cfg.chunk)
 			}

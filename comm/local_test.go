@@ -480,3 +480,18 @@ func TestEmulatedFabric(t *testing.T) {
 		t.Fatalf("emulation without a topology: %v", err)
 	}
 }
+
+// TestRingOrder runs the flat ring schedules along a topology's ring order
+// (a permutation of the ranks, as a K-hop line or a Hamiltonian ring gives).
+func TestRingOrder(t *testing.T) {
+	top, _ := topo.FromSpec("hosts=5x1")
+	top.Ring = []int{3, 0, 4, 1, 2}
+	requireOK(t, runLocal(t, 5, func(ctx context.Context, c *comm.Communicator) error {
+		return topologyChecks(ctx, c)
+	}, comm.WithTopology(top), comm.WithAlgorithm(algo.AlgoRing), comm.WithChunkSize(4096)))
+	bad, _ := topo.FromSpec("hosts=2x1")
+	bad.Ring = []int{0, 0}
+	if err := bad.Validate(); err == nil {
+		t.Fatal("a ring that is not a permutation was accepted")
+	}
+}

@@ -113,3 +113,25 @@ func (c *Communicator) applicable(op algo.Collective, a algo.Algorithm) bool {
 	}
 	return true
 }
+
+// ringPeers returns the peers a flat ring runs on and the order of ranks
+// along it: the topology's ring if it has one (every hop a physical link),
+// else rank order.
+func (c *Communicator) ringPeers(p *opPeers) (algo.Peers, []int) {
+	if c.topo != nil && len(c.topo.Ring) == c.size {
+		return algo.SubPeers(p, c.topo.Ring, 0), c.topo.Ring
+	}
+	return p, nil
+}
+
+// permute reorders per-rank offsets and lengths into ring order.
+func permute(order, offs, lens []int) ([]int, []int) {
+	if order == nil {
+		return offs, lens
+	}
+	po, pl := make([]int, len(order)), make([]int, len(order))
+	for i, r := range order {
+		po[i], pl[i] = offs[r], lens[r]
+	}
+	return po, pl
+}

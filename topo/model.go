@@ -101,6 +101,11 @@ type Topology struct {
 	// RailOnly says there is no packet path between different rails of
 	// different HB domains (a rail-only fabric).
 	RailOnly bool `json:"rail_only,omitempty"`
+	// Ring, if set, is the order of ranks that flat ring schedules follow
+	// (a permutation of all ranks), so that every hop of the ring is a
+	// physical link: the line order of an InfinitePOD K-hop ring, a
+	// Hamiltonian ring of a RailX row. Empty means rank order.
+	Ring []int `json:"ring,omitempty"`
 }
 
 // DefaultClasses are parameters for a fabric described without numbers:
@@ -184,7 +189,32 @@ func (t *Topology) Validate() error {
 			return fmt.Errorf("class %s needs a positive bandwidth", c)
 		}
 	}
+	if len(t.Ring) > 0 {
+		if len(t.Ring) != len(t.Ranks) {
+			return fmt.Errorf("ring has %d ranks, the topology %d", len(t.Ring), len(t.Ranks))
+		}
+		seen := make([]bool, len(t.Ranks))
+		for _, r := range t.Ring {
+			if r < 0 || r >= len(t.Ranks) || seen[r] {
+				return fmt.Errorf("ring %v is not a permutation of the ranks", t.Ring)
+			}
+			seen[r] = true
+		}
+	}
 	return nil
+}
+
+// RingOrder returns the order of ranks flat rings follow: Ring if set,
+// else 0..n-1.
+func (t *Topology) RingOrder() []int {
+	if len(t.Ring) == len(t.Ranks) {
+		return append([]int(nil), t.Ring...)
+	}
+	out := make([]int, len(t.Ranks))
+	for i := range out {
+		out[i] = i
+	}
+	return out
 }
 
 // HostRanks returns, for every host, its ranks in local-rank order.
@@ -340,6 +370,17 @@ func (t *Topology) Subset(ranks []int) *Topology {
 		b, okB := nicMap[c.B]
 		if okA && okB {
 			out.Circuits = append(out.Circuits, Circuit{A: a, B: b, Bandwidth: c.Bandwidth})
+		}
+	}
+	if len(t.Ring) > 0 {
+		index := map[int]int{}
+		for i, r := range ranks {
+			index[r] = i
+		}
+		for _, r := range t.Ring {
+			if i, ok := index[r]; ok {
+				out.Ring = append(out.Ring, i)
+			}
 		}
 	}
 	return out

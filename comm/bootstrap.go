@@ -262,7 +262,8 @@ func sameHostLinks(ctx context.Context, cfg config, commID uint64, rank int, hos
 	results := make(chan result, len(local))
 	for _, r := range local {
 		go func() {
-			sc, err := shm.Connect(ctx, mesh[r], shm.Config{Comm: commID, Self: rank, Peer: r})
+			sc, err := shm.Connect(ctx, mesh[r], shm.Config{Comm: commID, Self: rank, Peer: r,
+				NoCMA: cfg.cmaThreshold == 0, CMAThreshold: cfg.cmaThreshold})
 			results <- result{r, sc, err}
 		}()
 	}

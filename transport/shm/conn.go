@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/occl/occl/transport"
 )
 
@@ -32,7 +34,7 @@ const (
 	// sleepSlice bounds a single futex sleep, so that cancellation of a
 	// context without a deadline and a dead peer that nobody reported are
 	// noticed within that time even without a wake-up.
-	sleepSlice = 2 * time.Millisecond
+	sleepSlice = 100 * time.Microsecond
 )
 
 var (
@@ -54,19 +56,37 @@ type Conn struct {
 	eager int
 	peer  int
 
+	// Single-copy transfers: payloads of at least cmaOutMin bytes that
+	// this side sends, and of at least cmaInMin bytes that it receives,
+	// travel by descriptor when cmaOut, respectively cmaIn, is set.
+	cmaOut, cmaIn       bool
+	cmaOutMin, cmaInMin int
+	reader              cmaReader // the peer's process, when cmaIn
+	// pieceHook, if set (by tests), runs between the pieces of a
+	// cross-memory read with the number of bytes copied so far.
+	pieceHook func(done int)
+
 	_ pad
 	// Producer state, used only by Send.
-	tail  uint64 // bytes written into out; authoritative copy
-	ptail uint64 // value of tail last published to shared memory
-	headC uint64 // last head read from shared memory (validated)
-	shdr  [transport.HeaderSize]byte
+	tail    uint64 // bytes written into out; authoritative copy
+	ptail   uint64 // value of tail last published to shared memory
+	headC   uint64 // last head read from shared memory (validated)
+	sticket uint64 // descriptors sent on out
+	doneC   uint64 // last completion count read from shared memory (validated)
+	lent    []byte // the payload the peer may be reading
+	shdr    [transport.HeaderSize]byte
+	sdesc   [descSize]byte
 
 	_ pad
 	// Consumer state, used only by Recv.
-	head  uint64 // bytes read from in; authoritative copy
-	phead uint64 // value of head last published to shared memory
-	tailC uint64 // last tail read from shared memory (validated)
-	rhdr  [transport.HeaderSize]byte
+	head    uint64 // bytes read from in; authoritative copy
+	phead   uint64 // value of head last published to shared memory
+	tailC   uint64 // last tail read from shared memory (validated)
+	rticket uint64 // descriptors completed on in
+	rhdr    [transport.HeaderSize]byte
+	rdesc   [descSize]byte
+	liov    [1]unix.Iovec
+	riov    [1]unix.RemoteIovec
 
 	_ pad
 
@@ -84,17 +104,37 @@ type Conn struct {
 
 var _ transport.Conn = (*Conn)(nil)
 
+// cmaSetup is what Connect agreed on about single-copy transfers.
+type cmaSetup struct {
+	out, in       bool
+	outMin, inMin int
+	reader        cmaReader // owned by the Conn from newConn on
+}
+
 // newConn joins two mapped rings into a Conn. ctl, if not nil, becomes the
 // liveness monitor of the connection and is closed with it.
-func newConn(out, in *mapping, peer int, ctl transport.Conn, want transport.Header) *Conn {
+func newConn(out, in *mapping, peer int, ctl transport.Conn, want transport.Header, cma cmaSetup) *Conn {
 	c := &Conn{out: out.ring, in: in.ring, outM: out, inM: in, peer: peer, ctl: ctl}
+	c.cmaOut, c.cmaOutMin = cma.out && cma.outMin > 0, cma.outMin
+	c.cmaIn, c.cmaInMin = cma.in && cma.inMin > 0, cma.inMin
+	c.reader = cma.reader
+	if !c.cmaIn {
+		c.reader.close()
+	}
 	c.eager = max(0, int(c.out.cap/4)-transport.HeaderSize)
+	if c.cmaOut {
+		// A frame sent by descriptor waits for the receiver.
+		c.eager = min(c.eager, c.cmaOutMin-1)
+	}
 	// The rings may not start at zero (they always do after Connect, but
 	// tests start them anywhere): adopt the counters once, then own them.
 	c.tail = c.out.tail.Load()
 	c.ptail, c.headC = c.tail, c.tail
 	c.head = c.in.head.Load()
 	c.phead, c.tailC = c.head, c.head
+	c.sticket = c.out.done.Load()
+	c.doneC = c.sticket
+	c.rticket = c.in.done.Load()
 	if ctl != nil {
 		c.monitored = make(chan struct{})
 		go c.monitor(want)
@@ -103,7 +143,9 @@ func newConn(out, in *mapping, peer int, ctl transport.Conn, want transport.Head
 }
 
 // EagerLimit implements transport.Conn: a quarter of the ring this side
-// writes, the same slack the other transports give.
+// writes, the same slack the other transports give, but less than the
+// threshold of single-copy transfers when they are used, since those wait
+// for the receiver.
 func (c *Conn) EagerLimit() int { return c.eager }
 
 // Peer returns the rank at the other end.
@@ -123,6 +165,9 @@ func (c *Conn) Send(ctx context.Context, h transport.Header, payload []byte) err
 	h.Encode(c.shdr[:])
 	if err := c.put(ctx, c.shdr[:]); err != nil {
 		return err
+	}
+	if c.cmaOut && len(payload) >= c.cmaOutMin {
+		return c.sendDesc(ctx, payload)
 	}
 	if err := c.put(ctx, payload); err != nil {
 		return err
@@ -150,6 +195,11 @@ func (c *Conn) Recv(ctx context.Context, want transport.Header, buf []byte) erro
 	if err := transport.Check(&got, &want); err != nil {
 		return err
 	}
+	if c.cmaIn && len(buf) >= c.cmaInMin {
+		// The sender uses the same rule: this frame carries a
+		// descriptor instead of the payload.
+		return c.recvDesc(ctx, buf)
+	}
 	if err := c.get(ctx, buf); err != nil {
 		return err
 	}
@@ -171,7 +221,7 @@ func (c *Conn) put(ctx context.Context, p []byte) error {
 			free = r.cap - (c.tail - c.headC)
 			if free == 0 {
 				c.publishTail()
-				if err := c.wait(ctx, false); err != nil {
+				if err := c.wait(ctx, forSpace); err != nil {
 					return err
 				}
 				continue
@@ -207,7 +257,7 @@ func (c *Conn) get(ctx context.Context, p []byte) error {
 			avail = c.tailC - c.head
 			if avail == 0 {
 				c.publishHead()
-				if err := c.wait(ctx, true); err != nil {
+				if err := c.wait(ctx, forData); err != nil {
 					return err
 				}
 				continue
@@ -287,28 +337,44 @@ func (c *Conn) publishHead() {
 	}
 }
 
+// waitFor is what a blocked call waits for.
+type waitFor uint8
+
+const (
+	forData  waitFor = iota // Recv: bytes in the in ring
+	forSpace                // Send: free space in the out ring
+	forDone                 // Send: the receiver finished a descriptor transfer
+)
+
 // ready reports whether the side can make progress: data to read for the
-// consumer, at least spaceWant free bytes for the producer.
-func (c *Conn) ready(consumer bool) (bool, error) {
-	if consumer {
+// consumer, at least spaceWant free bytes for the producer, the last
+// descriptor completed for a producer waiting for its transfer.
+func (c *Conn) ready(w waitFor) (bool, error) {
+	switch w {
+	case forData:
 		if err := c.loadTail(); err != nil {
 			return false, err
 		}
 		return c.tailC != c.head, nil
+	case forSpace:
+		if err := c.loadHead(); err != nil {
+			return false, err
+		}
+		return c.out.cap-(c.tail-c.headC) >= c.spaceWant(), nil
 	}
-	if err := c.loadHead(); err != nil {
+	if err := c.loadDone(); err != nil {
 		return false, err
 	}
-	return c.out.cap-(c.tail-c.headC) >= c.spaceWant(), nil
+	return c.doneC == c.sticket, nil
 }
 
 // spaceWant is how much free space a producer that found the ring full
 // waits for: a chunk, or a quarter of a small ring.
 func (c *Conn) spaceWant() uint64 { return min(chunk, c.out.cap/4) }
 
-// wait blocks until ready(consumer) holds, the connection is closed at
-// either end, or ctx ends. It spins a little, then sleeps on the futex
-// word of its ring in slices of at most sleepSlice.
+// wait blocks until ready(w) holds, the connection is closed at either
+// end, or ctx ends. It spins a little, then sleeps on the futex word of
+// its ring in slices of at most sleepSlice.
 //
 // Lost wake-ups are impossible: the sleeper stores its waiting flag and
 // then re-reads the counter; the other side stores the counter and then
@@ -316,16 +382,22 @@ func (c *Conn) spaceWant() uint64 { return min(chunk, c.out.cap/4) }
 // store is an XCHG, a full barrier), so at least one of the two sees the
 // other's store, and a wake-up bumps the futex word before waking so that a
 // FUTEX_WAIT racing with it returns at once.
-func (c *Conn) wait(ctx context.Context, consumer bool) error {
-	r := &c.out
-	seqw, flag, peerClosed, peerErr := r.spaceSeq, r.spaceWaiting, r.consClosed, errPeerClosedSend
-	if consumer {
-		r = &c.in
-		seqw, flag, peerClosed, peerErr = r.dataSeq, r.dataWaiting, r.prodClosed, errPeerClosedRecv
+func (c *Conn) wait(ctx context.Context, w waitFor) error {
+	var (
+		seqw, flag, peerClosed *atomic.Uint32
+		peerErr                error
+	)
+	switch w {
+	case forData:
+		seqw, flag, peerClosed, peerErr = c.in.dataSeq, c.in.dataWaiting, c.in.prodClosed, errPeerClosedRecv
+	case forSpace:
+		seqw, flag, peerClosed, peerErr = c.out.spaceSeq, c.out.spaceWaiting, c.out.consClosed, errPeerClosedSend
+	default:
+		seqw, flag, peerClosed, peerErr = c.out.doneSeq, c.out.doneWaiting, c.out.consClosed, errPeerClosedSend
 	}
 	var done <-chan struct{}
 	for i := 0; ; i++ {
-		ok, err := c.ready(consumer)
+		ok, err := c.ready(w)
 		if ok || err != nil {
 			return err
 		}
@@ -335,7 +407,7 @@ func (c *Conn) wait(ctx context.Context, consumer bool) error {
 		if peerClosed.Load() != 0 || c.gone.Load() {
 			// Whatever the peer published before closing is still
 			// delivered: look once more now that the flag is seen.
-			if ok, err := c.ready(consumer); ok || err != nil {
+			if ok, err := c.ready(w); ok || err != nil {
 				return err
 			}
 			return c.peerErr(peerErr)
@@ -367,11 +439,11 @@ func (c *Conn) wait(ctx context.Context, consumer bool) error {
 			d = min(d, left)
 		}
 		seq := seqw.Load()
-		if !consumer {
-			r.spaceTarget.Store(c.tail - r.cap + c.spaceWant())
+		if w == forSpace {
+			c.out.spaceTarget.Store(c.tail - c.out.cap + c.spaceWant())
 		}
 		flag.Store(1)
-		if ok, err := c.ready(consumer); ok || err != nil {
+		if ok, err := c.ready(w); ok || err != nil {
 			flag.Store(0)
 			return err
 		}
@@ -409,6 +481,7 @@ func (c *Conn) monitor(want transport.Header) {
 	if !c.closed.Load() {
 		bump(c.in.dataSeq)
 		bump(c.out.spaceSeq)
+		bump(c.out.doneSeq)
 	}
 	c.mu.RUnlock()
 }
@@ -427,6 +500,8 @@ func (c *Conn) Close() error {
 		bump(c.in.spaceSeq)
 		bump(c.in.dataSeq)
 		bump(c.out.spaceSeq)
+		bump(c.in.doneSeq)
+		bump(c.out.doneSeq)
 		if c.ctl != nil {
 			c.ctl.Close()
 		}
@@ -434,6 +509,7 @@ func (c *Conn) Close() error {
 		c.outM.unmap()
 		c.inM.unmap()
 		c.out, c.in = ring{}, ring{}
+		c.reader.close()
 		c.mu.Unlock()
 		if c.monitored != nil {
 			<-c.monitored

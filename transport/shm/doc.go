@@ -1,6 +1,7 @@
 // Package shm is occl's same-host transport: two processes (or two
 // goroutines) exchange frames through rings in shared memory, one ring per
-// direction.
+// direction. Large payloads can instead be copied once, straight from the
+// sender's buffer into the receiver's, by cross-memory attach.
 //
 // # Ring layout
 //
@@ -18,6 +19,9 @@
 //	768  producer-sleeping flag, and the head it waits for
 //	896  producer-closed flag
 //	1024 consumer-closed flag
+//	1152 done: descriptor transfers completed (written by the consumer only)
+//	1280 done futex word (the producer sleeps on it, the consumer bumps it)
+//	1408 producer-waiting-for-done flag
 //
 // Each field that changes sits in its own 128-byte slot so that the two
 // sides never write to the same cache line. Head and tail are free-running
@@ -51,6 +55,67 @@
 // its payload is touched, so garbage in the ring yields an error, not a
 // panic, an out-of-bounds access or an allocation sized by the garbage.
 //
+// # Single-copy transfers
+//
+// Through the ring every byte is copied twice. For large payloads the
+// receiver can instead read the sender's buffer directly with
+// process_vm_readv(2) (cross-memory attach, as in Open MPI's vader BTL):
+// one copy, no ring space, and the sender's CPU is free while it waits.
+//
+// Setup decides per direction whether this is possible (see Connect):
+// each side offers a probe, a page of random bytes, and the peer tries to
+// read it back. Where that fails (ptrace restrictions such as Yama or a
+// seccomp filter give EPERM, an old kernel ENOSYS, a peer in another pid
+// namespace reads back the wrong bytes or ESRCH), that direction silently
+// keeps the ring; Config.NoCMA turns the mechanism off. Both ends of one
+// process may use it too: a process can read its own memory.
+//
+// On a direction that uses it, every frame whose payload is at least the
+// sender's threshold (Config.CMAThreshold, DefaultCMAThreshold by default,
+// announced in the offer) is sent by descriptor, and all others through
+// the ring; the receiver knows the rule from setup, so no header bit marks
+// such frames and transport.Header is unchanged. The sender writes the
+// frame header as usual, Len being the payload length, followed by a
+// 32-byte descriptor instead of the payload: magic, address and length of
+// its buffer, and a ticket that counts the descriptors sent on the ring.
+// The receiver checks the header against what it expects
+// (transport.Check), then the descriptor: magic, a length equal to its
+// buffer's, the next ticket, an address range that does not wrap; a
+// descriptor that fails is a *transport.FrameError. It then copies the
+// payload straight into its buffer with process_vm_readv, in pieces of at
+// most 4 MiB between which it notices cancellation and a closed
+// connection, and publishes completion: it stores the ticket in the done
+// counter of the ring's control page and wakes the sender if it sleeps.
+// An address the sender never owned yields EFAULT, a process that is gone
+// ESRCH; both become errors, never a panic.
+//
+// The sender's Send returns only when the done counter reaches its ticket,
+// since the buffer is the caller's and must not change while it is read.
+// It waits like every other wait below (spin briefly, then sleep on the
+// done futex word), honours its context and notices a closed or dead peer.
+// The Go garbage collector does not move heap objects, and Send keeps the
+// slice referenced from the Conn until it returns, which also makes every
+// buffer passed to Send escape to the heap (a goroutine stack could move),
+// so the address stays valid for as long as the receiver may use it. A
+// Send that fails or is cancelled while the receiver may still read sets
+// the producer-closed flag of its ring before it returns and the caller
+// reuses the buffer. The receiver checks that flag after its copy and
+// fails with transport.ErrPeerClosed if it is set, so it never delivers
+// bytes that were read after the sender gave up; it also checks, through a
+// pidfd of the peer opened at setup, that the pid it read from still names
+// the peer, so a pid reused after the peer died cannot feed it foreign
+// bytes. Since a frame sent by descriptor waits for the receiver,
+// EagerLimit is kept below the threshold.
+//
+// The default threshold is set from measurements: process_vm_readv pins
+// every 4 KiB page of the remote buffer, which makes its copy much slower
+// than memcpy unless the sender's buffer is backed by huge pages, and a
+// Send by descriptor cannot return before the copy ends, so it cannot run
+// ahead of the receiver as a pipelined sender does through the ring.
+// On a 2-core virtual machine the ring was faster at every size measured
+// (1 to 64 MiB, 2 and 4 processes), so communicators turn single-copy
+// transfers on only when asked (comm.WithSingleCopy, OCCL_SHM_CMA=SIZE).
+//
 // # Waiting
 //
 // A side that cannot make progress re-reads the shared counter a few dozen
@@ -73,8 +138,9 @@
 // Connect runs the setup over an existing connection to the peer (for a
 // communicator, its authenticated TCP connection): each side creates the
 // ring it writes under /dev/shm (os.TempDir() if that does not exist),
-// named occl-<comm>-<from>-<to>-<epoch>-<pid>-<random>, announces it, maps
-// the peer's ring and unlinks it; both files are gone from the directory
+// named occl-<comm>-<from>-<to>-<epoch>-<pid>-<random>, announces it with
+// its probe, maps the peer's ring, unlinks it and probes the peer; the
+// acks carry the probe results. Both files are gone from the directory
 // when Connect returns, so nothing is left behind if a process is killed
 // later. CleanStale removes the files of processes killed during setup.
 //
@@ -82,6 +148,8 @@
 // watches it. When the peer's process dies the kernel closes its socket,
 // the watch sees the error, marks the peer gone and wakes any sleeper, so a
 // pending Send or Recv fails promptly with an error wrapping
-// transport.ErrPeerClosed. Close sets this side's closed flags in shared
+// transport.ErrPeerClosed: that includes a Send waiting for the peer to
+// copy its buffer, and a Recv copying from a peer that dies (its next
+// piece fails with ESRCH, or it sees the peer gone between pieces). Close sets this side's closed flags in shared
 // memory, wakes the peer and closes the control connection.
 package shm

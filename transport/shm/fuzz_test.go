@@ -87,7 +87,7 @@ func FuzzRecvCorrupt(f *testing.F) {
 		in.fill(start, data)
 		in.prodClosed.Store(1) // nothing more will come: no waiting
 		out.reset(0, 0)
-		c := newConn(out, in, 1, nil, transport.Header{})
+		c := newConn(out, in, 1, nil, transport.Header{}, cmaSetup{})
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 
@@ -145,7 +145,7 @@ func FuzzSendCorrupt(f *testing.F) {
 		out.head.Store(start + hdelta)
 		out.consClosed.Store(0)
 		in.reset(0, 0)
-		c := newConn(out, in, 1, nil, transport.Header{})
+		c := newConn(out, in, 1, nil, transport.Header{}, cmaSetup{})
 		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
 		defer cancel()
 		err := c.Send(ctx, fuzzWant, payload[:n])
@@ -178,7 +178,7 @@ func TestCorruptCounters(t *testing.T) {
 	// A tail more than a ring ahead of the head.
 	in, out := anonRing(t, MinCapacity), anonRing(t, MinCapacity)
 	in.reset(0, MinCapacity+1)
-	c := newConn(out, in, 1, nil, transport.Header{})
+	c := newConn(out, in, 1, nil, transport.Header{}, cmaSetup{})
 	if err := c.Recv(ctx, fuzzWant, nil); !errors.As(err, &fe) {
 		t.Fatalf("Recv with a bogus tail = %v, want FrameError", err)
 	}
@@ -186,7 +186,7 @@ func TestCorruptCounters(t *testing.T) {
 	// A tail that moves backwards.
 	in.reset(0, 0)
 	in.fill(0, validFrame(2 * MinCapacity)[:MinCapacity])
-	c = newConn(out, in, 1, nil, transport.Header{})
+	c = newConn(out, in, 1, nil, transport.Header{}, cmaSetup{})
 	done := make(chan error, 1)
 	go func() { done <- c.Recv(ctx, fuzzWant, make([]byte, 2*MinCapacity)) }()
 	in.tail.Store(MinCapacity)
@@ -199,7 +199,7 @@ func TestCorruptCounters(t *testing.T) {
 	// A head beyond the tail, seen when the producer needs space.
 	in.reset(0, 0)
 	out.reset(0, 0)
-	c = newConn(out, in, 1, nil, transport.Header{})
+	c = newConn(out, in, 1, nil, transport.Header{}, cmaSetup{})
 	go func() {
 		time.Sleep(20 * time.Millisecond)
 		out.head.Store(1 << 40)

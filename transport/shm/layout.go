@@ -49,9 +49,12 @@ const (
 	offSpaceTarget  = 6*slot + 8 // uint64, head value the sleeping producer waits for
 	offProdClosed   = 7 * slot   // uint32, nonzero once the producer closed
 	offConsClosed   = 8 * slot   // uint32, nonzero once the consumer closed
+	offDone         = 9 * slot   // uint64, descriptor transfers completed (consumer)
+	offDoneSeq      = 10 * slot  // uint32 futex word the producer sleeps on for a transfer
+	offDoneWaiting  = 11 * slot  // uint32, 1 while the producer sleeps for a transfer
 
 	ringMagic   uint64 = 0x314d48534c43434f // "OCCLSHM1", little endian
-	ringVersion uint32 = 1
+	ringVersion uint32 = 2
 	nonceSize          = 16
 	filePrefix         = "occl-"
 )
@@ -70,6 +73,8 @@ type ring struct {
 	spaceSeq, spaceWaiting     *atomic.Uint32
 	spaceTarget                *atomic.Uint64
 	prodClosed, consClosed     *atomic.Uint32
+	done                       *atomic.Uint64
+	doneSeq, doneWaiting       *atomic.Uint32
 	magic                      *atomic.Uint64
 	version, ctrlSz, creatorID *atomic.Uint32
 	capField                   *atomic.Uint64
@@ -102,6 +107,9 @@ func viewRing(m []byte, capacity uint64) ring {
 		spaceTarget:  u64(offSpaceTarget),
 		prodClosed:   u32(offProdClosed),
 		consClosed:   u32(offConsClosed),
+		done:         u64(offDone),
+		doneSeq:      u32(offDoneSeq),
+		doneWaiting:  u32(offDoneWaiting),
 		magic:        u64(offMagic),
 		version:      u32(offVersion),
 		ctrlSz:       u32(offCtrlSize),

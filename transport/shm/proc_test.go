@@ -2,6 +2,7 @@ package shm_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -23,7 +24,26 @@ const (
 	envChild = "OCCL_SHM_TEST_CHILD"
 	envAddr  = "OCCL_SHM_TEST_ADDR"
 	envComm  = "OCCL_SHM_TEST_COMM"
+	envCap   = "OCCL_SHM_TEST_CAPACITY"
+	envNoCMA = "OCCL_SHM_TEST_NOCMA"
+	envThr   = "OCCL_SHM_TEST_CMA_THRESHOLD"
 )
+
+// childConfig is the part of the child's shm.Config that tests choose; the
+// parent uses the same.
+type childConfig struct {
+	capacity  int
+	noCMA     bool
+	threshold int
+}
+
+func (cc childConfig) apply(c *shm.Config) {
+	c.Capacity, c.NoCMA, c.CMAThreshold = cc.capacity, cc.noCMA, cc.threshold
+}
+
+// procCfg is the configuration of the original cross-process tests: a
+// small ring, default single-copy transfers.
+var procCfg = childConfig{capacity: 256 << 10}
 
 var testSecret = []byte("0123456789abcdef")
 
@@ -48,7 +68,7 @@ func child(mode string) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	tc, err := tcp.Dial(ctx, os.Getenv(envAddr), testSecret,
 		tcp.Hello{Purpose: tcp.PurposeData, Comm: comm, Epoch: 1, From: 1, To: 0, NStreams: 1})
@@ -59,7 +79,17 @@ func child(mode string) error {
 	if err != nil {
 		return err
 	}
-	c, err := shm.Connect(ctx, ctl, shm.Config{Comm: comm, Epoch: 1, Self: 1, Peer: 0, Capacity: 256 << 10})
+	capacity, err := strconv.Atoi(os.Getenv(envCap))
+	if err != nil {
+		return err
+	}
+	threshold, err := strconv.Atoi(os.Getenv(envThr))
+	if err != nil {
+		return err
+	}
+	cfg := shm.Config{Comm: comm, Epoch: 1, Self: 1, Peer: 0}
+	childConfig{capacity: capacity, noCMA: os.Getenv(envNoCMA) == "1", threshold: threshold}.apply(&cfg)
+	c, err := shm.Connect(ctx, ctl, cfg)
 	if err != nil {
 		return err
 	}
@@ -76,17 +106,54 @@ func child(mode string) error {
 		}
 		// Wait for the parent to finish receiving before closing.
 		return c.Recv(ctx, transport.Header{Kind: transport.KindControl, Comm: comm, Seq: 1}, nil)
+	case "sizes":
+		// Large frames both ways, then wait for the parent.
+		sizes := cmaSizes(shm.DefaultCMAThreshold)
+		errs := make(chan error, 2)
+		go func() { errs <- sendSizes(ctx, c, 1, sizes) }()
+		go func() { errs <- recvSizes(ctx, c, 0, sizes) }()
+		for range 2 {
+			if err := <-errs; err != nil {
+				return err
+			}
+		}
+		return c.Recv(ctx, transport.Header{Kind: transport.KindControl, Comm: comm, Seq: 1}, nil)
 	case "hang":
 		if err := c.Send(ctx, transport.Header{Kind: transport.KindControl, Comm: comm}, []byte("ready")); err != nil {
 			return err
 		}
 		time.Sleep(time.Hour)
+	case "bigsend":
+		// One large frame, whose Send waits for the parent's copy
+		// until the parent kills this process.
+		if err := c.Send(ctx, transport.Header{Kind: transport.KindControl, Comm: comm}, []byte("ready")); err != nil {
+			return err
+		}
+		buf := make([]byte, bigSend)
+		fillSeq(buf, 9, 0)
+		if err := c.Send(ctx, transport.Header{Kind: transport.KindControl, Comm: comm, Seq: 1}, buf); err != nil {
+			return err
+		}
+		time.Sleep(time.Hour)
+	case "sink":
+		return sink(ctx, c, comm)
 	}
 	return fmt.Errorf("unknown mode %q", mode)
 }
 
-// startChild starts the peer process in mode and connects to it.
-func startChild(t *testing.T, mode string) (*shm.Conn, *exec.Cmd, uint64) {
+// bigSend is the size of the frame of the bigsend child: many pieces.
+const bigSend = 16 * shm.PieceSize
+
+// startChild starts the peer process in mode and connects to it, both
+// sides with procCfg.
+func startChild(t testing.TB, mode string) (*shm.Conn, *exec.Cmd, uint64) {
+	t.Helper()
+	return startChildWith(t, mode, procCfg)
+}
+
+// startChildWith starts the peer process in mode and connects to it, both
+// sides configured with cc.
+func startChildWith(t testing.TB, mode string, cc childConfig) (*shm.Conn, *exec.Cmd, uint64) {
 	t.Helper()
 	comm := uint64(time.Now().UnixNano())<<8 | 0x5
 	ln, err := tcp.Listen("127.0.0.1:0", testSecret, nil, nil)
@@ -95,7 +162,12 @@ func startChild(t *testing.T, mode string) (*shm.Conn, *exec.Cmd, uint64) {
 	}
 	defer ln.Close()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), envChild+"="+mode, envAddr+"="+ln.Addr().String(), envComm+"="+strconv.FormatUint(comm, 16))
+	noCMA := "0"
+	if cc.noCMA {
+		noCMA = "1"
+	}
+	cmd.Env = append(os.Environ(), envChild+"="+mode, envAddr+"="+ln.Addr().String(), envComm+"="+strconv.FormatUint(comm, 16),
+		envCap+"="+strconv.Itoa(cc.capacity), envNoCMA+"="+noCMA, envThr+"="+strconv.Itoa(cc.threshold))
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -114,9 +186,15 @@ func startChild(t *testing.T, mode string) (*shm.Conn, *exec.Cmd, uint64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := shm.Connect(ctx, ctl, shm.Config{Comm: comm, Epoch: 1, Self: 0, Peer: 1, Capacity: 256 << 10})
+	cfg := shm.Config{Comm: comm, Epoch: 1, Self: 0, Peer: 1}
+	cc.apply(&cfg)
+	c, err := shm.Connect(ctx, ctl, cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if send, recv := c.CMA(); send == cc.noCMA || recv == cc.noCMA {
+		c.Close()
+		t.Fatalf("CMA() = %v, %v with NoCMA %v", send, recv, cc.noCMA)
 	}
 	return c, cmd, comm
 }
@@ -147,10 +225,43 @@ func TestTwoProcesses(t *testing.T) {
 	}
 }
 
-// A peer killed while this side is blocked in Recv and in Send (on a full
-// ring) is noticed within a couple of seconds, and leaves no file behind.
+// Large frames, sent by descriptor and read across processes, go both ways
+// intact: sizes around the threshold, several MiB, not multiples of 4 KiB.
+func TestTwoProcessesCMA(t *testing.T) {
+	c, cmd, comm := startChildWith(t, "sizes", childConfig{})
+	defer c.Close()
+	sizes := cmaSizes(shm.DefaultCMAThreshold)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	errs := make(chan error, 2)
+	go func() { errs <- sendSizes(ctx, c, 0, sizes) }()
+	go func() { errs <- recvSizes(ctx, c, 1, sizes) }()
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Send(ctx, transport.Header{Kind: transport.KindControl, Comm: comm, Seq: 1}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("child: %v", err)
+	}
+}
+
+// A peer killed while this side is blocked in Recv and in Send is noticed
+// within a couple of seconds, and leaves no file behind. The Send of 8 MiB
+// waits for the peer to copy it (cma) or on a full ring (ring).
 func TestPeerKilled(t *testing.T) {
-	c, cmd, comm := startChild(t, "hang")
+	for _, mode := range []string{"cma", "ring"} {
+		t.Run(mode, func(t *testing.T) {
+			testPeerKilled(t, childConfig{capacity: 256 << 10, noCMA: mode == "ring"})
+		})
+	}
+}
+
+func testPeerKilled(t *testing.T, cc childConfig) {
+	c, cmd, comm := startChildWith(t, "hang", cc)
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -191,6 +302,55 @@ func TestPeerKilled(t *testing.T) {
 	assertNoFiles(t, shm.DefaultDir(), comm)
 }
 
+// A sender killed while this side copies its buffer makes Recv fail
+// promptly with ErrPeerClosed, whether it dies between two pieces of the
+// copy or before the copy starts.
+func TestPeerKilledMidTransfer(t *testing.T) {
+	for _, when := range []string{"during", "before"} {
+		t.Run(when, func(t *testing.T) {
+			c, cmd, comm := startChildWith(t, "bigsend", childConfig{})
+			defer c.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := c.Recv(ctx, transport.Header{Kind: transport.KindControl, Comm: comm}, make([]byte, 5)); err != nil {
+				t.Fatal(err)
+			}
+			kill := func() {
+				if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+					t.Error(err)
+				}
+				cmd.Wait() // reaped: its pid may now be reused
+			}
+			pieces := 0
+			switch when {
+			case "during":
+				shm.SetPieceHook(c, func(int) {
+					if pieces++; pieces == 2 {
+						kill()
+					}
+				})
+			case "before":
+				// Let the descriptor arrive first.
+				time.Sleep(200 * time.Millisecond)
+				kill()
+			}
+			start := time.Now()
+			buf := make([]byte, bigSend)
+			err := c.Recv(ctx, transport.Header{Kind: transport.KindControl, Comm: comm, Seq: 1}, buf)
+			if !errors.Is(err, transport.ErrPeerClosed) {
+				t.Fatalf("Recv from a sender killed %s the copy = %v, want ErrPeerClosed", when, err)
+			}
+			if d := time.Since(start); d > 2*time.Second {
+				t.Fatalf("Recv failed only after %v", d)
+			}
+			if when == "during" && pieces != 2 {
+				t.Fatalf("copy went on for %d pieces after the sender died", pieces-2)
+			}
+			t.Logf("Recv: %v", err)
+		})
+	}
+}
+
 // deadPID returns the pid of a process that has exited and been reaped.
 func deadPID(t *testing.T) int {
 	t.Helper()
@@ -200,4 +360,79 @@ func deadPID(t *testing.T) int {
 		t.Fatal(err)
 	}
 	return cmd.Process.Pid
+}
+
+// sink is the child of BenchmarkTwoProcesses. It receives batches: a
+// control frame with the size and number of frames, the frames, and then
+// it acknowledges the batch. A batch of size 0 ends it.
+func sink(ctx context.Context, c *shm.Conn, comm uint64) error {
+	var ctl [16]byte
+	var buf []byte
+	for seq := uint64(1); ; seq++ {
+		h := transport.Header{Kind: transport.KindControl, Comm: comm, Seq: seq}
+		if err := c.Recv(ctx, h, ctl[:]); err != nil {
+			return err
+		}
+		size, count := int(binary.LittleEndian.Uint64(ctl[0:])), int(binary.LittleEndian.Uint64(ctl[8:]))
+		if size == 0 {
+			return nil
+		}
+		if len(buf) < size {
+			buf = make([]byte, size)
+		}
+		for i := range count {
+			if err := c.Recv(ctx, transport.Header{Kind: transport.KindP2P, Comm: comm, Seq: uint64(i)}, buf[:size]); err != nil {
+				return err
+			}
+		}
+		if err := c.Send(ctx, h, nil); err != nil {
+			return err
+		}
+	}
+}
+
+// BenchmarkTwoProcesses measures one-way throughput from this process to
+// another through the rings (ring) and by descriptor (cma: a threshold of
+// 1 MiB), with the default configuration otherwise.
+func BenchmarkTwoProcesses(b *testing.B) {
+	for _, mode := range []string{"ring", "cma"} {
+		b.Run(mode, func(b *testing.B) {
+			c, cmd, comm := startChildWith(b, "sink", childConfig{noCMA: mode == "ring", threshold: 1 << 20})
+			defer c.Close()
+			ctx := context.Background()
+			var seq uint64
+			batch := func(size, count int) error {
+				seq++
+				var ctl [16]byte
+				binary.LittleEndian.PutUint64(ctl[0:], uint64(size))
+				binary.LittleEndian.PutUint64(ctl[8:], uint64(count))
+				h := transport.Header{Kind: transport.KindControl, Comm: comm, Seq: seq}
+				return c.Send(ctx, h, ctl[:])
+			}
+			for _, size := range []int{1 << 20, 4 << 20, 16 << 20} {
+				b.Run(sizeName(size), func(b *testing.B) {
+					buf := make([]byte, size)
+					b.SetBytes(int64(size))
+					b.ReportAllocs()
+					if err := batch(size, b.N); err != nil {
+						b.Fatal(err)
+					}
+					for i := range b.N {
+						if err := c.Send(ctx, transport.Header{Kind: transport.KindP2P, Comm: comm, Seq: uint64(i)}, buf); err != nil {
+							b.Fatal(err)
+						}
+					}
+					if err := c.Recv(ctx, transport.Header{Kind: transport.KindControl, Comm: comm, Seq: seq}, nil); err != nil {
+						b.Fatal(err)
+					}
+				})
+			}
+			if err := batch(0, 0); err != nil {
+				b.Fatal(err)
+			}
+			if err := cmd.Wait(); err != nil {
+				b.Fatalf("child: %v", err)
+			}
+		})
+	}
 }

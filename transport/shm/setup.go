@@ -35,6 +35,19 @@ type Config struct {
 	Capacity int
 	// Dir is where this side creates its ring file; "" means DefaultDir().
 	Dir string
+	// NoCMA turns off single-copy transfers by cross-memory attach in
+	// both directions: this side neither offers its memory to the peer
+	// nor reads the peer's, and every payload goes through the rings.
+	// Without it they are used in each direction where setup finds that
+	// the receiver can read the sender's memory.
+	NoCMA bool
+	// CMAThreshold is the smallest payload, in bytes, that this side
+	// sends by descriptor for the peer to copy out of this process's
+	// memory, when that direction uses cross-memory attach; 0 means
+	// DefaultCMAThreshold. The two directions may differ. Smaller
+	// payloads go through the ring, and so do all payloads when the
+	// peer cannot read this process.
+	CMAThreshold int
 }
 
 // Setup messages travel over the control connection as KindVerify frames
@@ -47,11 +60,17 @@ const (
 	stepWatch = 3 // never sent: the liveness monitor waits for it
 
 	offerSize   = 512
-	offerText   = 48 // offset of the path (or error text) in an offer
+	offerText   = 128 // offset of the path (or error text) in an offer
 	ackSize     = 128
 	ackText     = 8
 	statusOK    = 0
 	statusError = 1
+
+	// flagCMA in an offer: the probe fields are valid and the sender
+	// sends payloads of at least its threshold by descriptor if the peer
+	// can read its memory. In an ack: the sender of the ack read the
+	// probe, so the direction towards it uses descriptors.
+	flagCMA = 1
 )
 
 func setupHeader(cfg *Config, step uint32, from int) transport.Header {
@@ -73,11 +92,18 @@ type offer struct {
 	capacity uint64
 	nonce    [nonceSize]byte
 	text     string // path of the ring file, or why there is none
+
+	flags     uint16
+	probeAddr uint64          // address of the probe in process pid
+	threshold uint64          // smallest payload sent by descriptor
+	pattern   [probeSize]byte // what the probe holds
 }
 
 // Offer wire layout (offerSize bytes, little endian): magic u64, status
-// u32, pid u32, capacity u64, nonce [16], text length u16, 6 reserved
-// bytes, text.
+// u32, pid u32, capacity u64, nonce [16], text length u16, flags u16,
+// 4 reserved bytes, probe address u64, probe length u32, 4 reserved
+// bytes, descriptor threshold u64, probe pattern [32], 24 reserved bytes,
+// text.
 func (o *offer) encode(b []byte) {
 	clear(b)
 	putU64(b[0:], ringMagic)
@@ -87,6 +113,11 @@ func (o *offer) encode(b []byte) {
 	copy(b[24:40], o.nonce[:])
 	n := copy(b[offerText:], o.text)
 	putU16(b[40:], uint16(n))
+	putU16(b[42:], o.flags)
+	putU64(b[48:], o.probeAddr)
+	putU32(b[56:], probeSize)
+	putU64(b[64:], o.threshold)
+	copy(b[72:72+probeSize], o.pattern[:])
 }
 
 func (o *offer) decode(b []byte) error {
@@ -102,19 +133,29 @@ func (o *offer) decode(b []byte) error {
 	o.capacity = getU64(b[16:])
 	copy(o.nonce[:], b[24:40])
 	o.text = string(b[offerText : offerText+n])
+	o.flags = getU16(b[42:])
+	o.probeAddr = getU64(b[48:])
+	o.threshold = getU64(b[64:])
+	copy(o.pattern[:], b[72:72+probeSize])
+	if o.flags&flagCMA != 0 && (getU32(b[56:]) != probeSize || o.threshold == 0 || o.threshold > transport.MaxLen) {
+		o.flags &^= flagCMA // not an offer this side can take up
+	}
 	return nil
 }
 
-func encodeAck(b []byte, status uint32, text string) {
+// Ack wire layout (ackSize bytes, little endian): status u32, text length
+// u16, flags u16, text.
+func encodeAck(b []byte, status uint32, flags uint16, text string) {
 	clear(b)
 	putU32(b[0:], status)
 	n := copy(b[ackText:], text)
 	putU16(b[4:], uint16(n))
+	putU16(b[6:], flags)
 }
 
-func decodeAck(b []byte) (status uint32, text string) {
+func decodeAck(b []byte) (status uint32, flags uint16, text string) {
 	n := min(int(getU16(b[4:])), len(b)-ackText)
-	return getU32(b[0:]), string(b[ackText : ackText+n])
+	return getU32(b[0:]), getU16(b[6:]), string(b[ackText : ackText+n])
 }
 
 // Connect sets up a shared-memory connection with cfg.Peer, exchanging the
@@ -127,6 +168,16 @@ func decodeAck(b []byte) (status uint32, text string) {
 //  2. each side opens and maps the peer's file, checks it against the
 //     offer, removes it from the directory and answers with an ack;
 //  3. each side removes its own file (if the peer has not already).
+//
+// Unless cfg.NoCMA is set, the offer also carries the address of a probe,
+// a page of random bytes in the offering process, with the same bytes and
+// the offerer's descriptor threshold. Each side tries to read the peer's
+// probe with process_vm_readv and says in its ack whether it could; where
+// it could, the direction towards it moves payloads of at least the
+// sender's threshold by descriptor (see the package documentation), and
+// elsewhere through the ring. Both sides thus agree on every direction,
+// and a failed probe (missing privileges, another pid namespace, a kernel
+// without the system call) silently keeps the ring.
 //
 // Once Connect returns, successfully or not, no ring file of this pair is
 // left in the directory: the rings live only as long as the mappings. A
@@ -146,6 +197,13 @@ func Connect(ctx context.Context, ctl transport.Conn, cfg Config) (*Conn, error)
 	if cfg.Self == cfg.Peer || cfg.Self < 0 || cfg.Peer < 0 {
 		local = fmt.Errorf("invalid ranks %d and %d", cfg.Self, cfg.Peer)
 	}
+	threshold := DefaultCMAThreshold
+	if cfg.CMAThreshold != 0 {
+		threshold = cfg.CMAThreshold
+		if cfg.CMAThreshold < 0 {
+			local = fmt.Errorf("invalid CMA threshold %d", cfg.CMAThreshold)
+		}
+	}
 	capacity := uint64(DefaultCapacity)
 	if cfg.Capacity != 0 {
 		capacity = uint64(cfg.Capacity)
@@ -163,13 +221,18 @@ func Connect(ctx context.Context, ctl transport.Conn, cfg Config) (*Conn, error)
 		local = err
 	}
 
-	var out, in *mapping
+	var (
+		out, in *mapping
+		pr      *probe
+		reader  = cmaReader{pidfd: -1}
+	)
 	defer func() {
 		// Reached on every path: the own file goes away now; on failure
-		// the mappings go too.
+		// the mappings go too. The probe is only needed during setup.
 		if out != nil {
 			unix.Unlink(out.path)
 		}
+		pr.release()
 	}()
 	fail := func(err error) (*Conn, error) {
 		if out != nil {
@@ -178,6 +241,7 @@ func Connect(ctx context.Context, ctl transport.Conn, cfg Config) (*Conn, error)
 		if in != nil {
 			in.unmap()
 		}
+		reader.close()
 		return nil, err
 	}
 
@@ -197,6 +261,15 @@ func Connect(ctx context.Context, ctl transport.Conn, cfg Config) (*Conn, error)
 	}
 	if local != nil {
 		mine.status, mine.text = statusError, local.Error()
+	} else if !cfg.NoCMA {
+		// Without a probe this side just does not offer its memory.
+		if p, err := newProbe(); err == nil {
+			pr = p
+			mine.flags |= flagCMA
+			mine.probeAddr = p.addr()
+			mine.threshold = uint64(threshold)
+			mine.pattern = p.pattern
+		}
 	}
 
 	// Exchange offers.
@@ -225,18 +298,34 @@ func Connect(ctx context.Context, ctl transport.Conn, cfg Config) (*Conn, error)
 		}
 	}
 
+	// Read the peer's probe.
+	var cma cmaSetup
+	if local == nil && remote == nil && !cfg.NoCMA && theirs.flags&flagCMA != 0 {
+		if r, err := probePeer(theirs.pid, theirs.probeAddr, theirs.pattern[:]); err == nil {
+			reader = r
+			cma.in, cma.inMin = true, int(theirs.threshold)
+		}
+	}
+
 	// Exchange acks.
 	var sa, ra [ackSize]byte
-	if local == nil {
-		encodeAck(sa[:], statusOK, "")
-	} else {
-		encodeAck(sa[:], statusError, local.Error())
+	switch {
+	case local != nil:
+		encodeAck(sa[:], statusError, 0, local.Error())
+	case cma.in:
+		encodeAck(sa[:], statusOK, flagCMA, "")
+	default:
+		encodeAck(sa[:], statusOK, 0, "")
 	}
 	if err := exchange(ctx, ctl, setupHeader(&cfg, stepAck, cfg.Self), sa[:], setupHeader(&cfg, stepAck, cfg.Peer), ra[:]); err != nil {
 		return fail(fmt.Errorf("shm: setup with rank %d: %w", cfg.Peer, err))
 	}
-	if st, text := decodeAck(ra[:]); st != statusOK && remote == nil {
+	st, flags, text := decodeAck(ra[:])
+	if st != statusOK && remote == nil {
 		remote = errors.New(text)
+	}
+	if mine.flags&flagCMA != 0 && flags&flagCMA != 0 {
+		cma.out, cma.outMin = true, threshold
 	}
 	switch {
 	case local != nil:
@@ -248,7 +337,8 @@ func Connect(ctx context.Context, ctl transport.Conn, cfg Config) (*Conn, error)
 	// to be unlinked, so it is no longer needed.
 	unix.Close(out.fd)
 	out.fd = -1
-	return newConn(out, in, cfg.Peer, ctl, setupHeader(&cfg, stepWatch, cfg.Peer)), nil
+	cma.reader = reader
+	return newConn(out, in, cfg.Peer, ctl, setupHeader(&cfg, stepWatch, cfg.Peer), cma), nil
 }
 
 // exchange sends one frame and receives one, concurrently, so that neither

@@ -46,7 +46,15 @@ func configs(capacity int, dir string) (shm.Config, shm.Config) {
 
 func pair(t testing.TB, capacity int) (*shm.Conn, *shm.Conn) {
 	t.Helper()
-	ca, cb := configs(capacity, "")
+	return pairWith(t, func(c *shm.Config) { c.Capacity = capacity })
+}
+
+// pairWith connects a pair whose two configs are edited by edit.
+func pairWith(t testing.TB, edit func(*shm.Config)) (*shm.Conn, *shm.Conn) {
+	t.Helper()
+	ca, cb := configs(0, "")
+	edit(&ca)
+	edit(&cb)
 	a, b, erra, errb := connectPair(t, ca, cb)
 	if erra != nil || errb != nil {
 		t.Fatalf("Connect: %v / %v", erra, errb)
@@ -67,13 +75,43 @@ func assertNoFiles(t testing.TB, dir string, comm uint64) {
 	}
 }
 
+// runConformance runs the conformance suite on pairs made with edit,
+// checking first that single-copy transfers are used as expected.
+func runConformance(t *testing.T, cma bool, edit func(*shm.Config)) {
+	t.Helper()
+	transporttest.Run(t, func(t testing.TB) (transport.Conn, transport.Conn) {
+		a, b := pairWith(t, edit)
+		for _, c := range []*shm.Conn{a, b} {
+			if send, recv := c.CMA(); send != cma || recv != cma {
+				t.Fatalf("CMA() = %v, %v, want %v in both directions", send, recv, cma)
+			}
+		}
+		return a, b
+	})
+}
+
+// Defaults: frames from DefaultCMAThreshold on go by descriptor.
 func TestConformance(t *testing.T) {
-	transporttest.Run(t, func(t testing.TB) (transport.Conn, transport.Conn) { return pair(t, 0) })
+	runConformance(t, true, func(c *shm.Config) {})
+}
+
+func TestConformanceNoCMA(t *testing.T) {
+	runConformance(t, false, func(c *shm.Config) { c.NoCMA = true })
+}
+
+// With an 8 KiB threshold every frame of the suite above that size goes
+// by descriptor (the allocation test's 4 KiB frames must stay eager).
+func TestConformanceCMASmallThreshold(t *testing.T) {
+	runConformance(t, true, func(c *shm.Config) { c.CMAThreshold = 8 << 10 })
 }
 
 // A small ring makes every frame wrap and every large frame stream.
 func TestConformanceSmallRing(t *testing.T) {
-	transporttest.Run(t, func(t testing.TB) (transport.Conn, transport.Conn) { return pair(t, 16<<10) })
+	runConformance(t, true, func(c *shm.Config) { c.Capacity = 16 << 10 })
+}
+
+func TestConformanceSmallRingNoCMA(t *testing.T) {
+	runConformance(t, false, func(c *shm.Config) { c.Capacity, c.NoCMA = 16<<10, true })
 }
 
 func TestConnectBadCapacity(t *testing.T) {
@@ -351,11 +389,18 @@ func TestCleanStale(t *testing.T) {
 	}
 }
 
+// BenchmarkSendRecv measures one-way throughput in process, through the
+// rings (ring) and by descriptor (cma: the threshold is set to the message
+// size).
 func BenchmarkSendRecv(b *testing.B) {
-	for _, size := range benchSizes {
-		b.Run(sizeName(size), func(b *testing.B) {
-			transporttest.Bench(b, func(t testing.TB) (transport.Conn, transport.Conn) { return pair(t, 0) }, size)
-		})
+	for _, mode := range []string{"ring", "cma"} {
+		for _, size := range benchSizes {
+			b.Run(mode+"/"+sizeName(size), func(b *testing.B) {
+				transporttest.Bench(b, func(t testing.TB) (transport.Conn, transport.Conn) {
+					return pairWith(t, func(c *shm.Config) { c.NoCMA, c.CMAThreshold = mode == "ring", size })
+				}, size)
+			})
+		}
 	}
 }
 
@@ -417,7 +462,7 @@ func BenchmarkCopy(b *testing.B) {
 	}
 }
 
-var benchSizes = []int{4 << 10, 1 << 20, 16 << 20}
+var benchSizes = []int{4 << 10, 1 << 20, 4 << 20, 16 << 20}
 
 func sizeName(n int) string {
 	switch {

@@ -1,0 +1,288 @@
+package shm
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"os"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/occl/occl/transport"
+)
+
+// Single-copy transfers by cross-memory attach (process_vm_readv).
+const (
+	// DefaultCMAThreshold is the smallest payload sent by descriptor when
+	// Config.CMAThreshold is 0.
+	DefaultCMAThreshold = 512 << 10
+	// cmaPiece is the most a receiver reads with one process_vm_readv
+	// call; between pieces it checks for cancellation and a closed
+	// connection. The kernel pins at most 4 MiB of the remote buffer at a
+	// time anyway, so larger pieces would gain nothing.
+	cmaPiece = 4 << 20
+
+	// A descriptor replaces the payload of a frame in the ring: magic,
+	// address and length of the sender's buffer, and the ticket of the
+	// transfer (1 for the first one on the ring), all uint64 little endian.
+	descSize         = 32
+	descMagic uint64 = 0x31414d434c43434f // "OCCLCMA1", little endian
+
+	// The probe is a page of the offering process filled with a random
+	// pattern, which the peer must read back through process_vm_readv.
+	probeSize = 32
+)
+
+var errAbandoned = fmt.Errorf("shm: recv: the sender gave up the transfer: %w", transport.ErrPeerClosed)
+
+// probe is the page a side offers to the peer's process_vm_readv at setup.
+// It is mapped outside the Go heap so that its address cannot change, and
+// unmapped when setup ends.
+type probe struct {
+	page    []byte
+	pattern [probeSize]byte
+}
+
+// newProbe maps a page and fills its start with a random pattern.
+func newProbe() (*probe, error) {
+	b, err := unix.Mmap(-1, 0, os.Getpagesize(), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANON)
+	if err != nil {
+		return nil, err
+	}
+	p := &probe{page: b}
+	if _, err := rand.Read(p.pattern[:]); err != nil {
+		unix.Munmap(b)
+		return nil, err
+	}
+	copy(b, p.pattern[:])
+	return p, nil
+}
+
+func (p *probe) addr() uint64 { return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(p.page)))) }
+
+func (p *probe) release() {
+	if p != nil && p.page != nil {
+		unix.Munmap(p.page)
+		p.page = nil
+	}
+}
+
+// cmaReader is what a receiver needs to read the peer's memory.
+type cmaReader struct {
+	pid   int // the peer's process
+	pidfd int // a pidfd of it, -1 if it is this process
+}
+
+// probePeer checks that this process can read the memory of process pid:
+// it reads the probe the peer announced at addr and compares it with the
+// pattern from the offer. A pid from another pid namespace, or one reused
+// by an unrelated process, fails the comparison; missing privileges fail
+// with EPERM, a kernel without the system call with ENOSYS. On success the
+// returned reader holds a pidfd of the peer (unless it is this process),
+// which Recv uses to make sure the pid still names the peer after each
+// transfer.
+func probePeer(pid uint32, addr uint64, pattern []byte) (cmaReader, error) {
+	r := cmaReader{pid: int(pid), pidfd: -1}
+	if pid == 0 || int(pid) < 0 || addr == 0 || len(pattern) != probeSize {
+		return r, errors.New("no probe")
+	}
+	if r.pid != os.Getpid() {
+		// Opened before the probe is read: if the probe matches, the
+		// process it came from is the one the pidfd designates, as long
+		// as that one is still alive afterwards.
+		fd, err := unix.PidfdOpen(r.pid, 0)
+		if err != nil {
+			return r, fmt.Errorf("pidfd_open: %w", err)
+		}
+		r.pidfd = fd
+	}
+	var got [probeSize]byte
+	local := []unix.Iovec{{Base: &got[0], Len: probeSize}}
+	remote := []unix.RemoteIovec{{Base: uintptr(addr), Len: probeSize}}
+	n, err := unix.ProcessVMReadv(r.pid, local, remote, 0)
+	switch {
+	case err != nil:
+		err = fmt.Errorf("process_vm_readv: %w", err)
+	case n != probeSize || !bytes.Equal(got[:], pattern):
+		err = errors.New("probe read back differs")
+	default:
+		err = r.alive()
+	}
+	if err != nil {
+		r.close()
+		return cmaReader{pid: r.pid, pidfd: -1}, err
+	}
+	return r, nil
+}
+
+// alive returns an error if the peer's process has been reaped, so that
+// its pid may name another process now.
+func (r *cmaReader) alive() error {
+	if r.pidfd < 0 {
+		return nil
+	}
+	return unix.PidfdSendSignal(r.pidfd, 0, nil, 0)
+}
+
+func (r *cmaReader) close() {
+	if r.pidfd >= 0 {
+		unix.Close(r.pidfd)
+		r.pidfd = -1
+	}
+}
+
+// sendDesc sends payload by descriptor: the frame header is already in the
+// ring; the descriptor follows it, and the call returns once the receiver
+// has copied the payload out of this process's memory.
+//
+// The payload is a caller's buffer and stays referenced (by c.lent and the
+// argument) until the call returns. The Go garbage collector does not move
+// heap objects, and storing the slice in the Conn makes any buffer passed
+// here escape to the heap, so the address in the descriptor stays valid
+// for as long as the receiver may use it.
+func (c *Conn) sendDesc(ctx context.Context, payload []byte) error {
+	c.sticket++
+	putU64(c.sdesc[0:], descMagic)
+	putU64(c.sdesc[8:], uint64(uintptr(unsafe.Pointer(unsafe.SliceData(payload)))))
+	putU64(c.sdesc[16:], uint64(len(payload)))
+	putU64(c.sdesc[24:], c.sticket)
+	c.lent = payload
+	err := c.put(ctx, c.sdesc[:])
+	if err == nil {
+		c.publishTail()
+		err = c.wait(ctx, forDone)
+	}
+	if err != nil {
+		// The receiver may still be reading, or read later, while the
+		// caller reuses the buffer. Close this end of the ring first: a
+		// receiver checks the flag after its copy and discards what it
+		// read if the flag is set.
+		c.out.prodClosed.Store(1)
+		bump(c.out.dataSeq)
+	}
+	c.lent = nil
+	return err
+}
+
+// recvDesc receives the payload of a frame sent by descriptor into buf:
+// it reads and checks the descriptor, copies the sender's buffer with
+// process_vm_readv and publishes the completion.
+func (c *Conn) recvDesc(ctx context.Context, buf []byte) error {
+	if err := c.get(ctx, c.rdesc[:]); err != nil {
+		return err
+	}
+	c.publishHead()
+	magic, addr := getU64(c.rdesc[0:]), getU64(c.rdesc[8:])
+	n, ticket := getU64(c.rdesc[16:]), getU64(c.rdesc[24:])
+	switch {
+	case magic != descMagic:
+		return &transport.FrameError{Reason: fmt.Sprintf("bad transfer descriptor magic %#x", magic)}
+	case n != uint64(len(buf)):
+		return &transport.FrameError{Reason: fmt.Sprintf("transfer descriptor of %d bytes for a %d-byte frame", n, len(buf))}
+	case ticket != c.rticket+1:
+		return &transport.FrameError{Reason: fmt.Sprintf("transfer descriptor %d, expected %d", ticket, c.rticket+1)}
+	case addr == 0 || addr+n < addr:
+		return &transport.FrameError{Reason: fmt.Sprintf("transfer descriptor at bad address %#x+%d", addr, n)}
+	}
+	if err := c.pull(ctx, uintptr(addr), buf); err != nil {
+		return err
+	}
+	// The sender sets this flag before it gives up waiting and lets its
+	// caller reuse the buffer, so bytes copied while it was still clear
+	// are the bytes it sent (the copy's loads precede this load, and the
+	// sender's later stores follow its store of the flag).
+	if c.in.prodClosed.Load() != 0 {
+		return c.peerErr(errAbandoned)
+	}
+	// The bytes came from the peer's process only if its pid was not
+	// reused during the copy, which holds if the process still exists.
+	if err := c.reader.alive(); err != nil {
+		return c.peerErr(fmt.Errorf("shm: recv: rank %d: %w (process %d is gone: %v)", c.peer, transport.ErrPeerClosed, c.reader.pid, err))
+	}
+	c.rticket = ticket
+	c.in.done.Store(ticket)
+	if c.in.doneWaiting.Load() != 0 && c.in.doneWaiting.Swap(0) != 0 {
+		bump(c.in.doneSeq)
+	}
+	return nil
+}
+
+// pull copies len(buf) bytes at addr in the peer's process into buf, in
+// pieces of at most cmaPiece bytes.
+func (c *Conn) pull(ctx context.Context, addr uintptr, buf []byte) error {
+	defer func() {
+		c.liov[0] = unix.Iovec{}
+		c.riov[0] = unix.RemoteIovec{}
+	}()
+	for off := 0; off < len(buf); {
+		n := min(len(buf)-off, cmaPiece)
+		c.liov[0].Base = &buf[off]
+		c.liov[0].SetLen(n)
+		c.riov[0] = unix.RemoteIovec{Base: addr + uintptr(off), Len: n}
+		k, err := unix.ProcessVMReadv(c.reader.pid, c.liov[:], c.riov[:], 0)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			return c.pullErr(addr+uintptr(off), n, err)
+		case k <= 0 || k > n:
+			return fmt.Errorf("shm: recv: process_vm_readv of %d bytes from rank %d returned %d", n, c.peer, k)
+		}
+		off += k
+		if off == len(buf) {
+			break
+		}
+		if c.pieceHook != nil {
+			c.pieceHook(off)
+		}
+		switch {
+		case c.closed.Load():
+			return transport.ErrClosed
+		case c.in.prodClosed.Load() != 0:
+			return c.peerErr(errAbandoned)
+		case c.gone.Load():
+			return c.goneErr
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pullErr describes a failed process_vm_readv. A process that no longer
+// exists (ESRCH) or a sender that closed its end (it gave up the transfer,
+// so its buffer may be gone: EFAULT) is a closed peer; anything else is
+// reported with the errno.
+func (c *Conn) pullErr(addr uintptr, n int, err error) error {
+	switch {
+	case err == unix.ESRCH:
+		return c.peerErr(fmt.Errorf("shm: recv: rank %d: %w (process %d is gone)", c.peer, transport.ErrPeerClosed, c.reader.pid))
+	case c.in.prodClosed.Load() != 0:
+		return c.peerErr(errAbandoned)
+	case c.gone.Load():
+		return c.goneErr
+	}
+	return fmt.Errorf("shm: recv: reading %d bytes at %#x in process %d (rank %d): %w", n, addr, c.reader.pid, c.peer, err)
+}
+
+// loadDone reads the count of completed transfers from shared memory. A
+// value outside [last value seen, last ticket sent] is reported as a
+// corrupt ring.
+func (c *Conn) loadDone() error {
+	d := c.out.done.Load()
+	if d-c.doneC > c.sticket-c.doneC {
+		return corrupt("completion", d, c.doneC, c.sticket)
+	}
+	c.doneC = d
+	return nil
+}
+
+// CMA reports whether payloads of at least the threshold are moved by a
+// single cross-memory copy in each direction: send for the frames this
+// side sends, recv for the frames it receives. Where it reports false,
+// every payload goes through the ring.
+func (c *Conn) CMA() (send, recv bool) { return c.cmaOut, c.cmaIn }

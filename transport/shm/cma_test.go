@@ -1,0 +1,314 @@
+package shm_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/occl/occl/transport"
+	"github.com/occl/occl/transport/shm"
+)
+
+// Each side's config decides whether it offers its memory and reads the
+// peer's; the directions agree and the eager limit stays below the
+// threshold of a direction that uses descriptors.
+func TestCMANegotiation(t *testing.T) {
+	cases := []struct {
+		name         string
+		a, b         func(*shm.Config)
+		aSend, bSend bool
+		aEager       int
+	}{
+		{"default", func(*shm.Config) {}, func(*shm.Config) {}, true, true, min(shm.DefaultCMAThreshold-1, shm.DefaultCapacity/4-transport.HeaderSize)},
+		{"a off", func(c *shm.Config) { c.NoCMA = true }, func(*shm.Config) {}, false, false, shm.DefaultCapacity/4 - transport.HeaderSize},
+		{"b off", func(*shm.Config) {}, func(c *shm.Config) { c.NoCMA = true }, false, false, shm.DefaultCapacity/4 - transport.HeaderSize},
+		{"thresholds", func(c *shm.Config) { c.CMAThreshold = 64 << 10 }, func(c *shm.Config) { c.CMAThreshold = 8 << 20 }, true, true, 64<<10 - 1},
+		{"small ring", func(c *shm.Config) { c.Capacity = 64 << 10 }, func(*shm.Config) {}, true, true, 16<<10 - transport.HeaderSize},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ca, cb := configs(0, "")
+			tc.a(&ca)
+			tc.b(&cb)
+			a, b, erra, errb := connectPair(t, ca, cb)
+			if erra != nil || errb != nil {
+				t.Fatalf("Connect: %v / %v", erra, errb)
+			}
+			defer a.Close()
+			defer b.Close()
+			as, ar := a.CMA()
+			bs, br := b.CMA()
+			if as != tc.aSend || br != tc.aSend || bs != tc.bSend || ar != tc.bSend {
+				t.Fatalf("a.CMA() = %v, %v, b.CMA() = %v, %v, want a->b %v, b->a %v", as, ar, bs, br, tc.aSend, tc.bSend)
+			}
+			if got := a.EagerLimit(); got != tc.aEager {
+				t.Fatalf("a.EagerLimit() = %d, want %d", got, tc.aEager)
+			}
+			// Sizes around both thresholds, both ways.
+			exchangeSizes(t, a, b, []int{64<<10 - 1, 64 << 10, 1<<20 + 1, 8<<20 + 3})
+		})
+	}
+}
+
+func TestConnectBadCMAThreshold(t *testing.T) {
+	ca, cb := configs(0, "")
+	ca.CMAThreshold = -1
+	_, _, erra, errb := connectPair(t, ca, cb)
+	if !errors.Is(erra, shm.ErrUnavailable) || !errors.Is(errb, shm.ErrUnavailable) {
+		t.Fatalf("errors = %v / %v, want ErrUnavailable on both sides", erra, errb)
+	}
+}
+
+// cmaSizes are the payload sizes around threshold that the tests move.
+func cmaSizes(threshold int) []int {
+	return []int{
+		threshold - 1, threshold, threshold + 1,
+		3<<20 + 5,                    // not a multiple of 4 KiB
+		2*shm.PieceSize + 4096 + 111, // several pieces, the last one partial
+		16 << 20,
+		threshold,
+	}
+}
+
+// exchangeSizes sends frames of each size both ways at once, from and into
+// buffers at odd offsets, and checks their contents.
+func exchangeSizes(t *testing.T, a, b transport.Conn, sizes []int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	errs := make(chan error, 4)
+	for dir, ends := range [][2]transport.Conn{{a, b}, {b, a}} {
+		go func() { errs <- sendSizes(ctx, ends[0], uint64(dir), sizes) }()
+		go func() { errs <- recvSizes(ctx, ends[1], uint64(dir), sizes) }()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func sendSizes(ctx context.Context, c transport.Conn, seed uint64, sizes []int) error {
+	for i, n := range sizes {
+		buf := make([]byte, n+3)[3:] // not aligned
+		fillSeq(buf, seed, i)
+		h := transport.Header{Kind: transport.KindP2P, Comm: 7, Seq: uint64(i), Step: uint32(seed)}
+		if err := c.Send(ctx, h, buf); err != nil {
+			return fmt.Errorf("send %d (%d bytes): %w", i, n, err)
+		}
+		// The buffer may be reused at once: later frames must not see
+		// this.
+		clear(buf)
+	}
+	return nil
+}
+
+func recvSizes(ctx context.Context, c transport.Conn, seed uint64, sizes []int) error {
+	for i, n := range sizes {
+		buf := make([]byte, n+1)[1:]
+		h := transport.Header{Kind: transport.KindP2P, Comm: 7, Seq: uint64(i), Step: uint32(seed)}
+		if err := c.Recv(ctx, h, buf); err != nil {
+			return fmt.Errorf("recv %d (%d bytes): %w", i, n, err)
+		}
+		want := make([]byte, n)
+		fillSeq(want, seed, i)
+		if !bytes.Equal(buf, want) {
+			return fmt.Errorf("frame %d (%d bytes) corrupted", i, n)
+		}
+	}
+	return nil
+}
+
+func TestCMASizes(t *testing.T) {
+	for _, thr := range []int{shm.DefaultCMAThreshold, 256 << 10} {
+		t.Run(sizeName(thr), func(t *testing.T) {
+			a, b := pairWith(t, func(c *shm.Config) { c.CMAThreshold = thr })
+			defer a.Close()
+			defer b.Close()
+			exchangeSizes(t, a, b, cmaSizes(thr))
+		})
+	}
+}
+
+// Frames sent by descriptor and through the ring interleave in order, and
+// a mismatched header is reported before the descriptor is touched.
+func TestCMAMixed(t *testing.T) {
+	a, b := pairWith(t, func(c *shm.Config) { c.Capacity, c.CMAThreshold = 64<<10, 32<<10 })
+	defer a.Close()
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	errs := make(chan error, 2)
+	go func() { errs <- streamFrames(ctx, a, 3, 400, 300<<10) }()
+	go func() { errs <- checkFrames(ctx, b, 3, 400, 300<<10) }()
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+
+}
+
+// A frame sent by descriptor whose header does not match is reported as a
+// mismatch before the descriptor is read; the receiver then closes, as
+// after any error, and the waiting sender fails.
+func TestCMAMismatch(t *testing.T) {
+	h := transport.Header{Kind: transport.KindP2P, Comm: 1, Seq: 1}
+	for _, tc := range []struct {
+		name string
+		want transport.Header
+		n    int
+	}{
+		{"seq", transport.Header{Kind: transport.KindP2P, Comm: 1, Seq: 2}, 40 << 10},
+		{"length", h, 41 << 10},
+		{"length below threshold", h, 4 << 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := pairWith(t, func(c *shm.Config) { c.CMAThreshold = 32 << 10 })
+			defer a.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			sent := make(chan error, 1)
+			go func() { sent <- a.Send(ctx, h, make([]byte, 40<<10)) }()
+			var me *transport.MismatchError
+			if err := b.Recv(ctx, tc.want, make([]byte, tc.n)); !errors.As(err, &me) {
+				t.Fatalf("Recv = %v, want a MismatchError", err)
+			}
+			b.Close()
+			if err := <-sent; !errors.Is(err, transport.ErrPeerClosed) {
+				t.Fatalf("Send whose receiver closed = %v, want ErrPeerClosed", err)
+			}
+		})
+	}
+}
+
+// The descriptor path allocates nothing either.
+func TestCMANoAllocs(t *testing.T) {
+	a, b := pair(t, 0)
+	defer a.Close()
+	defer b.Close()
+	if send, _ := a.CMA(); !send {
+		t.Fatal("single-copy transfers unavailable")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	size := shm.DefaultCMAThreshold + 4096
+	sbuf, rbuf := make([]byte, size), make([]byte, size)
+	h := transport.Header{Kind: transport.KindP2P, Comm: 1}
+	start, sent := make(chan struct{}), make(chan error)
+	defer close(start)
+	go func() {
+		for range start {
+			sent <- a.Send(ctx, h, sbuf)
+		}
+	}()
+	allocs := testing.AllocsPerRun(100, func() {
+		start <- struct{}{}
+		if err := b.Recv(ctx, h, rbuf); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-sent; err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs > 0 {
+		t.Fatalf("Send+Recv by descriptor allocates %.1f times per message", allocs)
+	}
+}
+
+// A Send given up while nobody read its buffer closes its end: the
+// receiver then fails instead of delivering whatever the buffer holds by
+// the time it reads it.
+func TestCMAAbandonedSend(t *testing.T) {
+	a, b := pair(t, 0)
+	defer a.Close()
+	defer b.Close()
+	h := transport.Header{Kind: transport.KindP2P, Comm: 1}
+	buf := make([]byte, 2*shm.DefaultCMAThreshold)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := a.Send(ctx, h, buf); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Send nobody receives = %v, want DeadlineExceeded", err)
+	}
+	for i := range buf {
+		buf[i] = 0xee // the caller reuses its buffer
+	}
+	rbuf := make([]byte, len(buf))
+	err := b.Recv(context.Background(), h, rbuf)
+	if !errors.Is(err, transport.ErrPeerClosed) {
+		t.Fatalf("Recv of an abandoned transfer = %v, want ErrPeerClosed", err)
+	}
+}
+
+// Close unblocks a Send waiting for its transfer, and the receiver is told.
+func TestCMACloseDuringSend(t *testing.T) {
+	a, b := pair(t, 0)
+	defer b.Close()
+	h := transport.Header{Kind: transport.KindP2P, Comm: 1}
+	sent := make(chan error, 1)
+	go func() { sent <- a.Send(context.Background(), h, make([]byte, 4<<20)) }()
+	time.Sleep(20 * time.Millisecond)
+	a.Close()
+	select {
+	case err := <-sent:
+		if !errors.Is(err, transport.ErrClosed) {
+			t.Fatalf("Send after Close = %v, want ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not unblock a Send waiting for its transfer")
+	}
+	if err := b.Recv(context.Background(), h, make([]byte, 4<<20)); !errors.Is(err, transport.ErrPeerClosed) {
+		t.Fatalf("Recv after the sender closed = %v, want ErrPeerClosed", err)
+	}
+}
+
+// A receiver that closes, or gives up a Recv, makes the waiting sender fail
+// (the one that gave up closes its Conn, as after any error).
+func TestCMAReceiverCloses(t *testing.T) {
+	a, b := pair(t, 0)
+	defer a.Close()
+	h := transport.Header{Kind: transport.KindP2P, Comm: 1}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sent := make(chan error, 1)
+	go func() { sent <- a.Send(ctx, h, make([]byte, 4<<20)) }()
+	time.Sleep(20 * time.Millisecond)
+	b.Close()
+	select {
+	case err := <-sent:
+		if !errors.Is(err, transport.ErrPeerClosed) {
+			t.Fatalf("Send after the receiver closed = %v, want ErrPeerClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the receiver's Close did not unblock Send")
+	}
+}
+
+// A cancelled Recv in the middle of a transfer returns promptly.
+func TestCMACancelDuringRecv(t *testing.T) {
+	a, b := pair(t, 0)
+	defer a.Close()
+	defer b.Close()
+	h := transport.Header{Kind: transport.KindP2P, Comm: 1}
+	size := 16 * shm.PieceSize
+	sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer scancel()
+	sent := make(chan error, 1)
+	go func() { sent <- a.Send(sctx, h, make([]byte, size)) }()
+	ctx, cancel := context.WithCancel(context.Background())
+	shm.SetPieceHook(b, func(done int) {
+		if done == shm.PieceSize {
+			cancel()
+		}
+	})
+	if err := b.Recv(ctx, h, make([]byte, size)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Recv cancelled mid-transfer = %v, want Canceled", err)
+	}
+	b.Close()
+	if err := <-sent; !errors.Is(err, transport.ErrPeerClosed) {
+		t.Fatalf("Send whose receiver gave up = %v, want ErrPeerClosed", err)
+	}
+}

@@ -90,6 +90,16 @@ const (
 	// Algo2D is RailX's 2D allreduce over hosts and rails, two halves in
 	// opposite dimension order at once (AllReduce).
 	Algo2D
+	// AlgoDelegated is mFabric's delegated all-to-all: traffic to a host
+	// goes through the ranks that drive optical circuits to it
+	// (AllToAll, AllToAllV).
+	AlgoDelegated
+	// AlgoRailForward forwards all-to-all blocks inside the HB domain to
+	// the rank on the destination's rail (rail-only fabrics).
+	AlgoRailForward
+	// AlgoXY routes all-to-all blocks along the X rail, then the Y rail
+	// (RailX grids).
+	AlgoXY
 
 	numAlgorithms
 )
@@ -106,6 +116,9 @@ var algorithmNames = [numAlgorithms]string{
 	AlgoHierarchical:  "hier",
 	AlgoGateway:       "gateway",
 	Algo2D:            "2d",
+	AlgoDelegated:     "delegated",
+	AlgoRailForward:   "railfwd",
+	AlgoXY:            "xy",
 }
 
 // Valid reports whether a is a known algorithm.

@@ -236,6 +236,9 @@ func (m *Model) Predict(c Collective, a Algorithm, n int) (float64, bool) {
 		return m.AllGather(a, n)
 	case OpReduceScatter:
 		return m.ReduceScatter(a, n)
+	case OpAllToAll:
+		p := len(m.t.Ranks)
+		return m.PredictAllToAll(a, UniformBytes(p, n/p))
 	}
 	return 0, false
 }
@@ -251,6 +254,10 @@ func (m *Model) Choose(c Collective, n int) (Algorithm, float64) {
 		candidates = []Algorithm{AlgoRD, AlgoRHD, AlgoRing, AlgoHierarchical, AlgoGateway, Algo2D}
 	case OpAllGather, OpReduceScatter:
 		candidates = []Algorithm{AlgoRing, AlgoHierarchical}
+	case OpAllToAll:
+		p := len(m.t.Ranks)
+		a, _, t := m.ChooseAllToAll(UniformBytes(p, n/p))
+		return a, t
 	default:
 		return Select(c, n, len(m.t.Ranks), AlgoAuto), 0
 	}

@@ -37,52 +37,64 @@ func TestAllToAllPairwise(t *testing.T) {
 							}
 						}
 					}
-					type rankBufs struct {
-						send, recv, sendCopy       []byte
-						sOffs, sLens, rOffs, rLens []int
-					}
-					rb := make([]rankBufs, p)
-					for r := range rb {
-						b := &rb[r]
-						b.sOffs, b.sLens = make([]int, p), make([]int, p)
-						b.rOffs, b.rLens = make([]int, p), make([]int, p)
-						so, ro := 0, 0
-						for q := 0; q < p; q++ {
-							b.sOffs[q], b.sLens[q] = so, size[r][q]
-							so += size[r][q]
-							b.rOffs[q], b.rLens[q] = ro, size[q][r]
-							ro += size[q][r] + 1 // a gap byte after each block
-						}
-						b.send = make([]byte, so)
-						for q := 0; q < p; q++ {
-							for j := 0; j < b.sLens[q]; j++ {
-								b.send[b.sOffs[q]+j] = blockByte(r, q, j)
-							}
-						}
-						b.sendCopy = append([]byte(nil), b.send...)
-						b.recv = bytes.Repeat([]byte{0xEE}, ro)
-					}
-					runRanks(t, p, opts, func(ctx context.Context, rank int, peers Peers) error {
-						b := &rb[rank]
+					checkAllToAll(t, size, opts, func(ctx context.Context, rank int, peers Peers, b *a2aBufs) error {
 						return AllToAllPairwise(ctx, peers, b.send, b.sOffs, b.sLens, b.recv, b.rOffs, b.rLens)
 					})
-					for r := range rb {
-						b := &rb[r]
-						if !bytes.Equal(b.send, b.sendCopy) {
-							t.Fatalf("rank %d: send buffer modified", r)
-						}
-						for q := 0; q < p; q++ {
-							for j := 0; j < b.rLens[q]; j++ {
-								if g, w := b.recv[b.rOffs[q]+j], blockByte(q, r, j); g != w {
-									t.Fatalf("rank %d block from %d byte %d: got %#x, want %#x", r, q, j, g, w)
-								}
-							}
-							if g := b.recv[b.rOffs[q]+b.rLens[q]]; g != 0xEE {
-								t.Fatalf("rank %d: gap after block %d overwritten", r, q)
-							}
-						}
-					}
 				})
+			}
+		}
+	}
+}
+
+// a2aBufs are one rank's buffers for an all-to-all test.
+type a2aBufs struct {
+	send, recv, sendCopy       []byte
+	sOffs, sLens, rOffs, rLens []int
+}
+
+// checkAllToAll runs an all-to-all with block sizes size[from][to] on a fake
+// network through run and checks every rank's output against blockByte,
+// the gaps between output blocks and that inputs are left unchanged.
+func checkAllToAll(t *testing.T, size [][]int, opts fakepeers.Options, run func(ctx context.Context, rank int, peers Peers, b *a2aBufs) error) {
+	t.Helper()
+	p := len(size)
+	rb := make([]a2aBufs, p)
+	for r := range rb {
+		b := &rb[r]
+		b.sOffs, b.sLens = make([]int, p), make([]int, p)
+		b.rOffs, b.rLens = make([]int, p), make([]int, p)
+		so, ro := 0, 0
+		for q := 0; q < p; q++ {
+			b.sOffs[q], b.sLens[q] = so, size[r][q]
+			so += size[r][q]
+			b.rOffs[q], b.rLens[q] = ro, size[q][r]
+			ro += size[q][r] + 1 // a gap byte after each block
+		}
+		b.send = make([]byte, so)
+		for q := 0; q < p; q++ {
+			for j := 0; j < b.sLens[q]; j++ {
+				b.send[b.sOffs[q]+j] = blockByte(r, q, j)
+			}
+		}
+		b.sendCopy = append([]byte(nil), b.send...)
+		b.recv = bytes.Repeat([]byte{0xEE}, ro)
+	}
+	runRanks(t, p, opts, func(ctx context.Context, rank int, peers Peers) error {
+		return run(ctx, rank, peers, &rb[rank])
+	})
+	for r := range rb {
+		b := &rb[r]
+		if !bytes.Equal(b.send, b.sendCopy) {
+			t.Fatalf("rank %d: send buffer modified", r)
+		}
+		for q := 0; q < p; q++ {
+			for j := 0; j < b.rLens[q]; j++ {
+				if g, w := b.recv[b.rOffs[q]+j], blockByte(q, r, j); g != w {
+					t.Fatalf("rank %d block from %d byte %d: got %#x, want %#x", r, q, j, g, w)
+				}
+			}
+			if g := b.recv[b.rOffs[q]+b.rLens[q]]; g != 0xEE {
+				t.Fatalf("rank %d: gap after block %d overwritten", r, q)
 			}
 		}
 	}

@@ -39,7 +39,7 @@ func Supports(c Collective, a Algorithm) bool {
 	case OpAllGather, OpReduceScatter:
 		return a == AlgoRing || a == AlgoHierarchical
 	case OpAllToAll, OpAllToAllV:
-		return a == AlgoPairwise
+		return a == AlgoPairwise || a == AlgoDelegated || a == AlgoRailForward || a == AlgoXY
 	case OpGather, OpScatter:
 		return a == AlgoLinear
 	case OpBarrier:

@@ -568,6 +568,9 @@ func describeOp(h *transport.Header) string {
 // cost model's choice when the communicator has a topology, else the
 // size-based choice.
 func (c *Communicator) Algorithm(op algo.Collective, bytes int) algo.Algorithm {
+	if op == algo.OpAllToAll || op == algo.OpAllToAllV {
+		return c.AllToAllAlgorithm(algo.UniformBytes(c.size, bytes/c.size))
+	}
 	if f := c.cfg.algo; f != algo.AlgoAuto && c.applicable(op, f) {
 		return f
 	}

@@ -92,6 +92,10 @@ func worker(name string) int {
 		if err := topologyChecks(ctx, c); err != nil {
 			return fail("%v", err)
 		}
+	case "alltoall":
+		if err := alltoallWorker(ctx, c); err != nil {
+			return fail("%v", err)
+		}
 	case "hosts":
 		// OCCL_HOSTID is set to rank/2 by the test.
 		want := (c.Size() + 1) / 2

@@ -65,6 +65,11 @@ type Rank struct {
 	// Rail is the rail of the rank's NIC (-1: not rail-organised).
 	Rail int `json:"rail"`
 	NUMA int `json:"numa"`
+	// Ports are the OCS ports (indices in Topology.NICs) this rank drives:
+	// a circuit on one of them carries only this rank's traffic, and other
+	// ranks of the host reach it through this rank. A port no rank lists
+	// is shared by every rank of its host.
+	Ports []int `json:"ports,omitempty"`
 }
 
 // NIC is a network port of a host.
@@ -101,6 +106,10 @@ type Topology struct {
 	// RailOnly says there is no packet path between different rails of
 	// different HB domains (a rail-only fabric).
 	RailOnly bool `json:"rail_only,omitempty"`
+	// GridOnly says hosts reach only the hosts of their own row or column
+	// of the grid their Coord places them on (RailX): traffic between
+	// other hosts must be forwarded.
+	GridOnly bool `json:"grid_only,omitempty"`
 	// Ring, if set, is the order of ranks that flat ring schedules follow
 	// (a permutation of all ranks), so that every hop of the ring is a
 	// physical link: the line order of an InfinitePOD K-hop ring, a
@@ -152,6 +161,21 @@ func (t *Topology) Validate() error {
 			return fmt.Errorf("rank %d on host %d uses NIC %d of host %d", r, rk.Host, rk.NIC, t.NICs[rk.NIC].Host)
 		}
 		locals[rk.Host] = append(locals[rk.Host], rk.LocalRank)
+	}
+	owner := map[int]int{}
+	for r, rk := range t.Ranks {
+		for _, p := range rk.Ports {
+			switch {
+			case p < 0 || p >= len(t.NICs) || t.NICs[p].Class != OCS:
+				return fmt.Errorf("rank %d: port %d is not an OCS NIC", r, p)
+			case t.NICs[p].Host != rk.Host:
+				return fmt.Errorf("rank %d on host %d drives port %d of host %d", r, rk.Host, p, t.NICs[p].Host)
+			}
+			if o, dup := owner[p]; dup {
+				return fmt.Errorf("port %d is driven by ranks %d and %d", p, o, r)
+			}
+			owner[p] = r
+		}
 	}
 	for h, ls := range locals {
 		sort.Ints(ls)
@@ -253,9 +277,10 @@ type Path struct {
 }
 
 // Path returns the direct path from rank a to rank b: HBD inside a host or
-// HB domain; an optical circuit if one joins a port of a's host to a port
-// of b's host (the fastest if several); the packet network between the
-// ranks' NICs; or None on a rail-only fabric across rails and domains.
+// HB domain; an optical circuit if one joins a port of a's host that a may
+// drive to a port of b's host that b may drive (the fastest if several);
+// the packet network between the ranks' NICs; or None on a rail-only
+// fabric across rails and domains.
 func (t *Topology) Path(a, b int) Path {
 	ra, rb := t.Ranks[a], t.Ranks[b]
 	ha, hb := t.Hosts[ra.Host], t.Hosts[rb.Host]
@@ -269,6 +294,12 @@ func (t *Topology) Path(a, b int) Path {
 			pa, pb = pb, pa
 		}
 		if t.NICs[pa].Host != ra.Host || t.NICs[pb].Host != rb.Host {
+			continue
+		}
+		if o := t.PortOwner(pa); o >= 0 && o != a {
+			continue
+		}
+		if o := t.PortOwner(pb); o >= 0 && o != b {
 			continue
 		}
 		p := t.Classes[OCS]
@@ -285,6 +316,9 @@ func (t *Topology) Path(a, b int) Path {
 	if t.RailOnly && ra.Rail != rb.Rail {
 		return best
 	}
+	if ca, cb := ha.Coord, hb.Coord; t.GridOnly && len(ca) == 2 && len(cb) == 2 && ca[0] != cb[0] && ca[1] != cb[1] {
+		return best
+	}
 	p := t.Classes[EPS]
 	for _, nic := range []int{ra.NIC, rb.NIC} {
 		if nic >= 0 && t.NICs[nic].Bandwidth > 0 && t.NICs[nic].Bandwidth < p.Bandwidth {
@@ -292,6 +326,19 @@ func (t *Topology) Path(a, b int) Path {
 		}
 	}
 	return Path{Class: EPS, LinkParams: p, SrcNIC: ra.NIC, DstNIC: rb.NIC}
+}
+
+// PortOwner returns the rank that drives OCS port nic, or -1 if no rank
+// lists it (the port is shared by its host's ranks).
+func (t *Topology) PortOwner(nic int) int {
+	for r, rk := range t.Ranks {
+		for _, p := range rk.Ports {
+			if p == nic {
+				return r
+			}
+		}
+	}
+	return -1
 }
 
 // Load reads a topology from a JSON file and validates it.
@@ -334,7 +381,7 @@ func (t *Topology) JSON() []byte {
 // rank are dropped, local ranks are renumbered in order, NICs of dropped
 // hosts and circuits touching them go away. A sub-communicator uses it.
 func (t *Topology) Subset(ranks []int) *Topology {
-	out := &Topology{Name: t.Name, RailOnly: t.RailOnly, Classes: map[LinkClass]LinkParams{}}
+	out := &Topology{Name: t.Name, RailOnly: t.RailOnly, GridOnly: t.GridOnly, Classes: map[LinkClass]LinkParams{}}
 	for c, p := range t.Classes {
 		out.Classes[c] = p
 	}
@@ -346,8 +393,15 @@ func (t *Topology) Subset(ranks []int) *Topology {
 			out.Hosts = append(out.Hosts, t.Hosts[h])
 		}
 	}
+	keep := map[int]bool{}
+	for _, r := range ranks {
+		keep[r] = true
+	}
 	nicMap := map[int]int{}
 	for i, n := range t.NICs {
+		if o := t.PortOwner(i); o >= 0 && !keep[o] {
+			continue // nobody left to drive it
+		}
 		if nh, ok := hostMap[n.Host]; ok {
 			nicMap[i] = len(out.NICs)
 			n.Host = nh
@@ -362,6 +416,11 @@ func (t *Topology) Subset(ranks []int) *Topology {
 		local[rk.Host]++
 		if rk.NIC >= 0 {
 			rk.NIC = nicMap[rk.NIC]
+		}
+		ports := rk.Ports
+		rk.Ports = nil
+		for _, p := range ports {
+			rk.Ports = append(rk.Ports, nicMap[p])
 		}
 		out.Ranks = append(out.Ranks, rk)
 	}

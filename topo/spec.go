@@ -19,6 +19,12 @@ import (
 //	nics=rank     one NIC per rank, on rail = local rank (default)
 //	nics=host     one NIC per host, shared by its ranks
 //	rail_only=1   no packet path across rails of different hosts
+//	grid=XxY      hosts on an X by Y grid (host h at x = h mod X,
+//	              y = h / X) that reach only their row and column (RailX)
+//	ocs_ports=N   N optical-switch ports per host, port i driven by
+//	              local rank i mod R (ocs_shared=1: usable by every rank)
+//	circuits=L    circuits between hosts, L a list such as 0-1/1-2/0-1
+//	              (a pair may repeat), each on free ports of both hosts
 //
 // For example "hosts=4x2,hbd=8GB/s,eps=1GB/s" emulates four hosts of two
 // ranks whose intra-host links are eight times faster than the network.
@@ -73,6 +79,17 @@ func FromSpec(spec string) (*Topology, error) {
 			}
 		case "rail_only":
 			t.RailOnly = v == "1" || v == "true"
+		case "grid":
+			var x, y int
+			if x, y, err = parseGrid(v); err == nil && x*y != len(t.Hosts) {
+				err = fmt.Errorf("grid=%s has %d places for %d hosts", v, x*y, len(t.Hosts))
+			}
+			for hi := range t.Hosts {
+				t.Hosts[hi].Coord = []int{hi % max(x, 1), hi / max(x, 1)}
+			}
+			t.GridOnly = true
+		case "ocs_ports", "ocs_shared", "circuits":
+			// Applied below, once NICs are settled.
 		default:
 			err = fmt.Errorf("unknown key %q", k)
 		}
@@ -80,10 +97,40 @@ func FromSpec(spec string) (*Topology, error) {
 			return nil, fmt.Errorf("topology spec %q: %w", spec, err)
 		}
 	}
+	if err := t.specCircuits(kv); err != nil {
+		return nil, fmt.Errorf("topology spec %q: %w", spec, err)
+	}
 	if err := t.Validate(); err != nil {
 		return nil, err
 	}
 	return t, nil
+}
+
+// specCircuits applies the ocs_ports, ocs_shared and circuits keys.
+func (t *Topology) specCircuits(kv map[string]string) error {
+	if v, ok := kv["ocs_ports"]; ok {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return fmt.Errorf("ocs_ports=%s: want a count", v)
+		}
+		t.AddPorts(n, kv["ocs_shared"] == "1" || kv["ocs_shared"] == "true")
+	}
+	v, ok := kv["circuits"]
+	if !ok || v == "" {
+		return nil
+	}
+	for _, pair := range strings.Split(v, "/") {
+		a, b, ok := strings.Cut(pair, "-")
+		ha, err1 := strconv.Atoi(a)
+		hb, err2 := strconv.Atoi(b)
+		if !ok || err1 != nil || err2 != nil {
+			return fmt.Errorf("circuits=%s: %q is not HOST-HOST", v, pair)
+		}
+		if err := t.Connect(ha, hb, 0); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // shareNICs gives every host a single NIC that all its ranks use.
@@ -101,12 +148,12 @@ func (t *Topology) shareNICs() {
 func parseGrid(s string) (int, int, error) {
 	a, b, ok := strings.Cut(strings.ToLower(s), "x")
 	if !ok {
-		return 0, 0, fmt.Errorf("hosts=%s: want HxR", s)
+		return 0, 0, fmt.Errorf("%q: want AxB", s)
 	}
 	h, err1 := strconv.Atoi(a)
 	r, err2 := strconv.Atoi(b)
 	if err1 != nil || err2 != nil || h < 1 || r < 1 {
-		return 0, 0, fmt.Errorf("hosts=%s: want positive HxR", s)
+		return 0, 0, fmt.Errorf("%q: want AxB, both positive", s)
 	}
 	return h, r, nil
 }

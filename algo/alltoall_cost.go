@@ -1,0 +1,125 @@
+package algo
+
+import (
+	"math"
+
+	"github.com/occl/occl/topo"
+)
+
+// All-to-all in the cost model
+//
+// A routed all-to-all (Route) costs the sum of its phases; in a phase every
+// message is in flight at once, so a phase is one step of the model whose
+// flows are the phase's traffic between each pair of ranks. The pairwise
+// exchange is p-1 steps, rank r sending to rank r+s in step s. A flow
+// between ranks with no path (across rails on a rail-only fabric) makes a
+// schedule infinitely slow, which is how the model rules it out.
+
+// PredictRoute returns the model's time for running route on the byte
+// matrix (bytes[s][d] from rank s to rank d).
+func (m *Model) PredictRoute(route *Route, bytes [][]int) float64 {
+	total := 0.0
+	for k := 0; k < route.Phases; k++ {
+		flows := route.Flows(k, bytes)
+		if len(flows) == 0 {
+			continue
+		}
+		step := make([]flow, 0, len(flows))
+		for pair, b := range flows {
+			step = append(step, flow{pair[0], pair[1], float64(b)})
+		}
+		total += m.stepTime(step)
+	}
+	return total
+}
+
+// predictPairwise is the pairwise exchange's time on the byte matrix.
+func (m *Model) predictPairwise(bytes [][]int) float64 {
+	n := len(bytes)
+	total := 0.0
+	for s := 1; s < n; s++ {
+		var step []flow
+		for r := 0; r < n; r++ {
+			if b := bytes[r][(r+s)%n]; b > 0 {
+				step = append(step, flow{r, (r + s) % n, float64(b)})
+			}
+		}
+		if len(step) > 0 {
+			total += m.stepTime(step)
+		}
+	}
+	return total
+}
+
+// AllToAllRoute returns the route of all-to-all schedule a on the byte
+// matrix, or nil if a is not a routed schedule or does not fit the
+// topology (no grid coordinates for AlgoXY, a domain missing a rail for
+// AlgoRailForward, no circuits for AlgoDelegated).
+func (m *Model) AllToAllRoute(a Algorithm, bytes [][]int) *Route {
+	switch a {
+	case AlgoDelegated:
+		if len(m.t.Circuits) == 0 {
+			return nil
+		}
+		return RouteDelegated(m.t, bytes)
+	case AlgoRailForward:
+		return RouteRailForward(m.t)
+	case AlgoXY:
+		return RouteXY(m.t)
+	}
+	return nil
+}
+
+// PredictAllToAll returns the model's time for all-to-all schedule a on
+// the byte matrix, and false if a does not apply.
+func (m *Model) PredictAllToAll(a Algorithm, bytes [][]int) (float64, bool) {
+	if len(bytes) != len(m.t.Ranks) {
+		return 0, false
+	}
+	if a == AlgoPairwise {
+		return m.predictPairwise(bytes), true
+	}
+	r := m.AllToAllRoute(a, bytes)
+	if r == nil {
+		return 0, false
+	}
+	return m.PredictRoute(r, bytes), true
+}
+
+// ChooseAllToAll returns the all-to-all schedule with the lowest predicted
+// time on the byte matrix, its route (nil for the pairwise exchange) and
+// the time. A schedule that cannot carry the traffic (a flow without a
+// path) is never chosen while another can.
+func (m *Model) ChooseAllToAll(bytes [][]int) (Algorithm, *Route, float64) {
+	best, bestT := AlgoPairwise, math.Inf(1)
+	var bestR *Route
+	if t, ok := m.PredictAllToAll(AlgoPairwise, bytes); ok {
+		bestT = t
+	}
+	for _, a := range []Algorithm{AlgoDelegated, AlgoRailForward, AlgoXY} {
+		r := m.AllToAllRoute(a, bytes)
+		if r == nil {
+			continue
+		}
+		if t := m.PredictRoute(r, bytes); t < bestT {
+			best, bestR, bestT = a, r, t
+		}
+	}
+	return best, bestR, bestT
+}
+
+// UniformBytes returns the byte matrix of an all-to-all of n ranks with
+// block bytes between every pair.
+func UniformBytes(n, block int) [][]int {
+	out := make([][]int, n)
+	for i := range out {
+		out[i] = make([]int, n)
+		for j := range out[i] {
+			out[i][j] = block
+		}
+	}
+	return out
+}
+
+// Topology returns the topology the model describes.
+func (m *Model) Topology() *topo.Topology { return m.t }

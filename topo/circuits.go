@@ -1,0 +1,158 @@
+package topo
+
+import (
+	"fmt"
+	"sort"
+)
+
+// Optical ports and circuits
+//
+// A host of an OCS fabric has a few ports on the optical circuit switch
+// besides its packet-network NIC (mFabric: three of four NICs per server).
+// Each port hangs off one GPU's PCIe switch, so one rank drives it: that
+// rank is the delegation rank for whatever host the port's circuit reaches.
+// AddPorts gives every host its ports, Connect installs a circuit between
+// two hosts on free ports, and PlaceCircuits chooses which host pairs get
+// circuits for a demand matrix.
+
+// AddPorts adds perHost OCS ports to every host: port i of a host is
+// driven by its local rank i mod (ranks of the host), so that the circuits
+// of a host spread over its ranks, unless shared is set, in which case no
+// rank owns them and every rank of the host may use them. Ports take the
+// NUMA node of their owner.
+func (t *Topology) AddPorts(perHost int, shared bool) {
+	hosts := t.HostRanks()
+	for h, ranks := range hosts {
+		for i := 0; i < perHost; i++ {
+			nic := len(t.NICs)
+			port := NIC{Host: h, Name: fmt.Sprintf("ocs%d", i), Rail: -1, Class: OCS}
+			if len(ranks) > 0 {
+				r := ranks[i%len(ranks)]
+				port.NUMA = t.Ranks[r].NUMA
+				if !shared {
+					t.Ranks[r].Ports = append(t.Ranks[r].Ports, nic)
+				}
+			}
+			t.NICs = append(t.NICs, port)
+		}
+	}
+}
+
+// FreePorts returns the OCS ports of host h that carry no circuit.
+func (t *Topology) FreePorts(h int) []int {
+	used := map[int]bool{}
+	for _, c := range t.Circuits {
+		used[c.A], used[c.B] = true, true
+	}
+	var out []int
+	for i, n := range t.NICs {
+		if n.Host == h && n.Class == OCS && !used[i] {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// Connect installs a circuit of bandwidth bw (0: the OCS class default)
+// between a free port of host a and a free port of host b. Among free
+// ports it prefers one whose owner drives the fewest circuits to the other
+// host already, so that several circuits between two hosts land on
+// different ranks (and NUMA nodes) and their traffic is balanced.
+func (t *Topology) Connect(a, b int, bw float64) error {
+	if a < 0 || b < 0 || a >= len(t.Hosts) || b >= len(t.Hosts) || a == b {
+		return fmt.Errorf("circuit between hosts %d and %d: want two different hosts of %d", a, b, len(t.Hosts))
+	}
+	pa, err := t.pickPort(a, b)
+	if err != nil {
+		return err
+	}
+	pb, err := t.pickPort(b, a)
+	if err != nil {
+		return err
+	}
+	t.Circuits = append(t.Circuits, Circuit{A: pa, B: pb, Bandwidth: bw})
+	return nil
+}
+
+// pickPort chooses a free port of host h for a circuit to host peer.
+func (t *Topology) pickPort(h, peer int) (int, error) {
+	free := t.FreePorts(h)
+	if len(free) == 0 {
+		return 0, fmt.Errorf("circuit between hosts %d and %d: host %d has no free OCS port", h, peer, h)
+	}
+	// Circuits host h already has to peer, per owner (-1: shared).
+	load := map[int]int{}
+	numaLoad := map[int]int{}
+	for _, c := range t.Circuits {
+		for _, e := range [][2]int{{c.A, c.B}, {c.B, c.A}} {
+			if t.NICs[e[0]].Host == h && t.NICs[e[1]].Host == peer {
+				load[t.PortOwner(e[0])]++
+				numaLoad[t.NICs[e[0]].NUMA]++
+			}
+		}
+	}
+	sort.SliceStable(free, func(i, j int) bool {
+		oi, oj := t.PortOwner(free[i]), t.PortOwner(free[j])
+		if load[oi] != load[oj] {
+			return load[oi] < load[oj]
+		}
+		return numaLoad[t.NICs[free[i]].NUMA] < numaLoad[t.NICs[free[j]].NUMA]
+	})
+	return free[0], nil
+}
+
+// HostDemand sums a rank-to-rank demand matrix (bytes from rank i to rank
+// j) into a host-to-host one.
+func (t *Topology) HostDemand(demand [][]float64) [][]float64 {
+	out := make([][]float64, len(t.Hosts))
+	for i := range out {
+		out[i] = make([]float64, len(t.Hosts))
+	}
+	for i, row := range demand {
+		for j, d := range row {
+			out[t.Ranks[i].Host][t.Ranks[j].Host] += d
+		}
+	}
+	return out
+}
+
+// PlaceCircuits chooses host pairs for circuits from a host-to-host demand
+// matrix, greedily relieving the bottleneck first as mFabric's planner
+// does: with the traffic of each pair (both directions) spread over its
+// circuits, it repeatedly gives one more circuit to the pair whose
+// per-circuit load is the largest and whose hosts both have a free port,
+// skipping pairs that cannot get one, until no pair with demand can. It
+// returns one entry per circuit (a pair may repeat); ports[h] is the number
+// of free ports of host h. It is pure and deterministic: ties go to the
+// lower-numbered pair.
+func PlaceCircuits(demand [][]float64, ports []int) [][2]int {
+	n := len(demand)
+	free := append([]int(nil), ports...)
+	count := map[[2]int]int{}
+	var out [][2]int
+	for {
+		// The pair with the largest completion time d/c; pairs without a
+		// circuit (infinite time) first, the heaviest of them first.
+		best, bestUnserved, bestLoad := [2]int{-1, -1}, false, 0.0
+		for i := 0; i < n; i++ {
+			for j := i + 1; j < n; j++ {
+				d := demand[i][j] + demand[j][i]
+				if d <= 0 || free[i] == 0 || free[j] == 0 {
+					continue
+				}
+				c := count[[2]int{i, j}]
+				unserved, load := c == 0, d/float64(max(c, 1))
+				if best[0] < 0 || (unserved && !bestUnserved) || (unserved == bestUnserved && load > bestLoad) {
+					best, bestUnserved, bestLoad = [2]int{i, j}, unserved, load
+				}
+			}
+		}
+		if best[0] < 0 {
+			return out
+		}
+		count[best]++
+		free[best[0]]--
+		free[best[1]]--
+		out = append(out, best)
+	}
+}

@@ -1,0 +1,130 @@
+package topo
+
+import (
+	"reflect"
+	"testing"
+)
+
+func TestSpecPortsAndCircuits(t *testing.T) {
+	top, err := FromSpec("hosts=4x2,nics=host,ocs_ports=2,eps=1GB/s,ocs=2GB/s,circuits=0-1/0-1/2-3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 4 packet NICs, then 2 ports per host: ports 4,5 on host 0, ...
+	if len(top.NICs) != 12 || len(top.Circuits) != 3 {
+		t.Fatalf("%d NICs, %d circuits", len(top.NICs), len(top.Circuits))
+	}
+	if !reflect.DeepEqual(top.Ranks[0].Ports, []int{4}) || !reflect.DeepEqual(top.Ranks[1].Ports, []int{5}) {
+		t.Fatalf("ports of host 0: %v %v", top.Ranks[0].Ports, top.Ranks[1].Ports)
+	}
+	// The two circuits between hosts 0 and 1 land on different ranks.
+	owners := map[[2]int]bool{}
+	for _, c := range top.Circuits[:2] {
+		owners[[2]int{top.PortOwner(c.A), top.PortOwner(c.B)}] = true
+	}
+	if !owners[[2]int{0, 2}] || !owners[[2]int{1, 3}] {
+		t.Fatalf("circuits 0-1 between ranks %v, want 0-2 and 1-3", owners)
+	}
+	cases := []struct {
+		a, b  int
+		class LinkClass
+		bw    float64
+	}{
+		{0, 1, HBD, 20e9},
+		{0, 2, OCS, 2e9}, // owners of the two ends of a circuit
+		{1, 3, OCS, 2e9},
+		{0, 3, EPS, 1e9}, // rank 3 does not drive the port rank 0's circuit reaches
+		{4, 6, OCS, 2e9},
+		{4, 5, HBD, 20e9},
+		{0, 4, EPS, 1e9}, // no circuit between hosts 0 and 2
+		{2, 0, OCS, 2e9},
+	}
+	for _, c := range cases {
+		p := top.Path(c.a, c.b)
+		if p.Class != c.class || p.Bandwidth != c.bw {
+			t.Errorf("path %d->%d: %s at %g, want %s at %g", c.a, c.b, p.Class, p.Bandwidth, c.class, c.bw)
+		}
+	}
+	shared, err := FromSpec("hosts=2x2,nics=host,ocs_ports=1,ocs_shared=1,circuits=0-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := shared.Path(1, 2); p.Class != OCS {
+		t.Fatalf("shared port: path 1->2 is %s", p.Class)
+	}
+	for _, bad := range []string{
+		"hosts=2x2,ocs_ports=1,circuits=0-1/0-1", // out of ports
+		"hosts=2x2,ocs_ports=1,circuits=0-0",
+		"hosts=2x2,ocs_ports=1,circuits=0-5",
+		"hosts=2x2,ocs_ports=x",
+		"hosts=2x2,circuits=0:1",
+	} {
+		if _, err := FromSpec(bad); err == nil {
+			t.Errorf("FromSpec(%q) accepted", bad)
+		}
+	}
+}
+
+func TestSubsetDropsPortsOfDroppedRanks(t *testing.T) {
+	top, err := FromSpec("hosts=2x2,ocs_ports=2,circuits=0-1/0-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub := top.Subset([]int{0, 2})
+	if err := sub.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if len(sub.Circuits) != 1 || sub.Path(0, 1).Class != OCS {
+		t.Fatalf("subset circuits %+v, path %s", sub.Circuits, sub.Path(0, 1).Class)
+	}
+}
+
+func TestPlaceCircuits(t *testing.T) {
+	demand := [][]float64{
+		{0, 8, 1, 0},
+		{8, 0, 0, 1},
+		{1, 0, 0, 4},
+		{0, 1, 4, 0},
+	}
+	got := PlaceCircuits(demand, []int{2, 2, 2, 2})
+	// Every pair with demand and no circuit has an infinite completion
+	// time: 0-1 (16) first, then 2-3 (8), then the light 0-2 and 1-3.
+	want := [][2]int{{0, 1}, {2, 3}, {0, 2}, {1, 3}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("PlaceCircuits = %v, want %v", got, want)
+	}
+	// Pairs without demand get nothing; a host without ports is skipped
+	// and the others keep going.
+	if got := PlaceCircuits(demand, []int{0, 2, 1, 1}); !reflect.DeepEqual(got, [][2]int{{2, 3}}) {
+		t.Fatalf("PlaceCircuits with host 0 full = %v", got)
+	}
+	// With host 0 full, 1-3 is served and then 2-3 cannot grow (host 3
+	// is out of ports).
+	got = PlaceCircuits(demand, []int{0, 2, 2, 2})
+	if want := [][2]int{{2, 3}, {1, 3}}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("PlaceCircuits with host 0 full = %v, want %v", got, want)
+	}
+}
+
+func TestSpecGrid(t *testing.T) {
+	top, err := FromSpec("hosts=6x1,grid=3x2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(top.Hosts[4].Coord, []int{1, 1}) || !top.GridOnly {
+		t.Fatalf("host 4 at %v, grid only %v", top.Hosts[4].Coord, top.GridOnly)
+	}
+	for _, c := range []struct {
+		a, b  int
+		class LinkClass
+	}{{0, 2, EPS}, {0, 3, EPS}, {0, 4, None}, {5, 0, None}, {5, 2, EPS}} {
+		if got := top.Path(c.a, c.b).Class; got != c.class {
+			t.Errorf("path %d->%d: %s, want %s", c.a, c.b, got, c.class)
+		}
+	}
+	for _, bad := range []string{"hosts=6x1,grid=2x2", "hosts=4x1,grid=2", "hosts=4x1,grid=0x4"} {
+		if _, err := FromSpec(bad); err == nil {
+			t.Errorf("FromSpec(%q) accepted", bad)
+		}
+	}
+}

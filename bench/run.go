@@ -20,6 +20,8 @@ type Config struct {
 	Iters  int  // timed iterations per size
 	Warmup int  // untimed iterations before them
 	Check  bool // verify one more run of each size against the reference
+	// Demand shapes AllToAllV (nil: uniform).
+	Demand *Demand
 }
 
 // Result is the measurement of one size, out-of-place and in-place. Times
@@ -49,6 +51,8 @@ type Result struct {
 	// communicator has no topology or the model does not cover the
 	// operation.
 	PredictedUS float64 `json:"predicted_us,omitempty"`
+	// Skew names the demand of a skewed AllToAllV.
+	Skew string `json:"skew,omitempty"`
 }
 
 // Runner benchmarks one operation on one communicator. Buffers are
@@ -61,6 +65,39 @@ type Runner struct {
 	rbuf   []byte
 	expect []byte
 	reqs   []*comm.Request
+	// AllToAllV: the element matrix of the current size and this rank's
+	// counts and displacements.
+	v vLayout
+}
+
+// vLayout is the AllToAllV layout of one size: counts[s][d] elements from
+// rank s to rank d, packed in destination order on the sender and in
+// source order on the receiver.
+type vLayout struct {
+	counts         [][]int
+	sc, sd, rc, rd []int
+	send, recv     int // elements of this rank's buffers
+}
+
+func newVLayout(counts [][]int, rank int) vLayout {
+	n := len(counts)
+	v := vLayout{counts: counts, sc: make([]int, n), sd: make([]int, n), rc: make([]int, n), rd: make([]int, n)}
+	for j := 0; j < n; j++ {
+		v.sc[j], v.sd[j] = counts[rank][j], v.send
+		v.send += v.sc[j]
+		v.rc[j], v.rd[j] = counts[j][rank], v.recv
+		v.recv += v.rc[j]
+	}
+	return v
+}
+
+// sendOffset is where rank s's block for rank d starts in s's buffer.
+func (v vLayout) sendOffset(s, d int) int {
+	off := 0
+	for j := 0; j < d; j++ {
+		off += v.counts[s][j]
+	}
+	return off
 }
 
 // NewRunner prepares a runner for sizes up to maxBytes.
@@ -75,12 +112,27 @@ func NewRunner(c *comm.Communicator, cfg Config, maxBytes int) (*Runner, error) 
 		return nil, fmt.Errorf("bench: %d iterations, %d warmup", cfg.Iters, cfg.Warmup)
 	}
 	es := cfg.DType.Size()
+	if cfg.Op == AllToAllV && cfg.Demand == nil {
+		d, err := ParseDemand("uniform", c.Size())
+		if err != nil {
+			return nil, err
+		}
+		cfg.Demand = d
+	}
+	if cfg.Demand != nil && len(cfg.Demand.Weights) != c.Size() {
+		return nil, fmt.Errorf("bench: demand for %d ranks on %d", len(cfg.Demand.Weights), c.Size())
+	}
 	l := cfg.Op.Layout(maxBytes, es, c.Size())
+	send, recv := l.SendCount, l.RecvCount
+	if cfg.Op == AllToAllV {
+		v := newVLayout(cfg.Demand.Counts(l.Count/c.Size()), c.Rank())
+		send, recv = v.send, v.recv
+	}
 	return &Runner{
 		c: c, cfg: cfg, es: es,
-		sbuf:   make([]byte, l.SendCount*es),
-		rbuf:   make([]byte, l.RecvCount*es),
-		expect: make([]byte, max(l.SendCount, l.RecvCount)*es),
+		sbuf:   make([]byte, send*es),
+		rbuf:   make([]byte, recv*es),
+		expect: make([]byte, max(send, recv)*es),
 		reqs:   make([]*comm.Request, 0, max(cfg.Iters, cfg.Warmup)),
 	}, nil
 }
@@ -101,7 +153,19 @@ func (r *Runner) Run(ctx context.Context, size int) (Result, error) {
 		DType: cfg.DType.String(), RedOp: cfg.RedOp.String(), Root: -1,
 		Algo: a.String(), Transport: c.TransportName(),
 	}
-	if t, ok := c.Predict(cfg.Op.Collective(), a, l.Bytes); ok {
+	if cfg.Op == AllToAllV {
+		per := l.Count / n
+		r.v = newVLayout(cfg.Demand.Counts(per), c.Rank())
+		bytes := cfg.Demand.Bytes(per, r.es)
+		a = c.AllToAllAlgorithm(bytes)
+		res.Algo = a.String()
+		if t, ok := c.PredictAllToAllV(a, bytes); ok {
+			res.PredictedUS = t * 1e6
+		}
+		if cfg.Demand.Name != "uniform" {
+			res.Skew = cfg.Demand.Name
+		}
+	} else if t, ok := c.Predict(cfg.Op.Collective(), a, l.Bytes); ok {
 		res.PredictedUS = t * 1e6
 	}
 	if !cfg.Op.Reduces() {
@@ -199,6 +263,9 @@ func (r *Runner) loop(ctx context.Context, send, recv []byte, iters int) error {
 // buffers returns the send and receive memory for one variant.
 func (r *Runner) buffers(l Layout, inPlace bool) (send, recv []byte) {
 	es, rank, root := r.es, r.c.Rank(), r.cfg.Root
+	if r.cfg.Op == AllToAllV {
+		return r.sbuf[:r.v.send*es], r.rbuf[:r.v.recv*es]
+	}
 	send, recv = r.sbuf[:l.SendCount*es], r.rbuf[:l.RecvCount*es]
 	if !inPlace {
 		return send, recv
@@ -239,13 +306,8 @@ func (r *Runner) issue(ctx context.Context, send, recv []byte) *comm.Request {
 	case AllToAll:
 		return c.AllToAllAsync(ctx, s, d)
 	case AllToAllV:
-		n := c.Size()
-		per := s.Len() / n
-		counts, displs := make([]int, n), make([]int, n)
-		for j := range counts {
-			counts[j], displs[j] = per, j*per
-		}
-		return c.AllToAllVAsync(ctx, s, counts, displs, d, counts, displs)
+		v := r.v
+		return c.AllToAllVAsync(ctx, s, v.sc, v.sd, d, v.rc, v.rd)
 	case Gather:
 		return c.GatherAsync(ctx, s, d, cfg.Root)
 	case Scatter:
@@ -300,10 +362,15 @@ func (r *Runner) verify(l Layout, recv []byte) int64 {
 			blk := l.SendCount * es
 			reference.FillInput(exp[j*blk:(j+1)*blk], cfg.DType, algo.Sum, j, j*l.SendCount)
 		}
-	case AllToAll, AllToAllV:
+	case AllToAll:
 		per := l.RecvCount / n
 		for j := 0; j < n; j++ {
 			reference.FillInput(exp[j*per*es:(j+1)*per*es], cfg.DType, algo.Sum, j, rank*per)
+		}
+	case AllToAllV:
+		v := r.v
+		for j := 0; j < n; j++ {
+			reference.FillInput(exp[v.rd[j]*es:(v.rd[j]+v.rc[j])*es], cfg.DType, algo.Sum, j, v.sendOffset(j, rank))
 		}
 	case SendRecv:
 		reference.FillInput(exp, cfg.DType, algo.Sum, (rank+n-1)%n, 0)

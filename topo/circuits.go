@@ -117,42 +117,64 @@ func (t *Topology) HostDemand(demand [][]float64) [][]float64 {
 }
 
 // PlaceCircuits chooses host pairs for circuits from a host-to-host demand
-// matrix, greedily relieving the bottleneck first as mFabric's planner
-// does: with the traffic of each pair (both directions) spread over its
-// circuits, it repeatedly gives one more circuit to the pair whose
-// per-circuit load is the largest and whose hosts both have a free port,
-// skipping pairs that cannot get one, until no pair with demand can. It
-// returns one entry per circuit (a pair may repeat); ports[h] is the number
-// of free ports of host h. It is pure and deterministic: ties go to the
-// lower-numbered pair.
-func PlaceCircuits(demand [][]float64, ports []int) [][2]int {
+// matrix (bytes from host i to host j). A circuit carries ocs bytes per
+// second in each direction; traffic between hosts without a circuit shares
+// the hosts' packet-network NICs, eps bytes per second each.
+//
+// It installs circuits in rounds, one port per host per round, each round
+// a matching of hosts: pairs are taken greedily by the time their next
+// circuit saves (the traffic it takes off both hosts' shared packet NICs,
+// d/eps, for a pair's first circuit; what it takes off the pair's other
+// circuits, d/(c ocs) - d/((c+1) ocs), for the (c+1)-th), each host at most
+// once per round, while both hosts have a free port (ports[h]). Rounds
+// repeat until no pair with demand can get a circuit. So the heaviest
+// pairs get circuits first, a heavy pair gets several when that saves more
+// than serving a light one, and pairs that go both ways around a ring of
+// hosts all get theirs. (mFabric's planner instead serves the single
+// bottleneck pair each step; it is a reconfiguration planner's job to
+// compare the two.) It returns one entry per circuit, a pair repeated for
+// several circuits, in the order chosen; it is pure and deterministic,
+// ties going to the lower-numbered pair.
+func PlaceCircuits(demand [][]float64, ports []int, ocs, eps float64) [][2]int {
 	n := len(demand)
 	free := append([]int(nil), ports...)
 	count := map[[2]int]int{}
+	type edge struct {
+		pair [2]int
+		gain float64
+	}
 	var out [][2]int
 	for {
-		// The pair with the largest completion time d/c; pairs without a
-		// circuit (infinite time) first, the heaviest of them first.
-		best, bestUnserved, bestLoad := [2]int{-1, -1}, false, 0.0
+		var edges []edge
 		for i := 0; i < n; i++ {
 			for j := i + 1; j < n; j++ {
 				d := demand[i][j] + demand[j][i]
 				if d <= 0 || free[i] == 0 || free[j] == 0 {
 					continue
 				}
-				c := count[[2]int{i, j}]
-				unserved, load := c == 0, d/float64(max(c, 1))
-				if best[0] < 0 || (unserved && !bestUnserved) || (unserved == bestUnserved && load > bestLoad) {
-					best, bestUnserved, bestLoad = [2]int{i, j}, unserved, load
+				c := float64(count[[2]int{i, j}])
+				gain := d / eps
+				if c > 0 {
+					gain = d/(c*ocs) - d/((c+1)*ocs)
 				}
+				edges = append(edges, edge{[2]int{i, j}, gain})
 			}
 		}
-		if best[0] < 0 {
+		if len(edges) == 0 {
 			return out
 		}
-		count[best]++
-		free[best[0]]--
-		free[best[1]]--
-		out = append(out, best)
+		sort.SliceStable(edges, func(a, b int) bool { return edges[a].gain > edges[b].gain })
+		used := make([]bool, n)
+		for _, e := range edges {
+			i, j := e.pair[0], e.pair[1]
+			if used[i] || used[j] {
+				continue
+			}
+			used[i], used[j] = true, true
+			count[e.pair]++
+			free[i]--
+			free[j]--
+			out = append(out, e.pair)
+		}
 	}
 }

@@ -86,23 +86,49 @@ func TestPlaceCircuits(t *testing.T) {
 		{1, 0, 0, 4},
 		{0, 1, 4, 0},
 	}
-	got := PlaceCircuits(demand, []int{2, 2, 2, 2})
-	// Every pair with demand and no circuit has an infinite completion
-	// time: 0-1 (16) first, then 2-3 (8), then the light 0-2 and 1-3.
-	want := [][2]int{{0, 1}, {2, 3}, {0, 2}, {1, 3}}
+	// The heavy pairs get both ports: 0-1 and 2-3 twice, the light pairs
+	// stay on the packet network.
+	got := PlaceCircuits(demand, []int{2, 2, 2, 2}, 1, 1)
+	want := [][2]int{{0, 1}, {2, 3}, {0, 1}, {2, 3}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("PlaceCircuits = %v, want %v", got, want)
 	}
+	// With a packet network much slower than a circuit, the light pairs
+	// are worth a circuit too.
+	got = PlaceCircuits(demand, []int{2, 2, 2, 2}, 1, 0.01)
+	if len(got) != 4 || got[0] != [2]int{0, 1} {
+		t.Fatalf("slow packet network: PlaceCircuits = %v", got)
+	}
+	served := map[[2]int]bool{}
+	for _, p := range got {
+		served[p] = true
+	}
+	if !served[[2]int{0, 2}] || !served[[2]int{1, 3}] {
+		t.Fatalf("slow packet network: light pairs left without a circuit: %v", got)
+	}
 	// Pairs without demand get nothing; a host without ports is skipped
 	// and the others keep going.
-	if got := PlaceCircuits(demand, []int{0, 2, 1, 1}); !reflect.DeepEqual(got, [][2]int{{2, 3}}) {
+	if got := PlaceCircuits(demand, []int{0, 1, 1, 1}, 1, 1); !reflect.DeepEqual(got, [][2]int{{2, 3}}) {
 		t.Fatalf("PlaceCircuits with host 0 full = %v", got)
 	}
-	// With host 0 full, 1-3 is served and then 2-3 cannot grow (host 3
-	// is out of ports).
-	got = PlaceCircuits(demand, []int{0, 2, 2, 2})
-	if want := [][2]int{{2, 3}, {1, 3}}; !reflect.DeepEqual(got, want) {
-		t.Fatalf("PlaceCircuits with host 0 full = %v, want %v", got, want)
+	if got := PlaceCircuits(demand, []int{0, 2, 2, 2}, 1, 1); !reflect.DeepEqual(got, [][2]int{{2, 3}, {2, 3}}) {
+		t.Fatalf("PlaceCircuits with host 0 full = %v", got)
+	}
+	// Traffic going one way around a ring of hosts: every ring edge gets
+	// a circuit, rather than the heaviest pairs two each.
+	ring := [][]float64{
+		{0, 9, 3, 2},
+		{2, 0, 9, 3},
+		{3, 2, 0, 9},
+		{9, 3, 2, 0},
+	}
+	got = PlaceCircuits(ring, []int{2, 2, 2, 2}, 1, 1)
+	edges := map[[2]int]int{}
+	for _, p := range got {
+		edges[p]++
+	}
+	if !reflect.DeepEqual(edges, map[[2]int]int{{0, 1}: 1, {1, 2}: 1, {2, 3}: 1, {0, 3}: 1}) {
+		t.Fatalf("ring demand: PlaceCircuits = %v", got)
 	}
 }
 

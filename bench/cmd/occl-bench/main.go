@@ -79,6 +79,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		topoSpec  = fs.String("topo", "", "fabric description: a JSON topology file or a spec such as hosts=4x2,hbd=8GB/s,eps=1GB/s (OCCL_TOPO)")
 		emulate   = fs.Bool("emulate", false, "shape every link to the -topo fabric's bandwidth and latency (OCCL_EMULATE=1)")
 		explain   = fs.Bool("explain", false, "print the schedule run and the cost model's predicted time next to the measured one")
+		skew      = fs.String("skew", "uniform", "alltoallv demand: uniform, zipf:S (rank s sends to rank s+k in proportion to 1/(k+1)^S) or a JSON matrix file")
+		circuits  = fs.String("circuits", "", "with -topo: 'auto' installs optical circuits on the host pairs with the most -skew demand (the topology's free OCS ports)")
 	)
 	fs.Var(&chunk, "chunk", "pipelining chunk size (0: default)")
 	if err := fs.Parse(args); err != nil {
@@ -127,10 +129,32 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if chunk > 0 {
 		opts = append(opts, comm.WithChunkSize(int(chunk)))
 	}
+	var demand *bench.Demand
+	if op == bench.AllToAllV || *circuits != "" {
+		n, err := worldSize(*np, *topoSpec)
+		if err != nil {
+			return fail("%v", err)
+		}
+		if demand, err = bench.ParseDemand(*skew, n); err != nil {
+			return fail("%v", err)
+		}
+	}
+	if *circuits != "" && *topoSpec == "" {
+		return fail("-circuits needs -topo")
+	}
 	if *topoSpec != "" {
 		t, err := topo.FromSpec(*topoSpec)
 		if err != nil {
 			return fail("%v", err)
+		}
+		switch *circuits {
+		case "":
+		case "auto":
+			if err := placeCircuits(t, demand); err != nil {
+				return fail("%v", err)
+			}
+		default:
+			return fail("-circuits %q: want auto", *circuits)
 		}
 		opts = append(opts, comm.WithTopology(t))
 	}
@@ -163,6 +187,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 
 	cfg := bench.Config{Op: op, DType: dt, RedOp: red, Root: *root, Iters: *iters, Warmup: *warmup, Check: *check != 0}
+	if op == bench.AllToAllV {
+		cfg.Demand = demand
+	}
 	runner, err := bench.NewRunner(c, cfg, sizes[len(sizes)-1])
 	if err != nil {
 		return fail("%v", err)
@@ -177,7 +204,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if !*jsonOut {
 		fmt.Fprintf(stdout, "# occl-bench op %s nranks %d minBytes %d maxBytes %d step: %s warmup iters: %d iters: %d validation: %d\n",
 			op, c.Size(), minBytes, maxBytes, stepDesc(*factor, int(stepBytes)), *warmup, *iters, *check)
-		fmt.Fprintf(stdout, "# transport %s algorithm %s\n#\n# Using ranks\n", c.TransportName(), *algoName)
+		fmt.Fprintf(stdout, "# transport %s algorithm %s\n", c.TransportName(), *algoName)
+		if t := c.Topology(); t != nil && t.Name != "" {
+			fmt.Fprintf(stdout, "# topology %s%s\n", t.Name, describeCircuits(t))
+		}
+		if op == bench.AllToAllV {
+			fmt.Fprintf(stdout, "# demand %s\n", demand.Name)
+		}
+		fmt.Fprintf(stdout, "#\n# Using ranks\n")
 		if err := describeRanks(ctx, c, stdout); err != nil {
 			return fail("%v", err)
 		}
@@ -204,6 +238,67 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	return 0
+}
+
+// worldSize is the number of ranks of the job: -np, the topology's, or
+// the launcher's.
+func worldSize(np int, spec string) (int, error) {
+	if np > 0 {
+		return np, nil
+	}
+	if spec != "" {
+		t, err := topo.FromSpec(spec)
+		if err != nil {
+			return 0, err
+		}
+		return len(t.Ranks), nil
+	}
+	for _, v := range []string{"OCCL_WORLD_SIZE", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"} {
+		if n, err := strconv.Atoi(os.Getenv(v)); err == nil && n > 0 {
+			return n, nil
+		}
+	}
+	return 0, fmt.Errorf("cannot tell the number of ranks: give -np or -topo")
+}
+
+// placeCircuits installs circuits on t's free OCS ports for the host pairs
+// with the most demand (topo.PlaceCircuits).
+func placeCircuits(t *topo.Topology, d *bench.Demand) error {
+	if len(d.Weights) != len(t.Ranks) {
+		return fmt.Errorf("demand for %d ranks, topology of %d", len(d.Weights), len(t.Ranks))
+	}
+	ports := make([]int, len(t.Hosts))
+	total := 0
+	for h := range ports {
+		ports[h] = len(t.FreePorts(h))
+		total += ports[h]
+	}
+	if total == 0 {
+		return fmt.Errorf("-circuits auto: the topology has no free OCS ports (add ocs_ports=N to -topo)")
+	}
+	ocs, eps := t.Classes[topo.OCS].Bandwidth, t.Classes[topo.EPS].Bandwidth
+	if ocs <= 0 || eps <= 0 {
+		return fmt.Errorf("-circuits auto: the topology needs ocs and eps bandwidths")
+	}
+	for _, pair := range topo.PlaceCircuits(t.HostDemand(d.Weights), ports, ocs, eps) {
+		if err := t.Connect(pair[0], pair[1], 0); err != nil {
+			return err
+		}
+	}
+	return t.Validate()
+}
+
+// describeCircuits lists a topology's circuits by host pair.
+func describeCircuits(t *topo.Topology) string {
+	if len(t.Circuits) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString(" circuits")
+	for _, c := range t.Circuits {
+		fmt.Fprintf(&b, " %d-%d", t.NICs[c.A].Host, t.NICs[c.B].Host)
+	}
+	return b.String()
 }
 
 // describeRanks prints one line per rank, gathered at rank 0.

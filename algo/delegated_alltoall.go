@@ -9,11 +9,14 @@
 // Planning, for every block (s, d) with s and d on different hosts H and
 // G: the candidates are the circuits between H and G, each as the pair
 // (rank driving the port on H, rank driving the port on G), a shared port
-// standing for s or d themselves. Blocks are assigned in (source,
-// destination) order to the candidate whose load in bytes per second of
-// circuit bandwidth would be the lowest, preferring a delegation rank on
-// s's NUMA node, then s itself; with no circuit between H and G the block
-// crosses the packet network directly from s to d.
+// standing for s or d themselves, and the packet network straight from s
+// to d. Blocks between hosts without a circuit take the packet network and
+// are booked first; the others follow from the largest down, each to the
+// candidate that would finish its load soonest (a circuit: its bytes over
+// its bandwidth; the packet network: the larger of the bytes booked on s's
+// NIC and on d's NIC, over the NIC bandwidth), ties going to a delegation
+// rank on s's NUMA node, then to s itself. So circuits carry what they
+// can, and the packet network takes the rest at the same time.
 //
 // Steps (phases of the routed engine):
 //
@@ -32,7 +35,7 @@
 package algo
 
 import (
-	"math"
+	"sort"
 
 	"github.com/occl/occl/topo"
 )
@@ -61,34 +64,64 @@ func RouteDelegated(t *topo.Topology, bytes [][]int) *Route {
 		cands[[2]int{ha, hb}] = append(cands[[2]int{ha, hb}], &candidate{from: oa, to: ob, bw: bw})
 		cands[[2]int{hb, ha}] = append(cands[[2]int{hb, ha}], &candidate{from: ob, to: oa, bw: bw})
 	}
+	// Packet-network load per NIC and direction.
+	tx, rx := map[int]float64{}, map[int]float64{}
+	nicBW := func(nic int) float64 {
+		if nic >= 0 && t.NICs[nic].Bandwidth > 0 {
+			return t.NICs[nic].Bandwidth
+		}
+		return max(t.Classes[topo.EPS].Bandwidth, 1)
+	}
+	epsCost := func(s, d int, b float64) float64 {
+		sn, dn := t.Ranks[s].NIC, t.Ranks[d].NIC
+		return max((tx[sn]+b)/nicBW(sn), (rx[dn]+b)/nicBW(dn))
+	}
+	var choose []block
 	for s := 0; s < n; s++ {
 		for d := 0; d < n; d++ {
 			hs, hd := t.Ranks[s].Host, t.Ranks[d].Host
-			cs := cands[[2]int{hs, hd}]
-			if hs == hd || len(cs) == 0 {
+			if hs == hd || len(cands[[2]int{hs, hd}]) == 0 || t.Path(s, d).Class == topo.None {
 				// Same host, or no circuit: straight there in the
 				// inter-host phase.
 				r.Set(s, d, s, d, d)
+				if hs != hd {
+					tx[t.Ranks[s].NIC] += float64(bytes[s][d])
+					rx[t.Ranks[d].NIC] += float64(bytes[s][d])
+				}
 				continue
 			}
-			var best *candidate
-			bestCost := math.Inf(1)
-			for _, c := range cs {
-				cost := (c.load + float64(bytes[s][d])) / c.bw
-				if best == nil || cost < bestCost || (cost == bestCost && prefer(t, s, c.from, best.from)) {
-					best, bestCost = c, cost
-				}
-			}
-			best.load += float64(bytes[s][d])
-			from, to := best.from, best.to
-			if from < 0 {
-				from = s
-			}
-			if to < 0 {
-				to = d
-			}
-			r.Set(s, d, from, to, d)
+			choose = append(choose, block{s, d})
 		}
+	}
+	sort.SliceStable(choose, func(i, j int) bool {
+		return bytes[choose[i].src][choose[i].dst] > bytes[choose[j].src][choose[j].dst]
+	})
+	for _, bl := range choose {
+		s, d := bl.src, bl.dst
+		b := float64(bytes[s][d])
+		var best *candidate
+		bestCost := epsCost(s, d, b)
+		for _, c := range cands[[2]int{t.Ranks[s].Host, t.Ranks[d].Host}] {
+			cost := (c.load + b) / c.bw
+			if cost < bestCost || (best != nil && cost == bestCost && prefer(t, s, c.from, best.from)) {
+				best, bestCost = c, cost
+			}
+		}
+		if best == nil {
+			r.Set(s, d, s, d, d)
+			tx[t.Ranks[s].NIC] += b
+			rx[t.Ranks[d].NIC] += b
+			continue
+		}
+		best.load += b
+		from, to := best.from, best.to
+		if from < 0 {
+			from = s
+		}
+		if to < 0 {
+			to = d
+		}
+		r.Set(s, d, from, to, d)
 	}
 	return r
 }

@@ -47,8 +47,31 @@ func TestLaunchedSweep(t *testing.T) {
 	}
 }
 
+// TestSkewedSweep runs a skewed, checked alltoallv on an emulated fabric
+// whose circuits occl-bench places itself, across 4 processes.
+func TestSkewedSweep(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "occl-bench")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin, "-np", "4", "-op", "alltoallv", "-b", "1K", "-e", "256K", "-f", "16", "-n", "2", "-w", "1",
+		"-topo", "hosts=2x2,nics=host,ocs_ports=1,hbd=4GB/s,eps=1GB/s,ocs=1GB/s", "-emulate", "-skew", "zipf:1", "-circuits", "auto", "-explain", "-quiet")
+	cmd.Env = append(os.Environ(), "OCCL_RANK=")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, want := range []string{"circuits 0-1", "# demand zipf:1", "Out of bounds values : 0 OK", "meas/pred"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
 func TestBadFlags(t *testing.T) {
-	for _, args := range [][]string{{"-op", "nope"}, {"-d", "float128"}, {"-b", "1X"}, {"-transport", "carrier-pigeon"}, {"-b", "64", "-e", "8"}} {
+	for _, args := range [][]string{{"-op", "nope"}, {"-d", "float128"}, {"-b", "1X"}, {"-transport", "carrier-pigeon"}, {"-b", "64", "-e", "8"},
+		{"-np", "2", "-op", "alltoallv", "-skew", "zipf:x"}, {"-np", "2", "-circuits", "auto"},
+		{"-topo", "hosts=2x1", "-circuits", "auto"}, {"-topo", "hosts=2x1,ocs_ports=1", "-circuits", "manual"}} {
 		if code := run(args, os.Stdout, os.Stderr); code == 0 {
 			t.Errorf("%v accepted", args)
 		}

@@ -1,0 +1,106 @@
+package bench
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/occl/occl/algo"
+	"github.com/occl/occl/comm"
+	"github.com/occl/occl/topo"
+)
+
+func TestParseDemand(t *testing.T) {
+	d, err := ParseDemand("zipf:1", 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Weights[3][0] != 1 || d.Weights[0][3] != 0.25 {
+		t.Fatalf("zipf:1 weights %v", d.Weights)
+	}
+	// 4*4*10 elements spread by weight: entry (2, 0) gets 1 / (4 * (1 + 1/2
+	// + 1/3 + 1/4)) of them, rounded down.
+	c := d.Counts(10)
+	if c[2][0] != 19 { // 160 / (4 * 25/12)
+		t.Fatalf("counts %v", c)
+	}
+	u, _ := ParseDemand("uniform", 3)
+	if got := u.Counts(7); got[1][2] != 7 || got[0][0] != 7 {
+		t.Fatalf("uniform counts %v", got)
+	}
+	file := filepath.Join(t.TempDir(), "m.json")
+	os.WriteFile(file, []byte(`[[0,1],[2,0]]`), 0o644)
+	if m, err := ParseDemand(file, 2); err != nil || m.Weights[1][0] != 2 {
+		t.Fatalf("matrix file: %v %v", m, err)
+	}
+	bad := filepath.Join(t.TempDir(), "bad.json")
+	os.WriteFile(bad, []byte(`[[0,-1],[2,0]]`), 0o644)
+	for _, spec := range []string{"zipf:x", "zipf:-1", "nope", file + "x", bad} {
+		if _, err := ParseDemand(spec, 2); err == nil {
+			t.Errorf("ParseDemand(%q) accepted", spec)
+		}
+	}
+	if _, err := ParseDemand(file, 3); err == nil {
+		t.Error("2x2 matrix accepted for 3 ranks")
+	}
+	zero := filepath.Join(t.TempDir(), "zero.json")
+	os.WriteFile(zero, []byte(`[[0,0],[0,0]]`), 0o644)
+	if _, err := ParseDemand(zero, 2); err == nil {
+		t.Error("all-zero matrix accepted")
+	}
+}
+
+// TestSkewedAllToAllV checks a skewed AllToAllV through the runner on a
+// fabric with circuits, with the delegated schedule forced.
+func TestSkewedAllToAllV(t *testing.T) {
+	top, err := topo.FromSpec("hosts=2x2,nics=host,ocs_ports=2,circuits=0-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := ParseDemand("zipf:1.2", 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	comms, err := comm.NewLocal(4, comm.WithTopology(top), comm.WithAlgorithm(algo.AlgoDelegated))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, c := range comms {
+			c.Close()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	results := make([]Result, 4)
+	errs := make([]error, 4)
+	var wg sync.WaitGroup
+	for r, c := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			run, err := NewRunner(c, Config{Op: AllToAllV, DType: algo.Float32, Iters: 2, Check: true, Demand: d}, 1<<16)
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			for _, size := range []int{0, 100, 1 << 16} {
+				if results[r], errs[r] = run.Run(ctx, size); errs[r] != nil || results[r].Wrong != 0 {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for r := range errs {
+		if errs[r] != nil || results[r].Wrong != 0 {
+			t.Fatalf("rank %d: %v, %d wrong", r, errs[r], results[r].Wrong)
+		}
+	}
+	if res := results[0]; res.Algo != "delegated" || res.Skew != "zipf:1.2" || res.PredictedUS <= 0 {
+		t.Fatalf("result %+v", res)
+	}
+}

@@ -24,6 +24,7 @@ const (
 	OpBarrier       Collective = 10
 	OpSendRecv      Collective = 11
 	OpSplit         Collective = 12
+	OpRewire        Collective = 13
 )
 
 var collectiveNames = [...]string{
@@ -39,6 +40,7 @@ var collectiveNames = [...]string{
 	OpBarrier:       "Barrier",
 	OpSendRecv:      "SendRecv",
 	OpSplit:         "Split",
+	OpRewire:        "Rewire",
 }
 
 // Valid reports whether c is a known collective.

@@ -111,13 +111,13 @@ func (c *Communicator) allToAll(ctx context.Context, p *opPeers, send []byte, so
 // the topology has optical circuits, is rail-only, or places hosts on a
 // grid, and no other schedule is forced.
 func (c *Communicator) routable() bool {
-	if c.model == nil {
+	if c.lay().model == nil {
 		return false
 	}
 	if f := c.cfg.algo; f == algo.AlgoPairwise {
 		return false
 	}
-	t := c.topo
+	t := c.lay().topo
 	if len(t.Circuits) > 0 || t.RailOnly {
 		return true
 	}
@@ -134,11 +134,11 @@ func (c *Communicator) routable() bool {
 // for the pairwise exchange.
 func (c *Communicator) allToAllRoute(bytes [][]int) *algo.Route {
 	if f := c.cfg.algo; algo.Supports(algo.OpAllToAllV, f) && f != algo.AlgoAuto {
-		if r := c.model.AllToAllRoute(f, bytes); r != nil {
+		if r := c.lay().model.AllToAllRoute(f, bytes); r != nil {
 			return r
 		}
 	}
-	_, r, _ := c.model.ChooseAllToAll(bytes)
+	_, r, _ := c.lay().model.ChooseAllToAll(bytes)
 	return r
 }
 
@@ -182,10 +182,10 @@ func (c *Communicator) allRanks() []int {
 // rank d, and whether the model covers it (a communicator with a topology,
 // a schedule that fits it).
 func (c *Communicator) PredictAllToAllV(a algo.Algorithm, bytes [][]int) (float64, bool) {
-	if c.model == nil {
+	if c.lay().model == nil {
 		return 0, false
 	}
-	return c.model.PredictAllToAll(a, bytes)
+	return c.lay().model.PredictAllToAll(a, bytes)
 }
 
 // AllToAllAlgorithm returns the schedule an all-to-all of the byte matrix

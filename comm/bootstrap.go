@@ -13,6 +13,7 @@ import (
 	"github.com/occl/occl/comm/internal/wire"
 	"github.com/occl/occl/topo"
 	"github.com/occl/occl/transport"
+	"github.com/occl/occl/transport/emu"
 	"github.com/occl/occl/transport/shm"
 	"github.com/occl/occl/transport/tcp"
 )
@@ -151,8 +152,10 @@ func initTCP(ctx context.Context, id UniqueID, rank, size int, cfg config, rootL
 
 	peers := make([]tcp.Endpoint, 0, size-1)
 	hostIDs := make([]string, size)
+	addrs := make([]string, size)
 	for r, info := range m.Ranks {
 		hostIDs[r] = info.HostID
+		addrs[r] = info.Addr
 		if r != rank {
 			peers = append(peers, tcp.Endpoint{Rank: r, Addr: info.Addr})
 		}
@@ -195,7 +198,7 @@ func initTCP(ctx context.Context, id UniqueID, rank, size int, cfg config, rootL
 		server = newCtrlServer(ctrlConns, cfg, log)
 	}
 	client := newCtrlClient(rank, ctrlConn, server, cfg, log)
-	fab := &tcpFabric{ln: dataLn, secret: id.Secret, cfg: cfg}
+	fab := &tcpFabric{ln: dataLn, secret: id.Secret, cfg: cfg, addrs: addrs}
 	c = newCommunicator(commID, rank, hostIDs, conns, client, fab, cfg)
 	c.emu = fabric
 	client.start(c)
@@ -438,6 +441,12 @@ type fabric interface {
 	split(ctx context.Context, p *opPeers, childID uint64, group []int, self int) (*Communicator, error)
 	// release frees what the fabric holds when the communicator closes.
 	release()
+	// connect opens new connections of the given epoch between this rank
+	// and peers (every peer calls it with this rank in its list).
+	connect(ctx context.Context, c *Communicator, epoch uint32, peers []int) (map[int]transport.Conn, error)
+	// emulator returns the emulated fabric shaping c's connections, or
+	// nil.
+	emulator(c *Communicator) *emu.Fabric
 }
 
 // tcpFabric splits communicators bootstrapped over TCP: the leader of each
@@ -448,7 +457,30 @@ type tcpFabric struct {
 	ln     *tcp.Listener
 	secret [16]byte
 	cfg    config
+	addrs  []string // every rank's data listener
 }
+
+// connect opens TCP connections of the given epoch to peers through the
+// data listeners, wrapped by the communicator's emulated fabric if it has
+// one.
+func (f *tcpFabric) connect(ctx context.Context, c *Communicator, epoch uint32, peers []int) (map[int]transport.Conn, error) {
+	eps := make([]tcp.Endpoint, 0, len(peers))
+	for _, r := range peers {
+		eps = append(eps, tcp.Endpoint{Rank: r, Addr: f.addrs[r]})
+	}
+	mesh, err := tcp.Connect(ctx, tcp.MeshConfig{Self: c.rank, Comm: c.id, Epoch: epoch, Secret: f.secret[:],
+		Streams: f.cfg.streams, Options: tcp.Options{SocketBuffer: f.cfg.sockBuf}, Listener: f.ln}, eps)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[int]transport.Conn, len(mesh))
+	for r, conn := range mesh {
+		out[r] = conn
+	}
+	return wrapEmulated(c.emu, c.rank, out)
+}
+
+func (f *tcpFabric) emulator(c *Communicator) *emu.Fabric { return c.emu }
 
 func (f *tcpFabric) release() { f.ln.Close() }
 

@@ -114,11 +114,11 @@ func (c *Communicator) allReduce(ctx context.Context, p *opPeers, src, data []by
 		rp, _ := c.ringPeers(p)
 		return algo.AllReduceRingFrom(ctx, rp, &c.ws, src, data, dt, red, c.cfg.chunk)
 	case algo.AlgoHierarchical:
-		return algo.AllReduceHierarchical(ctx, p, &c.ws, src, data, dt, red, c.hostGroups, c.cfg.chunk)
+		return algo.AllReduceHierarchical(ctx, p, &c.ws, src, data, dt, red, c.lay().hostGroups, c.cfg.chunk)
 	case algo.AlgoGateway:
-		return algo.AllReduceGateway(ctx, p, &c.ws, src, data, dt, red, c.hostGroups, c.cfg.chunk)
+		return algo.AllReduceGateway(ctx, p, &c.ws, src, data, dt, red, c.lay().hostGroups, c.cfg.chunk)
 	case algo.Algo2D:
-		return algo.AllReduce2D(ctx, p, &c.ws, src, data, dt, red, c.hostGroups, c.cfg.chunk)
+		return algo.AllReduce2D(ctx, p, &c.ws, src, data, dt, red, c.lay().hostGroups, c.cfg.chunk)
 	}
 	if src != nil {
 		copy(data, src)
@@ -272,7 +272,7 @@ func (c *Communicator) AllGatherAsync(ctx context.Context, send, recv Buffer) *R
 			return nil
 		}
 		if c.Algorithm(algo.OpAllGather, len(recv.b)) == algo.AlgoHierarchical {
-			return algo.AllGatherHierarchical(ctx, p, &c.ws, recv.b, nb, c.hostGroups, c.cfg.chunk)
+			return algo.AllGatherHierarchical(ctx, p, &c.ws, recv.b, nb, c.lay().hostGroups, c.cfg.chunk)
 		}
 		rp, order := c.ringPeers(p)
 		offs, lens := c.blocks(nb)
@@ -324,7 +324,7 @@ func (c *Communicator) ReduceScatterAsync(ctx context.Context, send, recv Buffer
 		if nb > 0 && c.size > 1 {
 			var err error
 			if c.Algorithm(algo.OpReduceScatter, len(send.b)) == algo.AlgoHierarchical {
-				err = algo.ReduceScatterHierarchical(ctx, p, &c.ws, src, data, dt, op.Combiner(), nb, c.hostGroups, c.cfg.chunk)
+				err = algo.ReduceScatterHierarchical(ctx, p, &c.ws, src, data, dt, op.Combiner(), nb, c.lay().hostGroups, c.cfg.chunk)
 			} else if rp, order := c.ringPeers(p); order != nil {
 				offs, lens := c.blocks(nb)
 				offs, lens = permute(order, offs, lens)

@@ -27,7 +27,6 @@ import (
 	"time"
 
 	"github.com/occl/occl/algo"
-	"github.com/occl/occl/topo"
 	"github.com/occl/occl/transport"
 	"github.com/occl/occl/transport/emu"
 	"github.com/occl/occl/transport/mem"
@@ -52,12 +51,10 @@ type Communicator struct {
 
 	conns []transport.Conn // by peer rank; nil at c.rank
 
-	emu        *emu.Fabric    // shapes the connections, if emulating
-	topo       *topo.Topology // nil: one host, no description
-	model      *algo.Model
-	hostGroups [][]int // every host's ranks in local-rank order
-	ctrl       controlPlane
-	fabric     fabric
+	emu    *emu.Fabric            // shapes the connections, if emulating
+	layout atomic.Pointer[layout] // topology, cost model and host groups
+	ctrl   controlPlane
+	fabric fabric
 
 	// Operation queue. seq counts collectives issued; the worker runs
 	// requests in order.
@@ -301,7 +298,7 @@ func (c *Communicator) run(r *Request) error {
 		}
 		return nil
 	}
-	if errors.Is(err, ErrInvalidArgument) {
+	if errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrRewire) {
 		// Discovered while running (e.g. a group's self send/recv pairing):
 		// nothing was sent, the communicator is fine.
 		return &OpError{Rank: c.rank, Op: r.name, Seq: r.seq, Err: err}
@@ -408,7 +405,10 @@ func (c *Communicator) fail(pe *PeerError) {
 		c.failErr.Store(pe)
 		close(c.failed)
 		c.log.Warn("occl: communicator failed", "err", pe)
-		for _, conn := range c.conns {
+		c.mu.Lock()
+		conns := append([]transport.Conn(nil), c.conns...)
+		c.mu.Unlock()
+		for _, conn := range conns {
 			if conn != nil {
 				conn.Close()
 			}
@@ -574,8 +574,8 @@ func (c *Communicator) Algorithm(op algo.Collective, bytes int) algo.Algorithm {
 	if f := c.cfg.algo; f != algo.AlgoAuto && c.applicable(op, f) {
 		return f
 	}
-	if c.model != nil {
-		if a, _ := c.model.Choose(op, bytes); a != algo.AlgoAuto && c.applicable(op, a) {
+	if c.lay().model != nil {
+		if a, _ := c.lay().model.Choose(op, bytes); a != algo.AlgoAuto && c.applicable(op, a) {
 			return a
 		}
 	}
@@ -587,7 +587,10 @@ func (c *Communicator) Algorithm(op algo.Collective, bytes int) algo.Algorithm {
 func (c *Communicator) TransportName() string {
 	seen := map[string]bool{}
 	var names []string
-	for _, conn := range c.conns {
+	c.mu.Lock()
+	conns := append([]transport.Conn(nil), c.conns...)
+	c.mu.Unlock()
+	for _, conn := range conns {
 		if conn == nil {
 			continue
 		}

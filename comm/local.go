@@ -74,10 +74,12 @@ func (g *localGroup) emulate(cfg config, id uint64) error {
 // localGroup is the set of pipes and the control plane of one in-process
 // communicator.
 type localGroup struct {
-	size   int
-	conns  [][]transport.Conn // conns[i][j]: rank i's end of the pipe to j
-	ctrl   *localControl
-	fabric *emu.Fabric // emulated links, if any
+	mu      sync.Mutex
+	pending map[[3]int][2]transport.Conn // pipes of a rewire, by epoch and pair, until both ends are taken
+	size    int
+	conns   [][]transport.Conn // conns[i][j]: rank i's end of the pipe to j
+	ctrl    *localControl
+	fabric  *emu.Fabric // emulated links, if any
 }
 
 func newLocalGroup(size int) *localGroup {
@@ -95,12 +97,57 @@ func newLocalGroup(size int) *localGroup {
 }
 
 func (g *localGroup) member(rank int, id uint64, hostIDs []string, reg *localRegistry, cfg config) *Communicator {
-	c := newCommunicator(id, rank, hostIDs, g.conns[rank], &localMember{l: g.ctrl, rank: rank}, reg, cfg)
+	c := newCommunicator(id, rank, hostIDs, g.conns[rank], &localMember{l: g.ctrl, rank: rank}, &localFabric{reg: reg, g: g}, cfg)
 	g.ctrl.mu.Lock()
 	g.ctrl.members[rank] = c
 	g.ctrl.mu.Unlock()
 	return c
 }
+
+// localFabric is the fabric of an in-process communicator: Split meets the
+// other members in the registry, and new connections are in-process pipes
+// of the group.
+type localFabric struct {
+	reg *localRegistry
+	g   *localGroup
+}
+
+func (f *localFabric) release() {}
+
+func (f *localFabric) split(ctx context.Context, p *opPeers, childID uint64, group []int, self int) (*Communicator, error) {
+	return f.reg.split(ctx, p, childID, group, self)
+}
+
+// connect takes this rank's ends of new pipes to peers: the first of a
+// pair to ask creates the pipe, the other finds it.
+func (f *localFabric) connect(ctx context.Context, c *Communicator, epoch uint32, peers []int) (map[int]transport.Conn, error) {
+	g := f.g
+	out := make(map[int]transport.Conn, len(peers))
+	g.mu.Lock()
+	for _, r := range peers {
+		key := [3]int{int(epoch), min(c.rank, r), max(c.rank, r)}
+		if g.pending == nil {
+			g.pending = map[[3]int][2]transport.Conn{}
+		}
+		ends, ok := g.pending[key]
+		if !ok {
+			a, b := mem.Pipe(mem.DefaultCapacity)
+			ends = [2]transport.Conn{a, b}
+			g.pending[key] = ends
+		} else {
+			delete(g.pending, key)
+		}
+		if c.rank < r {
+			out[r] = ends[0]
+		} else {
+			out[r] = ends[1]
+		}
+	}
+	g.mu.Unlock()
+	return wrapEmulated(g.fabric, c.rank, out)
+}
+
+func (f *localFabric) emulator(*Communicator) *emu.Fabric { return f.g.fabric }
 
 // localRegistry is the fabric of in-process communicators: the groups of
 // a Split meet here by their child id.
@@ -109,8 +156,6 @@ type localRegistry struct {
 	groups map[uint64]*localGroup
 	joined map[uint64]int
 }
-
-func (reg *localRegistry) release() {}
 
 func (reg *localRegistry) split(ctx context.Context, p *opPeers, childID uint64, group []int, self int) (*Communicator, error) {
 	if group == nil {

@@ -50,6 +50,25 @@ func emulate(cfg config, key uint64, rank int, conns []transport.Conn, local boo
 	return f, nil
 }
 
+// wrapEmulated wraps new connections of rank in the emulated fabric f, if
+// there is one; on failure it closes them all.
+func wrapEmulated(f *emu.Fabric, rank int, conns map[int]transport.Conn) (map[int]transport.Conn, error) {
+	if f == nil {
+		return conns, nil
+	}
+	for r, conn := range conns {
+		w, err := f.Wrap(conn, rank, r)
+		if err != nil {
+			for _, c := range conns {
+				c.Close()
+			}
+			return nil, fmt.Errorf("emulated fabric: rank %d: %w", r, err)
+		}
+		conns[r] = w
+	}
+	return conns, nil
+}
+
 // virtualHostID is this rank's host identity under a topology: the real
 // machine's identity (so emulated hosts on different machines never merge)
 // and the emulated host.
@@ -77,26 +96,40 @@ func (c *Communicator) setupModel() {
 	if t == nil && c.NumHosts() > 1 {
 		t = topo.FromHosts(c.hosts)
 	}
-	if t == nil {
-		return
-	}
-	c.topo = t
-	c.model = algo.NewModel(t)
-	c.hostGroups = t.HostRanks()
+	c.layout.Store(newLayout(t))
 }
+
+// layout is what a communicator derives from its topology. It is replaced
+// as a whole when the fabric is rewired, so that readers on other
+// goroutines (Algorithm, Predict, Topology) see one consistent version.
+type layout struct {
+	topo       *topo.Topology // nil: one host, no description
+	model      *algo.Model
+	hostGroups [][]int // every host's ranks in local-rank order
+}
+
+func newLayout(t *topo.Topology) *layout {
+	if t == nil {
+		return &layout{}
+	}
+	return &layout{topo: t, model: algo.NewModel(t), hostGroups: t.HostRanks()}
+}
+
+// lay returns the current layout.
+func (c *Communicator) lay() *layout { return c.layout.Load() }
 
 // Topology returns the topology the communicator schedules for, or nil if
 // it has none (one host and no OCCL_TOPO).
-func (c *Communicator) Topology() *topo.Topology { return c.topo }
+func (c *Communicator) Topology() *topo.Topology { return c.lay().topo }
 
 // Predict returns the cost model's time in seconds for collective op with
 // schedule a on bytes bytes (the full buffer), and whether the model covers
 // it.
 func (c *Communicator) Predict(op algo.Collective, a algo.Algorithm, bytes int) (float64, bool) {
-	if c.model == nil {
+	if c.lay().model == nil {
 		return 0, false
 	}
-	return c.model.Predict(op, a, bytes)
+	return c.lay().model.Predict(op, a, bytes)
 }
 
 // applicable reports whether schedule a can run collective op on this
@@ -107,9 +140,9 @@ func (c *Communicator) applicable(op algo.Collective, a algo.Algorithm) bool {
 	}
 	switch a {
 	case algo.AlgoHierarchical, algo.Algo2D:
-		return c.hostGroups != nil && c.topo.Uniformity() > 0
+		return c.lay().hostGroups != nil && c.lay().topo.Uniformity() > 0
 	case algo.AlgoGateway:
-		return c.hostGroups != nil
+		return c.lay().hostGroups != nil
 	}
 	return true
 }
@@ -118,8 +151,8 @@ func (c *Communicator) applicable(op algo.Collective, a algo.Algorithm) bool {
 // along it: the topology's ring if it has one (every hop a physical link),
 // else rank order.
 func (c *Communicator) ringPeers(p *opPeers) (algo.Peers, []int) {
-	if c.topo != nil && len(c.topo.Ring) == c.size {
-		return algo.SubPeers(p, c.topo.Ring, 0), c.topo.Ring
+	if c.lay().topo != nil && len(c.lay().topo.Ring) == c.size {
+		return algo.SubPeers(p, c.lay().topo.Ring, 0), c.lay().topo.Ring
 	}
 	return p, nil
 }

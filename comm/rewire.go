@@ -1,0 +1,420 @@
+package comm
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/occl/occl/algo"
+	"github.com/occl/occl/topo"
+	"github.com/occl/occl/transport"
+)
+
+// Pause, rewire, resume
+//
+// A rewire is an operation in the communicator's ordered queue, so it runs
+// at an operation boundary: everything issued before it completes first,
+// everything issued after it waits (nothing is dropped). Every rank calls
+// it with the same target. On each rank:
+//
+//  1. plan: check the target against the current topology and find the
+//     peers whose direct path changes (class, NICs or speed); build the
+//     cost model, schedules and delegation tables of the target;
+//  2. apply and connect, at the same time: rank 0 switches the fabric
+//     (Rewire.Apply, typically a call to the OCS controller) while every
+//     rank opens new connections, of the next epoch, to the peers whose
+//     path changes;
+//  3. agree: the ranks exchange the outcome over the old connections, so
+//     that every rank sees the same first failure;
+//  4. verify: a small exchange on every new link, then agree again;
+//  5. resume: retire the replaced connections, install the new ones,
+//     bump the epoch and swap the topology (and the emulated fabric's).
+//
+// If the switch, a connection or a verification fails, every rank returns
+// the same *RewireError, rank 0 restores the previous circuits
+// (Rewire.Rollback) if the switch had happened, the new connections are
+// closed and the communicator keeps working on the previous topology. A
+// rank that dies meanwhile fails the communicator as in any operation.
+
+// ErrRewire is wrapped by every error of a rewire that left the
+// communicator working on its previous topology.
+var ErrRewire = errors.New("rewire failed; the communicator keeps its previous topology")
+
+// Rewire describes one change of the fabric under a communicator.
+type Rewire struct {
+	// Target is the topology after the change: the same hosts, ranks and
+	// NICs as the current one, other circuits.
+	Target *topo.Topology
+	// Apply switches the fabric and returns once the new circuits are up.
+	// Only rank 0 calls it, while every rank is paused; its error reaches
+	// every rank. Nil if there is nothing to switch.
+	Apply func(ctx context.Context) error
+	// Rollback restores the previous circuits when a step after a
+	// successful Apply fails. Only rank 0 calls it. Nil: nothing to undo.
+	Rollback func(ctx context.Context) error
+	// ApplyTimeout bounds Apply (default: half of what remains of the
+	// operation's deadline), so that the ranks still have time to agree
+	// on the outcome and keep the communicator when the switch is slow.
+	ApplyTimeout time.Duration
+}
+
+// RewireTimes records how long each step of a rewire took on this rank.
+type RewireTimes struct {
+	// Pause is the wait from the call to the start: the operations issued
+	// before it complete first.
+	Pause time.Duration `json:"pause_ns"`
+	// Plan is the check of the target and the new schedules.
+	Plan time.Duration `json:"plan_ns"`
+	// Apply is the switch (rank 0's Apply) and the agreement on its
+	// outcome, as this rank saw it.
+	Apply time.Duration `json:"apply_ns"`
+	// Connect is the opening of new connections (during Apply).
+	Connect time.Duration `json:"connect_ns"`
+	// Verify is the exchange on every new link and its agreement.
+	Verify time.Duration `json:"verify_ns"`
+	// Resume is the swap of connections, epoch and topology.
+	Resume time.Duration `json:"resume_ns"`
+	// Total is the time from the call to the end.
+	Total time.Duration `json:"total_ns"`
+	// Links is the number of connections this rank replaced.
+	Links int `json:"links"`
+}
+
+// RewireError is the error every rank returns when a rewire fails without
+// failing the communicator. It wraps ErrRewire and, on the rank where it
+// happened, the cause.
+type RewireError struct {
+	// Rank is the rank where the step failed.
+	Rank int
+	// Step is "plan", "apply", "connect" or "verify".
+	Step string
+	// Reason describes the failure, the same text on every rank.
+	Reason string
+	// RolledBack says whether the previous circuits were restored
+	// (always false when the failure came before the switch).
+	RolledBack bool
+	err        error
+}
+
+func (e *RewireError) Error() string {
+	s := fmt.Sprintf("occl: rewire: %s failed on rank %d: %s", e.Step, e.Rank, e.Reason)
+	if e.RolledBack {
+		s += " (previous circuits restored)"
+	}
+	return s
+}
+
+// Unwrap returns ErrRewire and the cause, if this rank saw it.
+func (e *RewireError) Unwrap() []error {
+	if e.err != nil {
+		return []error{ErrRewire, e.err}
+	}
+	return []error{ErrRewire}
+}
+
+// RewireRequest is a rewire in progress.
+type RewireRequest struct {
+	req   *Request
+	times *RewireTimes
+}
+
+// Wait waits for the rewire and returns its step times.
+func (r *RewireRequest) Wait(ctx context.Context) (RewireTimes, error) {
+	err := r.req.Wait(ctx)
+	if err != nil {
+		return RewireTimes{}, err
+	}
+	return *r.times, nil
+}
+
+// Done is closed when the rewire has finished.
+func (r *RewireRequest) Done() <-chan struct{} { return r.req.Done() }
+
+// Rewire pauses the communicator at an operation boundary, switches the
+// fabric to rw.Target and resumes on it. Every rank calls it with the same
+// target. See RewireAsync.
+func (c *Communicator) Rewire(ctx context.Context, rw Rewire) (RewireTimes, error) {
+	return c.RewireAsync(ctx, rw).Wait(ctx)
+}
+
+// RewireAsync queues a rewire and returns at once: it runs once the
+// operations issued before it have completed, and operations issued after
+// it wait for it. The caller can compute meanwhile (an MoE layer's expert
+// computation hides the switching time).
+func (c *Communicator) RewireAsync(ctx context.Context, rw Rewire) *RewireRequest {
+	const name = "Rewire"
+	times := &RewireTimes{}
+	if rw.Target == nil {
+		return &RewireRequest{req: c.failedRequest(name, invalidf("rewire without a target topology")), times: times}
+	}
+	if err := rw.Target.Validate(); err != nil {
+		return &RewireRequest{req: c.failedRequest(name, invalidf("rewire target: %v", err)), times: times}
+	}
+	called := time.Now()
+	req := c.submit(ctx, name, collHeader(algo.OpRewire, 0, 0, 0, len(rw.Target.Circuits)), func(ctx context.Context, p *opPeers) error {
+		times.Pause = time.Since(called)
+		err := c.rewire(ctx, p, rw, times)
+		times.Total = time.Since(called)
+		return err
+	})
+	return &RewireRequest{req: req, times: times}
+}
+
+// status is one rank's outcome of a rewire step, exchanged among ranks.
+type status struct {
+	ok      bool
+	step    string
+	reason  string
+	applied bool // rank 0: the switch happened
+}
+
+const statusSize = 160
+
+func (s status) encode(b []byte) {
+	clear(b)
+	if s.ok {
+		b[0] = 1
+	}
+	if s.applied {
+		b[1] = 1
+	}
+	b[2] = byte(copy(b[4:20], s.step))
+	binary.LittleEndian.PutUint16(b[20:], uint16(copy(b[24:], s.reason)))
+}
+
+func decodeStatus(b []byte) status {
+	n := min(int(b[2]), 16)
+	m := min(int(binary.LittleEndian.Uint16(b[20:])), statusSize-24)
+	return status{ok: b[0] == 1, applied: b[1] == 1, step: string(b[4 : 4+n]), reason: string(b[24 : 24+m])}
+}
+
+// agree exchanges every rank's status over the current connections and
+// returns the first failure in rank order, if any, and rank 0's status.
+func (c *Communicator) agree(ctx context.Context, p *opPeers, mine status) (failed *RewireError, root status, err error) {
+	buf := make([]byte, statusSize)
+	mine.encode(buf)
+	all := make([]byte, statusSize*c.size)
+	if err := allGatherBytes(ctx, p, buf, all); err != nil {
+		return nil, status{}, err
+	}
+	root = decodeStatus(all[:statusSize])
+	for r := 0; r < c.size; r++ {
+		if s := decodeStatus(all[r*statusSize : (r+1)*statusSize]); !s.ok {
+			return &RewireError{Rank: r, Step: s.step, Reason: s.reason}, root, nil
+		}
+	}
+	return nil, root, nil
+}
+
+// rewire runs the steps on the worker.
+func (c *Communicator) rewire(ctx context.Context, p *opPeers, rw Rewire, times *RewireTimes) (err error) {
+	start := time.Now()
+	cur := c.lay()
+	epoch := c.epoch.Load() + 1
+	changed, planErr := c.rewirePlan(cur.topo, rw.Target)
+	next := newLayout(rw.Target)
+	times.Plan = time.Since(start)
+	times.Links = len(changed)
+
+	// Apply on rank 0 while every rank connects.
+	step := time.Now()
+	var (
+		wg       sync.WaitGroup
+		applyErr error
+		applied  bool
+	)
+	if c.rank == 0 && planErr == nil && rw.Apply != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			actx, cancel := applyContext(ctx, rw.ApplyTimeout)
+			defer cancel()
+			if applyErr = rw.Apply(actx); applyErr == nil {
+				applied = true
+			}
+		}()
+	}
+	var conns map[int]transport.Conn
+	var connErr error
+	if planErr == nil && len(changed) > 0 {
+		conns, connErr = c.fabric.connect(ctx, c, epoch, changed)
+	}
+	times.Connect = time.Since(step)
+	wg.Wait()
+	closeNew := func() {
+		for _, conn := range conns {
+			conn.Close()
+		}
+	}
+	mine := status{ok: true, applied: applied}
+	switch {
+	case planErr != nil:
+		mine = status{step: "plan", reason: planErr.Error()}
+	case applyErr != nil:
+		mine = status{step: "apply", reason: applyErr.Error()}
+	case connErr != nil:
+		mine = status{step: "connect", reason: connErr.Error(), applied: applied}
+	}
+	failed, root, err := c.agree(ctx, p, mine)
+	times.Apply = time.Since(step)
+	if err != nil {
+		closeNew()
+		return err // a dead or stuck peer: the communicator fails
+	}
+	emuFabric := c.fabric.emulator(c)
+	undo := func(f *RewireError) error {
+		closeNew()
+		if root.applied {
+			if emuFabric != nil {
+				emuFabric.SetTopology(cur.topo)
+			}
+			if c.rank == 0 && rw.Rollback != nil {
+				rctx, cancel := context.WithTimeout(context.Background(), c.cfg.timeout)
+				if e := rw.Rollback(rctx); e != nil {
+					c.log.Warn("occl: rewire: restoring the previous circuits failed", "err", e)
+				}
+				cancel()
+			}
+			f.RolledBack = rw.Rollback != nil
+		}
+		if f.Rank == c.rank {
+			f.err = errors.Join(planErr, applyErr, connErr)
+		}
+		return f
+	}
+	if failed != nil {
+		return undo(failed)
+	}
+	if emuFabric != nil {
+		if e := emuFabric.SetTopology(rw.Target); e != nil {
+			c.log.Warn("occl: rewire: emulated fabric kept its topology", "err", e)
+		}
+	}
+
+	// Verify every new link, then agree again.
+	step = time.Now()
+	verr := c.verifyLinks(ctx, epoch, conns)
+	mine = status{ok: true}
+	if verr != nil {
+		mine = status{step: "verify", reason: verr.Error()}
+	}
+	failed, _, err = c.agree(ctx, p, mine)
+	times.Verify = time.Since(step)
+	if err != nil {
+		closeNew()
+		return err
+	}
+	if failed != nil {
+		return undo(failed)
+	}
+
+	// Resume on the new topology.
+	step = time.Now()
+	var retired []transport.Conn
+	c.mu.Lock()
+	for r, conn := range conns {
+		retired = append(retired, c.conns[r])
+		c.conns[r] = conn
+	}
+	c.mu.Unlock()
+	for _, conn := range retired {
+		conn.Close()
+	}
+	c.cfg.topology = rw.Target
+	c.layout.Store(next)
+	c.epoch.Store(epoch)
+	times.Resume = time.Since(step)
+	c.log.Info("occl: rewired", "epoch", epoch, "links", len(conns), "apply", times.Apply, "verify", times.Verify)
+	return nil
+}
+
+// applyContext bounds the switch: by timeout if set, else by half of what
+// remains of ctx's deadline.
+func applyContext(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	if timeout <= 0 {
+		if d, ok := ctx.Deadline(); ok {
+			timeout = time.Until(d) / 2
+		}
+	}
+	if timeout <= 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, timeout)
+}
+
+// rewirePlan checks the target against the current topology and returns
+// the peers of this rank whose direct path changes.
+func (c *Communicator) rewirePlan(cur, next *topo.Topology) ([]int, error) {
+	if cur == nil {
+		return nil, fmt.Errorf("the communicator has no topology to rewire (set OCCL_TOPO or WithTopology)")
+	}
+	if len(next.Ranks) != len(cur.Ranks) || len(next.Hosts) != len(cur.Hosts) || len(next.NICs) != len(cur.NICs) {
+		return nil, fmt.Errorf("target has %d hosts, %d ranks and %d NICs; the fabric has %d, %d and %d",
+			len(next.Hosts), len(next.Ranks), len(next.NICs), len(cur.Hosts), len(cur.Ranks), len(cur.NICs))
+	}
+	for r := range next.Ranks {
+		if next.Ranks[r].Host != cur.Ranks[r].Host {
+			return nil, fmt.Errorf("target puts rank %d on host %d, the fabric on host %d", r, next.Ranks[r].Host, cur.Ranks[r].Host)
+		}
+	}
+	var changed []int
+	for r := 0; r < c.size; r++ {
+		if r == c.rank || c.hosts[r] == c.hosts[c.rank] {
+			continue
+		}
+		if cur.Path(c.rank, r) != next.Path(c.rank, r) || cur.Path(r, c.rank) != next.Path(r, c.rank) {
+			changed = append(changed, r)
+		}
+	}
+	sort.Ints(changed)
+	return changed, nil
+}
+
+// verifyLinks sends a small frame on every new link and checks the peer's.
+func (c *Communicator) verifyLinks(ctx context.Context, epoch uint32, conns map[int]transport.Conn) error {
+	if len(conns) == 0 {
+		return nil
+	}
+	h := transport.Header{Kind: transport.KindCollective, Op: uint8(algo.OpRewire), Comm: c.id, Epoch: epoch, Step: 1}
+	errs := make(chan error, 2*len(conns))
+	for r, conn := range conns {
+		go func() {
+			var b [8]byte
+			binary.LittleEndian.PutUint32(b[:], uint32(c.rank))
+			binary.LittleEndian.PutUint32(b[4:], epoch)
+			if err := conn.Send(ctx, h, b[:]); err != nil {
+				errs <- fmt.Errorf("send to rank %d: %w", r, err)
+				return
+			}
+			errs <- nil
+		}()
+		go func() {
+			var b [8]byte
+			if err := conn.Recv(ctx, h, b[:]); err != nil {
+				errs <- fmt.Errorf("recv from rank %d: %w", r, err)
+				return
+			}
+			if got, e := binary.LittleEndian.Uint32(b[:]), binary.LittleEndian.Uint32(b[4:]); int(got) != r || e != epoch {
+				errs <- fmt.Errorf("link to rank %d answered as rank %d of epoch %d", r, got, e)
+				return
+			}
+			errs <- nil
+		}()
+	}
+	var msgs []string
+	for range 2 * len(conns) {
+		if err := <-errs; err != nil {
+			msgs = append(msgs, err.Error())
+		}
+	}
+	if len(msgs) > 0 {
+		sort.Strings(msgs)
+		return errors.New(strings.Join(msgs, "; "))
+	}
+	return nil
+}

@@ -1,0 +1,232 @@
+package reconfig
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/occl/occl/comm"
+	"github.com/occl/occl/topo"
+)
+
+// Controller switches an optical circuit switch to a complete set of
+// cross-connects (pairs of switch ports) and returns once the circuits are
+// up, with the time the switching took. Applying the same request id twice
+// must not switch twice. The OCS controller's client implements it.
+type Controller interface {
+	Apply(ctx context.Context, requestID string, connects [][2]int) (time.Duration, error)
+}
+
+// Ports returns the switch ports of a topology: port i is the NIC index of
+// the i-th NIC of class ocs, in NIC order.
+func Ports(t *topo.Topology) []int {
+	var out []int
+	for i, n := range t.NICs {
+		if n.Class == topo.OCS {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// CrossConnects returns the circuits of t as pairs of switch ports (the
+// lower port first, sorted).
+func CrossConnects(t *topo.Topology) ([][2]int, error) {
+	port := map[int]int{}
+	for i, nic := range Ports(t) {
+		port[nic] = i
+	}
+	out := make([][2]int, 0, len(t.Circuits))
+	for _, c := range t.Circuits {
+		a, okA := port[c.A]
+		b, okB := port[c.B]
+		if !okA || !okB {
+			return nil, fmt.Errorf("circuit %d-%d joins NICs that are not OCS ports", c.A, c.B)
+		}
+		out = append(out, [2]int{min(a, b), max(a, b)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i][0] < out[j][0] })
+	return out, nil
+}
+
+// Result is what a reconfiguration took.
+type Result struct {
+	// Times are the step times of every communicator, in the order given.
+	Times []comm.RewireTimes
+	// Switch is the switching time the controller reported (0 in a
+	// process that did not call it).
+	Switch time.Duration
+	// RequestID is the id the switch was applied under.
+	RequestID string
+}
+
+// Overhead is the runtime's own time for communicator i: the whole
+// reconfiguration minus the switching time.
+func (r Result) Overhead(i int) time.Duration {
+	return max(r.Times[i].Total-r.Switch, 0)
+}
+
+// Option configures a reconfiguration.
+type Option func(*options)
+
+type options struct {
+	ctl          Controller
+	id           string
+	applyTimeout time.Duration
+}
+
+// WithController sets the controller that switches the circuits. Without
+// one the fabric is assumed to be switched already (or emulated only), and
+// only the communicators are rewired.
+func WithController(c Controller) Option { return func(o *options) { o.ctl = c } }
+
+// WithRequestID sets the request id the switch is applied under. By
+// default it is derived from the first communicator's id, its next epoch
+// and the target's circuits, which all processes of a job agree on.
+func WithRequestID(id string) Option { return func(o *options) { o.id = id } }
+
+// WithApplyTimeout bounds the controller call (default: half of the
+// context's remaining deadline).
+func WithApplyTimeout(d time.Duration) Option { return func(o *options) { o.applyTimeout = d } }
+
+// Handle is a reconfiguration in progress.
+type Handle struct {
+	reqs   []*comm.RewireRequest
+	done   chan struct{}
+	res    Result
+	err    error
+	sw     *switchTime
+}
+
+type switchTime struct {
+	mu sync.Mutex
+	d  time.Duration
+}
+
+// Done is closed when every communicator has finished.
+func (h *Handle) Done() <-chan struct{} { return h.done }
+
+// Wait waits for the reconfiguration and returns its result. The error is
+// the first communicator's failure; every rank of a communicator gets the
+// same one.
+func (h *Handle) Wait(ctx context.Context) (Result, error) {
+	select {
+	case <-h.done:
+	case <-ctx.Done():
+		return Result{}, fmt.Errorf("reconfig: wait: %w", ctx.Err())
+	}
+	return h.res, h.err
+}
+
+// Reconfigure rewires the communicators to target and returns when they
+// run on it. It is collective: every rank of every communicator calls it
+// with the same target. comms are this process's communicators that use
+// the fabric (all ranks of them for in-process communicators).
+func Reconfigure(ctx context.Context, comms []*comm.Communicator, target *topo.Topology, opts ...Option) (Result, error) {
+	return ReconfigureAsync(ctx, comms, target, opts...).Wait(ctx)
+}
+
+// ReconfigureAsync starts Reconfigure and returns at once, so that the
+// switch overlaps with computation. Operations issued on the communicators
+// afterwards run once the reconfiguration is done.
+func ReconfigureAsync(ctx context.Context, comms []*comm.Communicator, target *topo.Topology, opts ...Option) *Handle {
+	var o options
+	for _, f := range opts {
+		f(&o)
+	}
+	h := &Handle{done: make(chan struct{}), sw: &switchTime{}}
+	fail := func(err error) *Handle {
+		h.err = err
+		close(h.done)
+		return h
+	}
+	if len(comms) == 0 {
+		return fail(fmt.Errorf("reconfig: no communicators"))
+	}
+	if target == nil {
+		return fail(fmt.Errorf("reconfig: no target topology"))
+	}
+	connects, err := CrossConnects(target)
+	if err != nil {
+		return fail(fmt.Errorf("reconfig: target: %w", err))
+	}
+	id := o.id
+	if id == "" {
+		id = requestID(comms[0], connects)
+	}
+	h.res.RequestID = id
+	var apply, rollback func(context.Context) error
+	if o.ctl != nil {
+		prev := comms[0].Topology()
+		var previous [][2]int
+		if prev != nil {
+			if previous, err = CrossConnects(prev); err != nil {
+				return fail(fmt.Errorf("reconfig: current topology: %w", err))
+			}
+		}
+		apply = func(ctx context.Context) error {
+			d, err := o.ctl.Apply(ctx, id, connects)
+			if err != nil {
+				return fmt.Errorf("controller apply %s: %w", id, err)
+			}
+			h.sw.mu.Lock()
+			h.sw.d = d
+			h.sw.mu.Unlock()
+			return nil
+		}
+		rollback = func(ctx context.Context) error {
+			_, err := o.ctl.Apply(ctx, id+"/rollback", previous)
+			return err
+		}
+	}
+	for _, c := range comms {
+		h.reqs = append(h.reqs, c.RewireAsync(ctx, comm.Rewire{Target: target, Apply: apply, Rollback: rollback, ApplyTimeout: o.applyTimeout}))
+	}
+	go func() {
+		defer close(h.done)
+		for _, r := range h.reqs {
+			<-r.Done()
+		}
+		for _, r := range h.reqs {
+			t, err := r.Wait(context.Background())
+			h.res.Times = append(h.res.Times, t)
+			if err != nil && h.err == nil {
+				h.err = err
+			}
+		}
+		h.sw.mu.Lock()
+		h.res.Switch = h.sw.d
+		h.sw.mu.Unlock()
+	}()
+	return h
+}
+
+// issued counts the reconfigurations started per communicator id in this
+// process. Every process of a job starts them in the same order, so the
+// count names the same reconfiguration everywhere.
+var issued struct {
+	mu sync.Mutex
+	n  map[uint64]uint64
+}
+
+// requestID names a switch request after what every process agrees on: the
+// communicator, how many reconfigurations it has started, and the
+// circuits.
+func requestID(c *comm.Communicator, connects [][2]int) string {
+	issued.mu.Lock()
+	if issued.n == nil {
+		issued.n = map[uint64]uint64{}
+	}
+	issued.n[c.ID()]++
+	n := issued.n[c.ID()]
+	issued.mu.Unlock()
+	s := sha256.New()
+	for _, cc := range connects {
+		binary.Write(s, binary.LittleEndian, [2]int64{int64(cc[0]), int64(cc[1])})
+	}
+	return fmt.Sprintf("%016x-%d-%x", c.ID(), n, s.Sum(nil)[:6])
+}

@@ -95,11 +95,11 @@ func WithApplyTimeout(d time.Duration) Option { return func(o *options) { o.appl
 
 // Handle is a reconfiguration in progress.
 type Handle struct {
-	reqs   []*comm.RewireRequest
-	done   chan struct{}
-	res    Result
-	err    error
-	sw     *switchTime
+	reqs []*comm.RewireRequest
+	done chan struct{}
+	res  Result
+	err  error
+	sw   *switchTime
 }
 
 type switchTime struct {

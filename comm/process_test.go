@@ -96,6 +96,10 @@ func worker(name string) int {
 		if err := alltoallWorker(ctx, c); err != nil {
 			return fail("%v", err)
 		}
+	case "rewire", "rewire-kill":
+		if err := rewireWorker(ctx, c, name == "rewire-kill"); err != nil {
+			return fail("%v", err)
+		}
 	case "hosts":
 		// OCCL_HOSTID is set to rank/2 by the test.
 		want := (c.Size() + 1) / 2

@@ -1,12 +1,19 @@
 package comm_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/occl/occl/bench/launch"
 
 	"github.com/occl/occl/algo"
 	"github.com/occl/occl/comm"
@@ -134,5 +141,95 @@ func TestRewireFailures(t *testing.T) {
 	}, comm.WithTopology(base)))
 	if len(msgs) != 1 {
 		t.Fatalf("ranks saw different errors: %v", msgs)
+	}
+}
+
+// rewireWorker is the "rewire" scenario of a worker process: rewires
+// between circuit layouts with checked collectives in between, and a
+// failed switch that must leave the communicator working. With kill, the
+// last rank kills itself while rank 0 is switching: the others must fail
+// cleanly, naming it.
+func rewireWorker(ctx context.Context, c *comm.Communicator, kill bool) error {
+	base := c.Topology()
+	if base == nil {
+		return errors.New("no topology")
+	}
+	layouts := []string{"0-1/0-1/2-3/2-3", "0-1/1-2/2-3/0-3", ""}
+	if kill {
+		layouts = []string{"0-1"}
+	}
+	var targets []*topo.Topology
+	for _, circuits := range layouts {
+		t, err := topo.FromSpec(base.Name + ",circuits=" + circuits)
+		if err != nil {
+			return err
+		}
+		targets = append(targets, t)
+	}
+	if kill {
+		victim := c.Size() - 1
+		req := c.RewireAsync(ctx, comm.Rewire{Target: targets[0], Apply: func(context.Context) error {
+			time.Sleep(500 * time.Millisecond)
+			return nil
+		}})
+		if c.Rank() == victim {
+			time.Sleep(100 * time.Millisecond)
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		}
+		_, err := req.Wait(ctx)
+		var pe *comm.PeerError
+		if !errors.As(err, &pe) || pe.Peer != victim || errors.Is(err, comm.ErrRewire) {
+			return fmt.Errorf("rewire with rank %d killed: %v", victim, err)
+		}
+		fmt.Printf("FAILED peer=%d\n", pe.Peer)
+		return nil
+	}
+	k := checker{ctx: ctx, c: c}
+	for i := 0; i < 6; i++ {
+		target := targets[i%len(targets)]
+		if _, err := c.Rewire(ctx, comm.Rewire{Target: target, Apply: func(context.Context) error { return nil }}); err != nil {
+			return err
+		}
+		if err := allToAllChecks(ctx, c, c.AllToAllAlgorithm(algo.UniformBytes(c.Size(), 1<<20))); err != nil {
+			return fmt.Errorf("after rewire %d: %w", i, err)
+		}
+		if err := k.allReduce(comm.BFloat16, comm.Sum, 20000, true); err != nil {
+			return err
+		}
+	}
+	_, err := c.Rewire(ctx, comm.Rewire{Target: targets[0], Apply: func(context.Context) error { return errors.New("injected switch failure") }})
+	if !errors.Is(err, comm.ErrRewire) {
+		return fmt.Errorf("failed switch: %v", err)
+	}
+	if c.Epoch() != 6 {
+		return fmt.Errorf("epoch %d after a failed switch, want 6", c.Epoch())
+	}
+	return k.allGather(comm.Float32, 1031, false)
+}
+
+// TestProcessRewire rewires communicators of 8 processes on 4 virtual
+// hosts (TCP between them) with checked collectives in between.
+func TestProcessRewire(t *testing.T) {
+	job(t, "rewire", 8, "OCCL_TOPO="+rewireBase)
+}
+
+// TestProcessRewireKilled kills a rank while the others are paused for a
+// switch: they fail cleanly, naming it, instead of hanging.
+func TestProcessRewireKilled(t *testing.T) {
+	var out bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := launch.Run(ctx, launch.Spec{
+		NP: 4, Path: os.Args[0], Args: []string{"-test.run=^$"},
+		Env:    []string{"OCCL_TEST_WORKER=rewire-kill", "OCCL_TOPO=hosts=2x2,nics=host,ocs_ports=2", "OCCL_HEARTBEAT_TIMEOUT=30s"},
+		Stdout: &out, Stderr: &out,
+	})
+	if err == nil {
+		t.Fatalf("the killed rank's job succeeded:\n%s", out.String())
+	}
+	for r := 0; r < 3; r++ {
+		if !strings.Contains(out.String(), fmt.Sprintf("[%d] FAILED peer=3", r)) {
+			t.Errorf("rank %d did not report rank 3:\n%s", r, out.String())
+		}
 	}
 }

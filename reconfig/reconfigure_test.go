@@ -3,6 +3,7 @@ package reconfig_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"sync"
 	"testing"
@@ -112,4 +113,87 @@ func TestReconfigure(t *testing.T) {
 	if len(ctl.calls) != 2 || ctl.calls[1] == ctl.calls[0] {
 		t.Fatalf("request ids %v", ctl.calls)
 	}
+}
+
+// TestSoak runs 200 reconfigurations between three circuit layouts,
+// each followed by collectives checked element by element.
+func TestSoak(t *testing.T) {
+	n := 200
+	if testing.Short() {
+		n = 40
+	}
+	targets := []*topo.Topology{
+		spec(t, base+",circuits=0-1/0-1/2-3/2-3"),
+		spec(t, base+",circuits=0-1/1-2/2-3/0-3"),
+		spec(t, base),
+	}
+	comms, err := comm.NewLocal(8, comm.WithTopology(spec(t, base)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, c := range comms {
+			c.Close()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ctl := &fakeController{}
+	var wg sync.WaitGroup
+	errs := make([]error, len(comms))
+	for r, c := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = soakRank(ctx, c, n, targets, ctl)
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	if len(ctl.calls) != n {
+		t.Fatalf("%d switch requests for %d reconfigurations", len(ctl.calls), n)
+	}
+}
+
+func soakRank(ctx context.Context, c *comm.Communicator, n int, targets []*topo.Topology, ctl reconfig.Controller) error {
+	size, rank := c.Size(), c.Rank()
+	for i := 0; i < n; i++ {
+		target := targets[i%len(targets)]
+		h := reconfig.ReconfigureAsync(ctx, []*comm.Communicator{c}, target, reconfig.WithController(ctl), reconfig.WithRequestID(fmt.Sprintf("soak-%d", i)))
+		// Issued while the reconfiguration is queued or running: runs
+		// after it, on the new links.
+		send := make([]int32, size*3)
+		for j := range send {
+			send[j] = int32(rank*1000 + j)
+		}
+		recv := make([]int32, len(send))
+		if err := comm.AllToAll(ctx, c, send, recv); err != nil {
+			return fmt.Errorf("reconfiguration %d: alltoall: %w", i, err)
+		}
+		if _, err := h.Wait(ctx); err != nil {
+			return fmt.Errorf("reconfiguration %d: %w", i, err)
+		}
+		for src := 0; src < size; src++ {
+			for j := 0; j < 3; j++ {
+				if got, want := recv[src*3+j], int32(src*1000+rank*3+j); got != want {
+					return fmt.Errorf("reconfiguration %d: element %d from rank %d is %d, want %d", i, j, src, got, want)
+				}
+			}
+		}
+		x := []float64{float64(rank + i)}
+		if err := comm.AllReduce(ctx, c, x, x, comm.Sum); err != nil {
+			return err
+		}
+		if want := float64(size*(size-1)/2 + size*i); x[0] != want {
+			return fmt.Errorf("reconfiguration %d: allreduce %v, want %v", i, x[0], want)
+		}
+		if c.Epoch() != uint32(i+1) {
+			return fmt.Errorf("epoch %d after %d reconfigurations", c.Epoch(), i+1)
+		}
+	}
+	return nil
 }

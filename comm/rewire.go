@@ -28,12 +28,13 @@ import (
 //  2. apply and connect, at the same time: rank 0 switches the fabric
 //     (Rewire.Apply, typically a call to the OCS controller) while every
 //     rank opens new connections, of the next epoch, to the peers whose
-//     path changes;
-//  3. agree: the ranks exchange the outcome over the old connections, so
-//     that every rank sees the same first failure;
-//  4. verify: a small exchange on every new link, then agree again;
-//  5. resume: retire the replaced connections, install the new ones,
-//     bump the epoch and swap the topology (and the emulated fabric's).
+//     path changes; rank 0 then broadcasts the outcome of the switch;
+//  3. verify: once the circuits are up, a small exchange on every new
+//     link; then the ranks agree on the outcome of every step over the
+//     old connections (one all-gather), so that every rank sees the same
+//     first failure;
+//  4. resume: retire the replaced connections, install the new ones, bump
+//     the epoch and swap the topology (and the emulated fabric's).
 //
 // If the switch, a connection or a verification fails, every rank returns
 // the same *RewireError, rank 0 restores the previous circuits
@@ -240,7 +241,7 @@ func (c *Communicator) rewire(ctx context.Context, p *opPeers, rw Rewire, times 
 		}()
 	}
 	var conns map[int]transport.Conn
-	var connErr error
+	var connErr, verr error
 	if planErr == nil && len(changed) > 0 {
 		conns, connErr = c.fabric.connect(ctx, c, epoch, changed)
 	}
@@ -251,27 +252,64 @@ func (c *Communicator) rewire(ctx context.Context, p *opPeers, rw Rewire, times 
 			conn.Close()
 		}
 	}
-	mine := status{ok: true, applied: applied}
+	// Rank 0 tells everyone how the switch went: the new links exist only
+	// once it has moved.
+	root := status{ok: true, applied: applied}
 	switch {
 	case planErr != nil:
-		mine = status{step: "plan", reason: planErr.Error()}
+		root = status{step: "plan", reason: planErr.Error()}
 	case applyErr != nil:
-		mine = status{step: "apply", reason: applyErr.Error()}
-	case connErr != nil:
-		mine = status{step: "connect", reason: connErr.Error(), applied: applied}
+		root = status{step: "apply", reason: applyErr.Error()}
 	}
-	failed, root, err := c.agree(ctx, p, mine)
-	times.Apply = time.Since(step)
-	if err != nil {
+	buf := make([]byte, statusSize)
+	if c.rank == 0 {
+		root.encode(buf)
+	}
+	if err := algo.BroadcastTree(ctx, p, buf, 0, 0); err != nil {
 		closeNew()
 		return err // a dead or stuck peer: the communicator fails
 	}
-	emuFabric := c.fabric.emulator(c)
-	undo := func(f *RewireError) error {
+	root = decodeStatus(buf)
+	if root.ok {
+		if f := c.fabric.emulator(c); f != nil {
+			if e := f.SetTopology(rw.Target); e != nil {
+				c.log.Warn("occl: rewire: emulated fabric kept its topology", "err", e)
+			}
+		}
+	}
+	times.Apply = time.Since(step)
+
+	// Verify every new link, then agree on the outcome of every step.
+	step = time.Now()
+	if root.ok && connErr == nil && planErr == nil {
+		verr = c.verifyLinks(ctx, epoch, conns)
+	}
+	mine := status{ok: true}
+	switch {
+	case !root.ok:
+		mine = root
+	case planErr != nil:
+		mine = status{step: "plan", reason: planErr.Error()}
+	case connErr != nil:
+		mine = status{step: "connect", reason: connErr.Error()}
+	case verr != nil:
+		mine = status{step: "verify", reason: verr.Error()}
+	}
+	failed, _, err := c.agree(ctx, p, mine)
+	times.Verify = time.Since(step)
+	if err != nil {
 		closeNew()
+		return err
+	}
+	if failed != nil {
+		closeNew()
+		if !root.ok {
+			// Everyone reports rank 0's failure as rank 0's.
+			failed = &RewireError{Rank: 0, Step: root.step, Reason: root.reason}
+		}
 		if root.applied {
-			if emuFabric != nil {
-				emuFabric.SetTopology(cur.topo)
+			if f := c.fabric.emulator(c); f != nil {
+				f.SetTopology(cur.topo)
 			}
 			if c.rank == 0 && rw.Rollback != nil {
 				rctx, cancel := context.WithTimeout(context.Background(), c.cfg.timeout)
@@ -280,37 +318,12 @@ func (c *Communicator) rewire(ctx context.Context, p *opPeers, rw Rewire, times 
 				}
 				cancel()
 			}
-			f.RolledBack = rw.Rollback != nil
+			failed.RolledBack = rw.Rollback != nil
 		}
-		if f.Rank == c.rank {
-			f.err = errors.Join(planErr, applyErr, connErr)
+		if failed.Rank == c.rank {
+			failed.err = errors.Join(planErr, applyErr, connErr, verr)
 		}
-		return f
-	}
-	if failed != nil {
-		return undo(failed)
-	}
-	if emuFabric != nil {
-		if e := emuFabric.SetTopology(rw.Target); e != nil {
-			c.log.Warn("occl: rewire: emulated fabric kept its topology", "err", e)
-		}
-	}
-
-	// Verify every new link, then agree again.
-	step = time.Now()
-	verr := c.verifyLinks(ctx, epoch, conns)
-	mine = status{ok: true}
-	if verr != nil {
-		mine = status{step: "verify", reason: verr.Error()}
-	}
-	failed, _, err = c.agree(ctx, p, mine)
-	times.Verify = time.Since(step)
-	if err != nil {
-		closeNew()
-		return err
-	}
-	if failed != nil {
-		return undo(failed)
+		return failed
 	}
 
 	// Resume on the new topology.

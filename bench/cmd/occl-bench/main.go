@@ -30,6 +30,8 @@ import (
 	"github.com/occl/occl/bench"
 	"github.com/occl/occl/bench/launch"
 	"github.com/occl/occl/comm"
+	"github.com/occl/occl/reconfig"
+	"github.com/occl/occl/reconfig/ocs"
 	"github.com/occl/occl/topo"
 )
 
@@ -80,6 +82,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		emulate   = fs.Bool("emulate", false, "shape every link to the -topo fabric's bandwidth and latency (OCCL_EMULATE=1)")
 		explain   = fs.Bool("explain", false, "print the schedule run and the cost model's predicted time next to the measured one")
 		skew      = fs.String("skew", "uniform", "alltoallv demand: uniform, zipf:S (rank s sends to rank s+k in proportion to 1/(k+1)^S) or a JSON matrix file")
+		swDelay   = fs.Duration("switch-delay", 25*time.Millisecond, "-op reconfig: switching time of the emulated optical switch (25ms: piezo OCS; 1ms: transceiver)")
+		ocsAddr   = fs.String("ocs", "", "-op reconfig: address of an occl-ocsd controller to use instead of an emulated one (token from OCCL_OCS_TOKEN)")
 		circuits  = fs.String("circuits", "", "with -topo: 'auto' installs optical circuits on the host pairs with the most -skew demand (the topology's free OCS ports)")
 	)
 	fs.Var(&chunk, "chunk", "pipelining chunk size (0: default)")
@@ -90,9 +94,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "occl-bench: "+format+"\n", a...)
 		return 1
 	}
-	op, err := bench.ParseOp(*opName)
-	if err != nil {
-		return fail("%v", err)
+	op := bench.Reconfig
+	if *opName != string(bench.Reconfig) {
+		var err error
+		if op, err = bench.ParseOp(*opName); err != nil {
+			return fail("%v", err)
+		}
 	}
 	dt, err := algo.ParseDType(*dtName)
 	if err != nil {
@@ -142,6 +149,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if *circuits != "" && *topoSpec == "" {
 		return fail("-circuits needs -topo")
 	}
+	if op == bench.Reconfig && *topoSpec == "" {
+		n, err := worldSize(*np, "")
+		if err != nil {
+			return fail("%v", err)
+		}
+		*topoSpec = fmt.Sprintf("hosts=%dx1,nics=host,ocs_ports=2", n)
+	}
 	if *topoSpec != "" {
 		t, err := topo.FromSpec(*topoSpec)
 		if err != nil {
@@ -186,6 +200,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		defer pprof.StopCPUProfile()
 	}
 
+	if op == bench.Reconfig {
+		return runReconfig(ctx, c, *iters, *warmup, *check != 0, *swDelay, *ocsAddr, *jsonOut, stdout, fail)
+	}
 	cfg := bench.Config{Op: op, DType: dt, RedOp: red, Root: *root, Iters: *iters, Warmup: *warmup, Check: *check != 0}
 	if op == bench.AllToAllV {
 		cfg.Demand = demand
@@ -238,6 +255,86 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	return 0
+}
+
+// runReconfig runs -op reconfig: the fabric alternates between two circuit
+// layouts of the topology's OCS ports, switched by an emulated controller
+// in rank 0's process (or the one at ocsAddr).
+func runReconfig(ctx context.Context, c *comm.Communicator, iters, warmup int, check bool, delay time.Duration, ocsAddr string, asJSON bool, stdout io.Writer, fail func(string, ...any) int) int {
+	base := c.Topology()
+	targets, err := reconfigTargets(base)
+	if err != nil {
+		return fail("%v", err)
+	}
+	cfg := bench.ReconfigConfig{Targets: targets, Iters: iters, Warmup: warmup, Check: check}
+	if c.Rank() == 0 {
+		switch {
+		case ocsAddr != "":
+			var opts []ocs.Option
+			if tok := os.Getenv("OCCL_OCS_TOKEN"); tok != "" {
+				opts = append(opts, ocs.WithToken(tok))
+			}
+			cl, err := ocs.Dial(ctx, ocsAddr, opts...)
+			if err != nil {
+				return fail("%v", err)
+			}
+			defer cl.Close()
+			cfg.Controller = reconfig.OCS{Client: cl}
+		default:
+			e, err := reconfig.StartEmulated(ctx, len(reconfig.Ports(base)), delay, "")
+			if err != nil {
+				return fail("%v", err)
+			}
+			defer e.Close()
+			cfg.Controller = e
+		}
+	}
+	if rank := c.Rank(); rank != 0 {
+		stdout = io.Discard
+	}
+	if !asJSON {
+		fmt.Fprintf(stdout, "# occl-bench op reconfig nranks %d iters %d warmup %d validation %v\n# topology %s, alternating%s and%s\n",
+			c.Size(), iters, warmup, check, base.Name, describeCircuits(targets[0]), describeCircuits(targets[1]))
+	}
+	res, err := bench.RunReconfig(ctx, c, cfg)
+	if err != nil {
+		return fail("rank %d: %v", c.Rank(), err)
+	}
+	bench.WriteReconfig(stdout, res, asJSON)
+	if res.Wrong > 0 {
+		return 1
+	}
+	return 0
+}
+
+// reconfigTargets makes two circuit layouts on the free OCS ports of t:
+// a ring of hosts and pairs of neighbours.
+func reconfigTargets(t *topo.Topology) ([]*topo.Topology, error) {
+	h := len(t.Hosts)
+	if h < 2 || len(reconfig.Ports(t)) < 2*h {
+		return nil, fmt.Errorf("-op reconfig needs at least 2 hosts with 2 OCS ports each (for example -topo hosts=4x2,nics=host,ocs_ports=2)")
+	}
+	var ring, pairs [][2]int
+	for i := 0; i < h; i++ {
+		if h > 2 || i == 0 {
+			ring = append(ring, [2]int{i, (i + 1) % h})
+		}
+	}
+	for i := 0; i+1 < h; i += 2 {
+		pairs = append(pairs, [2]int{i, i + 1}, [2]int{i, i + 1})
+	}
+	var out []*topo.Topology
+	for _, layout := range [][][2]int{ring, pairs} {
+		next := *t
+		next.Circuits = nil
+		for _, p := range layout {
+			if err := next.Connect(p[0], p[1], 0); err != nil {
+				return nil, err
+			}
+		}
+		out = append(out, &next)
+	}
+	return out, nil
 }
 
 // worldSize is the number of ranks of the job: -np, the topology's, or

@@ -68,6 +68,36 @@ func TestSkewedSweep(t *testing.T) {
 	}
 }
 
+// TestReconfigOp runs -op reconfig across 4 processes with an emulated
+// controller and checked all-to-alls after every reconfiguration.
+func TestReconfigOp(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "occl-bench")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin, "-np", "4", "-op", "reconfig", "-n", "6", "-w", "1", "-switch-delay", "1ms", "-json", "-quiet")
+	cmd.Env = append(os.Environ(), "OCCL_RANK=")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	var r struct {
+		Op       string  `json:"op"`
+		NP       int     `json:"np"`
+		Iters    int     `json:"iters"`
+		Switch   float64 `json:"switch_us"`
+		Overhead float64 `json:"overhead_p50_us"`
+		Links    int     `json:"links"`
+		Wrong    int64   `json:"wrong"`
+	}
+	if err := json.Unmarshal([]byte(strings.TrimSpace(string(out))), &r); err != nil {
+		t.Fatalf("not one JSON line: %v\n%s", err, out)
+	}
+	if r.Op != "reconfig" || r.NP != 4 || r.Iters != 6 || r.Switch < 1000 || r.Overhead <= 0 || r.Links == 0 || r.Wrong != 0 {
+		t.Fatalf("result %+v", r)
+	}
+}
+
 func TestBadFlags(t *testing.T) {
 	for _, args := range [][]string{{"-op", "nope"}, {"-d", "float128"}, {"-b", "1X"}, {"-transport", "carrier-pigeon"}, {"-b", "64", "-e", "8"},
 		{"-np", "2", "-op", "alltoallv", "-skew", "zipf:x"}, {"-np", "2", "-circuits", "auto"},

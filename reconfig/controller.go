@@ -1,0 +1,83 @@
+package reconfig
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/occl/occl/reconfig/ocs"
+)
+
+// OCS adapts the OCS controller's gRPC client to Controller.
+type OCS struct {
+	Client *ocs.Client
+}
+
+// Apply asks the controller to install connects under requestID.
+func (o OCS) Apply(ctx context.Context, requestID string, connects [][2]int) (time.Duration, error) {
+	cs := make([]ocs.Connect, len(connects))
+	for i, c := range connects {
+		cs[i] = ocs.Connect{A: c[0], B: c[1]}
+	}
+	res, err := o.Client.Apply(ctx, requestID, cs)
+	if err != nil {
+		return 0, err
+	}
+	return res.SwitchingTime, nil
+}
+
+// Emulated is an OCS controller serving an emulated switch on 127.0.0.1
+// inside this process, with a client to it: the whole control path
+// (gRPC, interceptors, validation, diff, switching delay) without
+// hardware. Close stops both.
+type Emulated struct {
+	// Switch is the emulated switch, for fault injection.
+	Switch *ocs.Emulated
+	// Server is the controller.
+	Server *ocs.Server
+	// Addr is the controller's address.
+	Addr string
+	OCS
+	cancel context.CancelFunc
+	served chan error
+}
+
+// StartEmulated serves an emulated switch of ports ports that takes delay
+// to switch, and dials it with token (empty: no authentication).
+func StartEmulated(ctx context.Context, ports int, delay time.Duration, token string) (*Emulated, error) {
+	sw, err := ocs.NewEmulated(ports, delay)
+	if err != nil {
+		return nil, err
+	}
+	srv, err := ocs.NewServer(sw, ocs.ServerConfig{Token: token})
+	if err != nil {
+		return nil, err
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("emulated controller: listen: %w", err)
+	}
+	sctx, cancel := context.WithCancel(context.Background())
+	e := &Emulated{Switch: sw, Server: srv, Addr: lis.Addr().String(), cancel: cancel, served: make(chan error, 1)}
+	go func() { e.served <- srv.Serve(sctx, lis) }()
+	var opts []ocs.Option
+	if token != "" {
+		opts = append(opts, ocs.WithToken(token))
+	}
+	cl, err := ocs.Dial(ctx, e.Addr, opts...)
+	if err != nil {
+		cancel()
+		<-e.served
+		return nil, fmt.Errorf("emulated controller: dial: %w", err)
+	}
+	e.Client = cl
+	return e, nil
+}
+
+// Close stops the client and the controller.
+func (e *Emulated) Close() error {
+	e.Client.Close()
+	e.cancel()
+	return <-e.served
+}

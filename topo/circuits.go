@@ -1,6 +1,7 @@
 package topo
 
 import (
+	"container/heap"
 	"fmt"
 	"sort"
 )
@@ -121,60 +122,78 @@ func (t *Topology) HostDemand(demand [][]float64) [][]float64 {
 // second in each direction; traffic between hosts without a circuit shares
 // the hosts' packet-network NICs, eps bytes per second each.
 //
-// It installs circuits in rounds, one port per host per round, each round
-// a matching of hosts: pairs are taken greedily by the time their next
-// circuit saves (the traffic it takes off both hosts' shared packet NICs,
-// d/eps, for a pair's first circuit; what it takes off the pair's other
-// circuits, d/(c ocs) - d/((c+1) ocs), for the (c+1)-th), each host at most
-// once per round, while both hosts have a free port (ports[h]). Rounds
-// repeat until no pair with demand can get a circuit. So the heaviest
-// pairs get circuits first, a heavy pair gets several when that saves more
-// than serving a light one, and pairs that go both ways around a ring of
-// hosts all get theirs. (mFabric's planner instead serves the single
-// bottleneck pair each step; it is a reconfiguration planner's job to
-// compare the two.) It returns one entry per circuit, a pair repeated for
-// several circuits, in the order chosen; it is pure and deterministic,
-// ties going to the lower-numbered pair.
+// It installs circuits greedily, one at a time, each time on the pair
+// whose next circuit saves the most time: for a pair's first circuit, the
+// traffic it takes off both hosts' shared packet NICs, d/eps; for the
+// (c+1)-th, what it takes off the pair's other circuits, d/(c ocs) -
+// d/((c+1) ocs); d is the pair's demand in both directions. Only pairs with
+// demand whose hosts both have a free port (ports[h]) qualify; it stops
+// when none does. So the heaviest pairs get circuits first, a heavy pair
+// gets several when that saves more than serving a light one, and pairs
+// that go both ways around a ring of hosts all get theirs. (mFabric's
+// planner instead serves the single bottleneck pair each step, first
+// giving every pair with demand a circuit; reconfig/plan compares the
+// two.) Ties go to the heavier pair, then the lower-numbered one. It
+// returns one entry per circuit, a pair repeated for several circuits, in
+// the order chosen; it is pure and deterministic, and takes O((P + C) log
+// P) time for P pairs with demand and C circuits.
 func PlaceCircuits(demand [][]float64, ports []int, ocs, eps float64) [][2]int {
 	n := len(demand)
 	free := append([]int(nil), ports...)
-	count := map[[2]int]int{}
-	type edge struct {
-		pair [2]int
-		gain float64
+	h := &pairHeap{}
+	for i := 0; i < n; i++ {
+		for j := i + 1; j < n; j++ {
+			if d := demand[i][j] + demand[j][i]; d > 0 && free[i] > 0 && free[j] > 0 {
+				h.items = append(h.items, pairGain{i: i, j: j, d: d, gain: d / eps})
+			}
+		}
 	}
+	heap.Init(h)
 	var out [][2]int
-	for {
-		var edges []edge
-		for i := 0; i < n; i++ {
-			for j := i + 1; j < n; j++ {
-				d := demand[i][j] + demand[j][i]
-				if d <= 0 || free[i] == 0 || free[j] == 0 {
-					continue
-				}
-				c := float64(count[[2]int{i, j}])
-				gain := d / eps
-				if c > 0 {
-					gain = d/(c*ocs) - d/((c+1)*ocs)
-				}
-				edges = append(edges, edge{[2]int{i, j}, gain})
-			}
+	for h.Len() > 0 {
+		e := heap.Pop(h).(pairGain)
+		if free[e.i] == 0 || free[e.j] == 0 {
+			continue // ports never come back
 		}
-		if len(edges) == 0 {
-			return out
-		}
-		sort.SliceStable(edges, func(a, b int) bool { return edges[a].gain > edges[b].gain })
-		used := make([]bool, n)
-		for _, e := range edges {
-			i, j := e.pair[0], e.pair[1]
-			if used[i] || used[j] {
-				continue
-			}
-			used[i], used[j] = true, true
-			count[e.pair]++
-			free[i]--
-			free[j]--
-			out = append(out, e.pair)
-		}
+		free[e.i]--
+		free[e.j]--
+		out = append(out, [2]int{e.i, e.j})
+		e.c++
+		c := float64(e.c)
+		e.gain = e.d/(c*ocs) - e.d/((c+1)*ocs)
+		heap.Push(h, e)
 	}
+	return out
+}
+
+// pairGain is a host pair in PlaceCircuits' queue.
+type pairGain struct {
+	i, j int
+	d    float64
+	c    int
+	gain float64
+}
+
+type pairHeap struct{ items []pairGain }
+
+func (h *pairHeap) Len() int { return len(h.items) }
+func (h *pairHeap) Less(a, b int) bool {
+	x, y := h.items[a], h.items[b]
+	if x.gain != y.gain {
+		return x.gain > y.gain
+	}
+	if x.d != y.d {
+		return x.d > y.d
+	}
+	if x.i != y.i {
+		return x.i < y.i
+	}
+	return x.j < y.j
+}
+func (h *pairHeap) Swap(a, b int) { h.items[a], h.items[b] = h.items[b], h.items[a] }
+func (h *pairHeap) Push(x any)    { h.items = append(h.items, x.(pairGain)) }
+func (h *pairHeap) Pop() any {
+	x := h.items[len(h.items)-1]
+	h.items = h.items[:len(h.items)-1]
+	return x
 }

@@ -1,0 +1,295 @@
+// Command moe runs the communication of a Mixture-of-Experts model's layers
+// on an emulated optical fabric, twice: once with the circuits planned for
+// the first layer and left in place, once reconfiguring the circuits for
+// every layer while its experts compute.
+//
+// Each layer: the gate decides where tokens go (the demand matrix, with
+// popular experts that change from layer to layer), the reconfiguration
+// to circuits planned for that demand starts (ReconfigureAsync) and
+// overlaps with emulated expert computation, then the dispatch
+// all-to-all, the experts' computation, and the combine all-to-all.
+//
+//	go run ./examples/moe -np 8
+//
+// launches 8 local processes on 127.0.0.1 (virtual hosts of the -topo
+// fabric, every link shaped by the emulated fabric) and an emulated optical
+// switch with a gRPC controller in rank 0's process, and prints per layer
+// the all-to-all time with and without reconfiguration and how much of the
+// reconfiguration the computation hid.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/occl/occl/bench/launch"
+	"github.com/occl/occl/comm"
+	"github.com/occl/occl/reconfig"
+	"github.com/occl/occl/topo"
+)
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+type config struct {
+	layers  int
+	bytes   int // per rank per all-to-all
+	compute time.Duration
+	delay   time.Duration
+	skew    float64
+	spec    string
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("moe", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	np := fs.Int("np", 8, "launch this many local processes (0: join a launched job)")
+	var cfg config
+	fs.IntVar(&cfg.layers, "layers", 8, "MoE layers")
+	fs.IntVar(&cfg.bytes, "bytes", 4<<20, "bytes each rank sends in each all-to-all")
+	fs.DurationVar(&cfg.compute, "compute", 30*time.Millisecond, "emulated expert computation per layer (overlaps the reconfiguration)")
+	fs.DurationVar(&cfg.delay, "switch-delay", 25*time.Millisecond, "switching time of the emulated optical switch")
+	fs.Float64Var(&cfg.skew, "skew", 1.2, "Zipf exponent of expert popularity")
+	fs.StringVar(&cfg.spec, "topo", "hosts=4x2,nics=host,ocs_ports=2,hbd=2GB/s,eps=100MB/s,ocs=100MB/s", "emulated fabric (OCCL_TOPO spec)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if cfg.layers < 1 || cfg.bytes < 0 || cfg.compute < 0 || cfg.skew < 0 {
+		fmt.Fprintln(stderr, "moe: layers must be positive; bytes, compute and skew not negative")
+		return 2
+	}
+	if *np > 0 && os.Getenv("OCCL_RANK") == "" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		self, err := os.Executable()
+		if err != nil {
+			fmt.Fprintln(stderr, "moe:", err)
+			return 1
+		}
+		if _, err := launch.Run(ctx, launch.Spec{NP: *np, Path: self, Args: args, Stdout: stdout, Stderr: stderr, RawStdout: true}); err != nil {
+			fmt.Fprintln(stderr, "moe:", err)
+			return 1
+		}
+		return 0
+	}
+	if err := worker(cfg, stdout); err != nil {
+		fmt.Fprintln(stderr, "moe:", err)
+		return 1
+	}
+	return 0
+}
+
+// layerStats is one layer of one pass, the longest over ranks.
+type layerStats struct {
+	a2a     time.Duration // dispatch + combine
+	total   time.Duration // the reconfiguration, call to done
+	switchT time.Duration // of which the switch
+	exposed time.Duration // waited for it after the computation
+}
+
+func worker(cfg config, stdout io.Writer) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	base, err := topo.FromSpec(cfg.spec)
+	if err != nil {
+		return err
+	}
+	c, err := comm.InitFromEnv(ctx, comm.WithTopology(base), comm.WithEmulation(true))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if c.Rank() != 0 {
+		stdout = io.Discard
+	}
+	var ctl reconfig.Controller
+	if c.Rank() == 0 {
+		e, err := reconfig.StartEmulated(ctx, len(reconfig.Ports(base)), cfg.delay, "")
+		if err != nil {
+			return err
+		}
+		defer e.Close()
+		ctl = e
+	}
+	n := c.Size()
+	demands := make([][][]int, cfg.layers)
+	targets := make([]*topo.Topology, cfg.layers)
+	for l := range demands {
+		demands[l] = gate(n, l, cfg)
+		if targets[l], err = plan(base, demands[l]); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(stdout, "# moe: %d ranks, %s, %d layers, %d bytes per rank per all-to-all, compute %v, switch %v\n",
+		n, cfg.spec, cfg.layers, cfg.bytes, cfg.compute, cfg.delay)
+	// Static: the first layer's circuits for every layer.
+	if _, err := reconfig.Reconfigure(ctx, []*comm.Communicator{c}, targets[0], reconfig.WithController(ctl)); err != nil {
+		return err
+	}
+	// Warm up connections and buffers, untimed.
+	if _, err := pass(ctx, c, cfg, demands[:1], nil, ctl); err != nil {
+		return err
+	}
+	static, err := pass(ctx, c, cfg, demands, nil, ctl)
+	if err != nil {
+		return err
+	}
+	dynamic, err := pass(ctx, c, cfg, demands, targets, ctl)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "# layer  hot  a2a static  a2a reconf  speedup  reconf total  switch   hidden  exposed\n")
+	fmt.Fprintf(stdout, "#                    (ms)        (ms)                   (ms)    (ms)     (ms)     (ms)\n")
+	var sumS, sumD, sumExp time.Duration
+	for l := range static {
+		s, d := static[l], dynamic[l]
+		hidden := d.total - d.exposed
+		fmt.Fprintf(stdout, "%7d %4d %11.2f %11.2f %8.2f %13.2f %7.2f %8.2f %8.3f\n", l, hot(l, n), ms(s.a2a), ms(d.a2a),
+			float64(s.a2a)/float64(max(d.a2a, 1)), ms(d.total), ms(d.switchT), ms(hidden), ms(d.exposed))
+		sumS += s.a2a
+		sumD += d.a2a
+		sumExp += d.exposed
+	}
+	fmt.Fprintf(stdout, "# all layers: all-to-all %.1f ms static, %.1f ms reconfigured (%.2fx); reconfiguration exposed %.3f ms in all\n",
+		ms(sumS), ms(sumD), float64(sumS)/float64(max(sumD, 1)), ms(sumExp))
+	return nil
+}
+
+func ms(d time.Duration) float64 { return float64(d) / 1e6 }
+
+// hot is the most popular expert's rank in layer l.
+func hot(l, n int) int { return (3 * l) % n }
+
+// gate returns layer l's demand in bytes: every rank sends rank d a share
+// of cfg.bytes proportional to 1/(k+1)^skew, k being d's popularity rank
+// (the hot expert first).
+func gate(n, l int, cfg config) [][]int {
+	w := make([]float64, n)
+	sum := 0.0
+	for d := 0; d < n; d++ {
+		k := (d - hot(l, n) + n) % n
+		w[d] = 1 / math.Pow(float64(k+1), cfg.skew)
+		sum += w[d]
+	}
+	out := make([][]int, n)
+	for s := range out {
+		out[s] = make([]int, n)
+		for d := range out[s] {
+			out[s][d] = int(w[d]/sum*float64(cfg.bytes)) / 4 * 4
+		}
+	}
+	return out
+}
+
+// plan places circuits for a demand on the base topology's ports.
+func plan(base *topo.Topology, demand [][]int) (*topo.Topology, error) {
+	rank := make([][]float64, len(demand))
+	for i, row := range demand {
+		rank[i] = make([]float64, len(row))
+		for j, b := range row {
+			rank[i][j] = float64(b)
+		}
+	}
+	t := *base
+	t.Circuits = nil
+	ports := make([]int, len(t.Hosts))
+	for h := range ports {
+		ports[h] = len(t.FreePorts(h))
+	}
+	for _, p := range topo.PlaceCircuits(t.HostDemand(rank), ports, t.Classes[topo.OCS].Bandwidth, t.Classes[topo.EPS].Bandwidth) {
+		if err := t.Connect(p[0], p[1], 0); err != nil {
+			return nil, err
+		}
+	}
+	return &t, nil
+}
+
+// pass runs every layer; with targets it reconfigures for each layer
+// while the layer's experts compute.
+func pass(ctx context.Context, c *comm.Communicator, cfg config, demands [][][]int, targets []*topo.Topology, ctl reconfig.Controller) ([]layerStats, error) {
+	n, rank := c.Size(), c.Rank()
+	stats := make([]layerStats, len(demands))
+	for l, dem := range demands {
+		var h *reconfig.Handle
+		if targets != nil {
+			h = reconfig.ReconfigureAsync(ctx, []*comm.Communicator{c}, targets[l], reconfig.WithController(ctl))
+		}
+		time.Sleep(cfg.compute) // the previous layer's experts, or attention
+		var res reconfig.Result
+		if h != nil {
+			waitStart := time.Now()
+			var err error
+			if res, err = h.Wait(ctx); err != nil {
+				return nil, fmt.Errorf("layer %d: %w", l, err)
+			}
+			stats[l].exposed = time.Since(waitStart)
+			stats[l].total = res.Times[0].Total
+			stats[l].switchT = res.Switch
+		}
+		sc, sd, rc, rd := layout(dem, rank, n)
+		send := make([]float32, sum(sc))
+		for i := range send {
+			send[i] = float32(rank)
+		}
+		recv := make([]float32, sum(rc))
+		t0 := time.Now()
+		if err := comm.AllToAllV(ctx, c, send, sc, sd, recv, rc, rd); err != nil {
+			return nil, fmt.Errorf("layer %d dispatch: %w", l, err)
+		}
+		d1 := time.Since(t0)
+		for src := 0; src < n; src++ {
+			for _, v := range recv[rd[src] : rd[src]+rc[src]] {
+				if v != float32(src) {
+					return nil, fmt.Errorf("layer %d: token from rank %d carries %v", l, src, v)
+				}
+			}
+		}
+		time.Sleep(cfg.compute) // this layer's experts
+		t1 := time.Now()
+		// Combine: the tokens go back, the transposed exchange.
+		if err := comm.AllToAllV(ctx, c, recv, rc, rd, send, sc, sd); err != nil {
+			return nil, fmt.Errorf("layer %d combine: %w", l, err)
+		}
+		stats[l].a2a = d1 + time.Since(t1)
+	}
+	// The longest over ranks, per layer.
+	flat := make([]int64, 4*len(stats))
+	for l, s := range stats {
+		flat[4*l], flat[4*l+1], flat[4*l+2], flat[4*l+3] = int64(s.a2a), int64(s.total), int64(s.switchT), int64(s.exposed)
+	}
+	if err := comm.AllReduce(ctx, c, flat, flat, comm.Max); err != nil {
+		return nil, err
+	}
+	for l := range stats {
+		stats[l] = layerStats{time.Duration(flat[4*l]), time.Duration(flat[4*l+1]), time.Duration(flat[4*l+2]), time.Duration(flat[4*l+3])}
+	}
+	return stats, nil
+}
+
+// layout turns a byte matrix into this rank's AllToAllV counts and
+// displacements in float32 elements.
+func layout(dem [][]int, rank, n int) (sc, sd, rc, rd []int) {
+	sc, sd, rc, rd = make([]int, n), make([]int, n), make([]int, n), make([]int, n)
+	so, ro := 0, 0
+	for j := 0; j < n; j++ {
+		sc[j], sd[j] = dem[rank][j]/4, so
+		so += sc[j]
+		rc[j], rd[j] = dem[j][rank]/4, ro
+		ro += rc[j]
+	}
+	return
+}
+
+func sum(xs []int) int {
+	t := 0
+	for _, x := range xs {
+		t += x
+	}
+	return t
+}

@@ -1,0 +1,131 @@
+// Command occl-ocsd is the occl OCS controller daemon: it serves the
+// occl.ocs.v1.OCS gRPC service (and the standard gRPC health service) for
+// one optical circuit switch.
+//
+// Usage:
+//
+//	OCCL_OCS_TOKEN=secret occl-ocsd [-listen 127.0.0.1:0] [-ports 64] [-delay 25ms] [-state FILE] [-v]
+//
+// It prints "occl-ocsd listening on HOST:PORT" on standard output once it
+// serves, and stops gracefully on SIGTERM or SIGINT. Clients must send the
+// token from OCCL_OCS_TOKEN as a bearer token (occl-ocsctl does); the daemon
+// refuses to start without a token unless -no-auth is given. With -state the
+// installed cross-connects, drained ports and recent request ids survive a
+// restart (even kill -9): the restarted daemon puts the persisted
+// cross-connects back on the switch.
+//
+// The only driver today is the emulated switch (-driver emulated), with a
+// switching delay of -delay per reconfiguration (25ms like a piezo MEMS
+// switch, 1ms like a tunable-transceiver switch); drivers for real switches
+// implement ocs.Switch and are added here.
+//
+// Flags:
+//
+//	-listen ADDR   address to listen on (default 127.0.0.1:0, a free port)
+//	-ports N       number of switch ports (default 64)
+//	-delay D       switching delay of the emulated switch (default 25ms)
+//	-state FILE    state file (default: none, state is lost on exit)
+//	-driver NAME   switch driver (default and only value: emulated)
+//	-no-auth       serve without a token (only if OCCL_OCS_TOKEN is unset)
+//	-v             log every call and every change to standard error
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/occl/occl/reconfig/ocs"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run runs the daemon until ctx is done; it returns the exit code (0 after
+// a graceful stop, 1 on a failure, 2 on a usage error).
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("occl-ocsd", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen := fs.String("listen", "127.0.0.1:0", "address to listen on")
+	ports := fs.Int("ports", 64, "number of switch ports")
+	delay := fs.Duration("delay", ocs.PiezoDelay, "switching delay of the emulated switch")
+	statePath := fs.String("state", "", "state file (empty: state is lost on exit)")
+	driver := fs.String("driver", "emulated", "switch driver")
+	noAuth := fs.Bool("no-auth", false, "serve without a bearer token when OCCL_OCS_TOKEN is unset")
+	verbose := fs.Bool("v", false, "verbose logging")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: OCCL_OCS_TOKEN=secret occl-ocsd [flags]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "occl-ocsd: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	level := slog.LevelWarn
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	token := os.Getenv("OCCL_OCS_TOKEN")
+	if token == "" && !*noAuth {
+		fmt.Fprintln(stderr, "occl-ocsd: set OCCL_OCS_TOKEN to the bearer token clients must send (or pass -no-auth to serve without one)")
+		return 2
+	}
+	if *driver != "emulated" {
+		fmt.Fprintf(stderr, "occl-ocsd: unknown driver %q (available: emulated)\n", *driver)
+		return 2
+	}
+	sw, err := ocs.NewEmulated(*ports, *delay)
+	if err != nil {
+		fmt.Fprintf(stderr, "occl-ocsd: %v\n", err)
+		return 2
+	}
+	srv, err := ocs.NewServer(sw, ocs.ServerConfig{StatePath: *statePath, Token: token, Logger: logger})
+	if err != nil {
+		fmt.Fprintf(stderr, "occl-ocsd: %v\n", err)
+		return 1
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), ocs.DefaultStopTimeout)
+		defer cancel()
+		srv.Stop(sctx)
+	}()
+	if err := srv.Reconcile(ctx); err != nil {
+		fmt.Fprintf(stderr, "occl-ocsd: %v\n", err)
+		return 1
+	}
+	lis, err := net.Listen("tcp", *listen)
+	if err != nil {
+		fmt.Fprintf(stderr, "occl-ocsd: %v\n", err)
+		return 1
+	}
+	t := srv.Topology()
+	fmt.Fprintf(stdout, "occl-ocsd listening on %s\n", lis.Addr())
+	logger.Info("serving", "addr", lis.Addr().String(), "ports", *ports, "delay", *delay,
+		"state", *statePath, "generation", t.Generation, "connects", len(t.Connects), "auth", token != "")
+	start := time.Now()
+	if err := srv.Serve(ctx, lis); err != nil {
+		fmt.Fprintf(stderr, "occl-ocsd: %v\n", err)
+		return 1
+	}
+	logger.Info("stopped", "uptime", time.Since(start))
+	return 0
+}

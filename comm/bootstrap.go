@@ -441,9 +441,10 @@ type fabric interface {
 	split(ctx context.Context, p *opPeers, childID uint64, group []int, self int) (*Communicator, error)
 	// release frees what the fabric holds when the communicator closes.
 	release()
-	// connect opens new connections of the given epoch between this rank
-	// and peers (every peer calls it with this rank in its list).
-	connect(ctx context.Context, c *Communicator, epoch uint32, peers []int) (map[int]transport.Conn, error)
+	// connect opens new connections of generation gen (a rewire attempt)
+	// between this rank and peers (every peer calls it with this rank in
+	// its list).
+	connect(ctx context.Context, c *Communicator, gen uint32, peers []int) (map[int]transport.Conn, error)
 	// emulator returns the emulated fabric shaping c's connections, or
 	// nil.
 	emulator(c *Communicator) *emu.Fabric
@@ -460,15 +461,15 @@ type tcpFabric struct {
 	addrs  []string // every rank's data listener
 }
 
-// connect opens TCP connections of the given epoch to peers through the
+// connect opens TCP connections of generation gen to peers through the
 // data listeners, wrapped by the communicator's emulated fabric if it has
 // one.
-func (f *tcpFabric) connect(ctx context.Context, c *Communicator, epoch uint32, peers []int) (map[int]transport.Conn, error) {
+func (f *tcpFabric) connect(ctx context.Context, c *Communicator, gen uint32, peers []int) (map[int]transport.Conn, error) {
 	eps := make([]tcp.Endpoint, 0, len(peers))
 	for _, r := range peers {
 		eps = append(eps, tcp.Endpoint{Rank: r, Addr: f.addrs[r]})
 	}
-	mesh, err := tcp.Connect(ctx, tcp.MeshConfig{Self: c.rank, Comm: c.id, Epoch: epoch, Secret: f.secret[:],
+	mesh, err := tcp.Connect(ctx, tcp.MeshConfig{Self: c.rank, Comm: c.id, Epoch: gen, Secret: f.secret[:],
 		Streams: f.cfg.streams, Options: tcp.Options{SocketBuffer: f.cfg.sockBuf}, Listener: f.ln}, eps)
 	if err != nil {
 		return nil, err

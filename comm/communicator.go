@@ -43,6 +43,8 @@ type Communicator struct {
 	cfg   config
 	log   *slog.Logger
 	epoch atomic.Uint32
+	// linkGen counts rewire attempts; it names their new connections.
+	linkGen uint32
 
 	hosts     []int    // host index of every rank
 	hostIDs   []string // host identity of every host index

@@ -75,7 +75,7 @@ func (g *localGroup) emulate(cfg config, id uint64) error {
 // communicator.
 type localGroup struct {
 	mu      sync.Mutex
-	pending map[[3]int][2]transport.Conn // pipes of a rewire, by epoch and pair, until both ends are taken
+	pending map[[3]int][2]transport.Conn // pipes of a rewire, by attempt and pair, until both ends are taken
 	size    int
 	conns   [][]transport.Conn // conns[i][j]: rank i's end of the pipe to j
 	ctrl    *localControl
@@ -120,12 +120,12 @@ func (f *localFabric) split(ctx context.Context, p *opPeers, childID uint64, gro
 
 // connect takes this rank's ends of new pipes to peers: the first of a
 // pair to ask creates the pipe, the other finds it.
-func (f *localFabric) connect(ctx context.Context, c *Communicator, epoch uint32, peers []int) (map[int]transport.Conn, error) {
+func (f *localFabric) connect(ctx context.Context, c *Communicator, gen uint32, peers []int) (map[int]transport.Conn, error) {
 	g := f.g
 	out := make(map[int]transport.Conn, len(peers))
 	g.mu.Lock()
 	for _, r := range peers {
-		key := [3]int{int(epoch), min(c.rank, r), max(c.rank, r)}
+		key := [3]int{int(gen), min(c.rank, r), max(c.rank, r)}
 		if g.pending == nil {
 			g.pending = map[[3]int][2]transport.Conn{}
 		}

@@ -174,7 +174,7 @@ type status struct {
 	applied bool // rank 0: the switch happened
 }
 
-const statusSize = 160
+const statusSize = 512
 
 func (s status) encode(b []byte) {
 	clear(b)
@@ -217,6 +217,10 @@ func (c *Communicator) rewire(ctx context.Context, p *opPeers, rw Rewire, times 
 	start := time.Now()
 	cur := c.lay()
 	epoch := c.epoch.Load() + 1
+	// New connections are named by the attempt, not the epoch: a failed
+	// attempt's late connections must not be taken for the next one's.
+	c.linkGen++
+	gen := c.linkGen
 	changed, planErr := c.rewirePlan(cur.topo, rw.Target)
 	next := newLayout(rw.Target)
 	times.Plan = time.Since(start)
@@ -243,7 +247,7 @@ func (c *Communicator) rewire(ctx context.Context, p *opPeers, rw Rewire, times 
 	var conns map[int]transport.Conn
 	var connErr, verr error
 	if planErr == nil && len(changed) > 0 {
-		conns, connErr = c.fabric.connect(ctx, c, epoch, changed)
+		conns, connErr = c.fabric.connect(ctx, c, gen, changed)
 	}
 	times.Connect = time.Since(step)
 	wg.Wait()

@@ -29,7 +29,14 @@ type Listener struct {
 	once   sync.Once
 	wg     sync.WaitGroup
 	log    *slog.Logger
+
+	mu    sync.Mutex
+	stash []Accepted // set aside by AcceptFor for a later call
 }
+
+// maxStash bounds the connections AcceptFor sets aside; the oldest go
+// first.
+const maxStash = 256
 
 // Accepted is an authenticated incoming connection and what its dialler
 // said about itself.
@@ -124,6 +131,45 @@ func (l *Listener) Accept(ctx context.Context) (Accepted, error) {
 	}
 }
 
+// AcceptFor returns the next authenticated connection whose hello want
+// accepts, first among those set aside by earlier calls. A connection want
+// refuses is set aside for a later call if keep accepts it (a connection
+// for a later epoch of the same communicator, which arrived early), and
+// closed otherwise.
+func (l *Listener) AcceptFor(ctx context.Context, want, keep func(Hello) bool) (Accepted, error) {
+	l.mu.Lock()
+	for i, a := range l.stash {
+		if want(a.Hello) {
+			l.stash = append(l.stash[:i], l.stash[i+1:]...)
+			l.mu.Unlock()
+			return a, nil
+		}
+	}
+	l.mu.Unlock()
+	for {
+		a, err := l.Accept(ctx)
+		if err != nil {
+			return a, err
+		}
+		if want(a.Hello) {
+			return a, nil
+		}
+		if keep == nil || !keep(a.Hello) {
+			h := a.Hello
+			l.log.Warn("occl: dropping unexpected connection", "from_rank", h.From, "comm", h.Comm, "epoch", h.Epoch)
+			a.Conn.Close()
+			continue
+		}
+		l.mu.Lock()
+		if len(l.stash) >= maxStash {
+			l.stash[0].Conn.Close()
+			l.stash = l.stash[1:]
+		}
+		l.stash = append(l.stash, a)
+		l.mu.Unlock()
+	}
+}
+
 // Close stops listening and drops connections that were not accepted yet.
 func (l *Listener) Close() error {
 	var err error
@@ -131,6 +177,12 @@ func (l *Listener) Close() error {
 		close(l.done)
 		err = l.ln.Close()
 		l.wg.Wait()
+		l.mu.Lock()
+		for _, a := range l.stash {
+			a.Conn.Close()
+		}
+		l.stash = nil
+		l.mu.Unlock()
 		for {
 			select {
 			case a := <-l.ready:

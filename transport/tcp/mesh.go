@@ -116,18 +116,19 @@ func Connect(ctx context.Context, cfg MeshConfig, peers []Endpoint) (map[int]*Co
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			want := func(h Hello) bool {
+				return h.Comm == cfg.Comm && h.Epoch == cfg.Epoch && h.To == cfg.Self && expect[h.From] && h.NStreams == ns
+			}
+			// A peer ahead of this rank may already dial for the next
+			// epoch: keep those for the next Connect.
+			later := func(h Hello) bool { return h.Comm == cfg.Comm && h.Epoch > cfg.Epoch && h.To == cfg.Self }
 			for got := 0; got < accepts; {
-				a, err := cfg.Listener.Accept(ctx)
+				a, err := cfg.Listener.AcceptFor(ctx, want, later)
 				if err != nil {
 					fail(fmt.Errorf("accept from ranks %v: %w", missing(expect, &mu, socks, ns), err))
 					return
 				}
 				h := a.Hello
-				if h.Comm != cfg.Comm || h.Epoch != cfg.Epoch || h.To != cfg.Self || !expect[h.From] || h.NStreams != ns {
-					cfg.Listener.log.Warn("occl: dropping unexpected connection", "from_rank", h.From, "comm", h.Comm, "epoch", h.Epoch, "want_epoch", cfg.Epoch)
-					a.Conn.Close()
-					continue
-				}
 				addSock(h.From, h.Stream, a.Conn)
 				got++
 			}

@@ -65,6 +65,11 @@ func RunReconfig(ctx context.Context, c *comm.Communicator, cfg ReconfigConfig) 
 	var wrong int64
 	for i := -cfg.Warmup; i < cfg.Iters; i++ {
 		target := cfg.Targets[(i+cfg.Warmup)%len(cfg.Targets)]
+		// Start together, so that a rank's total is the reconfiguration's
+		// and not how long it waited for the others to arrive.
+		if err := c.Barrier(ctx); err != nil {
+			return res, err
+		}
 		r, err := reconfig.Reconfigure(ctx, []*comm.Communicator{c}, target, opts...)
 		if err != nil {
 			return res, fmt.Errorf("reconfiguration %d: %w", i, err)

@@ -31,8 +31,8 @@ import (
 //     path changes; rank 0 then broadcasts the outcome of the switch;
 //  3. verify: once the circuits are up, a small exchange on every new
 //     link; then the ranks agree on the outcome of every step over the
-//     old connections (one all-gather), so that every rank sees the same
-//     first failure;
+//     old connections (gathered at rank 0, which sends the verdict back),
+//     so that every rank sees the same first failure;
 //  4. resume: retire the replaced connections, install the new ones, bump
 //     the epoch and swap the topology (and the emulated fabric's).
 //
@@ -194,22 +194,86 @@ func decodeStatus(b []byte) status {
 	return status{ok: b[0] == 1, applied: b[1] == 1, step: string(b[4 : 4+n]), reason: string(b[24 : 24+m])}
 }
 
-// agree exchanges every rank's status over the current connections and
-// returns the first failure in rank order, if any, and rank 0's status.
-func (c *Communicator) agree(ctx context.Context, p *opPeers, mine status) (failed *RewireError, root status, err error) {
+// agree gathers every rank's status at rank 0, which sends back the first
+// failure in rank order (or success) to every rank: two message hops,
+// whatever the number of ranks, so that the pause stays short.
+func (c *Communicator) agree(ctx context.Context, p *opPeers, mine status) (*RewireError, error) {
 	buf := make([]byte, statusSize)
 	mine.encode(buf)
-	all := make([]byte, statusSize*c.size)
-	if err := allGatherBytes(ctx, p, buf, all); err != nil {
-		return nil, status{}, err
+	if c.rank != 0 {
+		if err := p.Send(ctx, 0, stepAgree, buf); err != nil {
+			return nil, err
+		}
+	} else {
+		all := make([]byte, statusSize*c.size)
+		copy(all, buf)
+		err := fanIn(ctx, p, stepAgree, func(r int) []byte { return all[r*statusSize : (r+1)*statusSize] })
+		if err != nil {
+			return nil, err
+		}
+		verdict := status{ok: true}
+		for r := 0; r < c.size; r++ {
+			if s := decodeStatus(all[r*statusSize : (r+1)*statusSize]); !s.ok {
+				verdict = s
+				verdict.applied = false
+				binary.LittleEndian.PutUint16(buf[22:], uint16(r))
+				break
+			}
+		}
+		verdictRank := binary.LittleEndian.Uint16(buf[22:])
+		verdict.encode(buf)
+		binary.LittleEndian.PutUint16(buf[22:], verdictRank)
 	}
-	root = decodeStatus(all[:statusSize])
-	for r := 0; r < c.size; r++ {
-		if s := decodeStatus(all[r*statusSize : (r+1)*statusSize]); !s.ok {
-			return &RewireError{Rank: r, Step: s.step, Reason: s.reason}, root, nil
+	if err := starBroadcast(ctx, p, stepVerdict, buf); err != nil {
+		return nil, err
+	}
+	if v := decodeStatus(buf); !v.ok {
+		return &RewireError{Rank: int(binary.LittleEndian.Uint16(buf[22:])), Step: v.step, Reason: v.reason}, nil
+	}
+	return nil, nil
+}
+
+// Step labels of the rewire's own messages.
+const (
+	stepSwitched = 1
+	stepAgree    = 2
+	stepVerdict  = 3
+)
+
+// starBroadcast sends buf from rank 0 to every rank directly, all at once.
+func starBroadcast(ctx context.Context, p *opPeers, step uint32, buf []byte) error {
+	c := p.c
+	if c.rank != 0 {
+		return p.Recv(ctx, 0, step, buf)
+	}
+	errs := make(chan error, c.size)
+	for r := 1; r < c.size; r++ {
+		go func() { errs <- p.Send(ctx, r, step, buf) }()
+	}
+	var first error
+	for r := 1; r < c.size; r++ {
+		if err := <-errs; err != nil && first == nil {
+			first = err
 		}
 	}
-	return nil, root, nil
+	return first
+}
+
+// fanIn receives one message from every other rank at rank 0, all at once,
+// into into(rank).
+func fanIn(ctx context.Context, p *opPeers, step uint32, into func(int) []byte) error {
+	c := p.c
+	errs := make(chan error, c.size)
+	for r := 1; r < c.size; r++ {
+		go func() { errs <- p.Recv(ctx, r, step, into(r)) }()
+	}
+	var first error
+	for r := 1; r < c.size; r++ {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // rewire runs the steps on the worker.
@@ -269,7 +333,7 @@ func (c *Communicator) rewire(ctx context.Context, p *opPeers, rw Rewire, times 
 	if c.rank == 0 {
 		root.encode(buf)
 	}
-	if err := algo.BroadcastTree(ctx, p, buf, 0, 0); err != nil {
+	if err := starBroadcast(ctx, p, stepSwitched, buf); err != nil {
 		closeNew()
 		return err // a dead or stuck peer: the communicator fails
 	}
@@ -299,7 +363,7 @@ func (c *Communicator) rewire(ctx context.Context, p *opPeers, rw Rewire, times 
 	case verr != nil:
 		mine = status{step: "verify", reason: verr.Error()}
 	}
-	failed, _, err := c.agree(ctx, p, mine)
+	failed, err := c.agree(ctx, p, mine)
 	times.Verify = time.Since(step)
 	if err != nil {
 		closeNew()

@@ -71,17 +71,17 @@ func TestCollectiveNames(t *testing.T) {
 		OpAllReduce: "AllReduce", OpBroadcast: "Broadcast", OpReduce: "Reduce",
 		OpAllGather: "AllGather", OpReduceScatter: "ReduceScatter", OpAllToAll: "AllToAll",
 		OpAllToAllV: "AllToAllV", OpGather: "Gather", OpScatter: "Scatter",
-		OpBarrier: "Barrier", OpSendRecv: "SendRecv", OpSplit: "Split",
+		OpBarrier: "Barrier", OpSendRecv: "SendRecv", OpSplit: "Split", OpRewire: "Rewire",
 	}
 	for c, n := range want {
 		if c.String() != n || !c.Valid() {
 			t.Errorf("%d: String() = %q, want %q", uint8(c), c.String(), n)
 		}
 	}
-	if OpAllReduce != 1 || OpSplit != 12 {
+	if OpAllReduce != 1 || OpSplit != 12 || OpRewire != 13 {
 		t.Error("collective wire values changed")
 	}
-	for _, c := range []Collective{0, 13, 255} {
+	for _, c := range []Collective{0, 14, 255} {
 		if c.Valid() {
 			t.Errorf("collective %d is valid", uint8(c))
 		}

@@ -1,0 +1,238 @@
+//go:build linux && cgo
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The tests build liboccl.so with the documented command and drive it from
+// C programs compiled with the system's C compiler.
+
+// lib is the library built for this test binary.
+var lib struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+// buildLib builds liboccl.so and liboccl.h into a temporary directory, once
+// per test binary, and returns the directory. It skips the test without a C
+// compiler.
+func buildLib(t *testing.T) string {
+	t.Helper()
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Skip("gcc not found: the C ABI tests need a C compiler (apt-get install -y gcc)")
+	}
+	lib.once.Do(func() {
+		lib.dir, lib.err = os.MkdirTemp("", "liboccl")
+		if lib.err != nil {
+			return
+		}
+		lib.err = buildLibrary("..", filepath.Join(lib.dir, "liboccl.so"))
+	})
+	if lib.err != nil {
+		t.Fatal(lib.err)
+	}
+	return lib.dir
+}
+
+// buildLibrary runs the documented build command, go build
+// -buildmode=c-shared -o OUT ./cgo, in the repository at root. Under
+// go test ./... the test binaries of several packages build the library at
+// the same time; a lock file makes them take turns, so that a cold build
+// cache (c-shared recompiles every package) is filled once and the others
+// only link.
+func buildLibrary(root, out string) error {
+	if lock, err := os.OpenFile(filepath.Join(os.TempDir(), "occl-c-shared-build.lock"), os.O_CREATE|os.O_RDWR, 0o666); err == nil {
+		defer lock.Close()
+		if syscall.Flock(int(lock.Fd()), syscall.LOCK_EX) == nil {
+			defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+		}
+	}
+	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", out, "./cgo")
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build -buildmode=c-shared -o %s ./cgo: %v\n%s", out, err, b)
+	}
+	return nil
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if lib.dir != "" {
+		os.RemoveAll(lib.dir)
+	}
+	os.Exit(code)
+}
+
+// cc compiles C sources against occl.h and liboccl.so into an executable.
+func cc(t *testing.T, libDir, out string, args ...string) {
+	t.Helper()
+	inc, err := filepath.Abs("include")
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := append([]string{"-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror", "-I", inc, "-I", libDir}, args...)
+	all = append(all, "-o", out, "-L", libDir, "-loccl", "-Wl,-rpath,"+libDir, "-lpthread")
+	if b, err := exec.Command("gcc", all...).CombinedOutput(); err != nil {
+		t.Fatalf("gcc %s: %v\n%s", strings.Join(all, " "), err, b)
+	}
+}
+
+var (
+	// A prototype in occl.h: the return type, then the name.
+	headerProto = regexp.MustCompile(`(?m)^(?:occlResult_t|const char\*) (occl\w+)\(`)
+	// An exported function in liboccl.h.
+	exportProto = regexp.MustCompile(`(?m)^extern \w+ (occl\w+)\(`)
+)
+
+func names(re *regexp.Regexp, file string, t *testing.T) []string {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, m := range re.FindAllStringSubmatch(string(b), -1) {
+		out = append(out, m[1])
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestHeaderMatchesExports checks that the hand-written occl.h declares
+// exactly the functions the library exports, with the same types: a C file
+// that includes occl.h and the generated liboccl.h compiles only if every
+// prototype agrees ("conflicting types" otherwise), and linking a reference
+// to every function of occl.h proves the library defines it.
+func TestHeaderMatchesExports(t *testing.T) {
+	dir := buildLib(t)
+	declared := names(headerProto, "include/occl.h", t)
+	exported := names(exportProto, filepath.Join(dir, "liboccl.h"), t)
+	if len(declared) < 40 {
+		t.Fatalf("found only %d prototypes in occl.h: %v", len(declared), declared)
+	}
+	if !slices.Equal(declared, exported) {
+		t.Fatalf("occl.h declares\n%v\nthe library exports\n%v", declared, exported)
+	}
+	var src strings.Builder
+	src.WriteString("#include <stdio.h>\n#include \"occl.h\"\n#include \"liboccl.h\"\n\nstatic void (*const fns[])(void) = {\n")
+	for _, n := range declared {
+		fmt.Fprintf(&src, "  (void (*)(void))%s,\n", n)
+	}
+	src.WriteString("};\n\nint main(void) {\n  int v = 0;\n  if (occlGetVersion(&v) != occlSuccess || v != OCCL_VERSION_CODE) return 1;\n")
+	src.WriteString("  printf(\"%d functions, version %d\\n\", (int)(sizeof fns / sizeof fns[0]), v);\n  return 0;\n}\n")
+	tmp := t.TempDir()
+	file := filepath.Join(tmp, "both.c")
+	if err := os.WriteFile(file, []byte(src.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(tmp, "both")
+	cc(t, dir, bin, "-pedantic", file)
+	out, err := exec.Command(bin).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	t.Logf("%s", out)
+}
+
+// TestInProcess runs testdata/inprocess.c: one thread driving every rank
+// with groups, one thread per rank through every collective, type and
+// non-blocking call while another thread queries, and an abort.
+func TestInProcess(t *testing.T) {
+	dir := buildLib(t)
+	bin := filepath.Join(t.TempDir(), "inprocess")
+	cc(t, dir, bin, "testdata/inprocess.c")
+	for _, part := range []string{"single", "threads", "abort"} {
+		t.Run(part, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, bin, part)
+			cmd.Env = append(os.Environ(), "OCCL_TIMEOUT=30s")
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("%v\n%s", err, out)
+			}
+			if !strings.Contains(string(out), "inprocess "+part+": ok") {
+				t.Fatalf("no success line:\n%s", out)
+			}
+		})
+	}
+}
+
+// TestBadHandles passes handles that are not communicators or requests:
+// made-up addresses, pointers to real memory, a request where a
+// communicator is expected. Every call must return occlInvalidArgument with
+// a message, without touching the memory.
+func TestBadHandles(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("linux only")
+	}
+	dir := buildLib(t)
+	src := `#include <stdio.h>
+#include <string.h>
+#include "occl.h"
+#define EXPECT(call, want) do { occlResult_t r_ = (call); const char* m_ = occlGetLastError(NULL); \
+  if (r_ != (want) || ((want) != occlSuccess && m_[0] == 0)) { \
+    fprintf(stderr, "%s: got %d (%s)\n", #call, r_, m_); return 1; } \
+  if ((want) != occlSuccess) printf("%s: %s\n", #call, m_); } while (0)
+int main(void) {
+  int n, x = 0;
+  occlRequest_t req;
+  static char mem[64];
+  EXPECT(occlCommCount((occlComm_t)(void*)0x10, &n), occlInvalidArgument);
+  EXPECT(occlCommCount((occlComm_t)(void*)mem, &n), occlInvalidArgument);
+  EXPECT(occlCommCount((occlComm_t)(void*)~(size_t)7, &n), occlInvalidArgument);
+  EXPECT(occlAllReduce(&x, &x, 1, occlInt32, occlSum, (occlComm_t)(void*)(mem + 8)), occlInvalidArgument);
+  EXPECT(occlWait((occlRequest_t)(void*)mem), occlInvalidArgument);
+  EXPECT(occlTest((occlRequest_t)(void*)0x1234, &n), occlInvalidArgument);
+  occlUniqueId id;
+  occlComm_t comm;
+  EXPECT(occlGetUniqueId(&id), occlSuccess);
+  EXPECT(occlCommInitRank(&comm, 1, id, 0), occlSuccess);
+  EXPECT(occlAllReduceAsync(&x, &x, 1, occlInt32, occlSum, comm, &req), occlSuccess);
+  EXPECT(occlCommCount((occlComm_t)(void*)req, &n), occlInvalidArgument);
+  EXPECT(occlWait((occlRequest_t)(void*)comm), occlInvalidArgument);
+  EXPECT(occlWait(req), occlSuccess);
+  EXPECT(occlCommCount((occlComm_t)(void*)1, &n), occlInvalidArgument);
+  EXPECT(occlAllReduce((void*)1, &x, 1, occlInt32, occlSum, comm), occlInvalidArgument);
+  EXPECT(occlAllReduce(&x, (void*)4095, 1, occlInt32, occlSum, comm), occlInvalidArgument);
+  EXPECT(occlAllReduce(&x, (void*)~(size_t)0, 1, occlInt32, occlSum, comm), occlInvalidArgument);
+  EXPECT(occlAllReduce((void*)1, (void*)1, 0, occlInt32, occlSum, comm), occlSuccess);
+  size_t cnt[1] = {1};
+  const size_t* volatile bogus = (const size_t*)8;  // volatile: gcc would see through it
+  EXPECT(occlAllToAllv(&x, bogus, cnt, &x, cnt, cnt, occlInt32, comm), occlInvalidArgument);
+  EXPECT(occlCommDestroy(comm), occlSuccess);
+  memset(&id, 'x', sizeof id);
+  EXPECT(occlCommInitRank(&comm, 2, id, 0), occlInvalidArgument);
+  strcpy(id.internal, "occl1:nonsense");
+  EXPECT(occlCommInitRank(&comm, 2, id, 0), occlInvalidArgument);
+  puts("ok");
+  return 0;
+}
+`
+	tmp := t.TempDir()
+	file := filepath.Join(tmp, "bad.c")
+	if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(tmp, "bad")
+	cc(t, dir, bin, file)
+	out, err := exec.Command(bin).CombinedOutput()
+	if err != nil || !strings.HasSuffix(string(out), "ok\n") {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	t.Logf("%s", out)
+}

@@ -1,0 +1,235 @@
+package main
+
+// #include "occl_cgo.h"
+import "C"
+
+import (
+	"context"
+	"sync"
+
+	"github.com/occl/occl/comm"
+)
+
+// This file: occlGroupStart / occlGroupEnd. The open group of a thread is
+// named by an id in the thread's C thread-local storage (internal.c); its
+// recorded calls are in groups, in Go. Only the owning thread touches a
+// groupState, so it needs no lock of its own.
+
+// groupState is what a thread has recorded since its outermost
+// occlGroupStart.
+type groupState struct {
+	creates  []pendingCreate
+	ops      []*groupOp
+	destroys []*comm.Communicator
+}
+
+// pendingCreate is a communicator creation deferred to occlGroupEnd. ce is
+// the reserved entry (nil for a split with OCCL_SPLIT_NOCOLOR).
+type pendingCreate struct {
+	name string
+	ce   *commEntry
+	mk   func(ctx context.Context) (*comm.Communicator, error)
+}
+
+// groupOp is one operation: a collective (issue) or a send or receive.
+type groupOp struct {
+	name string
+	ce   *commEntry
+	c    *comm.Communicator
+	ctx  context.Context
+
+	issue func(ctx context.Context) *comm.Request
+
+	send bool
+	buf  comm.Buffer
+	peer int
+}
+
+// start issues the operation on its own.
+func (o *groupOp) start() *comm.Request {
+	switch {
+	case o.issue != nil:
+		return o.issue(o.ctx)
+	case o.send:
+		return o.c.SendAsync(o.ctx, o.buf, o.peer)
+	default:
+		return o.c.RecvAsync(o.ctx, o.buf, o.peer)
+	}
+}
+
+// groups holds the open group of every thread that has one, by id.
+var groups = struct {
+	sync.Mutex
+	next uint64
+	m    map[uint64]*groupState
+}{m: map[uint64]*groupState{}}
+
+// openGroup returns the calling thread's open group, nil if none.
+func openGroup() *groupState {
+	var depth C.int
+	id := uint64(C.occlInternalGroup(&depth))
+	if id == 0 {
+		return nil
+	}
+	groups.Lock()
+	defer groups.Unlock()
+	return groups.m[id]
+}
+
+// occlGroupStart opens (or nests) the calling thread's group. See occl.h.
+//
+//export occlGroupStart
+func occlGroupStart() (res C.occlResult_t) {
+	k := begin("occlGroupStart", &res)
+	defer k.end()
+	var depth C.int
+	id := uint64(C.occlInternalGroup(&depth))
+	if id == 0 {
+		groups.Lock()
+		groups.next++
+		id = groups.next
+		groups.m[id] = &groupState{}
+		groups.Unlock()
+	}
+	C.occlInternalSetGroup(C.uint64_t(id), depth+1)
+	return resSuccess
+}
+
+// occlGroupEnd closes the calling thread's group and runs what it recorded. See occl.h.
+//
+//export occlGroupEnd
+func occlGroupEnd() (res C.occlResult_t) {
+	k := begin("occlGroupEnd", &res)
+	defer k.end()
+	var depth C.int
+	id := uint64(C.occlInternalGroup(&depth))
+	if id == 0 {
+		return k.fail(resInvalidUsage, "no group is open on this thread (occlGroupEnd without occlGroupStart)")
+	}
+	if depth > 1 {
+		C.occlInternalSetGroup(C.uint64_t(id), depth-1)
+		return resSuccess
+	}
+	C.occlInternalSetGroup(0, 0)
+	groups.Lock()
+	g := groups.m[id]
+	delete(groups.m, id)
+	groups.Unlock()
+	if g == nil {
+		return resSuccess
+	}
+	return g.run(k)
+}
+
+// run executes a closed group: creations concurrently, then the operations,
+// then the destructions concurrently.
+// It returns the first failure; every failure is recorded on its
+// communicator.
+func (g *groupState) run(k *call) C.occlResult_t {
+	first := C.occlResult_t(resSuccess)
+	var firstMsg string
+	note := func(name string, ce *commEntry, err error) {
+		if err == nil {
+			return
+		}
+		kk := &call{name: name, ce: ce}
+		code := kk.failErr(err)
+		if first == resSuccess {
+			first, firstMsg = code, name+": "+err.Error()
+		}
+	}
+
+	// Creations: every one in its own goroutine, so that one thread can
+	// create all the ranks of a communicator.
+	errs := make([]error, len(g.creates))
+	var wg sync.WaitGroup
+	for i, pc := range g.creates {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() {
+				if r := recover(); r != nil {
+					errs[i] = errInternal(r)
+				}
+			}()
+			c, err := pc.mk(context.Background())
+			switch {
+			case err != nil:
+				errs[i] = err
+			case pc.ce != nil && c != nil:
+				pc.ce.c.Store(c)
+			case c != nil:
+				c.Abort()
+			}
+		}()
+	}
+	wg.Wait()
+	for i, pc := range g.creates {
+		if errs[i] != nil {
+			if pc.ce != nil {
+				removeComm(pc.ce)
+			}
+			note(pc.name, nil, errs[i])
+		}
+	}
+
+	// Operations: in call order per communicator, the sends and receives of
+	// a communicator as one comm.Group at the place of its first one.
+	type issued struct {
+		name string
+		ce   *commEntry
+		req  *comm.Request
+	}
+	p2p := map[*commEntry]*comm.Group{}
+	var order []func() issued
+	for _, o := range g.ops {
+		if o.issue != nil {
+			order = append(order, func() issued { return issued{o.name, o.ce, o.start()} })
+			continue
+		}
+		grp := p2p[o.ce]
+		if grp == nil {
+			grp = o.c.NewGroup()
+			p2p[o.ce] = grp
+			ctx := o.ctx
+			order = append(order, func() issued { return issued{"occlGroupEnd", o.ce, grp.Start(ctx)} })
+		}
+		if o.send {
+			grp.Send(o.buf, o.peer)
+		} else {
+			grp.Recv(o.buf, o.peer)
+		}
+	}
+	reqs := make([]issued, 0, len(order))
+	for _, f := range order {
+		reqs = append(reqs, f())
+	}
+	for _, r := range reqs {
+		note(r.name, r.ce, r.req.Wait(context.Background()))
+	}
+
+	// Destructions last, concurrently: rank 0's waits for the others to
+	// leave.
+	derrs := make([]error, len(g.destroys))
+	for i, c := range g.destroys {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() {
+				if r := recover(); r != nil {
+					derrs[i] = errInternal(r)
+				}
+			}()
+			derrs[i] = c.Close()
+		}()
+	}
+	wg.Wait()
+	for _, err := range derrs {
+		note("occlCommDestroy", nil, err)
+	}
+	if first != resSuccess {
+		// The thread's message is the first failure, not the last.
+		setThreadError(firstMsg)
+	}
+	return first
+}

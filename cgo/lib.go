@@ -1,0 +1,320 @@
+package main
+
+// #include "occl_cgo.h"
+import "C"
+
+import (
+	"context"
+	"unsafe"
+
+	"github.com/occl/occl/comm"
+)
+
+// This file: the library-level calls and the life of communicators.
+
+// occlGetVersion stores the library's OCCL_VERSION_CODE in *version. See occl.h.
+//
+//export occlGetVersion
+func occlGetVersion(version *C.int) (res C.occlResult_t) {
+	k := begin("occlGetVersion", &res)
+	defer k.end()
+	if version == nil {
+		return k.fail(resInvalidArgument, "version is NULL")
+	}
+	*version = versionCode
+	return resSuccess
+}
+
+// occlGetUniqueId makes a fresh communicator id (rendezvous address and secret) for occlCommInitRank. See occl.h.
+//
+//export occlGetUniqueId
+func occlGetUniqueId(uniqueId *C.occlUniqueId) (res C.occlResult_t) {
+	k := begin("occlGetUniqueId", &res)
+	defer k.end()
+	if uniqueId == nil {
+		return k.fail(resInvalidArgument, "uniqueId is NULL")
+	}
+	id, err := comm.NewUniqueID()
+	if err != nil {
+		return k.fail(resSystemError, "%v", err)
+	}
+	s := id.String()
+	if len(s) >= len(uniqueId.internal) {
+		return k.fail(resInvalidArgument, "the id %q does not fit in %d bytes (shorten OCCL_SOCKET_ADDR)", s, len(uniqueId.internal))
+	}
+	for i := range uniqueId.internal {
+		uniqueId.internal[i] = 0
+	}
+	for i := 0; i < len(s); i++ {
+		uniqueId.internal[i] = C.char(s[i])
+	}
+	return resSuccess
+}
+
+// uniqueID decodes the text form an occlUniqueId holds.
+func (k *call) uniqueID(id *C.occlUniqueId) (comm.UniqueID, C.occlResult_t) {
+	b := unsafe.Slice((*byte)(unsafe.Pointer(&id.internal[0])), len(id.internal))
+	n := 0
+	for n < len(b) && b[n] != 0 {
+		n++
+	}
+	if n == len(b) {
+		return comm.UniqueID{}, k.fail(resInvalidArgument, "commId is not NUL-terminated (not made by occlGetUniqueId?)")
+	}
+	u, err := comm.ParseUniqueID(string(b[:n]))
+	if err != nil {
+		return comm.UniqueID{}, k.fail(resInvalidArgument, "commId: %v", err)
+	}
+	return u, resSuccess
+}
+
+// occlGetErrorString returns a static description of a result code. See occl.h.
+//
+//export occlGetErrorString
+func occlGetErrorString(result C.occlResult_t) (s C.occlInternalConstStr) {
+	defer func() {
+		if recover() != nil {
+			s = C.occlInternalConstStr(C.occlInternalResultString(C.int(resInternalError)))
+		}
+	}()
+	return C.occlInternalConstStr(C.occlInternalResultString(C.int(result)))
+}
+
+// occlGetLastError returns the message of the last failure on comm, or of the calling thread's last failed call. See occl.h.
+//
+//export occlGetLastError
+func occlGetLastError(comm C.occlComm_t) (s C.occlInternalConstStr) {
+	commH := handle(comm) // first: see handle
+	defer func() {
+		if recover() != nil {
+			s = C.occlInternalConstStr(C.occlInternalResultString(C.int(resInternalError)))
+		}
+	}()
+	if commH != 0 {
+		if ce := lookupComm(commH); ce != nil {
+			ce.mu.Lock()
+			msg := ce.lastErr
+			ce.mu.Unlock()
+			if c := ce.c.Load(); msg == "" && c != nil && c.Err() != nil {
+				msg = "occlCommGetAsyncError: " + c.Err().Error()
+			}
+			if msg != "" {
+				return C.occlInternalConstStr(C.occlInternalReturnError((*C.char)(unsafe.Pointer(unsafe.StringData(msg))), C.size_t(len(msg))))
+			}
+		}
+	}
+	return C.occlInternalConstStr(C.occlInternalThreadError())
+}
+
+// create makes a communicator with mk, or reserves its handle and defers mk
+// to occlGroupEnd if the calling thread has a group open.
+func (k *call) create(out *C.occlComm_t, mk maker) C.occlResult_t {
+	if g := openGroup(); g != nil {
+		ce, h := addComm(nil)
+		if ce == nil {
+			return k.fail(resSystemError, "no address space left for handles")
+		}
+		g.creates = append(g.creates, pendingCreate{name: k.name, ce: ce, mk: mk})
+		*out = h
+		return resSuccess
+	}
+	c, err := mk(context.Background())
+	if err != nil {
+		return k.failErr(err)
+	}
+	ce, h := addComm(c)
+	if ce == nil {
+		c.Abort()
+		return k.fail(resSystemError, "no address space left for handles")
+	}
+	*out = h
+	return resSuccess
+}
+
+// occlCommInitRank joins communicator commId as rank of nranks (deferred to occlGroupEnd inside a group). See occl.h.
+//
+//export occlCommInitRank
+func occlCommInitRank(comm *C.occlComm_t, nranks C.int, commId C.occlUniqueId, rank C.int) (res C.occlResult_t) {
+	k := begin("occlCommInitRank", &res)
+	defer k.end()
+	if comm == nil {
+		return k.fail(resInvalidArgument, "comm is NULL")
+	}
+	*comm = nil
+	if nranks < 1 {
+		return k.fail(resInvalidArgument, "nranks %d is not positive", int(nranks))
+	}
+	if rank < 0 || rank >= nranks {
+		return k.fail(resInvalidArgument, "rank %d out of range [0, %d)", int(rank), int(nranks))
+	}
+	id, r := k.uniqueID(&commId)
+	if r != resSuccess {
+		return r
+	}
+	return k.create(comm, initRank(id, int(rank), int(nranks)))
+}
+
+// maker creates a communicator. Functions return them because the
+// exported functions' parameters, named as in occl.h, shadow package comm.
+type maker = func(ctx context.Context) (*comm.Communicator, error)
+
+// initRank returns the maker of comm.Init.
+func initRank(id comm.UniqueID, rank, size int) maker {
+	return func(ctx context.Context) (*comm.Communicator, error) { return comm.Init(ctx, id, rank, size) }
+}
+
+// splitter returns the maker of c.Split.
+func splitter(c *comm.Communicator, color, key int) maker {
+	return func(ctx context.Context) (*comm.Communicator, error) { return c.Split(ctx, color, key) }
+}
+
+// occlCommInitFromEnv joins the communicator of the job the launcher's environment describes. See occl.h.
+//
+//export occlCommInitFromEnv
+func occlCommInitFromEnv(comm *C.occlComm_t) (res C.occlResult_t) {
+	k := begin("occlCommInitFromEnv", &res)
+	defer k.end()
+	if comm == nil {
+		return k.fail(resInvalidArgument, "comm is NULL")
+	}
+	*comm = nil
+	if r := k.detectLaunch(); r != resSuccess {
+		return r
+	}
+	return k.create(comm, initFromEnv)
+}
+
+// detectLaunch checks that the environment describes a job.
+func (k *call) detectLaunch() C.occlResult_t {
+	if _, err := comm.DetectLaunch(); err != nil {
+		return k.fail(resInvalidUsage, "%v", err)
+	}
+	return resSuccess
+}
+
+// initFromEnv is the maker of comm.InitFromEnv.
+func initFromEnv(ctx context.Context) (*comm.Communicator, error) { return comm.InitFromEnv(ctx) }
+
+// occlCommDestroy waits for comm's issued operations, leaves cleanly and frees comm. See occl.h.
+//
+//export occlCommDestroy
+func occlCommDestroy(comm C.occlComm_t) (res C.occlResult_t) {
+	commH := handle(comm) // first: see handle
+	k := begin("occlCommDestroy", &res)
+	defer k.end()
+	ce, c, r := k.comm(commH)
+	if r != resSuccess {
+		return r
+	}
+	removeComm(ce)
+	if g := openGroup(); g != nil {
+		g.destroys = append(g.destroys, c)
+		return resSuccess
+	}
+	return k.failErr(c.Close())
+}
+
+// occlCommAbort fails comm on every rank at once and frees it. See occl.h.
+//
+//export occlCommAbort
+func occlCommAbort(comm C.occlComm_t) (res C.occlResult_t) {
+	commH := handle(comm) // first: see handle
+	k := begin("occlCommAbort", &res)
+	defer k.end()
+	ce, c, r := k.comm(commH)
+	if r != resSuccess {
+		return r
+	}
+	removeComm(ce)
+	c.Abort()
+	return resSuccess
+}
+
+// occlCommSplit creates the communicator of the ranks of comm passing the same color, ranked by key. See occl.h.
+//
+//export occlCommSplit
+func occlCommSplit(comm C.occlComm_t, color, key C.int, newcomm *C.occlComm_t) (res C.occlResult_t) {
+	commH := handle(comm) // first: see handle
+	k := begin("occlCommSplit", &res)
+	defer k.end()
+	if newcomm == nil {
+		return k.fail(resInvalidArgument, "newcomm is NULL")
+	}
+	*newcomm = nil
+	_, c, r := k.comm(commH)
+	if r != resSuccess {
+		return r
+	}
+	if color < C.OCCL_SPLIT_NOCOLOR {
+		return k.fail(resInvalidArgument, "color %d is negative (and not OCCL_SPLIT_NOCOLOR)", int(color))
+	}
+	split := splitter(c, int(color), int(key))
+	if color == C.OCCL_SPLIT_NOCOLOR {
+		// No new communicator, but the call takes part in the split.
+		if g := openGroup(); g != nil {
+			g.creates = append(g.creates, pendingCreate{name: k.name, mk: split})
+			return resSuccess
+		}
+		_, err := split(context.Background())
+		return k.failErr(err)
+	}
+	return k.create(newcomm, split)
+}
+
+// occlCommCount stores the number of ranks of comm in *count. See occl.h.
+//
+//export occlCommCount
+func occlCommCount(comm C.occlComm_t, count *C.int) (res C.occlResult_t) {
+	commH := handle(comm) // first: see handle
+	k := begin("occlCommCount", &res)
+	defer k.end()
+	if count == nil {
+		return k.fail(resInvalidArgument, "count is NULL")
+	}
+	_, c, r := k.comm(commH)
+	if r != resSuccess {
+		return r
+	}
+	*count = C.int(c.Size())
+	return resSuccess
+}
+
+// occlCommUserRank stores this process's rank in comm in *rank. See occl.h.
+//
+//export occlCommUserRank
+func occlCommUserRank(comm C.occlComm_t, rank *C.int) (res C.occlResult_t) {
+	commH := handle(comm) // first: see handle
+	k := begin("occlCommUserRank", &res)
+	defer k.end()
+	if rank == nil {
+		return k.fail(resInvalidArgument, "rank is NULL")
+	}
+	_, c, r := k.comm(commH)
+	if r != resSuccess {
+		return r
+	}
+	*rank = C.int(c.Rank())
+	return resSuccess
+}
+
+// occlCommGetAsyncError stores occlSuccess or the code of the failure that failed comm in *asyncError. See occl.h.
+//
+//export occlCommGetAsyncError
+func occlCommGetAsyncError(comm C.occlComm_t, asyncError *C.occlResult_t) (res C.occlResult_t) {
+	commH := handle(comm) // first: see handle
+	k := begin("occlCommGetAsyncError", &res)
+	defer k.end()
+	if asyncError == nil {
+		return k.fail(resInvalidArgument, "asyncError is NULL")
+	}
+	_, c, r := k.comm(commH)
+	if r != resSuccess {
+		return r
+	}
+	err := c.Err()
+	*asyncError = resultOf(err)
+	if err != nil {
+		k.record(k.name + ": " + err.Error())
+	}
+	return resSuccess
+}

@@ -1,0 +1,301 @@
+// Command cgo is occl's C ABI: built with
+//
+//	go build -buildmode=c-shared -o build/liboccl.so ./cgo
+//
+// it is the shared library liboccl.so (and, next to it, liboccl.h, the
+// header cgo generates). Programs include the hand-written, documented
+// public header cgo/include/occl.h and link with -loccl. liboccl.h includes
+// cgo/include/occl_cgo.h (which includes occl.h) and declares the same
+// functions with the same types: a test compiles a file against both, and
+// links a reference to every function occl.h declares.
+// The API is NCCL's with occl names and without CUDA streams: occlGetUniqueId,
+// occlCommInitRank, occlAllReduce, occlGroupStart, occlCommAbort, ...
+//
+// # Handles, memory and the cgo pointer rules
+//
+// The cgo rules (https://pkg.go.dev/cmd/cgo#hdr-Passing_pointers) forbid C
+// to keep a Go pointer after the call that passed it returns, and they let Go
+// keep pointers to C memory: the Go garbage collector neither scans nor moves
+// C memory and never frees it. This library follows them:
+//
+//   - Nothing Go allocates is handed to C beyond a call. Communicators and
+//     requests are handles: addresses in a range of address space reserved
+//     with PROT_NONE by internal.c, base + 8*id, looked up in Go tables by
+//     id. They are never dereferenced, are not Go pointers (the range is not
+//     the Go heap) and are not reused, so a destroyed or made-up handle is
+//     reported as occlInvalidArgument, never used.
+//   - Strings returned to C live in C memory: static strings of internal.c,
+//     and the calling thread's error buffer (allocated by internal.c, one
+//     per thread, behind a pthread key) into which
+//     messages are copied.
+//   - C buffers are used in place. A blocking call wraps them with
+//     unsafe.Slice for the duration of the call and returns when the
+//     operation is done with them. A non-blocking call gives the same slices
+//     to the operation, which uses them after the call has returned: that is
+//     allowed (Go may hold pointers to C memory), and the memory stays valid
+//     because the caller keeps it allocated and untouched until occlWait or
+//     occlTest reports completion — the contract NCCL states for buffers of
+//     operations enqueued on a stream, documented in occl.h.
+//     runtime.Pinner does not apply: it pins Go memory, and C memory never
+//     moves. Count and displacement arrays are copied during the call.
+//
+// # Errors
+//
+// Every exported function recovers from panics (occlInternalError), checks
+// its arguments before touching them (null pointers, unknown data types and
+// reductions, counts that are negative when read as signed or whose byte size
+// overflows, unknown or destroyed communicators: occlInvalidArgument) and
+// records the message of every failure for occlGetLastError, both for the
+// calling thread and for the communicator. Blocking calls run with a context
+// without deadline, so the communicator's timeout (OCCL_TIMEOUT) bounds them.
+package main
+
+/*
+#cgo CFLAGS: -I${SRCDIR}/include -O2 -Wall
+#include "occl_cgo.h"
+*/
+import "C"
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/occl/occl/comm"
+)
+
+// main is required by -buildmode=c-shared and never runs.
+func main() {}
+
+// Library version, the value of OCCL_VERSION_CODE in occl.h.
+const (
+	versionMajor = 0
+	versionMinor = 1
+	versionPatch = 0
+	versionCode  = versionMajor*10000 + versionMinor*100 + versionPatch
+)
+
+// Result codes, as in occl.h.
+const (
+	resSuccess         = C.occlSuccess
+	resSystemError     = C.occlSystemError
+	resInternalError   = C.occlInternalError
+	resInvalidArgument = C.occlInvalidArgument
+	resInvalidUsage    = C.occlInvalidUsage
+	resRemoteError     = C.occlRemoteError
+	resInProgress      = C.occlInProgress
+	resTimeout         = C.occlTimeout
+)
+
+// commEntry is one communicator known to the C API.
+type commEntry struct {
+	id uint64
+	// c is nil while the communicator is being created in an open group.
+	c atomic.Pointer[comm.Communicator]
+
+	mu      sync.Mutex
+	lastErr string            // message of the last failed call on it
+	tag     string            // traffic tag of its all-to-alls
+	kept    map[string][]byte // traffic JSON kept for a retry with a larger buffer
+}
+
+// reqEntry is one request known to the C API: the operation it stands for
+// (one comm.Request) and the communicator it runs on.
+type reqEntry struct {
+	id   uint64
+	name string
+	ce   *commEntry
+	req  *comm.Request
+}
+
+// table maps handle ids to communicators and requests. Ids come from one
+// counter, so a request handle is never taken for a communicator.
+var table = struct {
+	sync.RWMutex
+	next  uint64
+	comms map[uint64]*commEntry
+	reqs  map[uint64]*reqEntry
+}{comms: map[uint64]*commEntry{}, reqs: map[uint64]*reqEntry{}}
+
+// newID returns an unused handle id and its handle, or 0 if the handle range
+// could not be reserved. Called with table locked.
+func newID() (uint64, unsafe.Pointer) {
+	limit := uint64(C.occlInternalHandleCap())
+	if limit == 0 {
+		return 0, nil
+	}
+	for tries := uint64(0); tries < limit; tries++ {
+		table.next++
+		if table.next > limit {
+			table.next = 1
+		}
+		id := table.next
+		if table.comms[id] == nil && table.reqs[id] == nil {
+			return id, C.occlInternalHandle(C.uint64_t(id))
+		}
+	}
+	return 0, nil
+}
+
+// addComm registers a communicator (nil: being created) and returns its
+// entry and handle.
+func addComm(c *comm.Communicator) (*commEntry, C.occlComm_t) {
+	table.Lock()
+	defer table.Unlock()
+	id, h := newID()
+	if id == 0 {
+		return nil, nil
+	}
+	ce := &commEntry{id: id}
+	if c != nil {
+		ce.c.Store(c)
+	}
+	table.comms[id] = ce
+	return ce, C.occlComm_t(h)
+}
+
+// handle turns a handle into an integer. Every exported function does it
+// first, so that no pointer-typed variable keeps a made-up handle: the Go
+// runtime may throw on a pointer-typed stack slot holding a small integer
+// (say (occlComm_t)1) when it copies the stack.
+func handle[P C.occlComm_t | C.occlRequest_t](p P) uintptr {
+	return uintptr(unsafe.Pointer(p))
+}
+
+// handleID returns the id of a handle (0 if it is not one).
+func handleID(h uintptr) uint64 {
+	return uint64(C.occlInternalHandleID(C.uintptr_t(h)))
+}
+
+// lookupComm returns the entry of a communicator handle, nil if it is not
+// a live one.
+func lookupComm(h uintptr) *commEntry {
+	id := handleID(h)
+	if id == 0 {
+		return nil
+	}
+	table.RLock()
+	defer table.RUnlock()
+	return table.comms[id]
+}
+
+// removeComm forgets a communicator; its handle is invalid from now on.
+func removeComm(ce *commEntry) {
+	table.Lock()
+	delete(table.comms, ce.id)
+	table.Unlock()
+}
+
+// addRequest registers a request and returns its handle.
+func addRequest(name string, ce *commEntry, r *comm.Request) C.occlRequest_t {
+	table.Lock()
+	defer table.Unlock()
+	id, h := newID()
+	if id == 0 {
+		return nil
+	}
+	table.reqs[id] = &reqEntry{id: id, name: name, ce: ce, req: r}
+	return C.occlRequest_t(h)
+}
+
+// call is the context of one C API call: its name, its communicator if
+// any, and where its result goes.
+type call struct {
+	name string
+	ce   *commEntry
+	res  *C.occlResult_t
+}
+
+// begin starts an API call; the caller defers k.end() right after.
+func begin(name string, res *C.occlResult_t) *call {
+	return &call{name: name, res: res}
+}
+
+// end turns a panic of the call into occlInternalError. It is deferred
+// directly, so that recover applies.
+func (k *call) end() {
+	if r := recover(); r != nil {
+		fmt.Fprintf(os.Stderr, "occl: %s: internal error: %v\n%s", k.name, r, debug.Stack())
+		*k.res = k.fail(resInternalError, "internal error: %v", r)
+	}
+}
+
+// fail records a failure of the call and returns its code.
+func (k *call) fail(code C.occlResult_t, format string, args ...any) C.occlResult_t {
+	k.record(k.name + ": " + fmt.Sprintf(format, args...))
+	return code
+}
+
+// failErr records err as the failure of the call and returns its code
+// (occlSuccess for nil).
+func (k *call) failErr(err error) C.occlResult_t {
+	if err == nil {
+		return resSuccess
+	}
+	k.record(k.name + ": " + err.Error())
+	return resultOf(err)
+}
+
+// record stores msg as the calling thread's and the communicator's last
+// error.
+func (k *call) record(msg string) {
+	setThreadError(msg)
+	if k.ce != nil {
+		k.ce.mu.Lock()
+		k.ce.lastErr = msg
+		k.ce.mu.Unlock()
+	}
+}
+
+// setThreadError copies msg into the calling thread's error buffer. Passing
+// the string's bytes is allowed: they hold no Go pointers and C copies them
+// before returning.
+func setThreadError(msg string) {
+	if msg == "" {
+		return
+	}
+	C.occlInternalSetThreadError((*C.char)(unsafe.Pointer(unsafe.StringData(msg))), C.size_t(len(msg)))
+}
+
+// comm resolves a communicator handle for the call: occlInvalidArgument if
+// it is null, unknown or destroyed, occlInvalidUsage if it is still being
+// created in an open group.
+func (k *call) comm(h uintptr) (*commEntry, *comm.Communicator, C.occlResult_t) {
+	if h == 0 {
+		return nil, nil, k.fail(resInvalidArgument, "communicator is NULL")
+	}
+	ce := lookupComm(h)
+	if ce == nil {
+		return nil, nil, k.fail(resInvalidArgument, "communicator %#x is not a communicator (never created, or destroyed)", h)
+	}
+	k.ce = ce
+	c := ce.c.Load()
+	if c == nil {
+		return nil, nil, k.fail(resInvalidUsage, "communicator is being created in this thread's open group; use it after occlGroupEnd")
+	}
+	return ce, c, resSuccess
+}
+
+// resultOf maps an error of package comm (or reconfig) to a result code.
+func resultOf(err error) C.occlResult_t {
+	switch {
+	case err == nil:
+		return resSuccess
+	case errors.Is(err, comm.ErrRewire):
+		return resSystemError
+	case errors.Is(err, comm.ErrInvalidArgument):
+		return resInvalidArgument
+	case errors.Is(err, comm.ErrTimeout), errors.Is(err, context.DeadlineExceeded):
+		return resTimeout
+	case errors.Is(err, comm.ErrClosed), errors.Is(err, comm.ErrMismatch):
+		return resInvalidUsage
+	case errors.Is(err, comm.ErrAborted), errors.Is(err, comm.ErrPeerFailed):
+		return resRemoteError
+	}
+	return resSystemError
+}

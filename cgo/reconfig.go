@@ -1,0 +1,163 @@
+package main
+
+// #include "occl_cgo.h"
+import "C"
+
+import (
+	"context"
+	"os"
+	"sync"
+	"unsafe"
+
+	"github.com/occl/occl/comm"
+	"github.com/occl/occl/reconfig"
+	"github.com/occl/occl/reconfig/ocs"
+	"github.com/occl/occl/topo"
+)
+
+// This file: reconfiguration and the all-to-all traffic monitor.
+
+// controllers holds the OCS controller clients, one per address and token,
+// dialed on first use and kept for the life of the process.
+var controllers = struct {
+	sync.Mutex
+	m map[[2]string]*ocs.Client
+}{m: map[[2]string]*ocs.Client{}}
+
+// controller returns the controller named by OCCL_OCS_ADDR and
+// OCCL_OCS_TOKEN, nil if OCCL_OCS_ADDR is not set.
+func controller(ctx context.Context) (reconfig.Controller, error) {
+	addr := os.Getenv("OCCL_OCS_ADDR")
+	if addr == "" {
+		return nil, nil
+	}
+	token := os.Getenv("OCCL_OCS_TOKEN")
+	controllers.Lock()
+	defer controllers.Unlock()
+	key := [2]string{addr, token}
+	if c := controllers.m[key]; c != nil {
+		return reconfig.OCS{Client: c}, nil
+	}
+	var opts []ocs.Option
+	if token != "" {
+		opts = append(opts, ocs.WithToken(token))
+	}
+	c, err := ocs.Dial(ctx, addr, opts...)
+	if err != nil {
+		return nil, err
+	}
+	controllers.m[key] = c
+	return reconfig.OCS{Client: c}, nil
+}
+
+// cstring reads a NUL-terminated C string; "" for NULL.
+func cstring(s C.occlInternalConstStr) string {
+	if s == nil {
+		return ""
+	}
+	return C.GoString((*C.char)(unsafe.Pointer(s)))
+}
+
+// occlCommReconfigure rewires comm to the target topology through the OCS controller at OCCL_OCS_ADDR, if set. See occl.h.
+//
+//export occlCommReconfigure
+func occlCommReconfigure(comm C.occlComm_t, targetTopologyJSON C.occlInternalConstStr) (res C.occlResult_t) {
+	commH := handle(comm) // first: see handle
+	k := begin("occlCommReconfigure", &res)
+	defer k.end()
+	_, c, r := k.comm(commH)
+	if r != resSuccess {
+		return r
+	}
+	if targetTopologyJSON == nil {
+		return k.fail(resInvalidArgument, "targetTopologyJSON is NULL")
+	}
+	target, err := topo.Parse([]byte(cstring(targetTopologyJSON)))
+	if err != nil {
+		return k.fail(resInvalidArgument, "targetTopologyJSON: %v", err)
+	}
+	if openGroup() != nil {
+		return k.fail(resInvalidUsage, "not allowed inside a group")
+	}
+	ctx := context.Background()
+	var opts []reconfig.Option
+	ctl, err := controller(ctx)
+	if err != nil {
+		return k.fail(resSystemError, "OCS controller at OCCL_OCS_ADDR=%s: %v", os.Getenv("OCCL_OCS_ADDR"), err)
+	}
+	if ctl != nil {
+		opts = append(opts, reconfig.WithController(ctl))
+	}
+	return k.failErr(reconfigure(ctx, c, target, opts))
+}
+
+// reconfigure rewires one communicator (the exported function's parameter
+// names shadow package comm).
+func reconfigure(ctx context.Context, c *comm.Communicator, target *topo.Topology, opts []reconfig.Option) error {
+	_, err := reconfig.Reconfigure(ctx, []*comm.Communicator{c}, target, opts...)
+	return err
+}
+
+// occlCommSetTrafficTag sets the tag later all-to-alls on comm are counted under. See occl.h.
+//
+//export occlCommSetTrafficTag
+func occlCommSetTrafficTag(comm C.occlComm_t, tag C.occlInternalConstStr) (res C.occlResult_t) {
+	commH := handle(comm) // first: see handle
+	k := begin("occlCommSetTrafficTag", &res)
+	defer k.end()
+	ce, _, r := k.comm(commH)
+	if r != resSuccess {
+		return r
+	}
+	t := cstring(tag)
+	ce.mu.Lock()
+	ce.tag = t
+	ce.mu.Unlock()
+	return resSuccess
+}
+
+// occlCommTrafficMatrix gathers the all-to-all traffic matrix of tag as JSON into buf. See occl.h.
+//
+//export occlCommTrafficMatrix
+func occlCommTrafficMatrix(comm C.occlComm_t, tag C.occlInternalConstStr, buf *C.char, length C.size_t, needed *C.size_t) (res C.occlResult_t) {
+	commH := handle(comm) // first: see handle
+	k := begin("occlCommTrafficMatrix", &res)
+	defer k.end()
+	if needed == nil {
+		return k.fail(resInvalidArgument, "needed is NULL")
+	}
+	*needed = 0
+	ce, c, r := k.comm(commH)
+	if r != resSuccess {
+		return r
+	}
+	if openGroup() != nil {
+		return k.fail(resInvalidUsage, "not allowed inside a group")
+	}
+	t := cstring(tag)
+	ce.mu.Lock()
+	js, kept := ce.kept[t]
+	delete(ce.kept, t)
+	ce.mu.Unlock()
+	if !kept {
+		tm, err := c.TrafficMatrix(opCtx(ce), t)
+		if err != nil {
+			return k.failErr(err)
+		}
+		js = tm.JSON()
+	}
+	*needed = C.size_t(len(js) + 1)
+	if buf == nil || uint64(length) < uint64(len(js)+1) {
+		ce.mu.Lock()
+		if ce.kept == nil {
+			ce.kept = map[string][]byte{}
+		}
+		ce.kept[t] = js
+		ce.mu.Unlock()
+		return k.fail(resInvalidArgument, "buffer of %d bytes is too small: the traffic matrix needs %d (kept for the next call)", uint64(length), len(js)+1)
+	}
+	out := unsafe.Slice((*byte)(unsafe.Pointer(buf)), len(js)+1)
+	copy(out, js)
+	out[len(js)] = 0
+	return resSuccess
+}

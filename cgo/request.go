@@ -1,0 +1,115 @@
+package main
+
+// #include "occl_cgo.h"
+import "C"
+
+import "context"
+
+// This file: waiting for, testing and releasing requests.
+
+// lookupRequest returns the entry of a request handle, nil if it is not a
+// live one.
+func lookupRequest(h uintptr) *reqEntry {
+	id := handleID(h)
+	if id == 0 {
+		return nil
+	}
+	table.RLock()
+	defer table.RUnlock()
+	return table.reqs[id]
+}
+
+// release forgets a request; it reports false if it was already released.
+func release(re *reqEntry) bool {
+	table.Lock()
+	defer table.Unlock()
+	if table.reqs[re.id] != re {
+		return false
+	}
+	delete(table.reqs, re.id)
+	return true
+}
+
+// request resolves a request handle for the call.
+func (k *call) request(h uintptr) (*reqEntry, C.occlResult_t) {
+	if h == 0 {
+		return nil, k.fail(resInvalidArgument, "request is NULL")
+	}
+	re := lookupRequest(h)
+	if re == nil {
+		return nil, k.fail(resInvalidArgument, "request %#x is not a request (never issued, or already released by occlWait, occlTest or occlRequestFree)", h)
+	}
+	k.ce = re.ce
+	return re, resSuccess
+}
+
+// result is the outcome of a completed request, recorded under its
+// operation's name.
+func (k *call) result(re *reqEntry, err error) C.occlResult_t {
+	if err == nil {
+		return resSuccess
+	}
+	k.name = k.name + ": " + re.name
+	return k.failErr(err)
+}
+
+// occlWait waits for a request, releases it and returns the operation's result. See occl.h.
+//
+//export occlWait
+func occlWait(request C.occlRequest_t) (res C.occlResult_t) {
+	requestH := handle(request) // first: see handle
+	k := begin("occlWait", &res)
+	defer k.end()
+	if requestH == 0 {
+		return resSuccess
+	}
+	re, r := k.request(requestH)
+	if r != resSuccess {
+		return r
+	}
+	err := re.req.Wait(context.Background())
+	release(re)
+	return k.result(re, err)
+}
+
+// occlTest reports whether a request has completed, releasing it if so. See occl.h.
+//
+//export occlTest
+func occlTest(request C.occlRequest_t, done *C.int) (res C.occlResult_t) {
+	requestH := handle(request) // first: see handle
+	k := begin("occlTest", &res)
+	defer k.end()
+	if done == nil {
+		return k.fail(resInvalidArgument, "done is NULL")
+	}
+	*done = 0
+	re, r := k.request(requestH)
+	if r != resSuccess {
+		return r
+	}
+	finished, err := re.req.Test()
+	if !finished {
+		return resSuccess
+	}
+	*done = 1
+	release(re)
+	return k.result(re, err)
+}
+
+// occlRequestFree releases a request without waiting for it. See occl.h.
+//
+//export occlRequestFree
+func occlRequestFree(request C.occlRequest_t) (res C.occlResult_t) {
+	requestH := handle(request) // first: see handle
+	k := begin("occlRequestFree", &res)
+	defer k.end()
+	if requestH == 0 {
+		return resSuccess
+	}
+	re, r := k.request(requestH)
+	if r != resSuccess {
+		return r
+	}
+	release(re)
+	return resSuccess
+}

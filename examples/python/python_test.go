@@ -1,0 +1,250 @@
+//go:build linux
+
+package python_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/occl/occl/bench/launch"
+)
+
+// The tests run the Python examples with Debian's /usr/bin/python3 (which
+// has python3-torch and python3-numpy) against a liboccl.so built with the
+// documented command, as 4 real processes on 127.0.0.1.
+
+const python = "/usr/bin/python3"
+
+var build struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+// setup skips without a Python that can import the modules, and returns
+// the directory of liboccl.so.
+func setup(t *testing.T, modules ...string) string {
+	t.Helper()
+	if _, err := os.Stat(python); err != nil {
+		t.Skipf("%s not found: the Python examples need it (apt-get install -y python3-torch)", python)
+	}
+	for _, m := range modules {
+		if out, err := exec.Command(python, "-c", "import "+m).CombinedOutput(); err != nil {
+			t.Skipf("%s cannot import %s (apt-get install -y python3-torch): %v\n%s", python, m, err, lastLine(out))
+		}
+	}
+	build.once.Do(func() {
+		build.dir, build.err = os.MkdirTemp("", "occl-py")
+		if build.err != nil {
+			return
+		}
+		build.err = buildLibrary("../..", filepath.Join(build.dir, "liboccl.so"))
+	})
+	if build.err != nil {
+		t.Fatal(build.err)
+	}
+	return build.dir
+}
+
+func lastLine(b []byte) string {
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return lines[len(lines)-1]
+}
+
+// buildLibrary runs the documented build command, go build
+// -buildmode=c-shared -o OUT ./cgo, in the repository at root. Under
+// go test ./... the test binaries of several packages build the library at
+// the same time; a lock file makes them take turns, so that a cold build
+// cache (c-shared recompiles every package) is filled once and the others
+// only link.
+func buildLibrary(root, out string) error {
+	if lock, err := os.OpenFile(filepath.Join(os.TempDir(), "occl-c-shared-build.lock"), os.O_CREATE|os.O_RDWR, 0o666); err == nil {
+		defer lock.Close()
+		if syscall.Flock(int(lock.Fd()), syscall.LOCK_EX) == nil {
+			defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+		}
+	}
+	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", out, "./cgo")
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build -buildmode=c-shared -o %s ./cgo: %v\n%s", out, err, b)
+	}
+	return nil
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if build.dir != "" {
+		os.RemoveAll(build.dir)
+	}
+	os.Exit(code)
+}
+
+// pyEnv is the environment of every Python process: one thread each (the
+// machine may have fewer cores than ranks) and the library.
+func pyEnv(lib string) []string {
+	return []string{"OCCL_LIB=" + lib, "OMP_NUM_THREADS=1", "OCCL_TIMEOUT=90s", "PYTHONDONTWRITEBYTECODE=1"}
+}
+
+// runOccl runs a script across np processes with occl's launcher.
+func runOccl(t *testing.T, lib string, np int, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	var out, errOut bytes.Buffer
+	res, err := launch.Run(ctx, launch.Spec{NP: np, Path: python, Args: args, Env: pyEnv(lib), Stdout: &out, Stderr: &errOut})
+	if err != nil {
+		t.Fatalf("%v %v\nstdout:\n%s\nstderr:\n%s", err, res, out.String(), errOut.String())
+	}
+	return out.String()
+}
+
+// TestSelfTest runs selftest.py on 4 ranks: every collective of occl.py on
+// NumPy arrays and PyTorch tensors of every type, zero-copy, async, groups,
+// split, and errors carrying occlGetLastError's message.
+func TestSelfTest(t *testing.T) {
+	lib := setup(t, "numpy", "torch")
+	out := runOccl(t, lib, 4, "selftest.py")
+	if n := strings.Count(out, ": ok"); n != 4 {
+		t.Fatalf("%d of 4 ranks passed:\n%s", n, out)
+	}
+}
+
+// freePort returns a TCP port that is free on 127.0.0.1 now.
+func freePort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// runGloo runs a script across np processes the way torchrun would set up
+// torch.distributed: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT.
+func runGloo(t *testing.T, lib string, np int, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	port := freePort(t)
+	var mu sync.Mutex
+	var out bytes.Buffer
+	errs := make([]error, np)
+	var wg sync.WaitGroup
+	for r := 0; r < np; r++ {
+		cmd := exec.CommandContext(ctx, python, args...)
+		cmd.Env = append(os.Environ(), pyEnv(lib)...)
+		cmd.Env = append(cmd.Env, fmt.Sprintf("RANK=%d", r), fmt.Sprintf("LOCAL_RANK=%d", r), fmt.Sprintf("WORLD_SIZE=%d", np),
+			"MASTER_ADDR=127.0.0.1", fmt.Sprintf("MASTER_PORT=%d", port), "OCCL_RANK=", "OCCL_WORLD_SIZE=")
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b, err := cmd.CombinedOutput()
+			mu.Lock()
+			fmt.Fprintf(&out, "%s", b)
+			mu.Unlock()
+			if err != nil {
+				errs[r] = fmt.Errorf("rank %d: %v", r, err)
+				cancel() // the others would wait for it
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatalf("gloo job: %v\n%s", err, out.String())
+		}
+	}
+	return out.String()
+}
+
+type result struct {
+	Backend string    `json:"backend"`
+	World   int       `json:"world"`
+	Losses  []float64 `json:"losses"`
+	Weights []float64 `json:"weights"`
+}
+
+func load(t *testing.T, file string) result {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r result
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// maxRelErr is the largest |a-b| / max(|a|, |b|, 1e-6) over the weights
+// (the floor keeps a weight that is almost zero from turning a rounding
+// difference into a large relative one), and the largest |a-b|.
+func maxRelErr(t *testing.T, a, b []float64) (rel, abs float64) {
+	if len(a) != len(b) || len(a) == 0 {
+		t.Fatalf("weights of %d and %d elements", len(a), len(b))
+	}
+	for i := range a {
+		d := math.Abs(a[i] - b[i])
+		if math.IsNaN(d) {
+			t.Fatalf("weight %d: %v and %v", i, a[i], b[i])
+		}
+		abs = max(abs, d)
+		rel = max(rel, d/max(math.Abs(a[i]), math.Abs(b[i]), 1e-6))
+	}
+	return rel, abs
+}
+
+// TestDDPMatchesGloo trains the same MLP data-parallel on 4 processes with
+// gradients averaged by occl (occl.py, zero-copy on the gradient bucket) and
+// by torch.distributed's gloo backend, and on one process over the whole
+// batch, and checks that the trained weights agree within 1e-6 relative
+// error.
+func TestDDPMatchesGloo(t *testing.T) {
+	lib := setup(t, "torch", "torch.distributed")
+	dir := t.TempDir()
+	occlOut, glooOut, localOut := filepath.Join(dir, "occl.json"), filepath.Join(dir, "gloo.json"), filepath.Join(dir, "local.json")
+	var logs [3]string
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		logs[1] = runGloo(t, lib, 4, "ddp_train.py", "--backend", "gloo", "--out", glooOut)
+	}()
+	go func() {
+		defer wg.Done()
+		logs[2] = runGloo(t, lib, 1, "ddp_train.py", "--backend", "local", "--out", localOut)
+	}()
+	logs[0] = runOccl(t, lib, 4, "ddp_train.py", "--backend", "occl", "--out", occlOut)
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	t.Logf("\n%s%s%s", logs[0], logs[1], logs[2])
+	o, g, l := load(t, occlOut), load(t, glooOut), load(t, localOut)
+	if o.World != 4 || g.World != 4 || l.World != 1 {
+		t.Fatalf("worlds %d %d %d", o.World, g.World, l.World)
+	}
+	if last := o.Losses[len(o.Losses)-1]; !(last < o.Losses[0]) {
+		t.Fatalf("occl training did not reduce the loss: %v", o.Losses)
+	}
+	eg, ag := maxRelErr(t, o.Weights, g.Weights)
+	el, al := maxRelErr(t, o.Weights, l.Weights)
+	t.Logf("%d weights: occl vs gloo: max relative difference %.3g (absolute %.3g); occl vs one process: %.3g (%.3g)",
+		len(o.Weights), eg, ag, el, al)
+	if eg > 1e-6 || el > 1e-6 {
+		t.Fatalf("weights differ: occl vs gloo %.3g, occl vs one process %.3g (limit 1e-6)", eg, el)
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/occl/occl/topo"
 	"github.com/occl/occl/transport"
 	"github.com/occl/occl/transport/emu"
+	"github.com/occl/occl/transport/rdma"
 	"github.com/occl/occl/transport/shm"
 	"github.com/occl/occl/transport/tcp"
 )
@@ -173,6 +174,9 @@ func initTCP(ctx context.Context, id UniqueID, rank, size int, cfg config, rootL
 		for _, conn := range mesh {
 			conn.Close()
 		}
+		if cfg.transport == TransportRDMA {
+			return nil, wrap("RDMA connections", err)
+		}
 		return nil, wrap("shared memory", err)
 	}
 	fabric, err := emulate(cfg, commID, rank, conns, false)
@@ -241,6 +245,13 @@ func sameHostLinks(ctx context.Context, cfg config, commID uint64, rank int, hos
 	if cfg.transport == TransportTCP {
 		return conns, nil
 	}
+	if cfg.transport == TransportRDMA {
+		links, err := rdmaLinks(ctx, commID, 0, rank, mesh, log)
+		for r, conn := range links {
+			conns[r] = conn
+		}
+		return conns, err
+	}
 	var local []int
 	for r := range hostIDs {
 		switch {
@@ -291,6 +302,67 @@ func sameHostLinks(ctx context.Context, cfg config, commID uint64, rank int, hos
 		return nil, first
 	}
 	return conns, nil
+}
+
+// rdmaLinks sets up an RDMA connection to every peer over (and watching)
+// its TCP connection, on the device OCCL_IB_HCA / OCCL_IB_GID_INDEX select
+// (OCCL_IB_EMULATE=1: emulated verbs), shaped by the OCCL_IB_* settings
+// rdma.ConfigFromEnv reads. On failure the RDMA connections made are
+// closed (with their TCP connections) and the caller closes the rest.
+func rdmaLinks(ctx context.Context, commID uint64, epoch uint32, rank int, mesh map[int]*tcp.Conn, log *slog.Logger) (map[int]transport.Conn, error) {
+	if len(mesh) == 0 {
+		return nil, nil // a communicator of one rank needs no device
+	}
+	dc, err := rdma.DeviceConfigFromEnv()
+	if err != nil {
+		return nil, err
+	}
+	base, err := rdma.ConfigFromEnv(rdma.Config{})
+	if err != nil {
+		return nil, err
+	}
+	for _, conn := range mesh {
+		dc.Netdev = rdma.NetdevOf(conn)
+		break
+	}
+	dev, err := rdma.OpenDevice(dc)
+	if err != nil {
+		return nil, err
+	}
+	defer dev.Close()
+	log.Info("occl: rdma transport", "device", dev.String())
+	type result struct {
+		peer int
+		conn *rdma.Conn
+		err  error
+	}
+	results := make(chan result, len(mesh))
+	for r, conn := range mesh {
+		go func() {
+			cfg := base
+			cfg.Comm, cfg.Epoch, cfg.Self, cfg.Peer, cfg.Device = commID, epoch, rank, r, dev
+			rc, err := rdma.Connect(ctx, conn, cfg)
+			results <- result{r, rc, err}
+		}()
+	}
+	out := make(map[int]transport.Conn, len(mesh))
+	var first error
+	for range mesh {
+		res := <-results
+		switch {
+		case res.err == nil:
+			out[res.peer] = res.conn
+		case first == nil:
+			first = fmt.Errorf("rank %d: %w", res.peer, res.err)
+		}
+	}
+	if first != nil {
+		for _, c := range out {
+			c.Close()
+		}
+		return nil, first
+	}
+	return out, nil
 }
 
 // rendezvous is rank 0's side of the bootstrap: it collects one join from
@@ -477,6 +549,14 @@ func (f *tcpFabric) connect(ctx context.Context, c *Communicator, gen uint32, pe
 	out := make(map[int]transport.Conn, len(mesh))
 	for r, conn := range mesh {
 		out[r] = conn
+	}
+	if f.cfg.transport == TransportRDMA {
+		if out, err = rdmaLinks(ctx, c.id, gen, c.rank, mesh, f.cfg.log); err != nil {
+			for _, conn := range mesh {
+				conn.Close()
+			}
+			return nil, err
+		}
 	}
 	return wrapEmulated(c.emu, c.rank, out)
 }

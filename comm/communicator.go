@@ -30,6 +30,7 @@ import (
 	"github.com/occl/occl/transport"
 	"github.com/occl/occl/transport/emu"
 	"github.com/occl/occl/transport/mem"
+	"github.com/occl/occl/transport/rdma"
 	"github.com/occl/occl/transport/shm"
 	"github.com/occl/occl/transport/tcp"
 )
@@ -617,6 +618,8 @@ func transportName(conn transport.Conn) string {
 		return "mem"
 	case *shm.Conn:
 		return "shm"
+	case *rdma.Conn:
+		return "rdma"
 	case *emu.Conn:
 		return "emu(" + transportName(c.Unwrap()) + ")"
 	}

@@ -87,10 +87,16 @@ const (
 	// TransportSHM requires shared memory between every pair (all ranks
 	// on one host).
 	TransportSHM = "shm"
+	// TransportRDMA uses RDMA verbs between every pair (package
+	// transport/rdma), set up over the TCP connection: the device comes
+	// from OCCL_IB_HCA and OCCL_IB_GID_INDEX, and OCCL_IB_EMULATE=1 runs
+	// over emulated verbs where there is none. Without a usable device
+	// Init fails; there is no fallback.
+	TransportRDMA = "rdma"
 )
 
 // WithTransport chooses the transport (OCCL_TRANSPORT): TransportAuto,
-// TransportTCP or TransportSHM.
+// TransportTCP, TransportSHM or TransportRDMA.
 func WithTransport(name string) Option { return func(c *config) { c.transport = name } }
 
 // WithSingleCopy makes the shared-memory transport copy messages of at
@@ -136,9 +142,9 @@ func newConfig(opts []Option) (config, error) {
 		c.hostID = topo.LocalHostID()
 	}
 	switch c.transport {
-	case TransportAuto, TransportTCP, TransportSHM:
+	case TransportAuto, TransportTCP, TransportSHM, TransportRDMA:
 	default:
-		return c, invalidf("transport %q: want auto, tcp or shm", c.transport)
+		return c, invalidf("transport %q: want auto, tcp, shm or rdma", c.transport)
 	}
 	if c.emulate && c.topology == nil {
 		return c, invalidf("emulation needs a topology (OCCL_TOPO or WithTopology)")

@@ -8,8 +8,10 @@
 // a message that belongs to another operation, another epoch or a mismatched
 // collective from the one it expects, and reject it instead of using it.
 //
-// Implementations live in sub-packages: tcp (sockets), mem (in process, for
-// tests) and, later, shm, rdma and emu.
+// Implementations live in sub-packages: tcp (sockets), shm (shared memory
+// between processes of one host), rdma (verbs: InfiniBand and RoCE, or
+// emulated verbs), mem (in process, for tests), and emu, which shapes any
+// of them to an emulated fabric's link speeds.
 package transport
 
 import (

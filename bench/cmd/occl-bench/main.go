@@ -33,6 +33,7 @@ import (
 	"github.com/occl/occl/reconfig"
 	"github.com/occl/occl/reconfig/ocs"
 	"github.com/occl/occl/topo"
+	"github.com/occl/occl/transport/rdma"
 )
 
 type sizeFlag int
@@ -69,7 +70,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		redName   = fs.String("o", "sum", "reduction: sum, prod, min, max, avg")
 		root      = fs.Int("r", 0, "root rank of rooted operations")
 		algoName  = fs.String("algo", "auto", "force a schedule: ring, rhd, rd, tree, pairwise, linear")
-		transp    = fs.String("transport", "auto", "transport between ranks: auto (shared memory on one host, TCP across hosts), tcp or shm")
+		transp    = fs.String("transport", "auto", "transport between ranks: auto (shared memory on one host, TCP across hosts), tcp, shm or rdma (OCCL_IB_HCA selects the device; OCCL_IB_EMULATE=1 emulates verbs where there is none)")
 		np        = fs.Int("np", 0, "launch this many local processes on 127.0.0.1 (0: join a launched job)")
 		jsonOut   = fs.Bool("json", false, "print one JSON object per size instead of the table")
 		cpuprof   = fs.String("cpuprofile", "", "write a CPU profile (rank r>0 appends .r)")
@@ -114,9 +115,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return fail("%v", err)
 	}
 	switch *transp {
-	case comm.TransportAuto, comm.TransportTCP, comm.TransportSHM:
+	case comm.TransportAuto, comm.TransportTCP, comm.TransportSHM, comm.TransportRDMA:
 	default:
-		return fail("unknown transport %q (auto, tcp, shm)", *transp)
+		return fail("unknown transport %q (auto, tcp, shm, rdma)", *transp)
 	}
 	sizes, err := bench.Sizes(int(minBytes), int(maxBytes), *factor, int(stepBytes))
 	if err != nil {
@@ -222,6 +223,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "# occl-bench op %s nranks %d minBytes %d maxBytes %d step: %s warmup iters: %d iters: %d validation: %d\n",
 			op, c.Size(), minBytes, maxBytes, stepDesc(*factor, int(stepBytes)), *warmup, *iters, *check)
 		fmt.Fprintf(stdout, "# transport %s algorithm %s\n", c.TransportName(), *algoName)
+		for _, d := range rdma.OpenDevices() {
+			note := ""
+			if strings.Contains(d, "[emulated verbs]") {
+				note = " -- NOT RDMA HARDWARE: verbs emulated over Unix sockets (OCCL_IB_EMULATE), numbers measure the emulation"
+			}
+			fmt.Fprintf(stdout, "# rdma device %s%s\n", d, note)
+		}
 		if t := c.Topology(); t != nil && t.Name != "" {
 			fmt.Fprintf(stdout, "# topology %s%s\n", t.Name, describeCircuits(t))
 		}

@@ -1,8 +1,9 @@
 package topo
 
 import (
-	"container/heap"
+	"cmp"
 	"fmt"
+	"slices"
 	"sort"
 )
 
@@ -122,51 +123,70 @@ func (t *Topology) HostDemand(demand [][]float64) [][]float64 {
 // second in each direction; traffic between hosts without a circuit shares
 // the hosts' packet-network NICs, eps bytes per second each.
 //
-// It installs circuits greedily, one at a time, each time on the pair
-// whose next circuit saves the most time: for a pair's first circuit, the
-// traffic it takes off both hosts' shared packet NICs, d/eps; for the
-// (c+1)-th, what it takes off the pair's other circuits, d/(c ocs) -
-// d/((c+1) ocs); d is the pair's demand in both directions. Only pairs with
-// demand whose hosts both have a free port (ports[h]) qualify; it stops
-// when none does. So the heaviest pairs get circuits first, a heavy pair
-// gets several when that saves more than serving a light one, and pairs
-// that go both ways around a ring of hosts all get theirs. (mFabric's
-// planner instead serves the single bottleneck pair each step, first
-// giving every pair with demand a circuit; reconfig/plan compares the
-// two.) Ties go to the heavier pair, then the lower-numbered one. It
-// returns one entry per circuit, a pair repeated for several circuits, in
-// the order chosen; it is pure and deterministic, and takes O((P + C) log
-// P) time for P pairs with demand and C circuits.
+// It installs circuits in rounds, one port per host per round, each round
+// a matching of hosts: pairs are taken greedily by the time their next
+// circuit saves (the traffic it takes off both hosts' shared packet NICs,
+// d/eps, for a pair's first circuit; what it takes off the pair's other
+// circuits, d/(c ocs) - d/((c+1) ocs), for the (c+1)-th; d is the pair's
+// demand in both directions), each host at most once per round, while
+// both hosts have a free port (ports[h]). Rounds repeat until no pair with
+// demand can get a circuit. So the heaviest pairs get circuits first, a
+// heavy pair gets several when that saves more than serving a light one,
+// and no host spends all its ports before the others had their turn.
+// (mFabric's planner instead serves the single bottleneck pair each step;
+// reconfig/plan compares the two.) Ties go to the heavier pair, then the
+// lower-numbered one. It returns one entry per circuit, a pair repeated
+// for several circuits, in the order chosen; it is pure and deterministic.
 func PlaceCircuits(demand [][]float64, ports []int, ocs, eps float64) [][2]int {
 	n := len(demand)
 	free := append([]int(nil), ports...)
-	h := &pairHeap{}
+	var edges []pairGain
 	for i := 0; i < n; i++ {
 		for j := i + 1; j < n; j++ {
 			if d := demand[i][j] + demand[j][i]; d > 0 && free[i] > 0 && free[j] > 0 {
-				h.items = append(h.items, pairGain{i: i, j: j, d: d, gain: d / eps})
+				edges = append(edges, pairGain{i: i, j: j, d: d})
 			}
 		}
 	}
-	heap.Init(h)
+	used := make([]bool, n)
 	var out [][2]int
-	for h.Len() > 0 {
-		e := heap.Pop(h).(pairGain)
-		if free[e.i] == 0 || free[e.j] == 0 {
-			continue // ports never come back
+	for {
+		// Drop pairs that can no longer get a circuit (ports never come
+		// back), and price the others.
+		live := edges[:0]
+		for _, e := range edges {
+			if free[e.i] == 0 || free[e.j] == 0 {
+				continue
+			}
+			e.gain = e.d / eps
+			if e.c > 0 {
+				c := float64(e.c)
+				e.gain = e.d/(c*ocs) - e.d/((c+1)*ocs)
+			}
+			live = append(live, e)
 		}
-		free[e.i]--
-		free[e.j]--
-		out = append(out, [2]int{e.i, e.j})
-		e.c++
-		c := float64(e.c)
-		e.gain = e.d/(c*ocs) - e.d/((c+1)*ocs)
-		heap.Push(h, e)
+		edges = live
+		if len(edges) == 0 {
+			return out
+		}
+		slices.SortFunc(edges, comparePairs)
+		clear(used)
+		for k := range edges {
+			e := &edges[k]
+			if used[e.i] || used[e.j] {
+				continue
+			}
+			used[e.i], used[e.j] = true, true
+			e.c++
+			free[e.i]--
+			free[e.j]--
+			out = append(out, [2]int{e.i, e.j})
+		}
 	}
-	return out
 }
 
-// pairGain is a host pair in PlaceCircuits' queue.
+// pairGain is a host pair in PlaceCircuits: its demand, its circuits so
+// far and what its next circuit would save.
 type pairGain struct {
 	i, j int
 	d    float64
@@ -174,26 +194,16 @@ type pairGain struct {
 	gain float64
 }
 
-type pairHeap struct{ items []pairGain }
-
-func (h *pairHeap) Len() int { return len(h.items) }
-func (h *pairHeap) Less(a, b int) bool {
-	x, y := h.items[a], h.items[b]
-	if x.gain != y.gain {
-		return x.gain > y.gain
+// comparePairs orders pairs by gain, then demand (both descending), then
+// index.
+func comparePairs(x, y pairGain) int {
+	switch {
+	case x.gain != y.gain:
+		return cmp.Compare(y.gain, x.gain)
+	case x.d != y.d:
+		return cmp.Compare(y.d, x.d)
+	case x.i != y.i:
+		return cmp.Compare(x.i, y.i)
 	}
-	if x.d != y.d {
-		return x.d > y.d
-	}
-	if x.i != y.i {
-		return x.i < y.i
-	}
-	return x.j < y.j
-}
-func (h *pairHeap) Swap(a, b int) { h.items[a], h.items[b] = h.items[b], h.items[a] }
-func (h *pairHeap) Push(x any)    { h.items = append(h.items, x.(pairGain)) }
-func (h *pairHeap) Pop() any {
-	x := h.items[len(h.items)-1]
-	h.items = h.items[:len(h.items)-1]
-	return x
+	return cmp.Compare(x.j, y.j)
 }

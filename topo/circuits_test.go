@@ -86,11 +86,10 @@ func TestPlaceCircuits(t *testing.T) {
 		{1, 0, 0, 4},
 		{0, 1, 4, 0},
 	}
-	// The heavy pairs get both ports: 0-1 and 2-3 twice (0-1's second
-	// circuit saves as much as 2-3's first; 0-1 is heavier), the light
-	// pairs stay on the packet network.
+	// The heavy pairs get both ports: 0-1 and 2-3 twice, the light pairs
+	// stay on the packet network.
 	got := PlaceCircuits(demand, []int{2, 2, 2, 2}, 1, 1)
-	want := [][2]int{{0, 1}, {0, 1}, {2, 3}, {2, 3}}
+	want := [][2]int{{0, 1}, {2, 3}, {0, 1}, {2, 3}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("PlaceCircuits = %v, want %v", got, want)
 	}

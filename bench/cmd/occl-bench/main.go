@@ -61,7 +61,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.Var(&maxBytes, "e", "maximum size in bytes")
 	fs.Var(&stepBytes, "i", "increment between sizes instead of a factor")
 	var (
-		opName    = fs.String("op", "allreduce", "operation: "+opList())
+		opName    = fs.String("op", "allreduce", "operation: "+opList()+", reconfig")
 		factor    = fs.Int("f", 2, "multiplication factor between sizes")
 		iters     = fs.Int("n", 20, "timed iterations per size")
 		warmup    = fs.Int("w", 5, "warmup iterations per size")

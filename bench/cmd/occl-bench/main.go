@@ -124,10 +124,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return fail("%v", err)
 	}
 
-	if *np > 0 && os.Getenv("OCCL_RANK") == "" {
-		return launchLocal(*np, args, stdout, stderr)
-	}
-
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	opts := []comm.Option{comm.WithTimeout(*timeout), comm.WithAlgorithm(forced), comm.WithTransport(*transp), comm.WithAffinity(*affinity)}
@@ -175,6 +171,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if *emulate {
 		opts = append(opts, comm.WithEmulation(true))
+	}
+	// Everything above is checked before any process starts.
+	if *np > 0 && os.Getenv("OCCL_RANK") == "" {
+		return launchLocal(*np, args, stdout, stderr)
 	}
 	initCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	c, err := comm.InitFromEnv(initCtx, opts...)

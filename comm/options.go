@@ -10,6 +10,7 @@ import (
 
 	"github.com/occl/occl/algo"
 	"github.com/occl/occl/topo"
+	"github.com/occl/occl/transport"
 )
 
 // Defaults of the configuration.
@@ -211,25 +212,7 @@ func parseDuration(v string) (time.Duration, error) {
 
 // ParseSize parses a byte count with an optional K, M or G suffix (powers of
 // 1024), as nccl-tests does: "8", "64K", "1M", "2G".
-func ParseSize(v string) (int, error) {
-	v = strings.TrimSuffix(strings.TrimSuffix(strings.TrimSpace(v), "B"), "b")
-	mult := 1
-	if n := len(v); n > 0 {
-		switch v[n-1] {
-		case 'k', 'K':
-			mult, v = 1<<10, v[:n-1]
-		case 'm', 'M':
-			mult, v = 1<<20, v[:n-1]
-		case 'g', 'G':
-			mult, v = 1<<30, v[:n-1]
-		}
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 0 {
-		return 0, fmt.Errorf("bad size %q", v)
-	}
-	return n * mult, nil
-}
+func ParseSize(v string) (int, error) { return transport.ParseSize(v) }
 
 func defaultLogger() *slog.Logger {
 	level := slog.LevelWarn

@@ -116,7 +116,7 @@ func ConfigFromEnv(c Config) (Config, error) {
 		}
 	}
 	size := func(dst *int) func(string) error {
-		return func(v string) (e error) { *dst, e = parseSize(v); return }
+		return func(v string) (e error) { *dst, e = transport.ParseSize(v); return }
 	}
 	num := func(dst *int, lo, hi int) func(string) error {
 		return func(v string) error {
@@ -137,7 +137,7 @@ func ConfigFromEnv(c Config) (Config, error) {
 			c.RendezvousThreshold = -1
 			return nil
 		}
-		c.RendezvousThreshold, e = parseSize(v)
+		c.RendezvousThreshold, e = transport.ParseSize(v)
 		return
 	})
 	env("OCCL_IB_RNDV_CHUNK", size(&c.RendezvousChunk))
@@ -156,26 +156,6 @@ func ConfigFromEnv(c Config) (Config, error) {
 func (c Config) withDefaultsNoRanks() (Config, error) {
 	c.Self, c.Peer = 0, 1
 	return c.withDefaults()
-}
-
-func parseSize(v string) (int, error) {
-	v = strings.TrimSuffix(strings.TrimSuffix(strings.TrimSpace(v), "B"), "b")
-	mult := 1
-	if n := len(v); n > 0 {
-		switch v[n-1] {
-		case 'k', 'K':
-			mult, v = 1<<10, v[:n-1]
-		case 'm', 'M':
-			mult, v = 1<<20, v[:n-1]
-		case 'g', 'G':
-			mult, v = 1<<30, v[:n-1]
-		}
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 0 {
-		return 0, fmt.Errorf("bad size %q", v)
-	}
-	return n * mult, nil
 }
 
 // Setup messages travel over the bootstrap connection as KindVerify frames

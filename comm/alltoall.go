@@ -8,10 +8,6 @@ import (
 	"github.com/occl/occl/algo"
 )
 
-// stepCounts labels the exchange of AllToAllV's counts that precedes a
-// topology-aware all-to-all, apart from the exchange's own steps.
-const stepCounts = 1 << 24
-
 // slotCounts holds the exchanged counts.
 const slotCounts = 15
 
@@ -88,19 +84,14 @@ func (c *Communicator) allToAll(ctx context.Context, p *opPeers, send []byte, so
 	}
 	var bytes [][]int
 	if uniform >= 0 {
-		bytes = algo.UniformBytes(c.size, uniform)
+		bytes = c.lay().routes.uniform(c.size, uniform)
 	} else {
 		var err error
-		if bytes, err = c.exchangeCounts(ctx, p, slens); err != nil {
+		if bytes, err = c.exchangeCounts(ctx, p, slens, rlens); err != nil {
 			return err
 		}
-		for j := range rlens {
-			if bytes[j][c.rank] != rlens[j] {
-				return invalidf("AllToAllV: rank %d sends %d bytes to rank %d, which expects %d", j, bytes[j][c.rank], c.rank, rlens[j])
-			}
-		}
 	}
-	route := c.allToAllRoute(bytes)
+	route := c.cachedRoute(uniform, bytes)
 	if route == nil {
 		return algo.AllToAllPairwise(ctx, p, send, soffs, slens, recv, roffs, rlens)
 	}
@@ -129,6 +120,23 @@ func (c *Communicator) routable() bool {
 	return false
 }
 
+// cachedRoute is allToAllRoute through the layout's cache, which the
+// worker alone uses: an MoE layer runs its all-to-alls (dispatch and
+// combine, forward and backward) on the same matrix, and an AllToAll of
+// one size always has the same, so the cost model's choice is made once.
+// Every rank sees the same operations in the same order, so every rank's
+// cache answers alike.
+func (c *Communicator) cachedRoute(uniform int, bytes [][]int) *algo.Route {
+	cache := c.lay().routes
+	key := matrixKey(uniform, bytes)
+	if r, ok := cache.get(key); ok {
+		return r
+	}
+	r := c.allToAllRoute(bytes)
+	cache.put(key, r)
+	return r
+}
+
 // allToAllRoute returns the route of the all-to-all of the byte matrix:
 // the forced schedule's if it applies, else the cost model's choice; nil
 // for the pairwise exchange.
@@ -142,39 +150,34 @@ func (c *Communicator) allToAllRoute(bytes [][]int) *algo.Route {
 	return r
 }
 
-// exchangeCounts gathers every rank's send sizes in bytes: row j of the
-// result is what rank j sends to each rank.
-func (c *Communicator) exchangeCounts(ctx context.Context, p *opPeers, slens []int) ([][]int, error) {
+// exchangeCounts gathers every rank's send and receive sizes in bytes and
+// returns the byte matrix: row i is what rank i sends to each rank. Every
+// rank checks the whole matrix, so a send that does not match its
+// receive is reported by all ranks alike instead of leaving some waiting.
+func (c *Communicator) exchangeCounts(ctx context.Context, p *opPeers, slens, rlens []int) ([][]int, error) {
 	n := c.size
-	buf := c.ws.Get(slotCounts, 8*n*n)
-	offs, lens := c.blocks(8 * n)
-	for j, l := range slens {
-		binary.LittleEndian.PutUint64(buf[offs[c.rank]+8*j:], uint64(l))
+	mine := make([]byte, 16*n)
+	for j := range n {
+		binary.LittleEndian.PutUint64(mine[8*j:], uint64(slens[j]))
+		binary.LittleEndian.PutUint64(mine[8*(n+j):], uint64(rlens[j]))
 	}
-	if err := algo.AllGatherRing(ctx, algo.SubPeers(p, c.allRanks(), stepCounts), buf, offs, lens, 0); err != nil {
+	all := c.ws.Get(slotCounts, 16*n*n)
+	if err := allGatherBytes(ctx, p, mine, all); err != nil {
 		return nil, err
 	}
+	get := func(rank, k int) uint64 { return binary.LittleEndian.Uint64(all[16*n*rank+8*k:]) }
 	out := make([][]int, n)
 	for i := range out {
 		out[i] = make([]int, n)
 		for j := range out[i] {
-			v := binary.LittleEndian.Uint64(buf[offs[i]+8*j:])
-			if v > uint64(math.MaxInt) {
-				return nil, invalidf("AllToAllV: rank %d announced a block of %d bytes", i, v)
+			sent, expected := get(i, j), get(j, n+i)
+			if sent != expected || sent > uint64(math.MaxInt) {
+				return nil, invalidf("AllToAllV: rank %d sends %d bytes to rank %d, which expects %d", i, sent, j, expected)
 			}
-			out[i][j] = int(v)
+			out[i][j] = int(sent)
 		}
 	}
 	return out, nil
-}
-
-// allRanks returns 0 .. Size()-1.
-func (c *Communicator) allRanks() []int {
-	out := make([]int, c.size)
-	for i := range out {
-		out[i] = i
-	}
-	return out
 }
 
 // PredictAllToAllV returns the cost model's time in seconds for an
@@ -198,4 +201,59 @@ func (c *Communicator) AllToAllAlgorithm(bytes [][]int) algo.Algorithm {
 		return r.Algorithm
 	}
 	return algo.AlgoPairwise
+}
+
+// routeCache remembers the last few all-to-all routes of a layout, keyed by
+// their byte matrix (pairwise: a nil route), and the last uniform matrix.
+type routeCache struct {
+	keys   [4]uint64
+	routes [4]*algo.Route
+	used   int
+	next   int
+	block  int // size of the cached uniform matrix's blocks, -1: none
+	matrix [][]int
+}
+
+func newRouteCache() *routeCache { return &routeCache{block: -1} }
+
+func (rc *routeCache) get(key uint64) (*algo.Route, bool) {
+	for i := range rc.used {
+		if rc.keys[i] == key {
+			return rc.routes[i], true
+		}
+	}
+	return nil, false
+}
+
+func (rc *routeCache) put(key uint64, r *algo.Route) {
+	rc.keys[rc.next], rc.routes[rc.next] = key, r
+	rc.next = (rc.next + 1) % len(rc.keys)
+	rc.used = min(rc.used+1, len(rc.keys))
+}
+
+// uniform returns the n by n matrix of block-byte blocks, reusing the last
+// one when the size repeats.
+func (rc *routeCache) uniform(n, block int) [][]int {
+	if rc.block != block {
+		rc.matrix, rc.block = algo.UniformBytes(n, block), block
+	}
+	return rc.matrix
+}
+
+// matrixKey hashes a byte matrix (FNV-1a over its entries); uniform
+// matrices by their block size alone.
+func matrixKey(uniform int, bytes [][]int) uint64 {
+	const prime = 1099511628211
+	h := uint64(14695981039346656037)
+	mix := func(v uint64) { h = (h ^ v) * prime }
+	if uniform >= 0 {
+		mix(uint64(uniform) | 1<<63)
+		return h
+	}
+	for _, row := range bytes {
+		for _, v := range row {
+			mix(uint64(v))
+		}
+	}
+	return h
 }

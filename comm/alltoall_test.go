@@ -2,8 +2,10 @@ package comm_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/occl/occl/algo"
@@ -98,4 +100,32 @@ func alltoallWorker(ctx context.Context, c *comm.Communicator) error {
 		return err
 	}
 	return allToAllChecks(ctx, c, want)
+}
+
+// TestRoutedAllToAllVMismatch gives one pair disagreeing counts on a
+// fabric with circuits: every rank, not only the one receiving, reports
+// it, and the communicator keeps working.
+func TestRoutedAllToAllVMismatch(t *testing.T) {
+	top, err := topo.FromSpec(routedLayouts[0].spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	requireOK(t, runLocal(t, 8, func(ctx context.Context, c *comm.Communicator) error {
+		n := c.Size()
+		counts, displs := make([]int, n), make([]int, n)
+		for j := range counts {
+			counts[j], displs[j] = 4, 5*j
+		}
+		send := make([]float32, 5*n)
+		recv := make([]float32, 5*n)
+		sc := append([]int(nil), counts...)
+		if c.Rank() == 0 {
+			sc[1] = 5 // rank 1 expects 4
+		}
+		err := comm.AllToAllV(ctx, c, send, sc, displs, recv, counts, displs)
+		if !errors.Is(err, comm.ErrInvalidArgument) || !strings.Contains(err.Error(), "rank 0 sends 20 bytes to rank 1, which expects 16") {
+			return fmt.Errorf("mismatched counts: %v", err)
+		}
+		return c.Barrier(ctx)
+	}, comm.WithTopology(top)))
 }

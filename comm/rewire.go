@@ -32,7 +32,8 @@ import (
 //  3. verify: once the circuits are up, a small exchange on every new
 //     link; then the ranks agree on the outcome of every step over the
 //     old connections (gathered at rank 0, which sends the verdict back),
-//     so that every rank sees the same first failure;
+//     so that every rank sees the same first failure (skipped when the
+//     switch failed: its broadcast already told everyone);
 //  4. resume: retire the replaced connections, install the new ones, bump
 //     the epoch and swap the topology (and the emulated fabric's).
 //
@@ -71,12 +72,13 @@ type RewireTimes struct {
 	Pause time.Duration `json:"pause_ns"`
 	// Plan is the check of the target and the new schedules.
 	Plan time.Duration `json:"plan_ns"`
-	// Apply is the switch (rank 0's Apply) and the agreement on its
+	// Apply is the switch (rank 0's Apply) and the broadcast of its
 	// outcome, as this rank saw it.
 	Apply time.Duration `json:"apply_ns"`
 	// Connect is the opening of new connections (during Apply).
 	Connect time.Duration `json:"connect_ns"`
-	// Verify is the exchange on every new link and its agreement.
+	// Verify is the exchange on every new link and the agreement on the
+	// outcome of every step.
 	Verify time.Duration `json:"verify_ns"`
 	// Resume is the swap of connections, epoch and topology.
 	Resume time.Duration `json:"resume_ns"`
@@ -169,11 +171,15 @@ func (c *Communicator) RewireAsync(ctx context.Context, rw Rewire) *RewireReques
 // status is one rank's outcome of a rewire step, exchanged among ranks.
 type status struct {
 	ok      bool
+	rank    int // where it failed
 	step    string
 	reason  string
 	applied bool // rank 0: the switch happened
 }
 
+// A status on the wire: ok (byte 0), applied (1), the length of the step
+// (2) and of the reason (4-5), the step (8-23), the reason (24 up to the
+// last 4 bytes, truncated) and the failing rank (last 4 bytes).
 const statusSize = 512
 
 func (s status) encode(b []byte) {
@@ -184,14 +190,16 @@ func (s status) encode(b []byte) {
 	if s.applied {
 		b[1] = 1
 	}
-	b[2] = byte(copy(b[4:20], s.step))
-	binary.LittleEndian.PutUint16(b[20:], uint16(copy(b[24:], s.reason)))
+	b[2] = byte(copy(b[8:24], s.step))
+	binary.LittleEndian.PutUint16(b[4:], uint16(copy(b[24:statusSize-4], s.reason)))
+	binary.LittleEndian.PutUint32(b[statusSize-4:], uint32(s.rank))
 }
 
 func decodeStatus(b []byte) status {
 	n := min(int(b[2]), 16)
-	m := min(int(binary.LittleEndian.Uint16(b[20:])), statusSize-24)
-	return status{ok: b[0] == 1, applied: b[1] == 1, step: string(b[4 : 4+n]), reason: string(b[24 : 24+m])}
+	m := min(int(binary.LittleEndian.Uint16(b[4:])), statusSize-28)
+	return status{ok: b[0] == 1, applied: b[1] == 1, rank: int(binary.LittleEndian.Uint32(b[statusSize-4:])),
+		step: string(b[8 : 8+n]), reason: string(b[24 : 24+m])}
 }
 
 // agree gathers every rank's status at rank 0, which sends back the first
@@ -215,20 +223,17 @@ func (c *Communicator) agree(ctx context.Context, p *opPeers, mine status) (*Rew
 		for r := 0; r < c.size; r++ {
 			if s := decodeStatus(all[r*statusSize : (r+1)*statusSize]); !s.ok {
 				verdict = s
-				verdict.applied = false
-				binary.LittleEndian.PutUint16(buf[22:], uint16(r))
+				verdict.rank = r
 				break
 			}
 		}
-		verdictRank := binary.LittleEndian.Uint16(buf[22:])
 		verdict.encode(buf)
-		binary.LittleEndian.PutUint16(buf[22:], verdictRank)
 	}
 	if err := starBroadcast(ctx, p, stepVerdict, buf); err != nil {
 		return nil, err
 	}
 	if v := decodeStatus(buf); !v.ok {
-		return &RewireError{Rank: int(binary.LittleEndian.Uint16(buf[22:])), Step: v.step, Reason: v.reason}, nil
+		return &RewireError{Rank: v.rank, Step: v.step, Reason: v.reason}, nil
 	}
 	return nil, nil
 }
@@ -346,16 +351,24 @@ func (c *Communicator) rewire(ctx context.Context, p *opPeers, rw Rewire, times 
 		}
 	}
 	times.Apply = time.Since(step)
+	if !root.ok {
+		// Every rank has rank 0's verdict already: nothing to agree on,
+		// and the switch did not happen.
+		closeNew()
+		f := &RewireError{Rank: 0, Step: root.step, Reason: root.reason}
+		if c.rank == 0 {
+			f.err = errors.Join(planErr, applyErr)
+		}
+		return f
+	}
 
 	// Verify every new link, then agree on the outcome of every step.
 	step = time.Now()
-	if root.ok && connErr == nil && planErr == nil {
+	if connErr == nil && planErr == nil {
 		verr = c.verifyLinks(ctx, epoch, conns)
 	}
 	mine := status{ok: true}
 	switch {
-	case !root.ok:
-		mine = root
 	case planErr != nil:
 		mine = status{step: "plan", reason: planErr.Error()}
 	case connErr != nil:
@@ -371,10 +384,6 @@ func (c *Communicator) rewire(ctx context.Context, p *opPeers, rw Rewire, times 
 	}
 	if failed != nil {
 		closeNew()
-		if !root.ok {
-			// Everyone reports rank 0's failure as rank 0's.
-			failed = &RewireError{Rank: 0, Step: root.step, Reason: root.reason}
-		}
 		if root.applied {
 			if f := c.fabric.emulator(c); f != nil {
 				f.SetTopology(cur.topo)
@@ -389,7 +398,7 @@ func (c *Communicator) rewire(ctx context.Context, p *opPeers, rw Rewire, times 
 			failed.RolledBack = rw.Rollback != nil
 		}
 		if failed.Rank == c.rank {
-			failed.err = errors.Join(planErr, applyErr, connErr, verr)
+			failed.err = errors.Join(planErr, connErr, verr)
 		}
 		return failed
 	}
@@ -462,25 +471,17 @@ func (c *Communicator) verifyLinks(ctx context.Context, epoch uint32, conns map[
 		return nil
 	}
 	h := transport.Header{Kind: transport.KindCollective, Op: uint8(algo.OpRewire), Comm: c.id, Epoch: epoch, Step: 1}
-	errs := make(chan error, 2*len(conns))
+	errs := make(chan error, len(conns))
 	for r, conn := range conns {
 		go func() {
-			var b [8]byte
-			binary.LittleEndian.PutUint32(b[:], uint32(c.rank))
-			binary.LittleEndian.PutUint32(b[4:], epoch)
-			if err := conn.Send(ctx, h, b[:]); err != nil {
-				errs <- fmt.Errorf("send to rank %d: %w", r, err)
+			var out, in [8]byte
+			binary.LittleEndian.PutUint32(out[:], uint32(c.rank))
+			binary.LittleEndian.PutUint32(out[4:], epoch)
+			if err := transport.Exchange(ctx, conn, h, out[:], h, in[:]); err != nil {
+				errs <- fmt.Errorf("link to rank %d: %w", r, err)
 				return
 			}
-			errs <- nil
-		}()
-		go func() {
-			var b [8]byte
-			if err := conn.Recv(ctx, h, b[:]); err != nil {
-				errs <- fmt.Errorf("recv from rank %d: %w", r, err)
-				return
-			}
-			if got, e := binary.LittleEndian.Uint32(b[:]), binary.LittleEndian.Uint32(b[4:]); int(got) != r || e != epoch {
+			if got, e := binary.LittleEndian.Uint32(in[:]), binary.LittleEndian.Uint32(in[4:]); int(got) != r || e != epoch {
 				errs <- fmt.Errorf("link to rank %d answered as rank %d of epoch %d", r, got, e)
 				return
 			}
@@ -488,7 +489,7 @@ func (c *Communicator) verifyLinks(ctx context.Context, epoch uint32, conns map[
 		}()
 	}
 	var msgs []string
-	for range 2 * len(conns) {
+	for range conns {
 		if err := <-errs; err != nil {
 			msgs = append(msgs, err.Error())
 		}

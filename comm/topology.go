@@ -105,14 +105,15 @@ func (c *Communicator) setupModel() {
 type layout struct {
 	topo       *topo.Topology // nil: one host, no description
 	model      *algo.Model
-	hostGroups [][]int // every host's ranks in local-rank order
+	hostGroups [][]int     // every host's ranks in local-rank order
+	routes     *routeCache // all-to-all routes chosen on it; the worker's alone
 }
 
 func newLayout(t *topo.Topology) *layout {
 	if t == nil {
-		return &layout{}
+		return &layout{routes: newRouteCache()}
 	}
-	return &layout{topo: t, model: algo.NewModel(t), hostGroups: t.HostRanks()}
+	return &layout{topo: t, model: algo.NewModel(t), hostGroups: t.HostRanks(), routes: newRouteCache()}
 }
 
 // lay returns the current layout.

@@ -118,6 +118,34 @@ func (t *Topology) HostDemand(demand [][]float64) [][]float64 {
 	return out
 }
 
+// ConnectFor installs circuits on t's free OCS ports for a rank-to-rank
+// demand (bytes from rank i to rank j): the host pairs PlaceCircuits
+// chooses with the OCS and EPS class bandwidths, each joined by Connect.
+func (t *Topology) ConnectFor(demand [][]float64) error {
+	if len(demand) != len(t.Ranks) {
+		return fmt.Errorf("circuits for a demand of %d ranks on a topology of %d", len(demand), len(t.Ranks))
+	}
+	ports := make([]int, len(t.Hosts))
+	total := 0
+	for h := range ports {
+		ports[h] = len(t.FreePorts(h))
+		total += ports[h]
+	}
+	if total == 0 {
+		return fmt.Errorf("the topology has no free OCS ports (add ocs_ports=N to the spec)")
+	}
+	ocs, eps := t.Classes[OCS].Bandwidth, t.Classes[EPS].Bandwidth
+	if ocs <= 0 || eps <= 0 {
+		return fmt.Errorf("circuit placement needs ocs and eps bandwidths")
+	}
+	for _, pair := range PlaceCircuits(t.HostDemand(demand), ports, ocs, eps) {
+		if err := t.Connect(pair[0], pair[1], 0); err != nil {
+			return err
+		}
+	}
+	return t.Validate()
+}
+
 // PlaceCircuits chooses host pairs for circuits from a host-to-host demand
 // matrix (bytes from host i to host j). A circuit carries ocs bytes per
 // second in each direction; traffic between hosts without a circuit shares

@@ -154,3 +154,24 @@ func TestSpecGrid(t *testing.T) {
 		}
 	}
 }
+
+func TestConnectFor(t *testing.T) {
+	top, err := FromSpec("hosts=4x1,ocs_ports=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Heavy traffic between hosts 0 and 1 and between 2 and 3.
+	d := [][]float64{{0, 9, 1, 1}, {9, 0, 1, 1}, {1, 1, 0, 9}, {1, 1, 9, 0}}
+	if err := top.ConnectFor(d); err != nil {
+		t.Fatal(err)
+	}
+	if len(top.Circuits) != 4 || top.Path(0, 1).Class != OCS || top.Path(2, 3).Class != OCS {
+		t.Fatalf("circuits %+v", top.Circuits)
+	}
+	if err := top.ConnectFor(d); err == nil {
+		t.Fatal("placed circuits with every port taken")
+	}
+	if err := top.ConnectFor(d[:2]); err == nil {
+		t.Fatal("accepted a demand of the wrong size")
+	}
+}

@@ -189,25 +189,16 @@ func gate(n, l int, cfg config) [][]int {
 
 // plan places circuits for a demand on the base topology's ports.
 func plan(base *topo.Topology, demand [][]int) (*topo.Topology, error) {
-	rank := make([][]float64, len(demand))
+	d := make([][]float64, len(demand))
 	for i, row := range demand {
-		rank[i] = make([]float64, len(row))
+		d[i] = make([]float64, len(row))
 		for j, b := range row {
-			rank[i][j] = float64(b)
+			d[i][j] = float64(b)
 		}
 	}
 	t := *base
 	t.Circuits = nil
-	ports := make([]int, len(t.Hosts))
-	for h := range ports {
-		ports[h] = len(t.FreePorts(h))
-	}
-	for _, p := range topo.PlaceCircuits(t.HostDemand(rank), ports, t.Classes[topo.OCS].Bandwidth, t.Classes[topo.EPS].Bandwidth) {
-		if err := t.Connect(p[0], p[1], 0); err != nil {
-			return nil, err
-		}
-	}
-	return &t, nil
+	return &t, t.ConnectFor(d)
 }
 
 // pass runs every layer; with targets it reconfigures for each layer

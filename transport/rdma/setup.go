@@ -247,7 +247,7 @@ func Connect(ctx context.Context, ctl transport.Conn, cfg Config) (*Conn, error)
 	}
 	var sb, rb [infoSize]byte
 	mine.encode(sb[:])
-	if err := exchange(ctx, ctl, setupHeader(&cfg, stepInfo, cfg.Self), sb[:], setupHeader(&cfg, stepInfo, cfg.Peer), rb[:]); err != nil {
+	if err := transport.Exchange(ctx, ctl, setupHeader(&cfg, stepInfo, cfg.Self), sb[:], setupHeader(&cfg, stepInfo, cfg.Peer), rb[:]); err != nil {
 		return fail(fmt.Errorf("rdma: setup with rank %d: %w", cfg.Peer, err))
 	}
 	var theirs connInfo
@@ -267,7 +267,7 @@ func Connect(ctx context.Context, ctl transport.Conn, cfg Config) (*Conn, error)
 		n := copy(sr[8:], local.Error())
 		binary.LittleEndian.PutUint16(sr[4:], uint16(n))
 	}
-	if err := exchange(ctx, ctl, setupHeader(&cfg, stepReady, cfg.Self), sr[:], setupHeader(&cfg, stepReady, cfg.Peer), rr[:]); err != nil {
+	if err := transport.Exchange(ctx, ctl, setupHeader(&cfg, stepReady, cfg.Self), sr[:], setupHeader(&cfg, stepReady, cfg.Peer), rr[:]); err != nil {
 		return fail(fmt.Errorf("rdma: setup with rank %d: %w", cfg.Peer, err))
 	}
 	if binary.LittleEndian.Uint32(rr[0:]) != infoOK && remote == nil {
@@ -397,23 +397,6 @@ func (c *Conn) setupPeer(cfg *Config, th *connInfo, psn uint32) error {
 		Emulated: d.Emulated(), QPN: c.qp.Num(), PeerQPN: th.qpn, PathMTU: mtu.Bytes(), Slots: c.slots, SlotSize: c.slotSize,
 		PeerSlots: c.pslots, PeerSlotSize: c.pslotSize, EagerLimit: c.eager, Rendezvous: c.rndvMin}
 	return nil
-}
-
-// exchange sends one frame and receives one, concurrently, so that neither
-// side depends on the bootstrap connection buffering the other's message.
-func exchange(ctx context.Context, ctl transport.Conn, sh transport.Header, send []byte, rh transport.Header, recv []byte) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	sent := make(chan error, 1)
-	go func() { sent <- ctl.Send(ctx, sh, send) }()
-	err := ctl.Recv(ctx, rh, recv)
-	if err != nil {
-		cancel()
-	}
-	if serr := <-sent; err == nil {
-		err = serr
-	}
-	return err
 }
 
 // netdevOfConn returns the network interface a bootstrap connection goes

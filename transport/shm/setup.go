@@ -275,7 +275,7 @@ func Connect(ctx context.Context, ctl transport.Conn, cfg Config) (*Conn, error)
 	// Exchange offers.
 	var sb, rb [offerSize]byte
 	mine.encode(sb[:])
-	if err := exchange(ctx, ctl, setupHeader(&cfg, stepOffer, cfg.Self), sb[:], setupHeader(&cfg, stepOffer, cfg.Peer), rb[:]); err != nil {
+	if err := transport.Exchange(ctx, ctl, setupHeader(&cfg, stepOffer, cfg.Self), sb[:], setupHeader(&cfg, stepOffer, cfg.Peer), rb[:]); err != nil {
 		return fail(fmt.Errorf("shm: setup with rank %d: %w", cfg.Peer, err))
 	}
 	var theirs offer
@@ -317,7 +317,7 @@ func Connect(ctx context.Context, ctl transport.Conn, cfg Config) (*Conn, error)
 	default:
 		encodeAck(sa[:], statusOK, 0, "")
 	}
-	if err := exchange(ctx, ctl, setupHeader(&cfg, stepAck, cfg.Self), sa[:], setupHeader(&cfg, stepAck, cfg.Peer), ra[:]); err != nil {
+	if err := transport.Exchange(ctx, ctl, setupHeader(&cfg, stepAck, cfg.Self), sa[:], setupHeader(&cfg, stepAck, cfg.Peer), ra[:]); err != nil {
 		return fail(fmt.Errorf("shm: setup with rank %d: %w", cfg.Peer, err))
 	}
 	st, flags, text := decodeAck(ra[:])
@@ -339,23 +339,6 @@ func Connect(ctx context.Context, ctl transport.Conn, cfg Config) (*Conn, error)
 	out.fd = -1
 	cma.reader = reader
 	return newConn(out, in, cfg.Peer, ctl, setupHeader(&cfg, stepWatch, cfg.Peer), cma), nil
-}
-
-// exchange sends one frame and receives one, concurrently, so that neither
-// side depends on the control connection buffering the other's message.
-func exchange(ctx context.Context, ctl transport.Conn, sh transport.Header, send []byte, rh transport.Header, recv []byte) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	sent := make(chan error, 1)
-	go func() { sent <- ctl.Send(ctx, sh, send) }()
-	err := ctl.Recv(ctx, rh, recv)
-	if err != nil {
-		cancel()
-	}
-	if serr := <-sent; err == nil {
-		err = serr
-	}
-	return err
 }
 
 // checkPath accepts only an absolute, clean path to a ring file written by

@@ -161,8 +161,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		switch *circuits {
 		case "":
 		case "auto":
-			if err := placeCircuits(t, demand); err != nil {
-				return fail("%v", err)
+			if err := t.ConnectFor(demand.Weights); err != nil {
+				return fail("-circuits auto: %v", err)
 			}
 		default:
 			return fail("-circuits %q: want auto", *circuits)
@@ -364,33 +364,6 @@ func worldSize(np int, spec string) (int, error) {
 		}
 	}
 	return 0, fmt.Errorf("cannot tell the number of ranks: give -np or -topo")
-}
-
-// placeCircuits installs circuits on t's free OCS ports for the host pairs
-// with the most demand (topo.PlaceCircuits).
-func placeCircuits(t *topo.Topology, d *bench.Demand) error {
-	if len(d.Weights) != len(t.Ranks) {
-		return fmt.Errorf("demand for %d ranks, topology of %d", len(d.Weights), len(t.Ranks))
-	}
-	ports := make([]int, len(t.Hosts))
-	total := 0
-	for h := range ports {
-		ports[h] = len(t.FreePorts(h))
-		total += ports[h]
-	}
-	if total == 0 {
-		return fmt.Errorf("-circuits auto: the topology has no free OCS ports (add ocs_ports=N to -topo)")
-	}
-	ocs, eps := t.Classes[topo.OCS].Bandwidth, t.Classes[topo.EPS].Bandwidth
-	if ocs <= 0 || eps <= 0 {
-		return fmt.Errorf("-circuits auto: the topology needs ocs and eps bandwidths")
-	}
-	for _, pair := range topo.PlaceCircuits(t.HostDemand(d.Weights), ports, ocs, eps) {
-		if err := t.Connect(pair[0], pair[1], 0); err != nil {
-			return err
-		}
-	}
-	return t.Validate()
 }
 
 // describeCircuits lists a topology's circuits by host pair.

@@ -4,7 +4,6 @@ import (
 	"reflect"
 	"strings"
 	"testing"
-	"time"
 )
 
 // checkLemma31 checks RailX Lemma 3.1 on the directed rings of k nodes,
@@ -83,19 +82,16 @@ func TestDirectedDecompositionLemma31(t *testing.T) {
 	}
 }
 
-// Every even n up to the documented limit, each well under a second.
+// Every even n up to the documented limit decomposes (BenchmarkDirectedHamiltonianCycles64
+// shows how long one takes).
 func TestDirectedDecompositionAllEven(t *testing.T) {
 	if testing.Short() {
 		t.Skip("even n 42..128 take about 1.5 s in all")
 	}
 	for n := 42; n <= 128; n += 2 {
-		start := time.Now()
 		c, err := DirectedHamiltonianCycles(n)
 		if err != nil {
 			t.Fatalf("n=%d: %v", n, err)
-		}
-		if d := time.Since(start); d > 2*time.Second {
-			t.Errorf("n=%d took %v", n, d)
 		}
 		if err := VerifyDecomposition(n, c, true); err != nil {
 			t.Fatalf("n=%d: %v", n, err)

@@ -18,8 +18,8 @@ func TestEmulatedDelay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if el := time.Since(start); el < 30*time.Millisecond || el > 500*time.Millisecond {
-		t.Fatalf("apply of 3 connects took %v, want about 30ms (all at once)", el)
+	if el := time.Since(start); el < 30*time.Millisecond {
+		t.Fatalf("apply of 3 connects took %v, want at least the 30ms switching delay", el)
 	}
 	if len(prog.Added) != 3 || len(prog.Removed) != 0 {
 		t.Fatalf("progress = %+v", prog)

@@ -213,16 +213,16 @@ func TestLatency(t *testing.T) {
 func TestDeadline(t *testing.T) {
 	f := localFabric(t, "hosts=2x1,eps=1MB/s")
 	a, b := pipe(t, f, 0, 1, 0)
-	for _, n := range []int{10e6, 300e3} { // 10 s and 300 ms of link time
-		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-		start := time.Now()
+	for _, n := range []int{30e6, 9e6} { // 30 s and 9 s of link time
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		err := a.Send(ctx, hdr(1), make([]byte, n))
+		early := ctx.Err() == nil // the deadline had not passed yet
 		cancel()
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("Send of %d bytes = %v, want DeadlineExceeded", n, err)
 		}
-		if d := time.Since(start); d > 200*time.Millisecond {
-			t.Errorf("Send of %d bytes failed after %v, want within 200ms", n, d)
+		if !early {
+			t.Errorf("Send of %d bytes waited for its deadline to fail", n)
 		}
 	}
 
@@ -230,13 +230,9 @@ func TestDeadline(t *testing.T) {
 	go a.Send(context.Background(), hdr(2), make([]byte, 200e3)) // 200 ms
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	start := time.Now()
 	err := b.Recv(ctx, hdr(2), make([]byte, 200e3))
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Recv = %v, want DeadlineExceeded", err)
-	}
-	if d := time.Since(start); d > 200*time.Millisecond {
-		t.Errorf("Recv failed after %v, want within 200ms", d)
 	}
 }
 
@@ -249,7 +245,7 @@ func TestCancelAndClose(t *testing.T) {
 			a, b := pipe(t, f, 0, 1, 8<<20)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			go b.Recv(ctx, hdr(1), make([]byte, 2e6))
+			go b.Recv(ctx, hdr(1), make([]byte, 20e6))
 			time.AfterFunc(50*time.Millisecond, func() {
 				if how == "cancel" {
 					cancel()
@@ -258,7 +254,7 @@ func TestCancelAndClose(t *testing.T) {
 				}
 			})
 			start := time.Now()
-			err := a.Send(ctx, hdr(1), make([]byte, 2e6)) // 2 s
+			err := a.Send(ctx, hdr(1), make([]byte, 20e6)) // 20 s
 			want := context.Canceled
 			if how == "close" {
 				want = transport.ErrClosed
@@ -266,8 +262,8 @@ func TestCancelAndClose(t *testing.T) {
 			if !errors.Is(err, want) {
 				t.Fatalf("Send = %v, want %v", err, want)
 			}
-			if d := time.Since(start); d > time.Second {
-				t.Errorf("Send returned after %v", d)
+			if d := time.Since(start); d > 10*time.Second {
+				t.Errorf("Send returned after %v of 20 s", d)
 			}
 		})
 	}

@@ -30,9 +30,12 @@ type ReconfigConfig struct {
 }
 
 // ReconfigResult summarises a reconfiguration benchmark. Times are in
-// microseconds; a reconfiguration's total is the longest over ranks, and
-// its overhead that total minus the switching time the controller
-// reported.
+// microseconds. A reconfiguration's total runs from the moment the last
+// rank called it to the moment the last rank returned (wall clock, which
+// all processes of a loopback run share); it cannot start before every
+// rank has called it. Its overhead is that total minus the switching time
+// the controller reported. Skew is how far apart the ranks called it (they
+// leave the barrier before it at different times).
 type ReconfigResult struct {
 	Impl          string  `json:"impl"`
 	Op            Op      `json:"op"`
@@ -43,6 +46,7 @@ type ReconfigResult struct {
 	TotalP99US    float64 `json:"total_p99_us"`
 	OverheadP50US float64 `json:"overhead_p50_us"`
 	OverheadP99US float64 `json:"overhead_p99_us"`
+	SkewP50US     float64 `json:"skew_p50_us"`
 	// Steps are the medians over iterations of each step's longest time
 	// over ranks (pause, plan, apply, connect, verify, resume).
 	Steps map[string]float64 `json:"steps_p50_us"`
@@ -62,6 +66,9 @@ func RunReconfig(ctx context.Context, c *comm.Communicator, cfg ReconfigConfig) 
 	}
 	const nsteps = 8 // total, switch, pause, plan, apply, connect, verify, resume
 	samples := make([]float64, nsteps*cfg.Iters)
+	// Wall-clock call and return times: the latest of each over ranks,
+	// and minus the earliest call (kept negated, so one Max finds it).
+	clock := make([]int64, 3*cfg.Iters)
 	var wrong int64
 	for i := -cfg.Warmup; i < cfg.Iters; i++ {
 		target := cfg.Targets[(i+cfg.Warmup)%len(cfg.Targets)]
@@ -70,7 +77,9 @@ func RunReconfig(ctx context.Context, c *comm.Communicator, cfg ReconfigConfig) 
 		if err := c.Barrier(ctx); err != nil {
 			return res, err
 		}
+		called := time.Now()
 		r, err := reconfig.Reconfigure(ctx, []*comm.Communicator{c}, target, opts...)
+		ended := time.Now()
 		if err != nil {
 			return res, fmt.Errorf("reconfiguration %d: %w", i, err)
 		}
@@ -84,6 +93,7 @@ func RunReconfig(ctx context.Context, c *comm.Communicator, cfg ReconfigConfig) 
 		if i < 0 {
 			continue
 		}
+		clock[3*i], clock[3*i+1], clock[3*i+2] = called.UnixNano(), ended.UnixNano(), -called.UnixNano()
 		t := r.Times[0]
 		res.Links += t.Links
 		row := samples[i*nsteps : (i+1)*nsteps]
@@ -94,6 +104,9 @@ func RunReconfig(ctx context.Context, c *comm.Communicator, cfg ReconfigConfig) 
 	if err := comm.AllReduce(ctx, c, samples, samples, comm.Max); err != nil {
 		return res, err
 	}
+	if err := comm.AllReduce(ctx, c, clock, clock, comm.Max); err != nil {
+		return res, err
+	}
 	col := func(j int) []float64 {
 		out := make([]float64, cfg.Iters)
 		for i := range out {
@@ -102,12 +115,17 @@ func RunReconfig(ctx context.Context, c *comm.Communicator, cfg ReconfigConfig) 
 		sort.Float64s(out)
 		return out
 	}
-	over := make([]float64, cfg.Iters)
-	for i := range over {
-		over[i] = max(samples[i*nsteps]-samples[i*nsteps+1], 0)
+	total, over, skew := make([]float64, cfg.Iters), make([]float64, cfg.Iters), make([]float64, cfg.Iters)
+	for i := range total {
+		lastCall, lastEnd, firstCall := clock[3*i], clock[3*i+1], -clock[3*i+2]
+		total[i] = float64(lastEnd-lastCall) / 1e3
+		over[i] = max(total[i]-samples[i*nsteps+1], 0)
+		skew[i] = float64(lastCall-firstCall) / 1e3
 	}
+	sort.Float64s(total)
 	sort.Float64s(over)
-	total := col(0)
+	sort.Float64s(skew)
+	res.SkewP50US = quantile(skew, 0.5)
 	res.TotalP50US, res.TotalP99US = quantile(total, 0.5), quantile(total, 0.99)
 	res.OverheadP50US, res.OverheadP99US = quantile(over, 0.5), quantile(over, 0.99)
 	res.SwitchUS = quantile(col(1), 0.5)
@@ -170,6 +188,7 @@ func WriteReconfig(w io.Writer, r ReconfigResult, asJSON bool) error {
 	fmt.Fprintf(w, "#                 (ms)        (ms)        (ms)          (ms)          (ms)\n")
 	fmt.Fprintf(w, "%5d %6d %9.2f %11.2f %11.2f %13.3f %13.3f %7d\n", r.NP, r.Iters, r.SwitchUS/1e3,
 		r.TotalP50US/1e3, r.TotalP99US/1e3, r.OverheadP50US/1e3, r.OverheadP99US/1e3, r.Wrong)
+	fmt.Fprintf(w, "# total: from the last rank's call to the last rank's return (the ranks called it %.3f ms apart, median)\n", r.SkewP50US/1e3)
 	fmt.Fprintf(w, "# step medians (ms): pause %.3f plan %.3f apply %.3f connect %.3f verify %.3f resume %.3f; links replaced per rank per reconfiguration %.1f\n",
 		r.Steps["pause"]/1e3, r.Steps["plan"]/1e3, r.Steps["apply"]/1e3, r.Steps["connect"]/1e3, r.Steps["verify"]/1e3, r.Steps["resume"]/1e3,
 		float64(r.Links)/float64(max(r.Iters, 1)))

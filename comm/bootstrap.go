@@ -161,11 +161,18 @@ func initTCP(ctx context.Context, id UniqueID, rank, size int, cfg config, rootL
 			peers = append(peers, tcp.Endpoint{Rank: r, Addr: info.Addr})
 		}
 	}
+	local, localSize := localPosition(rank, hostIDs)
 	if cfg.affinity {
-		bindLocal(rank, hostIDs, log)
+		bindLocal(local, localSize, log)
+	}
+	if cpus := topo.OnlineCPUs(); localSize > cpus {
+		// More ranks than cores: a rank polling a socket would take the
+		// core from the rank about to send to it.
+		cfg.tcpSpin = -1
+		log.Info("occl: more local ranks than CPUs; TCP reads wait without polling", "local_size", localSize, "cpus", cpus)
 	}
 	mesh, err := tcp.Connect(ctx, tcp.MeshConfig{Self: rank, Comm: commID, Epoch: 0, Secret: secret,
-		Streams: cfg.streams, Options: tcp.Options{SocketBuffer: cfg.sockBuf}, Listener: dataLn}, peers)
+		Streams: cfg.streams, Options: cfg.tcpOptions(), Listener: dataLn}, peers)
 	if err != nil {
 		return nil, wrap("connect", err)
 	}
@@ -210,9 +217,9 @@ func initTCP(ctx context.Context, id UniqueID, rank, size int, cfg config, rootL
 	return c, nil
 }
 
-// bindLocal pins this process to its share of the host's CPUs.
-func bindLocal(rank int, hostIDs []string, log *slog.Logger) {
-	local, n := 0, 0
+// localPosition returns rank's index among the ranks of its host and their
+// number.
+func localPosition(rank int, hostIDs []string) (local, n int) {
 	for r, h := range hostIDs {
 		if h == hostIDs[rank] {
 			if r < rank {
@@ -221,6 +228,12 @@ func bindLocal(rank int, hostIDs []string, log *slog.Logger) {
 			n++
 		}
 	}
+	return local, n
+}
+
+// bindLocal pins this process, local rank local of n, to its share of the
+// host's CPUs.
+func bindLocal(local, n int, log *slog.Logger) {
 	allowed, err := topo.AllowedCPUs()
 	if err == nil {
 		cpus := topo.CPUShare(allowed, local, n)
@@ -542,7 +555,7 @@ func (f *tcpFabric) connect(ctx context.Context, c *Communicator, gen uint32, pe
 		eps = append(eps, tcp.Endpoint{Rank: r, Addr: f.addrs[r]})
 	}
 	mesh, err := tcp.Connect(ctx, tcp.MeshConfig{Self: c.rank, Comm: c.id, Epoch: gen, Secret: f.secret[:],
-		Streams: f.cfg.streams, Options: tcp.Options{SocketBuffer: f.cfg.sockBuf}, Listener: f.ln}, eps)
+		Streams: f.cfg.streams, Options: f.cfg.tcpOptions(), Listener: f.ln}, eps)
 	if err != nil {
 		return nil, err
 	}

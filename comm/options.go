@@ -11,6 +11,7 @@ import (
 	"github.com/occl/occl/algo"
 	"github.com/occl/occl/topo"
 	"github.com/occl/occl/transport"
+	"github.com/occl/occl/transport/tcp"
 )
 
 // Defaults of the configuration.
@@ -29,6 +30,7 @@ type config struct {
 	chunk            int
 	streams          int
 	sockBuf          int
+	tcpSpin          int // tcp.Options.SpinReads: 0 default, -1 never
 	hostID           string
 	listenHost       string
 	heartbeat        time.Duration
@@ -120,6 +122,11 @@ func WithAffinity(on bool) Option { return func(c *config) { c.affinity = on } }
 // WithLogger sets the logger. By default occl logs warnings to stderr, and
 // more with OCCL_DEBUG=INFO or OCCL_DEBUG=DEBUG.
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
+
+// tcpOptions returns the options of every TCP connection.
+func (c *config) tcpOptions() tcp.Options {
+	return tcp.Options{SocketBuffer: c.sockBuf, SpinReads: c.tcpSpin}
+}
 
 func newConfig(opts []Option) (config, error) {
 	c := config{

@@ -5,6 +5,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -73,4 +74,15 @@ func BindProcess(cpus []int) error {
 	}
 	runtime.GOMAXPROCS(len(cpus))
 	return nil
+}
+
+// OnlineCPUs returns the number of CPUs online on this host (whatever this
+// process is bound to), or runtime.NumCPU when sysfs does not say.
+func OnlineCPUs() int {
+	if b, err := os.ReadFile("/sys/devices/system/cpu/online"); err == nil {
+		if n := len(ParseCPUList(strings.TrimSpace(string(b)))); n > 0 {
+			return n
+		}
+	}
+	return runtime.NumCPU()
 }

@@ -37,10 +37,11 @@ const (
 	DefaultStripeMin = 1 << 20
 	maxEager         = 256 << 10
 
-	// Reads of frames up to spinMaxBytes poll the socket up to spinReads
-	// times before waiting in the netpoller (a few tens of microseconds).
-	spinMaxBytes = 64 << 10
-	spinReads    = 64
+	// Reads of frames up to spinMaxBytes poll the socket up to
+	// DefaultSpinReads times before waiting in the netpoller (a few tens
+	// of microseconds).
+	spinMaxBytes     = 64 << 10
+	DefaultSpinReads = 64
 )
 
 // Options tune a Conn.
@@ -53,12 +54,23 @@ type Options struct {
 	// StripeMin is the smallest payload split across several streams.
 	// 0 means DefaultStripeMin.
 	StripeMin int
+	// SpinReads is how many times a read of a small frame polls the
+	// socket before it waits in the netpoller. Polling saves the wake-up
+	// from an idle CPU (tens to hundreds of microseconds on a virtual
+	// machine), but when a host runs more processes than it has cores, a
+	// polling process takes the core from the one that would send: then
+	// it should not poll. 0 means DefaultSpinReads; negative means never.
+	SpinReads int
 }
 
 func (o Options) withDefaults() Options {
 	if o.StripeMin <= 0 {
 		o.StripeMin = DefaultStripeMin
 	}
+	if o.SpinReads == 0 {
+		o.SpinReads = DefaultSpinReads
+	}
+	o.SpinReads = max(o.SpinReads, 0)
 	return o
 }
 
@@ -86,7 +98,7 @@ func NewConn(socks []*net.TCPConn, o Options) (*Conn, error) {
 	o = o.withDefaults()
 	c := &Conn{stripeMin: o.StripeMin, quit: make(chan struct{})}
 	for i, tc := range socks {
-		s, err := newStream(tc, o.SocketBuffer)
+		s, err := newStream(tc, o.SocketBuffer, o.SpinReads)
 		if err != nil {
 			for _, t := range socks {
 				t.Close()
@@ -375,12 +387,13 @@ type stream struct {
 	rfn    func(fd uintptr) bool
 	rcheck bool
 	rspin  int
+	spin   int // Options.SpinReads
 
 	sendq, recvq       chan task
 	sendDone, recvDone chan error
 }
 
-func newStream(tc *net.TCPConn, sockBuf int) (*stream, error) {
+func newStream(tc *net.TCPConn, sockBuf, spin int) (*stream, error) {
 	tc.SetNoDelay(true)
 	if sockBuf > 0 {
 		tc.SetReadBuffer(sockBuf)
@@ -392,7 +405,7 @@ func newStream(tc *net.TCPConn, sockBuf int) (*stream, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &stream{tc: tc, rc: rc}
+	s := &stream{tc: tc, rc: rc, spin: spin}
 	s.wfn = s.doWrite
 	s.rfn = s.doRead
 	return s, nil
@@ -487,7 +500,7 @@ func (s *stream) readv(a, b []byte, want *transport.Header) error {
 	s.rcheck, s.rerr, s.rdone = want != nil, nil, 0
 	s.rspin = 0
 	if len(a)+len(b) <= spinMaxBytes {
-		s.rspin = spinReads
+		s.rspin = s.spin
 	}
 	if want != nil {
 		s.rwant = *want

@@ -18,6 +18,12 @@ var testSecret = []byte("0123456789abcdef")
 // 127.0.0.1, with a small stripe threshold so striping is exercised.
 func pairN(t testing.TB, n int) (transport.Conn, transport.Conn) {
 	t.Helper()
+	return pairOpts(t, n, Options{StripeMin: 64 << 10})
+}
+
+// pairOpts is pairN with the given options.
+func pairOpts(t testing.TB, n int, o Options) (transport.Conn, transport.Conn) {
+	t.Helper()
 	ln, err := Listen("127.0.0.1:0", testSecret, nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -27,7 +33,7 @@ func pairN(t testing.TB, n int) (transport.Conn, transport.Conn) {
 	defer cancel()
 	cfg := func(self int) MeshConfig {
 		return MeshConfig{Self: self, Comm: 42, Epoch: 1, Secret: testSecret, Streams: n,
-			Options: Options{StripeMin: 64 << 10}, Listener: ln}
+			Options: o, Listener: ln}
 	}
 	type res struct {
 		m   map[int]*Conn
@@ -55,6 +61,14 @@ func TestConformance(t *testing.T) {
 
 func TestConformanceStriped(t *testing.T) {
 	transporttest.Run(t, func(t testing.TB) (transport.Conn, transport.Conn) { return pairN(t, 3) })
+}
+
+// Reads that wait in the netpoller at once (SpinReads < 0, for hosts with
+// more ranks than cores) behave like polling ones.
+func TestConformanceNoSpin(t *testing.T) {
+	transporttest.Run(t, func(t testing.TB) (transport.Conn, transport.Conn) {
+		return pairOpts(t, 1, Options{SpinReads: -1})
+	})
 }
 
 func TestWrongSecretRejected(t *testing.T) {

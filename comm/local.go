@@ -119,11 +119,21 @@ func (f *localFabric) split(ctx context.Context, p *opPeers, childID uint64, gro
 }
 
 // connect takes this rank's ends of new pipes to peers: the first of a
-// pair to ask creates the pipe, the other finds it.
+// pair to ask creates the pipe, the other finds it. Pipes left from an
+// earlier attempt (one that failed before both ends were taken) are closed:
+// once a rank starts an attempt, the earlier one has ended on every rank or
+// failed, and no rank will use them.
 func (f *localFabric) connect(ctx context.Context, c *Communicator, gen uint32, peers []int) (map[int]transport.Conn, error) {
 	g := f.g
 	out := make(map[int]transport.Conn, len(peers))
 	g.mu.Lock()
+	for key, ends := range g.pending {
+		if key[0] < int(gen) {
+			ends[0].Close()
+			ends[1].Close()
+			delete(g.pending, key)
+		}
+	}
 	for _, r := range peers {
 		key := [3]int{int(gen), min(c.rank, r), max(c.rank, r)}
 		if g.pending == nil {

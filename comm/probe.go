@@ -167,6 +167,8 @@ func describeFingerprint(fp wire.Fingerprint) string {
 		return op.String()
 	case algo.OpSendRecv:
 		return fmt.Sprintf("%d %s elements", fp.Count, dt)
+	case algo.OpRewire:
+		return fmt.Sprintf("Rewire(target digest %x)", fp.Count)
 	}
 	return fmt.Sprintf("%s(count=%d, %s)", op, fp.Count, dt)
 }

@@ -3,6 +3,8 @@ package comm
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
+	"hash/fnv"
 	"errors"
 	"fmt"
 	"sort"
@@ -140,7 +142,8 @@ func (r *RewireRequest) Done() <-chan struct{} { return r.req.Done() }
 
 // Rewire pauses the communicator at an operation boundary, switches the
 // fabric to rw.Target and resumes on it. Every rank calls it with the same
-// target. See RewireAsync.
+// target: ranks given different ones fail with ErrMismatch, which fails the
+// communicator as any mismatched collective does. See RewireAsync.
 func (c *Communicator) Rewire(ctx context.Context, rw Rewire) (RewireTimes, error) {
 	return c.RewireAsync(ctx, rw).Wait(ctx)
 }
@@ -158,14 +161,32 @@ func (c *Communicator) RewireAsync(ctx context.Context, rw Rewire) *RewireReques
 	if err := rw.Target.Validate(); err != nil {
 		return &RewireRequest{req: c.failedRequest(name, invalidf("rewire target: %v", err)), times: times}
 	}
+	digest, err := targetDigest(rw.Target)
+	if err != nil {
+		return &RewireRequest{req: c.failedRequest(name, invalidf("rewire target: %v", err)), times: times}
+	}
 	called := time.Now()
-	req := c.submit(ctx, name, collHeader(algo.OpRewire, 0, 0, 0, len(rw.Target.Circuits)), func(ctx context.Context, p *opPeers) error {
+	// The target's digest is in every message of the rewire, so ranks given
+	// different targets fail with ErrMismatch instead of waiting for links
+	// their peers will not open.
+	req := c.submit(ctx, name, collHeader(algo.OpRewire, 0, 0, 0, int(digest>>1)), func(ctx context.Context, p *opPeers) error {
 		times.Pause = time.Since(called)
 		err := c.rewire(ctx, p, rw, times)
 		times.Total = time.Since(called)
 		return err
 	})
 	return &RewireRequest{req: req, times: times}
+}
+
+// targetDigest is a 64-bit FNV-1a hash of the target's JSON form.
+func targetDigest(t *topo.Topology) (uint64, error) {
+	b, err := json.Marshal(t)
+	if err != nil {
+		return 0, err
+	}
+	h := fnv.New64a()
+	h.Write(b)
+	return h.Sum64(), nil
 }
 
 // status is one rank's outcome of a rewire step, exchanged among ranks.

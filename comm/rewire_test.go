@@ -144,6 +144,74 @@ func TestRewireFailures(t *testing.T) {
 	}
 }
 
+// TestRewireMismatchedTargets: a rank given another target than the others
+// makes every rank fail with ErrMismatch naming the two targets, instead of
+// waiting for links that its peers do not open.
+func TestRewireMismatchedTargets(t *testing.T) {
+	base := mustTopo(t, rewireBase)
+	target := mustTopo(t, rewireBase+",circuits=0-1/2-3")
+	other := mustTopo(t, rewireBase+",circuits=0-2/1-3")
+	errs := runLocal(t, 8, func(ctx context.Context, c *comm.Communicator) error {
+		tg := target
+		if c.Rank() == 3 {
+			tg = other
+		}
+		_, err := c.Rewire(ctx, comm.Rewire{Target: tg})
+		return err
+	}, comm.WithTopology(base))
+	for r, err := range errs {
+		if !errors.Is(err, comm.ErrMismatch) || !strings.Contains(err.Error(), "Rewire(target digest") {
+			t.Errorf("rank %d: %v, want ErrMismatch naming the rewire", r, err)
+		}
+	}
+}
+
+// TestRewireLeavesNoPipes: pipes made for a rewire that failed before both
+// ends were taken are closed by the next attempt.
+func TestRewireLeavesNoPipes(t *testing.T) {
+	base := mustTopo(t, rewireBase)
+	target := mustTopo(t, rewireBase+",circuits=0-1/2-3")
+	comms, err := comm.NewLocal(8, comm.WithTopology(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, c := range comms {
+			c.Close()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rewireAll := func(apply func(context.Context) error) []error {
+		errs := make([]error, len(comms))
+		var wg sync.WaitGroup
+		for r, c := range comms {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, errs[r] = c.Rewire(ctx, comm.Rewire{Target: target, Apply: apply})
+			}()
+		}
+		wg.Wait()
+		return errs
+	}
+	// The switch fails: every rank has connected, and the pipes of the
+	// attempt are closed; none is left waiting for its other end.
+	for r, err := range rewireAll(func(context.Context) error { return errors.New("port down") }) {
+		if !errors.Is(err, comm.ErrRewire) {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	comm.LeavePendingPipe(comms[0], 1, 1) // of the failed attempt
+	if n := comm.PendingPipes(comms[0]); n != 1 {
+		t.Fatalf("%d pending pipes, want the 1 left", n)
+	}
+	requireOK(t, rewireAll(nil))
+	if n := comm.PendingPipes(comms[0]); n != 0 {
+		t.Fatalf("%d pipes still pending after the next rewire", n)
+	}
+}
+
 // rewireWorker is the "rewire" scenario of a worker process: rewires
 // between circuit layouts with checked collectives in between, and a
 // failed switch that must leave the communicator working. With kill, the

@@ -1,0 +1,28 @@
+package comm
+
+import (
+	"github.com/occl/occl/transport"
+	"github.com/occl/occl/transport/mem"
+)
+
+// PendingPipes returns how many pipes of rewires of c's in-process group
+// wait for their second end.
+func PendingPipes(c *Communicator) int {
+	g := c.fabric.(*localFabric).g
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.pending)
+}
+
+// LeavePendingPipe leaves a pipe of attempt gen between c and peer waiting
+// for its second end, as a rank whose plan failed would.
+func LeavePendingPipe(c *Communicator, gen, peer int) {
+	g := c.fabric.(*localFabric).g
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.pending == nil {
+		g.pending = map[[3]int][2]transport.Conn{}
+	}
+	a, b := mem.Pipe(mem.DefaultCapacity)
+	g.pending[[3]int{gen, min(c.rank, peer), max(c.rank, peer)}] = [2]transport.Conn{a, b}
+}

@@ -92,7 +92,9 @@ func TestReconfigure(t *testing.T) {
 		if c.Epoch() != 1 || c.AllToAllAlgorithm(algo.UniformBytes(8, 1<<20)) != algo.AlgoDelegated {
 			t.Fatalf("rank %d: epoch %d, all-to-all %s", i, c.Epoch(), c.AllToAllAlgorithm(algo.UniformBytes(8, 1<<20)))
 		}
-		if res.Times[i].Total < res.Switch || res.Overhead(i) != res.Times[i].Total-res.Switch {
+		// Ranks called one after another may start after rank 0 began
+		// switching: only rank 0's total surely spans the switch.
+		if (i == 0 && res.Times[i].Total < res.Switch) || res.Overhead(i) != max(res.Times[i].Total-res.Switch, 0) {
 			t.Fatalf("rank %d times %+v", i, res.Times[i])
 		}
 	}

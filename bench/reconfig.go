@@ -64,7 +64,7 @@ func RunReconfig(ctx context.Context, c *comm.Communicator, cfg ReconfigConfig) 
 	if cfg.Controller != nil {
 		opts = append(opts, reconfig.WithController(cfg.Controller))
 	}
-	const nsteps = 8 // total, switch, pause, plan, apply, connect, verify, resume
+	const nsteps = 7 // switch, pause, plan, apply, connect, verify, resume
 	samples := make([]float64, nsteps*cfg.Iters)
 	// Wall-clock call and return times: the latest of each over ranks,
 	// and minus the earliest call (kept negated, so one Max finds it).
@@ -97,7 +97,7 @@ func RunReconfig(ctx context.Context, c *comm.Communicator, cfg ReconfigConfig) 
 		t := r.Times[0]
 		res.Links += t.Links
 		row := samples[i*nsteps : (i+1)*nsteps]
-		for j, d := range []time.Duration{t.Total, r.Switch, t.Pause, t.Plan, t.Apply, t.Connect, t.Verify, t.Resume} {
+		for j, d := range []time.Duration{r.Switch, t.Pause, t.Plan, t.Apply, t.Connect, t.Verify, t.Resume} {
 			row[j] = float64(d) / 1e3
 		}
 	}
@@ -119,7 +119,7 @@ func RunReconfig(ctx context.Context, c *comm.Communicator, cfg ReconfigConfig) 
 	for i := range total {
 		lastCall, lastEnd, firstCall := clock[3*i], clock[3*i+1], -clock[3*i+2]
 		total[i] = float64(lastEnd-lastCall) / 1e3
-		over[i] = max(total[i]-samples[i*nsteps+1], 0)
+		over[i] = max(total[i]-samples[i*nsteps], 0)
 		skew[i] = float64(lastCall-firstCall) / 1e3
 	}
 	sort.Float64s(total)
@@ -128,10 +128,10 @@ func RunReconfig(ctx context.Context, c *comm.Communicator, cfg ReconfigConfig) 
 	res.SkewP50US = quantile(skew, 0.5)
 	res.TotalP50US, res.TotalP99US = quantile(total, 0.5), quantile(total, 0.99)
 	res.OverheadP50US, res.OverheadP99US = quantile(over, 0.5), quantile(over, 0.99)
-	res.SwitchUS = quantile(col(1), 0.5)
+	res.SwitchUS = quantile(col(0), 0.5)
 	res.Steps = map[string]float64{}
 	for j, name := range []string{"pause", "plan", "apply", "connect", "verify", "resume"} {
-		res.Steps[name] = quantile(col(j+2), 0.5)
+		res.Steps[name] = quantile(col(j+1), 0.5)
 	}
 	if cfg.Check {
 		w := []int64{wrong}

@@ -165,11 +165,8 @@ func initTCP(ctx context.Context, id UniqueID, rank, size int, cfg config, rootL
 	if cfg.affinity {
 		bindLocal(local, localSize, log)
 	}
-	if cpus := topo.OnlineCPUs(); localSize > cpus {
-		// More ranks than cores: a rank polling a socket would take the
-		// core from the rank about to send to it.
-		cfg.tcpSpin = -1
-		log.Info("occl: more local ranks than CPUs; TCP reads wait without polling", "local_size", localSize, "cpus", cpus)
+	if cfg.tcpSpin = tcpSpin(localSize, topo.OnlineCPUs()); cfg.tcpSpin < 0 {
+		log.Info("occl: more local ranks than CPUs; TCP reads wait without polling", "local_size", localSize)
 	}
 	mesh, err := tcp.Connect(ctx, tcp.MeshConfig{Self: rank, Comm: commID, Epoch: 0, Secret: secret,
 		Streams: cfg.streams, Options: cfg.tcpOptions(), Listener: dataLn}, peers)
@@ -229,6 +226,17 @@ func localPosition(rank int, hostIDs []string) (local, n int) {
 		}
 	}
 	return local, n
+}
+
+// tcpSpin returns tcp.Options.SpinReads for localSize ranks on a host of
+// cpus CPUs: the default polling, or none (-1) when there are more ranks
+// than cores, where a rank polling a socket would take the core from the
+// rank about to send to it.
+func tcpSpin(localSize, cpus int) int {
+	if localSize > cpus {
+		return -1
+	}
+	return 0
 }
 
 // bindLocal pins this process, local rank local of n, to its share of the

@@ -119,14 +119,7 @@ func newCommunicator(id uint64, rank int, hostIDs []string, conns []transport.Co
 		}
 		c.hosts[r] = i
 	}
-	for r := range size {
-		if c.hosts[r] == c.hosts[rank] {
-			if r < rank {
-				c.localRank++
-			}
-			c.localSize++
-		}
-	}
+	c.localRank, c.localSize = localPosition(rank, hostIDs)
 	c.peers.c = c
 	c.setupModel()
 	go c.worker()

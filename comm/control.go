@@ -70,10 +70,18 @@ func errOfKind(k uint8) error {
 type localControl struct {
 	mu      sync.Mutex
 	members []*Communicator
+	verdict *PeerError // the first failure reported; every rank gets it
 }
 
+// broadcast fails every member with the first failure ever reported, as
+// the TCP root does: a rank that sees a link break because a peer already
+// failed must not race its own, secondary, report to the others.
 func (l *localControl) broadcast(pe *PeerError) {
 	l.mu.Lock()
+	if l.verdict == nil {
+		l.verdict = pe
+	}
+	pe = l.verdict
 	ms := append([]*Communicator(nil), l.members...)
 	l.mu.Unlock()
 	for _, m := range ms {

@@ -305,6 +305,17 @@ func fanIn(ctx context.Context, p *opPeers, step uint32, into func(int) []byte) 
 // rewire runs the steps on the worker.
 func (c *Communicator) rewire(ctx context.Context, p *opPeers, rw Rewire, times *RewireTimes) (err error) {
 	start := time.Now()
+	// The new links are not among the connections a failure closes: stop
+	// waiting on them when the communicator fails.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-c.failed:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	cur := c.lay()
 	epoch := c.epoch.Load() + 1
 	// New connections are named by the attempt, not the epoch: a failed

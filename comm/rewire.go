@@ -43,7 +43,9 @@ import (
 // the same *RewireError, rank 0 restores the previous circuits
 // (Rewire.Rollback) if the switch had happened, the new connections are
 // closed and the communicator keeps working on the previous topology. A
-// rank that dies meanwhile fails the communicator as in any operation.
+// rank that dies meanwhile, or ranks given different targets, fail the
+// communicator as in any operation; rank 0 still restores the previous
+// circuits if it had switched.
 
 // ErrRewire is wrapped by every error of a rewire that left the
 // communicator working on its previous topology.
@@ -371,8 +373,13 @@ func (c *Communicator) rewire(ctx context.Context, p *opPeers, rw Rewire, times 
 		root.encode(buf)
 	}
 	if err := starBroadcast(ctx, p, stepSwitched, buf); err != nil {
+		// A dead or stuck peer, or ranks given different targets: the
+		// communicator fails, and the switch goes back to what it held.
 		closeNew()
-		return err // a dead or stuck peer: the communicator fails
+		if applied {
+			c.rollback(rw)
+		}
+		return err
 	}
 	root = decodeStatus(buf)
 	if root.ok {
@@ -412,6 +419,9 @@ func (c *Communicator) rewire(ctx context.Context, p *opPeers, rw Rewire, times 
 	times.Verify = time.Since(step)
 	if err != nil {
 		closeNew()
+		if applied {
+			c.rollback(rw)
+		}
 		return err
 	}
 	if failed != nil {
@@ -420,12 +430,8 @@ func (c *Communicator) rewire(ctx context.Context, p *opPeers, rw Rewire, times 
 			if f := c.fabric.emulator(c); f != nil {
 				f.SetTopology(cur.topo)
 			}
-			if c.rank == 0 && rw.Rollback != nil {
-				rctx, cancel := context.WithTimeout(context.Background(), c.cfg.timeout)
-				if e := rw.Rollback(rctx); e != nil {
-					c.log.Warn("occl: rewire: restoring the previous circuits failed", "err", e)
-				}
-				cancel()
+			if c.rank == 0 {
+				c.rollback(rw)
 			}
 			failed.RolledBack = rw.Rollback != nil
 		}
@@ -453,6 +459,20 @@ func (c *Communicator) rewire(ctx context.Context, p *opPeers, rw Rewire, times 
 	times.Resume = time.Since(step)
 	c.log.Info("occl: rewired", "epoch", epoch, "links", len(conns), "apply", times.Apply, "verify", times.Verify)
 	return nil
+}
+
+// rollback restores the circuits the fabric held before rw's switch, on
+// rank 0 (the only rank that switched), with a deadline of its own: the
+// operation's may be spent.
+func (c *Communicator) rollback(rw Rewire) {
+	if rw.Rollback == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.timeout)
+	defer cancel()
+	if err := rw.Rollback(ctx); err != nil {
+		c.log.Warn("occl: rewire: restoring the previous circuits failed", "err", err)
+	}
 }
 
 // applyContext bounds the switch: by timeout if set, else by half of what

@@ -146,23 +146,30 @@ func TestRewireFailures(t *testing.T) {
 
 // TestRewireMismatchedTargets: a rank given another target than the others
 // makes every rank fail with ErrMismatch naming the two targets, instead of
-// waiting for links that its peers do not open.
+// waiting for links that its peers do not open, and a switch made before
+// the mismatch was found is undone.
 func TestRewireMismatchedTargets(t *testing.T) {
 	base := mustTopo(t, rewireBase)
 	target := mustTopo(t, rewireBase+",circuits=0-1/2-3")
 	other := mustTopo(t, rewireBase+",circuits=0-2/1-3")
+	var applied, rolledBack atomic.Int32
 	errs := runLocal(t, 8, func(ctx context.Context, c *comm.Communicator) error {
 		tg := target
 		if c.Rank() == 3 {
 			tg = other
 		}
-		_, err := c.Rewire(ctx, comm.Rewire{Target: tg})
+		_, err := c.Rewire(ctx, comm.Rewire{Target: tg,
+			Apply:    func(context.Context) error { applied.Add(1); return nil },
+			Rollback: func(context.Context) error { rolledBack.Add(1); return nil }})
 		return err
 	}, comm.WithTopology(base))
 	for r, err := range errs {
 		if !errors.Is(err, comm.ErrMismatch) || !strings.Contains(err.Error(), "Rewire(target digest") {
 			t.Errorf("rank %d: %v, want ErrMismatch naming the rewire", r, err)
 		}
+	}
+	if applied.Load() != rolledBack.Load() {
+		t.Errorf("switched %d times, restored %d times", applied.Load(), rolledBack.Load())
 	}
 }
 
@@ -239,6 +246,9 @@ func rewireWorker(ctx context.Context, c *comm.Communicator, kill bool) error {
 		req := c.RewireAsync(ctx, comm.Rewire{Target: targets[0], Apply: func(context.Context) error {
 			time.Sleep(500 * time.Millisecond)
 			return nil
+		}, Rollback: func(context.Context) error {
+			fmt.Printf("ROLLBACK\n")
+			return nil
 		}})
 		if c.Rank() == victim {
 			time.Sleep(100 * time.Millisecond)
@@ -299,5 +309,8 @@ func TestProcessRewireKilled(t *testing.T) {
 		if !strings.Contains(out.String(), fmt.Sprintf("[%d] FAILED peer=3", r)) {
 			t.Errorf("rank %d did not report rank 3:\n%s", r, out.String())
 		}
+	}
+	if n := strings.Count(out.String(), "ROLLBACK"); n != 1 || !strings.Contains(out.String(), "[0] ROLLBACK") {
+		t.Errorf("rank 0 switched, then the communicator failed: %d rollbacks, want one by rank 0:\n%s", n, out.String())
 	}
 }

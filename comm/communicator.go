@@ -53,6 +53,11 @@ type Communicator struct {
 	localSize int
 
 	conns []transport.Conn // by peer rank; nil at c.rank
+	// retired are the connections the last rewire replaced. They are
+	// closed by the next rewire, while the switch runs, or at shutdown:
+	// closing them as the rewire ends would wake their peers just when
+	// the ranks resume.
+	retired []transport.Conn
 
 	emu    *emu.Fabric            // shapes the connections, if emulating
 	layout atomic.Pointer[layout] // topology, cost model and host groups
@@ -477,6 +482,7 @@ func (c *Communicator) shutdown(ctx context.Context, drain bool) error {
 			conn.Close()
 		}
 	}
+	c.closeRetired()
 	if c.emu != nil {
 		c.emu.Close()
 	}

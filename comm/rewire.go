@@ -36,8 +36,11 @@ import (
 //     old connections (gathered at rank 0, which sends the verdict back),
 //     so that every rank sees the same first failure (skipped when the
 //     switch failed: its broadcast already told everyone);
-//  4. resume: retire the replaced connections, install the new ones, bump
-//     the epoch and swap the topology (and the emulated fabric's).
+//  4. resume: install the new connections, bump the epoch and swap the
+//     topology (and the emulated fabric's); the replaced connections are
+//     closed by the next rewire, during its switch, or when the
+//     communicator closes, so that their peers are not woken as the
+//     ranks resume.
 //
 // If the switch, a connection or a verification fails, every rank returns
 // the same *RewireError, rank 0 restores the previous circuits
@@ -324,6 +327,7 @@ func (c *Communicator) rewire(ctx context.Context, p *opPeers, rw Rewire, times 
 	// attempt's late connections must not be taken for the next one's.
 	c.linkGen++
 	gen := c.linkGen
+	c.closeRetired()
 	changed, planErr := c.rewirePlan(cur.topo, rw.Target)
 	next := newLayout(rw.Target)
 	times.Plan = time.Since(start)
@@ -443,22 +447,29 @@ func (c *Communicator) rewire(ctx context.Context, p *opPeers, rw Rewire, times 
 
 	// Resume on the new topology.
 	step = time.Now()
-	var retired []transport.Conn
 	c.mu.Lock()
 	for r, conn := range conns {
-		retired = append(retired, c.conns[r])
+		c.retired = append(c.retired, c.conns[r])
 		c.conns[r] = conn
 	}
 	c.mu.Unlock()
-	for _, conn := range retired {
-		conn.Close()
-	}
 	c.cfg.topology = rw.Target
 	c.layout.Store(next)
 	c.epoch.Store(epoch)
 	times.Resume = time.Since(step)
 	c.log.Info("occl: rewired", "epoch", epoch, "links", len(conns), "apply", times.Apply, "verify", times.Verify)
 	return nil
+}
+
+// closeRetired closes the connections the previous rewire replaced.
+func (c *Communicator) closeRetired() {
+	c.mu.Lock()
+	old := c.retired
+	c.retired = nil
+	c.mu.Unlock()
+	for _, conn := range old {
+		conn.Close()
+	}
 }
 
 // rollback restores the circuits the fabric held before rw's switch, on

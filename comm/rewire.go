@@ -327,7 +327,6 @@ func (c *Communicator) rewire(ctx context.Context, p *opPeers, rw Rewire, times 
 	// attempt's late connections must not be taken for the next one's.
 	c.linkGen++
 	gen := c.linkGen
-	c.closeRetired()
 	changed, planErr := c.rewirePlan(cur.topo, rw.Target)
 	next := newLayout(rw.Target)
 	times.Plan = time.Since(start)
@@ -335,6 +334,7 @@ func (c *Communicator) rewire(ctx context.Context, p *opPeers, rw Rewire, times 
 
 	// Apply on rank 0 while every rank connects.
 	step := time.Now()
+	c.closeRetired()
 	var (
 		wg       sync.WaitGroup
 		applyErr error

@@ -88,9 +88,21 @@ func run(args []string, stdout, stderr io.Writer) int {
 // layerStats is one layer of one pass, the longest over ranks.
 type layerStats struct {
 	a2a     time.Duration // dispatch + combine
-	total   time.Duration // the reconfiguration, call to done
+	total   time.Duration // the reconfiguration, last rank's call to last rank's end
 	switchT time.Duration // of which the switch
-	exposed time.Duration // waited for it after the computation
+	exposed time.Duration // how much later the last rank started the next all-to-all
+	wait    time.Duration // the longest any rank waited for it after its computation
+}
+
+// layerClock is one rank's wall-clock times (Unix nanoseconds) of a layer,
+// all processes of a loopback run sharing the clock: the layer's
+// statistics compare the last rank's times, because no collective starts
+// before the last rank is ready for it, with or without reconfiguration.
+type layerClock struct {
+	call    int64 // called ReconfigureAsync
+	end     int64 // its communicator finished the reconfiguration
+	ready   int64 // finished the computation
+	resumed int64 // the reconfiguration was done, the all-to-all could start
 }
 
 func worker(cfg config, stdout io.Writer) error {
@@ -144,14 +156,14 @@ func worker(cfg config, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "# layer  hot  a2a static  a2a reconf  speedup  reconf total  switch   hidden  exposed\n")
-	fmt.Fprintf(stdout, "#                    (ms)        (ms)                   (ms)    (ms)     (ms)     (ms)\n")
+	fmt.Fprintf(stdout, "# layer  hot  a2a static  a2a reconf  speedup  reconf total  switch   hidden  exposed  max wait\n")
+	fmt.Fprintf(stdout, "#                    (ms)        (ms)                   (ms)    (ms)     (ms)     (ms)      (ms)\n")
 	var sumS, sumD, sumExp time.Duration
 	for l := range static {
 		s, d := static[l], dynamic[l]
-		hidden := d.total - d.exposed
-		fmt.Fprintf(stdout, "%7d %4d %11.2f %11.2f %8.2f %13.2f %7.2f %8.2f %8.3f\n", l, hot(l, n), ms(s.a2a), ms(d.a2a),
-			float64(s.a2a)/float64(max(d.a2a, 1)), ms(d.total), ms(d.switchT), ms(hidden), ms(d.exposed))
+		hidden := max(d.total-d.exposed, 0)
+		fmt.Fprintf(stdout, "%7d %4d %11.2f %11.2f %8.2f %13.2f %7.2f %8.2f %8.3f %9.3f\n", l, hot(l, n), ms(s.a2a), ms(d.a2a),
+			float64(s.a2a)/float64(max(d.a2a, 1)), ms(d.total), ms(d.switchT), ms(hidden), ms(d.exposed), ms(d.wait))
 		sumS += s.a2a
 		sumD += d.a2a
 		sumExp += d.exposed
@@ -206,21 +218,22 @@ func plan(base *topo.Topology, demand [][]int) (*topo.Topology, error) {
 func pass(ctx context.Context, c *comm.Communicator, cfg config, demands [][][]int, targets []*topo.Topology, ctl reconfig.Controller) ([]layerStats, error) {
 	n, rank := c.Size(), c.Rank()
 	stats := make([]layerStats, len(demands))
+	clocks := make([]layerClock, len(demands))
 	for l, dem := range demands {
 		var h *reconfig.Handle
+		call := time.Now()
 		if targets != nil {
 			h = reconfig.ReconfigureAsync(ctx, []*comm.Communicator{c}, targets[l], reconfig.WithController(ctl))
 		}
 		time.Sleep(cfg.compute) // the previous layer's experts, or attention
-		var res reconfig.Result
+		ready := time.Now()
 		if h != nil {
-			waitStart := time.Now()
-			var err error
-			if res, err = h.Wait(ctx); err != nil {
+			res, err := h.Wait(ctx)
+			if err != nil {
 				return nil, fmt.Errorf("layer %d: %w", l, err)
 			}
-			stats[l].exposed = time.Since(waitStart)
-			stats[l].total = res.Times[0].Total
+			clocks[l] = layerClock{call: call.UnixNano(), end: call.Add(res.Times[0].Total).UnixNano(),
+				ready: ready.UnixNano(), resumed: time.Now().UnixNano()}
 			stats[l].switchT = res.Switch
 		}
 		sc, sd, rc, rd := layout(dem, rank, n)
@@ -249,16 +262,20 @@ func pass(ctx context.Context, c *comm.Communicator, cfg config, demands [][][]i
 		}
 		stats[l].a2a = d1 + time.Since(t1)
 	}
-	// The longest over ranks, per layer.
-	flat := make([]int64, 4*len(stats))
+	// The longest (or latest) over ranks, per layer.
+	const k = 7
+	flat := make([]int64, k*len(stats))
 	for l, s := range stats {
-		flat[4*l], flat[4*l+1], flat[4*l+2], flat[4*l+3] = int64(s.a2a), int64(s.total), int64(s.switchT), int64(s.exposed)
+		t := clocks[l]
+		copy(flat[k*l:], []int64{int64(s.a2a), int64(s.switchT), t.call, t.end, t.ready, t.resumed, t.resumed - t.ready})
 	}
 	if err := comm.AllReduce(ctx, c, flat, flat, comm.Max); err != nil {
 		return nil, err
 	}
 	for l := range stats {
-		stats[l] = layerStats{time.Duration(flat[4*l]), time.Duration(flat[4*l+1]), time.Duration(flat[4*l+2]), time.Duration(flat[4*l+3])}
+		f := flat[k*l : k*(l+1)]
+		stats[l] = layerStats{a2a: time.Duration(f[0]), switchT: time.Duration(f[1]),
+			total: time.Duration(max(f[3]-f[2], 0)), exposed: time.Duration(max(f[5]-f[4], 0)), wait: time.Duration(f[6])}
 	}
 	return stats, nil
 }

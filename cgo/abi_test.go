@@ -12,21 +12,17 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/occl/occl/internal/clib"
 )
 
 // The tests build liboccl.so with the documented command and drive it from
 // C programs compiled with the system's C compiler.
 
 // lib is the library built for this test binary.
-var lib struct {
-	once sync.Once
-	dir  string
-	err  error
-}
+var lib = clib.Lib{Root: "..", Pattern: "liboccl"}
 
 // buildLib builds liboccl.so and liboccl.h into a temporary directory, once
 // per test binary, and returns the directory. It skips the test without a C
@@ -36,45 +32,12 @@ func buildLib(t *testing.T) string {
 	if _, err := exec.LookPath("gcc"); err != nil {
 		t.Skip("gcc not found: the C ABI tests need a C compiler (apt-get install -y gcc)")
 	}
-	lib.once.Do(func() {
-		lib.dir, lib.err = os.MkdirTemp("", "liboccl")
-		if lib.err != nil {
-			return
-		}
-		lib.err = buildLibrary("..", filepath.Join(lib.dir, "liboccl.so"))
-	})
-	if lib.err != nil {
-		t.Fatal(lib.err)
-	}
-	return lib.dir
-}
-
-// buildLibrary runs the documented build command, go build
-// -buildmode=c-shared -o OUT ./cgo, in the repository at root. Under
-// go test ./... the test binaries of several packages build the library at
-// the same time; a lock file makes them take turns, so that a cold build
-// cache (c-shared recompiles every package) is filled once and the others
-// only link.
-func buildLibrary(root, out string) error {
-	if lock, err := os.OpenFile(filepath.Join(os.TempDir(), "occl-c-shared-build.lock"), os.O_CREATE|os.O_RDWR, 0o666); err == nil {
-		defer lock.Close()
-		if syscall.Flock(int(lock.Fd()), syscall.LOCK_EX) == nil {
-			defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
-		}
-	}
-	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", out, "./cgo")
-	cmd.Dir = root
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build -buildmode=c-shared -o %s ./cgo: %v\n%s", out, err, b)
-	}
-	return nil
+	return lib.Dir(t)
 }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if lib.dir != "" {
-		os.RemoveAll(lib.dir)
-	}
+	lib.Cleanup()
 	os.Exit(code)
 }
 

@@ -15,11 +15,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/occl/occl/bench/launch"
+	"github.com/occl/occl/internal/clib"
 	"github.com/occl/occl/reconfig"
 	"github.com/occl/occl/topo"
 )
@@ -31,11 +31,8 @@ import (
 // which sets OCCL_RANK, OCCL_WORLD_SIZE and OCCL_UNIQUE_ID for
 // occlCommInitFromEnv.
 
-var build struct {
-	once sync.Once
-	dir  string
-	err  error
-}
+// build is the library and the programs built for this test binary.
+var build = clib.Lib{Root: "../..", Pattern: "occl-c", Then: compile}
 
 // programs are the C programs of this directory.
 var programs = []string{"allreduce", "alltoallv", "errors", "reconfigure", "bench"}
@@ -47,24 +44,14 @@ func binaries(t *testing.T) string {
 	if _, err := exec.LookPath("gcc"); err != nil {
 		t.Skip("gcc not found: the C examples need a C compiler (apt-get install -y gcc)")
 	}
-	build.once.Do(func() { build.dir, build.err = buildAll() })
-	if build.err != nil {
-		t.Fatal(build.err)
-	}
-	return build.dir
+	return build.Dir(t)
 }
 
-func buildAll() (string, error) {
-	dir, err := os.MkdirTemp("", "occl-c")
-	if err != nil {
-		return "", err
-	}
+// compile compiles the programs against the library in dir, into dir.
+func compile(dir string) error {
 	root, err := filepath.Abs("../..")
 	if err != nil {
-		return "", err
-	}
-	if err := buildLibrary(root, filepath.Join(dir, "liboccl.so")); err != nil {
-		return "", err
+		return err
 	}
 	var wg sync.WaitGroup
 	errs := make([]error, len(programs))
@@ -83,38 +70,15 @@ func buildAll() (string, error) {
 	wg.Wait()
 	for _, err := range errs {
 		if err != nil {
-			return "", err
+			return err
 		}
-	}
-	return dir, nil
-}
-
-// buildLibrary runs the documented build command, go build
-// -buildmode=c-shared -o OUT ./cgo, in the repository at root. Under
-// go test ./... the test binaries of several packages build the library at
-// the same time; a lock file makes them take turns, so that a cold build
-// cache (c-shared recompiles every package) is filled once and the others
-// only link.
-func buildLibrary(root, out string) error {
-	if lock, err := os.OpenFile(filepath.Join(os.TempDir(), "occl-c-shared-build.lock"), os.O_CREATE|os.O_RDWR, 0o666); err == nil {
-		defer lock.Close()
-		if syscall.Flock(int(lock.Fd()), syscall.LOCK_EX) == nil {
-			defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
-		}
-	}
-	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", out, "./cgo")
-	cmd.Dir = root
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build -buildmode=c-shared -o %s ./cgo: %v\n%s", out, err, b)
 	}
 	return nil
 }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if build.dir != "" {
-		os.RemoveAll(build.dir)
-	}
+	build.Cleanup()
 	os.Exit(code)
 }
 

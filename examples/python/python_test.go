@@ -14,11 +14,11 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/occl/occl/bench/launch"
+	"github.com/occl/occl/internal/clib"
 )
 
 // The tests run the Python examples with Debian's /usr/bin/python3 (which
@@ -27,11 +27,8 @@ import (
 
 const python = "/usr/bin/python3"
 
-var build struct {
-	once sync.Once
-	dir  string
-	err  error
-}
+// lib is the library built for this test binary.
+var lib = clib.Lib{Root: "../..", Pattern: "occl-py"}
 
 // setup skips without a Python that can import the modules, and returns
 // the directory of liboccl.so.
@@ -45,17 +42,7 @@ func setup(t *testing.T, modules ...string) string {
 			t.Skipf("%s cannot import %s (apt-get install -y python3-torch): %v\n%s", python, m, err, lastLine(out))
 		}
 	}
-	build.once.Do(func() {
-		build.dir, build.err = os.MkdirTemp("", "occl-py")
-		if build.err != nil {
-			return
-		}
-		build.err = buildLibrary("../..", filepath.Join(build.dir, "liboccl.so"))
-	})
-	if build.err != nil {
-		t.Fatal(build.err)
-	}
-	return build.dir
+	return lib.Dir(t)
 }
 
 func lastLine(b []byte) string {
@@ -63,32 +50,9 @@ func lastLine(b []byte) string {
 	return lines[len(lines)-1]
 }
 
-// buildLibrary runs the documented build command, go build
-// -buildmode=c-shared -o OUT ./cgo, in the repository at root. Under
-// go test ./... the test binaries of several packages build the library at
-// the same time; a lock file makes them take turns, so that a cold build
-// cache (c-shared recompiles every package) is filled once and the others
-// only link.
-func buildLibrary(root, out string) error {
-	if lock, err := os.OpenFile(filepath.Join(os.TempDir(), "occl-c-shared-build.lock"), os.O_CREATE|os.O_RDWR, 0o666); err == nil {
-		defer lock.Close()
-		if syscall.Flock(int(lock.Fd()), syscall.LOCK_EX) == nil {
-			defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
-		}
-	}
-	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", out, "./cgo")
-	cmd.Dir = root
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build -buildmode=c-shared -o %s ./cgo: %v\n%s", out, err, b)
-	}
-	return nil
-}
-
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if build.dir != "" {
-		os.RemoveAll(build.dir)
-	}
+	lib.Cleanup()
 	os.Exit(code)
 }
 

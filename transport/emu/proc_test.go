@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/occl/occl/internal/proctest"
 	"github.com/occl/occl/topo"
 	"github.com/occl/occl/transport"
 	"github.com/occl/occl/transport/emu"
@@ -43,14 +44,7 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	if mode := os.Getenv(envChild); mode != "" {
-		if err := child(mode); err != nil {
-			fmt.Fprintln(os.Stderr, "child:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
+	proctest.Main(m, envChild, child)
 }
 
 func child(mode string) error {
@@ -116,13 +110,10 @@ func child(mode string) error {
 	return c.Recv(ctx, hdr(seqBye), one[:])
 }
 
-// startChild runs the test binary as a child process in mode.
-func startChild(t *testing.T, mode string, env ...string) *exec.Cmd {
-	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), append([]string{envChild + "=" + mode}, env...)...)
-	cmd.Stderr = os.Stderr
-	return cmd
+// childCommand returns a command, not yet started, that runs the test
+// binary as a child process in mode.
+func childCommand(mode string, env ...string) *exec.Cmd {
+	return proctest.Command(append([]string{envChild + "=" + mode}, env...)...)
 }
 
 // TestCrossProcessSharedNIC: two processes playing two ranks of one
@@ -146,30 +137,17 @@ func TestCrossProcessSharedNIC(t *testing.T) {
 	peerOf := map[int]int{0: 2, 1: 4}
 	var cmds []*exec.Cmd
 	for _, r := range []int{0, 1} {
-		cmd := startChild(t, "send", envAddr+"="+ln.Addr().String(), envKey+"="+key, envDir+"="+dir,
+		cmd := childCommand("send", envAddr+"="+ln.Addr().String(), envKey+"="+key, envDir+"="+dir,
 			envRank+"="+strconv.Itoa(r), envPeer+"="+strconv.Itoa(peerOf[r]), envSpec+"="+spec)
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			cmd.Process.Kill()
-			cmd.Wait()
-		})
+		proctest.Start(t, cmd)
 		cmds = append(cmds, cmd)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	conns := map[int]*emu.Conn{}
 	for range 2 {
-		a, err := ln.Accept(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		inner, err := tcp.NewConn([]*net.TCPConn{a.Conn}, tcp.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		from := a.Hello.From
+		inner, hello := proctest.Accept(ctx, t, ln)
+		from := hello.From
 		c, err := f.Wrap(inner, peerOf[from], from)
 		if err != nil {
 			t.Fatal(err)
@@ -234,18 +212,12 @@ func TestStaleTables(t *testing.T) {
 	const spec = "hosts=2x2"
 	dir := t.TempDir()
 	key := newKey()
-	cmd := startChild(t, "hold", envKey+"="+key, envDir+"="+dir, envSpec+"="+spec)
+	cmd := childCommand("hold", envKey+"="+key, envDir+"="+dir, envSpec+"="+spec)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	}()
+	proctest.Start(t, cmd)
 	line, err := bufio.NewReader(out).ReadString('\n')
 	if err != nil || line != "ready\n" {
 		t.Fatalf("child said %q, %v", line, err)

@@ -24,6 +24,7 @@ import (
 
 	"github.com/occl/occl/bench/launch"
 	"github.com/occl/occl/comm"
+	"github.com/occl/occl/internal/proctest"
 	"github.com/occl/occl/internal/reference"
 	"github.com/occl/occl/topo"
 	"github.com/occl/occl/transport"
@@ -153,32 +154,10 @@ func startChild(t *testing.T, mode string, env ...string) (*rdma.Conn, *exec.Cmd
 		t.Setenv("OCCL_IB_EMULATE", "1")
 	}
 	id := uint64(time.Now().UnixNano())<<8 | 0x7
-	ln, err := tcp.Listen("127.0.0.1:0", testSecret, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(append(os.Environ(), envWorker+"="+mode, envAddr+"="+ln.Addr().String(),
-		envComm+"="+strconv.FormatUint(id, 16)), env...)
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	a, err := ln.Accept(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctl, err := tcp.NewConn([]*net.TCPConn{a.Conn}, tcp.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctl, cmd := proctest.StartChild(ctx, t, testSecret, envAddr,
+		append([]string{envWorker + "=" + mode, envComm + "=" + strconv.FormatUint(id, 16)}, env...)...)
 	cfg, err := rdma.ConfigFromEnv(rdma.Config{Comm: id, Epoch: 1, Self: 0, Peer: 1})
 	if err != nil {
 		t.Fatal(err)

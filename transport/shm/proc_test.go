@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/occl/occl/internal/proctest"
 	"github.com/occl/occl/transport"
 	"github.com/occl/occl/transport/shm"
 	"github.com/occl/occl/transport/tcp"
@@ -50,14 +51,7 @@ var testSecret = []byte("0123456789abcdef")
 const procFrames = 300
 
 func TestMain(m *testing.M) {
-	if mode := os.Getenv(envChild); mode != "" {
-		if err := child(mode); err != nil {
-			fmt.Fprintln(os.Stderr, "child:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
+	proctest.Main(m, envChild, child)
 }
 
 func child(mode string) error {
@@ -156,36 +150,14 @@ func startChild(t testing.TB, mode string) (*shm.Conn, *exec.Cmd, uint64) {
 func startChildWith(t testing.TB, mode string, cc childConfig) (*shm.Conn, *exec.Cmd, uint64) {
 	t.Helper()
 	comm := uint64(time.Now().UnixNano())<<8 | 0x5
-	ln, err := tcp.Listen("127.0.0.1:0", testSecret, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	noCMA := "0"
 	if cc.noCMA {
 		noCMA = "1"
 	}
-	cmd.Env = append(os.Environ(), envChild+"="+mode, envAddr+"="+ln.Addr().String(), envComm+"="+strconv.FormatUint(comm, 16),
-		envCap+"="+strconv.Itoa(cc.capacity), envNoCMA+"="+noCMA, envThr+"="+strconv.Itoa(cc.threshold))
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	a, err := ln.Accept(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctl, err := tcp.NewConn([]*net.TCPConn{a.Conn}, tcp.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctl, cmd := proctest.StartChild(ctx, t, testSecret, envAddr, envChild+"="+mode, envComm+"="+strconv.FormatUint(comm, 16),
+		envCap+"="+strconv.Itoa(cc.capacity), envNoCMA+"="+noCMA, envThr+"="+strconv.Itoa(cc.threshold))
 	cfg := shm.Config{Comm: comm, Epoch: 1, Self: 0, Peer: 1}
 	cc.apply(&cfg)
 	c, err := shm.Connect(ctx, ctl, cfg)
@@ -352,8 +324,7 @@ func TestPeerKilledMidTransfer(t *testing.T) {
 // deadPID returns the pid of a process that has exited and been reaped.
 func deadPID(t *testing.T) int {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), envChild+"=exit")
+	cmd := proctest.Command(envChild + "=exit")
 	if err := cmd.Run(); err != nil {
 		t.Fatal(err)
 	}

@@ -53,6 +53,10 @@ type Communicator struct {
 	localSize int
 
 	conns []transport.Conn // by peer rank; nil at c.rank
+	// fabricRanks maps this communicator's ranks to those of the one
+	// Init or NewLocal made, whose topology is the whole fabric's (nil:
+	// this is that communicator).
+	fabricRanks []int
 	// retired are the connections the last rewire replaced. They are
 	// closed by the next rewire, while the switch runs, or at shutdown:
 	// closing them as the rewire ends would wake their peers just when

@@ -70,6 +70,13 @@ type Rewire struct {
 	// operation's deadline), so that the ranks still have time to agree
 	// on the outcome and keep the communicator when the switch is slow.
 	ApplyTimeout time.Duration
+	// Switched, if set, waits until another communicator's rewire has
+	// switched the fabric (Apply is then nil): a sub-communicator runs
+	// its rewire on circuits its parent switched. It runs on the worker,
+	// so operations issued after RewireAsync still wait. An error means
+	// the switch did not happen: every rank returns a *RewireError of
+	// step "switch" carrying it, and nothing changes.
+	Switched func(ctx context.Context) error
 }
 
 // RewireTimes records how long each step of a rewire took on this rank.
@@ -101,7 +108,9 @@ type RewireTimes struct {
 type RewireError struct {
 	// Rank is the rank where the step failed.
 	Rank int
-	// Step is "plan", "apply", "connect" or "verify".
+	// Step is "plan", "apply", "connect" or "verify"; "switch" when the
+	// fabric was to be switched by another communicator (Rewire.Switched)
+	// and was not, Rank being then -1.
 	Step string
 	// Reason describes the failure, the same text on every rank.
 	Reason string
@@ -113,6 +122,9 @@ type RewireError struct {
 
 func (e *RewireError) Error() string {
 	s := fmt.Sprintf("occl: rewire: %s failed on rank %d: %s", e.Step, e.Rank, e.Reason)
+	if e.Rank < 0 {
+		s = fmt.Sprintf("occl: rewire: %s failed: %s", e.Step, e.Reason)
+	}
 	if e.RolledBack {
 		s += " (previous circuits restored)"
 	}
@@ -309,6 +321,11 @@ func fanIn(ctx context.Context, p *opPeers, step uint32, into func(int) []byte) 
 
 // rewire runs the steps on the worker.
 func (c *Communicator) rewire(ctx context.Context, p *opPeers, rw Rewire, times *RewireTimes) (err error) {
+	if rw.Switched != nil {
+		if err := rw.Switched(ctx); err != nil {
+			return &RewireError{Rank: -1, Step: "switch", Reason: err.Error(), err: err}
+		}
+	}
 	start := time.Now()
 	// The new links are not among the connections a failure closes: stop
 	// waiting on them when the communicator fails.

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"syscall"
 	"testing"
@@ -120,11 +121,35 @@ func worker(name string) error {
 				time.Sleep(10 * time.Millisecond)
 			}
 		}
-		if _, err := reconfig.Reconfigure(ctx, []*comm.Communicator{c}, pairs, opts...); err != nil {
+		comms := []*comm.Communicator{c}
+		if name == "ok" {
+			// With a sub-communicator of two hosts, rewired onto its part.
+			child, err := c.Split(ctx, c.Rank()/2, 0)
+			if err != nil {
+				return err
+			}
+			defer child.Close()
+			comms = append(comms, child)
+		}
+		if _, err := reconfig.Reconfigure(ctx, comms, pairs, opts...); err != nil {
 			return err
 		}
 		if c.Epoch() != 2 || len(c.Topology().Circuits) != 4 {
 			return fmt.Errorf("epoch %d, %d circuits", c.Epoch(), len(c.Topology().Circuits))
+		}
+		if len(comms) == 2 {
+			child := comms[1]
+			want := pairs.Subset(child.FabricRanks())
+			if child.Epoch() != 1 || len(want.Circuits) != 2 || !reflect.DeepEqual(child.Topology().Circuits, want.Circuits) {
+				return fmt.Errorf("sub-communicator: epoch %d, circuits %v, want %v", child.Epoch(), child.Topology().Circuits, want.Circuits)
+			}
+			x := []int64{int64(c.Rank())}
+			if err := comm.AllReduce(ctx, child, x, x, comm.Sum); err != nil {
+				return err
+			}
+			if want := int64(c.Rank()/2*4 + 1); x[0] != want {
+				return fmt.Errorf("sub-communicator allreduce %d, want %d", x[0], want)
+			}
 		}
 	case "fail":
 		_, err := reconfig.Reconfigure(ctx, []*comm.Communicator{c}, ring, opts...)

@@ -125,7 +125,10 @@ func (h *Handle) Wait(ctx context.Context) (Result, error) {
 // Reconfigure rewires the communicators to target and returns when they
 // run on it. It is collective: every rank of every communicator calls it
 // with the same target. comms are this process's communicators that use
-// the fabric (all ranks of them for in-process communicators).
+// the fabric (all ranks of them for in-process communicators): the ones
+// Init or NewLocal made, whose topology is the fabric's and whose rewire
+// switches it, and any sub-communicators made from them by Split, which
+// are rewired onto their part of target once the switch is done.
 func Reconfigure(ctx context.Context, comms []*comm.Communicator, target *topo.Topology, opts ...Option) (Result, error) {
 	return ReconfigureAsync(ctx, comms, target, opts...).Wait(ctx)
 }
@@ -133,6 +136,19 @@ func Reconfigure(ctx context.Context, comms []*comm.Communicator, target *topo.T
 // ReconfigureAsync starts Reconfigure and returns at once, so that the
 // switch overlaps with computation. Operations issued on the communicators
 // afterwards run once the reconfiguration is done.
+//
+// The communicators that span the fabric are rewired together: rank 0 of
+// each calls the controller (under one request id, so the switch happens
+// once). Every sub-communicator queues its rewire at once, so that its
+// later operations wait too, and runs it when this process's spanning
+// communicators have switched: it opens the new connections among its own
+// ranks, checks them and agrees on the outcome, without calling the
+// controller. If the switch fails, every communicator keeps its topology
+// and returns an error wrapping comm.ErrRewire. A sub-communicator whose
+// own rewire fails after the switch keeps its previous topology (its
+// ranks all get the same error, the others do not fail): on a real fabric
+// its paths over circuits that are gone then fail like broken links, so
+// reconfigure again or split again.
 func ReconfigureAsync(ctx context.Context, comms []*comm.Communicator, target *topo.Topology, opts ...Option) *Handle {
 	var o options
 	for _, f := range opts {
@@ -154,14 +170,41 @@ func ReconfigureAsync(ctx context.Context, comms []*comm.Communicator, target *t
 	if err != nil {
 		return fail(fmt.Errorf("reconfig: target: %w", err))
 	}
+	// Which communicators switch the fabric, and the others' targets.
+	spans := make([]bool, len(comms))
+	parts := make([]*topo.Topology, len(comms))
+	first := -1
+	for i, c := range comms {
+		fr := c.FabricRanks()
+		spans[i] = len(fr) == len(target.Ranks)
+		for r, f := range fr {
+			if f < 0 || f >= len(target.Ranks) {
+				return fail(fmt.Errorf("reconfig: communicator %016x has rank %d of a fabric of %d ranks; the target has %d",
+					c.ID(), f, len(fr), len(target.Ranks)))
+			}
+			spans[i] = spans[i] && f == r
+		}
+		if spans[i] {
+			parts[i] = target
+			if first < 0 {
+				first = i
+			}
+		} else {
+			parts[i] = target.Subset(fr)
+		}
+	}
+	if first < 0 {
+		return fail(fmt.Errorf("reconfig: none of the %d communicators spans the fabric's %d ranks: pass the one Init made with its sub-communicators",
+			len(comms), len(target.Ranks)))
+	}
 	id := o.id
 	if id == "" {
-		id = requestID(comms[0], connects)
+		id = requestID(comms[first], connects)
 	}
 	h.res.RequestID = id
 	var apply, rollback func(context.Context) error
 	if o.ctl != nil {
-		prev := comms[0].Topology()
+		prev := comms[first].Topology()
 		var previous [][2]int
 		if prev != nil {
 			if previous, err = CrossConnects(prev); err != nil {
@@ -183,14 +226,38 @@ func ReconfigureAsync(ctx context.Context, comms []*comm.Communicator, target *t
 			return err
 		}
 	}
-	for _, c := range comms {
-		h.reqs = append(h.reqs, c.RewireAsync(ctx, comm.Rewire{Target: target, Apply: apply, Rollback: rollback, ApplyTimeout: o.applyTimeout}))
+	switched := make(chan struct{})
+	var switchErr error
+	waitSwitch := func(ctx context.Context) error {
+		select {
+		case <-switched:
+			return switchErr
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	h.reqs = make([]*comm.RewireRequest, len(comms))
+	for i, c := range comms {
+		if spans[i] {
+			h.reqs[i] = c.RewireAsync(ctx, comm.Rewire{Target: target, Apply: apply, Rollback: rollback, ApplyTimeout: o.applyTimeout})
+		}
+	}
+	for i, c := range comms {
+		if !spans[i] {
+			h.reqs[i] = c.RewireAsync(ctx, comm.Rewire{Target: parts[i], Switched: waitSwitch})
+		}
 	}
 	go func() {
 		defer close(h.done)
-		for _, r := range h.reqs {
-			<-r.Done()
+		for i, r := range h.reqs {
+			if spans[i] {
+				if _, err := r.Wait(context.Background()); err != nil && switchErr == nil {
+					switchErr = err
+				}
+			}
 		}
+		close(switched)
+		h.err = switchErr
 		for _, r := range h.reqs {
 			t, err := r.Wait(context.Background())
 			h.res.Times = append(h.res.Times, t)

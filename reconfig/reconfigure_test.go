@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -195,6 +196,122 @@ func soakRank(ctx context.Context, c *comm.Communicator, n int, targets []*topo.
 		}
 		if c.Epoch() != uint32(i+1) {
 			return fmt.Errorf("epoch %d after %d reconfigurations", c.Epoch(), i+1)
+		}
+	}
+	return nil
+}
+
+// TestReconfigureSubCommunicators reconfigures a communicator together with
+// sub-communicators split from it, each rank as its own process would: the
+// fabric is switched once, every sub-communicator runs on its part of the
+// target, operations issued meanwhile run after the rewire, and a failed
+// switch leaves all of them where they were.
+func TestReconfigureSubCommunicators(t *testing.T) {
+	world, err := comm.NewLocal(8, comm.WithTopology(spec(t, base)), comm.WithEmulation(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	children := make([]*comm.Communicator, len(world))
+	defer func() {
+		for i := range world {
+			if children[i] != nil {
+				children[i].Close()
+			}
+			world[i].Close()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	each := func(fn func(r int, c *comm.Communicator) error) {
+		t.Helper()
+		errs := make([]error, len(world))
+		var wg sync.WaitGroup
+		for r, c := range world {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[r] = fn(r, c)
+			}()
+		}
+		wg.Wait()
+		for r, err := range errs {
+			if err != nil {
+				t.Fatalf("rank %d: %v", r, err)
+			}
+		}
+	}
+	// One rank per host in each child: their links between hosts follow
+	// the circuits.
+	each(func(r int, c *comm.Communicator) (err error) {
+		children[r], err = c.Split(ctx, r%2, r)
+		return err
+	})
+	ctl := &fakeController{delay: 2 * time.Millisecond}
+	target := spec(t, base+",circuits=0-1/0-1/2-3/2-3")
+	each(func(r int, c *comm.Communicator) error {
+		child := children[r]
+		if fr := child.FabricRanks(); len(fr) != 4 || fr[child.Rank()] != r {
+			return fmt.Errorf("child fabric ranks %v", fr)
+		}
+		h := reconfig.ReconfigureAsync(ctx, []*comm.Communicator{c, child}, target,
+			reconfig.WithController(ctl), reconfig.WithRequestID("sub-1"))
+		// Issued while the reconfiguration runs: waits for the child's
+		// rewire and runs on its new links.
+		if err := checkedAllToAll(ctx, child); err != nil {
+			return err
+		}
+		res, err := h.Wait(ctx)
+		if err != nil {
+			return err
+		}
+		want := target.Subset(child.FabricRanks())
+		if len(res.Times) != 2 || res.Times[1].Links == 0 || c.Epoch() != 1 || child.Epoch() != 1 || len(want.Circuits) == 0 ||
+			!reflect.DeepEqual(child.Topology().Circuits, want.Circuits) {
+			return fmt.Errorf("after the reconfiguration: epochs %d/%d, child circuits %v, want %v",
+				c.Epoch(), child.Epoch(), child.Topology().Circuits, want.Circuits)
+		}
+		return checkedAllToAll(ctx, c)
+	})
+	if len(ctl.calls) != 1 {
+		t.Fatalf("%d switch requests, want 1", len(ctl.calls))
+	}
+
+	ctl.err = errors.New("port 3 failed")
+	each(func(r int, c *comm.Communicator) error {
+		child := children[r]
+		before := child.Topology().Circuits
+		_, err := reconfig.Reconfigure(ctx, []*comm.Communicator{c, child}, spec(t, base),
+			reconfig.WithController(ctl), reconfig.WithRequestID("sub-2"))
+		if !errors.Is(err, comm.ErrRewire) || !strings.Contains(err.Error(), "port 3 failed") {
+			return fmt.Errorf("failed switch: %v", err)
+		}
+		if c.Epoch() != 1 || child.Epoch() != 1 || !reflect.DeepEqual(child.Topology().Circuits, before) {
+			return fmt.Errorf("after a failed switch: epochs %d/%d", c.Epoch(), child.Epoch())
+		}
+		// The sub-communicator's own error says the switch did not happen.
+		_, err = reconfig.Reconfigure(ctx, []*comm.Communicator{child}, target)
+		if err == nil || !strings.Contains(err.Error(), "spans the fabric") {
+			return fmt.Errorf("without the spanning communicator: %v", err)
+		}
+		return checkedAllToAll(ctx, child)
+	})
+}
+
+// checkedAllToAll runs an AllToAll on c and checks every element.
+func checkedAllToAll(ctx context.Context, c *comm.Communicator) error {
+	size, rank := c.Size(), c.Rank()
+	send, recv := make([]int32, size*5), make([]int32, size*5)
+	for j := range send {
+		send[j] = int32(rank*1000 + j)
+	}
+	if err := comm.AllToAll(ctx, c, send, recv); err != nil {
+		return err
+	}
+	for src := 0; src < size; src++ {
+		for j := 0; j < 5; j++ {
+			if got, want := recv[src*5+j], int32(src*1000+rank*5+j); got != want {
+				return fmt.Errorf("alltoall: element %d from rank %d is %d, want %d", j, src, got, want)
+			}
 		}
 	}
 	return nil

@@ -142,21 +142,9 @@ func TestSoak(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	ctl := &fakeController{}
-	var wg sync.WaitGroup
-	errs := make([]error, len(comms))
-	for r, c := range comms {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[r] = soakRank(ctx, c, n, targets, ctl)
-		}()
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
+	eachRank(t, comms, func(_ int, c *comm.Communicator) error {
+		return soakRank(ctx, c, n, targets, ctl)
+	})
 	if len(ctl.calls) != n {
 		t.Fatalf("%d switch requests for %d reconfigurations", len(ctl.calls), n)
 	}
@@ -222,33 +210,15 @@ func TestReconfigureSubCommunicators(t *testing.T) {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	each := func(fn func(r int, c *comm.Communicator) error) {
-		t.Helper()
-		errs := make([]error, len(world))
-		var wg sync.WaitGroup
-		for r, c := range world {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				errs[r] = fn(r, c)
-			}()
-		}
-		wg.Wait()
-		for r, err := range errs {
-			if err != nil {
-				t.Fatalf("rank %d: %v", r, err)
-			}
-		}
-	}
 	// One rank per host in each child: their links between hosts follow
 	// the circuits.
-	each(func(r int, c *comm.Communicator) (err error) {
+	eachRank(t, world, func(r int, c *comm.Communicator) (err error) {
 		children[r], err = c.Split(ctx, r%2, r)
 		return err
 	})
 	ctl := &fakeController{delay: 2 * time.Millisecond}
 	target := spec(t, base+",circuits=0-1/0-1/2-3/2-3")
-	each(func(r int, c *comm.Communicator) error {
+	eachRank(t, world, func(r int, c *comm.Communicator) error {
 		child := children[r]
 		if fr := child.FabricRanks(); len(fr) != 4 || fr[child.Rank()] != r {
 			return fmt.Errorf("child fabric ranks %v", fr)
@@ -277,7 +247,7 @@ func TestReconfigureSubCommunicators(t *testing.T) {
 	}
 
 	ctl.err = errors.New("port 3 failed")
-	each(func(r int, c *comm.Communicator) error {
+	eachRank(t, world, func(r int, c *comm.Communicator) error {
 		child := children[r]
 		before := child.Topology().Circuits
 		_, err := reconfig.Reconfigure(ctx, []*comm.Communicator{c, child}, spec(t, base),
@@ -315,4 +285,26 @@ func checkedAllToAll(ctx context.Context, c *comm.Communicator) error {
 		}
 	}
 	return nil
+}
+
+// eachRank runs fn for every rank of an in-process communicator, each on
+// its own goroutine as each in its own process, and fails the test with
+// the first rank's error.
+func eachRank(t *testing.T, comms []*comm.Communicator, fn func(r int, c *comm.Communicator) error) {
+	t.Helper()
+	errs := make([]error, len(comms))
+	var wg sync.WaitGroup
+	for r, c := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = fn(r, c)
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
 }

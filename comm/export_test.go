@@ -26,3 +26,11 @@ func LeavePendingPipe(c *Communicator, gen, peer int) {
 	a, b := mem.Pipe(mem.DefaultCapacity)
 	g.pending[[3]int{gen, min(c.rank, peer), max(c.rank, peer)}] = [2]transport.Conn{a, b}
 }
+
+// RetiredConns returns the connections c's last rewire replaced, still
+// open until the next rewire or Close.
+func RetiredConns(c *Communicator) []transport.Conn {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]transport.Conn(nil), c.retired...)
+}

@@ -321,14 +321,9 @@ func fanIn(ctx context.Context, p *opPeers, step uint32, into func(int) []byte) 
 
 // rewire runs the steps on the worker.
 func (c *Communicator) rewire(ctx context.Context, p *opPeers, rw Rewire, times *RewireTimes) (err error) {
-	if rw.Switched != nil {
-		if err := rw.Switched(ctx); err != nil {
-			return &RewireError{Rank: -1, Step: "switch", Reason: err.Error(), err: err}
-		}
-	}
-	start := time.Now()
-	// The new links are not among the connections a failure closes: stop
-	// waiting on them when the communicator fails.
+	// The new links, and another communicator's switch, are not among
+	// the things a failure closes: stop waiting on them when the
+	// communicator fails.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -338,6 +333,15 @@ func (c *Communicator) rewire(ctx context.Context, p *opPeers, rw Rewire, times 
 		case <-ctx.Done():
 		}
 	}()
+	if rw.Switched != nil {
+		if err := rw.Switched(ctx); err != nil {
+			if pe := c.failErr.Load(); pe != nil {
+				return pe
+			}
+			return &RewireError{Rank: -1, Step: "switch", Reason: err.Error(), err: err}
+		}
+	}
+	start := time.Now()
 	cur := c.lay()
 	epoch := c.epoch.Load() + 1
 	// New connections are named by the attempt, not the epoch: a failed

@@ -18,6 +18,7 @@ import (
 	"github.com/occl/occl/algo"
 	"github.com/occl/occl/comm"
 	"github.com/occl/occl/topo"
+	"github.com/occl/occl/transport"
 )
 
 const rewireBase = "hosts=4x2,nics=host,ocs_ports=2,hbd=8GB/s,eps=1GB/s,ocs=1GB/s"
@@ -168,8 +169,10 @@ func TestRewireMismatchedTargets(t *testing.T) {
 			t.Errorf("rank %d: %v, want ErrMismatch naming the rewire", r, err)
 		}
 	}
-	if applied.Load() != rolledBack.Load() {
-		t.Errorf("switched %d times, restored %d times", applied.Load(), rolledBack.Load())
+	// Rank 0 switches before any message of the rewire can reveal the
+	// mismatch.
+	if applied.Load() != 1 || rolledBack.Load() != 1 {
+		t.Errorf("switched %d times, restored %d times; want once each", applied.Load(), rolledBack.Load())
 	}
 }
 
@@ -189,7 +192,7 @@ func TestRewireLeavesNoPipes(t *testing.T) {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	rewireAll := func(apply func(context.Context) error) []error {
+	rewireTo := func(target *topo.Topology, apply func(context.Context) error) []error {
 		errs := make([]error, len(comms))
 		var wg sync.WaitGroup
 		for r, c := range comms {
@@ -202,6 +205,7 @@ func TestRewireLeavesNoPipes(t *testing.T) {
 		wg.Wait()
 		return errs
 	}
+	rewireAll := func(apply func(context.Context) error) []error { return rewireTo(target, apply) }
 	// The switch fails: every rank has connected, and the pipes of the
 	// attempt are closed; none is left waiting for its other end.
 	for r, err := range rewireAll(func(context.Context) error { return errors.New("port down") }) {
@@ -216,6 +220,29 @@ func TestRewireLeavesNoPipes(t *testing.T) {
 	requireOK(t, rewireAll(nil))
 	if n := comm.PendingPipes(comms[0]); n != 0 {
 		t.Fatalf("%d pipes still pending after the next rewire", n)
+	}
+	// The replaced connections stay open until the next rewire closes
+	// them, and that one's until Close.
+	hdr := transport.Header{Kind: transport.KindCollective}
+	old := comm.RetiredConns(comms[0])
+	if len(old) == 0 {
+		t.Fatal("the rewire replaced no connection of rank 0")
+	}
+	requireOK(t, rewireTo(base, nil))
+	for i, conn := range old {
+		if err := conn.Send(ctx, hdr, nil); !errors.Is(err, transport.ErrClosed) {
+			t.Fatalf("connection %d replaced by the first rewire, after the second: send %v, want closed", i, err)
+		}
+	}
+	last := comm.RetiredConns(comms[0])
+	if len(last) == 0 {
+		t.Fatal("the second rewire replaced no connection of rank 0")
+	}
+	comms[0].Close()
+	for i, conn := range last {
+		if err := conn.Send(ctx, hdr, nil); !errors.Is(err, transport.ErrClosed) {
+			t.Fatalf("connection %d replaced by the second rewire, after Close: send %v, want closed", i, err)
+		}
 	}
 }
 

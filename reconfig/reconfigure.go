@@ -179,8 +179,8 @@ func ReconfigureAsync(ctx context.Context, comms []*comm.Communicator, target *t
 		spans[i] = len(fr) == len(target.Ranks)
 		for r, f := range fr {
 			if f < 0 || f >= len(target.Ranks) {
-				return fail(fmt.Errorf("reconfig: communicator %016x has rank %d of a fabric of %d ranks; the target has %d",
-					c.ID(), f, len(fr), len(target.Ranks)))
+				return fail(fmt.Errorf("reconfig: communicator %016x: its rank %d is rank %d of the fabric; the target has %d ranks",
+					c.ID(), r, f, len(target.Ranks)))
 			}
 			spans[i] = spans[i] && f == r
 		}

@@ -84,6 +84,12 @@ func RunReconfig(ctx context.Context, c *comm.Communicator, cfg ReconfigConfig) 
 			return res, fmt.Errorf("reconfiguration %d: %w", i, err)
 		}
 		if cfg.Check {
+			// Check once every rank has returned: on a loopback run with
+			// more processes than cores, the check of a rank that returned
+			// early would take the CPU from the ranks still finishing.
+			if err := c.Barrier(ctx); err != nil {
+				return res, err
+			}
 			w, err := checkAllToAll(ctx, c)
 			if err != nil {
 				return res, err

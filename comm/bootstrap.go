@@ -161,12 +161,14 @@ func initTCP(ctx context.Context, id UniqueID, rank, size int, cfg config, rootL
 			peers = append(peers, tcp.Endpoint{Rank: r, Addr: info.Addr})
 		}
 	}
-	local, localSize := localPosition(rank, hostIDs)
+	// CPUs are shared by the processes of a machine, whatever emulated
+	// hosts the topology puts them on.
+	local, localSize := localPosition(rank, machineIDs(hostIDs))
 	if cfg.affinity {
 		bindLocal(local, localSize, log)
 	}
-	if cfg.tcpSpin = tcpSpin(localSize, topo.OnlineCPUs()); cfg.tcpSpin < 0 {
-		log.Info("occl: more local ranks than CPUs; TCP reads wait without polling", "local_size", localSize)
+	if cfg.oversubscribed = oversubscribed(localSize, topo.OnlineCPUs()); cfg.oversubscribed {
+		log.Info("occl: more local ranks than CPUs; waits do not poll", "local_size", localSize)
 	}
 	mesh, err := tcp.Connect(ctx, tcp.MeshConfig{Self: rank, Comm: commID, Epoch: 0, Secret: secret,
 		Streams: cfg.streams, Options: cfg.tcpOptions(), Listener: dataLn}, peers)
@@ -228,16 +230,12 @@ func localPosition(rank int, hostIDs []string) (local, n int) {
 	return local, n
 }
 
-// tcpSpin returns tcp.Options.SpinReads for localSize ranks on a host of
-// cpus CPUs: the default polling, or none (-1) when there are more ranks
-// than cores, where a rank polling a socket would take the core from the
-// rank about to send to it.
-func tcpSpin(localSize, cpus int) int {
-	if localSize > cpus {
-		return -1
-	}
-	return 0
-}
+// oversubscribed says whether localSize ranks on a machine of cpus CPUs
+// are more than it has cores. Then a rank polling a socket, or the clock of
+// the emulated fabric, would take the core from the rank about to send to
+// it, so waits sleep at once (TCP reads in the netpoller, emulated links
+// in nanosleep).
+func oversubscribed(localSize, cpus int) bool { return localSize > cpus }
 
 // bindLocal pins this process, local rank local of n, to its share of the
 // host's CPUs.

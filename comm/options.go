@@ -11,6 +11,7 @@ import (
 	"github.com/occl/occl/algo"
 	"github.com/occl/occl/topo"
 	"github.com/occl/occl/transport"
+	"github.com/occl/occl/transport/emu"
 	"github.com/occl/occl/transport/tcp"
 )
 
@@ -30,7 +31,7 @@ type config struct {
 	chunk            int
 	streams          int
 	sockBuf          int
-	tcpSpin          int // tcp.Options.SpinReads: 0 default, -1 never
+	oversubscribed   bool // more local ranks than CPUs: waits do not poll
 	hostID           string
 	listenHost       string
 	heartbeat        time.Duration
@@ -112,9 +113,10 @@ func WithTransport(name string) Option { return func(c *config) { c.transport = 
 func WithSingleCopy(threshold int) Option { return func(c *config) { c.cmaThreshold = threshold } }
 
 // WithAffinity binds the process to its share of the host's CPUs when the
-// communicator is created (OCCL_AFFINITY=auto): the local ranks of a host
-// split the CPUs the processes may use, and GOMAXPROCS follows, so that
-// ranks do not compete for cores. It changes process-wide settings, so it
+// communicator is created (OCCL_AFFINITY=auto): the ranks running on one
+// machine (whatever emulated hosts a topology puts them on) split the CPUs
+// the processes may use, and GOMAXPROCS follows, so that ranks do not
+// compete for cores. It changes process-wide settings, so it
 // is off by default; launchers that bind processes themselves (mpirun)
 // make it unnecessary.
 func WithAffinity(on bool) Option { return func(c *config) { c.affinity = on } }
@@ -125,7 +127,20 @@ func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
 
 // tcpOptions returns the options of every TCP connection.
 func (c *config) tcpOptions() tcp.Options {
-	return tcp.Options{SocketBuffer: c.sockBuf, SpinReads: c.tcpSpin}
+	o := tcp.Options{SocketBuffer: c.sockBuf}
+	if c.oversubscribed {
+		o.SpinReads = -1
+	}
+	return o
+}
+
+// emuConfig returns the configuration of the emulated fabric under key.
+func (c *config) emuConfig(key uint64, local bool) emu.Config {
+	ec := emu.Config{Key: fmt.Sprintf("%016x", key), Local: local}
+	if c.oversubscribed {
+		ec.Spin = -1
+	}
+	return ec
 }
 
 func newConfig(opts []Option) (config, error) {

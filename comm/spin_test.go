@@ -2,12 +2,30 @@ package comm
 
 import "testing"
 
-func TestTCPSpin(t *testing.T) {
-	for _, c := range []struct{ local, cpus, want int }{
-		{1, 2, 0}, {2, 2, 0}, {3, 2, -1}, {8, 2, -1}, {8, 64, 0},
+func TestOversubscribed(t *testing.T) {
+	for _, c := range []struct {
+		local, cpus int
+		want        bool
+	}{
+		{1, 2, false}, {2, 2, false}, {3, 2, true}, {8, 2, true}, {8, 64, false},
 	} {
-		if got := tcpSpin(c.local, c.cpus); got != c.want {
-			t.Errorf("tcpSpin(%d ranks, %d CPUs) = %d, want %d", c.local, c.cpus, got, c.want)
+		if got := oversubscribed(c.local, c.cpus); got != c.want {
+			t.Errorf("oversubscribed(%d ranks, %d CPUs) = %v, want %v", c.local, c.cpus, got, c.want)
 		}
+	}
+}
+
+// Emulated hosts on one machine share its CPUs.
+func TestMachineIDs(t *testing.T) {
+	ids := []string{"m1/vhost0", "m1/vhost0", "m1/vhost1", "m2/vhost2", "m2"}
+	got := machineIDs(ids)
+	want := []string{"m1", "m1", "m1", "m2", "m2"}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("machineIDs(%q) = %q, want %q", ids, got, want)
+		}
+	}
+	if local, n := localPosition(2, got); local != 2 || n != 3 {
+		t.Errorf("localPosition(2) = %d of %d, want 2 of 3", local, n)
 	}
 }

@@ -2,6 +2,7 @@ package comm
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/occl/occl/algo"
 	"github.com/occl/occl/topo"
@@ -32,7 +33,7 @@ func emulate(cfg config, key uint64, rank int, conns []transport.Conn, local boo
 	if !local {
 		emu.CleanStale("")
 	}
-	f, err := emu.New(cfg.topology, emu.Config{Key: fmt.Sprintf("%016x", key), Local: local})
+	f, err := emu.New(cfg.topology, cfg.emuConfig(key, local))
 	if err != nil {
 		return nil, fmt.Errorf("emulated fabric: %w", err)
 	}
@@ -69,11 +70,24 @@ func wrapEmulated(f *emu.Fabric, rank int, conns map[int]transport.Conn) (map[in
 	return conns, nil
 }
 
+// vhostSep separates a machine's host id from the emulated host's number.
+const vhostSep = "/vhost"
+
 // virtualHostID is this rank's host identity under a topology: the real
 // machine's identity (so emulated hosts on different machines never merge)
 // and the emulated host.
 func virtualHostID(real string, t *topo.Topology, rank int) string {
-	return fmt.Sprintf("%s/vhost%d", real, t.Ranks[rank].Host)
+	return fmt.Sprintf("%s%s%d", real, vhostSep, t.Ranks[rank].Host)
+}
+
+// machineIDs maps host ids, virtual or not, to the ids of the machines
+// the ranks run on.
+func machineIDs(hostIDs []string) []string {
+	out := make([]string, len(hostIDs))
+	for i, h := range hostIDs {
+		out[i], _, _ = strings.Cut(h, vhostSep)
+	}
+	return out
 }
 
 // checkTopology validates the configured topology against the size.

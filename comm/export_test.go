@@ -34,3 +34,7 @@ func RetiredConns(c *Communicator) []transport.Conn {
 	defer c.mu.Unlock()
 	return append([]transport.Conn(nil), c.retired...)
 }
+
+// SetVerifyFailure makes the link check of every rank for which f returns
+// an error fail with it, until called with nil.
+func SetVerifyFailure(f func(rank int) error) { testVerifyFailure = f }

@@ -208,14 +208,15 @@ func targetDigest(t *topo.Topology) (uint64, error) {
 
 // status is one rank's outcome of a rewire step, exchanged among ranks.
 type status struct {
-	ok      bool
-	rank    int // where it failed
-	step    string
-	reason  string
-	applied bool // rank 0: the switch happened
+	ok       bool
+	rank     int // where it failed
+	step     string
+	reason   string
+	applied  bool // rank 0: the switch happened
+	rollback bool // rank 0: and it restores the previous circuits if a later step fails
 }
 
-// A status on the wire: ok (byte 0), applied (1), the length of the step
+// A status on the wire: ok (byte 0), applied (1), rollback (3), the length of the step
 // (2) and of the reason (4-5), the step (8-23), the reason (24 up to the
 // last 4 bytes, truncated) and the failing rank (last 4 bytes).
 const statusSize = 512
@@ -228,6 +229,9 @@ func (s status) encode(b []byte) {
 	if s.applied {
 		b[1] = 1
 	}
+	if s.rollback {
+		b[3] = 1
+	}
 	b[2] = byte(copy(b[8:24], s.step))
 	binary.LittleEndian.PutUint16(b[4:], uint16(copy(b[24:statusSize-4], s.reason)))
 	binary.LittleEndian.PutUint32(b[statusSize-4:], uint32(s.rank))
@@ -236,7 +240,7 @@ func (s status) encode(b []byte) {
 func decodeStatus(b []byte) status {
 	n := min(int(b[2]), 16)
 	m := min(int(binary.LittleEndian.Uint16(b[4:])), statusSize-28)
-	return status{ok: b[0] == 1, applied: b[1] == 1, rank: int(binary.LittleEndian.Uint32(b[statusSize-4:])),
+	return status{ok: b[0] == 1, applied: b[1] == 1, rollback: b[3] == 1, rank: int(binary.LittleEndian.Uint32(b[statusSize-4:])),
 		step: string(b[8 : 8+n]), reason: string(b[24 : 24+m])}
 }
 
@@ -386,7 +390,7 @@ func (c *Communicator) rewire(ctx context.Context, p *opPeers, rw Rewire, times 
 	}
 	// Rank 0 tells everyone how the switch went: the new links exist only
 	// once it has moved.
-	root := status{ok: true, applied: applied}
+	root := status{ok: true, applied: applied, rollback: applied && rw.Rollback != nil}
 	switch {
 	case planErr != nil:
 		root = status{step: "plan", reason: planErr.Error()}
@@ -458,7 +462,8 @@ func (c *Communicator) rewire(ctx context.Context, p *opPeers, rw Rewire, times 
 			if c.rank == 0 {
 				c.rollback(rw)
 			}
-			failed.RolledBack = rw.Rollback != nil
+			// Rank 0's word: only its process may hold the controller.
+			failed.RolledBack = root.rollback
 		}
 		if failed.Rank == c.rank {
 			failed.err = errors.Join(planErr, connErr, verr)
@@ -481,6 +486,9 @@ func (c *Communicator) rewire(ctx context.Context, p *opPeers, rw Rewire, times 
 	c.log.Info("occl: rewired", "epoch", epoch, "links", len(conns), "apply", times.Apply, "verify", times.Verify)
 	return nil
 }
+
+// testVerifyFailure, set by tests, makes the link check of a rank fail.
+var testVerifyFailure func(rank int) error
 
 // closeRetired closes the connections the previous rewire replaced.
 func (c *Communicator) closeRetired() {
@@ -551,6 +559,11 @@ func (c *Communicator) rewirePlan(cur, next *topo.Topology) ([]int, error) {
 
 // verifyLinks sends a small frame on every new link and checks the peer's.
 func (c *Communicator) verifyLinks(ctx context.Context, epoch uint32, conns map[int]transport.Conn) error {
+	if testVerifyFailure != nil {
+		if err := testVerifyFailure(c.rank); err != nil {
+			return err
+		}
+	}
 	if len(conns) == 0 {
 		return nil
 	}

@@ -145,6 +145,53 @@ func TestRewireFailures(t *testing.T) {
 	}
 }
 
+// TestRewireVerifyFailure: a link check failing on one rank after the
+// switch gives every rank the same error, naming that rank and saying the
+// circuits were restored, although only rank 0 holds the controller; rank 0
+// restores them once, and the communicator keeps its previous topology.
+func TestRewireVerifyFailure(t *testing.T) {
+	base := mustTopo(t, rewireBase)
+	target := mustTopo(t, rewireBase+",circuits=0-1/2-3")
+	comm.SetVerifyFailure(func(rank int) error {
+		if rank == 3 {
+			return errors.New("injected: no light on the new circuit")
+		}
+		return nil
+	})
+	defer comm.SetVerifyFailure(nil)
+	var switched, restored atomic.Int32
+	var mu sync.Mutex
+	msgs := map[string]int{}
+	requireOK(t, runLocal(t, 8, func(ctx context.Context, c *comm.Communicator) error {
+		rw := comm.Rewire{Target: target}
+		if c.Rank() == 0 {
+			rw.Apply = func(context.Context) error { switched.Add(1); return nil }
+			rw.Rollback = func(context.Context) error { restored.Add(1); return nil }
+		}
+		_, err := c.Rewire(ctx, rw)
+		var re *comm.RewireError
+		if !errors.As(err, &re) || re.Step != "verify" || re.Rank != 3 || !re.RolledBack {
+			return fmt.Errorf("failed link check: %v", err)
+		}
+		if c.Rank() == 3 && !strings.Contains(err.Error(), "no light") {
+			return fmt.Errorf("rank 3 lost the cause: %v", err)
+		}
+		mu.Lock()
+		msgs[re.Error()]++
+		mu.Unlock()
+		if c.Epoch() != 0 || len(c.Topology().Circuits) != 0 || c.Err() != nil {
+			return fmt.Errorf("after a failed rewire: epoch %d, %d circuits, %v", c.Epoch(), len(c.Topology().Circuits), c.Err())
+		}
+		return allToAllChecks(ctx, c, algo.AlgoPairwise)
+	}, comm.WithTopology(base)))
+	if len(msgs) != 1 {
+		t.Fatalf("ranks saw different errors: %v", msgs)
+	}
+	if switched.Load() != 1 || restored.Load() != 1 {
+		t.Fatalf("switched %d times, restored %d times; want 1 and 1", switched.Load(), restored.Load())
+	}
+}
+
 // TestRewireMismatchedTargets: a rank given another target than the others
 // makes every rank fail with ErrMismatch naming the two targets, instead of
 // waiting for links that its peers do not open, and a switch made before

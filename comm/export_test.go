@@ -35,6 +35,7 @@ func RetiredConns(c *Communicator) []transport.Conn {
 	return append([]transport.Conn(nil), c.retired...)
 }
 
-// SetVerifyFailure makes the link check of every rank for which f returns
-// an error fail with it, until called with nil.
+// SetVerifyFailure makes the link check of every rank with new links for
+// which f returns an error fail with it (after its exchanges, as a wrong
+// answer would), until called with nil.
 func SetVerifyFailure(f func(rank int) error) { testVerifyFailure = f }

@@ -52,7 +52,7 @@ func (g *localGroup) emulate(cfg config, id uint64) error {
 		return nil
 	}
 	var err error
-	g.fabric, err = emu.New(cfg.topology, emu.Config{Key: fmt.Sprintf("%016x", id), Local: true})
+	g.fabric, err = emu.New(cfg.topology, cfg.emuConfig(id, true))
 	if err != nil {
 		return fmt.Errorf("emulated fabric: %w", err)
 	}

@@ -103,8 +103,7 @@ func TestRewire(t *testing.T) {
 func TestRewireFailures(t *testing.T) {
 	base := mustTopo(t, rewireBase)
 	target := mustTopo(t, rewireBase+",circuits=0-1/2-3")
-	var mu sync.Mutex
-	msgs := map[string]int{}
+	var seen errorTexts
 	requireOK(t, runLocal(t, 8, func(ctx context.Context, c *comm.Communicator) error {
 		_, err := c.Rewire(ctx, comm.Rewire{Target: target, Apply: func(context.Context) error {
 			return errors.New("switch port 3 failed")
@@ -113,11 +112,9 @@ func TestRewireFailures(t *testing.T) {
 		if !errors.As(err, &re) || !errors.Is(err, comm.ErrRewire) || re.Step != "apply" || re.Rank != 0 || re.RolledBack {
 			return fmt.Errorf("failed apply: %v", err)
 		}
-		mu.Lock()
-		msgs[re.Error()]++
-		mu.Unlock()
-		if c.Epoch() != 0 || len(c.Topology().Circuits) != 0 || c.Err() != nil {
-			return fmt.Errorf("after a failed rewire: epoch %d, %d circuits, %v", c.Epoch(), len(c.Topology().Circuits), c.Err())
+		seen.add(re)
+		if err := keptTopology(c); err != nil {
+			return err
 		}
 		if err := allToAllChecks(ctx, c, algo.AlgoPairwise); err != nil {
 			return err
@@ -140,9 +137,39 @@ func TestRewireFailures(t *testing.T) {
 		}
 		return c.Barrier(ctx)
 	}, comm.WithTopology(base)))
-	if len(msgs) != 1 {
-		t.Fatalf("ranks saw different errors: %v", msgs)
+	seen.requireOne(t)
+}
+
+// errorTexts collects the text of the error every rank returned.
+type errorTexts struct {
+	mu sync.Mutex
+	m  map[string]int
+}
+
+func (e *errorTexts) add(err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.m == nil {
+		e.m = map[string]int{}
 	}
+	e.m[err.Error()]++
+}
+
+// requireOne fails t unless every rank returned the same error.
+func (e *errorTexts) requireOne(t *testing.T) {
+	t.Helper()
+	if len(e.m) != 1 {
+		t.Fatalf("ranks saw different errors: %v", e.m)
+	}
+}
+
+// keptTopology checks that c still runs on its first topology after a
+// failed rewire.
+func keptTopology(c *comm.Communicator) error {
+	if c.Epoch() != 0 || len(c.Topology().Circuits) != 0 || c.Err() != nil {
+		return fmt.Errorf("after a failed rewire: epoch %d, %d circuits, %v", c.Epoch(), len(c.Topology().Circuits), c.Err())
+	}
+	return nil
 }
 
 // TestRewireVerifyFailure: a link check failing on one rank after the
@@ -153,15 +180,14 @@ func TestRewireVerifyFailure(t *testing.T) {
 	base := mustTopo(t, rewireBase)
 	target := mustTopo(t, rewireBase+",circuits=0-1/2-3")
 	comm.SetVerifyFailure(func(rank int) error {
-		if rank == 3 {
+		if rank == 2 { // rank 2 has a new link to rank 0
 			return errors.New("injected: no light on the new circuit")
 		}
 		return nil
 	})
 	defer comm.SetVerifyFailure(nil)
 	var switched, restored atomic.Int32
-	var mu sync.Mutex
-	msgs := map[string]int{}
+	var seen errorTexts
 	requireOK(t, runLocal(t, 8, func(ctx context.Context, c *comm.Communicator) error {
 		rw := comm.Rewire{Target: target}
 		if c.Rank() == 0 {
@@ -170,23 +196,19 @@ func TestRewireVerifyFailure(t *testing.T) {
 		}
 		_, err := c.Rewire(ctx, rw)
 		var re *comm.RewireError
-		if !errors.As(err, &re) || re.Step != "verify" || re.Rank != 3 || !re.RolledBack {
+		if !errors.As(err, &re) || re.Step != "verify" || re.Rank != 2 || !re.RolledBack {
 			return fmt.Errorf("failed link check: %v", err)
 		}
-		if c.Rank() == 3 && !strings.Contains(err.Error(), "no light") {
-			return fmt.Errorf("rank 3 lost the cause: %v", err)
+		if c.Rank() == 2 && !strings.Contains(err.Error(), "no light") {
+			return fmt.Errorf("rank 2 lost the cause: %v", err)
 		}
-		mu.Lock()
-		msgs[re.Error()]++
-		mu.Unlock()
-		if c.Epoch() != 0 || len(c.Topology().Circuits) != 0 || c.Err() != nil {
-			return fmt.Errorf("after a failed rewire: epoch %d, %d circuits, %v", c.Epoch(), len(c.Topology().Circuits), c.Err())
+		seen.add(re)
+		if err := keptTopology(c); err != nil {
+			return err
 		}
 		return allToAllChecks(ctx, c, algo.AlgoPairwise)
 	}, comm.WithTopology(base)))
-	if len(msgs) != 1 {
-		t.Fatalf("ranks saw different errors: %v", msgs)
-	}
+	seen.requireOne(t)
 	if switched.Load() != 1 || restored.Load() != 1 {
 		t.Fatalf("switched %d times, restored %d times; want 1 and 1", switched.Load(), restored.Load())
 	}

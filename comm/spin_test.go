@@ -17,9 +17,9 @@ func TestOversubscribed(t *testing.T) {
 
 // Emulated hosts on one machine share its CPUs.
 func TestMachineIDs(t *testing.T) {
-	ids := []string{"m1/vhost0", "m1/vhost0", "m1/vhost1", "m2/vhost2", "m2"}
+	ids := []string{"m1/vhost0", "m1/vhost0", "m1/vhost1", "m2/vhost2", "m2", "odd/vhostname/vhost3"}
 	got := machineIDs(ids)
-	want := []string{"m1", "m1", "m1", "m2", "m2"}
+	want := []string{"m1", "m1", "m1", "m2", "m2", "odd/vhostname"}
 	for i := range want {
 		if got[i] != want[i] {
 			t.Fatalf("machineIDs(%q) = %q, want %q", ids, got, want)

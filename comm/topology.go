@@ -81,11 +81,14 @@ func virtualHostID(real string, t *topo.Topology, rank int) string {
 }
 
 // machineIDs maps host ids, virtual or not, to the ids of the machines
-// the ranks run on.
+// the ranks run on: a virtual id loses its last vhostSep and what follows.
 func machineIDs(hostIDs []string) []string {
 	out := make([]string, len(hostIDs))
 	for i, h := range hostIDs {
-		out[i], _, _ = strings.Cut(h, vhostSep)
+		out[i] = h
+		if j := strings.LastIndex(h, vhostSep); j >= 0 {
+			out[i] = h[:j]
+		}
 	}
 	return out
 }

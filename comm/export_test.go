@@ -35,7 +35,8 @@ func RetiredConns(c *Communicator) []transport.Conn {
 	return append([]transport.Conn(nil), c.retired...)
 }
 
-// SetVerifyFailure makes the link check of every rank with new links for
-// which f returns an error fail with it (after its exchanges, as a wrong
-// answer would), until called with nil.
-func SetVerifyFailure(f func(rank int) error) { testVerifyFailure = f }
+// SetLinkFailure makes step ("connect" or "verify") of every rank with new
+// links for which f returns an error fail with it, until called with nil: a
+// failed connect opens nothing, leaving its peers waiting; a failed verify
+// happens after its exchanges, as a wrong answer would.
+func SetLinkFailure(f func(rank int, step string) error) { testLinkFailure = f }

@@ -9,7 +9,6 @@ import (
 	"hash/fnv"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/occl/occl/algo"
@@ -27,15 +26,19 @@ import (
 //  1. plan: check the target against the current topology and find the
 //     peers whose direct path changes (class, NICs or speed); build the
 //     cost model, schedules and delegation tables of the target;
-//  2. apply and connect, at the same time: rank 0 switches the fabric
-//     (Rewire.Apply, typically a call to the OCS controller) while every
-//     rank opens new connections, of the next epoch, to the peers whose
-//     path changes; rank 0 then broadcasts the outcome of the switch;
-//  3. verify: once the circuits are up, a small exchange on every new
-//     link; then the ranks agree on the outcome of every step over the
-//     old connections (gathered at rank 0, which sends the verdict back),
-//     so that every rank sees the same first failure (skipped when the
-//     switch failed: its broadcast already told everyone);
+//  2. switch, connect and verify, at the same time: rank 0 switches the
+//     fabric (Rewire.Apply, typically a call to the OCS controller) while
+//     every rank opens new connections, of this attempt, to the peers whose
+//     path changes and checks each with a small exchange in which both ends
+//     name their rank and the new epoch. A link is checked as the fabric
+//     carries it during the switch: on circuits that carry traffic only
+//     once they are up, the check ends after the switch; on the emulated
+//     fabric, the target's paths apply from the resume on;
+//  3. agree: each rank sends its outcome to rank 0, which sends back one
+//     verdict once its switch has returned (see rewire_verdict.go), so
+//     that every rank sees the same failure, or success. When the links
+//     are ready before the switch returns, the verdict is the only
+//     message after it;
 //  4. resume: install the new connections, bump the epoch and swap the
 //     topology (and the emulated fabric's); the replaced connections are
 //     closed by the next rewire, during its switch, or when the
@@ -86,13 +89,14 @@ type RewireTimes struct {
 	Pause time.Duration `json:"pause_ns"`
 	// Plan is the check of the target and the new schedules.
 	Plan time.Duration `json:"plan_ns"`
-	// Apply is the switch (rank 0's Apply) and the broadcast of its
-	// outcome, as this rank saw it.
+	// Apply is the switch (rank 0's Apply) until this rank has the
+	// verdict: it includes Connect and Verify, which run during the
+	// switch, and the agreement on the outcome.
 	Apply time.Duration `json:"apply_ns"`
 	// Connect is the opening of new connections (during Apply).
 	Connect time.Duration `json:"connect_ns"`
-	// Verify is the exchange on every new link and the agreement on the
-	// outcome of every step.
+	// Verify is the exchange on every new link (during Apply, after
+	// Connect).
 	Verify time.Duration `json:"verify_ns"`
 	// Resume is the swap of connections, epoch and topology.
 	Resume time.Duration `json:"resume_ns"`
@@ -206,126 +210,8 @@ func targetDigest(t *topo.Topology) (uint64, error) {
 	return h.Sum64(), nil
 }
 
-// status is one rank's outcome of a rewire step, exchanged among ranks.
-type status struct {
-	ok       bool
-	rank     int // where it failed
-	step     string
-	reason   string
-	applied  bool // rank 0: the switch happened
-	rollback bool // rank 0: and it restores the previous circuits if a later step fails
-}
-
-// A status on the wire: ok (byte 0), applied (1), the length of the step
-// (2), rollback (3), the length of the reason (4-5), the step (8-23), the
-// reason (24 up to the last 4 bytes, truncated) and the failing rank (last
-// 4 bytes).
-const statusSize = 512
-
-func (s status) encode(b []byte) {
-	clear(b)
-	if s.ok {
-		b[0] = 1
-	}
-	if s.applied {
-		b[1] = 1
-	}
-	if s.rollback {
-		b[3] = 1
-	}
-	b[2] = byte(copy(b[8:24], s.step))
-	binary.LittleEndian.PutUint16(b[4:], uint16(copy(b[24:statusSize-4], s.reason)))
-	binary.LittleEndian.PutUint32(b[statusSize-4:], uint32(s.rank))
-}
-
-func decodeStatus(b []byte) status {
-	n := min(int(b[2]), 16)
-	m := min(int(binary.LittleEndian.Uint16(b[4:])), statusSize-28)
-	return status{ok: b[0] == 1, applied: b[1] == 1, rollback: b[3] == 1, rank: int(binary.LittleEndian.Uint32(b[statusSize-4:])),
-		step: string(b[8 : 8+n]), reason: string(b[24 : 24+m])}
-}
-
-// agree gathers every rank's status at rank 0, which sends back the first
-// failure in rank order (or success) to every rank: two message hops,
-// whatever the number of ranks, so that the pause stays short.
-func (c *Communicator) agree(ctx context.Context, p *opPeers, mine status) (*RewireError, error) {
-	buf := make([]byte, statusSize)
-	mine.encode(buf)
-	if c.rank != 0 {
-		if err := p.Send(ctx, 0, stepAgree, buf); err != nil {
-			return nil, err
-		}
-	} else {
-		all := make([]byte, statusSize*c.size)
-		copy(all, buf)
-		err := fanIn(ctx, p, stepAgree, func(r int) []byte { return all[r*statusSize : (r+1)*statusSize] })
-		if err != nil {
-			return nil, err
-		}
-		verdict := status{ok: true}
-		for r := 0; r < c.size; r++ {
-			if s := decodeStatus(all[r*statusSize : (r+1)*statusSize]); !s.ok {
-				verdict = s
-				verdict.rank = r
-				break
-			}
-		}
-		verdict.encode(buf)
-	}
-	if err := starBroadcast(ctx, p, stepVerdict, buf); err != nil {
-		return nil, err
-	}
-	if v := decodeStatus(buf); !v.ok {
-		return &RewireError{Rank: v.rank, Step: v.step, Reason: v.reason}, nil
-	}
-	return nil, nil
-}
-
-// Step labels of the rewire's own messages.
-const (
-	stepSwitched = 1
-	stepAgree    = 2
-	stepVerdict  = 3
-)
-
-// starBroadcast sends buf from rank 0 to every rank directly, all at once.
-func starBroadcast(ctx context.Context, p *opPeers, step uint32, buf []byte) error {
-	c := p.c
-	if c.rank != 0 {
-		return p.Recv(ctx, 0, step, buf)
-	}
-	errs := make(chan error, c.size)
-	for r := 1; r < c.size; r++ {
-		go func() { errs <- p.Send(ctx, r, step, buf) }()
-	}
-	var first error
-	for r := 1; r < c.size; r++ {
-		if err := <-errs; err != nil && first == nil {
-			first = err
-		}
-	}
-	return first
-}
-
-// fanIn receives one message from every other rank at rank 0, all at once,
-// into into(rank).
-func fanIn(ctx context.Context, p *opPeers, step uint32, into func(int) []byte) error {
-	c := p.c
-	errs := make(chan error, c.size)
-	for r := 1; r < c.size; r++ {
-		go func() { errs <- p.Recv(ctx, r, step, into(r)) }()
-	}
-	var first error
-	for r := 1; r < c.size; r++ {
-		if err := <-errs; err != nil && first == nil {
-			first = err
-		}
-	}
-	return first
-}
-
 // rewire runs the steps on the worker.
-func (c *Communicator) rewire(ctx context.Context, p *opPeers, rw Rewire, times *RewireTimes) (err error) {
+func (c *Communicator) rewire(ctx context.Context, p *opPeers, rw Rewire, times *RewireTimes) error {
 	// The new links, and another communicator's switch, are not among
 	// the things a failure closes: stop waiting on them when the
 	// communicator fails.
@@ -358,124 +244,66 @@ func (c *Communicator) rewire(ctx context.Context, p *opPeers, rw Rewire, times 
 	times.Plan = time.Since(start)
 	times.Links = len(changed)
 
-	// Apply on rank 0 while every rank connects.
+	// Switch on rank 0 while every rank opens and checks its new links,
+	// then agree on the outcome.
 	step := time.Now()
 	c.closeRetired()
-	var (
-		wg       sync.WaitGroup
-		applyErr error
-		applied  bool
-	)
+	var sw *switchRun
 	if c.rank == 0 && planErr == nil && rw.Apply != nil {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			actx, cancel := applyContext(ctx, rw.ApplyTimeout)
-			defer cancel()
-			if applyErr = rw.Apply(actx); applyErr == nil {
-				applied = true
-			}
-		}()
+		sw = startSwitch(ctx, rw)
 	}
-	var conns map[int]transport.Conn
-	var connErr, verr error
-	if planErr == nil && len(changed) > 0 {
-		conns, connErr = c.fabric.connect(ctx, c, gen, changed)
-	}
-	times.Connect = time.Since(step)
-	wg.Wait()
-	closeNew := func() {
-		for _, conn := range conns {
-			conn.Close()
-		}
-	}
-	// Rank 0 tells everyone how the switch went: the new links exist only
-	// once it has moved.
-	root := status{ok: true, applied: applied, rollback: applied && rw.Rollback != nil}
-	switch {
-	case planErr != nil:
-		root = status{step: "plan", reason: planErr.Error()}
-	case applyErr != nil:
-		root = status{step: "apply", reason: applyErr.Error()}
-	}
-	buf := make([]byte, statusSize)
+	linkCtx, stopLinks := context.WithCancel(ctx)
+	defer stopLinks()
+	links := make(chan newLinks, 1)
+	go func() { links <- c.openLinks(linkCtx, epoch, gen, changed, planErr) }()
+	var (
+		mine    newLinks
+		verdict status
+		err     error
+	)
 	if c.rank == 0 {
-		root.encode(buf)
+		mine, verdict, err = c.decide(ctx, p, rw, sw, planErr, links, stopLinks)
+	} else {
+		mine, verdict, err = c.report(ctx, p, links, stopLinks)
 	}
-	if err := starBroadcast(ctx, p, stepSwitched, buf); err != nil {
+	times.Apply = time.Since(step)
+	times.Connect, times.Verify = mine.connect, mine.verify
+	if err != nil {
 		// A dead or stuck peer, or ranks given different targets: the
 		// communicator fails, and the switch goes back to what it held.
-		closeNew()
-		if applied {
+		mine.close()
+		if sw.wait() {
 			c.rollback(rw)
 		}
 		return err
 	}
-	root = decodeStatus(buf)
-	if root.ok {
-		if f := c.fabric.emulator(c); f != nil {
-			if e := f.SetTopology(rw.Target); e != nil {
-				c.log.Warn("occl: rewire: emulated fabric kept its topology", "err", e)
-			}
+	if !verdict.ok {
+		mine.close()
+		if verdict.applied && c.rank == 0 {
+			c.rollback(rw)
 		}
-	}
-	times.Apply = time.Since(step)
-	if !root.ok {
-		// Every rank has rank 0's verdict already: nothing to agree on,
-		// and the switch did not happen.
-		closeNew()
-		f := &RewireError{Rank: 0, Step: root.step, Reason: root.reason}
-		if c.rank == 0 {
-			f.err = errors.Join(planErr, applyErr)
+		// Rank 0's word for RolledBack: only its process may hold the
+		// controller.
+		f := &RewireError{Rank: verdict.rank, Step: verdict.step, Reason: verdict.reason, RolledBack: verdict.rollback}
+		switch {
+		case verdict.rank != c.rank:
+		case verdict.step == "apply":
+			f.err = sw.err
+		default:
+			f.err = mine.err
 		}
 		return f
 	}
 
-	// Verify every new link, then agree on the outcome of every step.
-	step = time.Now()
-	if connErr == nil && planErr == nil {
-		verr = c.verifyLinks(ctx, epoch, conns)
-	}
-	mine := status{ok: true}
-	switch {
-	case planErr != nil:
-		mine = status{step: "plan", reason: planErr.Error()}
-	case connErr != nil:
-		mine = status{step: "connect", reason: connErr.Error()}
-	case verr != nil:
-		mine = status{step: "verify", reason: verr.Error()}
-	}
-	failed, err := c.agree(ctx, p, mine)
-	times.Verify = time.Since(step)
-	if err != nil {
-		closeNew()
-		if applied {
-			c.rollback(rw)
-		}
-		return err
-	}
-	if failed != nil {
-		closeNew()
-		if root.applied {
-			if f := c.fabric.emulator(c); f != nil {
-				f.SetTopology(cur.topo)
-			}
-			if c.rank == 0 {
-				c.rollback(rw)
-			}
-			// Rank 0's word: only its process may hold the controller.
-			failed.RolledBack = root.rollback
-		}
-		if failed.Rank == c.rank {
-			failed.err = errors.Join(planErr, connErr, verr)
-		}
-		return failed
-	}
-
 	// Resume on the new topology.
 	step = time.Now()
+	if f := c.fabric.emulator(c); f != nil {
+		if e := f.SetTopology(rw.Target); e != nil {
+			c.log.Warn("occl: rewire: emulated fabric kept its topology", "err", e)
+		}
+	}
 	c.mu.Lock()
-	for r, conn := range conns {
+	for r, conn := range mine.conns {
 		c.retired = append(c.retired, c.conns[r])
 		c.conns[r] = conn
 	}
@@ -484,13 +312,51 @@ func (c *Communicator) rewire(ctx context.Context, p *opPeers, rw Rewire, times 
 	c.layout.Store(next)
 	c.epoch.Store(epoch)
 	times.Resume = time.Since(step)
-	c.log.Info("occl: rewired", "epoch", epoch, "links", len(conns), "apply", times.Apply, "verify", times.Verify)
+	c.log.Info("occl: rewired", "epoch", epoch, "links", len(mine.conns), "apply", times.Apply, "verify", times.Verify)
 	return nil
 }
 
-// testVerifyFailure, set by tests, makes the link check of a rank with new
-// links fail after its exchanges, as a wrong answer would.
-var testVerifyFailure func(rank int) error
+// openLinks opens this rank's new connections and checks each with a small
+// exchange; its status says which step failed (plan if planErr is set).
+// On failure the connections are still open: the caller closes them once
+// the verdict is known, so that a peer's check fails for its own reason.
+func (c *Communicator) openLinks(ctx context.Context, epoch, gen uint32, changed []int, planErr error) newLinks {
+	l := newLinks{status: status{ok: true}}
+	if planErr != nil {
+		l.status, l.err = failure("plan", planErr), planErr
+		return l
+	}
+	if len(changed) == 0 {
+		return l
+	}
+	step := time.Now()
+	var conns map[int]transport.Conn
+	var err error
+	if testLinkFailure != nil {
+		err = testLinkFailure(c.rank, "connect")
+	}
+	if err == nil {
+		conns, err = c.fabric.connect(ctx, c, gen, changed)
+	}
+	l.connect = time.Since(step)
+	if err != nil {
+		l.status, l.err = failure("connect", err), err
+		return l
+	}
+	l.conns = conns
+	step = time.Now()
+	err = c.verifyLinks(ctx, epoch, conns)
+	l.verify = time.Since(step)
+	if err != nil {
+		l.status, l.err = failure("verify", err), err
+	}
+	return l
+}
+
+// testLinkFailure, set by tests, makes a rank with new links fail a step:
+// "connect" before it opens any (its peers are left waiting for it), or
+// "verify" after its exchanges, as a wrong answer would.
+var testLinkFailure func(rank int, step string) error
 
 // closeRetired closes the connections the previous rewire replaced.
 func (c *Communicator) closeRetired() {
@@ -588,8 +454,8 @@ func (c *Communicator) verifyLinks(ctx context.Context, epoch uint32, conns map[
 			msgs = append(msgs, err.Error())
 		}
 	}
-	if testVerifyFailure != nil {
-		if err := testVerifyFailure(c.rank); err != nil {
+	if testLinkFailure != nil {
+		if err := testLinkFailure(c.rank, "verify"); err != nil {
 			msgs = append(msgs, err.Error())
 		}
 	}

@@ -77,7 +77,7 @@ func TestRewire(t *testing.T) {
 					if err := k.allReduce(comm.Float32, comm.Sum, 1031, false); err != nil {
 						return err
 					}
-					if times.Total < times.Pause+times.Apply+times.Verify {
+					if times.Total < times.Pause+times.Plan+times.Apply+times.Resume || times.Apply < times.Connect+times.Verify {
 						return fmt.Errorf("times %+v", times)
 					}
 					links.Add(int32(times.Links))
@@ -172,51 +172,56 @@ func keptTopology(c *comm.Communicator) error {
 	return nil
 }
 
-// TestRewireVerifyFailure: a link check failing on one rank after the
-// switch gives every rank the same error, naming that rank and saying the
+// TestRewireLinkFailure: a rank failing to open or check its new links
+// gives every rank the same error, naming that rank and step and saying the
 // circuits were restored, although only rank 0 holds the controller; rank 0
-// restores them once, and the communicator keeps its previous topology.
-func TestRewireVerifyFailure(t *testing.T) {
+// restores them once, and the communicator keeps its previous topology. A
+// rank that fails to connect opens nothing: its peer on the new link waits
+// for it until the verdict stops the wait, well before the deadline.
+func TestRewireLinkFailure(t *testing.T) {
 	base := mustTopo(t, rewireBase)
 	target := mustTopo(t, rewireBase+",circuits=0-1/2-3")
-	comm.SetVerifyFailure(func(rank int) error {
-		if rank == 2 { // rank 2 has a new link to rank 0
-			return errors.New("injected: no light on the new circuit")
-		}
-		return nil
-	})
-	defer comm.SetVerifyFailure(nil)
-	var switched, restored atomic.Int32
-	var seen errorTexts
-	requireOK(t, runLocal(t, 8, func(ctx context.Context, c *comm.Communicator) error {
-		rw := comm.Rewire{Target: target}
-		if c.Rank() == 0 {
-			rw.Apply = func(context.Context) error { switched.Add(1); return nil }
-			rw.Rollback = func(context.Context) error { restored.Add(1); return nil }
-		}
-		_, err := c.Rewire(ctx, rw)
-		var re *comm.RewireError
-		if !errors.As(err, &re) || re.Step != "verify" || re.Rank != 2 || !re.RolledBack {
-			return fmt.Errorf("failed link check: %v", err)
-		}
-		if c.Rank() == 2 && !strings.Contains(err.Error(), "no light") {
-			return fmt.Errorf("rank 2 lost the cause: %v", err)
-		}
-		seen.add(re)
-		if err := keptTopology(c); err != nil {
-			return err
-		}
-		return allToAllChecks(ctx, c, algo.AlgoPairwise)
-	}, comm.WithTopology(base)))
-	seen.requireOne(t)
-	if switched.Load() != 1 || restored.Load() != 1 {
-		t.Fatalf("switched %d times, restored %d times; want 1 and 1", switched.Load(), restored.Load())
+	for _, step := range []string{"connect", "verify"} {
+		t.Run(step, func(t *testing.T) {
+			comm.SetLinkFailure(func(rank int, s string) error {
+				if rank == 2 && s == step { // rank 2 has a new link to rank 0
+					return errors.New("injected: no light on the new circuit")
+				}
+				return nil
+			})
+			defer comm.SetLinkFailure(nil)
+			var switched, restored atomic.Int32
+			var seen errorTexts
+			requireOK(t, runLocal(t, 8, func(ctx context.Context, c *comm.Communicator) error {
+				rw := comm.Rewire{Target: target}
+				if c.Rank() == 0 {
+					rw.Apply = func(context.Context) error { switched.Add(1); return nil }
+					rw.Rollback = func(context.Context) error { restored.Add(1); return nil }
+				}
+				rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+				defer cancel()
+				_, err := c.Rewire(rctx, rw)
+				var re *comm.RewireError
+				if !errors.As(err, &re) || re.Step != step || re.Rank != 2 || !re.RolledBack {
+					return fmt.Errorf("failed %s: %v", step, err)
+				}
+				if c.Rank() == 2 && !strings.Contains(err.Error(), "no light") {
+					return fmt.Errorf("rank 2 lost the cause: %v", err)
+				}
+				seen.add(re)
+				if err := keptTopology(c); err != nil {
+					return err
+				}
+				return allToAllChecks(ctx, c, algo.AlgoPairwise)
+			}, comm.WithTopology(base)))
+			seen.requireOne(t)
+			if switched.Load() != 1 || restored.Load() != 1 {
+				t.Fatalf("switched %d times, restored %d times; want 1 and 1", switched.Load(), restored.Load())
+			}
+		})
 	}
 }
 
-// TestRewireMismatchedTargets: a rank given another target than the others
-// makes every rank fail with ErrMismatch naming the two targets, instead of
-// waiting for links that its peers do not open, and a switch made before
 // the mismatch was found is undone.
 func TestRewireMismatchedTargets(t *testing.T) {
 	base := mustTopo(t, rewireBase)
@@ -319,7 +324,8 @@ func TestRewireLeavesNoPipes(t *testing.T) {
 // between circuit layouts with checked collectives in between, and a
 // failed switch that must leave the communicator working. With kill, the
 // last rank kills itself while rank 0 is switching: the others must fail
-// cleanly, naming it.
+// cleanly, naming it. Without, it ends with a failed switch and a rank that
+// fails to connect, after which the communicator must still work.
 func rewireWorker(ctx context.Context, c *comm.Communicator, kill bool) error {
 	base := c.Topology()
 	if base == nil {
@@ -377,6 +383,25 @@ func rewireWorker(ctx context.Context, c *comm.Communicator, kill bool) error {
 	}
 	if c.Epoch() != 6 {
 		return fmt.Errorf("epoch %d after a failed switch, want 6", c.Epoch())
+	}
+	// Rank 2 opens none of its new links: ranks 0 and 1, its new peers,
+	// wait for it over TCP until rank 0's verdict stops them.
+	comm.SetLinkFailure(func(rank int, step string) error {
+		if rank == 2 && step == "connect" {
+			return errors.New("injected connect failure")
+		}
+		return nil
+	})
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	_, err = c.Rewire(rctx, comm.Rewire{Target: targets[0], Apply: func(context.Context) error { return nil }})
+	cancel()
+	comm.SetLinkFailure(nil)
+	var re *comm.RewireError
+	if !errors.As(err, &re) || re.Step != "connect" || re.Rank != 2 {
+		return fmt.Errorf("failed connect: %v", err)
+	}
+	if c.Epoch() != 6 {
+		return fmt.Errorf("epoch %d after a failed connect, want 6", c.Epoch())
 	}
 	return k.allGather(comm.Float32, 1031, false)
 }

@@ -79,6 +79,7 @@ func newConn(f *Fabric, inner transport.Conn, self, peer int) *Conn {
 // byte takes on each (nanoseconds; a nil slot is not booked).
 type resources struct {
 	link, tx, rx       *int64
+	txPkt, rxPkt       *int64 // packet-sized frames' next-free times
 	linkNs, txNs, rxNs float64
 	lat                int64
 	unrouted           bool
@@ -116,27 +117,38 @@ func (c *Conn) resolve(v *view) {
 			}
 		}
 		if p.SrcNIC >= 0 && src > 0 {
-			r.tx, r.txNs = tab.nic(p.SrcNIC, dirTx), src
+			r.tx, r.txPkt = tab.nic(p.SrcNIC, dirTx)
+			r.txNs = src
 		}
 		if p.DstNIC >= 0 && dst > 0 {
-			r.rx, r.rxNs = tab.nic(p.DstNIC, dirRx), dst
+			r.rx, r.rxPkt = tab.nic(p.DstNIC, dirRx)
+			r.rxNs = dst
 		}
 	}
 	c.res = r
 	c.view = v
 }
 
+// PacketSize is the largest frame, header included, that a NIC side
+// serves as a packet (see the package documentation).
+const PacketSize = 4096
+
 // predict returns the serialisation end that book would give a frame of n
 // bytes ready at t0, without booking anything.
 func (r *resources) predict(t0 int64, n int) int64 {
 	start, end := t0, t0
-	if r.tx != nil {
-		s := max(atomic.LoadInt64(r.tx), t0)
-		start, end = max(start, s), max(end, s+dur(n, r.txNs))
-	}
-	if r.rx != nil {
-		s := max(atomic.LoadInt64(r.rx), t0)
-		start, end = max(start, s), max(end, s+dur(n, r.rxNs))
+	for _, side := range [2]struct {
+		all, pkt *int64
+		ns       float64
+	}{{r.tx, r.txPkt, r.txNs}, {r.rx, r.rxPkt, r.rxNs}} {
+		if side.all == nil {
+			continue
+		}
+		s := max(atomic.LoadInt64(side.all), t0)
+		if n <= PacketSize {
+			s = max(t0, atomic.LoadInt64(side.pkt), min(atomic.LoadInt64(side.all), t0+dur(PacketSize, side.ns)))
+		}
+		start, end = max(start, s), max(end, s+dur(n, side.ns))
 	}
 	s := max(atomic.LoadInt64(r.link), start)
 	return max(end, s+dur(n, r.linkNs))
@@ -144,23 +156,32 @@ func (r *resources) predict(t0 int64, n int) int64 {
 
 // book reserves a frame of n bytes ready at t0 on every resource and
 // returns when its last byte has been serialised: each NIC side serves
-// frames in booking order from t0 on, the link from when both NIC sides
-// have started the frame, and the frame is done when all three are.
+// frames in booking order from t0 on, packet-sized ones ahead of larger
+// ones, the link from when both NIC sides have started the frame, and the
+// frame is done when all three are.
 func (r *resources) book(t0 int64, n int) int64 {
 	start, end := t0, t0
 	if r.tx != nil {
 		d := dur(n, r.txNs)
-		s := reserve(r.tx, t0, d)
+		s := reserveNIC(r.tx, r.txPkt, r.txNs, t0, n, d)
 		start, end = max(start, s), max(end, s+d)
 	}
 	if r.rx != nil {
 		d := dur(n, r.rxNs)
-		s := reserve(r.rx, t0, d)
+		s := reserveNIC(r.rx, r.rxPkt, r.rxNs, t0, n, d)
 		start, end = max(start, s), max(end, s+d)
 	}
 	d := dur(n, r.linkNs)
 	s := reserve(r.link, start, d)
 	return max(end, s+d)
+}
+
+// reserveNIC books d nanoseconds for a frame of n bytes on one NIC side.
+func reserveNIC(all, pkt *int64, ns float64, t0 int64, n int, d int64) int64 {
+	if n <= PacketSize {
+		return reservePacket(all, pkt, t0, d, dur(PacketSize, ns))
+	}
+	return reserve(all, t0, d)
 }
 
 // Send implements transport.Conn. It books the frame on its path, hands

@@ -37,6 +37,14 @@
 // on it and each gets half its bandwidth; an incast shares the receiving
 // NIC the same way.
 //
+// A NIC side serves frames of at most PacketSize bytes (control messages,
+// small collectives) ahead of larger ones, as a packet NIC interleaves the
+// packets of its flows: such a frame waits for the packet-sized frames
+// booked before it and for at most one packet's time of a larger frame,
+// and the larger frames queued then wait its duration longer. So a 512-byte
+// message does not wait for a whole bulk transfer booked before it, and
+// packet-sized frames still take no more than the NIC's bandwidth.
+//
 // Latency is a delay, not an occupancy. Send hands the frame to the inner
 // connection at once, preceded by a small timing frame carrying its
 // arrival time, and returns when its serialisation has ended (like a NIC

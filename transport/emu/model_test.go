@@ -69,6 +69,53 @@ func TestModelSharedNIC(t *testing.T) {
 	}
 }
 
+// TestModelPackets: a NIC side serves packet-sized frames ahead of larger
+// ones, as a packet NIC interleaves flows, without giving them more than its
+// bandwidth.
+func TestModelPackets(t *testing.T) {
+	tp, err := topo.FromSpec("hosts=3x2,nics=host,eps=100MB/s,hbd=1GB/s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := modelFabric(t, tp)
+	const T = 1_000_000
+	const pkt = PacketSize * 10 // one packet at 100 MB/s, in ns
+	c02, c14, c05 := modelConn(t, f, 0, 2), modelConn(t, f, 1, 4), modelConn(t, f, 0, 5)
+	steps := []struct {
+		name  string
+		c     *Conn
+		t0    int64
+		n     int
+		want  int64
+		which string
+	}{
+		{"a 1 MB frame holds host 0's NIC for 10 ms", c02, T, 1_000_000, T + 10_000_000, ""},
+		{"a small frame of another rank waits one packet, not 9 ms", c14, T + 1_000_000, 1000, T + 1_000_000 + pkt + 10_000, ""},
+		{"the next small frame queues behind it", c05, T + 1_000_000, 1000, T + 1_000_000 + pkt + 20_000, ""},
+		{"the largest packet-sized frame is served as one", c05, T + 2_000_000, PacketSize, T + 2_000_000 + 2*pkt, ""},
+		{"a larger frame waits for all, pushed back by the packets", c14, T + 1_000_000, PacketSize + 1, T + 10_000_000 + 20_000 + pkt + pkt + 10, ""},
+	}
+	for _, s := range steps {
+		if p := s.c.res.predict(s.t0, s.n); p != s.want {
+			t.Errorf("%s: predict = %d, want %d", s.name, p-T, s.want-T)
+		}
+		if got := s.c.res.book(s.t0, s.n); got != s.want {
+			t.Errorf("%s: end = %d, want %d", s.name, got-T, s.want-T)
+		}
+	}
+	// Back-to-back small frames of two ranks through one NIC take its
+	// bandwidth between them, as larger ones do.
+	g := modelFabric(t, tp)
+	a, b := modelConn(t, g, 0, 2), modelConn(t, g, 1, 4)
+	var end int64
+	for i := 0; i < 100; i++ {
+		end = max(a.res.book(T, 1000), b.res.book(T, 1000))
+	}
+	if end != T+200*10_000 {
+		t.Errorf("200 frames of 1000 bytes end at %d, want %d", end-T, 200*10_000)
+	}
+}
+
 func TestModelRates(t *testing.T) {
 	// Host 0's NIC is slower than the class; the others run at the class
 	// speed.

@@ -37,9 +37,9 @@ import (
 //	32 file size u64
 const (
 	tableMagic   = 0x31554d454c43434f // "OCCLEMU1"
-	tableVersion = 1
+	tableVersion = 2
 	headerSize   = 4096
-	nicWords     = 16 // words per NIC: transmit line, receive line
+	nicWords     = 16 // words per NIC: transmit line, receive line (each: bulk, packets)
 
 	filePrefix = "occl-emu-"
 )
@@ -92,8 +92,11 @@ func newLocalTable(nRanks, nNICs int) *table {
 	return &table{words: make([]int64, tableWords(nRanks, nNICs)), nRanks: nRanks, nNICs: nNICs, fd: -1}
 }
 
-// nic returns the slot of one side (dirTx or dirRx) of a NIC.
-func (t *table) nic(nic, dir int) *int64 { return &t.words[nicWords*nic+dir] }
+// nic returns the slots of one side (dirTx or dirRx) of a NIC: the
+// next-free time of all its frames, and the one of its packet-sized frames.
+func (t *table) nic(nic, dir int) (all, packets *int64) {
+	return &t.words[nicWords*nic+dir], &t.words[nicWords*nic+dir+1]
+}
 
 // link returns the slot of the link from rank a to rank b.
 func (t *table) link(a, b int) *int64 { return &t.words[nicWords*t.nNICs+a*t.nRanks+b] }
@@ -106,6 +109,30 @@ func reserve(slot *int64, t, d int64) int64 {
 		v := atomic.LoadInt64(slot)
 		s := max(v, t)
 		if atomic.CompareAndSwapInt64(slot, v, s+d) {
+			return s
+		}
+	}
+}
+
+// reservePacket books d nanoseconds for a packet-sized frame ready at t on
+// a NIC side whose frames' next-free time is in all and packet-sized
+// frames' in packets, and returns the start. The frame waits for the
+// packet-sized frames booked before it, and for larger frames at most wait
+// (the time one packet of theirs takes); the larger frames booked after the
+// start then wait d longer. Packet-sized frames thus take at most the
+// side's bandwidth between them, and every frame's bytes are counted.
+func reservePacket(all, packets *int64, t, d, wait int64) int64 {
+	var s int64
+	for {
+		v := atomic.LoadInt64(packets)
+		s = max(t, v, min(atomic.LoadInt64(all), t+wait))
+		if atomic.CompareAndSwapInt64(packets, v, s+d) {
+			break
+		}
+	}
+	for {
+		v := atomic.LoadInt64(all)
+		if atomic.CompareAndSwapInt64(all, v, max(v, s)+d) {
 			return s
 		}
 	}

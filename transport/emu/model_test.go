@@ -16,6 +16,18 @@ func modelConn(t *testing.T, f *Fabric, self, peer int) *Conn {
 	return c
 }
 
+// sharedNICs is three hosts of two ranks, one 100 MB/s NIC per host.
+const sharedNICs = "hosts=3x2,nics=host,eps=100MB/s,hbd=1GB/s"
+
+func specTopology(t *testing.T, spec string) *topo.Topology {
+	t.Helper()
+	tp, err := topo.FromSpec(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tp
+}
+
 func modelFabric(t *testing.T, tp *topo.Topology) *Fabric {
 	t.Helper()
 	f, err := New(tp, Config{Local: true})
@@ -26,10 +38,7 @@ func modelFabric(t *testing.T, tp *topo.Topology) *Fabric {
 }
 
 func TestModelSharedNIC(t *testing.T) {
-	tp, err := topo.FromSpec("hosts=3x2,nics=host,eps=100MB/s,hbd=1GB/s")
-	if err != nil {
-		t.Fatal(err)
-	}
+	tp := specTopology(t, sharedNICs)
 	f := modelFabric(t, tp)
 	const T = 1_000_000
 	const n = 1000 // 10 µs at 100 MB/s
@@ -73,10 +82,7 @@ func TestModelSharedNIC(t *testing.T) {
 // ones, as a packet NIC interleaves flows, without giving them more than its
 // bandwidth.
 func TestModelPackets(t *testing.T) {
-	tp, err := topo.FromSpec("hosts=3x2,nics=host,eps=100MB/s,hbd=1GB/s")
-	if err != nil {
-		t.Fatal(err)
-	}
+	tp := specTopology(t, sharedNICs)
 	f := modelFabric(t, tp)
 	const T = 1_000_000
 	const pkt = PacketSize * 10 // one packet at 100 MB/s, in ns

@@ -6,6 +6,7 @@ import "C"
 import (
 	"context"
 	"os"
+	"slices"
 	"sync"
 	"unsafe"
 
@@ -65,9 +66,33 @@ func occlCommReconfigure(comm C.occlComm_t, targetTopologyJSON C.occlInternalCon
 	commH := handle(comm) // first: see handle
 	k := begin("occlCommReconfigure", &res)
 	defer k.end()
-	_, c, r := k.comm(commH)
-	if r != resSuccess {
-		return r
+	return k.reconfigure([]uintptr{commH}, targetTopologyJSON)
+}
+
+// occlCommReconfigureMany rewires comms[0..ncomms) (the communicator that spans the fabric and its sub-communicators) together. See occl.h.
+//
+//export occlCommReconfigureMany
+func occlCommReconfigureMany(comms C.occlInternalConstComms, ncomms C.int, targetTopologyJSON C.occlInternalConstStr) (res C.occlResult_t) {
+	k := begin("occlCommReconfigureMany", &res)
+	defer k.end()
+	if comms == nil || ncomms < 1 {
+		return k.fail(resInvalidArgument, "comms is NULL or ncomms (%d) is not positive", int(ncomms))
+	}
+	// Read the handles as integers: see handle.
+	hs := slices.Clone(unsafe.Slice((*uintptr)(unsafe.Pointer(comms)), int(ncomms)))
+	return k.reconfigure(hs, targetTopologyJSON)
+}
+
+// reconfigure runs a reconfiguration of the communicators behind handles
+// hs, the first one recording the call's error.
+func (k *call) reconfigure(hs []uintptr, targetTopologyJSON C.occlInternalConstStr) C.occlResult_t {
+	cs := make([]*comm.Communicator, len(hs))
+	for i := len(hs) - 1; i >= 0; i-- {
+		_, c, r := k.comm(hs[i])
+		if r != resSuccess {
+			return r
+		}
+		cs[i] = c
 	}
 	if targetTopologyJSON == nil {
 		return k.fail(resInvalidArgument, "targetTopologyJSON is NULL")
@@ -88,14 +113,8 @@ func occlCommReconfigure(comm C.occlComm_t, targetTopologyJSON C.occlInternalCon
 	if ctl != nil {
 		opts = append(opts, reconfig.WithController(ctl))
 	}
-	return k.failErr(reconfigure(ctx, c, target, opts))
-}
-
-// reconfigure rewires one communicator (the exported function's parameter
-// names shadow package comm).
-func reconfigure(ctx context.Context, c *comm.Communicator, target *topo.Topology, opts []reconfig.Option) error {
-	_, err := reconfig.Reconfigure(ctx, []*comm.Communicator{c}, target, opts...)
-	return err
+	_, err = reconfig.Reconfigure(ctx, cs, target, opts...)
+	return k.failErr(err)
 }
 
 // occlCommSetTrafficTag sets the tag later all-to-alls on comm are counted under. See occl.h.

@@ -397,6 +397,17 @@ occlResult_t occlRequestFree(occlRequest_t request);
  * rank gets the same error and comm keeps working on its previous topology. */
 occlResult_t occlCommReconfigure(occlComm_t comm, const char* targetTopologyJSON);
 
+/* Like occlCommReconfigure for comms[0..ncomms): the communicator that spans
+ * the fabric (made by occlCommInitRank or occlCommInitFromEnv) and the
+ * sub-communicators split from it that this rank belongs to, so that they all
+ * move to the new circuits together. targetTopologyJSON describes the whole
+ * fabric; the spanning communicator has the controller switch it once, and
+ * each sub-communicator then rewires its own links on its part of it.
+ * Collective on each of the communicators. On failure every rank of a
+ * communicator gets the same error; if the switch itself failed, every
+ * communicator keeps its previous topology. */
+occlResult_t occlCommReconfigureMany(const occlComm_t* comms, int ncomms, const char* targetTopologyJSON);
+
 /* Counts the bytes of later all-to-all operations issued through this API on
  * comm (occlAllToAll, occlAllToAllv and their Async forms) under tag, e.g.
  * "layer3/dispatch"; "" or NULL is the default tag. Local: no communication. */

@@ -16,6 +16,7 @@
 typedef const void* occlInternalConstBuf;
 typedef const char* occlInternalConstStr;
 typedef const size_t* occlInternalConstCounts;
+typedef const occlComm_t* occlInternalConstComms;
 
 /* Defined in cgo/internal.c, hidden: liboccl.so does not export them. */
 #define OCCL_INTERNAL __attribute__((visibility("hidden")))

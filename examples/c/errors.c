@@ -66,6 +66,8 @@ int main(void) {
   INVALID(occlAllToAllv, x, counts, displs, y, counts, NULL, occlFloat, comm);
   INVALID(occlTest, NULL, &n);
   INVALID(occlCommReconfigure, comm, NULL);
+  INVALID(occlCommReconfigureMany, NULL, 1, "{}");
+  INVALID(occlCommReconfigureMany, &comm, 0, "{}");
   INVALID(occlCommTrafficMatrix, comm, "", NULL, 0, NULL);
 
   // Unknown data types and reductions.

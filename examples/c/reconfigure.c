@@ -2,9 +2,10 @@
 
 // reconfigure: an MoE harness in C that rewires the fabric between phases.
 // Each rank measures the dispatch all-to-all of a phase under a traffic tag,
-// reads the traffic matrix, then every rank switches the communicator to the
-// target topology given as a JSON file (argv[1]) — with the OCS controller at
-// OCCL_OCS_ADDR if set — and runs the next phase on the new circuits.
+// reads the traffic matrix, then every rank switches the communicator, and
+// the expert-parallel sub-communicator split from it, to the target topology
+// given as a JSON file (argv[1]) — with the OCS controller at OCCL_OCS_ADDR
+// if set — and runs the next phase on the new circuits, on both.
 // Run under a launcher with OCCL_TOPO describing the current fabric; exits
 // non-zero on any error or wrong element.
 
@@ -74,14 +75,24 @@ int main(int argc, char** argv) {
   OCCLCHECK(occlCommTrafficMatrix(comm, "phase0", json, sizeof json, &needed));
   if (rank == 0) printf("traffic of phase0: %s\n", json);
 
-  OCCLCHECK(occlCommReconfigure(comm, target));
+  // Expert-parallel groups: the even and the odd ranks.
+  occlComm_t ep;
+  int eprank, epn;
+  OCCLCHECK(occlCommSplit(comm, rank % 2, rank, &ep));
+  OCCLCHECK(occlCommUserRank(ep, &eprank));
+  OCCLCHECK(occlCommCount(ep, &epn));
+
+  occlComm_t both[2] = {comm, ep};
+  OCCLCHECK(occlCommReconfigureMany(both, 2, target));
   wrong += phase(comm, rank, n, 1, "phase1");
+  wrong += phase(ep, eprank, epn, 2, "phase1/ep");
   float x[1000];
   for (int i = 0; i < 1000; i++) x[i] = (float)rank;
   OCCLCHECK(occlAllReduce(x, x, 1000, occlFloat, occlSum, comm));
   for (int i = 0; i < 1000; i++)
     if (x[i] != (float)(n * (n - 1) / 2)) wrong++;
 
+  OCCLCHECK(occlCommDestroy(ep));
   OCCLCHECK(occlCommDestroy(comm));
   free(target);
   if (wrong) {

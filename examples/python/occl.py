@@ -129,6 +129,7 @@ _SIGNATURES = {
     "occlTest": [_c, ctypes.POINTER(_i)],
     "occlRequestFree": [_c],
     "occlCommReconfigure": [_c, ctypes.c_char_p],
+    "occlCommReconfigureMany": [ctypes.POINTER(_c), _i, ctypes.c_char_p],
     "occlCommSetTrafficTag": [_c, ctypes.c_char_p],
     "occlCommTrafficMatrix": [_c, ctypes.c_char_p, ctypes.c_char_p, _sz, _p_sz],
 }
@@ -531,15 +532,22 @@ class Communicator:
 
     # -- reconfiguration and traffic
 
-    def reconfigure(self, topology):
+    def reconfigure(self, topology, subcomms=()):
         """Rewires the communicator to topology (JSON text or a dict, occl's
-        topology format), through the OCS controller at OCCL_OCS_ADDR if set."""
+        topology format), through the OCS controller at OCCL_OCS_ADDR if set.
+        subcomms are communicators split from this one that this rank belongs
+        to: they move to the new circuits with it, on their part of topology
+        (collective on each)."""
         if not isinstance(topology, (str, bytes)):
             topology = json.dumps(topology)
         if isinstance(topology, str):
             topology = topology.encode()
         h = self._handle()
-        _check(self._lib.occlCommReconfigure(h, topology), h)
+        if not subcomms:
+            _check(self._lib.occlCommReconfigure(h, topology), h)
+            return
+        hs = [h] + [c._handle() for c in subcomms]
+        _check(self._lib.occlCommReconfigureMany((_c * len(hs))(*hs), len(hs), topology), h)
 
     def set_traffic_tag(self, tag):
         """Counts later all-to-alls under tag (None: the default tag)."""

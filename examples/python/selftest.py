@@ -2,8 +2,9 @@
 """Checks occl.py across the ranks of a job (run it under occl's launcher):
 every collective on NumPy arrays and PyTorch CPU tensors of every supported
 type, zero-copy (results land in the caller's memory), non-blocking calls,
-groups, split, and errors raised with occlGetLastError's message. Exits
-non-zero on the first failure; prints "rank R: ok"."""
+groups, split, a reconfiguration refused on every rank alike, and errors
+raised with occlGetLastError's message. Exits non-zero on the first failure;
+prints "rank R: ok"."""
 
 import os
 import sys
@@ -108,6 +109,14 @@ def main():
     x = np.array([r], dtype=np.int32)
     half.all_reduce(x)
     assert x[0] == sum(i for i in range(n) if i % 2 == r % 2)
+    # Without a topology (OCCL_TOPO) there is nothing to rewire: every rank
+    # gets the same error, and both communicators keep working.
+    target = {"name": "flat", "hosts": [{"name": "h%d" % i} for i in range(n)],
+              "ranks": [{"host": i, "nic": -1} for i in range(n)]}
+    msg = expect_error(lambda: comm.reconfigure(target, [half]), 2, "no topology to rewire")
+    assert "plan failed on rank 0" in msg, msg
+    half.all_reduce(x)
+    assert x[0] == 2 * sum(i for i in range(n) if i % 2 == r % 2)
     half.destroy()
     assert comm.split(None) is None  # every rank takes part, none gets a communicator
 

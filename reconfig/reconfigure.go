@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -148,7 +149,8 @@ func Reconfigure(ctx context.Context, comms []*comm.Communicator, target *topo.T
 // own rewire fails after the switch keeps its previous topology (its
 // ranks all get the same error, the others do not fail): on a real fabric
 // its paths over circuits that are gone then fail like broken links, so
-// reconfigure again or split again.
+// reconfigure again or split again. A communicator given twice is an
+// error, as are sub-communicators without one that spans the fabric.
 func ReconfigureAsync(ctx context.Context, comms []*comm.Communicator, target *topo.Topology, opts ...Option) *Handle {
 	var o options
 	for _, f := range opts {
@@ -165,6 +167,11 @@ func ReconfigureAsync(ctx context.Context, comms []*comm.Communicator, target *t
 	}
 	if target == nil {
 		return fail(fmt.Errorf("reconfig: no target topology"))
+	}
+	for i, c := range comms {
+		if slices.Index(comms, c) != i {
+			return fail(fmt.Errorf("reconfig: communicator %016x is given twice", c.ID()))
+		}
 	}
 	connects, err := CrossConnects(target)
 	if err != nil {

@@ -263,6 +263,11 @@ func TestReconfigureSubCommunicators(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "spans the fabric") {
 			return fmt.Errorf("without the spanning communicator: %v", err)
 		}
+		// Nor twice the same one: it would queue two rewires.
+		_, err = reconfig.Reconfigure(ctx, []*comm.Communicator{c, child, c}, target)
+		if err == nil || !strings.Contains(err.Error(), "given twice") || c.Epoch() != 1 {
+			return fmt.Errorf("a communicator given twice: %v (epoch %d)", err, c.Epoch())
+		}
 		return checkedAllToAll(ctx, child)
 	})
 }

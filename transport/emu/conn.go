@@ -146,7 +146,7 @@ func (r *resources) predict(t0 int64, n int) int64 {
 		}
 		s := max(atomic.LoadInt64(side.all), t0)
 		if n <= PacketSize {
-			s = max(t0, atomic.LoadInt64(side.pkt), min(atomic.LoadInt64(side.all), t0+dur(PacketSize, side.ns)))
+			s = packetStart(t0, atomic.LoadInt64(side.pkt), atomic.LoadInt64(side.all), dur(PacketSize, side.ns))
 		}
 		start, end = max(start, s), max(end, s+dur(n, side.ns))
 	}

@@ -88,18 +88,17 @@ func TestModelPackets(t *testing.T) {
 	const pkt = PacketSize * 10 // one packet at 100 MB/s, in ns
 	c02, c14, c05 := modelConn(t, f, 0, 2), modelConn(t, f, 1, 4), modelConn(t, f, 0, 5)
 	steps := []struct {
-		name  string
-		c     *Conn
-		t0    int64
-		n     int
-		want  int64
-		which string
+		name string
+		c    *Conn
+		t0   int64
+		n    int
+		want int64
 	}{
-		{"a 1 MB frame holds host 0's NIC for 10 ms", c02, T, 1_000_000, T + 10_000_000, ""},
-		{"a small frame of another rank waits one packet, not 9 ms", c14, T + 1_000_000, 1000, T + 1_000_000 + pkt + 10_000, ""},
-		{"the next small frame queues behind it", c05, T + 1_000_000, 1000, T + 1_000_000 + pkt + 20_000, ""},
-		{"the largest packet-sized frame is served as one", c05, T + 2_000_000, PacketSize, T + 2_000_000 + 2*pkt, ""},
-		{"a larger frame waits for all, pushed back by the packets", c14, T + 1_000_000, PacketSize + 1, T + 10_000_000 + 20_000 + pkt + pkt + 10, ""},
+		{"a 1 MB frame holds host 0's NIC for 10 ms", c02, T, 1_000_000, T + 10_000_000},
+		{"a small frame of another rank waits one packet, not 9 ms", c14, T + 1_000_000, 1000, T + 1_000_000 + pkt + 10_000},
+		{"the next small frame queues behind it", c05, T + 1_000_000, 1000, T + 1_000_000 + pkt + 20_000},
+		{"the largest packet-sized frame is served as one", c05, T + 2_000_000, PacketSize, T + 2_000_000 + 2*pkt},
+		{"a larger frame waits for all, pushed back by the packets", c14, T + 1_000_000, PacketSize + 1, T + 10_000_000 + 20_000 + pkt + pkt + 10},
 	}
 	for _, s := range steps {
 		if p := s.c.res.predict(s.t0, s.n); p != s.want {

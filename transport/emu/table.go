@@ -125,7 +125,7 @@ func reservePacket(all, packets *int64, t, d, wait int64) int64 {
 	var s int64
 	for {
 		v := atomic.LoadInt64(packets)
-		s = max(t, v, min(atomic.LoadInt64(all), t+wait))
+		s = packetStart(t, v, atomic.LoadInt64(all), wait)
 		if atomic.CompareAndSwapInt64(packets, v, s+d) {
 			break
 		}
@@ -136,6 +136,14 @@ func reservePacket(all, packets *int64, t, d, wait int64) int64 {
 			return s
 		}
 	}
+}
+
+// packetStart is when a packet-sized frame ready at t starts on a NIC side
+// whose packet-sized frames are booked until packets and all its frames
+// until all: after the earlier packets, and after at most wait of a larger
+// frame.
+func packetStart(t, packets, all, wait int64) int64 {
+	return max(t, packets, min(all, t+wait))
 }
 
 // DefaultDir is where shared tables live: /dev/shm, or os.TempDir() on

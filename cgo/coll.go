@@ -66,7 +66,7 @@ const minAddress = 4096
 // addr turns a buffer or array pointer into an integer. Exported functions
 // do it first, so that a made-up pointer such as (void*)1 is rejected by
 // the checks without ever sitting in a pointer-typed Go variable.
-func addr[P unsafe.Pointer | C.occlInternalConstBuf | C.occlInternalConstCounts](p P) uintptr {
+func addr[P unsafe.Pointer | C.occlInternalConstBuf | C.occlInternalConstCounts | C.occlInternalConstP2POps](p P) uintptr {
 	return uintptr(unsafe.Pointer(p))
 }
 
@@ -515,6 +515,34 @@ func occlScatter(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, recvc
 	return k.run(k.scatter(sendbuffP, recvbuffP, recvcount, datatype, root, h))
 }
 
+// occlGatherAsync is the non-blocking occlGather. See occl.h.
+//
+//export occlGatherAsync
+func occlGatherAsync(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, sendcount C.size_t, datatype C.occlDataType_t, root C.int, comm C.occlComm_t, request *C.occlRequest_t) (res C.occlResult_t) {
+	sendbuffP, recvbuffP, h := addr(sendbuff), addr(recvbuff), handle(comm) // first: see addr
+	k := begin("occlGatherAsync", &res)
+	defer k.end()
+	if r := k.async(request); r != resSuccess {
+		return r
+	}
+	o, r := k.gather(sendbuffP, recvbuffP, sendcount, datatype, root, h)
+	return k.start(o, r, request)
+}
+
+// occlScatterAsync is the non-blocking occlScatter. See occl.h.
+//
+//export occlScatterAsync
+func occlScatterAsync(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, recvcount C.size_t, datatype C.occlDataType_t, root C.int, comm C.occlComm_t, request *C.occlRequest_t) (res C.occlResult_t) {
+	sendbuffP, recvbuffP, h := addr(sendbuff), addr(recvbuff), handle(comm) // first: see addr
+	k := begin("occlScatterAsync", &res)
+	defer k.end()
+	if r := k.async(request); r != resSuccess {
+		return r
+	}
+	o, r := k.scatter(sendbuffP, recvbuffP, recvcount, datatype, root, h)
+	return k.start(o, r, request)
+}
+
 // ---- AllToAll, AllToAllv ------------------------------------------------
 
 // allToAll checks the arguments of occlAllToAll and prepares it.
@@ -768,4 +796,46 @@ func occlRecvAsync(recvbuff unsafe.Pointer, count C.size_t, datatype C.occlDataT
 	}
 	o, r := k.p2p(false, recvbuffP, count, datatype, peer, h)
 	return k.start(o, r, request)
+}
+
+// occlSendRecvAsync posts sends and receives as one group. See occl.h.
+//
+//export occlSendRecvAsync
+func occlSendRecvAsync(ops C.occlInternalConstP2POps, nops C.int, comm C.occlComm_t, request *C.occlRequest_t) (res C.occlResult_t) {
+	opsP, h := addr(ops), handle(comm) // first: see addr
+	k := begin("occlSendRecvAsync", &res)
+	defer k.end()
+	if r := k.async(request); r != resSuccess {
+		return r
+	}
+	if nops < 0 {
+		return k.fail(resInvalidArgument, "nops %d is negative", int(nops))
+	}
+	if nops > 0 {
+		if r := k.address("ops", opsP, uintptr(nops)*unsafe.Sizeof(C.occlP2POp_t{})); r != resSuccess {
+			return r
+		}
+	}
+	o, c, r := k.op(h)
+	if r != resSuccess {
+		return r
+	}
+	var list []C.occlP2POp_t
+	if nops > 0 {
+		list = unsafe.Slice((*C.occlP2POp_t)(C.occlInternalPointer(C.uintptr_t(opsP))), int(nops))
+	}
+	g := c.NewGroup()
+	for _, p := range list {
+		one, r := k.p2p(p.isSend != 0, addr(p.buff), p.count, p.datatype, p.peer, h)
+		if r != resSuccess {
+			return r
+		}
+		if one.send {
+			g.Send(one.buf, one.peer)
+		} else {
+			g.Recv(one.buf, one.peer)
+		}
+	}
+	o.issue = g.Start
+	return k.start(o, resSuccess, request)
 }

@@ -5,6 +5,7 @@ import "C"
 
 import (
 	"context"
+	"time"
 	"unsafe"
 
 	"github.com/occl/occl/comm"
@@ -154,13 +155,67 @@ func occlCommInitRank(comm *C.occlComm_t, nranks C.int, commId C.occlUniqueId, r
 	return k.create(comm, initRank(id, int(rank), int(nranks)))
 }
 
+// occlCommInitRankConfig is occlCommInitRank with options. See occl.h.
+//
+//export occlCommInitRankConfig
+func occlCommInitRankConfig(comm *C.occlComm_t, nranks C.int, commId C.occlUniqueId, rank C.int, config C.occlInternalConstConfig) (res C.occlResult_t) {
+	k := begin("occlCommInitRankConfig", &res)
+	defer k.end()
+	if comm == nil {
+		return k.fail(resInvalidArgument, "comm is NULL")
+	}
+	*comm = nil
+	if nranks < 1 {
+		return k.fail(resInvalidArgument, "nranks %d is not positive", int(nranks))
+	}
+	if rank < 0 || rank >= nranks {
+		return k.fail(resInvalidArgument, "rank %d out of range [0, %d)", int(rank), int(nranks))
+	}
+	if config == nil {
+		return k.fail(resInvalidArgument, "config is NULL (use OCCL_CONFIG_INITIALIZER)")
+	}
+	if config.size < C.size_t(unsafe.Sizeof(*config)) {
+		return k.fail(resInvalidArgument, "config.size %d is smaller than occlConfig_t (%d bytes): start from OCCL_CONFIG_INITIALIZER",
+			int(config.size), int(unsafe.Sizeof(*config)))
+	}
+	opts, r := k.configOptions(config, int(nranks))
+	if r != resSuccess {
+		return r
+	}
+	id, r := k.uniqueID(&commId)
+	if r != resSuccess {
+		return r
+	}
+	return k.create(comm, initRank(id, int(rank), int(nranks), opts...))
+}
+
+// configOptions turns an occlConfig_t into Init's options.
+func (k *call) configOptions(config C.occlInternalConstConfig, nranks int) ([]comm.Option, C.occlResult_t) {
+	var opts []comm.Option
+	if config.timeoutMs < 0 {
+		return nil, k.fail(resInvalidArgument, "config.timeoutMs %d is negative", int64(config.timeoutMs))
+	}
+	if config.timeoutMs > 0 {
+		opts = append(opts, comm.WithTimeout(time.Duration(config.timeoutMs)*time.Millisecond))
+	}
+	if config.fabricRanks != nil {
+		fr := unsafe.Slice((*C.int)(config.fabricRanks), nranks)
+		ranks := make([]int, len(fr))
+		for i, f := range fr {
+			ranks[i] = int(f)
+		}
+		opts = append(opts, comm.WithFabricRanks(ranks))
+	}
+	return opts, resSuccess
+}
+
 // maker creates a communicator. Functions return them because the
 // exported functions' parameters, named as in occl.h, shadow package comm.
 type maker = func(ctx context.Context) (*comm.Communicator, error)
 
 // initRank returns the maker of comm.Init.
-func initRank(id comm.UniqueID, rank, size int) maker {
-	return func(ctx context.Context) (*comm.Communicator, error) { return comm.Init(ctx, id, rank, size) }
+func initRank(id comm.UniqueID, rank, size int, opts ...comm.Option) maker {
+	return func(ctx context.Context) (*comm.Communicator, error) { return comm.Init(ctx, id, rank, size, opts...) }
 }
 
 // splitter returns the maker of c.Split.

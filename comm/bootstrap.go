@@ -614,6 +614,7 @@ func (f *tcpFabric) split(ctx context.Context, p *opPeers, childID uint64, group
 	leader := group[0]
 	child.Addr = string(trimZero(all[leader*addrLen : (leader+1)*addrLen]))
 	cfg := f.cfg
+	cfg.fabricRanks = nil // Split sets the child's own
 	if p.c.cfg.topology != nil {
 		cfg.topology = p.c.cfg.topology.Subset(group)
 	}

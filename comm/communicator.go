@@ -129,6 +129,7 @@ func newCommunicator(id uint64, rank int, hostIDs []string, conns []transport.Co
 		c.hosts[r] = i
 	}
 	c.localRank, c.localSize = localPosition(rank, hostIDs)
+	c.fabricRanks = cfg.fabricRanks
 	c.peers.c = c
 	c.setupModel()
 	go c.worker()

@@ -39,6 +39,7 @@ type config struct {
 	transport        string
 	affinity         bool
 	topology         *topo.Topology
+	fabricRanks      []int // nil: this communicator is the fabric's
 	emulate          bool
 	cmaThreshold     int // 0: off
 	log              *slog.Logger

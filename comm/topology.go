@@ -93,8 +93,36 @@ func machineIDs(hostIDs []string) []string {
 	return out
 }
 
-// checkTopology validates the configured topology against the size.
+// WithFabricRanks says that rank r of the communicator Init makes is rank
+// ranks[r] of the communicator that spans the fabric, as for one made by
+// Split: FabricRanks reports them, reconfig.Reconfigure rewires the new
+// communicator onto its part of a fabric-wide target, and a fabric-wide
+// topology (OCCL_TOPO or WithTopology, with one rank per rank of the
+// fabric) is narrowed to these ranks. It builds a sub-communicator among
+// its members only, where Split needs every rank of the parent; the torch
+// backend makes its groups this way.
+func WithFabricRanks(ranks []int) Option {
+	return func(c *config) { c.fabricRanks = append([]int(nil), ranks...) }
+}
+
+// checkTopology validates the configured topology and fabric ranks against
+// the size, narrowing a fabric-wide topology to the fabric ranks.
 func (c *config) checkTopology(size int) error {
+	if c.fabricRanks != nil {
+		if len(c.fabricRanks) != size {
+			return invalidf("%d fabric ranks for a communicator of %d", len(c.fabricRanks), size)
+		}
+		seen := map[int]bool{}
+		for _, f := range c.fabricRanks {
+			if f < 0 || seen[f] || (c.topology != nil && f >= len(c.topology.Ranks)) {
+				return invalidf("fabric ranks %v: each must be distinct, non-negative and a rank of the topology", c.fabricRanks)
+			}
+			seen[f] = true
+		}
+		if c.topology != nil && len(c.topology.Ranks) != size {
+			c.topology = c.topology.Subset(c.fabricRanks)
+		}
+	}
 	if c.topology == nil {
 		return nil
 	}

@@ -210,6 +210,26 @@ const char* occlGetLastError(occlComm_t comm);
  * created in the group: one thread can then create several ranks. */
 occlResult_t occlCommInitRank(occlComm_t* comm, int nranks, occlUniqueId commId, int rank);
 
+/* Options of occlCommInitRankConfig. Start from OCCL_CONFIG_INITIALIZER so
+ * that fields added later keep their defaults. */
+typedef struct {
+  size_t size;            /* sizeof(occlConfig_t), set by the initializer */
+  long long timeoutMs;    /* > 0: the communicator's timeout (else OCCL_TIMEOUT or 10 minutes) */
+  const int* fabricRanks; /* NULL, or nranks entries: rank r of the new
+                           * communicator is rank fabricRanks[r] of the
+                           * communicator that spans the fabric (see below) */
+} occlConfig_t;
+#define OCCL_CONFIG_INITIALIZER {sizeof(occlConfig_t), 0, NULL}
+
+/* Like occlCommInitRank, with options. With fabricRanks the new
+ * communicator is a group of the fabric-wide one made among its members
+ * only (occlCommSplit needs every rank of the parent): the topology of
+ * OCCL_TOPO, which describes the whole fabric, is narrowed to these ranks,
+ * and occlCommReconfigureMany rewires it as a sub-communicator. The array is
+ * copied during the call. */
+occlResult_t occlCommInitRankConfig(occlComm_t* comm, int nranks, occlUniqueId commId, int rank,
+                                    const occlConfig_t* config);
+
 /* Joins the communicator of a job started by occl's launcher, torchrun,
  * mpirun, srun or a PMI launcher, reading rank, size and rendezvous from the
  * environment (OCCL_RANK, OCCL_WORLD_SIZE, OCCL_UNIQUE_ID; RANK, WORLD_SIZE,
@@ -370,6 +390,27 @@ occlResult_t occlSendAsync(const void* sendbuff, size_t count, occlDataType_t da
                            occlRequest_t* request);
 occlResult_t occlRecvAsync(void* recvbuff, size_t count, occlDataType_t datatype, int peer, occlComm_t comm,
                            occlRequest_t* request);
+
+occlResult_t occlGatherAsync(const void* sendbuff, void* recvbuff, size_t sendcount, occlDataType_t datatype, int root,
+                             occlComm_t comm, occlRequest_t* request);
+occlResult_t occlScatterAsync(const void* sendbuff, void* recvbuff, size_t recvcount, occlDataType_t datatype, int root,
+                              occlComm_t comm, occlRequest_t* request);
+
+/* One send or receive of occlSendRecvAsync. */
+typedef struct {
+  int isSend;               /* 1: send buff to peer; 0: receive into buff from peer */
+  void* buff;
+  size_t count;
+  occlDataType_t datatype;
+  int peer;
+} occlP2POp_t;
+
+/* Posts nops sends and receives on comm as one group (what occlGroupStart /
+ * occlGroupEnd do for blocking occlSend and occlRecv): they progress
+ * together, so an exchange in which both ranks send first cannot deadlock.
+ * The ops array is copied during the call; the buffers belong to the
+ * operation until the request completes. */
+occlResult_t occlSendRecvAsync(const occlP2POp_t* ops, int nops, occlComm_t comm, occlRequest_t* request);
 
 /* Waits for the operation, releases the request and returns the operation's
  * result. A NULL request returns occlSuccess at once (like MPI_REQUEST_NULL). */

@@ -17,6 +17,8 @@ typedef const void* occlInternalConstBuf;
 typedef const char* occlInternalConstStr;
 typedef const size_t* occlInternalConstCounts;
 typedef const occlComm_t* occlInternalConstComms;
+typedef const occlConfig_t* occlInternalConstConfig;
+typedef const occlP2POp_t* occlInternalConstP2POps;
 
 /* Defined in cgo/internal.c, hidden: liboccl.so does not export them. */
 #define OCCL_INTERNAL __attribute__((visibility("hidden")))

@@ -12,9 +12,9 @@ supported element type, and writable where results land.
         ...                                           # compute meanwhile
         work.wait()
 
-The library is ``$OCCL_LIB`` (the .so itself or its directory), else
-``../../build/liboccl.so`` next to this file, built from the repository root
-with ``go build -buildmode=c-shared -o build/liboccl.so ./cgo``.
+The library is ``$OCCL_LIB`` (the .so itself or its directory), else the
+``liboccl.so`` that ``pip install`` built into this package.
+``import occl.torch`` registers occl as a torch.distributed backend.
 
 Failures raise :class:`OcclError`, whose message is occlGetLastError's. Blocking
 calls release the GIL while they wait. Non-blocking calls (``async_op=True``)
@@ -29,7 +29,7 @@ import os
 import sys
 import threading
 
-__all__ = ["OcclError", "Communicator", "Work", "UniqueId", "get_unique_id", "group", "version", "library"]
+__all__ = ["OcclError", "Communicator", "Work", "UniqueId", "get_unique_id", "group", "version", "library", "library_path"]
 
 # Result codes, data types and reductions of occl.h.
 SUCCESS = 0
@@ -135,23 +135,30 @@ _SIGNATURES = {
 }
 
 
+def library_path():
+    """The path of the liboccl.so this package uses: $OCCL_LIB (the file or
+    its directory), else the one built into the package."""
+    path = os.environ.get("OCCL_LIB")
+    if path and os.path.isdir(path):
+        path = os.path.join(path, "liboccl.so")
+    if not path:
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "liboccl.so")
+    if not os.path.exists(path):
+        raise OSError(
+            "liboccl.so not found at %s: install the package with "
+            "'pip install --no-build-isolation ./cgo/python' (needs Go and gcc), or build it with "
+            "'go build -buildmode=c-shared -o build/liboccl.so ./cgo' and set OCCL_LIB" % path
+        )
+    return path
+
+
 def library():
-    """Loads liboccl.so once (see the module documentation) and returns it."""
+    """Loads liboccl.so once (see library_path) and returns it."""
     global _lib
     with _lib_lock:
         if _lib is not None:
             return _lib
-        path = os.environ.get("OCCL_LIB")
-        if path and os.path.isdir(path):
-            path = os.path.join(path, "liboccl.so")
-        if not path:
-            here = os.path.dirname(os.path.abspath(__file__))
-            path = os.path.join(here, "..", "..", "build", "liboccl.so")
-        if not os.path.exists(path):
-            raise OSError(
-                "liboccl.so not found at %s: build it with "
-                "'go build -buildmode=c-shared -o build/liboccl.so ./cgo' or set OCCL_LIB" % path
-            )
+        path = library_path()
         lib = ctypes.CDLL(path)
         for name, args in _SIGNATURES.items():
             fn = getattr(lib, name)
@@ -342,8 +349,9 @@ class Work:
 class Communicator:
     """One rank's handle on a group of ranks (occlComm_t)."""
 
-    def __init__(self, handle):
+    def __init__(self, handle, owned=True):
         self._h = ctypes.c_void_p(handle)
+        self._owned = owned
         self._lib = library()
         n, r = _i(), _i()
         _check(self._lib.occlCommCount(self._h, ctypes.byref(n)), self._h)
@@ -377,12 +385,16 @@ class Communicator:
 
     def destroy(self):
         """Waits for issued operations and frees the communicator."""
+        if not self._owned:
+            raise OcclError(5, "this communicator belongs to a torch.distributed group: destroy the group")
         if self._h is not None:
             h, self._h = self._h, None
             _check(self._lib.occlCommDestroy(h))
 
     def abort(self):
         """Fails the communicator on every rank at once and frees it."""
+        if not self._owned:
+            raise OcclError(5, "this communicator belongs to a torch.distributed group: destroy the group")
         if self._h is not None:
             h, self._h = self._h, None
             _check(self._lib.occlCommAbort(h))

@@ -1,0 +1,793 @@
+// ProcessGroupOccl: occl as a c10d backend of torch.distributed.
+//
+// Every operation is issued through occl's non-blocking C ABI, so it is
+// queued on the communicator in call order (the order every rank must
+// follow) and progresses on occl's own threads. Work::wait calls occlWait on
+// the calling thread: a blocking torch.distributed call pays no thread hop.
+// A future (Work::getFuture, which DDP's reducer uses) is completed by the
+// process group's completion thread, which waits for the operations whose
+// futures were asked for, in issue order.
+//
+// liboccl.so is loaded with dlopen from the path the Python package gives
+// (the same library its ctypes layer uses), so one process holds one copy.
+
+#include <dlfcn.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include <pybind11/chrono.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+#include <torch/extension.h>
+
+#include "occl.h"
+
+namespace occl_torch {
+
+// The functions of liboccl.so this backend calls.
+#define OCCL_FUNCTIONS(X)                                                                         \
+  X(occlGetLastError)                                                                             \
+  X(occlCommInitRankConfig)                                                                       \
+  X(occlCommDestroy)                                                                              \
+  X(occlCommAbort)                                                                                \
+  X(occlAllReduceAsync)                                                                           \
+  X(occlBroadcastAsync)                                                                           \
+  X(occlReduceAsync)                                                                              \
+  X(occlAllGatherAsync)                                                                           \
+  X(occlReduceScatterAsync)                                                                       \
+  X(occlAllToAllAsync)                                                                            \
+  X(occlAllToAllvAsync)                                                                           \
+  X(occlGatherAsync)                                                                              \
+  X(occlScatterAsync)                                                                             \
+  X(occlBarrierAsync)                                                                             \
+  X(occlSendAsync)                                                                                \
+  X(occlRecvAsync)                                                                                \
+  X(occlSendRecvAsync)                                                                            \
+  X(occlWait)                                                                                     \
+  X(occlTest)                                                                                     \
+  X(occlRequestFree)
+
+struct Lib {
+#define OCCL_FIELD(name) decltype(&::name) name = nullptr;
+  OCCL_FUNCTIONS(OCCL_FIELD)
+#undef OCCL_FIELD
+};
+
+Lib lib;
+std::once_flag libOnce;
+
+// load resolves the functions from the library at path, once per process.
+void load(const std::string& path) {
+  std::string err;
+  std::call_once(libOnce, [&] {
+    void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
+    if (h == nullptr) {
+      err = std::string("cannot load ") + path + ": " + dlerror();
+      return;
+    }
+#define OCCL_RESOLVE(name)                                                                        \
+  lib.name = reinterpret_cast<decltype(&::name)>(dlsym(h, #name));                               \
+  if (lib.name == nullptr) {                                                                      \
+    err = path + " has no " #name ": it is older than this package";                              \
+    return;                                                                                       \
+  }
+    OCCL_FUNCTIONS(OCCL_RESOLVE)
+#undef OCCL_RESOLVE
+  });
+  TORCH_CHECK(err.empty(), "occl: ", err);
+  TORCH_CHECK(lib.occlWait != nullptr, "occl: the library failed to load earlier in this process");
+}
+
+// lastError is the calling thread's most recent occl failure.
+std::string lastError() { return lib.occlGetLastError(nullptr); }
+
+// check turns a failed call into a Python RuntimeError naming the call.
+void check(occlResult_t r, const char* what) {
+  TORCH_CHECK(r == occlSuccess, "occl ", what, ": ", lastError());
+}
+
+// dtypeOf maps a tensor's element type to occl's, or fails with a clear
+// message. Bool travels as bytes where nothing is reduced.
+occlDataType_t dtypeOf(const at::Tensor& t, bool reduces) {
+  switch (t.scalar_type()) {
+    case at::kChar: return occlInt8;
+    case at::kByte: return occlUint8;
+    case at::kInt: return occlInt32;
+    case at::kLong: return occlInt64;
+    case at::kHalf: return occlFloat16;
+    case at::kBFloat16: return occlBfloat16;
+    case at::kFloat: return occlFloat32;
+    case at::kDouble: return occlFloat64;
+    case at::kBool:
+      if (!reduces) return occlUint8;
+      break;
+    default:
+      break;
+  }
+  TORCH_CHECK(false, "occl: tensors of type ", t.scalar_type(),
+              " are not supported", reduces ? " by reductions" : "",
+              " (occl has int8, uint8, int32, int64, float16, bfloat16, float32 and float64",
+              reduces ? "" : ", and moves bool as bytes", ")");
+}
+
+// checkTensor validates a tensor occl reads or writes in place.
+void checkTensor(const at::Tensor& t, const char* what) {
+  TORCH_CHECK(t.device().is_cpu(), "occl: ", what, " is on ", t.device(), ": occl moves CPU tensors");
+  TORCH_CHECK(t.layout() == at::kStrided, "occl: ", what, " is not a dense tensor");
+  TORCH_CHECK(t.is_contiguous(), "occl: ", what, " is not contiguous (call .contiguous())");
+}
+
+// single returns the one tensor of a list, as the backend takes one per call.
+at::Tensor& single(std::vector<at::Tensor>& ts, const char* what) {
+  TORCH_CHECK(ts.size() == 1, "occl: ", what, ": expected 1 tensor, got ", ts.size());
+  checkTensor(ts[0], what);
+  return ts[0];
+}
+
+void checkSameType(const at::Tensor& a, const at::Tensor& b, const char* what) {
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "occl: ", what, ": tensors of types ", a.scalar_type(), " and ",
+              b.scalar_type());
+}
+
+occlRedOp_t redOpOf(const c10d::ReduceOp& op) {
+  switch (static_cast<c10d::ReduceOp::RedOpType>(op)) {
+    case c10d::ReduceOp::SUM: return occlSum;
+    case c10d::ReduceOp::PRODUCT: return occlProd;
+    case c10d::ReduceOp::MIN: return occlMin;
+    case c10d::ReduceOp::MAX: return occlMax;
+    case c10d::ReduceOp::AVG: return occlAvg;
+    default: break;
+  }
+  TORCH_CHECK(false, "occl: reduction ", static_cast<int>(static_cast<c10d::ReduceOp::RedOpType>(op)),
+              " is not supported (SUM, PRODUCT, MIN, MAX and AVG are)");
+}
+
+// State is one issued operation: its request until it completes, the
+// tensors it uses (kept alive until then), the copy-out that follows it and
+// its outcome. Works made together by coalescing share one State.
+struct State {
+  std::mutex mu;
+  occlRequest_t req = nullptr;
+  bool issued = false;
+  bool completed = false;
+  std::exception_ptr error;
+  std::vector<at::Tensor> keep;
+  std::function<void()> epilogue;
+  std::vector<at::Tensor> outputs;
+  c10::intrusive_ptr<c10::ivalue::Future> future;
+  std::atomic<bool> published{false};
+
+  // settle records the outcome of the request; mu is held.
+  void settle(occlResult_t r) {
+    req = nullptr;
+    completed = true;
+    if (r != occlSuccess) {
+      error = std::make_exception_ptr(std::runtime_error("occl: " + lastError()));
+    } else if (epilogue) {
+      try {
+        epilogue();
+      } catch (...) {
+        error = std::current_exception();
+      }
+    }
+    epilogue = nullptr;
+    keep.clear();
+  }
+
+  // waitLocked waits for the request; mu is held.
+  void waitLocked() {
+    if (completed) return;
+    TORCH_CHECK(issued, "occl: waiting for a send or receive whose batch has not ended");
+    settle(lib.occlWait(req));  // torch's bindings have released the GIL
+  }
+
+  // publish completes the future once, after the outcome is known.
+  void publish() {
+    c10::intrusive_ptr<c10::ivalue::Future> f;
+    {
+      std::lock_guard<std::mutex> l(mu);
+      if (!completed || !future || published.exchange(true)) return;
+      f = future;
+    }
+    if (error) {
+      f->setError(error);
+    } else {
+      f->markCompleted(c10::IValue(outputs));
+    }
+  }
+};
+
+// Completer is the process group's completion thread: it waits, in issue
+// order, for the operations whose futures were asked for (and for those
+// whose Work was dropped before completing, so that their tensors live as
+// long as occl uses them), then completes their futures.
+class Completer {
+ public:
+  Completer() : thread_([this] { run(); }) {}
+  ~Completer() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stop_ = true;
+    }
+    cv_.notify_one();
+    thread_.join();
+  }
+  void add(std::shared_ptr<State> s) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      queue_.push_back(std::move(s));
+    }
+    cv_.notify_one();
+  }
+
+ private:
+  void run() {
+    for (;;) {
+      std::shared_ptr<State> s;
+      {
+        std::unique_lock<std::mutex> l(mu_);
+        cv_.wait(l, [this] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;  // stopping, nothing left
+        s = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      {
+        std::lock_guard<std::mutex> l(s->mu);
+        if (s->issued) s->waitLocked();
+      }
+      s->publish();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<State>> queue_;
+  bool stop_ = false;
+  std::thread thread_;  // last: started once the rest is built
+};
+
+// OcclWork is what every operation returns: wait, isCompleted and
+// getFuture behave as with Gloo, and a failure (a dead rank, a timeout, a
+// mismatch) is raised as RuntimeError with occl's message naming the rank.
+class OcclWork : public c10d::Work {
+ public:
+  OcclWork(int rank, c10d::OpType type, std::shared_ptr<State> st, std::shared_ptr<Completer> completer)
+      : c10d::Work(rank, type), st_(std::move(st)), completer_(std::move(completer)) {}
+
+  ~OcclWork() override {
+    bool pending;
+    {
+      std::lock_guard<std::mutex> l(st_->mu);
+      pending = st_->issued && !st_->completed && !st_->future;
+    }
+    if (pending) completer_->add(st_);
+  }
+
+  bool isCompleted() override {
+    std::unique_lock<std::mutex> l(st_->mu, std::try_to_lock);
+    if (!l.owns_lock()) return false;  // another thread is waiting for it
+    if (!st_->completed) {
+      if (!st_->issued) return false;
+      int done = 0;
+      occlResult_t r = lib.occlTest(st_->req, &done);
+      if (r != occlSuccess || done) {
+        st_->settle(r);
+      }
+    }
+    bool c = st_->completed;
+    l.unlock();
+    if (c) st_->publish();
+    return c;
+  }
+
+  bool isSuccess() const override {
+    std::lock_guard<std::mutex> l(st_->mu);
+    return st_->completed && !st_->error;
+  }
+
+  std::exception_ptr exception() const override {
+    std::lock_guard<std::mutex> l(st_->mu);
+    return st_->error;
+  }
+
+  std::vector<at::Tensor> result() override {
+    std::lock_guard<std::mutex> l(st_->mu);
+    return st_->outputs;
+  }
+
+  bool wait(std::chrono::milliseconds timeout) override {
+    if (timeout == kNoTimeout) {
+      std::lock_guard<std::mutex> l(st_->mu);
+      st_->waitLocked();
+    } else {
+      auto deadline = std::chrono::steady_clock::now() + timeout;
+      while (!isCompleted()) {
+        TORCH_CHECK(std::chrono::steady_clock::now() < deadline, "occl: operation timed out after ",
+                    timeout.count(), " ms");
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+      }
+    }
+    st_->publish();
+    std::lock_guard<std::mutex> l(st_->mu);
+    if (st_->error) std::rethrow_exception(st_->error);
+    return true;
+  }
+
+  void synchronize() override {}
+
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
+    bool enqueue = false;
+    c10::intrusive_ptr<c10::ivalue::Future> f;
+    {
+      std::lock_guard<std::mutex> l(st_->mu);
+      if (!st_->future) {
+        st_->future = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
+        enqueue = !st_->completed;
+      }
+      f = st_->future;
+    }
+    if (enqueue) {
+      completer_->add(st_);
+    } else {
+      st_->publish();
+    }
+    return f;
+  }
+
+ private:
+  std::shared_ptr<State> st_;
+  std::shared_ptr<Completer> completer_;
+};
+
+// One pending send or receive of a coalesced batch.
+struct P2P {
+  bool send;
+  at::Tensor t;
+  int peer;
+};
+
+class ProcessGroupOccl : public c10d::ProcessGroup {
+ public:
+  // Joins the occl communicator whose id rank 0 made (see occl/torch).
+  // fabricRanks are the global ranks of a group made by new_group, empty
+  // for the world group.
+  ProcessGroupOccl(int rank, int size, const std::string& uniqueId, std::chrono::milliseconds timeout,
+                   std::vector<int> fabricRanks)
+      : c10d::ProcessGroup(rank, size), completer_(std::make_shared<Completer>()) {
+    occlUniqueId id;
+    TORCH_CHECK(uniqueId.size() < sizeof(id.internal), "occl: unique id too long");
+    memset(&id, 0, sizeof(id));
+    memcpy(id.internal, uniqueId.data(), uniqueId.size());
+    occlConfig_t cfg = OCCL_CONFIG_INITIALIZER;
+    cfg.timeoutMs = timeout.count();
+    if (!fabricRanks.empty()) {
+      TORCH_CHECK(static_cast<int>(fabricRanks.size()) == size, "occl: ", fabricRanks.size(),
+                  " global ranks for a group of ", size);
+      cfg.fabricRanks = fabricRanks.data();
+    }
+    check(lib.occlCommInitRankConfig(&comm_, size, id, rank, &cfg), "init");
+  }
+
+  ~ProcessGroupOccl() override {
+    completer_.reset();  // waits for what it holds
+    if (comm_ != nullptr) lib.occlCommDestroy(comm_);
+  }
+
+  const std::string getBackendName() const override { return "occl"; }
+
+  // handle is the occlComm_t, for the Python layer (reconfiguration,
+  // traffic matrices).
+  uintptr_t handle() const { return reinterpret_cast<uintptr_t>(comm_); }
+
+  // abort fails the communicator at once on this rank (occlCommAbort).
+  void abort() {
+    if (comm_ != nullptr) lib.occlCommAbort(comm_);
+  }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts) override {
+    auto& t = single(tensors, "broadcast");
+    checkRoot(opts.rootRank);
+    auto dt = dtypeOf(t, false);
+    return issue(c10d::OpType::BROADCAST, {t}, {t}, [&](occlRequest_t* r) {
+      return lib.occlBroadcastAsync(t.data_ptr(), t.data_ptr(), t.numel(), dt, opts.rootRank, comm_, r);
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override {
+    auto& t = single(tensors, "all_reduce");
+    auto dt = dtypeOf(t, true);
+    auto op = redOpOf(opts.reduceOp);
+    return issue(c10d::OpType::ALLREDUCE, {t}, {t}, [&](occlRequest_t* r) {
+      return lib.occlAllReduceAsync(t.data_ptr(), t.data_ptr(), t.numel(), dt, op, comm_, r);
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                                     const c10d::AllreduceCoalescedOptions& opts) override {
+    // One flat buffer of all tensors, reduced at once, copied back after.
+    TORCH_CHECK(!tensors.empty(), "occl: allreduce_coalesced of no tensors");
+    for (auto& t : tensors) {
+      checkTensor(t, "allreduce_coalesced");
+      checkSameType(t, tensors[0], "allreduce_coalesced");
+    }
+    auto dt = dtypeOf(tensors[0], true);
+    auto op = redOpOf(opts.reduceOp);
+    std::vector<at::Tensor> flats;
+    for (auto& t : tensors) flats.push_back(t.reshape({-1}));
+    auto flat = at::cat(flats);
+    auto outs = tensors;
+    return issue(
+        c10d::OpType::ALLREDUCE_COALESCED, {flat}, tensors,
+        [&](occlRequest_t* r) {
+          return lib.occlAllReduceAsync(flat.data_ptr(), flat.data_ptr(), flat.numel(), dt, op, comm_, r);
+        },
+        [flat, outs]() mutable {
+          int64_t off = 0;
+          for (auto& t : outs) {
+            t.view({-1}).copy_(flat.narrow(0, off, t.numel()));
+            off += t.numel();
+          }
+        });
+  }
+
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) override {
+    auto& t = single(tensors, "reduce");
+    checkRoot(opts.rootRank);
+    auto dt = dtypeOf(t, true);
+    auto op = redOpOf(opts.reduceOp);
+    return issue(c10d::OpType::REDUCE, {t}, {t}, [&](occlRequest_t* r) {
+      return lib.occlReduceAsync(t.data_ptr(), t.data_ptr(), t.numel(), dt, op, opts.rootRank, comm_, r);
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions&) override {
+    auto& in = single(inputs, "all_gather input");
+    TORCH_CHECK(outputs.size() == 1, "occl: all_gather: expected 1 output list, got ", outputs.size());
+    auto outs = outputs[0];
+    checkBlocks(outs, in, "all_gather");
+    auto dt = dtypeOf(in, false);
+    auto flat = at::empty({getSize() * in.numel()}, in.options());
+    return issue(
+        c10d::OpType::ALLGATHER, {in, flat}, outs,
+        [&](occlRequest_t* r) {
+          return lib.occlAllGatherAsync(in.data_ptr(), flat.data_ptr(), in.numel(), dt, comm_, r);
+        },
+        [flat, outs]() mutable { unflatten(flat, outs); });
+  }
+
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& out, at::Tensor& in,
+                                                 const c10d::AllgatherOptions&) override {
+    checkTensor(in, "all_gather_into_tensor input");
+    checkTensor(out, "all_gather_into_tensor output");
+    checkSameType(in, out, "all_gather_into_tensor");
+    TORCH_CHECK(out.numel() == in.numel() * getSize(), "occl: all_gather_into_tensor: output has ", out.numel(),
+                " elements, want ", in.numel() * getSize());
+    auto dt = dtypeOf(in, false);
+    return issue(c10d::OpType::_ALLGATHER_BASE, {in, out}, {out}, [&](occlRequest_t* r) {
+      return lib.occlAllGatherAsync(in.data_ptr(), out.data_ptr(), in.numel(), dt, comm_, r);
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs, const c10d::GatherOptions& opts) override {
+    auto& in = single(inputs, "gather input");
+    checkRoot(opts.rootRank);
+    auto dt = dtypeOf(in, false);
+    std::vector<at::Tensor> outs;
+    at::Tensor flat;
+    if (getRank() == opts.rootRank) {
+      TORCH_CHECK(outputs.size() == 1, "occl: gather: expected 1 output list on the root, got ", outputs.size());
+      outs = outputs[0];
+      checkBlocks(outs, in, "gather");
+      flat = at::empty({getSize() * in.numel()}, in.options());
+    } else {
+      TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
+                  "occl: gather: only the root passes an output list");
+      flat = at::empty({0}, in.options());
+    }
+    return issue(
+        c10d::OpType::GATHER, {in, flat}, outs,
+        [&](occlRequest_t* r) {
+          return lib.occlGatherAsync(in.data_ptr(), flat.data_ptr(), in.numel(), dt, opts.rootRank, comm_, r);
+        },
+        [flat, outs]() mutable { unflatten(flat, outs); });
+  }
+
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override {
+    auto& out = single(outputs, "scatter output");
+    checkRoot(opts.rootRank);
+    auto dt = dtypeOf(out, false);
+    at::Tensor flat;
+    if (getRank() == opts.rootRank) {
+      TORCH_CHECK(inputs.size() == 1, "occl: scatter: expected 1 input list on the root, got ", inputs.size());
+      checkBlocks(inputs[0], out, "scatter");
+      flat = flatten(inputs[0]);
+    } else {
+      TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
+                  "occl: scatter: only the root passes an input list");
+      flat = at::empty({0}, out.options());
+    }
+    return issue(c10d::OpType::SCATTER, {flat, out}, {out}, [&](occlRequest_t* r) {
+      return lib.occlScatterAsync(flat.data_ptr(), out.data_ptr(), out.numel(), dt, opts.rootRank, comm_, r);
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override {
+    auto& out = single(outputs, "reduce_scatter output");
+    TORCH_CHECK(inputs.size() == 1, "occl: reduce_scatter: expected 1 input list, got ", inputs.size());
+    checkBlocks(inputs[0], out, "reduce_scatter");
+    auto dt = dtypeOf(out, true);
+    auto op = redOpOf(opts.reduceOp);
+    auto flat = flatten(inputs[0]);
+    return issue(c10d::OpType::REDUCE_SCATTER, {flat, out}, {out}, [&](occlRequest_t* r) {
+      return lib.occlReduceScatterAsync(flat.data_ptr(), out.data_ptr(), out.numel(), dt, op, comm_, r);
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& out, at::Tensor& in,
+                                                      const c10d::ReduceScatterOptions& opts) override {
+    checkTensor(in, "reduce_scatter_tensor input");
+    checkTensor(out, "reduce_scatter_tensor output");
+    checkSameType(in, out, "reduce_scatter_tensor");
+    TORCH_CHECK(in.numel() == out.numel() * getSize(), "occl: reduce_scatter_tensor: input has ", in.numel(),
+                " elements, want ", out.numel() * getSize());
+    auto dt = dtypeOf(out, true);
+    auto op = redOpOf(opts.reduceOp);
+    return issue(c10d::OpType::_REDUCE_SCATTER_BASE, {in, out}, {out}, [&](occlRequest_t* r) {
+      return lib.occlReduceScatterAsync(in.data_ptr(), out.data_ptr(), out.numel(), dt, op, comm_, r);
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& out, at::Tensor& in, std::vector<int64_t>& outSplits,
+                                               std::vector<int64_t>& inSplits, const c10d::AllToAllOptions&) override {
+    checkTensor(in, "all_to_all_single input");
+    checkTensor(out, "all_to_all_single output");
+    checkSameType(in, out, "all_to_all_single");
+    auto dt = dtypeOf(in, false);
+    const int n = getSize();
+    if (outSplits.empty() && inSplits.empty()) {
+      TORCH_CHECK(in.numel() == out.numel() && in.numel() % n == 0, "occl: all_to_all_single: ", in.numel(),
+                  " input and ", out.numel(), " output elements: both must be equal and a multiple of ", n);
+      return issue(c10d::OpType::ALLTOALL_BASE, {in, out}, {out}, [&](occlRequest_t* r) {
+        return lib.occlAllToAllAsync(in.data_ptr(), out.data_ptr(), in.numel() / n, dt, comm_, r);
+      });
+    }
+    auto sc = splitCounts(in, inSplits, "input");
+    auto rc = splitCounts(out, outSplits, "output");
+    auto sd = displs(sc), rd = displs(rc);
+    return issue(c10d::OpType::ALLTOALL_BASE, {in, out}, {out}, [&](occlRequest_t* r) {
+      return lib.occlAllToAllvAsync(in.data_ptr(), sc.data(), sd.data(), out.data_ptr(), rc.data(), rd.data(), dt,
+                                    comm_, r);
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions&) override {
+    const int n = getSize();
+    TORCH_CHECK(static_cast<int>(inputs.size()) == n && static_cast<int>(outputs.size()) == n,
+                "occl: all_to_all: expected ", n, " input and output tensors, got ", inputs.size(), " and ",
+                outputs.size());
+    std::vector<size_t> sc(n), rc(n);
+    for (int i = 0; i < n; i++) {
+      checkTensor(inputs[i], "all_to_all input");
+      checkTensor(outputs[i], "all_to_all output");
+      checkSameType(inputs[i], inputs[0], "all_to_all");
+      checkSameType(outputs[i], inputs[0], "all_to_all");
+      sc[i] = inputs[i].numel();
+      rc[i] = outputs[i].numel();
+    }
+    auto dt = dtypeOf(inputs[0], false);
+    auto sd = displs(sc), rd = displs(rc);
+    auto sflat = flatten(inputs);
+    auto rflat = at::empty({static_cast<int64_t>(rd[n - 1] + rc[n - 1])}, inputs[0].options());
+    auto outs = outputs;
+    return issue(
+        c10d::OpType::ALLTOALL, {sflat, rflat}, outputs,
+        [&](occlRequest_t* r) {
+          return lib.occlAllToAllvAsync(sflat.data_ptr(), sc.data(), sd.data(), rflat.data_ptr(), rc.data(),
+                                        rd.data(), dt, comm_, r);
+        },
+        [rflat, outs]() mutable { unflatten(rflat, outs); });
+  }
+
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions&) override {
+    return issue(c10d::OpType::BARRIER, {}, {}, [&](occlRequest_t* r) { return lib.occlBarrierAsync(comm_, r); });
+  }
+
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int) override {
+    return p2p(true, single(tensors, "send"), dst);
+  }
+
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int) override {
+    return p2p(false, single(tensors, "recv"), src);
+  }
+
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>&, int) override {
+    TORCH_CHECK(false, "occl: recv from any source is not supported: name the source rank");
+  }
+
+  // Sends and receives between startCoalescing and endCoalescing (what
+  // batch_isend_irecv does) are posted as one occl group, so an exchange in
+  // which every rank sends first cannot deadlock.
+  void startCoalescing() override {
+    TORCH_CHECK(!batch_, "occl: coalescing already started");
+    batch_ = std::make_shared<State>();
+    batchOps_.clear();
+  }
+
+  void endCoalescing(std::vector<c10::intrusive_ptr<c10d::Work>>&) override {
+    TORCH_CHECK(batch_, "occl: endCoalescing without startCoalescing");
+    auto st = std::move(batch_);
+    auto ops = std::move(batchOps_);
+    batch_.reset();
+    batchOps_.clear();
+    std::vector<occlP2POp_t> list;
+    for (auto& o : ops) {
+      list.push_back(occlP2POp_t{o.send ? 1 : 0, o.t.data_ptr(), static_cast<size_t>(o.t.numel()),
+                                 dtypeOf(o.t, false), o.peer});
+      st->keep.push_back(o.t);
+    }
+    occlRequest_t req = nullptr;
+    occlResult_t r = lib.occlSendRecvAsync(list.data(), static_cast<int>(list.size()), comm_, &req);
+    std::lock_guard<std::mutex> l(st->mu);
+    st->issued = true;
+    if (r != occlSuccess) {
+      st->settle(r);
+      std::rethrow_exception(st->error);
+    }
+    st->req = req;
+  }
+
+ private:
+  void checkRoot(int64_t root) const {
+    TORCH_CHECK(root >= 0 && root < getSize(), "occl: root ", root, " is not a rank of this group of ", getSize());
+  }
+
+  // checkBlocks checks a list of per-rank tensors against one rank's.
+  void checkBlocks(const std::vector<at::Tensor>& blocks, const at::Tensor& one, const char* what) const {
+    TORCH_CHECK(static_cast<int>(blocks.size()) == getSize(), "occl: ", what, ": expected ", getSize(),
+                " tensors, got ", blocks.size());
+    for (auto& b : blocks) {
+      checkTensor(b, what);
+      checkSameType(b, one, what);
+      TORCH_CHECK(b.numel() == one.numel(), "occl: ", what, ": tensors of ", b.numel(), " and ", one.numel(),
+                  " elements");
+    }
+  }
+
+  static at::Tensor flatten(const std::vector<at::Tensor>& ts) {
+    std::vector<at::Tensor> flats;
+    for (auto& t : ts) flats.push_back(t.reshape({-1}));
+    return at::cat(flats);
+  }
+
+  static void unflatten(const at::Tensor& flat, std::vector<at::Tensor>& outs) {
+    int64_t off = 0;
+    for (auto& t : outs) {
+      t.view({-1}).copy_(flat.narrow(0, off, t.numel()));
+      off += t.numel();
+    }
+  }
+
+  // splitCounts turns dim-0 split sizes into element counts per rank.
+  std::vector<size_t> splitCounts(const at::Tensor& t, const std::vector<int64_t>& splits, const char* what) const {
+    const int n = getSize();
+    const int64_t rows = t.dim() == 0 ? 1 : t.size(0);
+    const int64_t row = rows == 0 ? 0 : t.numel() / rows;
+    std::vector<size_t> out(n);
+    if (splits.empty()) {
+      TORCH_CHECK(rows % n == 0, "occl: all_to_all_single: ", what, " has ", rows, " rows, not a multiple of ", n);
+      for (auto& c : out) c = static_cast<size_t>(rows / n * row);
+      return out;
+    }
+    TORCH_CHECK(static_cast<int>(splits.size()) == n, "occl: all_to_all_single: ", splits.size(), " ", what,
+                " split sizes for ", n, " ranks");
+    int64_t sum = 0;
+    for (int i = 0; i < n; i++) {
+      TORCH_CHECK(splits[i] >= 0, "occl: all_to_all_single: negative ", what, " split size ", splits[i]);
+      sum += splits[i];
+      out[i] = static_cast<size_t>(splits[i] * row);
+    }
+    TORCH_CHECK(sum == rows, "occl: all_to_all_single: ", what, " split sizes add up to ", sum, ", the tensor has ",
+                rows, " rows");
+    return out;
+  }
+
+  static std::vector<size_t> displs(const std::vector<size_t>& counts) {
+    std::vector<size_t> d(counts.size());
+    size_t off = 0;
+    for (size_t i = 0; i < counts.size(); i++) {
+      d[i] = off;
+      off += counts[i];
+    }
+    return d;
+  }
+
+  c10::intrusive_ptr<c10d::Work> p2p(bool send, at::Tensor& t, int peer) {
+    TORCH_CHECK(peer >= 0 && peer < getSize(), "occl: peer ", peer, " is not a rank of this group of ", getSize());
+    auto dt = dtypeOf(t, false);
+    auto type = send ? c10d::OpType::SEND : c10d::OpType::RECV;
+    if (batch_) {
+      batchOps_.push_back(P2P{send, t, peer});
+      return c10::make_intrusive<OcclWork>(getRank(), type, batch_, completer_);
+    }
+    return issue(type, {t}, {t}, [&](occlRequest_t* r) {
+      return send ? lib.occlSendAsync(t.data_ptr(), t.numel(), dt, peer, comm_, r)
+                  : lib.occlRecvAsync(t.data_ptr(), t.numel(), dt, peer, comm_, r);
+    });
+  }
+
+  // issue starts an operation through start (which calls an occl*Async
+  // function) and returns its Work. keep are the tensors it uses, outputs
+  // what Work::result and the future give, epilogue the copy-out that runs
+  // once it has succeeded. An argument error is raised here, on the calling
+  // rank, and nothing is queued: the group stays usable.
+  template <typename Start>
+  c10::intrusive_ptr<c10d::Work> issue(c10d::OpType type, std::vector<at::Tensor> keep,
+                                       std::vector<at::Tensor> outputs, Start start,
+                                       std::function<void()> epilogue = nullptr) {
+    TORCH_CHECK(!batch_ || type == c10d::OpType::SEND || type == c10d::OpType::RECV,
+                "occl: only sends and receives may be coalesced");
+    auto st = std::make_shared<State>();
+    st->keep = std::move(keep);
+    st->outputs = std::move(outputs);
+    st->epilogue = std::move(epilogue);
+    occlRequest_t req = nullptr;
+    check(start(&req), opName(type));
+    st->req = req;
+    st->issued = true;
+    return c10::make_intrusive<OcclWork>(getRank(), type, std::move(st), completer_);
+  }
+
+  static const char* opName(c10d::OpType t) {
+    switch (t) {
+      case c10d::OpType::BROADCAST: return "broadcast";
+      case c10d::OpType::ALLREDUCE: return "all_reduce";
+      case c10d::OpType::ALLREDUCE_COALESCED: return "all_reduce_coalesced";
+      case c10d::OpType::REDUCE: return "reduce";
+      case c10d::OpType::ALLGATHER: return "all_gather";
+      case c10d::OpType::_ALLGATHER_BASE: return "all_gather_into_tensor";
+      case c10d::OpType::GATHER: return "gather";
+      case c10d::OpType::SCATTER: return "scatter";
+      case c10d::OpType::REDUCE_SCATTER: return "reduce_scatter";
+      case c10d::OpType::_REDUCE_SCATTER_BASE: return "reduce_scatter_tensor";
+      case c10d::OpType::ALLTOALL_BASE: return "all_to_all_single";
+      case c10d::OpType::ALLTOALL: return "all_to_all";
+      case c10d::OpType::BARRIER: return "barrier";
+      case c10d::OpType::SEND: return "send";
+      case c10d::OpType::RECV: return "recv";
+      default: return "operation";
+    }
+  }
+
+  occlComm_t comm_ = nullptr;
+  std::shared_ptr<Completer> completer_;
+  std::shared_ptr<State> batch_;
+  std::vector<P2P> batchOps_;
+};
+
+}  // namespace occl_torch
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  namespace py = pybind11;
+  py::module::import("torch.distributed");
+  m.def("load", &occl_torch::load, "Resolves liboccl.so's functions from the library at path.");
+  py::class_<occl_torch::ProcessGroupOccl, c10d::ProcessGroup, c10::intrusive_ptr<occl_torch::ProcessGroupOccl>>(
+      m, "ProcessGroupOccl")
+      .def(py::init<int, int, const std::string&, std::chrono::milliseconds, std::vector<int>>(), py::arg("rank"),
+           py::arg("size"), py::arg("unique_id"), py::arg("timeout"), py::arg("fabric_ranks"),
+           py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("handle", &occl_torch::ProcessGroupOccl::handle,
+                             "The occlComm_t of this group, as an integer.")
+      .def("abort", &occl_torch::ProcessGroupOccl::abort, py::call_guard<py::gil_scoped_release>());
+}

@@ -1,0 +1,163 @@
+"""occl as a torch.distributed backend.
+
+    import occl.torch                               # registers "occl"
+    torch.distributed.init_process_group("occl")    # env://, tcp://, file://
+
+Every operation of torch.distributed runs on occl: all_reduce (SUM,
+PRODUCT, MIN, MAX, AVG), broadcast, reduce, all_gather and
+all_gather_into_tensor, reduce_scatter and reduce_scatter_tensor,
+all_to_all and all_to_all_single (with split sizes), gather, scatter,
+barrier, send/recv/isend/irecv and batch_isend_irecv, on CPU tensors of
+float16, bfloat16, float32, float64, int8, uint8, int32 and int64 (bool
+where nothing is reduced). ``new_group(ranks)`` makes an occl communicator
+among the group's members that knows their place on the fabric, so
+``reconfigure`` can move it with the world group.
+
+Rank 0 of each group makes occl's unique id (a rendezvous address and a
+random secret) and shares it through the store torch gives the backend, as
+ProcessGroupNCCL shares ncclUniqueId. The group's ``timeout`` becomes
+occl's: an operation that does not complete in time fails, as does every
+later one, on every rank, with a RuntimeError naming the rank that failed.
+
+Sends and receives outside ``batch_isend_irecv`` run in the order they are
+issued, as with NCCL: two ranks that both ``send`` first to each other
+wait for each other's receive; post such exchanges with
+``batch_isend_irecv``, whose operations progress together.
+"""
+
+import ctypes
+import json
+import threading
+
+import torch
+import torch.distributed as dist
+
+import occl
+from . import _C
+
+__all__ = ["reconfigure", "set_traffic_tag", "traffic_matrix", "communicator", "Reconfiguration"]
+
+_C.load(occl.library_path())
+
+_UID_KEY = "occl/unique_id"
+
+
+def _create_process_group(*args):
+    """The backend's constructor, called by torch.distributed for the world
+    group and every new_group. torch 1.13 and 2.x call it either with
+    (_DistributedBackendOptions, options) (extended API) or with (store,
+    rank, size, timeout)."""
+    if len(args) >= 1 and hasattr(args[0], "group_rank"):
+        o = args[0]
+        store, rank, size, timeout = o.store, o.group_rank, o.group_size, o.timeout
+        global_ranks = list(o.global_ranks_in_group or [])
+    else:
+        store, rank, size, timeout = args[:4]
+        global_ranks = []
+    if rank == 0:
+        uid = str(occl.get_unique_id())
+        store.set(_UID_KEY, uid)
+    else:
+        uid = store.get(_UID_KEY).decode()
+    return _C.ProcessGroupOccl(rank, size, uid, timeout, global_ranks)
+
+
+def _register():
+    try:
+        dist.Backend.register_backend("occl", _create_process_group, extended_api=True)
+    except TypeError:  # a torch without the extended API
+        dist.Backend.register_backend("occl", _create_process_group)
+
+
+_register()
+
+
+def _group(group):
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    if pg is dist.GroupMember.NON_GROUP_MEMBER:
+        raise ValueError("occl: this rank is not a member of the group")
+    if not isinstance(pg, _C.ProcessGroupOccl):
+        raise ValueError("occl: the group uses backend %r, not occl" % dist.get_backend(pg))
+    return pg
+
+
+def communicator(group=None):
+    """The occl.Communicator of a group (the world group if None), borrowed:
+    it lives as long as the group."""
+    return occl.Communicator(_group(group).handle, owned=False)
+
+
+def set_traffic_tag(tag, group=None):
+    """Counts the bytes of later all-to-alls on group under tag, e.g.
+    "layer3/dispatch" (None: the default tag). Local: no communication."""
+    communicator(group).set_traffic_tag(tag)
+
+
+def traffic_matrix(group=None, tag=""):
+    """The all-to-all traffic of tag on group, gathered from every rank
+    (collective): a dict with "ranks" (bytes rank i sent to rank j),
+    "hosts" (bytes host a sent to host b), "host" and "ops"."""
+    return communicator(group).traffic_matrix(tag)
+
+
+class Reconfiguration:
+    """A reconfiguration in progress (reconfigure with async_op=True): wait()
+    returns when the groups run on the new fabric, or raises the error
+    every rank gets; is_completed() does not block."""
+
+    def __init__(self, run):
+        self._err = None
+        self._done = threading.Event()
+
+        def body():
+            try:
+                run()
+            except BaseException as e:  # re-raised by wait
+                self._err = e
+            finally:
+                self._done.set()
+
+        self._thread = threading.Thread(target=body, name="occl-reconfigure", daemon=True)
+        self._thread.start()
+
+    def is_completed(self):
+        return self._done.is_set()
+
+    def wait(self, timeout=None):
+        if not self._done.wait(timeout):
+            raise TimeoutError("occl: reconfiguration still in progress")
+        self._thread.join()
+        if self._err is not None:
+            raise self._err
+        return True
+
+
+def reconfigure(topology, groups=(), async_op=False):
+    """Rewires the world group and groups (made by new_group, of which this
+    rank is a member) onto topology: a dict, JSON text or the path of a JSON
+    file in occl's topology format (what occl-topo writes). The OCS
+    controller at OCCL_OCS_ADDR switches the circuits once; every group then
+    opens, checks and agrees on its new links. All or nothing: on failure
+    every rank raises the same occl.OcclError and the groups keep working on
+    their previous topology. Collective on the world group and on each of
+    groups.
+
+    With async_op=True it returns a Reconfiguration at once, so that the
+    switch overlaps with computation (expert compute between all-to-alls);
+    issue no operation on these groups before its wait() returns."""
+    if isinstance(topology, dict):
+        text = json.dumps(topology)
+    elif isinstance(topology, bytes):
+        text = topology.decode()
+    elif isinstance(topology, str) and not topology.lstrip().startswith("{"):
+        with open(topology) as f:
+            text = f.read()
+    else:
+        text = topology
+    world = communicator(None)
+    subs = [communicator(g) for g in groups]
+    run = lambda: world.reconfigure(text, subs)
+    if not async_op:
+        run()
+        return None
+    return Reconfiguration(run)

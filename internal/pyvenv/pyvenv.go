@@ -1,0 +1,109 @@
+//go:build linux
+
+// Package pyvenv installs the occl Python package (cgo/python) the way its
+// README tells users to, for the tests that run Python: a virtual
+// environment made by Debian's /usr/bin/python3 with
+// --system-site-packages (so that python3-torch is visible), and pip
+// install --no-build-isolation --no-index, which builds liboccl.so and the
+// torch backend into it. It happens at most once per test binary.
+package pyvenv
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// System is the interpreter that has Debian's python3-torch and
+// python3-numpy (a python3 earlier on PATH may not).
+const System = "/usr/bin/python3"
+
+// RequireEnv, set to 1, turns a missing Python, torch or NumPy into a test
+// failure instead of a skip: CI sets it, since it installs them.
+const RequireEnv = "OCCL_TEST_REQUIRE_PYTHON"
+
+// Venv is the environment, made on the first call to Python.
+type Venv struct {
+	// Root is the repository root, relative to the test's directory.
+	Root string
+
+	once sync.Once
+	dir  string
+	err  error
+}
+
+// Require skips t (fails it under OCCL_TEST_REQUIRE_PYTHON=1) unless
+// /usr/bin/python3 imports every module.
+func Require(t testing.TB, modules ...string) {
+	t.Helper()
+	skip := t.Skipf
+	if os.Getenv(RequireEnv) == "1" {
+		skip = t.Fatalf
+	}
+	if _, err := os.Stat(System); err != nil {
+		skip("%s not found: the Python tests need it (apt-get install -y python3-torch python3-venv python3-pip)", System)
+		return
+	}
+	for _, m := range modules {
+		if out, err := exec.Command(System, "-c", "import "+m).CombinedOutput(); err != nil {
+			lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+			skip("%s cannot import %s (apt-get install -y python3-torch python3-numpy): %v: %s", System, m, err, lines[len(lines)-1])
+			return
+		}
+	}
+}
+
+// Python returns the environment's interpreter, making the environment on
+// the first call. It requires torch and NumPy (see Require).
+func (v *Venv) Python(t testing.TB) string {
+	t.Helper()
+	Require(t, "torch", "numpy", "ensurepip", "pip", "setuptools", "wheel")
+	v.once.Do(func() { v.dir, v.err = v.make() })
+	if v.err != nil {
+		t.Fatal(v.err)
+	}
+	return filepath.Join(v.dir, "bin", "python")
+}
+
+func (v *Venv) make() (string, error) {
+	root, err := filepath.Abs(v.Root)
+	if err != nil {
+		return "", err
+	}
+	dir, err := os.MkdirTemp("", "occl-venv-")
+	if err != nil {
+		return "", err
+	}
+	// Build from a copy, so that the build's files stay out of the tree.
+	src := filepath.Join(dir, "src")
+	if out, err := exec.Command("cp", "-r", filepath.Join(root, "cgo", "python"), src).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("copy the package: %v\n%s", err, out)
+	}
+	env := filepath.Join(dir, "env")
+	run := func(name string, args ...string) error {
+		cmd := exec.Command(name, args...)
+		cmd.Env = append(os.Environ(), "OCCL_SOURCE="+root, "PIP_DISABLE_PIP_VERSION_CHECK=1", "OCCL_LIB=")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+		}
+		return nil
+	}
+	if err := run(System, "-m", "venv", "--system-site-packages", env); err != nil {
+		return "", err
+	}
+	if err := run(filepath.Join(env, "bin", "pip"), "install", "--no-build-isolation", "--no-index", src); err != nil {
+		return "", err
+	}
+	return env, nil
+}
+
+// Cleanup removes the environment; call it from TestMain.
+func (v *Venv) Cleanup() {
+	if v.dir != "" {
+		os.RemoveAll(filepath.Dir(v.dir))
+	}
+}

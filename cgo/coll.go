@@ -66,7 +66,7 @@ const minAddress = 4096
 // addr turns a buffer or array pointer into an integer. Exported functions
 // do it first, so that a made-up pointer such as (void*)1 is rejected by
 // the checks without ever sitting in a pointer-typed Go variable.
-func addr[P unsafe.Pointer | C.occlInternalConstBuf | C.occlInternalConstCounts | C.occlInternalConstP2POps](p P) uintptr {
+func addr[P unsafe.Pointer | C.occlInternalConstBuf | C.occlInternalConstCounts | C.occlInternalConstP2POps | C.occlInternalConstDoubles](p P) uintptr {
 	return uintptr(unsafe.Pointer(p))
 }
 

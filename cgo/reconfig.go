@@ -5,6 +5,7 @@ import "C"
 
 import (
 	"context"
+	"math"
 	"os"
 	"slices"
 	"sync"
@@ -175,8 +176,85 @@ func occlCommTrafficMatrix(comm C.occlComm_t, tag C.occlInternalConstStr, buf *C
 		ce.mu.Unlock()
 		return k.fail(resInvalidArgument, "buffer of %d bytes is too small: the traffic matrix needs %d (kept for the next call)", uint64(length), len(js)+1)
 	}
+	return k.writeString(js, buf, length, "the traffic matrix (kept for the next call)")
+}
+
+// writeString copies js and a NUL into buf, or fails naming what did not
+// fit.
+func (k *call) writeString(js []byte, buf *C.char, length C.size_t, what string) C.occlResult_t {
+	if buf == nil || uint64(length) < uint64(len(js)+1) {
+		return k.fail(resInvalidArgument, "buffer of %d bytes is too small: %s needs %d", uint64(length), what, len(js)+1)
+	}
 	out := unsafe.Slice((*byte)(unsafe.Pointer(buf)), len(js)+1)
 	copy(out, js)
 	out[len(js)] = 0
 	return resSuccess
+}
+
+// occlCommTopology writes comm's current topology as JSON. See occl.h.
+//
+//export occlCommTopology
+func occlCommTopology(comm C.occlComm_t, buf *C.char, length C.size_t, needed *C.size_t) (res C.occlResult_t) {
+	commH := handle(comm) // first: see handle
+	k := begin("occlCommTopology", &res)
+	defer k.end()
+	if needed == nil {
+		return k.fail(resInvalidArgument, "needed is NULL")
+	}
+	*needed = 0
+	_, c, r := k.comm(commH)
+	if r != resSuccess {
+		return r
+	}
+	t := c.Topology()
+	if t == nil {
+		return k.fail(resInvalidUsage, "the communicator has no topology (set OCCL_TOPO)")
+	}
+	js := t.JSON()
+	*needed = C.size_t(len(js) + 1)
+	return k.writeString(js, buf, length, "the topology")
+}
+
+// occlPlanCircuits places circuits on a topology's free OCS ports for a demand. See occl.h.
+//
+//export occlPlanCircuits
+func occlPlanCircuits(topologyJSON C.occlInternalConstStr, demand C.occlInternalConstDoubles, nranks C.int, buf *C.char, length C.size_t, needed *C.size_t) (res C.occlResult_t) {
+	demandP := addr(demand) // first: see addr
+	k := begin("occlPlanCircuits", &res)
+	defer k.end()
+	if needed == nil {
+		return k.fail(resInvalidArgument, "needed is NULL")
+	}
+	*needed = 0
+	if topologyJSON == nil {
+		return k.fail(resInvalidArgument, "topologyJSON is NULL")
+	}
+	t, err := topo.Parse([]byte(cstring(topologyJSON)))
+	if err != nil {
+		return k.fail(resInvalidArgument, "topologyJSON: %v", err)
+	}
+	n := int(nranks)
+	if n != len(t.Ranks) {
+		return k.fail(resInvalidArgument, "nranks %d: the topology has %d ranks", n, len(t.Ranks))
+	}
+	if r := k.address("demand", demandP, uintptr(n*n)*8); r != resSuccess {
+		return r
+	}
+	flat := unsafe.Slice((*float64)(C.occlInternalPointer(C.uintptr_t(demandP))), n*n)
+	d := make([][]float64, n)
+	for i := range d {
+		d[i] = slices.Clone(flat[i*n : (i+1)*n])
+		for j, b := range d[i] {
+			if b < 0 || math.IsNaN(b) || math.IsInf(b, 0) {
+				return k.fail(resInvalidArgument, "demand[%d][%d] = %v: want a finite number of bytes, not negative", i, j, b)
+			}
+		}
+	}
+	t.Circuits = nil
+	if err := t.ConnectFor(d); err != nil {
+		return k.fail(resInvalidArgument, "plan: %v", err)
+	}
+	js := t.JSON()
+	*needed = C.size_t(len(js) + 1)
+	return k.writeString(js, buf, length, "the planned topology")
 }

@@ -465,6 +465,23 @@ occlResult_t occlCommSetTrafficTag(occlComm_t comm, const char* tag);
  * *needed bytes on the ranks that got the error only. */
 occlResult_t occlCommTrafficMatrix(occlComm_t comm, const char* tag, char* buf, size_t len, size_t* needed);
 
+/* Writes comm's current topology (occl's topology format: the fabric-wide
+ * one for a communicator that spans the fabric, its part for a
+ * sub-communicator) as NUL-terminated JSON into buf. *needed receives the
+ * size it needs, NUL included; occlInvalidArgument if len is smaller. Local:
+ * no communication. occlInvalidUsage without a topology (OCCL_TOPO). */
+occlResult_t occlCommTopology(occlComm_t comm, char* buf, size_t len, size_t* needed);
+
+/* Plans circuits for a demand: takes topologyJSON, drops its circuits and
+ * places new ones on its free OCS ports for demand (nranks x nranks,
+ * row-major: bytes rank i sends rank j, e.g. the "ranks" of a traffic
+ * matrix), favouring the host pairs whose traffic the circuits speed up
+ * most; writes the result as NUL-terminated JSON into buf, for
+ * occlCommReconfigure. *needed and len as for occlCommTopology. Pure: no
+ * communicator, no controller. */
+occlResult_t occlPlanCircuits(const char* topologyJSON, const double* demand, int nranks, char* buf, size_t len,
+                              size_t* needed);
+
 #ifdef __cplusplus
 }
 #endif

@@ -19,6 +19,7 @@ typedef const size_t* occlInternalConstCounts;
 typedef const occlComm_t* occlInternalConstComms;
 typedef const occlConfig_t* occlInternalConstConfig;
 typedef const occlP2POp_t* occlInternalConstP2POps;
+typedef const double* occlInternalConstDoubles;
 
 /* Defined in cgo/internal.c, hidden: liboccl.so does not export them. */
 #define OCCL_INTERNAL __attribute__((visibility("hidden")))

@@ -12,75 +12,53 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/occl/occl/bench/launch"
-	"github.com/occl/occl/internal/clib"
+	"github.com/occl/occl/internal/pyvenv"
 )
 
-// The tests run the Python examples with Debian's /usr/bin/python3 (which
-// has python3-torch and python3-numpy) against a liboccl.so built with the
-// documented command, as 4 real processes on 127.0.0.1.
+// The tests run the Python examples with the occl package installed as its
+// README says (internal/pyvenv), as real processes on 127.0.0.1.
 
-const python = "/usr/bin/python3"
-
-// lib is the library built for this test binary.
-var lib = clib.Lib{Root: "../..", Pattern: "occl-py"}
-
-// setup skips without a Python that can import the modules, and returns
-// the directory of liboccl.so.
-func setup(t *testing.T, modules ...string) string {
-	t.Helper()
-	if _, err := os.Stat(python); err != nil {
-		t.Skipf("%s not found: the Python examples need it (apt-get install -y python3-torch)", python)
-	}
-	for _, m := range modules {
-		if out, err := exec.Command(python, "-c", "import "+m).CombinedOutput(); err != nil {
-			t.Skipf("%s cannot import %s (apt-get install -y python3-torch): %v\n%s", python, m, err, lastLine(out))
-		}
-	}
-	return lib.Dir(t)
-}
-
-func lastLine(b []byte) string {
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	return lines[len(lines)-1]
-}
+var venv = pyvenv.Venv{Root: "../.."}
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	lib.Cleanup()
+	venv.Cleanup()
 	os.Exit(code)
 }
 
 // pyEnv is the environment of every Python process: one thread each (the
-// machine may have fewer cores than ranks) and the library.
-func pyEnv(lib string) []string {
-	return []string{"OCCL_LIB=" + lib, "OMP_NUM_THREADS=1", "OCCL_TIMEOUT=90s", "PYTHONDONTWRITEBYTECODE=1"}
+// machine may have fewer cores than ranks) and the installed library.
+func pyEnv() []string {
+	return []string{"OCCL_LIB=", "OMP_NUM_THREADS=1", "OCCL_TIMEOUT=90s", "PYTHONDONTWRITEBYTECODE=1"}
 }
 
 // runOccl runs a script across np processes with occl's launcher.
-func runOccl(t *testing.T, lib string, np int, args ...string) string {
+func runOccl(t *testing.T, python string, np int, args ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	var out, errOut bytes.Buffer
-	res, err := launch.Run(ctx, launch.Spec{NP: np, Path: python, Args: args, Env: pyEnv(lib), Stdout: &out, Stderr: &errOut})
+	res, err := launch.Run(ctx, launch.Spec{NP: np, Path: python, Args: args, Env: pyEnv(), Stdout: &out, Stderr: &errOut})
 	if err != nil {
 		t.Fatalf("%v %v\nstdout:\n%s\nstderr:\n%s", err, res, out.String(), errOut.String())
 	}
 	return out.String()
 }
 
-// TestSelfTest runs selftest.py on 4 ranks: every collective of occl.py on
-// NumPy arrays and PyTorch tensors of every type, zero-copy, async, groups,
-// split, and errors carrying occlGetLastError's message.
+// TestSelfTest runs selftest.py on 4 ranks: every collective of the occl
+// package on NumPy arrays and PyTorch tensors of every type, zero-copy,
+// async, groups, split, and errors carrying occlGetLastError's message.
 func TestSelfTest(t *testing.T) {
-	lib := setup(t, "numpy", "torch")
-	out := runOccl(t, lib, 4, "selftest.py")
+	python := venv.Python(t)
+	out := runOccl(t, python, 4, "selftest.py")
 	if n := strings.Count(out, ": ok"); n != 4 {
 		t.Fatalf("%d of 4 ranks passed:\n%s", n, out)
 	}
@@ -96,11 +74,11 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// runGloo runs a script across np processes the way torchrun would set up
-// torch.distributed: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT.
-func runGloo(t *testing.T, lib string, np int, args ...string) string {
+// runTorch runs a script across np processes the way torchrun sets up
+// torch.distributed: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT.
+func runTorch(t *testing.T, python string, np int, args ...string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	port := freePort(t)
 	var mu sync.Mutex
@@ -109,9 +87,9 @@ func runGloo(t *testing.T, lib string, np int, args ...string) string {
 	var wg sync.WaitGroup
 	for r := 0; r < np; r++ {
 		cmd := exec.CommandContext(ctx, python, args...)
-		cmd.Env = append(os.Environ(), pyEnv(lib)...)
+		cmd.Env = append(os.Environ(), pyEnv()...)
 		cmd.Env = append(cmd.Env, fmt.Sprintf("RANK=%d", r), fmt.Sprintf("LOCAL_RANK=%d", r), fmt.Sprintf("WORLD_SIZE=%d", np),
-			"MASTER_ADDR=127.0.0.1", fmt.Sprintf("MASTER_PORT=%d", port), "OCCL_RANK=", "OCCL_WORLD_SIZE=")
+			fmt.Sprintf("LOCAL_WORLD_SIZE=%d", np), "MASTER_ADDR=127.0.0.1", fmt.Sprintf("MASTER_PORT=%d", port), "OCCL_RANK=", "OCCL_WORLD_SIZE=")
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -128,7 +106,7 @@ func runGloo(t *testing.T, lib string, np int, args ...string) string {
 	wg.Wait()
 	for _, err := range errs {
 		if err != nil {
-			t.Fatalf("gloo job: %v\n%s", err, out.String())
+			t.Fatalf("job %v: %v\n%s", args, err, out.String())
 		}
 	}
 	return out.String()
@@ -171,13 +149,12 @@ func maxRelErr(t *testing.T, a, b []float64) (rel, abs float64) {
 	return rel, abs
 }
 
-// TestDDPMatchesGloo trains the same MLP data-parallel on 4 processes with
-// gradients averaged by occl (occl.py, zero-copy on the gradient bucket) and
-// by torch.distributed's gloo backend, and on one process over the whole
-// batch, and checks that the trained weights agree within 1e-6 relative
-// error.
+// TestDDPMatchesGloo trains the same MLP with DistributedDataParallel on 4
+// processes on the occl backend and on Gloo, and on one process over the
+// whole batch, and checks that the trained weights agree within 1e-6
+// relative error.
 func TestDDPMatchesGloo(t *testing.T) {
-	lib := setup(t, "torch", "torch.distributed")
+	python := venv.Python(t)
 	dir := t.TempDir()
 	occlOut, glooOut, localOut := filepath.Join(dir, "occl.json"), filepath.Join(dir, "gloo.json"), filepath.Join(dir, "local.json")
 	var logs [3]string
@@ -185,13 +162,13 @@ func TestDDPMatchesGloo(t *testing.T) {
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		logs[1] = runGloo(t, lib, 4, "ddp_train.py", "--backend", "gloo", "--out", glooOut)
+		logs[1] = runTorch(t, python, 4, "ddp_train.py", "--backend", "gloo", "--out", glooOut)
 	}()
 	go func() {
 		defer wg.Done()
-		logs[2] = runGloo(t, lib, 1, "ddp_train.py", "--backend", "local", "--out", localOut)
+		logs[2] = runTorch(t, python, 1, "ddp_train.py", "--backend", "local", "--out", localOut)
 	}()
-	logs[0] = runOccl(t, lib, 4, "ddp_train.py", "--backend", "occl", "--out", occlOut)
+	logs[0] = runTorch(t, python, 4, "ddp_train.py", "--backend", "occl", "--out", occlOut)
 	wg.Wait()
 	if t.Failed() {
 		return
@@ -210,5 +187,33 @@ func TestDDPMatchesGloo(t *testing.T) {
 		len(o.Weights), eg, ag, el, al)
 	if eg > 1e-6 || el > 1e-6 {
 		t.Fatalf("weights differ: occl vs gloo %.3g, occl vs one process %.3g (limit 1e-6)", eg, el)
+	}
+}
+
+// TestMoETrain trains the expert-parallel MoE example on 4 processes on an
+// emulated fabric of 2 hosts: its dispatch and combine round trip is
+// checked by the script, it reconfigures before every layer, and it prints
+// every layer's all-to-all time with and without reconfiguration.
+func TestMoETrain(t *testing.T) {
+	python := venv.Python(t)
+	out := runTorch(t, python, 4, "moe_train.py", "--layers", "3", "--tokens", "512", "--steps", "2", "--warmup-steps", "2")
+	t.Logf("\n%s", out)
+	rows := regexp.MustCompile(`(?m)^\s+(\d+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)x$`).FindAllStringSubmatch(out, -1)
+	if len(rows) != 3 {
+		t.Fatalf("want a row per layer (3), got %d:\n%s", len(rows), out)
+	}
+	for _, r := range rows {
+		for _, v := range r[2:4] {
+			if f, err := strconv.ParseFloat(v, 64); err != nil || f <= 0 {
+				t.Errorf("layer %s: all-to-all time %q", r[1], v)
+			}
+		}
+	}
+	loss := regexp.MustCompile(`loss ([0-9.]+) -> ([0-9.]+)`).FindStringSubmatch(out)
+	if loss == nil {
+		t.Fatalf("no loss line:\n%s", out)
+	}
+	if first, _ := strconv.ParseFloat(loss[1], 64); !(first > 0) {
+		t.Errorf("loss %s", loss[1])
 	}
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks occl.py across the ranks of a job (run it under occl's launcher):
+"""Checks the occl package across the ranks of a job (run it under occl's launcher):
 every collective on NumPy arrays and PyTorch CPU tensors of every supported
 type, zero-copy (results land in the caller's memory), non-blocking calls,
 groups, split, a reconfiguration refused on every rank alike, and errors
@@ -11,8 +11,7 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import occl  # noqa: E402
+import occl
 
 try:
     import torch

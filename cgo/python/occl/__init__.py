@@ -29,7 +29,18 @@ import os
 import sys
 import threading
 
-__all__ = ["OcclError", "Communicator", "Work", "UniqueId", "get_unique_id", "group", "version", "library", "library_path"]
+__all__ = [
+    "OcclError",
+    "Communicator",
+    "Work",
+    "UniqueId",
+    "get_unique_id",
+    "group",
+    "version",
+    "library",
+    "library_path",
+    "plan_circuits",
+]
 
 # Result codes, data types and reductions of occl.h.
 SUCCESS = 0
@@ -132,6 +143,8 @@ _SIGNATURES = {
     "occlCommReconfigureMany": [ctypes.POINTER(_c), _i, ctypes.c_char_p],
     "occlCommSetTrafficTag": [_c, ctypes.c_char_p],
     "occlCommTrafficMatrix": [_c, ctypes.c_char_p, ctypes.c_char_p, _sz, _p_sz],
+    "occlCommTopology": [_c, ctypes.c_char_p, _sz, _p_sz],
+    "occlPlanCircuits": [ctypes.c_char_p, ctypes.POINTER(ctypes.c_double), _i, ctypes.c_char_p, _sz, _p_sz],
 }
 
 
@@ -192,6 +205,39 @@ def get_unique_id():
     uid = UniqueId()
     _check(library().occlGetUniqueId(ctypes.byref(uid)))
     return uid
+
+
+def _json_out(call, what, comm=None):
+    """Runs call(buf, size, needed) of a function that writes JSON, growing
+    the buffer once if it was too small, and returns the decoded JSON."""
+    needed = ctypes.c_size_t(0)
+    size = 1 << 16
+    for _ in range(2):
+        buf = ctypes.create_string_buffer(size)
+        code = call(buf, size, ctypes.byref(needed))
+        if code == 4 and needed.value > size:
+            size = needed.value
+            continue
+        _check(code, comm)
+        return json.loads(buf.value.decode())
+    raise OcclError(3, "%s: the buffer size changed between calls" % what)
+
+
+def plan_circuits(topology, demand):
+    """Places circuits on topology's free OCS ports for demand (n x n bytes
+    rank i sends rank j, e.g. a traffic matrix's "ranks") and returns the
+    new topology as a dict, for Communicator.reconfigure. topology is a dict
+    or JSON text in occl's topology format."""
+    if not isinstance(topology, (str, bytes)):
+        topology = json.dumps(topology)
+    if isinstance(topology, str):
+        topology = topology.encode()
+    n = len(demand)
+    if any(len(row) != n for row in demand):
+        raise ValueError("occl: demand must be a square matrix, got %d rows of lengths %s" % (n, [len(r) for r in demand]))
+    flat = (ctypes.c_double * (n * n))(*[float(b) for row in demand for b in row])
+    lib = library()
+    return _json_out(lambda buf, size, needed: lib.occlPlanCircuits(topology, flat, n, buf, size, needed), "plan_circuits")
 
 
 # ---- Buffers --------------------------------------------------------------
@@ -565,6 +611,11 @@ class Communicator:
         """Counts later all-to-alls under tag (None: the default tag)."""
         h = self._handle()
         _check(self._lib.occlCommSetTrafficTag(h, None if tag is None else tag.encode()), h)
+
+    def topology(self):
+        """The communicator's current topology, as a dict (local)."""
+        h = self._handle()
+        return _json_out(lambda buf, size, needed: self._lib.occlCommTopology(h, buf, size, needed), "topology", h)
 
     def traffic_matrix(self, tag=""):
         """The all-to-all traffic of tag on every rank, as a dict (collective)."""

@@ -35,7 +35,7 @@ import torch.distributed as dist
 import occl
 from . import _C
 
-__all__ = ["reconfigure", "set_traffic_tag", "traffic_matrix", "communicator", "Reconfiguration"]
+__all__ = ["reconfigure", "set_traffic_tag", "traffic_matrix", "topology", "plan", "communicator", "Reconfiguration"]
 
 _C.load(occl.library_path())
 
@@ -98,6 +98,22 @@ def traffic_matrix(group=None, tag=""):
     (collective): a dict with "ranks" (bytes rank i sent to rank j),
     "hosts" (bytes host a sent to host b), "host" and "ops"."""
     return communicator(group).traffic_matrix(tag)
+
+
+def topology(group=None):
+    """The group's current topology, as a dict (local): the fabric-wide one
+    for the world group."""
+    return communicator(group).topology()
+
+
+def plan(traffic, topology=None):
+    """Circuits for a demand: topology (the world group's current one if
+    None) with its circuits re-placed for traffic, a traffic_matrix result
+    or an n x n list of bytes rank i sends rank j. Pass the result to
+    reconfigure. Pure: no communication."""
+    if isinstance(traffic, dict):
+        traffic = traffic["ranks"]
+    return occl.plan_circuits(topology if topology is not None else communicator(None).topology(), traffic)
 
 
 class Reconfiguration:

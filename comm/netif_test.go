@@ -70,8 +70,7 @@ func TestSocketIfnameUnknown(t *testing.T) {
 // TestSocketIfnameListeners: with the rendezvous on a non-loopback address
 // and OCCL_SOCKET_IFNAME=lo, every rank's data listener is on the loopback
 // interface, and a Split child's listeners follow. (Two interfaces on
-// separate networks are tested in namespaces, in package
-// comm/internal/netnstest.)
+// separate networks are tested in namespaces by TestNetnsSocketIfname.)
 func TestSocketIfnameListeners(t *testing.T) {
 	var other string
 	if ifs, err := net.Interfaces(); err == nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"io"
@@ -91,4 +92,33 @@ func TestRunTLS(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestRunWarnsCleartextToken: a daemon with a token and no TLS warns when
+// it listens beyond loopback, and not on loopback.
+func TestRunWarnsCleartextToken(t *testing.T) {
+	t.Setenv("OCCL_OCS_TOKEN", token)
+	for _, tc := range []struct {
+		listen string
+		warn   bool
+	}{{"0.0.0.0:0", true}, {"127.0.0.1:0", false}} {
+		ctx, cancel := context.WithCancel(context.Background())
+		pr, pw := io.Pipe()
+		var errb bytes.Buffer
+		exit := make(chan int, 1)
+		go func() {
+			exit <- run(ctx, []string{"-listen", tc.listen}, pw, &errb)
+			pw.Close()
+		}()
+		line, err := bufio.NewReader(pr).ReadString('\n')
+		if err != nil || !strings.Contains(line, "listening") {
+			t.Fatalf("%s: first line %q, %v", tc.listen, line, err)
+		}
+		go io.Copy(io.Discard, pr)
+		cancel()
+		<-exit // errb is written before the daemon prints its address
+		if got := strings.Contains(errb.String(), "clear text"); got != tc.warn {
+			t.Errorf("-listen %s: warned %v, want %v (stderr %q)", tc.listen, got, tc.warn, errb.String())
+		}
+	}
 }

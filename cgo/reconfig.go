@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"unsafe"
 
@@ -19,30 +20,33 @@ import (
 
 // This file: reconfiguration and the all-to-all traffic monitor.
 
-// controllers holds the OCS controller clients, one per address and token,
+// controllers holds the OCS controller clients, one per address, token
+// and TLS files,
 // dialed on first use and kept for the life of the process.
 var controllers = struct {
 	sync.Mutex
-	m map[[2]string]*ocs.Client
-}{m: map[[2]string]*ocs.Client{}}
+	m map[string]*ocs.Client
+}{m: map[string]*ocs.Client{}}
 
-// controller returns the controller named by OCCL_OCS_ADDR and
-// OCCL_OCS_TOKEN, nil if OCCL_OCS_ADDR is not set.
+// controller returns the controller named by OCCL_OCS_ADDR, dialed with
+// the token and TLS files of OCCL_OCS_TOKEN, OCCL_OCS_TLS_CA,
+// OCCL_OCS_TLS_CERT and OCCL_OCS_TLS_KEY (see ocs.EnvOptions); nil if
+// OCCL_OCS_ADDR is not set.
 func controller(ctx context.Context) (reconfig.Controller, error) {
 	addr := os.Getenv("OCCL_OCS_ADDR")
 	if addr == "" {
 		return nil, nil
 	}
-	token := os.Getenv("OCCL_OCS_TOKEN")
+	key := strings.Join([]string{addr, os.Getenv(ocs.EnvToken), os.Getenv(ocs.EnvTLSCA),
+		os.Getenv(ocs.EnvTLSCert), os.Getenv(ocs.EnvTLSKey)}, "\x00")
 	controllers.Lock()
 	defer controllers.Unlock()
-	key := [2]string{addr, token}
 	if c := controllers.m[key]; c != nil {
 		return reconfig.OCS{Client: c}, nil
 	}
-	var opts []ocs.Option
-	if token != "" {
-		opts = append(opts, ocs.WithToken(token))
+	opts, err := ocs.EnvOptions()
+	if err != nil {
+		return nil, err
 	}
 	c, err := ocs.Dial(ctx, addr, opts...)
 	if err != nil {

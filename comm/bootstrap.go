@@ -75,6 +75,13 @@ func initTCP(ctx context.Context, id UniqueID, rank, size int, cfg config, rootL
 		}
 		return nil, err
 	}
+	listenHost, err := cfg.listenAddr()
+	if err != nil {
+		if rootLn != nil {
+			rootLn.Close()
+		}
+		return nil, fmt.Errorf("occl: rank %d: init: %w", rank, err)
+	}
 	if cfg.topology != nil {
 		cfg.hostID = virtualHostID(cfg.hostID, cfg.topology, rank)
 	}
@@ -121,7 +128,7 @@ func initTCP(ctx context.Context, id UniqueID, rank, size int, cfg config, rootL
 		}
 	}()
 
-	host := cfg.listenHost
+	host := listenHost
 	if host == "" {
 		host = tc.LocalAddr().(*net.TCPAddr).IP.String()
 	}

@@ -22,9 +22,9 @@ type UniqueID struct {
 const idPrefix = "occl1:"
 
 // NewUniqueID returns an id with a fresh secret and a free port on this
-// host's address. The address is OCCL_SOCKET_ADDR if set, else the IPv4
-// address of OCCL_SOCKET_IFNAME, else the first non-loopback IPv4 address,
-// else 127.0.0.1.
+// host's address. The address is OCCL_SOCKET_ADDR if set, else the
+// address of the interface OCCL_SOCKET_IFNAME selects (see InterfaceAddr),
+// else the first non-loopback IPv4 address, else 127.0.0.1.
 func NewUniqueID() (UniqueID, error) {
 	host, err := defaultHost()
 	if err != nil {
@@ -90,15 +90,8 @@ func defaultHost() (string, error) {
 	if a := os.Getenv("OCCL_SOCKET_ADDR"); a != "" {
 		return a, nil
 	}
-	if name := os.Getenv("OCCL_SOCKET_IFNAME"); name != "" {
-		ifi, err := net.InterfaceByName(name)
-		if err != nil {
-			return "", fmt.Errorf("occl: OCCL_SOCKET_IFNAME=%s: %w", name, err)
-		}
-		if ip := ipv4Of(ifi); ip != "" {
-			return ip, nil
-		}
-		return "", fmt.Errorf("occl: OCCL_SOCKET_IFNAME=%s has no IPv4 address", name)
+	if spec := os.Getenv("OCCL_SOCKET_IFNAME"); spec != "" {
+		return InterfaceAddr(spec)
 	}
 	ifs, _ := net.Interfaces()
 	for i := range ifs {

@@ -34,6 +34,7 @@ type config struct {
 	oversubscribed   bool // more local ranks than CPUs: waits do not poll
 	hostID           string
 	listenHost       string
+	socketIface      string // OCCL_SOCKET_IFNAME; listenHost wins
 	heartbeat        time.Duration
 	heartbeatTimeout time.Duration
 	transport        string
@@ -70,10 +71,21 @@ func WithStreams(n int) Option { return func(c *config) { c.streams = n } }
 // the hostname and boot id.
 func WithHostID(id string) Option { return func(c *config) { c.hostID = id } }
 
-// WithListenHost sets the address this rank's data listener binds
-// (OCCL_SOCKET_ADDR). By default it is the local address of the connection
-// to the rendezvous, which is the interface that reaches rank 0.
+// WithListenHost sets the address this rank's listeners bind
+// (OCCL_SOCKET_ADDR): its data listener and, when it leads a group of
+// Split, the group's rendezvous. Peers connect to it, so it chooses the
+// interface data traffic to this rank arrives on. It takes precedence over
+// WithSocketInterface. By default it is the local address of the
+// connection to the rendezvous, which is the interface that reaches rank 0.
 func WithListenHost(host string) Option { return func(c *config) { c.listenHost = host } }
+
+// WithSocketInterface chooses the listeners' address by interface
+// (OCCL_SOCKET_IFNAME), with the syntax of NCCL_SOCKET_IFNAME (see
+// InterfaceAddr): "eth1", "=eth1", "ib,eth", "^docker,lo". An interface
+// that does not exist or has no address makes Init fail. The rendezvous of
+// rank 0 is bound where the unique id says (NewUniqueID picks its address
+// the same way).
+func WithSocketInterface(spec string) Option { return func(c *config) { c.socketIface = spec } }
 
 // WithHeartbeat sets the control-plane heartbeat interval and the silence
 // after which a rank is declared failed (OCCL_HEARTBEAT_TIMEOUT sets the
@@ -125,6 +137,15 @@ func WithAffinity(on bool) Option { return func(c *config) { c.affinity = on } }
 // WithLogger sets the logger. By default occl logs warnings to stderr, and
 // more with OCCL_DEBUG=INFO or OCCL_DEBUG=DEBUG.
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
+
+// listenAddr returns the host this rank's listeners bind, or "" to bind
+// the address that reached rank 0.
+func (c *config) listenAddr() (string, error) {
+	if c.listenHost != "" || c.socketIface == "" {
+		return c.listenHost, nil
+	}
+	return InterfaceAddr(c.socketIface)
+}
 
 // tcpOptions returns the options of every TCP connection.
 func (c *config) tcpOptions() tcp.Options {
@@ -199,6 +220,7 @@ func (c *config) fromEnv() error {
 	env("OCCL_SOCKET_BUFFER", func(v string) (e error) { c.sockBuf, e = ParseSize(v); return })
 	env("OCCL_HOSTID", func(v string) error { c.hostID = v; return nil })
 	env("OCCL_SOCKET_ADDR", func(v string) error { c.listenHost = v; return nil })
+	env("OCCL_SOCKET_IFNAME", func(v string) error { c.socketIface = v; return nil })
 	env("OCCL_AFFINITY", func(v string) error {
 		switch strings.ToLower(v) {
 		case "auto", "1", "on":

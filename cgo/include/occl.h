@@ -432,8 +432,10 @@ occlResult_t occlRequestFree(occlRequest_t request);
  * an operation boundary, has the OCS controller switch the target's circuits,
  * opens and verifies the new links and resumes on them. Collective: every
  * rank calls it with the same target. The controller is the occl-ocsd at
- * OCCL_OCS_ADDR (host:port), authenticated with OCCL_OCS_TOKEN, if
- * OCCL_OCS_ADDR is set; else the fabric is assumed to be switched already
+ * OCCL_OCS_ADDR (host:port), authenticated with OCCL_OCS_TOKEN, over TLS
+ * if OCCL_OCS_TLS_CA (the authorities that sign the controller's
+ * certificate, PEM) or a client certificate (OCCL_OCS_TLS_CERT and
+ * OCCL_OCS_TLS_KEY) is given, if OCCL_OCS_ADDR is set; else the fabric is assumed to be switched already
  * and only the communicator is rewired. On failure (occlSystemError) every
  * rank gets the same error and comm keeps working on its previous topology. */
 occlResult_t occlCommReconfigure(occlComm_t comm, const char* targetTopologyJSON);

@@ -3,7 +3,8 @@
 //
 // Usage:
 //
-//	occl-ocsctl [-addr HOST:PORT] [-timeout 30s] [-json] COMMAND [ARGS]
+//	occl-ocsctl [-addr HOST:PORT] [-timeout 30s] [-json]
+//	    [-tls-ca FILE [-tls-cert FILE -tls-key FILE]] COMMAND [ARGS]
 //
 // Commands:
 //
@@ -18,8 +19,13 @@
 //	undrain PORT             return PORT to service
 //
 // The controller address comes from -addr or OCCL_OCS_ADDR, the bearer token
-// from OCCL_OCS_TOKEN. Exit status: 0 on success, 1 when the call failed, 2
-// on a usage error.
+// from OCCL_OCS_TOKEN. With -tls-ca (OCCL_OCS_TLS_CA) the client speaks TLS
+// and verifies the controller's certificate against those authorities;
+// -tls-cert and -tls-key (OCCL_OCS_TLS_CERT, OCCL_OCS_TLS_KEY) present a
+// client certificate to a controller that requires one. Any of them turns
+// TLS on (with only a client certificate, the system's authorities verify
+// the controller); the token is then never sent in clear. Exit status: 0 on
+// success, 1 when the call failed, 2 on a usage error.
 package main
 
 import (
@@ -43,7 +49,7 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-const usage = `usage: occl-ocsctl [-addr HOST:PORT] [-timeout D] [-json] COMMAND [ARGS]
+const usage = `usage: occl-ocsctl [-addr HOST:PORT] [-timeout D] [-json] [-tls-ca FILE [-tls-cert FILE -tls-key FILE]] COMMAND [ARGS]
 
 commands:
   topology                 print the installed cross-connects and port states
@@ -52,7 +58,8 @@ commands:
   drain [-force] PORT      exclude PORT from future targets (-force tears down its circuit)
   undrain PORT             return PORT to service
 
-The address defaults to $OCCL_OCS_ADDR, the bearer token comes from $OCCL_OCS_TOKEN.
+The address defaults to $OCCL_OCS_ADDR, the bearer token comes from $OCCL_OCS_TOKEN,
+the TLS files default to $OCCL_OCS_TLS_CA, $OCCL_OCS_TLS_CERT and $OCCL_OCS_TLS_KEY.
 
 global flags:
 `
@@ -64,6 +71,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	addr := fs.String("addr", os.Getenv("OCCL_OCS_ADDR"), "controller address host:port (default $OCCL_OCS_ADDR)")
 	timeout := fs.Duration("timeout", ocs.DefaultCallTimeout, "deadline of each call (watch: none)")
 	asJSON := fs.Bool("json", false, "print JSON")
+	tlsCA := fs.String("tls-ca", os.Getenv(ocs.EnvTLSCA), "speak TLS, verifying the controller against the PEM authorities in this file (default $"+ocs.EnvTLSCA+")")
+	tlsCert := fs.String("tls-cert", os.Getenv(ocs.EnvTLSCert), "speak TLS, presenting this PEM client certificate (default $"+ocs.EnvTLSCert+")")
+	tlsKey := fs.String("tls-key", os.Getenv(ocs.EnvTLSKey), "PEM key of -tls-cert (default $"+ocs.EnvTLSKey+")")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, usage)
 		fs.PrintDefaults()
@@ -105,8 +115,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	opts := []ocs.Option{ocs.WithTimeout(*timeout)}
-	if tok := os.Getenv("OCCL_OCS_TOKEN"); tok != "" {
+	if tok := os.Getenv(ocs.EnvToken); tok != "" {
 		opts = append(opts, ocs.WithToken(tok))
+	}
+	if *tlsCA != "" || *tlsCert != "" || *tlsKey != "" {
+		cfg, err := ocs.ClientTLS(*tlsCA, *tlsCert, *tlsKey)
+		if err != nil {
+			fmt.Fprintf(stderr, "occl-ocsctl: %v\n", err)
+			return 2
+		}
+		opts = append(opts, ocs.WithTLS(cfg))
 	}
 	client, err := ocs.Dial(ctx, *addr, opts...)
 	if err != nil {

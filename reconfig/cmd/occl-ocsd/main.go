@@ -4,7 +4,8 @@
 //
 // Usage:
 //
-//	OCCL_OCS_TOKEN=secret occl-ocsd [-listen 127.0.0.1:0] [-ports 64] [-delay 25ms] [-state FILE] [-v]
+//	OCCL_OCS_TOKEN=secret occl-ocsd [-listen 127.0.0.1:0] [-ports 64] [-delay 25ms] [-state FILE]
+//	    [-tls-cert FILE -tls-key FILE [-tls-ca FILE]] [-v]
 //
 // It prints "occl-ocsd listening on HOST:PORT" on standard output once it
 // serves, and stops gracefully on SIGTERM or SIGINT. Clients must send the
@@ -13,6 +14,12 @@
 // installed cross-connects, drained ports and recent request ids survive a
 // restart (even kill -9): the restarted daemon puts the persisted
 // cross-connects back on the switch.
+//
+// Without TLS the token travels in clear text: use it on loopback or a
+// trusted management network only (the daemon warns when it listens
+// elsewhere). With -tls-cert and -tls-key the daemon speaks TLS only, so
+// no client can present the token over plaintext; with -tls-ca as well it
+// requires client certificates signed by that authority (mutual TLS).
 //
 // The only driver today is the emulated switch (-driver emulated), with a
 // switching delay of -delay per reconfiguration (25ms like a piezo MEMS
@@ -27,6 +34,9 @@
 //	-state FILE    state file (default: none, state is lost on exit)
 //	-driver NAME   switch driver (default and only value: emulated)
 //	-no-auth       serve without a token (only if OCCL_OCS_TOKEN is unset)
+//	-tls-cert FILE serve TLS with this PEM certificate (with -tls-key)
+//	-tls-key FILE  the certificate's PEM key
+//	-tls-ca FILE   require client certificates signed by these PEM authorities
 //	-v             log every call and every change to standard error
 package main
 
@@ -42,6 +52,9 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/occl/occl/reconfig/ocs"
 )
@@ -64,6 +77,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	statePath := fs.String("state", "", "state file (empty: state is lost on exit)")
 	driver := fs.String("driver", "emulated", "switch driver")
 	noAuth := fs.Bool("no-auth", false, "serve without a bearer token when OCCL_OCS_TOKEN is unset")
+	tlsCert := fs.String("tls-cert", "", "serve TLS with this PEM certificate (with -tls-key)")
+	tlsKey := fs.String("tls-key", "", "PEM key of -tls-cert")
+	tlsCA := fs.String("tls-ca", "", "require client certificates signed by the PEM authorities in this file (with -tls-cert)")
 	verbose := fs.Bool("v", false, "verbose logging")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: OCCL_OCS_TOKEN=secret occl-ocsd [flags]")
@@ -93,12 +109,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "occl-ocsd: unknown driver %q (available: emulated)\n", *driver)
 		return 2
 	}
+	var grpcOpts []grpc.ServerOption
+	if *tlsCert != "" || *tlsKey != "" || *tlsCA != "" {
+		cfg, err := ocs.ServerTLS(*tlsCert, *tlsKey, *tlsCA)
+		if err != nil {
+			fmt.Fprintf(stderr, "occl-ocsd: -tls-cert, -tls-key, -tls-ca: %v\n", err)
+			return 2
+		}
+		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(cfg)))
+	}
 	sw, err := ocs.NewEmulated(*ports, *delay)
 	if err != nil {
 		fmt.Fprintf(stderr, "occl-ocsd: %v\n", err)
 		return 2
 	}
-	srv, err := ocs.NewServer(sw, ocs.ServerConfig{StatePath: *statePath, Token: token, Logger: logger})
+	srv, err := ocs.NewServer(sw, ocs.ServerConfig{StatePath: *statePath, Token: token, Logger: logger, GRPCOptions: grpcOpts})
 	if err != nil {
 		fmt.Fprintf(stderr, "occl-ocsd: %v\n", err)
 		return 1
@@ -117,10 +142,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "occl-ocsd: %v\n", err)
 		return 1
 	}
+	if token != "" && len(grpcOpts) == 0 && !lis.Addr().(*net.TCPAddr).IP.IsLoopback() {
+		logger.Warn("serving without TLS beyond loopback: the bearer token travels in clear text; pass -tls-cert and -tls-key", "addr", lis.Addr().String())
+	}
 	t := srv.Topology()
 	fmt.Fprintf(stdout, "occl-ocsd listening on %s\n", lis.Addr())
 	logger.Info("serving", "addr", lis.Addr().String(), "ports", *ports, "delay", *delay,
-		"state", *statePath, "generation", t.Generation, "connects", len(t.Connects), "auth", token != "")
+		"state", *statePath, "generation", t.Generation, "connects", len(t.Connects), "auth", token != "",
+		"tls", len(grpcOpts) > 0, "client_certs", *tlsCA != "")
 	start := time.Now()
 	if err := srv.Serve(ctx, lis); err != nil {
 		fmt.Fprintf(stderr, "occl-ocsd: %v\n", err)

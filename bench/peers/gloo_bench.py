@@ -1,5 +1,7 @@
 #!/usr/bin/python3
-"""nccl-tests style benchmark of torch.distributed's Gloo backend on CPU tensors.
+"""nccl-tests style benchmark of a torch.distributed backend on CPU tensors:
+Gloo by default, occl's with -backend occl (the occl package installed,
+see cgo/python).
 
 The script launches its own ranks: the parent picks a free TCP port on
 127.0.0.1, starts -np copies of itself as separate processes, waits for them
@@ -128,6 +130,8 @@ def build_parser():
         prog="gloo_bench.py", allow_abbrev=False,
         description="nccl-tests style benchmark of torch.distributed/Gloo (CPU).")
     p.add_argument("-np", dest="np", type=int, default=2, help="number of ranks (processes)")
+    p.add_argument("-backend", dest="backend", default="gloo", choices=("gloo", "occl"),
+                   help="torch.distributed backend (occl: import occl.torch)")
     p.add_argument("-op", dest="op", default="allreduce", choices=OPS)
     p.add_argument("-b", dest="minbytes", type=parse_size, default=parse_size("8"))
     p.add_argument("-e", dest="maxbytes", type=parse_size, default=parse_size("64M"))
@@ -248,10 +252,12 @@ def run_rank(args):
     import torch
     import torch.distributed as dist
 
+    if args.backend == "occl":
+        import occl.torch  # noqa: F401  (registers the backend)
     torch.set_num_threads(1)
     rank, n = args.rank, args.np
     # The same deadline as the launcher's, for rendezvous and every collective.
-    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % args.port,
+    dist.init_process_group(args.backend, init_method="tcp://127.0.0.1:%d" % args.port,
                             rank=rank, world_size=n,
                             timeout=datetime.timedelta(seconds=args.timeout))
     dtype = {"float32": torch.float32, "float64": torch.float64,
@@ -451,8 +457,8 @@ def run_rank(args):
                 run()  # surface "unsupported" before timing
         except Unsupported as e:
             if rank == 0:
-                print("gloo_bench: %s is not supported by the Gloo backend of torch %s (%s)"
-                      % (op, torch.__version__, e), file=sys.stderr)
+                print("gloo_bench: %s is not supported by the %s backend of torch %s (%s)"
+                      % (op, args.backend, torch.__version__, e), file=sys.stderr)
             dist.destroy_process_group()
             return EXIT_UNSUPPORTED
 
@@ -478,9 +484,9 @@ def run_rank(args):
         busbw = algbw * factor
         if rank == 0:
             rec = {
-                "impl": "gloo", "op": op, "np": n, "bytes": nbytes, "count": pc,
+                "impl": "gloo" if args.backend == "gloo" else "occl-torch", "op": op, "np": n, "bytes": nbytes, "count": pc,
                 "dtype": args.dtype, "redop": args.redop if op in REDUCING else "none",
-                "algo": "gloo", "transport": args.transport,
+                "algo": args.backend, "transport": args.transport if args.backend == "gloo" else "auto",
                 "time_us": sig(sec * 1e6),
                 "algbw_GBps": sig(algbw), "busbw_GBps": sig(busbw),
                 "wrong": nwrong, "iters": args.iters,

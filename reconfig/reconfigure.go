@@ -17,7 +17,10 @@ import (
 // Controller switches an optical circuit switch to a complete set of
 // cross-connects (pairs of switch ports) and returns once the circuits are
 // up, with the time the switching took. Applying the same request id twice
-// must not switch twice. The OCS controller's client implements it.
+// must not switch twice. An error wrapping comm.ErrNotSwitched says that
+// nothing was switched; after any other error the outcome is unknown, and
+// the previous circuits are applied again (under the request id with
+// "/rollback" appended). The OCS controller's client (OCS) implements it.
 type Controller interface {
 	Apply(ctx context.Context, requestID string, connects [][2]int) (time.Duration, error)
 }

@@ -2,6 +2,7 @@ package comm
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
@@ -209,7 +210,7 @@ func initTCP(ctx context.Context, id UniqueID, rank, size int, cfg config, rootL
 	}
 	client := newCtrlClient(rank, ctrlConn, server, cfg, log)
 	fab := &tcpFabric{ln: dataLn, secret: id.Secret, cfg: cfg, addrs: addrs}
-	c = newCommunicator(commID, rank, hostIDs, conns, client, fab, cfg)
+	c = newCommunicator(commID, m.Nonce, rank, hostIDs, conns, client, fab, cfg)
 	c.emu = fabric
 	client.start(c)
 	log.Info("occl: communicator ready", "hosts", c.NumHosts(), "local_rank", c.localRank, "local_size", c.localSize)
@@ -490,6 +491,13 @@ func (rv *rendezvous) run(ctx context.Context, log interface{ Warn(string, ...an
 		}
 	}
 	table := wire.Msg{Type: wire.Table, Ranks: infos}
+	if _, err := rand.Read(table.Nonce[:]); err != nil {
+		for _, conn := range conns {
+			conn.Close()
+		}
+		rv.result <- rendezvousResult{err: fmt.Errorf("job nonce: %w", err)}
+		return
+	}
 	for r, conn := range conns {
 		if err := sendMsg(ctx, conn, &table); err != nil {
 			for _, conn := range conns {

@@ -50,6 +50,7 @@ import (
 // safe for concurrent use; operations run in the order they were issued.
 type Communicator struct {
 	id    uint64
+	nonce [16]byte // the job nonce rank 0 chose
 	rank  int
 	size  int
 	cfg   config
@@ -110,10 +111,11 @@ type Communicator struct {
 
 // newCommunicator assembles a communicator from what a bootstrap produced
 // and starts its worker.
-func newCommunicator(id uint64, rank int, hostIDs []string, conns []transport.Conn, ctrl controlPlane, fab fabric, cfg config) *Communicator {
+func newCommunicator(id uint64, nonce [16]byte, rank int, hostIDs []string, conns []transport.Conn, ctrl controlPlane, fab fabric, cfg config) *Communicator {
 	size := len(hostIDs)
 	c := &Communicator{
 		id:      id,
+		nonce:   nonce,
 		rank:    rank,
 		size:    size,
 		cfg:     cfg,
@@ -154,6 +156,13 @@ func (c *Communicator) Size() int { return c.size }
 
 // ID returns the communicator id carried in every frame.
 func (c *Communicator) ID() uint64 { return c.id }
+
+// JobNonce returns a random value that rank 0 chose when the communicator
+// was created and gave every rank: the same on every rank, different for
+// every job (and every Init, NewLocal or Split) even when the communicator
+// id repeats, as it does for jobs given the same secret. It names this job's
+// requests to services that outlive jobs, such as the OCS controller.
+func (c *Communicator) JobNonce() [16]byte { return c.nonce }
 
 // Epoch returns the current topology epoch.
 func (c *Communicator) Epoch() uint32 { return c.epoch.Load() }

@@ -91,6 +91,10 @@ func initTCP(ctx context.Context, id UniqueID, rank, size int, cfg config, rootL
 		return fmt.Errorf("occl: rank %d: init: %s: %w", rank, what, e)
 	}
 
+	if rank == 0 && !id.Authenticated() && rootLn == nil {
+		log.Warn("occl: authentication is off: no secret was given, so any process that reaches the rendezvous or a data listener can join; set OCCL_SECRET (32 hex digits) or OCCL_SECRET_FILE on every rank, or pass a unique id (OCCL_UNIQUE_ID, comm.NewUniqueID)",
+			"rendezvous", id.Addr)
+	}
 	var rv *rendezvous
 	if rank == 0 {
 		ln := rootLn

@@ -377,11 +377,12 @@ func (c *Communicator) run(r *Request) error {
 	start := time.Now()
 	err := r.fn(ctx, p)
 	if err == nil {
-		if pe := c.failErr.Load(); pe != nil && r.hdr.Kind == transport.KindCollective {
+		if pe := c.failErr.Load(); pe != nil {
 			// The operation completed locally, but the communicator
-			// failed meanwhile; its result may still be fine, so report
-			// success and let the next operation see the failure.
-			c.log.Debug("occl: operation completed after the communicator failed", "op", r.name, "seq", r.seq)
+			// failed while it ran: it was pending when the failure came,
+			// and pending operations fail, on every rank alike (a peer
+			// may not have completed it).
+			return &OpError{Rank: c.rank, Op: r.name, Seq: r.seq, Err: pe}
 		}
 		return nil
 	}

@@ -67,10 +67,15 @@ import (
 	"unsafe"
 
 	"github.com/occl/occl/comm"
+	"github.com/occl/occl/transport/rdma"
 )
 
 // main is required by -buildmode=c-shared and never runs.
 func main() {}
+
+// Every buffer the library is given is C memory, which can be freed and
+// its address reused while a registration of it would be cached.
+func init() { rdma.SetForeignBuffers(true) }
 
 // Library version, the value of OCCL_VERSION_CODE in occl.h.
 const (

@@ -2,6 +2,7 @@ package comm
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
@@ -97,6 +98,10 @@ func initTCP(ctx context.Context, id UniqueID, rank, size int, cfg config, rootL
 		return fmt.Errorf("occl: rank %d: init: %s: %w", rank, what, e)
 	}
 
+	if rank == 0 && !id.Authenticated() && rootLn == nil {
+		log.Warn("occl: authentication is off: no secret was given, so any process that reaches the rendezvous or a data listener can join; set OCCL_SECRET (32 hex digits) or OCCL_SECRET_FILE on every rank, or pass a unique id (OCCL_UNIQUE_ID, comm.NewUniqueID)",
+			"rendezvous", id.Addr)
+	}
 	var rv *rendezvous
 	if rank == 0 {
 		ln := rootLn
@@ -216,7 +221,7 @@ func initTCP(ctx context.Context, id UniqueID, rank, size int, cfg config, rootL
 	}
 	client := newCtrlClient(rank, ctrlConn, server, cfg, log)
 	fab := &tcpFabric{ln: dataLn, secret: id.Secret, cfg: cfg, addrs: addrs}
-	c = newCommunicator(commID, rank, hostIDs, conns, client, fab, cfg)
+	c = newCommunicator(commID, m.Nonce, rank, hostIDs, conns, client, fab, cfg)
 	c.emu = fabric
 	client.start(c)
 	log.Info("occl: communicator ready", "hosts", c.NumHosts(), "local_rank", c.localRank, "local_size", c.localSize)
@@ -497,6 +502,13 @@ func (rv *rendezvous) run(ctx context.Context, log interface{ Warn(string, ...an
 		}
 	}
 	table := wire.Msg{Type: wire.Table, Ranks: infos}
+	if _, err := rand.Read(table.Nonce[:]); err != nil {
+		for _, conn := range conns {
+			conn.Close()
+		}
+		rv.result <- rendezvousResult{err: fmt.Errorf("job nonce: %w", err)}
+		return
+	}
 	for r, conn := range conns {
 		if err := sendMsg(ctx, conn, &table); err != nil {
 			for _, conn := range conns {

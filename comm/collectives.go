@@ -54,8 +54,11 @@ func checkPair(send, recv Buffer) error {
 	return nil
 }
 
-// wait blocks until r completes. Operations are bounded by their own
-// deadlines, so this cannot hang.
+// wait blocks until r completes. It needs no context of its own: a request
+// whose context ends while it is queued is withdrawn at once (see submit),
+// and a running one is bounded by its context, so this returns at the
+// deadline wherever the request is. It does not return before the request
+// completes, since the request's buffers are in use until then.
 func wait(r *Request) error {
 	<-r.done
 	return r.err

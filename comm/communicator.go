@@ -13,6 +13,17 @@
 // operations fail with the same *PeerError, within a few seconds and never
 // by hanging. A failed communicator cannot be used again; close it and make
 // a new one.
+//
+// Deadlines hold wherever an operation waits. An operation whose context
+// ends while it is still queued is withdrawn: it never starts, touches
+// neither its buffers nor the wire, returns its context's error, and the
+// communicator stays usable, as if the operation had never been issued (the
+// collectives queued after it take its sequence number). Ranks must then
+// agree, as for any collective: a rank that ran it meanwhile sees this rank
+// as not calling it (a mismatch or a timeout). An operation whose context
+// ends while it runs may have exchanged part of its data with its peers, so
+// it fails the communicator with ErrTimeout (or ErrAborted if the context
+// was cancelled).
 package comm
 
 import (
@@ -39,6 +50,7 @@ import (
 // safe for concurrent use; operations run in the order they were issued.
 type Communicator struct {
 	id    uint64
+	nonce [16]byte // the job nonce rank 0 chose
 	rank  int
 	size  int
 	cfg   config
@@ -99,10 +111,11 @@ type Communicator struct {
 
 // newCommunicator assembles a communicator from what a bootstrap produced
 // and starts its worker.
-func newCommunicator(id uint64, rank int, hostIDs []string, conns []transport.Conn, ctrl controlPlane, fab fabric, cfg config) *Communicator {
+func newCommunicator(id uint64, nonce [16]byte, rank int, hostIDs []string, conns []transport.Conn, ctrl controlPlane, fab fabric, cfg config) *Communicator {
 	size := len(hostIDs)
 	c := &Communicator{
 		id:      id,
+		nonce:   nonce,
 		rank:    rank,
 		size:    size,
 		cfg:     cfg,
@@ -145,6 +158,13 @@ func (c *Communicator) Size() int { return c.size }
 // ID returns the communicator id carried in every frame.
 func (c *Communicator) ID() uint64 { return c.id }
 
+// JobNonce returns a random value that rank 0 chose when the communicator
+// was created and gave every rank: the same on every rank, different for
+// every job (and every Init, NewLocal or Split) even when the communicator
+// id repeats, as it does for jobs given the same secret. It names this job's
+// requests to services that outlive jobs, such as the OCS controller.
+func (c *Communicator) JobNonce() [16]byte { return c.nonce }
+
 // Epoch returns the current topology epoch.
 func (c *Communicator) Epoch() uint32 { return c.epoch.Load() }
 
@@ -182,6 +202,8 @@ type Request struct {
 	hdr  transport.Header
 	ctx  context.Context
 	fn   func(ctx context.Context, p *opPeers) error
+	// stop cancels the withdrawal armed on ctx while r is queued.
+	stop func() bool
 	done chan struct{}
 	err  error
 }
@@ -211,6 +233,9 @@ func (r *Request) Test() (bool, error) {
 func (r *Request) Done() <-chan struct{} { return r.done }
 
 func (r *Request) finish(err error) {
+	if r.stop != nil {
+		r.stop()
+	}
 	r.err = err
 	r.fn = nil
 	close(r.done)
@@ -234,12 +259,62 @@ func (c *Communicator) submit(ctx context.Context, name string, hdr transport.He
 		r.seq = c.seq
 	}
 	c.pending = append(c.pending, r)
+	if ctx.Done() != nil {
+		// A request whose context ends while it is queued is withdrawn
+		// without starting; once the worker has taken it, withdraw finds
+		// nothing to do and the running operation honours ctx itself.
+		r.stop = context.AfterFunc(ctx, func() { c.withdraw(r) })
+	}
 	c.mu.Unlock()
 	select {
 	case c.wake <- struct{}{}:
 	default:
 	}
 	return r
+}
+
+// withdraw removes r from the queue if it has not started and completes it
+// with its context's error. The collectives queued after it take the
+// sequence numbers down by one, so this rank's sequence is the one it would
+// have had if r had never been issued.
+func (c *Communicator) withdraw(r *Request) {
+	c.mu.Lock()
+	ok := c.unqueue(r)
+	c.mu.Unlock()
+	if ok {
+		r.finish(r.withdrawn())
+	}
+}
+
+// unqueue removes r from the pending queue and renumbers the collectives
+// after it. It reports whether r was queued. c.mu is held.
+func (c *Communicator) unqueue(r *Request) bool {
+	i := 0
+	for i < len(c.pending) && c.pending[i] != r {
+		i++
+	}
+	if i == len(c.pending) {
+		return false
+	}
+	rest := c.pending[i+1:]
+	copy(c.pending[i:], rest)
+	c.pending[len(c.pending)-1] = nil
+	c.pending = c.pending[:len(c.pending)-1]
+	if r.hdr.Kind == transport.KindCollective {
+		for _, q := range c.pending[i:] {
+			if q.hdr.Kind == transport.KindCollective {
+				q.seq--
+			}
+		}
+		c.seq--
+	}
+	return true
+}
+
+// withdrawn is the error of a request whose context ended before it
+// started.
+func (r *Request) withdrawn() error {
+	return &OpError{Rank: r.c.rank, Op: r.name, Err: fmt.Errorf("withdrawn before it started: %w", r.ctx.Err())}
 }
 
 // failedRequest returns a completed request carrying err, for arguments
@@ -258,6 +333,13 @@ func (c *Communicator) worker() {
 		var r *Request
 		if len(c.pending) > 0 {
 			r = c.pending[0]
+			if r.ctx.Err() != nil {
+				// Its context ended before the withdrawal ran.
+				c.unqueue(r)
+				c.mu.Unlock()
+				r.finish(r.withdrawn())
+				continue
+			}
 			c.pending[0] = nil
 			c.pending = c.pending[1:]
 		}
@@ -296,11 +378,12 @@ func (c *Communicator) run(r *Request) error {
 	start := time.Now()
 	err := r.fn(ctx, p)
 	if err == nil {
-		if pe := c.failErr.Load(); pe != nil && r.hdr.Kind == transport.KindCollective {
+		if pe := c.failErr.Load(); pe != nil {
 			// The operation completed locally, but the communicator
-			// failed meanwhile; its result may still be fine, so report
-			// success and let the next operation see the failure.
-			c.log.Debug("occl: operation completed after the communicator failed", "op", r.name, "seq", r.seq)
+			// failed while it ran: it was pending when the failure came,
+			// and pending operations fail, on every rank alike (a peer
+			// may not have completed it).
+			return &OpError{Rank: c.rank, Op: r.name, Seq: r.seq, Err: pe}
 		}
 		return nil
 	}

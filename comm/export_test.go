@@ -40,3 +40,9 @@ func RetiredConns(c *Communicator) []transport.Conn {
 // failed connect opens nothing, leaving its peers waiting; a failed verify
 // happens after its exchanges, as a wrong answer would.
 func SetLinkFailure(f func(rank int, step string) error) { testLinkFailure = f }
+
+// DataListenAddr returns the address of the data listener of c, a
+// communicator bootstrapped over TCP.
+func DataListenAddr(c *Communicator) string {
+	return c.fabric.(*tcpFabric).ln.Addr().String()
+}

@@ -2,6 +2,7 @@ package comm
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"sync"
 
@@ -80,10 +81,12 @@ type localGroup struct {
 	conns   [][]transport.Conn // conns[i][j]: rank i's end of the pipe to j
 	ctrl    *localControl
 	fabric  *emu.Fabric // emulated links, if any
+	nonce   [16]byte    // the job nonce of its communicators
 }
 
 func newLocalGroup(size int) *localGroup {
 	g := &localGroup{size: size, conns: make([][]transport.Conn, size), ctrl: &localControl{members: make([]*Communicator, size)}}
+	rand.Read(g.nonce[:]) // never fails (crypto/rand)
 	for i := range g.conns {
 		g.conns[i] = make([]transport.Conn, size)
 	}
@@ -97,7 +100,7 @@ func newLocalGroup(size int) *localGroup {
 }
 
 func (g *localGroup) member(rank int, id uint64, hostIDs []string, reg *localRegistry, cfg config) *Communicator {
-	c := newCommunicator(id, rank, hostIDs, g.conns[rank], &localMember{l: g.ctrl, rank: rank}, &localFabric{reg: reg, g: g}, cfg)
+	c := newCommunicator(id, g.nonce, rank, hostIDs, g.conns[rank], &localMember{l: g.ctrl, rank: rank}, &localFabric{reg: reg, g: g}, cfg)
 	g.ctrl.mu.Lock()
 	g.ctrl.members[rank] = c
 	g.ctrl.mu.Unlock()

@@ -3,6 +3,7 @@ package comm
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"time"
 
 	"github.com/occl/occl/transport"
@@ -43,7 +44,7 @@ type status struct {
 	step     string
 	reason   string
 	applied  bool // verdict: the switch happened
-	rollback bool // verdict: and rank 0 restores the previous circuits
+	rollback bool // verdict: rank 0 restored the previous circuits
 }
 
 // A status on the wire: ok (byte 0), applied (1), the length of the step
@@ -90,7 +91,8 @@ const (
 type switchRun struct {
 	done    chan struct{}
 	err     error
-	applied bool
+	applied bool // Apply succeeded
+	unknown bool // Apply failed without saying nothing was switched
 }
 
 // startSwitch calls rw.Apply on its own goroutine, bounded by applyContext.
@@ -102,8 +104,16 @@ func startSwitch(ctx context.Context, rw Rewire) *switchRun {
 		defer cancel()
 		s.err = rw.Apply(actx)
 		s.applied = s.err == nil
+		s.unknown = s.err != nil && !errors.Is(s.err, ErrNotSwitched)
 	}()
 	return s
+}
+
+// mayHaveSwitched says, once the switch has returned, whether the fabric
+// may hold the target's circuits: the switch happened, or its outcome is
+// unknown.
+func (s *switchRun) mayHaveSwitched() bool {
+	return s != nil && (s.applied || s.unknown)
 }
 
 // wait waits for the switch, if there is one, and says whether it
@@ -210,7 +220,16 @@ func (c *Communicator) decide(ctx context.Context, p *opPeers, rw Rewire, sw *sw
 		}
 	}
 	verdict.applied = sw != nil && sw.applied
-	verdict.rollback = !verdict.ok && verdict.applied && rw.Rollback != nil
+	if !verdict.ok && sw.mayHaveSwitched() {
+		// Restore before the verdict, so that it says whether the
+		// restore succeeded.
+		err := c.rollback(ctx, rw)
+		verdict.rollback = err == nil
+		if err != nil && rw.Rollback != nil {
+			c.log.Warn("occl: rewire: restoring the previous circuits failed", "err", err)
+			verdict.reason += "; " + err.Error()
+		}
+	}
 	buf := make([]byte, statusSize)
 	verdict.encode(buf)
 	errs := make(chan error, c.size)

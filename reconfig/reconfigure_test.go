@@ -100,8 +100,9 @@ func TestReconfigure(t *testing.T) {
 		}
 	}
 
-	// A failing controller: every rank gets the same error, nothing moves.
-	ctl.err = errors.New("port 5 failed")
+	// A controller refusing the target: every rank gets the same error,
+	// nothing moves and nothing is restored.
+	ctl.err = fmt.Errorf("port 5 failed: %w", comm.ErrNotSwitched)
 	back := spec(t, base)
 	_, err = reconfig.Reconfigure(ctx, comms, back, reconfig.WithController(ctl))
 	var re *comm.RewireError

@@ -101,12 +101,4 @@ func TestJobNonce(t *testing.T) {
 	}
 }
 
-// closeAll closes every communicator at once, as separate processes would.
-func closeAll(comms []*comm.Communicator) {
-	var wg sync.WaitGroup
-	for _, c := range comms {
-		wg.Add(1)
-		go func() { defer wg.Done(); c.Close() }()
-	}
-	wg.Wait()
-}
+

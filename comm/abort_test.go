@@ -100,5 +100,3 @@ func TestJobNonce(t *testing.T) {
 		c.Close()
 	}
 }
-
-

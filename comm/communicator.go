@@ -578,15 +578,8 @@ func (c *Communicator) Algorithm(op algo.Collective, bytes int) algo.Algorithm {
 	if op == algo.OpAllToAll || op == algo.OpAllToAllV {
 		return c.AllToAllAlgorithm(algo.UniformBytes(c.size, bytes/c.size))
 	}
-	if f := c.cfg.algo; f != algo.AlgoAuto && c.applicable(op, f) {
-		return f
-	}
-	if c.lay().model != nil {
-		if a, _ := c.lay().model.Choose(op, bytes); a != algo.AlgoAuto && c.applicable(op, a) {
-			return a
-		}
-	}
-	return algo.Select(op, bytes, c.size, algo.AlgoAuto)
+	l := c.lay()
+	return algo.Choose(op, bytes, c.size, l.topo, l.model, c.cfg.algo)
 }
 
 // TransportName names the transports the communicator's connections use:

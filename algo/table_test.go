@@ -1,0 +1,178 @@
+package algo
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/occl/occl/algo/internal/fakepeers"
+)
+
+// TestTable checks the table's shape: every algorithm but AlgoAuto has
+// exactly one schedule, with a unique name that parses back to it, and
+// every implementation can run.
+func TestTable(t *testing.T) {
+	seen := map[string]bool{}
+	for a := AlgoAuto + 1; a < numAlgorithms; a++ {
+		s := Lookup(a)
+		if s == nil {
+			t.Fatalf("%d has no schedule", a)
+		}
+		if s.Algorithm != a || seen[s.Name] || s.Summary == "" || len(s.Impls) == 0 {
+			t.Errorf("schedule %+v", s)
+		}
+		seen[s.Name] = true
+		if got, err := ParseAlgorithm(s.Name); err != nil || got != a {
+			t.Errorf("ParseAlgorithm(%q) = %v, %v", s.Name, got, err)
+		}
+		for _, im := range s.Impls {
+			if im.Run == nil || s.Impl(im.Op) == nil || !Supports(im.Op, a) {
+				t.Errorf("%s: %v has no runner", s.Name, im.Op)
+			}
+		}
+	}
+	if len(Schedules()) != int(numAlgorithms)-1 || Lookup(AlgoAuto) != nil {
+		t.Errorf("%d schedules for %d algorithms", len(Schedules()), numAlgorithms-1)
+	}
+}
+
+// TestRunSrcDst runs every implementation of every schedule that needs no
+// route through Run, in place and out of place, on 4 ranks of two hosts,
+// and checks the output against a serial computation and that an input
+// that is not the output is left unchanged: every schedule takes its input
+// and output the same way.
+func TestRunSrcDst(t *testing.T) {
+	const p, count, root = 4, 37, 2
+	dt, op := Int32, Sum
+	es := dt.Size()
+	blk := count * es
+	hosts := [][]int{{0, 1}, {2, 3}}
+	for _, s := range Schedules() {
+		for _, im := range s.Impls {
+			if im.Route != nil {
+				continue // routed all-to-alls run with a route: comm's TestRoutedAllToAll
+			}
+			for _, inPlace := range []bool{false, true} {
+				name := fmt.Sprintf("%s/%v/inplace=%v", s.Name, im.Op, inPlace)
+				t.Run(name, func(t *testing.T) {
+					in, want, sizes := runSrcDstCase(im.Op, p, count, root, dt, op)
+					src := make([][]byte, p)
+					dst := make([][]byte, p)
+					orig := make([][]byte, p)
+					for r := range p {
+						src[r] = slices.Clone(in[r])
+						orig[r] = slices.Clone(in[r])
+						dst[r] = make([]byte, sizes[r])
+						if inPlace {
+							src[r], dst[r] = inPlaceBuffers(im.Op, r, root, blk, src[r], dst[r])
+						}
+					}
+					runRanks(t, p, fakepeers.Options{EagerLimit: 64}, func(ctx context.Context, rank int, peers Peers) error {
+						args := Args{Peers: peers, WS: &Workspace{}, Src: src[rank], Dst: dst[rank], DType: dt, Op: op,
+							Root: root, Chunk: 64, Hosts: hosts, Block: blk}
+						if im.Op == OpAllToAll || im.Op == OpAllToAllV {
+							args.SendOffs, args.SendLens = blocks(p, blk)
+							args.RecvOffs, args.RecvLens = args.SendOffs, args.SendLens
+						}
+						return im.Run(ctx, args)
+					})
+					for r := range p {
+						if want[r] != nil && !bytes.Equal(dst[r], want[r]) {
+							t.Errorf("rank %d: output differs at %s", r, firstDiff(dst[r], want[r], es))
+						}
+						if !inPlace && !bytes.Equal(src[r], orig[r]) {
+							t.Errorf("rank %d: input overwritten", r)
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+// runSrcDstCase returns every rank's input, expected output (nil: not
+// checked) and output size for collective c.
+func runSrcDstCase(c Collective, p, count, root int, dt DType, op Op) (in, want [][]byte, sizes []int) {
+	blk := count * dt.Size()
+	want, sizes = make([][]byte, p), make([]int, p)
+	if c == OpAllToAllV {
+		c = OpAllToAll
+	}
+	switch c {
+	case OpAllReduce, OpReduce, OpBroadcast:
+		in = rankInputs(dt, op, p, count)
+		sum := serialReduce(dt, op, in)
+		for r := range p {
+			sizes[r] = blk
+			switch {
+			case c == OpAllReduce:
+				want[r] = sum
+			case c == OpBroadcast:
+				want[r] = in[root]
+			case r == root:
+				want[r] = sum
+			}
+		}
+	case OpAllGather, OpGather:
+		in = rankInputs(dt, op, p, count)
+		all := bytes.Join(in, nil)
+		for r := range p {
+			sizes[r] = p * blk
+			if c == OpAllGather || r == root {
+				want[r] = all
+			}
+		}
+	case OpReduceScatter, OpScatter, OpAllToAll:
+		in = rankInputs(dt, op, p, p*count)
+		sum := serialReduce(dt, op, in)
+		for r := range p {
+			sizes[r] = blk
+			switch c {
+			case OpReduceScatter:
+				want[r] = sum[r*blk : (r+1)*blk]
+			case OpScatter:
+				want[r] = in[root][r*blk : (r+1)*blk]
+			case OpAllToAll:
+				sizes[r] = p * blk
+				for j := range p {
+					want[r] = append(want[r], in[j][r*blk:(r+1)*blk]...)
+				}
+			}
+		}
+	case OpBarrier:
+		in = make([][]byte, p)
+	}
+	return in, want, sizes
+}
+
+// inPlaceBuffers returns the input and output of an in-place c on rank r.
+func inPlaceBuffers(c Collective, r, root, blk int, src, dst []byte) ([]byte, []byte) {
+	switch c {
+	case OpAllGather, OpGather:
+		if c == OpGather && r != root {
+			return src, dst
+		}
+		copy(dst[r*blk:], src)
+		return dst[r*blk : (r+1)*blk], dst
+	case OpReduceScatter:
+		return src, src[r*blk : (r+1)*blk]
+	case OpScatter:
+		if r != root {
+			return src, dst
+		}
+		return src, src[r*blk : (r+1)*blk]
+	}
+	return src, src
+}
+
+// TestChooseAllocatesNothing checks that choosing a schedule without a cost
+// model, the path of every operation on one host, allocates nothing.
+func TestChooseAllocatesNothing(t *testing.T) {
+	for _, c := range []Collective{OpAllReduce, OpReduce, OpAllGather, OpBarrier} {
+		if n := testing.AllocsPerRun(100, func() { Choose(c, 1<<20, 8, nil, nil, AlgoAuto) }); n != 0 {
+			t.Errorf("Choose(%v) allocates %v times", c, n)
+		}
+	}
+}

@@ -4,6 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"regexp"
 	"slices"
 	"testing"
 
@@ -173,6 +177,29 @@ func TestChooseAllocatesNothing(t *testing.T) {
 	for _, c := range []Collective{OpAllReduce, OpReduce, OpAllGather, OpBarrier} {
 		if n := testing.AllocsPerRun(100, func() { Choose(c, 1<<20, 8, nil, nil, AlgoAuto) }); n != 0 {
 			t.Errorf("Choose(%v) allocates %v times", c, n)
+		}
+	}
+}
+
+// TestParseAlgorithmDoc checks that ParseAlgorithm's doc comment lists
+// every name it accepts, as "name  constant".
+func TestParseAlgorithmDoc(t *testing.T) {
+	f, err := parser.ParseFile(token.NewFileSet(), "collective.go", nil, parser.ParseComments)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc string
+	for _, d := range f.Decls {
+		if fn, ok := d.(*ast.FuncDecl); ok && fn.Name.Name == "ParseAlgorithm" {
+			doc = fn.Doc.Text()
+		}
+	}
+	if doc == "" {
+		t.Fatal("ParseAlgorithm has no doc comment")
+	}
+	for a := AlgoAuto; a < numAlgorithms; a++ {
+		if !regexp.MustCompile(`(?m)^\s+` + regexp.QuoteMeta(a.String()) + `\s+Algo`).MatchString(doc) {
+			t.Errorf("ParseAlgorithm's doc does not list %q", a)
 		}
 	}
 }

@@ -6,15 +6,6 @@ import (
 	"github.com/occl/occl/topo"
 )
 
-// All-to-all in the cost model
-//
-// A routed all-to-all (Route) costs the sum of its phases; in a phase every
-// message is in flight at once, so a phase is one step of the model whose
-// flows are the phase's traffic between each pair of ranks. The pairwise
-// exchange is p-1 steps, rank r sending to rank r+s in step s. A flow
-// between ranks with no path (across rails on a rail-only fabric) makes a
-// schedule infinitely slow, which is how the model rules it out.
-
 // PredictRoute returns the model's time for running route on the byte
 // matrix (bytes[s][d] from rank s to rank d).
 func (m *Model) PredictRoute(route *Route, bytes [][]int) float64 {

@@ -1,24 +1,3 @@
-// Cost model
-//
-// An alpha-beta model of every AllReduce, AllGather and ReduceScatter
-// schedule on a topology, used to choose the fastest and to explain the
-// choice. A schedule is a sequence of communication steps; in one step a
-// set of flows (source rank, destination rank, bytes) runs at once. A
-// flow's time is its path's latency plus a per-step software overhead plus
-// the larger of its bytes over the path bandwidth and the load its NICs
-// carry in that step over their bandwidth (ranks of a host that share a NIC
-// share its bandwidth). A step lasts as long as its slowest flow, and a
-// schedule as long as the sum of its steps. Phases that run at once on
-// disjoint links (the two halves of the 2D allreduce) cost the longer of
-// the two.
-//
-// The formulas are those of the notes: a ring reduce-scatter or allgather
-// over p ranks is p-1 steps of n/p bytes; the hierarchical allreduce adds
-// an intra-host reduce-scatter and allgather (L-1 steps of n/L each) around
-// an inter-host ring of the n/L segment (2(H-1) steps of n/(LH)); the 2D
-// allreduce is RailX's 2[T_R(X, n/2) + T_R(Y, n/(2X))] with both dimensions
-// busy at once.
-
 package algo
 
 import (

@@ -1,9 +1,3 @@
-// Algorithm selection
-//
-// Select maps (collective, message size, rank count) to a schedule family.
-// The size thresholds below are starting points; they are variables so that
-// benchmarks and configuration can retune them for a machine and fabric.
-
 package algo
 
 import "github.com/occl/occl/topo"

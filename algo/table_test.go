@@ -203,3 +203,18 @@ func TestParseAlgorithmDoc(t *testing.T) {
 		}
 	}
 }
+
+// TestDocIndex checks that the package documentation's index of schedules
+// has an entry for every schedule of the table.
+func TestDocIndex(t *testing.T) {
+	f, err := parser.ParseFile(token.NewFileSet(), "doc.go", nil, parser.ParseComments)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := f.Doc.Text()
+	for _, s := range Schedules() {
+		if !regexp.MustCompile(`(?m)^\s+` + regexp.QuoteMeta(s.Name) + ` \(Algo`).MatchString(doc) {
+			t.Errorf("the package documentation's index has no entry for %q", s.Name)
+		}
+	}
+}

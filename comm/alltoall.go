@@ -76,7 +76,10 @@ func (c *Communicator) AllToAllVAsync(ctx context.Context, send Buffer, sendCoun
 // and the block sizes are in slens and rlens.
 func (c *Communicator) allToAll(ctx context.Context, p *opPeers, send []byte, soffs, slens []int, recv []byte, roffs, rlens []int, uniform int) error {
 	args := algo.Args{Peers: p, WS: &c.ws, Src: send, Dst: recv, SendOffs: soffs, SendLens: slens, RecvOffs: roffs, RecvLens: rlens}
-	a := algo.AlgoPairwise
+	a, op := algo.AlgoPairwise, algo.OpAllToAllV
+	if uniform >= 0 {
+		op = algo.OpAllToAll
+	}
 	if c.routable() {
 		var bytes [][]int
 		if uniform >= 0 {
@@ -90,6 +93,9 @@ func (c *Communicator) allToAll(ctx context.Context, p *opPeers, send []byte, so
 		if route := c.cachedRoute(uniform, bytes); route != nil {
 			a, args.Route, args.Matrix = route.Algorithm, route, bytes
 		}
+		c.logChoice(ctx, op, len(send), a, bytes)
+	} else if c.size > 1 {
+		c.logChoice(ctx, op, len(send), a, nil)
 	}
 	return algo.Run(ctx, algo.OpAllToAllV, a, args)
 }

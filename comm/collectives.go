@@ -101,6 +101,7 @@ func (c *Communicator) runSchedule(ctx context.Context, op algo.Collective, byte
 	a := algo.AlgoAuto
 	if c.size > 1 && bytes > 0 {
 		a = c.Algorithm(op, bytes)
+		c.logChoice(ctx, op, bytes, a, nil)
 	}
 	return algo.Run(ctx, op, a, args)
 }

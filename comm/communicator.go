@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/occl/occl/algo"
+	"github.com/occl/occl/internal/logx"
 	"github.com/occl/occl/transport"
 	"github.com/occl/occl/transport/emu"
 	"github.com/occl/occl/transport/mem"
@@ -38,11 +39,13 @@ import (
 // Communicator is one rank's handle on a group of ranks. Its methods are
 // safe for concurrent use; operations run in the order they were issued.
 type Communicator struct {
-	id    uint64
-	rank  int
-	size  int
-	cfg   config
-	log   *slog.Logger
+	id   uint64
+	rank int
+	size int
+	cfg  config
+	log  *slog.Logger
+	// tune logs the choice of schedules (subsystem TUNE).
+	tune  *slog.Logger
 	epoch atomic.Uint32
 	// linkGen counts rewire attempts; it names their new connections.
 	linkGen uint32
@@ -130,8 +133,12 @@ func newCommunicator(id uint64, rank int, hostIDs []string, conns []transport.Co
 	}
 	c.localRank, c.localSize = localPosition(rank, hostIDs)
 	c.fabricRanks = cfg.fabricRanks
+	c.tune = logx.For(c.log, logx.Tune)
 	c.peers.c = c
 	c.setupModel()
+	if rank == 0 {
+		c.logSettings()
+	}
 	go c.worker()
 	return c
 }
@@ -300,7 +307,7 @@ func (c *Communicator) run(r *Request) error {
 			// The operation completed locally, but the communicator
 			// failed meanwhile; its result may still be fine, so report
 			// success and let the next operation see the failure.
-			c.log.Debug("occl: operation completed after the communicator failed", "op", r.name, "seq", r.seq)
+			logx.For(c.log, logx.Coll).Debug("occl: operation completed after the communicator failed", "op", r.name, "seq", r.seq)
 		}
 		return nil
 	}
@@ -410,7 +417,7 @@ func (c *Communicator) fail(pe *PeerError) {
 	c.failOnce.Do(func() {
 		c.failErr.Store(pe)
 		close(c.failed)
-		c.log.Warn("occl: communicator failed", "err", pe)
+		logx.For(c.log, logx.Coll).Warn("occl: communicator failed", "err", pe)
 		c.mu.Lock()
 		conns := append([]transport.Conn(nil), c.conns...)
 		c.mu.Unlock()

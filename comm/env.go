@@ -10,6 +10,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/occl/occl/internal/logx"
 )
 
 // Launch describes the job this process belongs to, as a launcher set it
@@ -36,7 +38,7 @@ func InitFromEnv(ctx context.Context, opts ...Option) (*Communicator, error) {
 		return nil, err
 	}
 	if l.DerivedSecret {
-		defaultLogger().Info("occl: no OCCL_SECRET set; using a secret derived from the job id", "launcher", l.Launcher)
+		logx.For(defaultLogger(), logx.Init).Info("occl: no OCCL_SECRET set; using a secret derived from the job id", "launcher", l.Launcher)
 	}
 	return Init(ctx, l.ID, l.Rank, l.Size, opts...)
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/occl/occl/algo"
+	"github.com/occl/occl/internal/logx"
 	"github.com/occl/occl/topo"
 	"github.com/occl/occl/transport"
 )
@@ -299,7 +300,7 @@ func (c *Communicator) rewire(ctx context.Context, p *opPeers, rw Rewire, times 
 	step = time.Now()
 	if f := c.fabric.emulator(c); f != nil {
 		if e := f.SetTopology(rw.Target); e != nil {
-			c.log.Warn("occl: rewire: emulated fabric kept its topology", "err", e)
+			logx.For(c.log, logx.Rewire).Warn("occl: rewire: emulated fabric kept its topology", "err", e)
 		}
 	}
 	c.mu.Lock()
@@ -312,7 +313,7 @@ func (c *Communicator) rewire(ctx context.Context, p *opPeers, rw Rewire, times 
 	c.layout.Store(next)
 	c.epoch.Store(epoch)
 	times.Resume = time.Since(step)
-	c.log.Info("occl: rewired", "epoch", epoch, "links", len(mine.conns), "apply", times.Apply, "verify", times.Verify)
+	logx.For(c.log, logx.Rewire).Info("occl: rewired", "epoch", epoch, "links", len(mine.conns), "apply", times.Apply, "verify", times.Verify)
 	return nil
 }
 
@@ -379,7 +380,7 @@ func (c *Communicator) rollback(rw Rewire) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.timeout)
 	defer cancel()
 	if err := rw.Rollback(ctx); err != nil {
-		c.log.Warn("occl: rewire: restoring the previous circuits failed", "err", err)
+		logx.For(c.log, logx.Rewire).Warn("occl: rewire: restoring the previous circuits failed", "err", err)
 	}
 }
 

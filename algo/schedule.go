@@ -52,9 +52,20 @@ type Impl struct {
 	BySize func(n int) bool
 }
 
-// Args is everything a schedule needs to run one operation. Which fields
-// a collective reads is documented with the collective's communicator
-// method; the communicator fills them the same way for every schedule.
+// Args is everything a schedule needs to run one operation; the
+// communicator fills it the same way for every schedule of a collective.
+// Every collective reads Peers and WS; besides:
+//
+//	AllReduce      Src, Dst (the vector), DType, Op, Chunk, Ring, Hosts
+//	Broadcast      Dst, Src (root only), Root, Chunk
+//	Reduce         Src, Dst (root only), DType, Op, Root, Chunk
+//	AllGather      Src (Block bytes), Dst (Size() blocks), Block, Chunk, Ring, Hosts
+//	ReduceScatter  Src (Size() blocks), Dst (Block bytes), Block, DType, Op, Chunk, Ring, Hosts
+//	Gather         Src (Block bytes), Dst (root only, Size() blocks), Block, Root
+//	Scatter        Src (root only, Size() blocks), Dst (Block bytes), Block, Root
+//	AllToAll(V)    Src, Dst, SendOffs, SendLens, RecvOffs, RecvLens; Route and
+//	               Matrix for a routed schedule
+//	Barrier        nothing more
 type Args struct {
 	// Peers are the ranks of the operation.
 	Peers Peers

@@ -88,8 +88,8 @@ func (c *Communicator) AllReduceAsync(ctx context.Context, send, recv Buffer, op
 	})
 }
 
-// runSchedule runs collective op on bytes bytes with the schedule Algorithm
-// chooses, completing args with what every schedule takes from the
+// runSchedule runs collective op on bytes bytes with the schedule
+// Algorithm chooses, completing args with what every schedule takes from the
 // communicator. With nothing to exchange (one rank, an empty buffer) it
 // chooses nothing: the schedules then only copy.
 func (c *Communicator) runSchedule(ctx context.Context, op algo.Collective, bytes int, args algo.Args) error {
@@ -100,7 +100,7 @@ func (c *Communicator) runSchedule(ctx context.Context, op algo.Collective, byte
 	}
 	a := algo.AlgoAuto
 	if c.size > 1 && bytes > 0 {
-		a = c.Algorithm(op, bytes)
+		a = c.choose(l, op, bytes)
 		c.logChoice(ctx, op, bytes, a, nil)
 	}
 	return algo.Run(ctx, op, a, args)

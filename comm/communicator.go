@@ -585,7 +585,11 @@ func (c *Communicator) Algorithm(op algo.Collective, bytes int) algo.Algorithm {
 	if op == algo.OpAllToAll || op == algo.OpAllToAllV {
 		return c.AllToAllAlgorithm(algo.UniformBytes(c.size, bytes/c.size))
 	}
-	l := c.lay()
+	return c.choose(c.lay(), op, bytes)
+}
+
+// choose is Algorithm on the layout l.
+func (c *Communicator) choose(l *layout, op algo.Collective, bytes int) algo.Algorithm {
 	return algo.Choose(op, bytes, c.size, l.topo, l.model, c.cfg.algo)
 }
 

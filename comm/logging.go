@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 	"time"
 
@@ -41,7 +42,9 @@ func (c *Communicator) logSettings() {
 
 // logChoice logs the schedule chosen for op on bytes bytes and what it was
 // chosen from, at DEBUG in subsystem TUNE: how (forced, cost model or
-// size rules) and every candidate's predicted time. An all-to-all passes
+// size rules) and every candidate's predicted time (n/a: the schedule
+// does not apply; no-path: it needs a link the fabric lacks). An
+// all-to-all passes
 // its byte matrix (nil when it is not routed). It costs one call to
 // Enabled when the subsystem or level is off.
 func (c *Communicator) logChoice(ctx context.Context, op algo.Collective, bytes int, chosen algo.Algorithm, matrix [][]int) {
@@ -51,10 +54,13 @@ func (c *Communicator) logChoice(ctx context.Context, op algo.Collective, bytes 
 	l := c.lay()
 	var cands []string
 	add := func(a algo.Algorithm, t float64, ok bool) {
-		if ok {
-			cands = append(cands, fmt.Sprintf("%s=%v", a, time.Duration(t*float64(time.Second))))
-		} else {
+		switch {
+		case !ok:
 			cands = append(cands, a.String()+"=n/a")
+		case math.IsInf(t, 1):
+			cands = append(cands, a.String()+"=no-path")
+		default:
+			cands = append(cands, fmt.Sprintf("%s=%v", a, time.Duration(t*float64(time.Second))))
 		}
 	}
 	how := "size rules"

@@ -11,15 +11,21 @@ import (
 )
 
 // logRun runs a 1 MiB AllReduce and a 64 KiB AllToAll on 4 in-process
-// ranks of two hosts, logging as level and subsys say, and returns the
+// ranks of two hosts of two, logging as level and subsys say, and returns the
 // log.
 func logRun(t *testing.T, level, subsys string) string {
+	t.Helper()
+	return logRunOn(t, "hosts=2x2,hbd=8GB/s,eps=1GB/s", level, subsys)
+}
+
+// logRunOn is logRun on the topology of spec.
+func logRunOn(t *testing.T, spec, level, subsys string) string {
 	t.Helper()
 	cfg, err := logx.Parse(level, subsys)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tp, err := topo.FromSpec("hosts=2x2,hbd=8GB/s,eps=1GB/s")
+	tp, err := topo.FromSpec(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,6 +69,14 @@ func TestLogSchedules(t *testing.T) {
 	}
 	if !strings.Contains(out, `op=AllToAll bytes=65536 chosen=pairwise by="no routed schedule applies"`) {
 		t.Errorf("no all-to-all choice logged:\n%s", out)
+	}
+	// On a rail-only fabric the cost model chooses a route for the
+	// all-to-all; the pairwise exchange has no path across rails.
+	out = logRunOn(t, "hosts=2x2,hbd=8GB/s,eps=1GB/s,rail_only=1", "DEBUG", "TUNE")
+	for _, want := range []string{`op=AllToAll bytes=65536 chosen=railfwd by="cost model" candidates="pairwise=no-path `, " delegated=n/a railfwd=", " xy="} {
+		if !strings.Contains(out, want) {
+			t.Errorf("rail-only all-to-all choice lacks %q:\n%s", want, out)
+		}
 	}
 }
 

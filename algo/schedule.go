@@ -179,7 +179,7 @@ func Run(ctx context.Context, c Collective, a Algorithm, args Args) error {
 	im := implOf(c, a)
 	if im == nil {
 		if im = implOf(c, Select(c, len(args.Dst), args.Peers.Size(), AlgoAuto)); im == nil {
-			return fmt.Errorf("algo: no schedule implements %v", c)
+			return fmt.Errorf("algo: rank %d: no schedule implements %v", args.Peers.Rank(), c)
 		}
 	}
 	return im.Run(ctx, args)

@@ -248,7 +248,7 @@ func pairwise(c Collective) Impl {
 func routed(a Algorithm, name, summary string, plan func(t *topo.Topology, bytes [][]int) *Route) *Schedule {
 	run := allToAll(func(ctx context.Context, args Args, send []byte) error {
 		if args.Route == nil || args.Route.Algorithm != a {
-			return fmt.Errorf("algo: %s all-to-all run without its route", name)
+			return fmt.Errorf("algo: rank %d: %s all-to-all run without its route", args.Peers.Rank(), name)
 		}
 		return AllToAllRouted(ctx, args.Peers, args.WS, args.Route, args.Matrix, send, args.SendOffs, args.Dst, args.RecvOffs)
 	})

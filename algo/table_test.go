@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/occl/occl/algo/internal/fakepeers"
+	"github.com/occl/occl/topo"
 )
 
 // TestTable checks the table's shape: every algorithm but AlgoAuto has
@@ -42,8 +43,15 @@ func TestTable(t *testing.T) {
 	}
 }
 
-// TestRunSrcDst runs every implementation of every schedule that needs no
-// route through Run, in place and out of place, on 4 ranks of two hosts,
+// routedSpecs are fabrics of 4 ranks that the routed all-to-alls fit.
+var routedSpecs = map[Algorithm]string{
+	AlgoDelegated:   "hosts=2x2,ocs_ports=2,circuits=0-1",
+	AlgoRailForward: "hosts=2x2,rail_only=1",
+	AlgoXY:          "hosts=4x1,grid=2x2",
+}
+
+// TestRunSrcDst runs every implementation of every schedule (the routed
+// ones with their route on a fabric they fit) through its Impl.Run, in place and out of place, on 4 ranks of two hosts,
 // and checks the output against a serial computation and that an input
 // that is not the output is left unchanged: every schedule takes its input
 // and output the same way.
@@ -55,8 +63,15 @@ func TestRunSrcDst(t *testing.T) {
 	hosts := [][]int{{0, 1}, {2, 3}}
 	for _, s := range Schedules() {
 		for _, im := range s.Impls {
+			var route *Route
 			if im.Route != nil {
-				continue // routed all-to-alls run with a route: comm's TestRoutedAllToAll
+				tp, err := topo.FromSpec(routedSpecs[s.Algorithm])
+				if err != nil {
+					t.Fatal(err)
+				}
+				if route = im.Route(tp, UniformBytes(4, 37*4)); route == nil {
+					t.Fatalf("%s: no route on %s", s.Name, routedSpecs[s.Algorithm])
+				}
 			}
 			for _, inPlace := range []bool{false, true} {
 				name := fmt.Sprintf("%s/%v/inplace=%v", s.Name, im.Op, inPlace)
@@ -79,6 +94,7 @@ func TestRunSrcDst(t *testing.T) {
 						if im.Op == OpAllToAll || im.Op == OpAllToAllV {
 							args.SendOffs, args.SendLens = blocks(p, blk)
 							args.RecvOffs, args.RecvLens = args.SendOffs, args.SendLens
+							args.Route, args.Matrix = route, UniformBytes(p, blk)
 						}
 						return im.Run(ctx, args)
 					})

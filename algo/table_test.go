@@ -9,6 +9,7 @@ import (
 	"go/token"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/occl/occl/algo/internal/fakepeers"
@@ -232,5 +233,20 @@ func TestDocIndex(t *testing.T) {
 		if !regexp.MustCompile(`(?m)^\s+` + regexp.QuoteMeta(s.Name) + ` \(Algo`).MatchString(doc) {
 			t.Errorf("the package documentation's index has no entry for %q", s.Name)
 		}
+	}
+}
+
+// TestRunFallback checks that Run runs the size rules' schedule for
+// AlgoAuto or a schedule that does not implement the collective, and
+// fails for a collective no schedule implements.
+func TestRunFallback(t *testing.T) {
+	p := fakepeers.New(1, fakepeers.Options{}).Peer(0)
+	src, dst := []byte{1, 2, 3, 4}, make([]byte, 4)
+	if err := Run(t.Context(), OpAllReduce, AlgoLinear, Args{Peers: p, WS: &Workspace{}, Src: src, Dst: dst, DType: Uint8, Op: Sum}); err != nil || !bytes.Equal(dst, src) {
+		t.Errorf("AllReduce with linear: %v, %v", dst, err)
+	}
+	err := Run(t.Context(), OpSendRecv, AlgoAuto, Args{Peers: p})
+	if err == nil || !strings.Contains(err.Error(), "rank 0") || !strings.Contains(err.Error(), "SendRecv") {
+		t.Errorf("SendRecv: %v", err)
 	}
 }

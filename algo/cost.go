@@ -191,9 +191,13 @@ func (m *Model) Candidates(c Collective, n int) []Prediction {
 
 // Prediction is the cost model's time for one schedule.
 type Prediction struct {
+	// Algorithm is the schedule.
 	Algorithm Algorithm
-	Seconds   float64
-	OK        bool
+	// Seconds is the predicted time (+Inf: a flow has no path).
+	Seconds float64
+	// OK is false where the model cannot predict the schedule (it does
+	// not fit the topology).
+	OK bool
 }
 
 // ringCollective is a ring AllGather (or, reducing, ReduceScatter) of n

@@ -114,6 +114,19 @@ func (m *Model) ChooseAllToAll(bytes [][]int) (Algorithm, *Route, float64) {
 	return best, bestR, bestT
 }
 
+// ChooseRoute returns the route of an all-to-all of the byte matrix: the
+// forced schedule's (AlgoAuto: none) if it has a route that fits, else
+// ChooseAllToAll's; nil for an unrouted schedule.
+func (m *Model) ChooseRoute(bytes [][]int, forced Algorithm) *Route {
+	if forced != AlgoAuto {
+		if r := m.AllToAllRoute(forced, bytes); r != nil {
+			return r
+		}
+	}
+	_, r, _ := m.ChooseAllToAll(bytes)
+	return r
+}
+
 // UniformBytes returns the byte matrix of an all-to-all of n ranks with
 // block bytes between every pair.
 func UniformBytes(n, block int) [][]int {

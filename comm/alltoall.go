@@ -97,7 +97,7 @@ func (c *Communicator) allToAll(ctx context.Context, p *opPeers, send []byte, so
 	} else if c.size > 1 {
 		c.logChoice(ctx, op, len(send), a, nil)
 	}
-	return algo.Run(ctx, algo.OpAllToAllV, a, args)
+	return algo.Run(ctx, op, a, args)
 }
 
 // routable reports whether all-to-alls may take a topology-aware route:
@@ -127,13 +127,7 @@ func (c *Communicator) cachedRoute(uniform int, bytes [][]int) *algo.Route {
 // the forced schedule's if it applies, else the cost model's choice; nil
 // for the pairwise exchange.
 func (c *Communicator) allToAllRoute(bytes [][]int) *algo.Route {
-	if f := c.cfg.algo; f != algo.AlgoAuto {
-		if r := c.lay().model.AllToAllRoute(f, bytes); r != nil {
-			return r
-		}
-	}
-	_, r, _ := c.lay().model.ChooseAllToAll(bytes)
-	return r
+	return c.lay().model.ChooseRoute(bytes, c.cfg.algo)
 }
 
 // exchangeCounts gathers every rank's send and receive sizes in bytes and

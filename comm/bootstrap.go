@@ -12,6 +12,7 @@ import (
 	"os"
 
 	"github.com/occl/occl/comm/internal/wire"
+	"github.com/occl/occl/internal/logx"
 	"github.com/occl/occl/topo"
 	"github.com/occl/occl/transport"
 	"github.com/occl/occl/transport/emu"
@@ -93,7 +94,8 @@ func initTCP(ctx context.Context, id UniqueID, rank, size int, cfg config, rootL
 	}
 	commID := commIDOf(id)
 	secret := id.Secret[:]
-	log := cfg.log.With("rank", rank, "size", size, "comm", fmt.Sprintf("%016x", commID))
+	base := cfg.log.With("rank", rank, "size", size, "comm", fmt.Sprintf("%016x", commID))
+	log := logx.For(base, logx.Init)
 	wrap := func(what string, e error) error {
 		return fmt.Errorf("occl: rank %d: init: %s: %w", rank, what, e)
 	}
@@ -217,9 +219,9 @@ func initTCP(ctx context.Context, id UniqueID, rank, size int, cfg config, rootL
 			}
 			return nil, wrap("rendezvous", err)
 		}
-		server = newCtrlServer(ctrlConns, cfg, log)
+		server = newCtrlServer(ctrlConns, cfg, base)
 	}
-	client := newCtrlClient(rank, ctrlConn, server, cfg, log)
+	client := newCtrlClient(rank, ctrlConn, server, cfg, base)
 	fab := &tcpFabric{ln: dataLn, secret: id.Secret, cfg: cfg, addrs: addrs}
 	c = newCommunicator(commID, m.Nonce, rank, hostIDs, conns, client, fab, cfg)
 	c.emu = fabric
@@ -589,7 +591,7 @@ func (f *tcpFabric) connect(ctx context.Context, c *Communicator, gen uint32, pe
 		out[r] = conn
 	}
 	if f.cfg.transport == TransportRDMA {
-		if out, err = rdmaLinks(ctx, c.id, gen, c.rank, mesh, f.cfg.log); err != nil {
+		if out, err = rdmaLinks(ctx, c.id, gen, c.rank, mesh, logx.For(c.log, logx.Rewire)); err != nil {
 			for _, conn := range mesh {
 				conn.Close()
 			}
@@ -613,7 +615,7 @@ func (f *tcpFabric) split(ctx context.Context, p *opPeers, childID uint64, group
 	if group != nil && self == 0 {
 		host, _, _ := net.SplitHostPort(f.ln.Addr().String())
 		ln, err := tcp.Listen(net.JoinHostPort(host, "0"), child.Secret[:],
-			listenFilter(tcp.PurposeRendezvous, commIDOf(child)), c.log)
+			listenFilter(tcp.PurposeRendezvous, commIDOf(child)), logx.For(c.log, logx.Init))
 		if err != nil {
 			return nil, fmt.Errorf("split: rendezvous listener: %w", err)
 		}

@@ -38,6 +38,7 @@ import (
 	"time"
 
 	"github.com/occl/occl/algo"
+	"github.com/occl/occl/internal/logx"
 	"github.com/occl/occl/transport"
 	"github.com/occl/occl/transport/emu"
 	"github.com/occl/occl/transport/mem"
@@ -55,6 +56,8 @@ type Communicator struct {
 	size  int
 	cfg   config
 	log   *slog.Logger
+	// tune logs the choice of schedules (subsystem TUNE).
+	tune  *slog.Logger
 	epoch atomic.Uint32
 	// linkGen counts rewire attempts; it names their new connections.
 	linkGen uint32
@@ -143,8 +146,12 @@ func newCommunicator(id uint64, nonce [16]byte, rank int, hostIDs []string, conn
 	}
 	c.localRank, c.localSize = localPosition(rank, hostIDs)
 	c.fabricRanks = cfg.fabricRanks
+	c.tune = logx.For(c.log, logx.Tune)
 	c.peers.c = c
 	c.setupModel()
+	if rank == 0 {
+		c.logSettings()
+	}
 	go c.worker()
 	return c
 }
@@ -493,7 +500,7 @@ func (c *Communicator) fail(pe *PeerError) {
 	c.failOnce.Do(func() {
 		c.failErr.Store(pe)
 		close(c.failed)
-		c.log.Warn("occl: communicator failed", "err", pe)
+		logx.For(c.log, logx.Coll).Warn("occl: communicator failed", "err", pe)
 		c.mu.Lock()
 		conns := append([]transport.Conn(nil), c.conns...)
 		c.mu.Unlock()
@@ -661,15 +668,12 @@ func (c *Communicator) Algorithm(op algo.Collective, bytes int) algo.Algorithm {
 	if op == algo.OpAllToAll || op == algo.OpAllToAllV {
 		return c.AllToAllAlgorithm(algo.UniformBytes(c.size, bytes/c.size))
 	}
-	if f := c.cfg.algo; f != algo.AlgoAuto && c.applicable(op, f) {
-		return f
-	}
-	if c.lay().model != nil {
-		if a, _ := c.lay().model.Choose(op, bytes); a != algo.AlgoAuto && c.applicable(op, a) {
-			return a
-		}
-	}
-	return algo.Select(op, bytes, c.size, algo.AlgoAuto)
+	return c.choose(c.lay(), op, bytes)
+}
+
+// choose is Algorithm on the layout l.
+func (c *Communicator) choose(l *layout, op algo.Collective, bytes int) algo.Algorithm {
+	return algo.Choose(op, bytes, c.size, l.topo, l.model, c.cfg.algo)
 }
 
 // TransportName names the transports the communicator's connections use:

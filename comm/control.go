@@ -11,6 +11,7 @@ import (
 	"github.com/valyala/bytebufferpool"
 
 	"github.com/occl/occl/comm/internal/wire"
+	"github.com/occl/occl/internal/logx"
 	"github.com/occl/occl/transport"
 	"github.com/occl/occl/transport/tcp"
 )
@@ -153,7 +154,7 @@ type ctrlClient struct {
 }
 
 func newCtrlClient(rank int, conn *tcp.Conn, server *ctrlServer, cfg config, log *slog.Logger) *ctrlClient {
-	cl := &ctrlClient{rank: rank, conn: conn, server: server, hb: cfg.heartbeat, hbTO: cfg.heartbeatTimeout, log: log, done: make(chan struct{})}
+	cl := &ctrlClient{rank: rank, conn: conn, server: server, hb: cfg.heartbeat, hbTO: cfg.heartbeatTimeout, log: logx.For(log, logx.Net), done: make(chan struct{})}
 	cl.heard.Store(time.Now().UnixNano())
 	return cl
 }
@@ -288,7 +289,7 @@ type ctrlServer struct {
 func newCtrlServer(conns []*tcp.Conn, cfg config, log *slog.Logger) *ctrlServer {
 	n := len(conns)
 	s := &ctrlServer{
-		size: n, hb: cfg.heartbeat, hbTO: cfg.heartbeatTimeout, log: log,
+		size: n, hb: cfg.heartbeat, hbTO: cfg.heartbeatTimeout, log: logx.For(log, logx.Net),
 		conns: conns, wmu: make([]sync.Mutex, n), heard: make([]atomic.Int64, n),
 		left: make([]bool, n), gone: make([]bool, n),
 		allLeft: make(chan struct{}), done: make(chan struct{}),

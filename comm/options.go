@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/occl/occl/algo"
+	"github.com/occl/occl/internal/logx"
 	"github.com/occl/occl/topo"
 	"github.com/occl/occl/transport"
 	"github.com/occl/occl/transport/emu"
@@ -259,17 +260,14 @@ func parseDuration(v string) (time.Duration, error) {
 // 1024), as nccl-tests does: "8", "64K", "1M", "2G".
 func ParseSize(v string) (int, error) { return transport.ParseSize(v) }
 
+// defaultLogger is the logger of communicators without WithLogger: text on
+// standard error, at the level of OCCL_DEBUG (default WARN) and for the
+// subsystems of OCCL_DEBUG_SUBSYS (see internal/logx).
 func defaultLogger() *slog.Logger {
-	level := slog.LevelWarn
-	switch strings.ToUpper(os.Getenv("OCCL_DEBUG")) {
-	case "INFO":
-		level = slog.LevelInfo
-	case "DEBUG", "TRACE":
-		level = slog.LevelDebug
-	case "ERROR":
-		level = slog.LevelError
-	case "NONE", "OFF":
-		return slog.New(slog.DiscardHandler)
+	cfg, err := logx.FromEnv()
+	l := logx.New(os.Stderr, cfg)
+	if err != nil {
+		l.Warn("occl: ignoring the debug settings", "err", err)
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	return l
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/occl/occl/algo"
+	"github.com/occl/occl/internal/logx"
 	"github.com/occl/occl/topo"
 	"github.com/occl/occl/transport"
 )
@@ -290,7 +291,7 @@ func (c *Communicator) rewire(ctx context.Context, p *opPeers, rw Rewire, times 
 		mine.close()
 		if sw.wait(); sw.mayHaveSwitched() && rw.Rollback != nil {
 			if e := c.rollback(ctx, rw); e != nil {
-				c.log.Warn("occl: rewire: restoring the previous circuits failed", "err", e)
+				logx.For(c.log, logx.Rewire).Warn("occl: rewire: restoring the previous circuits failed", "err", e)
 			}
 		}
 		return err
@@ -314,7 +315,7 @@ func (c *Communicator) rewire(ctx context.Context, p *opPeers, rw Rewire, times 
 	step = time.Now()
 	if f := c.fabric.emulator(c); f != nil {
 		if e := f.SetTopology(rw.Target); e != nil {
-			c.log.Warn("occl: rewire: emulated fabric kept its topology", "err", e)
+			logx.For(c.log, logx.Rewire).Warn("occl: rewire: emulated fabric kept its topology", "err", e)
 		}
 	}
 	c.mu.Lock()
@@ -327,7 +328,7 @@ func (c *Communicator) rewire(ctx context.Context, p *opPeers, rw Rewire, times 
 	c.layout.Store(next)
 	c.epoch.Store(epoch)
 	times.Resume = time.Since(step)
-	c.log.Info("occl: rewired", "epoch", epoch, "links", len(mine.conns), "apply", times.Apply, "verify", times.Verify)
+	logx.For(c.log, logx.Rewire).Info("occl: rewired", "epoch", epoch, "links", len(mine.conns), "apply", times.Apply, "verify", times.Verify)
 	return nil
 }
 

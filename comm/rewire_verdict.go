@@ -6,6 +6,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/occl/occl/internal/logx"
 	"github.com/occl/occl/transport"
 )
 
@@ -226,7 +227,7 @@ func (c *Communicator) decide(ctx context.Context, p *opPeers, rw Rewire, sw *sw
 		err := c.rollback(ctx, rw)
 		verdict.rollback = err == nil
 		if err != nil && rw.Rollback != nil {
-			c.log.Warn("occl: rewire: restoring the previous circuits failed", "err", err)
+			logx.For(c.log, logx.Rewire).Warn("occl: rewire: restoring the previous circuits failed", "err", err)
 			verdict.reason += "; " + err.Error()
 		}
 	}

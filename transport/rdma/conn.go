@@ -974,6 +974,9 @@ func (c *Conn) monitor(want transport.Header) {
 
 // --------------------------------------------------------------- closing
 
+// Name returns "rdma" (see transport.Named).
+func (c *Conn) Name() string { return "rdma" }
+
 // Close implements transport.Conn. It wakes pending calls (they fail with
 // transport.ErrClosed), tells the peer it is closing (it receives what was
 // sent before, then transport.ErrPeerClosed), moves the queue pair to

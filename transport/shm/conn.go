@@ -486,6 +486,9 @@ func (c *Conn) monitor(want transport.Header) {
 	c.mu.RUnlock()
 }
 
+// Name returns "shm" (see transport.Named).
+func (c *Conn) Name() string { return "shm" }
+
 // Close implements transport.Conn. It marks this end closed in shared
 // memory, wakes both sides, closes the control connection, waits for
 // pending calls to return (they fail with transport.ErrClosed) and unmaps

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/occl/occl/reconfig/ocs"
+	"github.com/occl/occl/topo"
 )
 
 // OCS adapts the OCS controller's gRPC client to Controller.
@@ -14,13 +15,9 @@ type OCS struct {
 	Client *ocs.Client
 }
 
-// Apply asks the controller to install connects under requestID.
-func (o OCS) Apply(ctx context.Context, requestID string, connects [][2]int) (time.Duration, error) {
-	cs := make([]ocs.Connect, len(connects))
-	for i, c := range connects {
-		cs[i] = ocs.Connect{A: c[0], B: c[1]}
-	}
-	res, err := o.Client.Apply(ctx, requestID, cs)
+// Apply asks the controller to install circuits under requestID.
+func (o OCS) Apply(ctx context.Context, requestID string, circuits []topo.Circuit) (time.Duration, error) {
+	res, err := o.Client.Apply(ctx, requestID, circuits)
 	if err != nil {
 		return 0, err
 	}

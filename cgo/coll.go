@@ -176,18 +176,25 @@ func (k *call) op(h uintptr) (*groupOp, *comm.Communicator) {
 // issue.
 type prepare func(k *call) *groupOp
 
+// blocking is the request argument of a blocking call: the blocking form
+// of an operation is its Async form waited for (or recorded in the open
+// group).
+var blocking = new(C.occlRequest_t)
+
 // enqueue is every operation's entry point. It checks the arguments, then
-// issues the operation: with async, it starts it and returns its request
-// in *request (which must not be NULL, and is cleared first); else it runs
-// it to completion, or records it in the calling thread's open group. name
-// is the blocking form's; the Async form's adds "Async".
-func enqueue(name string, res *C.occlResult_t, async bool, request *C.occlRequest_t, prep prepare) {
+// issues the operation: for a blocking call (request == blocking) it runs
+// it to completion, or records it in the calling thread's open group; else
+// it starts it and returns its request in *request (which must not be
+// NULL, and is cleared first). name is the blocking form's; the Async
+// form's adds "Async".
+func enqueue(name string, request *C.occlRequest_t, prep prepare) (res C.occlResult_t) {
+	async := request != blocking
 	if async {
 		name += "Async"
 	}
-	k := begin(name, res)
+	k := begin(name, &res)
 	defer k.end()
-	*res = k.enqueue(async, request, prep)
+	return k.enqueue(async, request, prep)
 }
 
 func (k *call) enqueue(async bool, request *C.occlRequest_t, prep prepare) C.occlResult_t {
@@ -256,7 +263,7 @@ type collective struct {
 	reduces    bool   // takes a reduction
 	rooted     bool   // takes a root
 	send, recv extentOf
-	issue      func(c *comm.Communicator, x operands) func(context.Context) *comm.Request
+	issue      func(ctx context.Context, c *comm.Communicator, x operands) *comm.Request
 }
 
 // with returns the preparation of a call of d with a.
@@ -288,7 +295,7 @@ func (d *collective) with(a args) prepare {
 		if used(d.recv) {
 			x.recv = k.buffer("recvbuff", a.recv, n[b2i(d.recv.perRank)], dt)
 		}
-		o.issue = d.issue(c, x)
+		o.issue = func(ctx context.Context) *comm.Request { return d.issue(ctx, c, x) }
 		return o
 	}
 }
@@ -303,181 +310,149 @@ func b2i(b bool) int {
 // The collectives. Counts and extents are those of occl.h.
 var (
 	allReduce = collective{count: "count", reduces: true,
-		issue: func(c *comm.Communicator, x operands) func(context.Context) *comm.Request {
-			return func(ctx context.Context) *comm.Request { return c.AllReduceAsync(ctx, x.send, x.recv, x.red) }
+		issue: func(ctx context.Context, c *comm.Communicator, x operands) *comm.Request {
+			return c.AllReduceAsync(ctx, x.send, x.recv, x.red)
 		}}
 	broadcast = collective{count: "count", rooted: true, send: extentOf{rootOnly: true},
-		issue: func(c *comm.Communicator, x operands) func(context.Context) *comm.Request {
-			return func(ctx context.Context) *comm.Request { return c.BroadcastAsync(ctx, x.send, x.recv, x.root) }
+		issue: func(ctx context.Context, c *comm.Communicator, x operands) *comm.Request {
+			return c.BroadcastAsync(ctx, x.send, x.recv, x.root)
 		}}
 	reduce = collective{count: "count", reduces: true, rooted: true, recv: extentOf{rootOnly: true},
-		issue: func(c *comm.Communicator, x operands) func(context.Context) *comm.Request {
-			return func(ctx context.Context) *comm.Request { return c.ReduceAsync(ctx, x.send, x.recv, x.red, x.root) }
+		issue: func(ctx context.Context, c *comm.Communicator, x operands) *comm.Request {
+			return c.ReduceAsync(ctx, x.send, x.recv, x.red, x.root)
 		}}
 	allGather = collective{count: "sendcount", recv: extentOf{perRank: true},
-		issue: func(c *comm.Communicator, x operands) func(context.Context) *comm.Request {
-			return func(ctx context.Context) *comm.Request { return c.AllGatherAsync(ctx, x.send, x.recv) }
+		issue: func(ctx context.Context, c *comm.Communicator, x operands) *comm.Request {
+			return c.AllGatherAsync(ctx, x.send, x.recv)
 		}}
 	reduceScatter = collective{count: "recvcount", reduces: true, send: extentOf{perRank: true},
-		issue: func(c *comm.Communicator, x operands) func(context.Context) *comm.Request {
-			return func(ctx context.Context) *comm.Request { return c.ReduceScatterAsync(ctx, x.send, x.recv, x.red) }
+		issue: func(ctx context.Context, c *comm.Communicator, x operands) *comm.Request {
+			return c.ReduceScatterAsync(ctx, x.send, x.recv, x.red)
 		}}
 	gather = collective{count: "sendcount", rooted: true, recv: extentOf{perRank: true, rootOnly: true},
-		issue: func(c *comm.Communicator, x operands) func(context.Context) *comm.Request {
-			return func(ctx context.Context) *comm.Request { return c.GatherAsync(ctx, x.send, x.recv, x.root) }
+		issue: func(ctx context.Context, c *comm.Communicator, x operands) *comm.Request {
+			return c.GatherAsync(ctx, x.send, x.recv, x.root)
 		}}
 	scatter = collective{count: "recvcount", rooted: true, send: extentOf{perRank: true, rootOnly: true},
-		issue: func(c *comm.Communicator, x operands) func(context.Context) *comm.Request {
-			return func(ctx context.Context) *comm.Request { return c.ScatterAsync(ctx, x.send, x.recv, x.root) }
+		issue: func(ctx context.Context, c *comm.Communicator, x operands) *comm.Request {
+			return c.ScatterAsync(ctx, x.send, x.recv, x.root)
 		}}
 	allToAll = collective{count: "count", send: extentOf{perRank: true}, recv: extentOf{perRank: true},
-		issue: func(c *comm.Communicator, x operands) func(context.Context) *comm.Request {
-			return func(ctx context.Context) *comm.Request { return c.AllToAllAsync(ctx, x.send, x.recv) }
+		issue: func(ctx context.Context, c *comm.Communicator, x operands) *comm.Request {
+			return c.AllToAllAsync(ctx, x.send, x.recv)
 		}}
 )
 
 // occlAllReduce reduces count elements across ranks into recvbuff on every rank. See occl.h.
 //
 //export occlAllReduce
-func occlAllReduce(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, count C.size_t, datatype C.occlDataType_t, op C.occlRedOp_t, comm C.occlComm_t) (res C.occlResult_t) {
-	a := args{send: addr(sendbuff), recv: addr(recvbuff), count: count, dtype: datatype, op: op, comm: handle(comm)} // first: see addr
-	enqueue("occlAllReduce", &res, false, nil, allReduce.with(a))
-	return
+func occlAllReduce(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, count C.size_t, datatype C.occlDataType_t, op C.occlRedOp_t, comm C.occlComm_t) C.occlResult_t {
+	return enqueue("occlAllReduce", blocking, allReduce.with(args{send: addr(sendbuff), recv: addr(recvbuff), count: count, dtype: datatype, op: op, comm: handle(comm)})) // arguments first: see addr
 }
 
 // occlAllReduceAsync is the non-blocking occlAllReduce. See occl.h.
 //
 //export occlAllReduceAsync
-func occlAllReduceAsync(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, count C.size_t, datatype C.occlDataType_t, op C.occlRedOp_t, comm C.occlComm_t, request *C.occlRequest_t) (res C.occlResult_t) {
-	a := args{send: addr(sendbuff), recv: addr(recvbuff), count: count, dtype: datatype, op: op, comm: handle(comm)} // first: see addr
-	enqueue("occlAllReduce", &res, true, request, allReduce.with(a))
-	return
+func occlAllReduceAsync(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, count C.size_t, datatype C.occlDataType_t, op C.occlRedOp_t, comm C.occlComm_t, request *C.occlRequest_t) C.occlResult_t {
+	return enqueue("occlAllReduce", request, allReduce.with(args{send: addr(sendbuff), recv: addr(recvbuff), count: count, dtype: datatype, op: op, comm: handle(comm)})) // arguments first: see addr
 }
 
 // occlBroadcast copies count elements of root's sendbuff into recvbuff on every rank. See occl.h.
 //
 //export occlBroadcast
-func occlBroadcast(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, count C.size_t, datatype C.occlDataType_t, root C.int, comm C.occlComm_t) (res C.occlResult_t) {
-	a := args{send: addr(sendbuff), recv: addr(recvbuff), count: count, dtype: datatype, root: root, comm: handle(comm)} // first: see addr
-	enqueue("occlBroadcast", &res, false, nil, broadcast.with(a))
-	return
+func occlBroadcast(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, count C.size_t, datatype C.occlDataType_t, root C.int, comm C.occlComm_t) C.occlResult_t {
+	return enqueue("occlBroadcast", blocking, broadcast.with(args{send: addr(sendbuff), recv: addr(recvbuff), count: count, dtype: datatype, root: root, comm: handle(comm)})) // arguments first: see addr
 }
 
 // occlBroadcastAsync is the non-blocking occlBroadcast. See occl.h.
 //
 //export occlBroadcastAsync
-func occlBroadcastAsync(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, count C.size_t, datatype C.occlDataType_t, root C.int, comm C.occlComm_t, request *C.occlRequest_t) (res C.occlResult_t) {
-	a := args{send: addr(sendbuff), recv: addr(recvbuff), count: count, dtype: datatype, root: root, comm: handle(comm)} // first: see addr
-	enqueue("occlBroadcast", &res, true, request, broadcast.with(a))
-	return
+func occlBroadcastAsync(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, count C.size_t, datatype C.occlDataType_t, root C.int, comm C.occlComm_t, request *C.occlRequest_t) C.occlResult_t {
+	return enqueue("occlBroadcast", request, broadcast.with(args{send: addr(sendbuff), recv: addr(recvbuff), count: count, dtype: datatype, root: root, comm: handle(comm)})) // arguments first: see addr
 }
 
 // occlReduce reduces count elements across ranks into recvbuff on root. See occl.h.
 //
 //export occlReduce
-func occlReduce(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, count C.size_t, datatype C.occlDataType_t, op C.occlRedOp_t, root C.int, comm C.occlComm_t) (res C.occlResult_t) {
-	a := args{send: addr(sendbuff), recv: addr(recvbuff), count: count, dtype: datatype, op: op, root: root, comm: handle(comm)} // first: see addr
-	enqueue("occlReduce", &res, false, nil, reduce.with(a))
-	return
+func occlReduce(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, count C.size_t, datatype C.occlDataType_t, op C.occlRedOp_t, root C.int, comm C.occlComm_t) C.occlResult_t {
+	return enqueue("occlReduce", blocking, reduce.with(args{send: addr(sendbuff), recv: addr(recvbuff), count: count, dtype: datatype, op: op, root: root, comm: handle(comm)})) // arguments first: see addr
 }
 
 // occlReduceAsync is the non-blocking occlReduce. See occl.h.
 //
 //export occlReduceAsync
-func occlReduceAsync(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, count C.size_t, datatype C.occlDataType_t, op C.occlRedOp_t, root C.int, comm C.occlComm_t, request *C.occlRequest_t) (res C.occlResult_t) {
-	a := args{send: addr(sendbuff), recv: addr(recvbuff), count: count, dtype: datatype, op: op, root: root, comm: handle(comm)} // first: see addr
-	enqueue("occlReduce", &res, true, request, reduce.with(a))
-	return
+func occlReduceAsync(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, count C.size_t, datatype C.occlDataType_t, op C.occlRedOp_t, root C.int, comm C.occlComm_t, request *C.occlRequest_t) C.occlResult_t {
+	return enqueue("occlReduce", request, reduce.with(args{send: addr(sendbuff), recv: addr(recvbuff), count: count, dtype: datatype, op: op, root: root, comm: handle(comm)})) // arguments first: see addr
 }
 
 // occlAllGather gathers sendcount elements of every rank into recvbuff on every rank. See occl.h.
 //
 //export occlAllGather
-func occlAllGather(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, sendcount C.size_t, datatype C.occlDataType_t, comm C.occlComm_t) (res C.occlResult_t) {
-	a := args{send: addr(sendbuff), recv: addr(recvbuff), count: sendcount, dtype: datatype, comm: handle(comm)} // first: see addr
-	enqueue("occlAllGather", &res, false, nil, allGather.with(a))
-	return
+func occlAllGather(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, sendcount C.size_t, datatype C.occlDataType_t, comm C.occlComm_t) C.occlResult_t {
+	return enqueue("occlAllGather", blocking, allGather.with(args{send: addr(sendbuff), recv: addr(recvbuff), count: sendcount, dtype: datatype, comm: handle(comm)})) // arguments first: see addr
 }
 
 // occlAllGatherAsync is the non-blocking occlAllGather. See occl.h.
 //
 //export occlAllGatherAsync
-func occlAllGatherAsync(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, sendcount C.size_t, datatype C.occlDataType_t, comm C.occlComm_t, request *C.occlRequest_t) (res C.occlResult_t) {
-	a := args{send: addr(sendbuff), recv: addr(recvbuff), count: sendcount, dtype: datatype, comm: handle(comm)} // first: see addr
-	enqueue("occlAllGather", &res, true, request, allGather.with(a))
-	return
+func occlAllGatherAsync(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, sendcount C.size_t, datatype C.occlDataType_t, comm C.occlComm_t, request *C.occlRequest_t) C.occlResult_t {
+	return enqueue("occlAllGather", request, allGather.with(args{send: addr(sendbuff), recv: addr(recvbuff), count: sendcount, dtype: datatype, comm: handle(comm)})) // arguments first: see addr
 }
 
 // occlReduceScatter reduces nranks*recvcount elements and leaves this rank's block in recvbuff. See occl.h.
 //
 //export occlReduceScatter
-func occlReduceScatter(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, recvcount C.size_t, datatype C.occlDataType_t, op C.occlRedOp_t, comm C.occlComm_t) (res C.occlResult_t) {
-	a := args{send: addr(sendbuff), recv: addr(recvbuff), count: recvcount, dtype: datatype, op: op, comm: handle(comm)} // first: see addr
-	enqueue("occlReduceScatter", &res, false, nil, reduceScatter.with(a))
-	return
+func occlReduceScatter(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, recvcount C.size_t, datatype C.occlDataType_t, op C.occlRedOp_t, comm C.occlComm_t) C.occlResult_t {
+	return enqueue("occlReduceScatter", blocking, reduceScatter.with(args{send: addr(sendbuff), recv: addr(recvbuff), count: recvcount, dtype: datatype, op: op, comm: handle(comm)})) // arguments first: see addr
 }
 
 // occlReduceScatterAsync is the non-blocking occlReduceScatter. See occl.h.
 //
 //export occlReduceScatterAsync
-func occlReduceScatterAsync(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, recvcount C.size_t, datatype C.occlDataType_t, op C.occlRedOp_t, comm C.occlComm_t, request *C.occlRequest_t) (res C.occlResult_t) {
-	a := args{send: addr(sendbuff), recv: addr(recvbuff), count: recvcount, dtype: datatype, op: op, comm: handle(comm)} // first: see addr
-	enqueue("occlReduceScatter", &res, true, request, reduceScatter.with(a))
-	return
+func occlReduceScatterAsync(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, recvcount C.size_t, datatype C.occlDataType_t, op C.occlRedOp_t, comm C.occlComm_t, request *C.occlRequest_t) C.occlResult_t {
+	return enqueue("occlReduceScatter", request, reduceScatter.with(args{send: addr(sendbuff), recv: addr(recvbuff), count: recvcount, dtype: datatype, op: op, comm: handle(comm)})) // arguments first: see addr
 }
 
 // occlGather gathers sendcount elements of every rank into recvbuff on root. See occl.h.
 //
 //export occlGather
-func occlGather(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, sendcount C.size_t, datatype C.occlDataType_t, root C.int, comm C.occlComm_t) (res C.occlResult_t) {
-	a := args{send: addr(sendbuff), recv: addr(recvbuff), count: sendcount, dtype: datatype, root: root, comm: handle(comm)} // first: see addr
-	enqueue("occlGather", &res, false, nil, gather.with(a))
-	return
+func occlGather(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, sendcount C.size_t, datatype C.occlDataType_t, root C.int, comm C.occlComm_t) C.occlResult_t {
+	return enqueue("occlGather", blocking, gather.with(args{send: addr(sendbuff), recv: addr(recvbuff), count: sendcount, dtype: datatype, root: root, comm: handle(comm)})) // arguments first: see addr
 }
 
 // occlGatherAsync is the non-blocking occlGather. See occl.h.
 //
 //export occlGatherAsync
-func occlGatherAsync(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, sendcount C.size_t, datatype C.occlDataType_t, root C.int, comm C.occlComm_t, request *C.occlRequest_t) (res C.occlResult_t) {
-	a := args{send: addr(sendbuff), recv: addr(recvbuff), count: sendcount, dtype: datatype, root: root, comm: handle(comm)} // first: see addr
-	enqueue("occlGather", &res, true, request, gather.with(a))
-	return
+func occlGatherAsync(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, sendcount C.size_t, datatype C.occlDataType_t, root C.int, comm C.occlComm_t, request *C.occlRequest_t) C.occlResult_t {
+	return enqueue("occlGather", request, gather.with(args{send: addr(sendbuff), recv: addr(recvbuff), count: sendcount, dtype: datatype, root: root, comm: handle(comm)})) // arguments first: see addr
 }
 
 // occlScatter sends block j of root's sendbuff to rank j's recvbuff. See occl.h.
 //
 //export occlScatter
-func occlScatter(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, recvcount C.size_t, datatype C.occlDataType_t, root C.int, comm C.occlComm_t) (res C.occlResult_t) {
-	a := args{send: addr(sendbuff), recv: addr(recvbuff), count: recvcount, dtype: datatype, root: root, comm: handle(comm)} // first: see addr
-	enqueue("occlScatter", &res, false, nil, scatter.with(a))
-	return
+func occlScatter(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, recvcount C.size_t, datatype C.occlDataType_t, root C.int, comm C.occlComm_t) C.occlResult_t {
+	return enqueue("occlScatter", blocking, scatter.with(args{send: addr(sendbuff), recv: addr(recvbuff), count: recvcount, dtype: datatype, root: root, comm: handle(comm)})) // arguments first: see addr
 }
 
 // occlScatterAsync is the non-blocking occlScatter. See occl.h.
 //
 //export occlScatterAsync
-func occlScatterAsync(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, recvcount C.size_t, datatype C.occlDataType_t, root C.int, comm C.occlComm_t, request *C.occlRequest_t) (res C.occlResult_t) {
-	a := args{send: addr(sendbuff), recv: addr(recvbuff), count: recvcount, dtype: datatype, root: root, comm: handle(comm)} // first: see addr
-	enqueue("occlScatter", &res, true, request, scatter.with(a))
-	return
+func occlScatterAsync(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, recvcount C.size_t, datatype C.occlDataType_t, root C.int, comm C.occlComm_t, request *C.occlRequest_t) C.occlResult_t {
+	return enqueue("occlScatter", request, scatter.with(args{send: addr(sendbuff), recv: addr(recvbuff), count: recvcount, dtype: datatype, root: root, comm: handle(comm)})) // arguments first: see addr
 }
 
 // occlAllToAll sends block j (count elements) of sendbuff to rank j and receives rank j's block. See occl.h.
 //
 //export occlAllToAll
-func occlAllToAll(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, count C.size_t, datatype C.occlDataType_t, comm C.occlComm_t) (res C.occlResult_t) {
-	a := args{send: addr(sendbuff), recv: addr(recvbuff), count: count, dtype: datatype, comm: handle(comm)} // first: see addr
-	enqueue("occlAllToAll", &res, false, nil, allToAll.with(a))
-	return
+func occlAllToAll(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, count C.size_t, datatype C.occlDataType_t, comm C.occlComm_t) C.occlResult_t {
+	return enqueue("occlAllToAll", blocking, allToAll.with(args{send: addr(sendbuff), recv: addr(recvbuff), count: count, dtype: datatype, comm: handle(comm)})) // arguments first: see addr
 }
 
 // occlAllToAllAsync is the non-blocking occlAllToAll. See occl.h.
 //
 //export occlAllToAllAsync
-func occlAllToAllAsync(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, count C.size_t, datatype C.occlDataType_t, comm C.occlComm_t, request *C.occlRequest_t) (res C.occlResult_t) {
-	a := args{send: addr(sendbuff), recv: addr(recvbuff), count: count, dtype: datatype, comm: handle(comm)} // first: see addr
-	enqueue("occlAllToAll", &res, true, request, allToAll.with(a))
-	return
+func occlAllToAllAsync(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, count C.size_t, datatype C.occlDataType_t, comm C.occlComm_t, request *C.occlRequest_t) C.occlResult_t {
+	return enqueue("occlAllToAll", request, allToAll.with(args{send: addr(sendbuff), recv: addr(recvbuff), count: count, dtype: datatype, comm: handle(comm)})) // arguments first: see addr
 }
 
 // ---- AllToAllv ----------------------------------------------------------
@@ -513,19 +488,15 @@ func allToAllv(a vargs) prepare {
 // occlAllToAllv is occlAllToAll with a count and displacement per peer. See occl.h.
 //
 //export occlAllToAllv
-func occlAllToAllv(sendbuff C.occlInternalConstBuf, sendcounts, sdispls C.occlInternalConstCounts, recvbuff unsafe.Pointer, recvcounts, rdispls C.occlInternalConstCounts, datatype C.occlDataType_t, comm C.occlComm_t) (res C.occlResult_t) {
-	a := vargs{addr(sendbuff), addr(sendcounts), addr(sdispls), addr(recvbuff), addr(recvcounts), addr(rdispls), datatype, handle(comm)} // first: see addr
-	enqueue("occlAllToAllv", &res, false, nil, allToAllv(a))
-	return
+func occlAllToAllv(sendbuff C.occlInternalConstBuf, sendcounts, sdispls C.occlInternalConstCounts, recvbuff unsafe.Pointer, recvcounts, rdispls C.occlInternalConstCounts, datatype C.occlDataType_t, comm C.occlComm_t) C.occlResult_t {
+	return enqueue("occlAllToAllv", blocking, allToAllv(vargs{addr(sendbuff), addr(sendcounts), addr(sdispls), addr(recvbuff), addr(recvcounts), addr(rdispls), datatype, handle(comm)})) // arguments first: see addr
 }
 
 // occlAllToAllvAsync is the non-blocking occlAllToAllv. See occl.h.
 //
 //export occlAllToAllvAsync
-func occlAllToAllvAsync(sendbuff C.occlInternalConstBuf, sendcounts, sdispls C.occlInternalConstCounts, recvbuff unsafe.Pointer, recvcounts, rdispls C.occlInternalConstCounts, datatype C.occlDataType_t, comm C.occlComm_t, request *C.occlRequest_t) (res C.occlResult_t) {
-	a := vargs{addr(sendbuff), addr(sendcounts), addr(sdispls), addr(recvbuff), addr(recvcounts), addr(rdispls), datatype, handle(comm)} // first: see addr
-	enqueue("occlAllToAllv", &res, true, request, allToAllv(a))
-	return
+func occlAllToAllvAsync(sendbuff C.occlInternalConstBuf, sendcounts, sdispls C.occlInternalConstCounts, recvbuff unsafe.Pointer, recvcounts, rdispls C.occlInternalConstCounts, datatype C.occlDataType_t, comm C.occlComm_t, request *C.occlRequest_t) C.occlResult_t {
+	return enqueue("occlAllToAllv", request, allToAllv(vargs{addr(sendbuff), addr(sendcounts), addr(sdispls), addr(recvbuff), addr(recvcounts), addr(rdispls), datatype, handle(comm)})) // arguments first: see addr
 }
 
 // ---- Barrier ------------------------------------------------------------
@@ -544,19 +515,15 @@ func barrier(h uintptr) prepare {
 // occlBarrier returns once every rank of comm has called it. See occl.h.
 //
 //export occlBarrier
-func occlBarrier(comm C.occlComm_t) (res C.occlResult_t) {
-	h := handle(comm) // first: see addr
-	enqueue("occlBarrier", &res, false, nil, barrier(h))
-	return
+func occlBarrier(comm C.occlComm_t) C.occlResult_t {
+	return enqueue("occlBarrier", blocking, barrier(handle(comm))) // arguments first: see addr
 }
 
 // occlBarrierAsync is the non-blocking occlBarrier. See occl.h.
 //
 //export occlBarrierAsync
-func occlBarrierAsync(comm C.occlComm_t, request *C.occlRequest_t) (res C.occlResult_t) {
-	h := handle(comm) // first: see addr
-	enqueue("occlBarrier", &res, true, request, barrier(h))
-	return
+func occlBarrierAsync(comm C.occlComm_t, request *C.occlRequest_t) C.occlResult_t {
+	return enqueue("occlBarrier", request, barrier(handle(comm))) // arguments first: see addr
 }
 
 // ---- Send, Recv ---------------------------------------------------------
@@ -584,37 +551,29 @@ func p2p(send bool, a args) prepare {
 // occlSend sends count elements to peer (recorded until occlGroupEnd inside a group). See occl.h.
 //
 //export occlSend
-func occlSend(sendbuff C.occlInternalConstBuf, count C.size_t, datatype C.occlDataType_t, peer C.int, comm C.occlComm_t) (res C.occlResult_t) {
-	a := args{send: addr(sendbuff), count: count, dtype: datatype, root: peer, comm: handle(comm)} // first: see addr
-	enqueue("occlSend", &res, false, nil, p2p(true, a))
-	return
+func occlSend(sendbuff C.occlInternalConstBuf, count C.size_t, datatype C.occlDataType_t, peer C.int, comm C.occlComm_t) C.occlResult_t {
+	return enqueue("occlSend", blocking, p2p(true, args{send: addr(sendbuff), count: count, dtype: datatype, root: peer, comm: handle(comm)})) // arguments first: see addr
 }
 
 // occlSendAsync is the non-blocking occlSend. See occl.h.
 //
 //export occlSendAsync
-func occlSendAsync(sendbuff C.occlInternalConstBuf, count C.size_t, datatype C.occlDataType_t, peer C.int, comm C.occlComm_t, request *C.occlRequest_t) (res C.occlResult_t) {
-	a := args{send: addr(sendbuff), count: count, dtype: datatype, root: peer, comm: handle(comm)} // first: see addr
-	enqueue("occlSend", &res, true, request, p2p(true, a))
-	return
+func occlSendAsync(sendbuff C.occlInternalConstBuf, count C.size_t, datatype C.occlDataType_t, peer C.int, comm C.occlComm_t, request *C.occlRequest_t) C.occlResult_t {
+	return enqueue("occlSend", request, p2p(true, args{send: addr(sendbuff), count: count, dtype: datatype, root: peer, comm: handle(comm)})) // arguments first: see addr
 }
 
 // occlRecv receives count elements from peer (recorded until occlGroupEnd inside a group). See occl.h.
 //
 //export occlRecv
-func occlRecv(recvbuff unsafe.Pointer, count C.size_t, datatype C.occlDataType_t, peer C.int, comm C.occlComm_t) (res C.occlResult_t) {
-	a := args{recv: addr(recvbuff), count: count, dtype: datatype, root: peer, comm: handle(comm)} // first: see addr
-	enqueue("occlRecv", &res, false, nil, p2p(false, a))
-	return
+func occlRecv(recvbuff unsafe.Pointer, count C.size_t, datatype C.occlDataType_t, peer C.int, comm C.occlComm_t) C.occlResult_t {
+	return enqueue("occlRecv", blocking, p2p(false, args{recv: addr(recvbuff), count: count, dtype: datatype, root: peer, comm: handle(comm)})) // arguments first: see addr
 }
 
 // occlRecvAsync is the non-blocking occlRecv. See occl.h.
 //
 //export occlRecvAsync
-func occlRecvAsync(recvbuff unsafe.Pointer, count C.size_t, datatype C.occlDataType_t, peer C.int, comm C.occlComm_t, request *C.occlRequest_t) (res C.occlResult_t) {
-	a := args{recv: addr(recvbuff), count: count, dtype: datatype, root: peer, comm: handle(comm)} // first: see addr
-	enqueue("occlRecv", &res, true, request, p2p(false, a))
-	return
+func occlRecvAsync(recvbuff unsafe.Pointer, count C.size_t, datatype C.occlDataType_t, peer C.int, comm C.occlComm_t, request *C.occlRequest_t) C.occlResult_t {
+	return enqueue("occlRecv", request, p2p(false, args{recv: addr(recvbuff), count: count, dtype: datatype, root: peer, comm: handle(comm)})) // arguments first: see addr
 }
 
 // sendRecv checks nops operations at ops and prepares them as one group.
@@ -656,9 +615,6 @@ func sendRecv(ops uintptr, nops C.int, h uintptr) prepare {
 // occlSendRecvAsync posts sends and receives as one group. See occl.h.
 //
 //export occlSendRecvAsync
-func occlSendRecvAsync(ops C.occlInternalConstP2POps, nops C.int, comm C.occlComm_t, request *C.occlRequest_t) (res C.occlResult_t) {
-	opsP, h := addr(ops), handle(comm) // first: see addr
-	k := begin("occlSendRecvAsync", &res)
-	defer k.end()
-	return k.enqueue(true, request, sendRecv(opsP, nops, h))
+func occlSendRecvAsync(ops C.occlInternalConstP2POps, nops C.int, comm C.occlComm_t, request *C.occlRequest_t) C.occlResult_t {
+	return enqueue("occlSendRecv", request, sendRecv(addr(ops), nops, handle(comm))) // arguments first: see addr
 }

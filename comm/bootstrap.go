@@ -176,20 +176,30 @@ func initTCP(ctx context.Context, id UniqueID, rank, size int, cfg config, rootL
 	if cfg.oversubscribed = oversubscribed(localSize, topo.OnlineCPUs()); cfg.oversubscribed {
 		log.Info("occl: more local ranks than CPUs; waits do not poll", "local_size", localSize)
 	}
-	fabric, err := emulate(cfg, commID, false)
-	if err != nil {
-		return nil, wrap("emulation", err)
-	}
 	links, err := setup.Connect(ctx, setup.Config{Policy: cfg.transport,
 		Mesh: tcp.MeshConfig{Self: rank, Comm: commID, Epoch: 0, Secret: secret,
 			Streams: cfg.streams, Options: cfg.tcpOptions(), Listener: dataLn},
 		SameHost:     func(r int) bool { return hostIDs[r] == hostIDs[rank] },
-		CMAThreshold: cfg.cmaThreshold, Emulation: fabric, Log: log}, peers)
+		CMAThreshold: cfg.cmaThreshold, Log: log}, peers)
 	if err != nil {
-		if fabric != nil {
-			fabric.Close()
-		}
 		return nil, wrap("connect", err)
+	}
+	var fabric *emu.Fabric
+	defer func() {
+		if err != nil {
+			for _, conn := range links {
+				conn.Close()
+			}
+			if fabric != nil {
+				fabric.Close()
+			}
+		}
+	}()
+	if fabric, err = emulate(cfg, commID, false); err == nil {
+		err = setup.Emulate(fabric, rank, links)
+	}
+	if err != nil {
+		return nil, wrap("emulation", err)
 	}
 	conns := make([]transport.Conn, size)
 	for r, conn := range links {
@@ -200,14 +210,7 @@ func initTCP(ctx context.Context, id UniqueID, rank, size int, cfg config, rootL
 	if rv != nil {
 		ctrlConns, e := rv.wait(ctx)
 		if e != nil {
-			err = e
-			for _, conn := range links {
-				conn.Close()
-			}
-			if fabric != nil {
-				fabric.Close()
-			}
-			return nil, wrap("rendezvous", err)
+			return nil, wrap("rendezvous", e)
 		}
 		server = newCtrlServer(ctrlConns, cfg, log)
 	}

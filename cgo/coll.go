@@ -478,8 +478,8 @@ func allToAllv(a vargs) prepare {
 		sd := k.counts("sdispls", a.sdispls, n, dt)
 		rc := k.counts("recvcounts", a.recvcounts, n, dt)
 		rd := k.counts("rdispls", a.rdispls, n, dt)
-		send := k.buffer("sendbuff", a.send, k.extent("sendbuff", sc, sd, dt), dt)
-		recv := k.buffer("recvbuff", a.recv, k.extent("recvbuff", rc, rd, dt), dt)
+		sn, rn := k.extent("sendbuff", sc, sd, dt), k.extent("recvbuff", rc, rd, dt)
+		send, recv := k.buffer("sendbuff", a.send, sn, dt), k.buffer("recvbuff", a.recv, rn, dt)
 		o.issue = func(ctx context.Context) *comm.Request { return c.AllToAllVAsync(ctx, send, sc, sd, recv, rc, rd) }
 		return o
 	}

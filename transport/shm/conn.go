@@ -2,7 +2,6 @@ package shm
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -468,12 +467,9 @@ func (c *Conn) peerErr(closed error) error {
 // are woken.
 func (c *Conn) monitor(want transport.Header) {
 	defer close(c.monitored)
-	err := c.ctl.Recv(context.Background(), want, nil)
+	err := transport.Watch(c.ctl, want)
 	if c.closed.Load() {
 		return
-	}
-	if err == nil {
-		err = errors.New("unexpected message")
 	}
 	c.goneErr = fmt.Errorf("shm: rank %d: %w (control connection: %v)", c.peer, transport.ErrPeerClosed, err)
 	c.gone.Store(true)

@@ -209,11 +209,13 @@ func addRequest(name string, ce *commEntry, r *comm.Request) C.occlRequest_t {
 }
 
 // call is the context of one C API call: its name, its communicator if
-// any, and where its result goes.
+// any, where its result goes, and the first failure recorded (the
+// argument checks of coll.go do nothing once one has failed).
 type call struct {
 	name string
 	ce   *commEntry
 	res  *C.occlResult_t
+	r    C.occlResult_t
 }
 
 // begin starts an API call; the caller defers k.end() right after.
@@ -233,6 +235,9 @@ func (k *call) end() {
 // fail records a failure of the call and returns its code.
 func (k *call) fail(code C.occlResult_t, format string, args ...any) C.occlResult_t {
 	k.record(k.name + ": " + fmt.Sprintf(format, args...))
+	if k.r == resSuccess {
+		k.r = code
+	}
 	return code
 }
 

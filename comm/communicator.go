@@ -41,10 +41,6 @@ import (
 	"github.com/occl/occl/internal/logx"
 	"github.com/occl/occl/transport"
 	"github.com/occl/occl/transport/emu"
-	"github.com/occl/occl/transport/mem"
-	"github.com/occl/occl/transport/rdma"
-	"github.com/occl/occl/transport/shm"
-	"github.com/occl/occl/transport/tcp"
 )
 
 // Communicator is one rank's handle on a group of ranks. Its methods are
@@ -688,7 +684,7 @@ func (c *Communicator) TransportName() string {
 		if conn == nil {
 			continue
 		}
-		n := transportName(conn)
+		n := transport.Name(conn)
 		if !seen[n] {
 			seen[n] = true
 			names = append(names, n)
@@ -699,20 +695,4 @@ func (c *Communicator) TransportName() string {
 	}
 	sort.Strings(names)
 	return strings.Join(names, "+")
-}
-
-func transportName(conn transport.Conn) string {
-	switch c := conn.(type) {
-	case *tcp.Conn:
-		return "tcp"
-	case *mem.Conn:
-		return "mem"
-	case *shm.Conn:
-		return "shm"
-	case *rdma.Conn:
-		return "rdma"
-	case *emu.Conn:
-		return "emu(" + transportName(c.Unwrap()) + ")"
-	}
-	return fmt.Sprintf("%T", conn)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/occl/occl/topo"
 	"github.com/occl/occl/transport"
 	"github.com/occl/occl/transport/emu"
+	"github.com/occl/occl/transport/setup"
 	"github.com/occl/occl/transport/tcp"
 )
 
@@ -99,18 +100,18 @@ func WithHeartbeat(interval, timeout time.Duration) Option {
 const (
 	// TransportAuto uses shared memory between ranks on the same host and
 	// TCP between hosts.
-	TransportAuto = "auto"
+	TransportAuto = setup.PolicyAuto
 	// TransportTCP uses TCP between every pair.
-	TransportTCP = "tcp"
+	TransportTCP = setup.PolicyTCP
 	// TransportSHM requires shared memory between every pair (all ranks
 	// on one host).
-	TransportSHM = "shm"
+	TransportSHM = setup.PolicySHM
 	// TransportRDMA uses RDMA verbs between every pair (package
 	// transport/rdma), set up over the TCP connection: the device comes
 	// from OCCL_IB_HCA and OCCL_IB_GID_INDEX, and OCCL_IB_EMULATE=1 runs
 	// over emulated verbs where there is none. Without a usable device
 	// Init fails; there is no fallback.
-	TransportRDMA = "rdma"
+	TransportRDMA = setup.PolicyRDMA
 )
 
 // WithTransport chooses the transport (OCCL_TRANSPORT): TransportAuto,

@@ -6,7 +6,6 @@ import (
 
 	"github.com/occl/occl/algo"
 	"github.com/occl/occl/topo"
-	"github.com/occl/occl/transport"
 	"github.com/occl/occl/transport/emu"
 )
 
@@ -24,9 +23,10 @@ func WithTopology(t *topo.Topology) Option { return func(c *config) { c.topology
 // benchmarks. It needs WithTopology.
 func WithEmulation(on bool) Option { return func(c *config) { c.emulate = on } }
 
-// emulate wraps every connection in an emulated fabric when the
-// configuration asks for it, and returns the fabric (nil if not emulating).
-func emulate(cfg config, key uint64, rank int, conns []transport.Conn, local bool) (*emu.Fabric, error) {
+// emulate makes the emulated fabric under key when the configuration asks
+// for one (nil if not emulating); package setup wraps the connections in
+// it.
+func emulate(cfg config, key uint64, local bool) (*emu.Fabric, error) {
 	if !cfg.emulate {
 		return nil, nil
 	}
@@ -37,37 +37,7 @@ func emulate(cfg config, key uint64, rank int, conns []transport.Conn, local boo
 	if err != nil {
 		return nil, fmt.Errorf("emulated fabric: %w", err)
 	}
-	for r, conn := range conns {
-		if conn == nil {
-			continue
-		}
-		w, err := f.Wrap(conn, rank, r)
-		if err != nil {
-			f.Close()
-			return nil, fmt.Errorf("emulated fabric: rank %d: %w", r, err)
-		}
-		conns[r] = w
-	}
 	return f, nil
-}
-
-// wrapEmulated wraps new connections of rank in the emulated fabric f, if
-// there is one; on failure it closes them all.
-func wrapEmulated(f *emu.Fabric, rank int, conns map[int]transport.Conn) (map[int]transport.Conn, error) {
-	if f == nil {
-		return conns, nil
-	}
-	for r, conn := range conns {
-		w, err := f.Wrap(conn, rank, r)
-		if err != nil {
-			for _, c := range conns {
-				c.Close()
-			}
-			return nil, fmt.Errorf("emulated fabric: rank %d: %w", r, err)
-		}
-		conns[r] = w
-	}
-	return conns, nil
 }
 
 // vhostSep separates a machine's host id from the emulated host's number.

@@ -20,12 +20,12 @@ import (
 type fakeController struct {
 	mu    sync.Mutex
 	calls []string
-	sets  [][][2]int
+	sets  [][]topo.Circuit
 	err   error
 	delay time.Duration
 }
 
-func (f *fakeController) Apply(ctx context.Context, id string, connects [][2]int) (time.Duration, error) {
+func (f *fakeController) Apply(ctx context.Context, id string, connects []topo.Circuit) (time.Duration, error) {
 	f.mu.Lock()
 	f.calls = append(f.calls, id)
 	f.sets = append(f.sets, connects)

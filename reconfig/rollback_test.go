@@ -11,7 +11,7 @@ import (
 
 	"github.com/occl/occl/comm"
 	"github.com/occl/occl/reconfig"
-	"github.com/occl/occl/reconfig/ocs"
+	"github.com/occl/occl/topo"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -26,7 +26,7 @@ type lateController struct {
 	restores    int
 }
 
-func (l *lateController) Apply(ctx context.Context, id string, connects [][2]int) (time.Duration, error) {
+func (l *lateController) Apply(ctx context.Context, id string, connects []topo.Circuit) (time.Duration, error) {
 	if strings.HasSuffix(id, "/rollback") {
 		l.restores++
 		if l.failRestore {
@@ -102,7 +102,7 @@ func TestReconfigureUnknownOutcome(t *testing.T) {
 	}
 }
 
-func sameConnects(got []ocs.Connect, want [][2]int) bool {
+func sameConnects(got []topo.Circuit, want [][2]int) bool {
 	g := make([][2]int, 0, len(got))
 	for _, c := range got {
 		c = c.Normalize()

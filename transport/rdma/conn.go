@@ -104,6 +104,7 @@ type Conn struct {
 	rndvActive  bool
 	rndvWant    uint32
 	doneHave    bool
+	rndvFailed  bool // a write of the rendezvous being sent failed
 	doneLen     uint32
 	peerBye     bool
 	byeSent     bool
@@ -126,9 +127,11 @@ type Conn struct {
 	stats     connStats
 
 	// Test hooks: hookCTS edits a clear-to-send before it is sent,
-	// hookWrite runs before the first write of a rendezvous.
-	hookCTS   func(*cts)
-	hookWrite func()
+	// hookWrite runs before the first write of a rendezvous, hookWritten
+	// after its last write is posted, before the completions are reaped.
+	hookCTS     func(*cts)
+	hookWrite   func()
+	hookWritten func()
 }
 
 type arrival struct {
@@ -362,6 +365,9 @@ func (c *Conn) sendRndv(ctx context.Context, h *transport.Header, payload []byte
 		return c.stream(ctx, payload)
 	}
 	c.stats.rndv.Add(1)
+	c.mu.Lock()
+	c.rndvFailed = false
+	c.mu.Unlock()
 	if c.hookWrite != nil {
 		c.hookWrite()
 	}
@@ -402,12 +408,21 @@ func (c *Conn) sendRndv(ctx context.Context, h *transport.Header, payload []byte
 		}
 		off += n
 	}
-	// The payload may be reused once every write completed.
+	if c.hookWritten != nil {
+		c.hookWritten()
+	}
+	// The payload may be reused once every write completed. If every one
+	// succeeded, so has the send, whatever came after it: a peer that had
+	// all of it may say goodbye, or close, before this side has reaped the
+	// completions.
 	for i := 0; ; i++ {
 		c.mu.Lock()
 		c.progressLocked()
 		done := c.rndvOut == 0
 		err := c.sendErrLocked()
+		if done && !c.rndvFailed {
+			err = nil // every write completed successfully
+		}
 		c.mu.Unlock()
 		if done && err == nil {
 			return nil
@@ -725,6 +740,7 @@ func (c *Conn) handleLocked(wc *verbs.WorkCompletion) {
 		c.slotOut--
 	case wrRndv:
 		c.rndvOut--
+		c.rndvFailed = c.rndvFailed || wc.Status != verbs.WCSuccess
 	case wrCredit, wrCTS, wrBye:
 		c.ctlOut--
 	case wrRecv:

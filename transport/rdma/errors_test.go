@@ -1,6 +1,7 @@
 package rdma
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"testing"
@@ -211,5 +212,34 @@ func TestSetupUnavailable(t *testing.T) {
 				t.Fatalf("traffic on a failed connection: %+v", s)
 			}
 		})
+	}
+}
+
+// A receiver that has the whole of a rendezvous message may say goodbye and
+// close before the sender reaps its writes' completions: the send has
+// succeeded all the same.
+func TestRendezvousPeerClosesAfterReceiving(t *testing.T) {
+	a, b := pairWith(t, pairOpts{})
+	ctx := ctxT(t, 20*time.Second)
+	closed := make(chan struct{})
+	a.hookWritten = func() { <-closed }
+	src := pattern(2<<20, 3)
+	dst := make([]byte, len(src))
+	errc := make(chan error, 1)
+	go func() { errc <- a.Send(ctx, hdr(1, 0), src) }()
+	if err := b.Recv(ctx, hdr(1, 0), dst); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	time.Sleep(50 * time.Millisecond) // the goodbye reaches a's queue
+	close(closed)
+	if err := <-errc; err != nil {
+		t.Fatalf("send of a message the peer received: %v", err)
+	}
+	if !bytes.Equal(src, dst) {
+		t.Fatal("payload corrupted")
+	}
+	if st := a.Stats(); st.RendezvousFrames != 1 {
+		t.Fatalf("stats %+v: want a rendezvous", st)
 	}
 }

@@ -883,6 +883,7 @@ func (q *emuQP) responder(c *net.UnixConn) {
 	defer q.wg.Done()
 	hb := make([]byte, pktSize)
 	ab := make([]byte, ackSize)
+	var wc WorkCompletion
 	for {
 		if _, err := io.ReadFull(c, hb); err != nil {
 			q.connFailed(c, fmt.Errorf("link from peer: %w", err))
@@ -893,16 +894,24 @@ func (q *emuQP) responder(c *net.UnixConn) {
 			q.connFailed(c, fmt.Errorf("peer sent a bad packet: %w", err))
 			return
 		}
-		a, err := q.respond(c, &p)
+		a, recv, err := q.respond(c, &p, &wc)
 		if err != nil {
 			if err != errStale {
 				q.connFailed(c, err)
 			}
 			return
 		}
+		// The ACK leaves before the receive completes, as a NIC acknowledges
+		// a request once it has placed it: a receiver that destroys its queue
+		// pair as soon as it has seen the completion must not take the
+		// sender's acknowledgement with it.
 		a.encode(ab)
-		if _, err := c.Write(ab); err != nil {
-			q.connFailed(c, err)
+		_, werr := c.Write(ab)
+		if recv {
+			q.complete(c, wc)
+		}
+		if werr != nil {
+			q.connFailed(c, werr)
 			return
 		}
 		if a.nak {
@@ -926,23 +935,25 @@ func rnrDelay(code uint8) time.Duration {
 	return time.Duration(us[code&31] * float64(time.Microsecond))
 }
 
-// respond executes one request and says how to answer it. Data that is
-// not placed is read and dropped so that the stream stays in step.
-func (q *emuQP) respond(c *net.UnixConn, p *packet) (ack, error) {
+// respond executes one request and says how to answer it, and whether the
+// receive completion it stores in *wc is to be delivered once the answer is
+// sent (see responder). Data that is not placed is read and dropped so that
+// the stream stays in step.
+func (q *emuQP) respond(c *net.UnixConn, p *packet, wc *WorkCompletion) (ack, bool, error) {
 	d := q.dev
 	q.mu.Lock()
 	if q.in != c || (q.state != QPStateRTR && q.state != QPStateRTS) {
 		q.mu.Unlock()
-		return ack{}, errStale
+		return ack{}, false, errStale
 	}
 	if p.psn != q.expPSN {
 		// A PSN out of sequence cannot happen on a reliable stream unless
 		// the queue pairs were given inconsistent PSNs: refuse it.
 		q.mu.Unlock()
 		if err := discard(c, p.length); err != nil {
-			return ack{}, err
+			return ack{}, false, err
 		}
-		return ack{nak: true, status: WCRemInvReqErr, psn: p.psn}, nil
+		return ack{nak: true, status: WCRemInvReqErr, psn: p.psn}, false, nil
 	}
 	q.expPSN = (q.expPSN + packets(p.length, q.mtu())) & psnMask
 	needRecv := p.op != WRRDMAWrite
@@ -953,9 +964,9 @@ func (q *emuQP) respond(c *net.UnixConn, p *packet) (ack, error) {
 				q.mu.Unlock()
 				d.stats.rnrNaks.Add(1)
 				if err := discard(c, p.length); err != nil {
-					return ack{}, err
+					return ack{}, false, err
 				}
-				return ack{nak: true, status: WCRNRRetryExcErr, psn: p.psn}, nil
+				return ack{nak: true, status: WCRNRRetryExcErr, psn: p.psn}, false, nil
 			}
 			if q.attr.RNRRetry == 7 {
 				q.cond.Wait()
@@ -966,7 +977,7 @@ func (q *emuQP) respond(c *net.UnixConn, p *packet) (ack, error) {
 			}
 			if q.in != c || (q.state != QPStateRTR && q.state != QPStateRTS) {
 				q.mu.Unlock()
-				return ack{}, errStale
+				return ack{}, false, errStale
 			}
 		}
 	}
@@ -986,7 +997,7 @@ func (q *emuQP) respond(c *net.UnixConn, p *packet) (ack, error) {
 				if _, err := io.ReadFull(c, dst); err != nil {
 					m.mu.RUnlock()
 					q.doneRx()
-					return ack{}, err
+					return ack{}, false, err
 				}
 				placed = true
 			}
@@ -996,31 +1007,29 @@ func (q *emuQP) respond(c *net.UnixConn, p *packet) (ack, error) {
 			d.stats.accessErrors.Add(1)
 			q.doneRx()
 			if err := discard(c, p.length); err != nil {
-				return ack{}, err
+				return ack{}, false, err
 			}
 			nak.status = WCRemAccessErr
-			return nak, nil
+			return nak, false, nil
 		}
 		d.stats.writesIn.Add(1)
 		d.stats.bytesIn.Add(uint64(p.length))
 		if !needRecv {
-			return ack{psn: p.psn}, nil
+			return ack{psn: p.psn}, false, nil
 		}
 		q.mu.Lock()
 		q.rxBusy = false
 		if q.in != c || (q.state != QPStateRTR && q.state != QPStateRTS) {
 			q.flushLocked()
 			q.mu.Unlock()
-			return ack{}, errStale
+			return ack{}, false, errStale
 		}
 		r := &q.rq[q.rqHead%uint64(len(q.rq))]
 		q.rqHead++
-		if !q.rcq.push(WorkCompletion{ID: r.id, Status: WCSuccess, Opcode: WCRecvRDMAWithImm, Flags: WCFlagWithImm,
-			ByteLen: p.length, Imm: p.imm, QPNum: q.num, SrcQP: q.attr.DestQPNum}) {
-			q.errorLocked(false, 0, WCWRFlushErr, errorf("ibv_poll_cq", ErrCQOverflow, "receive completions"))
-		}
+		*wc = WorkCompletion{ID: r.id, Status: WCSuccess, Opcode: WCRecvRDMAWithImm, Flags: WCFlagWithImm,
+			ByteLen: p.length, Imm: p.imm, QPNum: q.num, SrcQP: q.attr.DestQPNum}
 		q.mu.Unlock()
-		return ack{psn: p.psn}, nil
+		return ack{psn: p.psn}, true, nil
 	}
 	// SEND: scatter into the posted receive.
 	r := q.rq[q.rqHead%uint64(len(q.rq))]
@@ -1054,14 +1063,14 @@ func (q *emuQP) respond(c *net.UnixConn, p *packet) (ack, error) {
 		m.mu.RUnlock()
 		if err != nil {
 			q.doneRx()
-			return ack{}, err
+			return ack{}, false, err
 		}
 		left -= n
 	}
 	if status != WCSuccess {
 		if err := discard(c, left); err != nil {
 			q.doneRx()
-			return ack{}, err
+			return ack{}, false, err
 		}
 		q.mu.Lock()
 		q.rxBusy = false
@@ -1076,7 +1085,7 @@ func (q *emuQP) respond(c *net.UnixConn, p *packet) (ack, error) {
 		if status == WCLocProtErr {
 			nak.status = WCRemOpErr
 		}
-		return nak, nil
+		return nak, false, nil
 	}
 	d.stats.sendsIn.Add(1)
 	d.stats.bytesIn.Add(uint64(p.length))
@@ -1085,18 +1094,29 @@ func (q *emuQP) respond(c *net.UnixConn, p *packet) (ack, error) {
 	if q.in != c || (q.state != QPStateRTR && q.state != QPStateRTS) {
 		q.flushLocked()
 		q.mu.Unlock()
-		return ack{}, errStale
+		return ack{}, false, errStale
 	}
 	q.rqHead++
-	wc := WorkCompletion{ID: r.id, Status: WCSuccess, Opcode: WCRecv, ByteLen: p.length, QPNum: q.num, SrcQP: q.attr.DestQPNum}
+	*wc = WorkCompletion{ID: r.id, Status: WCSuccess, Opcode: WCRecv, ByteLen: p.length, QPNum: q.num, SrcQP: q.attr.DestQPNum}
 	if p.hasImm {
 		wc.Flags, wc.Imm = WCFlagWithImm, p.imm
+	}
+	q.mu.Unlock()
+	return ack{psn: p.psn}, true, nil
+}
+
+// complete delivers a receive completion of the connection c, unless the
+// queue pair has left it since (destroyed, reset or failed: then its
+// receives are flushed instead).
+func (q *emuQP) complete(c *net.UnixConn, wc WorkCompletion) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.in != c || (q.state != QPStateRTR && q.state != QPStateRTS) {
+		return
 	}
 	if !q.rcq.push(wc) {
 		q.errorLocked(false, 0, WCWRFlushErr, errorf("ibv_poll_cq", ErrCQOverflow, "receive completions"))
 	}
-	q.mu.Unlock()
-	return ack{psn: p.psn}, nil
 }
 
 // doneRx ends a placement that failed on the connection.

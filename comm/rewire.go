@@ -80,6 +80,12 @@ type Rewire struct {
 	// the switch did not happen: every rank returns a *RewireError of
 	// step "switch" carrying it, and nothing changes.
 	Switched func(ctx context.Context) error
+
+	// linkFailure, set only by tests, makes step ("connect" or "verify")
+	// of a rank with new links fail with the error it returns: a failed
+	// connect opens nothing (its peers are left waiting for it), a failed
+	// verify happens after its exchanges, as a wrong answer would.
+	linkFailure func(rank int, step string) error
 }
 
 // RewireTimes records how long each step of a rewire took on this rank.
@@ -255,7 +261,7 @@ func (c *Communicator) rewire(ctx context.Context, p *opPeers, rw Rewire, times 
 	linkCtx, stopLinks := context.WithCancel(ctx)
 	defer stopLinks()
 	links := make(chan newLinks, 1)
-	go func() { links <- c.openLinks(linkCtx, epoch, gen, changed, planErr) }()
+	go func() { links <- c.openLinks(linkCtx, epoch, gen, changed, planErr, rw.linkFailure) }()
 	var (
 		mine    newLinks
 		verdict status
@@ -320,7 +326,9 @@ func (c *Communicator) rewire(ctx context.Context, p *opPeers, rw Rewire, times 
 // exchange; its status says which step failed (plan if planErr is set).
 // On failure the connections are still open: the caller closes them once
 // the verdict is known, so that a peer's check fails for its own reason.
-func (c *Communicator) openLinks(ctx context.Context, epoch, gen uint32, changed []int, planErr error) newLinks {
+// injected, if set, makes a step fail (see Rewire.linkFailure).
+func (c *Communicator) openLinks(ctx context.Context, epoch, gen uint32, changed []int, planErr error,
+	injected func(rank int, step string) error) newLinks {
 	l := newLinks{status: status{ok: true}}
 	if planErr != nil {
 		l.status, l.err = failure("plan", planErr), planErr
@@ -332,8 +340,8 @@ func (c *Communicator) openLinks(ctx context.Context, epoch, gen uint32, changed
 	step := time.Now()
 	var conns map[int]transport.Conn
 	var err error
-	if testLinkFailure != nil {
-		err = testLinkFailure(c.rank, "connect")
+	if injected != nil {
+		err = injected(c.rank, "connect")
 	}
 	if err == nil {
 		conns, err = c.fabric.connect(ctx, c, gen, changed)
@@ -345,18 +353,13 @@ func (c *Communicator) openLinks(ctx context.Context, epoch, gen uint32, changed
 	}
 	l.conns = conns
 	step = time.Now()
-	err = c.verifyLinks(ctx, epoch, conns)
+	err = c.verifyLinks(ctx, epoch, conns, injected)
 	l.verify = time.Since(step)
 	if err != nil {
 		l.status, l.err = failure("verify", err), err
 	}
 	return l
 }
-
-// testLinkFailure, set by tests, makes a rank with new links fail a step:
-// "connect" before it opens any (its peers are left waiting for it), or
-// "verify" after its exchanges, as a wrong answer would.
-var testLinkFailure func(rank int, step string) error
 
 // closeRetired closes the connections the previous rewire replaced.
 func (c *Communicator) closeRetired() {
@@ -426,7 +429,8 @@ func (c *Communicator) rewirePlan(cur, next *topo.Topology) ([]int, error) {
 }
 
 // verifyLinks sends a small frame on every new link and checks the peer's.
-func (c *Communicator) verifyLinks(ctx context.Context, epoch uint32, conns map[int]transport.Conn) error {
+func (c *Communicator) verifyLinks(ctx context.Context, epoch uint32, conns map[int]transport.Conn,
+	injected func(rank int, step string) error) error {
 	if len(conns) == 0 {
 		return nil
 	}
@@ -454,8 +458,8 @@ func (c *Communicator) verifyLinks(ctx context.Context, epoch uint32, conns map[
 			msgs = append(msgs, err.Error())
 		}
 	}
-	if testLinkFailure != nil {
-		if err := testLinkFailure(c.rank, "verify"); err != nil {
+	if injected != nil {
+		if err := injected(c.rank, "verify"); err != nil {
 			msgs = append(msgs, err.Error())
 		}
 	}

@@ -198,7 +198,7 @@ func (c *Communicator) RewireAsync(ctx context.Context, rw Rewire) *RewireReques
 	// their peers will not open.
 	req := c.submit(ctx, name, collHeader(algo.OpRewire, 0, 0, 0, int(digest>>1)), func(ctx context.Context, p *opPeers) error {
 		times.Pause = time.Since(called)
-		err := c.rewire(ctx, p, rw, times)
+		err := c.rewire(ctx, p, rw, digest, times)
 		times.Total = time.Since(called)
 		return err
 	})
@@ -217,7 +217,7 @@ func targetDigest(t *topo.Topology) (uint64, error) {
 }
 
 // rewire runs the steps on the worker.
-func (c *Communicator) rewire(ctx context.Context, p *opPeers, rw Rewire, times *RewireTimes) error {
+func (c *Communicator) rewire(ctx context.Context, p *opPeers, rw Rewire, digest uint64, times *RewireTimes) error {
 	// The new links, and another communicator's switch, are not among
 	// the things a failure closes: stop waiting on them when the
 	// communicator fails.
@@ -268,9 +268,9 @@ func (c *Communicator) rewire(ctx context.Context, p *opPeers, rw Rewire, times 
 		err     error
 	)
 	if c.rank == 0 {
-		mine, verdict, err = c.decide(ctx, p, rw, sw, planErr, links, stopLinks)
+		mine, verdict, err = c.decide(ctx, p, rw, digest, sw, planErr, links, stopLinks)
 	} else {
-		mine, verdict, err = c.report(ctx, p, links, stopLinks)
+		mine, verdict, err = c.report(ctx, p, digest, links, stopLinks)
 	}
 	times.Apply = time.Since(step)
 	times.Connect, times.Verify = mine.connect, mine.verify

@@ -132,142 +132,120 @@ func (l newLinks) close() {
 
 // peerStatus is a status received by rank 0.
 type peerStatus struct {
-	rank int
-	s    status
-	err  error
+	rank   int
+	s      status
+	digest uint64
+	err    error
 }
 
-// decide is rank 0's side: it collects the statuses, sends the verdict and
-// returns it with its own links (once they have stopped). planErr is rank
-// 0's own plan failure, decisive at once. An error fails the communicator;
-// the caller still waits for the switch.
-func (c *Communicator) decide(ctx context.Context, p *opPeers, rw Rewire, sw *switchRun, planErr error,
+// decide is rank 0's side, the shell of a verdictRoot: it collects the
+// statuses, sends the verdict and returns it with its own links (once they
+// have stopped). digest is its target's; planErr is rank 0's own plan
+// failure, decisive at once. An error fails the communicator; the caller
+// still waits for the switch.
+func (c *Communicator) decide(ctx context.Context, p *opPeers, rw Rewire, digest uint64, sw *switchRun, planErr error,
 	links <-chan newLinks, stop func()) (newLinks, status, error) {
 	statuses := make(chan peerStatus, c.size)
 	for r := 1; r < c.size; r++ {
 		go func() {
 			buf := make([]byte, statusSize)
 			err := p.Recv(ctx, r, stepStatus, buf)
-			statuses <- peerStatus{rank: r, s: decodeStatus(buf), err: err}
+			statuses <- peerStatus{rank: r, s: decodeStatus(buf), digest: digest, err: err}
 		}()
 	}
-	var (
-		own      newLinks
-		ownDone  bool
-		waiting  = c.size - 1
-		failed   *status
-		switched <-chan struct{}
-	)
-	note := func(r int, s status) {
-		if !s.ok && (failed == nil || r < failed.rank) {
-			s.rank = r
-			failed = &s
-		}
-	}
-	if planErr != nil {
-		note(0, failure("plan", planErr))
-	}
+	sm := newVerdictRoot(c.size, digest, sw != nil, rw.Rollback != nil, planErr)
+	var switched <-chan struct{}
 	if sw != nil {
 		switched = sw.done
 	}
-	// halt stops this rank's links and waits for them.
-	halt := func() {
-		stop()
-		if !ownDone {
-			own, ownDone = <-links, true
-		}
-	}
-	var verdict status
+	var own newLinks
+	sent := make(chan error, 1)
+	acts := sm.start()
 	for {
-		if switched == nil {
-			if sw != nil && sw.err != nil {
-				verdict = failure("apply", sw.err)
-				break
-			}
-			if failed != nil {
-				verdict = *failed
-				break
-			}
-			if ownDone && waiting == 0 {
-				verdict = status{ok: true}
-				break
+		for _, a := range acts {
+			switch a.Kind {
+			case agStop:
+				stop()
+			case agSend:
+				buf := make([]byte, statusSize)
+				a.Status.encode(buf)
+				go func() { sent <- c.sendAll(ctx, p, stepVerdict, buf) }()
+			case agDone:
+				return own, a.Status, a.Err
 			}
 		}
+		var ev agreeEvent
 		select {
 		case <-switched:
 			switched = nil
+			ev = agreeEvent{Kind: agSwitched, Err: sw.err}
 		case own = <-links:
-			ownDone = true
 			links = nil
-			note(0, own.status)
+			ev = agreeEvent{Kind: agLinks, Status: own.status}
 		case ps := <-statuses:
-			waiting--
-			if ps.err != nil {
-				halt()
-				return own, status{}, ps.err
-			}
-			note(ps.rank, ps.s)
+			ev = agreeEvent{Kind: agStatus, From: ps.rank, Status: ps.s, Digest: ps.digest, Err: ps.err}
+		case err := <-sent:
+			ev = agreeEvent{Kind: agSent, Err: err}
 		}
+		acts = sm.step(ev)
 	}
-	verdict.applied = sw != nil && sw.applied
-	verdict.rollback = !verdict.ok && verdict.applied && rw.Rollback != nil
-	buf := make([]byte, statusSize)
-	verdict.encode(buf)
-	errs := make(chan error, c.size)
-	for r := 1; r < c.size; r++ {
-		go func() { errs <- p.Send(ctx, r, stepVerdict, buf) }()
-	}
-	var sendErr error
-	for r := 1; r < c.size; r++ {
-		if err := <-errs; err != nil && sendErr == nil {
-			sendErr = err
-		}
-	}
-	halt()
-	if sendErr != nil {
-		return own, status{}, sendErr
-	}
-	// Receive the statuses still on their way: ranks that got a failure
-	// early send theirs after it.
-	for ; waiting > 0; waiting-- {
-		if ps := <-statuses; ps.err != nil {
-			return own, status{}, ps.err
-		}
-	}
-	return own, verdict, nil
 }
 
-// report is the side of a rank other than 0: it sends its links' status to
-// rank 0 and returns rank 0's verdict with its links (once they have
-// stopped). An error fails the communicator.
-func (c *Communicator) report(ctx context.Context, p *opPeers, links <-chan newLinks, stop func()) (newLinks, status, error) {
-	buf := make([]byte, statusSize)
-	verdict := make(chan error, 1)
-	go func() { verdict <- p.Recv(ctx, 0, stepVerdict, buf) }()
-	send := func(l newLinks) error {
-		out := make([]byte, statusSize)
-		l.status.encode(out)
-		return p.Send(ctx, 0, stepStatus, out)
-	}
-	var l newLinks
-	select {
-	case l = <-links:
-		if err := send(l); err != nil {
-			return l, status{}, err
-		}
-		if err := <-verdict; err != nil {
-			return l, status{}, err
-		}
-	case err := <-verdict:
-		// A failure elsewhere, before this rank's links were ready.
-		stop()
-		l = <-links
-		if err != nil {
-			return l, status{}, err
-		}
-		if err := send(l); err != nil {
-			return l, status{}, err
+// sendAll sends buf to every rank but this one, at once, and returns the
+// first error.
+func (c *Communicator) sendAll(ctx context.Context, p *opPeers, step uint32, buf []byte) error {
+	errs := make(chan error, c.size)
+	for r := range c.size {
+		if r != c.rank {
+			go func() { errs <- p.Send(ctx, r, step, buf) }()
 		}
 	}
-	return l, decodeStatus(buf), nil
+	var first error
+	for range c.size - 1 {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// report is the side of a rank other than 0, the shell of a
+// verdictMember: it sends its links' status to rank 0 and returns rank 0's
+// verdict with its links (once they have stopped). An error fails the
+// communicator.
+func (c *Communicator) report(ctx context.Context, p *opPeers, digest uint64, links <-chan newLinks, stop func()) (newLinks, status, error) {
+	verdicts := make(chan agreeEvent, 1)
+	go func() {
+		buf := make([]byte, statusSize)
+		err := p.Recv(ctx, 0, stepVerdict, buf)
+		verdicts <- agreeEvent{Kind: agVerdict, Status: decodeStatus(buf), Digest: digest, Err: err}
+	}()
+	sm := newVerdictMember(c.rank, digest)
+	var own newLinks
+	sent := make(chan error, 1)
+	var acts []agreeAction
+	for {
+		for _, a := range acts {
+			switch a.Kind {
+			case agStop:
+				stop()
+			case agSend:
+				buf := make([]byte, statusSize)
+				a.Status.encode(buf)
+				go func() { sent <- p.Send(ctx, 0, stepStatus, buf) }()
+			case agDone:
+				return own, a.Status, a.Err
+			}
+		}
+		var ev agreeEvent
+		select {
+		case own = <-links:
+			links = nil
+			ev = agreeEvent{Kind: agLinks, Status: own.status}
+		case ev = <-verdicts:
+		case err := <-sent:
+			ev = agreeEvent{Kind: agSent, Err: err}
+		}
+		acts = sm.step(ev)
+	}
 }

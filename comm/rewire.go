@@ -2,7 +2,6 @@ package comm
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/occl/occl/algo"
+	"github.com/occl/occl/comm/internal/wire"
 	"github.com/occl/occl/topo"
 	"github.com/occl/occl/transport"
 )
@@ -193,15 +193,17 @@ func (c *Communicator) RewireAsync(ctx context.Context, rw Rewire) *RewireReques
 		return &RewireRequest{req: c.failedRequest(name, invalidf("rewire target: %v", err)), times: times}
 	}
 	called := time.Now()
-	// The target's digest is in every message of the rewire, so ranks given
-	// different targets fail with ErrMismatch instead of waiting for links
-	// their peers will not open.
-	req := c.submit(ctx, name, collHeader(algo.OpRewire, 0, 0, 0, int(digest>>1)), func(ctx context.Context, p *opPeers) error {
-		times.Pause = time.Since(called)
-		err := c.rewire(ctx, p, rw, digest, times)
-		times.Total = time.Since(called)
-		return err
-	})
+	// The target's digest is in the rewire's fingerprint and in its
+	// statuses and verdict, so ranks given different targets fail with
+	// ErrMismatch (from a probe, if they wait for links their peers will
+	// not open) instead of timing out.
+	req := c.enqueue(&Request{c: c, name: name, hdr: collHeader(algo.OpRewire, 0, 0, 0, 0), target: digest, ctx: ctx,
+		done: make(chan struct{}), fn: func(ctx context.Context, p *opPeers) error {
+			times.Pause = time.Since(called)
+			err := c.rewire(ctx, p, rw, digest, times)
+			times.Total = time.Since(called)
+			return err
+		}})
 	return &RewireRequest{req: req, times: times}
 }
 
@@ -436,20 +438,25 @@ func (c *Communicator) verifyLinks(ctx context.Context, epoch uint32, conns map[
 	}
 	h := transport.Header{Kind: transport.KindCollective, Op: uint8(algo.OpRewire), Comm: c.id, Epoch: epoch, Step: 1}
 	errs := make(chan error, len(conns))
+	out := (&wire.Msg{Type: wire.LinkCheck, Rank: c.rank, Epoch: epoch}).AppendFrame(nil, linkCheckSize)
 	for r, conn := range conns {
 		go func() {
-			var out, in [8]byte
-			binary.LittleEndian.PutUint32(out[:], uint32(c.rank))
-			binary.LittleEndian.PutUint32(out[4:], epoch)
-			if err := transport.Exchange(ctx, conn, h, out[:], h, in[:]); err != nil {
+			in := make([]byte, linkCheckSize)
+			if err := transport.Exchange(ctx, conn, h, out, h, in); err != nil {
 				errs <- fmt.Errorf("link to rank %d: %w", r, err)
 				return
 			}
-			if got, e := binary.LittleEndian.Uint32(in[:]), binary.LittleEndian.Uint32(in[4:]); int(got) != r || e != epoch {
-				errs <- fmt.Errorf("link to rank %d answered as rank %d of epoch %d", r, got, e)
-				return
+			m, err := wire.DecodeFrame(in)
+			switch {
+			case err != nil:
+				errs <- fmt.Errorf("link to rank %d answered with %w", r, err)
+			case m.Type != wire.LinkCheck:
+				errs <- fmt.Errorf("link to rank %d answered with a message of type %d", r, m.Type)
+			case m.Rank != r || m.Epoch != epoch:
+				errs <- fmt.Errorf("link to rank %d answered as rank %d of epoch %d", r, m.Rank, m.Epoch)
+			default:
+				errs <- nil
 			}
-			errs <- nil
 		}()
 	}
 	var msgs []string

@@ -2,9 +2,10 @@ package comm
 
 import (
 	"context"
-	"encoding/binary"
+	"fmt"
 	"time"
 
+	"github.com/occl/occl/comm/internal/wire"
 	"github.com/occl/occl/transport"
 )
 
@@ -32,9 +33,16 @@ import (
 // as they are when the switch is the slow part. Bytes on the wire: each
 // rank other than 0 sends statusSize bytes to rank 0 and receives
 // statusSize bytes from it; rank 0 receives and sends (size-1)*statusSize.
+// Statuses and verdicts are wire messages (wire.RewireStatus,
+// wire.RewireVerdict) padded to statusSize, each naming the digest of its
+// sender's target.
 //
-// A peer that dies or sends something else (ranks given different
-// targets) fails the communicator, as in any operation.
+// A peer that dies or sends something else fails the communicator, as in
+// any operation; so do ranks given different targets, with ErrMismatch,
+// when rank 0 sees a status, or a rank the verdict, of another target.
+//
+// The decisions are verdictRoot's and verdictMember's (rewire_state.go);
+// decide and report below are their shells.
 
 // status is one rank's outcome of a rewire step, or rank 0's verdict.
 type status struct {
@@ -46,33 +54,33 @@ type status struct {
 	rollback bool // verdict: and rank 0 restores the previous circuits
 }
 
-// A status on the wire: ok (byte 0), applied (1), the length of the step
-// (2), rollback (3), the length of the reason (4-5), the step (8-23), the
-// reason (24 up to the last 4 bytes, truncated) and the failing rank (last
-// 4 bytes).
-const statusSize = 512
+// Sizes of a rewire's messages on the data connections, whose receivers
+// expect frames of a known length: wire messages padded to these sizes
+// (a status's or verdict's reason is cut to fit).
+const (
+	statusSize    = 512
+	linkCheckSize = 16
+)
 
-func (s status) encode(b []byte) {
-	clear(b)
-	if s.ok {
-		b[0] = 1
-	}
-	if s.applied {
-		b[1] = 1
-	}
-	if s.rollback {
-		b[3] = 1
-	}
-	b[2] = byte(copy(b[8:24], s.step))
-	binary.LittleEndian.PutUint16(b[4:], uint16(copy(b[24:statusSize-4], s.reason)))
-	binary.LittleEndian.PutUint32(b[statusSize-4:], uint32(s.rank))
+// frame encodes s as a message of type t (wire.RewireStatus or
+// wire.RewireVerdict) about the target of digest.
+func (s status) frame(t wire.Type, digest uint64) []byte {
+	m := wire.Msg{Type: t, Digest: digest, OK: s.ok, Rank: s.rank, Step: s.step, Text: s.reason,
+		Applied: s.applied, RolledBack: s.rollback}
+	return m.AppendFrame(nil, statusSize)
 }
 
-func decodeStatus(b []byte) status {
-	n := min(int(b[2]), 16)
-	m := min(int(binary.LittleEndian.Uint16(b[4:])), statusSize-28)
-	return status{ok: b[0] == 1, applied: b[1] == 1, rollback: b[3] == 1, rank: int(binary.LittleEndian.Uint32(b[statusSize-4:])),
-		step: string(b[8 : 8+n]), reason: string(b[24 : 24+m])}
+// parseStatus decodes a frame of type t and returns the status it
+// carries and the target digest it names.
+func parseStatus(b []byte, t wire.Type) (status, uint64, error) {
+	m, err := wire.DecodeFrame(b)
+	if err == nil && m.Type != t {
+		err = fmt.Errorf("a message of type %d", m.Type)
+	}
+	if err != nil {
+		return status{}, 0, err
+	}
+	return status{ok: m.OK, rank: m.Rank, step: m.Step, reason: m.Text, applied: m.Applied, rollback: m.RolledBack}, m.Digest, nil
 }
 
 // failure returns a failed status of step for err.
@@ -149,8 +157,13 @@ func (c *Communicator) decide(ctx context.Context, p *opPeers, rw Rewire, digest
 	for r := 1; r < c.size; r++ {
 		go func() {
 			buf := make([]byte, statusSize)
-			err := p.Recv(ctx, r, stepStatus, buf)
-			statuses <- peerStatus{rank: r, s: decodeStatus(buf), digest: digest, err: err}
+			ps := peerStatus{rank: r, err: p.Recv(ctx, r, stepStatus, buf)}
+			if ps.err == nil {
+				if ps.s, ps.digest, ps.err = parseStatus(buf, wire.RewireStatus); ps.err != nil {
+					ps.err = &PeerError{Peer: r, Reporter: c.rank, Kind: ErrPeerFailed, Reason: fmt.Sprintf("sent a malformed rewire status: %v", ps.err)}
+				}
+			}
+			statuses <- ps
 		}()
 	}
 	sm := newVerdictRoot(c.size, digest, sw != nil, rw.Rollback != nil, planErr)
@@ -167,8 +180,7 @@ func (c *Communicator) decide(ctx context.Context, p *opPeers, rw Rewire, digest
 			case agStop:
 				stop()
 			case agSend:
-				buf := make([]byte, statusSize)
-				a.Status.encode(buf)
+				buf := a.Status.frame(wire.RewireVerdict, digest)
 				go func() { sent <- c.sendAll(ctx, p, stepVerdict, buf) }()
 			case agDone:
 				return own, a.Status, a.Err
@@ -217,8 +229,13 @@ func (c *Communicator) report(ctx context.Context, p *opPeers, digest uint64, li
 	verdicts := make(chan agreeEvent, 1)
 	go func() {
 		buf := make([]byte, statusSize)
-		err := p.Recv(ctx, 0, stepVerdict, buf)
-		verdicts <- agreeEvent{Kind: agVerdict, Status: decodeStatus(buf), Digest: digest, Err: err}
+		ev := agreeEvent{Kind: agVerdict, Err: p.Recv(ctx, 0, stepVerdict, buf)}
+		if ev.Err == nil {
+			if ev.Status, ev.Digest, ev.Err = parseStatus(buf, wire.RewireVerdict); ev.Err != nil {
+				ev.Err = &PeerError{Peer: 0, Reporter: c.rank, Kind: ErrPeerFailed, Reason: fmt.Sprintf("sent a malformed rewire verdict: %v", ev.Err)}
+			}
+		}
+		verdicts <- ev
 	}()
 	sm := newVerdictMember(c.rank, digest)
 	var own newLinks
@@ -230,8 +247,7 @@ func (c *Communicator) report(ctx context.Context, p *opPeers, digest uint64, li
 			case agStop:
 				stop()
 			case agSend:
-				buf := make([]byte, statusSize)
-				a.Status.encode(buf)
+				buf := a.Status.frame(wire.RewireStatus, digest)
 				go func() { sent <- p.Send(ctx, 0, stepStatus, buf) }()
 			case agDone:
 				return own, a.Status, a.Err

@@ -141,7 +141,6 @@ func (m *localMember) close(context.Context, bool) error {
 // ctrlClient is one rank's end of the control plane.
 type ctrlClient struct {
 	comm   *Communicator
-	rank   int
 	conn   *tcp.Conn
 	wmu    sync.Mutex
 	server *ctrlServer // on rank 0 only
@@ -156,7 +155,7 @@ type ctrlClient struct {
 }
 
 func newCtrlClient(rank int, conn *tcp.Conn, server *ctrlServer, cfg config, log *slog.Logger) *ctrlClient {
-	return &ctrlClient{rank: rank, conn: conn, server: server, hb: cfg.heartbeat, hbTO: cfg.heartbeatTimeout, log: log,
+	return &ctrlClient{conn: conn, server: server, hb: cfg.heartbeat, hbTO: cfg.heartbeatTimeout, log: log,
 		sm: newCtrlMember(rank, time.Now(), cfg.heartbeatTimeout), done: make(chan struct{})}
 }
 
@@ -258,7 +257,6 @@ func (cl *ctrlClient) close(ctx context.Context, clean bool) error {
 
 // ctrlServer is the root of the control plane, on rank 0.
 type ctrlServer struct {
-	size     int
 	hb, hbTO time.Duration
 	log      *slog.Logger
 	conns    []*tcp.Conn
@@ -276,7 +274,7 @@ type ctrlServer struct {
 func newCtrlServer(conns []*tcp.Conn, cfg config, log *slog.Logger) *ctrlServer {
 	n := len(conns)
 	s := &ctrlServer{
-		size: n, hb: cfg.heartbeat, hbTO: cfg.heartbeatTimeout, log: log,
+		hb: cfg.heartbeat, hbTO: cfg.heartbeatTimeout, log: log,
 		conns: conns, wmu: make([]sync.Mutex, n),
 		sm:      newCtrlRoot(n, time.Now(), cfg.heartbeatTimeout, lostGrace/4),
 		allLeft: make(chan struct{}), done: make(chan struct{}),

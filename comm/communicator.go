@@ -374,10 +374,11 @@ func (c *Communicator) classify(ctx context.Context, r *Request, err error, elap
 	}
 	var me *transport.MismatchError
 	var fe *transport.FrameError
-	var pe, known *PeerError
+	var pe *PeerError
+	known, isPeerErr := err.(*PeerError)
 	switch {
-	case errors.As(err, &known):
-		// The operation found who failed (a rewire's agreement).
+	case isPeerErr:
+		// The operation itself found who failed (a rewire's agreement).
 		pe = known
 	case errors.As(err, &me):
 		pe = &PeerError{Peer: -1, Reporter: c.rank, Kind: ErrMismatch, Reason: describeMismatch(c.rank, peer, me)}

@@ -414,6 +414,20 @@ func TestControlStateMachine(t *testing.T) {
 			want: &verdict{peer: -1, reporter: -1, kind: ErrMismatch, text: "collectives do not match at seq 9"},
 		},
 		{
+			name: "a probe finds ranks rewiring to different targets",
+			size: 3,
+			script: func(n *ctrlNet) {
+				for r := range 3 {
+					n.probed[r] = wire.Fingerprint{Op: 13, Target: 0xfeed}
+				}
+				n.probed[2] = wire.Fingerprint{Op: 13, Target: 0xbad}
+				n.member(0, ctrlEvent{Kind: evStalled, Seq: 3})
+				n.flush()
+			},
+			want: &verdict{peer: -1, reporter: -1, kind: ErrMismatch,
+				text: "ranks [0 1] called Rewire(target digest feed); ranks [2] called Rewire(target digest bad)"},
+		},
+		{
 			name: "duplicated statuses do not end a probe early",
 			size: 4,
 			script: func(n *ctrlNet) {

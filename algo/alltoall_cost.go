@@ -6,15 +6,6 @@ import (
 	"github.com/occl/occl/topo"
 )
 
-// All-to-all in the cost model
-//
-// A routed all-to-all (Route) costs the sum of its phases; in a phase every
-// message is in flight at once, so a phase is one step of the model whose
-// flows are the phase's traffic between each pair of ranks. The pairwise
-// exchange is p-1 steps, rank r sending to rank r+s in step s. A flow
-// between ranks with no path (across rails on a rail-only fabric) makes a
-// schedule infinitely slow, which is how the model rules it out.
-
 // PredictRoute returns the model's time for running route on the byte
 // matrix (bytes[s][d] from rank s to rank d).
 func (m *Model) PredictRoute(route *Route, bytes [][]int) float64 {
@@ -54,58 +45,86 @@ func (m *Model) predictPairwise(bytes [][]int) float64 {
 // AllToAllRoute returns the route of all-to-all schedule a on the byte
 // matrix, or nil if a is not a routed schedule or does not fit the
 // topology (no grid coordinates for AlgoXY, a domain missing a rail for
-// AlgoRailForward, no circuits for AlgoDelegated).
+// AlgoRailForward, no circuits for AlgoDelegated): the schedule's
+// Impl.Route from the table.
 func (m *Model) AllToAllRoute(a Algorithm, bytes [][]int) *Route {
-	switch a {
-	case AlgoDelegated:
-		if len(m.t.Circuits) == 0 {
-			return nil
-		}
-		return RouteDelegated(m.t, bytes)
-	case AlgoRailForward:
-		return RouteRailForward(m.t)
-	case AlgoXY:
-		return RouteXY(m.t)
+	im := implOf(OpAllToAllV, a)
+	if im == nil || im.Route == nil {
+		return nil
 	}
-	return nil
+	return im.Route(m.t, bytes)
+}
+
+// predictMatrix predicts an all-to-all implementation on the byte matrix,
+// with its route (nil if unrouted).
+func (m *Model) predictMatrix(im *Impl, bytes [][]int) (float64, *Route, bool) {
+	if len(bytes) != len(m.t.Ranks) {
+		return 0, nil, false
+	}
+	switch {
+	case im.Route != nil:
+		r := im.Route(m.t, bytes)
+		if r == nil {
+			return 0, nil, false
+		}
+		return m.PredictRoute(r, bytes), r, true
+	case im.MatrixCost != nil:
+		return im.MatrixCost(m, bytes), nil, true
+	}
+	return 0, nil, false
 }
 
 // PredictAllToAll returns the model's time for all-to-all schedule a on
 // the byte matrix, and false if a does not apply.
 func (m *Model) PredictAllToAll(a Algorithm, bytes [][]int) (float64, bool) {
-	if len(bytes) != len(m.t.Ranks) {
+	im := implOf(OpAllToAllV, a)
+	if im == nil {
 		return 0, false
 	}
-	if a == AlgoPairwise {
-		return m.predictPairwise(bytes), true
-	}
-	r := m.AllToAllRoute(a, bytes)
-	if r == nil {
-		return 0, false
-	}
-	return m.PredictRoute(r, bytes), true
+	t, _, ok := m.predictMatrix(im, bytes)
+	return t, ok
 }
 
 // ChooseAllToAll returns the all-to-all schedule with the lowest predicted
-// time on the byte matrix, its route (nil for the pairwise exchange) and
-// the time. A schedule that cannot carry the traffic (a flow without a
-// path) is never chosen while another can.
+// time on the byte matrix, its route (nil for an unrouted schedule such as
+// the pairwise exchange) and the time. The first all-to-all schedule of
+// the table (the pairwise exchange) is the default: a schedule that cannot
+// carry the traffic (a flow without a path) is never chosen while another
+// can.
 func (m *Model) ChooseAllToAll(bytes [][]int) (Algorithm, *Route, float64) {
-	best, bestT := AlgoPairwise, math.Inf(1)
+	best, bestT := AlgoAuto, math.Inf(1)
 	var bestR *Route
-	if t, ok := m.PredictAllToAll(AlgoPairwise, bytes); ok {
-		bestT = t
-	}
-	for _, a := range []Algorithm{AlgoDelegated, AlgoRailForward, AlgoXY} {
-		r := m.AllToAllRoute(a, bytes)
-		if r == nil {
+	for _, s := range schedules {
+		im := s.Impl(OpAllToAllV)
+		if im == nil {
 			continue
 		}
-		if t := m.PredictRoute(r, bytes); t < bestT {
-			best, bestR, bestT = a, r, t
+		t, r, ok := m.predictMatrix(im, bytes)
+		if best == AlgoAuto {
+			best = s.Algorithm
+			if ok {
+				bestR, bestT = r, t
+			}
+			continue
+		}
+		if ok && t < bestT {
+			best, bestR, bestT = s.Algorithm, r, t
 		}
 	}
 	return best, bestR, bestT
+}
+
+// ChooseRoute returns the route of an all-to-all of the byte matrix: the
+// forced schedule's (AlgoAuto: none) if it has a route that fits, else
+// ChooseAllToAll's; nil for an unrouted schedule.
+func (m *Model) ChooseRoute(bytes [][]int, forced Algorithm) *Route {
+	if forced != AlgoAuto {
+		if r := m.AllToAllRoute(forced, bytes); r != nil {
+			return r
+		}
+	}
+	_, r, _ := m.ChooseAllToAll(bytes)
+	return r
 }
 
 // UniformBytes returns the byte matrix of an all-to-all of n ranks with

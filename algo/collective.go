@@ -106,47 +106,50 @@ const (
 	numAlgorithms
 )
 
-var algorithmNames = [numAlgorithms]string{
-	AlgoAuto:          "auto",
-	AlgoRing:          "ring",
-	AlgoRHD:           "rhd",
-	AlgoRD:            "rd",
-	AlgoTree:          "tree",
-	AlgoPairwise:      "pairwise",
-	AlgoLinear:        "linear",
-	AlgoDissemination: "dissemination",
-	AlgoHierarchical:  "hier",
-	AlgoGateway:       "gateway",
-	Algo2D:            "2d",
-	AlgoDelegated:     "delegated",
-	AlgoRailForward:   "railfwd",
-	AlgoXY:            "xy",
-}
-
 // Valid reports whether a is a known algorithm.
 func (a Algorithm) Valid() bool { return a < numAlgorithms }
 
 // String returns the lower-case name of the algorithm as ParseAlgorithm
 // accepts it.
 func (a Algorithm) String() string {
-	if !a.Valid() {
+	switch {
+	case a == AlgoAuto:
+		return "auto"
+	case !a.Valid() || byAlgo[a] == nil:
 		return fmt.Sprintf("algorithm(%d)", uint8(a))
 	}
-	return algorithmNames[a]
+	return byAlgo[a].Name
 }
 
-// ParseAlgorithm parses an algorithm name as String returns it ("auto",
-// "ring", "rhd", "rd", "tree", "pairwise", "linear", "dissemination"),
-// ignoring case and surrounding space. The empty string means AlgoAuto.
+// ParseAlgorithm parses an algorithm name as String returns it, ignoring
+// case and surrounding space; the empty string means AlgoAuto. The names
+// are those of the table of schedules (Schedules):
+//
+//	auto           AlgoAuto: the cost model or the size rules choose
+//	ring           AlgoRing
+//	rhd            AlgoRHD
+//	rd             AlgoRD
+//	tree           AlgoTree
+//	pairwise       AlgoPairwise
+//	linear         AlgoLinear
+//	dissemination  AlgoDissemination
+//	hier           AlgoHierarchical
+//	gateway        AlgoGateway
+//	2d             Algo2D
+//	delegated      AlgoDelegated
+//	railfwd        AlgoRailForward
+//	xy             AlgoXY
 func ParseAlgorithm(s string) (Algorithm, error) {
 	s = strings.ToLower(strings.TrimSpace(s))
 	if s == "" {
 		return AlgoAuto, nil
 	}
-	for i, n := range algorithmNames {
-		if n == s {
-			return Algorithm(i), nil
+	names := make([]string, 0, numAlgorithms)
+	for a := AlgoAuto; a < numAlgorithms; a++ {
+		if a.String() == s {
+			return a, nil
 		}
+		names = append(names, a.String())
 	}
-	return AlgoAuto, fmt.Errorf("unknown algorithm %q (want one of %s)", s, strings.Join(algorithmNames[:], ", "))
+	return AlgoAuto, fmt.Errorf("unknown algorithm %q (want one of %s)", s, strings.Join(names, ", "))
 }

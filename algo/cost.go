@@ -1,24 +1,3 @@
-// Cost model
-//
-// An alpha-beta model of every AllReduce, AllGather and ReduceScatter
-// schedule on a topology, used to choose the fastest and to explain the
-// choice. A schedule is a sequence of communication steps; in one step a
-// set of flows (source rank, destination rank, bytes) runs at once. A
-// flow's time is its path's latency plus a per-step software overhead plus
-// the larger of its bytes over the path bandwidth and the load its NICs
-// carry in that step over their bandwidth (ranks of a host that share a NIC
-// share its bandwidth). A step lasts as long as its slowest flow, and a
-// schedule as long as the sum of its steps. Phases that run at once on
-// disjoint links (the two halves of the 2D allreduce) cost the longer of
-// the two.
-//
-// The formulas are those of the notes: a ring reduce-scatter or allgather
-// over p ranks is p-1 steps of n/p bytes; the hierarchical allreduce adds
-// an intra-host reduce-scatter and allgather (L-1 steps of n/L each) around
-// an inter-host ring of the n/L segment (2(H-1) steps of n/(LH)); the 2D
-// allreduce is RailX's 2[T_R(X, n/2) + T_R(Y, n/(2X))] with both dimensions
-// busy at once.
-
 package algo
 
 import (
@@ -143,131 +122,156 @@ func (m *Model) ringAllReduce(groups [][]int, n int, bytes float64) float64 {
 
 // AllReduce predicts the time of AllReduce of n bytes with schedule a, and
 // whether a applies to this topology.
-func (m *Model) AllReduce(a Algorithm, n int) (float64, bool) {
-	N := len(m.t.Ranks)
-	S := float64(n)
-	all := [][]int{m.t.RingOrder()}
-	switch a {
-	case AlgoRing:
-		return m.ringAllReduce(all, N, S), true
-	case AlgoRHD:
-		return m.halvingDoubling(N, S, true), true
-	case AlgoRD:
-		return m.halvingDoubling(N, S, false), true
-	case AlgoHierarchical:
-		if !m.Uniform() {
-			return 0, false
-		}
-		H, L := len(m.hosts), len(m.hosts[0])
-		local := m.ringTime(m.hosts, L-1, S/float64(L), true) + m.ringTime(m.hosts, L-1, S/float64(L), false)
-		return local + m.ringAllReduce(m.rails(), H, S/float64(L)), true
-	case AlgoGateway:
-		H := len(m.hosts)
-		gws := make([]int, H)
-		levels := 0
-		for i, h := range m.hosts {
-			gws[i] = h[0]
-			levels = max(levels, bits.Len(uint(len(h)-1)))
-		}
-		reduce := float64(levels) * (m.stepTime(m.treeFlows(S)) + m.reduceTime(S))
-		bcast := float64(levels) * m.stepTime(m.treeFlows(S))
-		return reduce + bcast + m.ringAllReduce([][]int{gws}, H, S), true
-	case Algo2D:
-		if !m.Uniform() {
-			return 0, false
-		}
-		H, L := len(m.hosts), len(m.hosts[0])
-		rails := m.rails()
-		half := S / 2
-		// Phase 1: reduce-scatter, A along X (hosts), B along Y (rails).
-		p1 := max(m.ringTime(m.hosts, L-1, half/float64(L), true), m.ringTime(rails, H-1, half/float64(H), true))
-		// Phase 2: allreduce of A's segment along Y, B's along X.
-		p2 := max(m.ringAllReduce(rails, H, half/float64(L)), m.ringAllReduce(m.hosts, L, half/float64(H)))
-		// Phase 3: allgather, as phase 1 without reduction.
-		p3 := max(m.ringTime(m.hosts, L-1, half/float64(L), false), m.ringTime(rails, H-1, half/float64(H), false))
-		return p1 + p2 + p3, true
-	}
-	return 0, false
-}
+func (m *Model) AllReduce(a Algorithm, n int) (float64, bool) { return m.Predict(OpAllReduce, a, n) }
 
 // AllGather predicts the time of AllGather of n output bytes with schedule
 // a.
-func (m *Model) AllGather(a Algorithm, n int) (float64, bool) {
-	N := len(m.t.Ranks)
-	S := float64(n)
-	switch a {
-	case AlgoRing:
-		return m.ringTime([][]int{m.t.RingOrder()}, N-1, S/float64(N), false), true
-	case AlgoHierarchical:
-		if !m.Uniform() {
-			return 0, false
-		}
-		H, L := len(m.hosts), len(m.hosts[0])
-		return m.ringTime(m.rails(), H-1, S/float64(N), false) + m.ringTime(m.hosts, L-1, S/float64(L), false), true
-	}
-	return 0, false
-}
+func (m *Model) AllGather(a Algorithm, n int) (float64, bool) { return m.Predict(OpAllGather, a, n) }
 
 // ReduceScatter predicts the time of ReduceScatter of n input bytes with
 // schedule a: AllGather's steps in reverse, reducing what arrives.
 func (m *Model) ReduceScatter(a Algorithm, n int) (float64, bool) {
-	N := len(m.t.Ranks)
-	S := float64(n)
-	switch a {
-	case AlgoRing:
-		return m.ringTime([][]int{m.t.RingOrder()}, N-1, S/float64(N), true), true
-	case AlgoHierarchical:
-		if !m.Uniform() {
-			return 0, false
-		}
-		H, L := len(m.hosts), len(m.hosts[0])
-		return m.ringTime(m.hosts, L-1, S/float64(L), true) + m.ringTime(m.rails(), H-1, S/float64(N), true), true
-	}
-	return 0, false
+	return m.Predict(OpReduceScatter, a, n)
 }
 
-// Predict returns the model's time for collective c, or false if the model
-// does not cover it.
+// Predict returns the model's time for collective c with schedule a on n
+// bytes (the full buffer), or false if the model does not cover it: the
+// schedule's Impl.Cost from the table.
 func (m *Model) Predict(c Collective, a Algorithm, n int) (float64, bool) {
-	switch c {
-	case OpAllReduce:
-		return m.AllReduce(a, n)
-	case OpAllGather:
-		return m.AllGather(a, n)
-	case OpReduceScatter:
-		return m.ReduceScatter(a, n)
-	case OpAllToAll:
-		p := len(m.t.Ranks)
-		return m.PredictAllToAll(a, UniformBytes(p, n/p))
+	im := implOf(c, a)
+	if im == nil || im.Cost == nil {
+		return 0, false
 	}
-	return 0, false
+	return im.Cost(m, n)
 }
 
 // Choose returns the schedule with the lowest predicted time for c on n
 // bytes (the full buffer: AllReduce's vector, AllGather's output,
-// ReduceScatter's input), and that time. Collectives the model does not
-// cover get Select's choice and a time of 0.
+// ReduceScatter's input), and that time: of the schedules in the table
+// that implement c and have a cost, the first with the lowest time
+// (AlgoAuto if none can be predicted). AllToAll is ChooseAllToAll's choice
+// for n bytes split evenly. Collectives the model does not cover get
+// Select's choice and a time of 0.
 func (m *Model) Choose(c Collective, n int) (Algorithm, float64) {
-	var candidates []Algorithm
-	switch c {
-	case OpAllReduce:
-		candidates = []Algorithm{AlgoRD, AlgoRHD, AlgoRing, AlgoHierarchical, AlgoGateway, Algo2D}
-	case OpAllGather, OpReduceScatter:
-		candidates = []Algorithm{AlgoRing, AlgoHierarchical}
-	case OpAllToAll:
+	if c == OpAllToAll {
 		p := len(m.t.Ranks)
 		a, _, t := m.ChooseAllToAll(UniformBytes(p, n/p))
 		return a, t
-	default:
-		return Select(c, n, len(m.t.Ranks), AlgoAuto), 0
 	}
-	best, bestT := AlgoAuto, math.Inf(1)
-	for _, a := range candidates {
-		if t, ok := m.Predict(c, a, n); ok && t < bestT {
-			best, bestT = a, t
+	best, bestT, covered := AlgoAuto, math.Inf(1), false
+	for _, s := range schedules {
+		im := s.Impl(c)
+		if im == nil || im.Cost == nil {
+			continue
+		}
+		covered = true
+		if t, ok := im.Cost(m, n); ok && t < bestT {
+			best, bestT = s.Algorithm, t
 		}
 	}
+	if !covered {
+		return Select(c, n, len(m.t.Ranks), AlgoAuto), 0
+	}
 	return best, bestT
+}
+
+// Candidates returns every schedule of the table that implements c with
+// its predicted time on n bytes (ok false where the model cannot predict
+// it), in table order: what Choose chose from.
+func (m *Model) Candidates(c Collective, n int) []Prediction {
+	var out []Prediction
+	for _, s := range schedules {
+		if im := s.Impl(c); im != nil && im.Cost != nil {
+			t, ok := im.Cost(m, n)
+			out = append(out, Prediction{Algorithm: s.Algorithm, Seconds: t, OK: ok})
+		}
+	}
+	return out
+}
+
+// Prediction is the cost model's time for one schedule.
+type Prediction struct {
+	// Algorithm is the schedule.
+	Algorithm Algorithm
+	// Seconds is the predicted time (+Inf: a flow has no path).
+	Seconds float64
+	// OK is false where the model cannot predict the schedule (it does
+	// not fit the topology).
+	OK bool
+}
+
+// ringCollective is a ring AllGather (or, reducing, ReduceScatter) of n
+// bytes along the topology's ring: p-1 steps of n/p.
+func (m *Model) ringCollective(n int, reduce bool) float64 {
+	N := len(m.t.Ranks)
+	return m.ringTime([][]int{m.t.RingOrder()}, N-1, float64(n)/float64(N), reduce)
+}
+
+// allReduceHierarchical is an intra-host reduce-scatter and allgather (L-1
+// steps of n/L each) around an inter-host ring of the n/L segment.
+func (m *Model) allReduceHierarchical(n int) (float64, bool) {
+	if !m.Uniform() {
+		return 0, false
+	}
+	S := float64(n)
+	H, L := len(m.hosts), len(m.hosts[0])
+	local := m.ringTime(m.hosts, L-1, S/float64(L), true) + m.ringTime(m.hosts, L-1, S/float64(L), false)
+	return local + m.ringAllReduce(m.rails(), H, S/float64(L)), true
+}
+
+// allReduceGateway is the intra-host tree reduce and broadcast around a
+// ring allreduce among the gateways.
+func (m *Model) allReduceGateway(n int) (float64, bool) {
+	S := float64(n)
+	H := len(m.hosts)
+	gws := make([]int, H)
+	levels := 0
+	for i, h := range m.hosts {
+		gws[i] = h[0]
+		levels = max(levels, bits.Len(uint(len(h)-1)))
+	}
+	reduce := float64(levels) * (m.stepTime(m.treeFlows(S)) + m.reduceTime(S))
+	bcast := float64(levels) * m.stepTime(m.treeFlows(S))
+	return reduce + bcast + m.ringAllReduce([][]int{gws}, H, S), true
+}
+
+// allReduce2D is RailX's 2[T_R(X, n/2) + T_R(Y, n/(2X))], both dimensions
+// busy at once.
+func (m *Model) allReduce2D(n int) (float64, bool) {
+	if !m.Uniform() {
+		return 0, false
+	}
+	S := float64(n)
+	H, L := len(m.hosts), len(m.hosts[0])
+	rails := m.rails()
+	half := S / 2
+	// Phase 1: reduce-scatter, A along X (hosts), B along Y (rails).
+	p1 := max(m.ringTime(m.hosts, L-1, half/float64(L), true), m.ringTime(rails, H-1, half/float64(H), true))
+	// Phase 2: allreduce of A's segment along Y, B's along X.
+	p2 := max(m.ringAllReduce(rails, H, half/float64(L)), m.ringAllReduce(m.hosts, L, half/float64(H)))
+	// Phase 3: allgather, as phase 1 without reduction.
+	p3 := max(m.ringTime(m.hosts, L-1, half/float64(L), false), m.ringTime(rails, H-1, half/float64(H), false))
+	return p1 + p2 + p3, true
+}
+
+// allGatherHierarchical is a rail phase, then a host phase.
+func (m *Model) allGatherHierarchical(n int) (float64, bool) {
+	if !m.Uniform() {
+		return 0, false
+	}
+	N, S := len(m.t.Ranks), float64(n)
+	H, L := len(m.hosts), len(m.hosts[0])
+	return m.ringTime(m.rails(), H-1, S/float64(N), false) + m.ringTime(m.hosts, L-1, S/float64(L), false), true
+}
+
+// reduceScatterHierarchical is a host phase, then a rail phase, reducing.
+func (m *Model) reduceScatterHierarchical(n int) (float64, bool) {
+	if !m.Uniform() {
+		return 0, false
+	}
+	N, S := len(m.t.Ranks), float64(n)
+	H, L := len(m.hosts), len(m.hosts[0])
+	return m.ringTime(m.hosts, L-1, S/float64(L), true) + m.ringTime(m.rails(), H-1, S/float64(N), true), true
 }
 
 // halvingDoubling models recursive halving-doubling (halving) or recursive

@@ -1,12 +1,3 @@
-// Package algo holds occl's collective schedules, reduction kernels and the
-// rules that choose between them.
-//
-// A schedule is written once against Peers, an abstract set of ranks that can
-// exchange byte messages. It never knows which transport carries the bytes, so
-// the same code runs over TCP, shared memory, RDMA, the in-process transport
-// and the emulated fabric. Schedules do no I/O of their own beyond Peers and
-// allocate nothing per message: staging memory comes from a Workspace that the
-// communicator keeps between operations.
 package algo
 
 import "context"

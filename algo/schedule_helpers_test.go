@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +21,9 @@ const testTimeout = 20 * time.Second
 // protocol mismatch or undelivered message.
 func runRanks(t testing.TB, n int, opts fakepeers.Options, fn func(ctx context.Context, rank int, p Peers) error) {
 	t.Helper()
+	if opts.Seed == 0 {
+		opts.Seed = testSeed(t)
+	}
 	if err := tryRunRanks(n, opts, fn); err != nil {
 		t.Fatal(err)
 	}
@@ -31,6 +35,23 @@ func tryRunRanks(n int, opts fakepeers.Options, fn func(ctx context.Context, ran
 	return fakepeers.Run(ctx, n, opts, func(ctx context.Context, rank int, p fakepeers.Peers) error {
 		return fn(ctx, rank, p)
 	})
+}
+
+// testSeeds holds every test's fakepeers seed, by test name.
+var testSeeds sync.Map
+
+// testSeed returns t's seed for the random delays of its fake networks,
+// the same for every network it runs (fakepeers.SeedEnv fixes it), and
+// logs it once, so a failure can be rerun with the same delays.
+func testSeed(t testing.TB) uint64 {
+	if s, ok := testSeeds.Load(t.Name()); ok {
+		return s.(uint64)
+	}
+	s, loaded := testSeeds.LoadOrStore(t.Name(), fakepeers.NewSeed())
+	if !loaded {
+		t.Logf("fake network seed %d (%s=%d repeats its delays)", s, fakepeers.SeedEnv, s)
+	}
+	return s.(uint64)
 }
 
 // netConfigs are the network behaviours every schedule is tested under.

@@ -1,10 +1,6 @@
-// Algorithm selection
-//
-// Select maps (collective, message size, rank count) to a schedule family.
-// The size thresholds below are starting points; they are variables so that
-// benchmarks and configuration can retune them for a machine and fabric.
-
 package algo
+
+import "github.com/occl/occl/topo"
 
 // Size thresholds used by Select. bytes is the size of one rank's buffer
 // (for AllReduce, Broadcast and Reduce the whole vector).
@@ -26,60 +22,56 @@ var (
 // Supports reports whether a implements collective c in this package.
 // AlgoAuto supports everything.
 func Supports(c Collective, a Algorithm) bool {
-	if a == AlgoAuto {
-		return true
-	}
-	switch c {
-	case OpAllReduce:
-		return a == AlgoRing || a == AlgoRHD || a == AlgoRD || a == AlgoHierarchical || a == AlgoGateway || a == Algo2D
-	case OpBroadcast:
-		return a == AlgoTree
-	case OpReduce:
-		return a == AlgoTree || a == AlgoRing
-	case OpAllGather, OpReduceScatter:
-		return a == AlgoRing || a == AlgoHierarchical
-	case OpAllToAll, OpAllToAllV:
-		return a == AlgoPairwise || a == AlgoDelegated || a == AlgoRailForward || a == AlgoXY
-	case OpGather, OpScatter:
-		return a == AlgoLinear
-	case OpBarrier:
-		return a == AlgoDissemination
-	}
-	return false
+	return a == AlgoAuto || implOf(c, a) != nil
 }
 
 // Select returns the algorithm to run collective c on a buffer of bytes
-// bytes (per rank) over nranks ranks. A forced algorithm is used when it
-// implements c; otherwise, and for AlgoAuto, the choice is automatic.
-// Collectives that have no schedule here (SendRecv, Split) get AlgoAuto.
+// bytes (per rank) over nranks ranks without a cost model. A forced
+// algorithm is used when it implements c; otherwise, and for AlgoAuto, the
+// size rules choose: the first schedule of the table whose Impl.BySize
+// accepts the size. Collectives that have no schedule here (SendRecv,
+// Split) get AlgoAuto.
 func Select(c Collective, bytes, nranks int, forced Algorithm) Algorithm {
 	if forced != AlgoAuto && Supports(c, forced) {
 		return forced
 	}
-	switch c {
-	case OpAllReduce:
-		switch {
-		case bytes <= AllReduceRDMaxBytes:
-			return AlgoRD
-		case bytes <= AllReduceRHDMaxBytes:
-			return AlgoRHD
+	for _, s := range schedules {
+		if im := s.Impl(c); im != nil && im.BySize != nil && im.BySize(bytes) {
+			return s.Algorithm
 		}
-		return AlgoRing
-	case OpBroadcast:
-		return AlgoTree
-	case OpReduce:
-		if bytes <= ReduceTreeMaxBytes {
-			return AlgoTree
-		}
-		return AlgoRing
-	case OpAllGather, OpReduceScatter:
-		return AlgoRing
-	case OpAllToAll, OpAllToAllV:
-		return AlgoPairwise
-	case OpGather, OpScatter:
-		return AlgoLinear
-	case OpBarrier:
-		return AlgoDissemination
 	}
 	return AlgoAuto
+}
+
+// Choose returns the schedule to run collective c on bytes bytes over
+// nranks ranks of the fabric t (nil: one host, or no description) with
+// its cost model m (nil without a topology): the forced schedule if it
+// implements c and applies to t, else the model's choice if it applies,
+// else Select's. All-to-alls are chosen by their byte matrix
+// (Model.ChooseAllToAll); this chooses for an even split.
+func Choose(c Collective, bytes, nranks int, t *topo.Topology, m *Model, forced Algorithm) Algorithm {
+	if forced != AlgoAuto && Applicable(c, forced, t) {
+		return forced
+	}
+	if m != nil {
+		if a, _ := m.Choose(c, bytes); a != AlgoAuto && Applicable(c, a, t) {
+			return a
+		}
+	}
+	return Select(c, bytes, nranks, AlgoAuto)
+}
+
+// RoutesAllToAll reports whether all-to-alls on the fabric t take a route
+// chosen by the cost model: a routed schedule applies to t, and the forced
+// schedule (AlgoAuto: none) is not an unrouted all-to-all.
+func RoutesAllToAll(t *topo.Topology, forced Algorithm) bool {
+	if im := implOf(OpAllToAllV, forced); im != nil && im.Route == nil {
+		return false
+	}
+	for _, s := range schedules {
+		if im := s.Impl(OpAllToAllV); im != nil && im.Route != nil && (s.Applies == nil || s.Applies(t)) {
+			return true
+		}
+	}
+	return false
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/occl/occl/internal/clib"
+	"github.com/occl/occl/transport/rdma"
 )
 
 // The tests build liboccl.so with the documented command and drive it from
@@ -80,6 +81,14 @@ func names(re *regexp.Regexp, file string, t *testing.T) []string {
 // that includes occl.h and the generated liboccl.h compiles only if every
 // prototype agrees ("conflicting types" otherwise), and linking a reference
 // to every function of occl.h proves the library defines it.
+// TestForeignBuffers: every buffer the library is given is C memory, so
+// the RDMA registration caches must not keep registrations of them.
+func TestForeignBuffers(t *testing.T) {
+	if !rdma.ForeignBuffers() {
+		t.Fatal("the C library lets RDMA registration caches keep registrations of C memory")
+	}
+}
+
 func TestHeaderMatchesExports(t *testing.T) {
 	dir := buildLib(t)
 	declared := names(headerProto, "include/occl.h", t)

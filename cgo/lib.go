@@ -138,21 +138,7 @@ func (k *call) create(out *C.occlComm_t, mk maker) C.occlResult_t {
 func occlCommInitRank(comm *C.occlComm_t, nranks C.int, commId C.occlUniqueId, rank C.int) (res C.occlResult_t) {
 	k := begin("occlCommInitRank", &res)
 	defer k.end()
-	if comm == nil {
-		return k.fail(resInvalidArgument, "comm is NULL")
-	}
-	*comm = nil
-	if nranks < 1 {
-		return k.fail(resInvalidArgument, "nranks %d is not positive", int(nranks))
-	}
-	if rank < 0 || rank >= nranks {
-		return k.fail(resInvalidArgument, "rank %d out of range [0, %d)", int(rank), int(nranks))
-	}
-	id, r := k.uniqueID(&commId)
-	if r != resSuccess {
-		return r
-	}
-	return k.create(comm, initRank(id, int(rank), int(nranks)))
+	return k.initRank(comm, nranks, &commId, rank, false, nil)
 }
 
 // occlCommInitRankConfig is occlCommInitRank with options. See occl.h.
@@ -161,32 +147,41 @@ func occlCommInitRank(comm *C.occlComm_t, nranks C.int, commId C.occlUniqueId, r
 func occlCommInitRankConfig(comm *C.occlComm_t, nranks C.int, commId C.occlUniqueId, rank C.int, config C.occlInternalConstConfig) (res C.occlResult_t) {
 	k := begin("occlCommInitRankConfig", &res)
 	defer k.end()
-	if comm == nil {
+	return k.initRank(comm, nranks, &commId, rank, true, config)
+}
+
+// initRank checks the arguments of occlCommInitRank (and, if configured,
+// occlCommInitRankConfig's config) and creates the communicator.
+func (k *call) initRank(out *C.occlComm_t, nranks C.int, commID *C.occlUniqueId, rank C.int, configured bool, config C.occlInternalConstConfig) C.occlResult_t {
+	if out == nil {
 		return k.fail(resInvalidArgument, "comm is NULL")
 	}
-	*comm = nil
+	*out = nil
 	if nranks < 1 {
 		return k.fail(resInvalidArgument, "nranks %d is not positive", int(nranks))
 	}
 	if rank < 0 || rank >= nranks {
 		return k.fail(resInvalidArgument, "rank %d out of range [0, %d)", int(rank), int(nranks))
 	}
-	if config == nil {
-		return k.fail(resInvalidArgument, "config is NULL (use OCCL_CONFIG_INITIALIZER)")
+	var opts []comm.Option
+	if configured {
+		if config == nil {
+			return k.fail(resInvalidArgument, "config is NULL (use OCCL_CONFIG_INITIALIZER)")
+		}
+		if config.size < C.size_t(unsafe.Sizeof(*config)) {
+			return k.fail(resInvalidArgument, "config.size %d is smaller than occlConfig_t (%d bytes): start from OCCL_CONFIG_INITIALIZER",
+				int(config.size), int(unsafe.Sizeof(*config)))
+		}
+		var r C.occlResult_t
+		if opts, r = k.configOptions(config, int(nranks)); r != resSuccess {
+			return r
+		}
 	}
-	if config.size < C.size_t(unsafe.Sizeof(*config)) {
-		return k.fail(resInvalidArgument, "config.size %d is smaller than occlConfig_t (%d bytes): start from OCCL_CONFIG_INITIALIZER",
-			int(config.size), int(unsafe.Sizeof(*config)))
-	}
-	opts, r := k.configOptions(config, int(nranks))
+	id, r := k.uniqueID(commID)
 	if r != resSuccess {
 		return r
 	}
-	id, r := k.uniqueID(&commId)
-	if r != resSuccess {
-		return r
-	}
-	return k.create(comm, initRank(id, int(rank), int(nranks), opts...))
+	return k.create(out, initRank(id, int(rank), int(nranks), opts...))
 }
 
 // configOptions turns an occlConfig_t into Init's options.
@@ -257,16 +252,7 @@ func occlCommDestroy(comm C.occlComm_t) (res C.occlResult_t) {
 	commH := handle(comm) // first: see handle
 	k := begin("occlCommDestroy", &res)
 	defer k.end()
-	ce, c, r := k.comm(commH)
-	if r != resSuccess {
-		return r
-	}
-	removeComm(ce)
-	if g := openGroup(); g != nil {
-		g.destroys = append(g.destroys, c)
-		return resSuccess
-	}
-	return k.failErr(c.Close())
+	return k.free(commH, false)
 }
 
 // occlCommAbort fails comm on every rank at once and frees it. See occl.h.
@@ -276,13 +262,26 @@ func occlCommAbort(comm C.occlComm_t) (res C.occlResult_t) {
 	commH := handle(comm) // first: see handle
 	k := begin("occlCommAbort", &res)
 	defer k.end()
-	ce, c, r := k.comm(commH)
+	return k.free(commH, true)
+}
+
+// free forgets the communicator h and aborts it, or closes it (at
+// occlGroupEnd if the calling thread has a group open).
+func (k *call) free(h uintptr, abort bool) C.occlResult_t {
+	ce, c, r := k.comm(h)
 	if r != resSuccess {
 		return r
 	}
 	removeComm(ce)
-	c.Abort()
-	return resSuccess
+	if abort {
+		c.Abort()
+		return resSuccess
+	}
+	if g := openGroup(); g != nil {
+		g.destroys = append(g.destroys, c)
+		return resSuccess
+	}
+	return k.failErr(c.Close())
 }
 
 // occlCommSplit creates the communicator of the ranks of comm passing the same color, ranked by key. See occl.h.
@@ -316,60 +315,54 @@ func occlCommSplit(comm C.occlComm_t, color, key C.int, newcomm *C.occlComm_t) (
 	return k.create(newcomm, split)
 }
 
-// occlCommCount stores the number of ranks of comm in *count. See occl.h.
-//
-//export occlCommCount
-func occlCommCount(comm C.occlComm_t, count *C.int) (res C.occlResult_t) {
-	commH := handle(comm) // first: see handle
-	k := begin("occlCommCount", &res)
+// query is a call that stores a property of a communicator in *out (what
+// its occl.h parameter is called): it checks out, then the communicator,
+// and stores get's answer.
+func query[T any](name string, h uintptr, what string, out *T, get func(k *call, c *comm.Communicator) T) (res C.occlResult_t) {
+	k := begin(name, &res)
 	defer k.end()
-	if count == nil {
-		return k.fail(resInvalidArgument, "count is NULL")
+	if out == nil {
+		return k.fail(resInvalidArgument, "%s is NULL", what)
 	}
-	_, c, r := k.comm(commH)
+	_, c, r := k.comm(h)
 	if r != resSuccess {
 		return r
 	}
-	*count = C.int(c.Size())
+	*out = get(k, c)
 	return resSuccess
+}
+
+// occlCommCount stores the number of ranks of comm in *count. See occl.h.
+//
+//export occlCommCount
+func occlCommCount(comm C.occlComm_t, count *C.int) C.occlResult_t {
+	return query("occlCommCount", handle(comm), "count", count, commSize) // arguments first: see handle
 }
 
 // occlCommUserRank stores this process's rank in comm in *rank. See occl.h.
 //
 //export occlCommUserRank
-func occlCommUserRank(comm C.occlComm_t, rank *C.int) (res C.occlResult_t) {
-	commH := handle(comm) // first: see handle
-	k := begin("occlCommUserRank", &res)
-	defer k.end()
-	if rank == nil {
-		return k.fail(resInvalidArgument, "rank is NULL")
-	}
-	_, c, r := k.comm(commH)
-	if r != resSuccess {
-		return r
-	}
-	*rank = C.int(c.Rank())
-	return resSuccess
+func occlCommUserRank(comm C.occlComm_t, rank *C.int) C.occlResult_t {
+	return query("occlCommUserRank", handle(comm), "rank", rank, commRank) // arguments first: see handle
 }
 
 // occlCommGetAsyncError stores occlSuccess or the code of the failure that failed comm in *asyncError. See occl.h.
 //
 //export occlCommGetAsyncError
-func occlCommGetAsyncError(comm C.occlComm_t, asyncError *C.occlResult_t) (res C.occlResult_t) {
-	commH := handle(comm) // first: see handle
-	k := begin("occlCommGetAsyncError", &res)
-	defer k.end()
-	if asyncError == nil {
-		return k.fail(resInvalidArgument, "asyncError is NULL")
-	}
-	_, c, r := k.comm(commH)
-	if r != resSuccess {
-		return r
-	}
+func occlCommGetAsyncError(comm C.occlComm_t, asyncError *C.occlResult_t) C.occlResult_t {
+	return query("occlCommGetAsyncError", handle(comm), "asyncError", asyncError, commError) // arguments first: see handle
+}
+
+func commSize(_ *call, c *comm.Communicator) C.int { return C.int(c.Size()) }
+
+func commRank(_ *call, c *comm.Communicator) C.int { return C.int(c.Rank()) }
+
+// commError is the result code of c's failure, which it records as the
+// call's last error.
+func commError(k *call, c *comm.Communicator) C.occlResult_t {
 	err := c.Err()
-	*asyncError = resultOf(err)
 	if err != nil {
 		k.record(k.name + ": " + err.Error())
 	}
-	return resSuccess
+	return resultOf(err)
 }

@@ -67,10 +67,15 @@ import (
 	"unsafe"
 
 	"github.com/occl/occl/comm"
+	"github.com/occl/occl/transport/rdma"
 )
 
 // main is required by -buildmode=c-shared and never runs.
 func main() {}
+
+// Every buffer the library is given is C memory, which can be freed and
+// its address reused while a registration of it would be cached.
+func init() { rdma.SetForeignBuffers(true) }
 
 // Library version, the value of OCCL_VERSION_CODE in occl.h.
 const (
@@ -204,11 +209,13 @@ func addRequest(name string, ce *commEntry, r *comm.Request) C.occlRequest_t {
 }
 
 // call is the context of one C API call: its name, its communicator if
-// any, and where its result goes.
+// any, where its result goes, and the first failure recorded (the
+// argument checks of coll.go do nothing once one has failed).
 type call struct {
 	name string
 	ce   *commEntry
 	res  *C.occlResult_t
+	r    C.occlResult_t
 }
 
 // begin starts an API call; the caller defers k.end() right after.
@@ -228,6 +235,9 @@ func (k *call) end() {
 // fail records a failure of the call and returns its code.
 func (k *call) fail(code C.occlResult_t, format string, args ...any) C.occlResult_t {
 	k.record(k.name + ": " + fmt.Sprintf(format, args...))
+	if k.r == resSuccess {
+		k.r = code
+	}
 	return code
 }
 

@@ -60,14 +60,23 @@ func occlWait(request C.occlRequest_t) (res C.occlResult_t) {
 	requestH := handle(request) // first: see handle
 	k := begin("occlWait", &res)
 	defer k.end()
-	if requestH == 0 {
+	return k.release(requestH, true)
+}
+
+// release releases the request h (NULL: nothing to do), once it has
+// completed if wait is set, and returns its result if it waited.
+func (k *call) release(h uintptr, wait bool) C.occlResult_t {
+	if h == 0 {
 		return resSuccess
 	}
-	re, r := k.request(requestH)
+	re, r := k.request(h)
 	if r != resSuccess {
 		return r
 	}
-	err := re.req.Wait(context.Background())
+	var err error
+	if wait {
+		err = re.req.Wait(context.Background())
+	}
 	release(re)
 	return k.result(re, err)
 }
@@ -103,13 +112,5 @@ func occlRequestFree(request C.occlRequest_t) (res C.occlResult_t) {
 	requestH := handle(request) // first: see handle
 	k := begin("occlRequestFree", &res)
 	defer k.end()
-	if requestH == 0 {
-		return resSuccess
-	}
-	re, r := k.request(requestH)
-	if r != resSuccess {
-		return r
-	}
-	release(re)
-	return resSuccess
+	return k.release(requestH, false)
 }

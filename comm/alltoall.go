@@ -8,7 +8,7 @@ import (
 	"github.com/occl/occl/algo"
 )
 
-// slotCounts holds the exchanged counts.
+// slotCounts holds the exchanged counts, apart from the schedules' slots.
 const slotCounts = 15
 
 // AllToAll sends block j of send to rank j and receives rank j's block into
@@ -70,54 +70,40 @@ func (c *Communicator) AllToAllVAsync(ctx context.Context, send Buffer, sendCoun
 	})
 }
 
-// allToAll runs the exchange, staging the input when it is also the output.
-// For AllToAll, uniform is the block size in bytes; for AllToAllV it is -1
+// allToAll runs the exchange: the pairwise exchange, or the route the
+// cost model chooses on a fabric where all-to-alls are routed. For
+// AllToAll, uniform is the block size in bytes; for AllToAllV it is -1
 // and the block sizes are in slens and rlens.
 func (c *Communicator) allToAll(ctx context.Context, p *opPeers, send []byte, soffs, slens []int, recv []byte, roffs, rlens []int, uniform int) error {
-	if same(send, recv) && len(send) > 0 {
-		tmp := c.ws.Get(slotInput, len(send))
-		copy(tmp, send)
-		send = tmp
-	}
-	if !c.routable() {
-		return algo.AllToAllPairwise(ctx, p, send, soffs, slens, recv, roffs, rlens)
-	}
-	var bytes [][]int
+	args := algo.Args{Peers: p, WS: &c.ws, Src: send, Dst: recv, SendOffs: soffs, SendLens: slens, RecvOffs: roffs, RecvLens: rlens}
+	a, op := algo.AlgoPairwise, algo.OpAllToAllV
 	if uniform >= 0 {
-		bytes = c.lay().routes.uniform(c.size, uniform)
-	} else {
-		var err error
-		if bytes, err = c.exchangeCounts(ctx, p, slens, rlens); err != nil {
-			return err
+		op = algo.OpAllToAll
+	}
+	if c.routable() {
+		var bytes [][]int
+		if uniform >= 0 {
+			bytes = c.lay().routes.uniform(c.size, uniform)
+		} else {
+			var err error
+			if bytes, err = c.exchangeCounts(ctx, p, slens, rlens); err != nil {
+				return err
+			}
 		}
+		if route := c.cachedRoute(uniform, bytes); route != nil {
+			a, args.Route, args.Matrix = route.Algorithm, route, bytes
+		}
+		c.logChoice(ctx, op, len(send), a, bytes)
+	} else if c.size > 1 {
+		c.logChoice(ctx, op, len(send), a, nil)
 	}
-	route := c.cachedRoute(uniform, bytes)
-	if route == nil {
-		return algo.AllToAllPairwise(ctx, p, send, soffs, slens, recv, roffs, rlens)
-	}
-	return algo.AllToAllRouted(ctx, p, &c.ws, route, bytes, send, soffs, recv, roffs)
+	return algo.Run(ctx, op, a, args)
 }
 
 // routable reports whether all-to-alls may take a topology-aware route:
-// the topology has optical circuits, is rail-only, or places hosts on a
-// grid, and no other schedule is forced.
+// the topology admits a routed schedule and no unrouted one is forced.
 func (c *Communicator) routable() bool {
-	if c.lay().model == nil {
-		return false
-	}
-	if f := c.cfg.algo; f == algo.AlgoPairwise {
-		return false
-	}
-	t := c.lay().topo
-	if len(t.Circuits) > 0 || t.RailOnly {
-		return true
-	}
-	for _, h := range t.Hosts {
-		if len(h.Coord) == 2 {
-			return true
-		}
-	}
-	return false
+	return c.lay().model != nil && algo.RoutesAllToAll(c.lay().topo, c.cfg.algo)
 }
 
 // cachedRoute is allToAllRoute through the layout's cache, which the
@@ -141,13 +127,7 @@ func (c *Communicator) cachedRoute(uniform int, bytes [][]int) *algo.Route {
 // the forced schedule's if it applies, else the cost model's choice; nil
 // for the pairwise exchange.
 func (c *Communicator) allToAllRoute(bytes [][]int) *algo.Route {
-	if f := c.cfg.algo; algo.Supports(algo.OpAllToAllV, f) && f != algo.AlgoAuto {
-		if r := c.lay().model.AllToAllRoute(f, bytes); r != nil {
-			return r
-		}
-	}
-	_, r, _ := c.lay().model.ChooseAllToAll(bytes)
-	return r
+	return c.lay().model.ChooseRoute(bytes, c.cfg.algo)
 }
 
 // exchangeCounts gathers every rank's send and receive sizes in bytes and

@@ -2,6 +2,7 @@ package comm
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
@@ -11,11 +12,11 @@ import (
 	"os"
 
 	"github.com/occl/occl/comm/internal/wire"
+	"github.com/occl/occl/internal/logx"
 	"github.com/occl/occl/topo"
 	"github.com/occl/occl/transport"
 	"github.com/occl/occl/transport/emu"
-	"github.com/occl/occl/transport/rdma"
-	"github.com/occl/occl/transport/shm"
+	"github.com/occl/occl/transport/setup"
 	"github.com/occl/occl/transport/tcp"
 )
 
@@ -92,11 +93,16 @@ func initTCP(ctx context.Context, id UniqueID, rank, size int, cfg config, rootL
 	}
 	commID := commIDOf(id)
 	secret := id.Secret[:]
-	log := cfg.log.With("rank", rank, "size", size, "comm", fmt.Sprintf("%016x", commID))
+	base := cfg.log.With("rank", rank, "size", size, "comm", fmt.Sprintf("%016x", commID))
+	log := logx.For(base, logx.Init)
 	wrap := func(what string, e error) error {
 		return fmt.Errorf("occl: rank %d: init: %s: %w", rank, what, e)
 	}
 
+	if rank == 0 && !id.Authenticated() && rootLn == nil {
+		log.Warn("occl: authentication is off: no secret was given, so any process that reaches the rendezvous or a data listener can join; set OCCL_SECRET (32 hex digits) or OCCL_SECRET_FILE on every rank, or pass a unique id (OCCL_UNIQUE_ID, comm.NewUniqueID)",
+			"rendezvous", id.Addr)
+	}
 	var rv *rendezvous
 	if rank == 0 {
 		ln := rootLn
@@ -177,46 +183,47 @@ func initTCP(ctx context.Context, id UniqueID, rank, size int, cfg config, rootL
 	if cfg.oversubscribed = oversubscribed(localSize, topo.OnlineCPUs()); cfg.oversubscribed {
 		log.Info("occl: more local ranks than CPUs; waits do not poll", "local_size", localSize)
 	}
-	mesh, err := tcp.Connect(ctx, tcp.MeshConfig{Self: rank, Comm: commID, Epoch: 0, Secret: secret,
-		Streams: cfg.streams, Options: cfg.tcpOptions(), Listener: dataLn}, peers)
+	links, err := setup.Connect(ctx, setup.Config{Policy: cfg.transport,
+		Mesh: tcp.MeshConfig{Self: rank, Comm: commID, Epoch: 0, Secret: secret,
+			Streams: cfg.streams, Options: cfg.tcpOptions(), Listener: dataLn},
+		SameHost:     func(r int) bool { return hostIDs[r] == hostIDs[rank] },
+		CMAThreshold: cfg.cmaThreshold, Log: log}, peers)
 	if err != nil {
 		return nil, wrap("connect", err)
 	}
-	conns, err := sameHostLinks(ctx, cfg, commID, rank, hostIDs, mesh, log)
-	if err != nil {
-		for _, conn := range mesh {
-			conn.Close()
-		}
-		if cfg.transport == TransportRDMA {
-			return nil, wrap("RDMA connections", err)
-		}
-		return nil, wrap("shared memory", err)
-	}
-	fabric, err := emulate(cfg, commID, rank, conns, false)
-	if err != nil {
-		for _, conn := range conns {
-			if conn != nil {
+	var fabric *emu.Fabric
+	defer func() {
+		if err != nil {
+			for _, conn := range links {
 				conn.Close()
 			}
+			if fabric != nil {
+				fabric.Close()
+			}
 		}
+	}()
+	if fabric, err = emulate(cfg, commID, false); err == nil {
+		err = setup.Emulate(fabric, rank, links)
+	}
+	if err != nil {
 		return nil, wrap("emulation", err)
+	}
+	conns := make([]transport.Conn, size)
+	for r, conn := range links {
+		conns[r] = conn
 	}
 
 	var server *ctrlServer
 	if rv != nil {
 		ctrlConns, e := rv.wait(ctx)
 		if e != nil {
-			err = e
-			for _, conn := range mesh {
-				conn.Close()
-			}
-			return nil, wrap("rendezvous", err)
+			return nil, wrap("rendezvous", e)
 		}
-		server = newCtrlServer(ctrlConns, cfg, log)
+		server = newCtrlServer(ctrlConns, cfg, base)
 	}
-	client := newCtrlClient(rank, ctrlConn, server, cfg, log)
+	client := newCtrlClient(rank, ctrlConn, server, cfg, base)
 	fab := &tcpFabric{ln: dataLn, secret: id.Secret, cfg: cfg, addrs: addrs}
-	c = newCommunicator(commID, rank, hostIDs, conns, client, fab, cfg)
+	c = newCommunicator(commID, m.Nonce, rank, hostIDs, conns, client, fab, cfg)
 	c.emu = fabric
 	client.start(c)
 	log.Info("occl: communicator ready", "hosts", c.NumHosts(), "local_rank", c.localRank, "local_size", c.localSize)
@@ -256,139 +263,6 @@ func bindLocal(local, n int, log *slog.Logger) {
 		}
 	}
 	log.Warn("occl: could not bind to CPUs", "err", err)
-}
-
-// sameHostLinks returns the connection table: for peers on this rank's host
-// a shared-memory connection set up over (and watching) the TCP one, unless
-// the configuration says TCP; TCP for the others. With TransportAuto a host
-// where shared memory cannot be set up (no /dev/shm, or full) falls back to
-// TCP for that pair.
-func sameHostLinks(ctx context.Context, cfg config, commID uint64, rank int, hostIDs []string, mesh map[int]*tcp.Conn, log *slog.Logger) ([]transport.Conn, error) {
-	conns := make([]transport.Conn, len(hostIDs))
-	for r, conn := range mesh {
-		conns[r] = conn
-	}
-	if cfg.transport == TransportTCP {
-		return conns, nil
-	}
-	if cfg.transport == TransportRDMA {
-		links, err := rdmaLinks(ctx, commID, 0, rank, mesh, log)
-		for r, conn := range links {
-			conns[r] = conn
-		}
-		return conns, err
-	}
-	var local []int
-	for r := range hostIDs {
-		switch {
-		case r == rank:
-		case hostIDs[r] == hostIDs[rank]:
-			local = append(local, r)
-		case cfg.transport == TransportSHM:
-			return nil, fmt.Errorf("transport shm forced but rank %d is on another host (%s)", r, topo.Hostname(hostIDs[r]))
-		}
-	}
-	if len(local) == 0 {
-		return conns, nil
-	}
-	if n, err := shm.CleanStale(""); err == nil && n > 0 {
-		log.Info("occl: removed stale shared-memory files", "files", n)
-	}
-	type result struct {
-		peer int
-		conn *shm.Conn
-		err  error
-	}
-	results := make(chan result, len(local))
-	for _, r := range local {
-		go func() {
-			sc, err := shm.Connect(ctx, mesh[r], shm.Config{Comm: commID, Self: rank, Peer: r,
-				NoCMA: cfg.cmaThreshold == 0, CMAThreshold: cfg.cmaThreshold})
-			results <- result{r, sc, err}
-		}()
-	}
-	var first error
-	for range local {
-		res := <-results
-		switch {
-		case res.err == nil:
-			conns[res.peer] = res.conn
-		case errors.Is(res.err, shm.ErrUnavailable) && cfg.transport == TransportAuto:
-			log.Warn("occl: shared memory unavailable, using TCP", "peer", res.peer, "err", res.err)
-		case first == nil:
-			first = fmt.Errorf("rank %d: %w", res.peer, res.err)
-		}
-	}
-	if first != nil {
-		for _, c := range conns {
-			if sc, ok := c.(*shm.Conn); ok {
-				sc.Close()
-			}
-		}
-		return nil, first
-	}
-	return conns, nil
-}
-
-// rdmaLinks sets up an RDMA connection to every peer over (and watching)
-// its TCP connection, on the device OCCL_IB_HCA / OCCL_IB_GID_INDEX select
-// (OCCL_IB_EMULATE=1: emulated verbs), shaped by the OCCL_IB_* settings
-// rdma.ConfigFromEnv reads. On failure the RDMA connections made are
-// closed (with their TCP connections) and the caller closes the rest.
-func rdmaLinks(ctx context.Context, commID uint64, epoch uint32, rank int, mesh map[int]*tcp.Conn, log *slog.Logger) (map[int]transport.Conn, error) {
-	if len(mesh) == 0 {
-		return nil, nil // a communicator of one rank needs no device
-	}
-	dc, err := rdma.DeviceConfigFromEnv()
-	if err != nil {
-		return nil, err
-	}
-	base, err := rdma.ConfigFromEnv(rdma.Config{})
-	if err != nil {
-		return nil, err
-	}
-	for _, conn := range mesh {
-		dc.Netdev = rdma.NetdevOf(conn)
-		break
-	}
-	dev, err := rdma.OpenDevice(dc)
-	if err != nil {
-		return nil, err
-	}
-	defer dev.Close()
-	log.Info("occl: rdma transport", "device", dev.String())
-	type result struct {
-		peer int
-		conn *rdma.Conn
-		err  error
-	}
-	results := make(chan result, len(mesh))
-	for r, conn := range mesh {
-		go func() {
-			cfg := base
-			cfg.Comm, cfg.Epoch, cfg.Self, cfg.Peer, cfg.Device = commID, epoch, rank, r, dev
-			rc, err := rdma.Connect(ctx, conn, cfg)
-			results <- result{r, rc, err}
-		}()
-	}
-	out := make(map[int]transport.Conn, len(mesh))
-	var first error
-	for range mesh {
-		res := <-results
-		switch {
-		case res.err == nil:
-			out[res.peer] = res.conn
-		case first == nil:
-			first = fmt.Errorf("rank %d: %w", res.peer, res.err)
-		}
-	}
-	if first != nil {
-		for _, c := range out {
-			c.Close()
-		}
-		return nil, first
-	}
-	return out, nil
 }
 
 // rendezvous is rank 0's side of the bootstrap: it collects one join from
@@ -497,6 +371,13 @@ func (rv *rendezvous) run(ctx context.Context, log interface{ Warn(string, ...an
 		}
 	}
 	table := wire.Msg{Type: wire.Table, Ranks: infos}
+	if _, err := rand.Read(table.Nonce[:]); err != nil {
+		for _, conn := range conns {
+			conn.Close()
+		}
+		rv.result <- rendezvousResult{err: fmt.Errorf("job nonce: %w", err)}
+		return
+	}
 	for r, conn := range conns {
 		if err := sendMsg(ctx, conn, &table); err != nil {
 			for _, conn := range conns {
@@ -559,32 +440,19 @@ type tcpFabric struct {
 	addrs  []string // every rank's data listener
 }
 
-// connect opens TCP connections of generation gen to peers through the
-// data listeners, wrapped by the communicator's emulated fabric if it has
-// one.
+// connect opens connections of generation gen to peers through the data
+// listeners, with the transport package setup chooses for each pair, and
+// wrapped by the communicator's emulated fabric if it has one.
 func (f *tcpFabric) connect(ctx context.Context, c *Communicator, gen uint32, peers []int) (map[int]transport.Conn, error) {
 	eps := make([]tcp.Endpoint, 0, len(peers))
 	for _, r := range peers {
 		eps = append(eps, tcp.Endpoint{Rank: r, Addr: f.addrs[r]})
 	}
-	mesh, err := tcp.Connect(ctx, tcp.MeshConfig{Self: c.rank, Comm: c.id, Epoch: gen, Secret: f.secret[:],
-		Streams: f.cfg.streams, Options: f.cfg.tcpOptions(), Listener: f.ln}, eps)
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[int]transport.Conn, len(mesh))
-	for r, conn := range mesh {
-		out[r] = conn
-	}
-	if f.cfg.transport == TransportRDMA {
-		if out, err = rdmaLinks(ctx, c.id, gen, c.rank, mesh, f.cfg.log); err != nil {
-			for _, conn := range mesh {
-				conn.Close()
-			}
-			return nil, err
-		}
-	}
-	return wrapEmulated(c.emu, c.rank, out)
+	return setup.Connect(ctx, setup.Config{Policy: f.cfg.transport,
+		Mesh: tcp.MeshConfig{Self: c.rank, Comm: c.id, Epoch: gen, Secret: f.secret[:],
+			Streams: f.cfg.streams, Options: f.cfg.tcpOptions(), Listener: f.ln},
+		SameHost:     func(r int) bool { return c.hosts[r] == c.hosts[c.rank] },
+		CMAThreshold: f.cfg.cmaThreshold, Emulation: c.emu, Log: logx.For(c.log, logx.Rewire)}, eps)
 }
 
 func (f *tcpFabric) emulator(c *Communicator) *emu.Fabric { return c.emu }
@@ -601,7 +469,7 @@ func (f *tcpFabric) split(ctx context.Context, p *opPeers, childID uint64, group
 	if group != nil && self == 0 {
 		host, _, _ := net.SplitHostPort(f.ln.Addr().String())
 		ln, err := tcp.Listen(net.JoinHostPort(host, "0"), child.Secret[:],
-			listenFilter(tcp.PurposeRendezvous, commIDOf(child)), c.log)
+			listenFilter(tcp.PurposeRendezvous, commIDOf(child)), logx.For(c.log, logx.Init))
 		if err != nil {
 			return nil, fmt.Errorf("split: rendezvous listener: %w", err)
 		}

@@ -7,12 +7,6 @@ import (
 	"github.com/occl/occl/transport"
 )
 
-// Workspace slots used by the communicator itself; schedules use the low
-// slots.
-const (
-	slotInput = 16 // private copy of an input the schedule overwrites
-)
-
 // Buffers passed to an operation belong to it until it completes: for the
 // blocking forms until they return, for Async forms until the Request is
 // done. After a failed operation the contents of its output buffers are
@@ -54,8 +48,11 @@ func checkPair(send, recv Buffer) error {
 	return nil
 }
 
-// wait blocks until r completes. Operations are bounded by their own
-// deadlines, so this cannot hang.
+// wait blocks until r completes. It needs no context of its own: a request
+// whose context ends while it is queued is withdrawn at once (see submit),
+// and a running one is bounded by its context, so this returns at the
+// deadline wherever the request is. It does not return before the request
+// completes, since the request's buffers are in use until then.
 func wait(r *Request) error {
 	<-r.done
 	return r.err
@@ -85,11 +82,8 @@ func (c *Communicator) AllReduceAsync(ctx context.Context, send, recv Buffer, op
 	}
 	dt, n := send.dt, send.Len()
 	return c.submit(ctx, name, collHeader(algo.OpAllReduce, dt, op, 0, n), func(ctx context.Context, p *opPeers) error {
-		var src []byte
-		if !same(send.b, recv.b) {
-			src = send.b
-		}
-		if err := c.allReduce(ctx, p, src, recv.b, dt, op); err != nil {
+		err := c.runSchedule(ctx, algo.OpAllReduce, len(recv.b), algo.Args{Peers: p, Src: send.b, Dst: recv.b, DType: dt, Op: op.Combiner()})
+		if err != nil {
 			return err
 		}
 		algo.Finalize(recv.b, dt, op, c.size)
@@ -97,38 +91,22 @@ func (c *Communicator) AllReduceAsync(ctx context.Context, send, recv Buffer, op
 	})
 }
 
-// allReduce runs the chosen AllReduce schedule, without Avg's final
-// division. The result lands in data; src, if not nil, is the input (read
-// only), else data holds the input.
-func (c *Communicator) allReduce(ctx context.Context, p *opPeers, src, data []byte, dt DType, op Op) error {
-	if c.size == 1 || len(data) == 0 {
-		if src != nil {
-			copy(data, src)
-		}
-		return nil
+// runSchedule runs collective op on bytes bytes with the schedule
+// Algorithm chooses, completing args with what every schedule takes from the
+// communicator. With nothing to exchange (one rank, an empty buffer) it
+// chooses nothing: the schedules then only copy.
+func (c *Communicator) runSchedule(ctx context.Context, op algo.Collective, bytes int, args algo.Args) error {
+	l := c.lay()
+	args.WS, args.Chunk, args.Hosts = &c.ws, c.cfg.chunk, l.hostGroups
+	if l.topo != nil {
+		args.Ring = l.topo.Ring
 	}
-	red := op.Combiner()
-	a := c.Algorithm(algo.OpAllReduce, len(data))
-	switch a {
-	case algo.AlgoRing:
-		rp, _ := c.ringPeers(p)
-		return algo.AllReduceRingFrom(ctx, rp, &c.ws, src, data, dt, red, c.cfg.chunk)
-	case algo.AlgoHierarchical:
-		return algo.AllReduceHierarchical(ctx, p, &c.ws, src, data, dt, red, c.lay().hostGroups, c.cfg.chunk)
-	case algo.AlgoGateway:
-		return algo.AllReduceGateway(ctx, p, &c.ws, src, data, dt, red, c.lay().hostGroups, c.cfg.chunk)
-	case algo.Algo2D:
-		return algo.AllReduce2D(ctx, p, &c.ws, src, data, dt, red, c.lay().hostGroups, c.cfg.chunk)
+	a := algo.AlgoAuto
+	if c.size > 1 && bytes > 0 {
+		a = c.choose(l, op, bytes)
+		c.logChoice(ctx, op, bytes, a, nil)
 	}
-	if src != nil {
-		copy(data, src)
-	}
-	switch a {
-	case algo.AlgoRHD:
-		return algo.AllReduceRHD(ctx, p, &c.ws, data, dt, red)
-	default:
-		return algo.AllReduceRD(ctx, p, &c.ws, data, dt, red)
-	}
+	return algo.Run(ctx, op, a, args)
 }
 
 // Broadcast copies root's send buffer into recv on every rank. recv has the
@@ -160,13 +138,7 @@ func (c *Communicator) BroadcastAsync(ctx context.Context, send, recv Buffer, ro
 		return c.failedRequest(name, err)
 	}
 	return c.submit(ctx, name, collHeader(algo.OpBroadcast, recv.dt, 0, root, recv.Len()), func(ctx context.Context, p *opPeers) error {
-		if isRoot && !same(send.b, recv.b) {
-			copy(recv.b, send.b)
-		}
-		if c.size == 1 || len(recv.b) == 0 {
-			return nil
-		}
-		return algo.BroadcastTree(ctx, p, recv.b, root, c.cfg.chunk)
+		return c.runSchedule(ctx, algo.OpBroadcast, len(recv.b), algo.Args{Peers: p, Src: send.b, Dst: recv.b, Root: root})
 	})
 }
 
@@ -201,31 +173,12 @@ func (c *Communicator) ReduceAsync(ctx context.Context, send, recv Buffer, op Op
 	}
 	dt, n := send.dt, send.Len()
 	return c.submit(ctx, name, collHeader(algo.OpReduce, dt, op, root, n), func(ctx context.Context, p *opPeers) error {
-		var data []byte
-		if isRoot {
-			data = recv.b
-			if !same(send.b, recv.b) {
-				copy(data, send.b)
-			}
-		} else {
-			// Schedules accumulate into the buffer; keep the caller's input.
-			data = c.ws.Get(slotInput, len(send.b))
-			copy(data, send.b)
-		}
-		if c.size > 1 && len(data) > 0 {
-			red := op.Combiner()
-			var err error
-			if c.Algorithm(algo.OpReduce, len(data)) == algo.AlgoRing {
-				err = algo.ReduceRing(ctx, p, &c.ws, data, dt, red, root, c.cfg.chunk)
-			} else {
-				err = algo.ReduceTree(ctx, p, &c.ws, data, dt, red, root)
-			}
-			if err != nil {
-				return err
-			}
+		err := c.runSchedule(ctx, algo.OpReduce, len(send.b), algo.Args{Peers: p, Src: send.b, Dst: recv.b, DType: dt, Op: op.Combiner(), Root: root})
+		if err != nil {
+			return err
 		}
 		if isRoot {
-			algo.Finalize(data, dt, op, c.size)
+			algo.Finalize(recv.b, dt, op, c.size)
 		}
 		return nil
 	})
@@ -267,17 +220,7 @@ func (c *Communicator) AllGatherAsync(ctx context.Context, send, recv Buffer) *R
 		return c.failedRequest(name, err)
 	}
 	return c.submit(ctx, name, collHeader(algo.OpAllGather, send.dt, 0, 0, send.Len()), func(ctx context.Context, p *opPeers) error {
-		copy(mine, send.b)
-		if c.size == 1 || nb == 0 {
-			return nil
-		}
-		if c.Algorithm(algo.OpAllGather, len(recv.b)) == algo.AlgoHierarchical {
-			return algo.AllGatherHierarchical(ctx, p, &c.ws, recv.b, nb, c.lay().hostGroups, c.cfg.chunk)
-		}
-		rp, order := c.ringPeers(p)
-		offs, lens := c.blocks(nb)
-		offs, lens = permute(order, offs, lens)
-		return algo.AllGatherRing(ctx, rp, recv.b, offs, lens, c.cfg.chunk)
+		return c.runSchedule(ctx, algo.OpAllGather, len(recv.b), algo.Args{Peers: p, Src: send.b, Dst: recv.b, Block: nb})
 	})
 }
 
@@ -311,34 +254,10 @@ func (c *Communicator) ReduceScatterAsync(ctx context.Context, send, recv Buffer
 	}
 	dt, n := recv.dt, recv.Len()
 	return c.submit(ctx, name, collHeader(algo.OpReduceScatter, dt, op, 0, n), func(ctx context.Context, p *opPeers) error {
-		data := send.b
-		var src []byte
-		if !inPlace {
-			// Reduce out of place into scratch, leaving send untouched.
-			data, src = c.ws.Get(slotInput, len(send.b)), send.b
+		err := c.runSchedule(ctx, algo.OpReduceScatter, len(send.b), algo.Args{Peers: p, Src: send.b, Dst: recv.b, DType: dt, Op: op.Combiner(), Block: nb})
+		if err != nil {
+			return err
 		}
-		segs := make([]int, c.size+1)
-		for i := range segs {
-			segs[i] = i * n
-		}
-		if nb > 0 && c.size > 1 {
-			var err error
-			if c.Algorithm(algo.OpReduceScatter, len(send.b)) == algo.AlgoHierarchical {
-				err = algo.ReduceScatterHierarchical(ctx, p, &c.ws, src, data, dt, op.Combiner(), nb, c.lay().hostGroups, c.cfg.chunk)
-			} else if rp, order := c.ringPeers(p); order != nil {
-				offs, lens := c.blocks(nb)
-				offs, lens = permute(order, offs, lens)
-				err = algo.ReduceScatterRingBlocks(ctx, rp, &c.ws, src, data, dt, op.Combiner(), offs, lens, c.cfg.chunk)
-			} else {
-				err = algo.ReduceScatterRingFrom(ctx, p, &c.ws, src, data, dt, op.Combiner(), segs, c.cfg.chunk)
-			}
-			if err != nil {
-				return err
-			}
-		} else if src != nil {
-			copy(data, src)
-		}
-		copy(recv.b, data[c.rank*nb:(c.rank+1)*nb])
 		algo.Finalize(recv.b, dt, op, c.size)
 		return nil
 	})
@@ -389,16 +308,7 @@ func (c *Communicator) GatherAsync(ctx context.Context, send, recv Buffer, root 
 		return c.failedRequest(name, err)
 	}
 	return c.submit(ctx, name, collHeader(algo.OpGather, send.dt, 0, root, send.Len()), func(ctx context.Context, p *opPeers) error {
-		offs, lens := c.blocks(nb)
-		data := recv.b
-		if isRoot {
-			copy(data[root*nb:(root+1)*nb], send.b)
-		} else {
-			// Off the root only this rank's block is read; point at it.
-			offs[c.rank] = 0
-			data = send.b
-		}
-		return algo.GatherLinear(ctx, p, data, offs, lens, root)
+		return c.runSchedule(ctx, algo.OpGather, nb, algo.Args{Peers: p, Src: send.b, Dst: recv.b, Root: root, Block: nb})
 	})
 }
 
@@ -430,8 +340,7 @@ func (c *Communicator) ScatterAsync(ctx context.Context, send, recv Buffer, root
 		return c.failedRequest(name, err)
 	}
 	return c.submit(ctx, name, collHeader(algo.OpScatter, recv.dt, 0, root, recv.Len()), func(ctx context.Context, p *opPeers) error {
-		offs, lens := c.blocks(nb)
-		return algo.ScatterLinear(ctx, p, send.b, offs, lens, root, recv.b)
+		return c.runSchedule(ctx, algo.OpScatter, nb, algo.Args{Peers: p, Src: send.b, Dst: recv.b, Root: root, Block: nb})
 	})
 }
 
@@ -443,9 +352,6 @@ func (c *Communicator) Barrier(ctx context.Context) error {
 // BarrierAsync is the non-blocking form of Barrier.
 func (c *Communicator) BarrierAsync(ctx context.Context) *Request {
 	return c.submit(ctx, "Barrier", collHeader(algo.OpBarrier, 0, 0, 0, 0), func(ctx context.Context, p *opPeers) error {
-		if c.size == 1 {
-			return nil
-		}
-		return algo.BarrierDissemination(ctx, p)
+		return c.runSchedule(ctx, algo.OpBarrier, 0, algo.Args{Peers: p})
 	})
 }

@@ -13,6 +13,17 @@
 // operations fail with the same *PeerError, within a few seconds and never
 // by hanging. A failed communicator cannot be used again; close it and make
 // a new one.
+//
+// Deadlines hold wherever an operation waits. An operation whose context
+// ends while it is still queued is withdrawn: it never starts, touches
+// neither its buffers nor the wire, returns its context's error, and the
+// communicator stays usable, as if the operation had never been issued (the
+// collectives queued after it take its sequence number). Ranks must then
+// agree, as for any collective: a rank that ran it meanwhile sees this rank
+// as not calling it (a mismatch or a timeout). An operation whose context
+// ends while it runs may have exchanged part of its data with its peers, so
+// it fails the communicator with ErrTimeout (or ErrAborted if the context
+// was cancelled).
 package comm
 
 import (
@@ -27,22 +38,22 @@ import (
 	"time"
 
 	"github.com/occl/occl/algo"
+	"github.com/occl/occl/internal/logx"
 	"github.com/occl/occl/transport"
 	"github.com/occl/occl/transport/emu"
-	"github.com/occl/occl/transport/mem"
-	"github.com/occl/occl/transport/rdma"
-	"github.com/occl/occl/transport/shm"
-	"github.com/occl/occl/transport/tcp"
 )
 
 // Communicator is one rank's handle on a group of ranks. Its methods are
 // safe for concurrent use; operations run in the order they were issued.
 type Communicator struct {
 	id    uint64
+	nonce [16]byte // the job nonce rank 0 chose
 	rank  int
 	size  int
 	cfg   config
 	log   *slog.Logger
+	// tune logs the choice of schedules (subsystem TUNE).
+	tune  *slog.Logger
 	epoch atomic.Uint32
 	// linkGen counts rewire attempts; it names their new connections.
 	linkGen uint32
@@ -99,10 +110,11 @@ type Communicator struct {
 
 // newCommunicator assembles a communicator from what a bootstrap produced
 // and starts its worker.
-func newCommunicator(id uint64, rank int, hostIDs []string, conns []transport.Conn, ctrl controlPlane, fab fabric, cfg config) *Communicator {
+func newCommunicator(id uint64, nonce [16]byte, rank int, hostIDs []string, conns []transport.Conn, ctrl controlPlane, fab fabric, cfg config) *Communicator {
 	size := len(hostIDs)
 	c := &Communicator{
 		id:      id,
+		nonce:   nonce,
 		rank:    rank,
 		size:    size,
 		cfg:     cfg,
@@ -130,8 +142,12 @@ func newCommunicator(id uint64, rank int, hostIDs []string, conns []transport.Co
 	}
 	c.localRank, c.localSize = localPosition(rank, hostIDs)
 	c.fabricRanks = cfg.fabricRanks
+	c.tune = logx.For(c.log, logx.Tune)
 	c.peers.c = c
 	c.setupModel()
+	if rank == 0 {
+		c.logSettings()
+	}
 	go c.worker()
 	return c
 }
@@ -144,6 +160,13 @@ func (c *Communicator) Size() int { return c.size }
 
 // ID returns the communicator id carried in every frame.
 func (c *Communicator) ID() uint64 { return c.id }
+
+// JobNonce returns a random value that rank 0 chose when the communicator
+// was created and gave every rank: the same on every rank, different for
+// every job (and every Init, NewLocal or Split) even when the communicator
+// id repeats, as it does for jobs given the same secret. It names this job's
+// requests to services that outlive jobs, such as the OCS controller.
+func (c *Communicator) JobNonce() [16]byte { return c.nonce }
 
 // Epoch returns the current topology epoch.
 func (c *Communicator) Epoch() uint32 { return c.epoch.Load() }
@@ -184,8 +207,10 @@ type Request struct {
 	target uint64
 	ctx    context.Context
 	fn     func(ctx context.Context, p *opPeers) error
-	done   chan struct{}
-	err    error
+	// stop cancels the withdrawal armed on ctx while r is queued.
+	stop func() bool
+	done chan struct{}
+	err  error
 }
 
 // Wait blocks until the operation completes and returns its error. If ctx
@@ -213,6 +238,9 @@ func (r *Request) Test() (bool, error) {
 func (r *Request) Done() <-chan struct{} { return r.done }
 
 func (r *Request) finish(err error) {
+	if r.stop != nil {
+		r.stop()
+	}
 	r.err = err
 	r.fn = nil
 	close(r.done)
@@ -241,12 +269,62 @@ func (c *Communicator) enqueue(r *Request) *Request {
 		r.seq = c.seq
 	}
 	c.pending = append(c.pending, r)
+	if r.ctx.Done() != nil {
+		// A request whose context ends while it is queued is withdrawn
+		// without starting; once the worker has taken it, withdraw finds
+		// nothing to do and the running operation honours ctx itself.
+		r.stop = context.AfterFunc(r.ctx, func() { c.withdraw(r) })
+	}
 	c.mu.Unlock()
 	select {
 	case c.wake <- struct{}{}:
 	default:
 	}
 	return r
+}
+
+// withdraw removes r from the queue if it has not started and completes it
+// with its context's error. The collectives queued after it take the
+// sequence numbers down by one, so this rank's sequence is the one it would
+// have had if r had never been issued.
+func (c *Communicator) withdraw(r *Request) {
+	c.mu.Lock()
+	ok := c.unqueue(r)
+	c.mu.Unlock()
+	if ok {
+		r.finish(r.withdrawn())
+	}
+}
+
+// unqueue removes r from the pending queue and renumbers the collectives
+// after it. It reports whether r was queued. c.mu is held.
+func (c *Communicator) unqueue(r *Request) bool {
+	i := 0
+	for i < len(c.pending) && c.pending[i] != r {
+		i++
+	}
+	if i == len(c.pending) {
+		return false
+	}
+	rest := c.pending[i+1:]
+	copy(c.pending[i:], rest)
+	c.pending[len(c.pending)-1] = nil
+	c.pending = c.pending[:len(c.pending)-1]
+	if r.hdr.Kind == transport.KindCollective {
+		for _, q := range c.pending[i:] {
+			if q.hdr.Kind == transport.KindCollective {
+				q.seq--
+			}
+		}
+		c.seq--
+	}
+	return true
+}
+
+// withdrawn is the error of a request whose context ended before it
+// started.
+func (r *Request) withdrawn() error {
+	return &OpError{Rank: r.c.rank, Op: r.name, Err: fmt.Errorf("withdrawn before it started: %w", r.ctx.Err())}
 }
 
 // failedRequest returns a completed request carrying err, for arguments
@@ -265,6 +343,13 @@ func (c *Communicator) worker() {
 		var r *Request
 		if len(c.pending) > 0 {
 			r = c.pending[0]
+			if r.ctx.Err() != nil {
+				// Its context ended before the withdrawal ran.
+				c.unqueue(r)
+				c.mu.Unlock()
+				r.finish(r.withdrawn())
+				continue
+			}
 			c.pending[0] = nil
 			c.pending = c.pending[1:]
 		}
@@ -305,11 +390,12 @@ func (c *Communicator) run(r *Request) error {
 	start := time.Now()
 	err := r.fn(ctx, p)
 	if err == nil {
-		if pe := c.failErr.Load(); pe != nil && r.hdr.Kind == transport.KindCollective {
+		if pe := c.failErr.Load(); pe != nil {
 			// The operation completed locally, but the communicator
-			// failed meanwhile; its result may still be fine, so report
-			// success and let the next operation see the failure.
-			c.log.Debug("occl: operation completed after the communicator failed", "op", r.name, "seq", r.seq)
+			// failed while it ran: it was pending when the failure came,
+			// and pending operations fail, on every rank alike (a peer
+			// may not have completed it).
+			return &OpError{Rank: c.rank, Op: r.name, Seq: r.seq, Err: pe}
 		}
 		return nil
 	}
@@ -423,7 +509,7 @@ func (c *Communicator) fail(pe *PeerError) {
 	c.failOnce.Do(func() {
 		c.failErr.Store(pe)
 		close(c.failed)
-		c.log.Warn("occl: communicator failed", "err", pe)
+		logx.For(c.log, logx.Coll).Warn("occl: communicator failed", "err", pe)
 		c.mu.Lock()
 		conns := append([]transport.Conn(nil), c.conns...)
 		c.mu.Unlock()
@@ -591,15 +677,12 @@ func (c *Communicator) Algorithm(op algo.Collective, bytes int) algo.Algorithm {
 	if op == algo.OpAllToAll || op == algo.OpAllToAllV {
 		return c.AllToAllAlgorithm(algo.UniformBytes(c.size, bytes/c.size))
 	}
-	if f := c.cfg.algo; f != algo.AlgoAuto && c.applicable(op, f) {
-		return f
-	}
-	if c.lay().model != nil {
-		if a, _ := c.lay().model.Choose(op, bytes); a != algo.AlgoAuto && c.applicable(op, a) {
-			return a
-		}
-	}
-	return algo.Select(op, bytes, c.size, algo.AlgoAuto)
+	return c.choose(c.lay(), op, bytes)
+}
+
+// choose is Algorithm on the layout l.
+func (c *Communicator) choose(l *layout, op algo.Collective, bytes int) algo.Algorithm {
+	return algo.Choose(op, bytes, c.size, l.topo, l.model, c.cfg.algo)
 }
 
 // TransportName names the transports the communicator's connections use:
@@ -614,7 +697,7 @@ func (c *Communicator) TransportName() string {
 		if conn == nil {
 			continue
 		}
-		n := transportName(conn)
+		n := transport.Name(conn)
 		if !seen[n] {
 			seen[n] = true
 			names = append(names, n)
@@ -625,20 +708,4 @@ func (c *Communicator) TransportName() string {
 	}
 	sort.Strings(names)
 	return strings.Join(names, "+")
-}
-
-func transportName(conn transport.Conn) string {
-	switch c := conn.(type) {
-	case *tcp.Conn:
-		return "tcp"
-	case *mem.Conn:
-		return "mem"
-	case *shm.Conn:
-		return "shm"
-	case *rdma.Conn:
-		return "rdma"
-	case *emu.Conn:
-		return "emu(" + transportName(c.Unwrap()) + ")"
-	}
-	return fmt.Sprintf("%T", conn)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/valyala/bytebufferpool"
 
 	"github.com/occl/occl/comm/internal/wire"
+	"github.com/occl/occl/internal/logx"
 	"github.com/occl/occl/transport"
 	"github.com/occl/occl/transport/tcp"
 )
@@ -155,7 +156,7 @@ type ctrlClient struct {
 }
 
 func newCtrlClient(rank int, conn *tcp.Conn, server *ctrlServer, cfg config, log *slog.Logger) *ctrlClient {
-	return &ctrlClient{conn: conn, server: server, hb: cfg.heartbeat, hbTO: cfg.heartbeatTimeout, log: log,
+	return &ctrlClient{conn: conn, server: server, hb: cfg.heartbeat, hbTO: cfg.heartbeatTimeout, log: logx.For(log, logx.Net),
 		sm: newCtrlMember(rank, time.Now(), cfg.heartbeatTimeout), done: make(chan struct{})}
 }
 
@@ -274,7 +275,7 @@ type ctrlServer struct {
 func newCtrlServer(conns []*tcp.Conn, cfg config, log *slog.Logger) *ctrlServer {
 	n := len(conns)
 	s := &ctrlServer{
-		hb: cfg.heartbeat, hbTO: cfg.heartbeatTimeout, log: log,
+		hb: cfg.heartbeat, hbTO: cfg.heartbeatTimeout, log: logx.For(log, logx.Net),
 		conns: conns, wmu: make([]sync.Mutex, n),
 		sm:      newCtrlRoot(n, time.Now(), cfg.heartbeatTimeout, lostGrace/4),
 		allLeft: make(chan struct{}), done: make(chan struct{}),

@@ -21,10 +21,11 @@ type Launch struct {
 	LocalRank int // -1 if the launcher did not say
 	LocalSize int // -1 if the launcher did not say
 	ID        UniqueID
-	// DerivedSecret is true when the secret was derived from the job's
-	// identity rather than given in OCCL_SECRET or OCCL_UNIQUE_ID: it
-	// keeps jobs apart but is not secret from other users of the hosts.
-	DerivedSecret bool
+	// Unauthenticated is true when the environment holds no secret
+	// (OCCL_UNIQUE_ID, OCCL_SECRET or OCCL_SECRET_FILE): ID.Secret is then
+	// zero and the communicator runs with authentication off (see
+	// UniqueID.Authenticated).
+	Unauthenticated bool
 }
 
 // InitFromEnv joins the communicator of a job started by torchrun, mpirun
@@ -34,9 +35,6 @@ func InitFromEnv(ctx context.Context, opts ...Option) (*Communicator, error) {
 	l, err := DetectLaunch()
 	if err != nil {
 		return nil, err
-	}
-	if l.DerivedSecret {
-		defaultLogger().Info("occl: no OCCL_SECRET set; using a secret derived from the job id", "launcher", l.Launcher)
 	}
 	return Init(ctx, l.ID, l.Rank, l.Size, opts...)
 }
@@ -54,8 +52,16 @@ func InitFromEnv(ctx context.Context, opts ...Option) (*Communicator, error) {
 // MASTER_ADDR:MASTER_PORT (under torchrun, whose own store holds
 // MASTER_PORT, occl uses MASTER_PORT+1), else for Slurm the first node of
 // the allocation and for single-host Open MPI or PMI jobs 127.0.0.1, with a
-// port derived from the job id. The secret is OCCL_SECRET (32 hex digits),
-// else derived from the job id.
+// port derived from the job id.
+//
+// The secret is OCCL_SECRET (32 hex digits), else read from the file
+// OCCL_SECRET_FILE (32 hex digits, or at least 16 bytes of any content,
+// hashed), for example on a filesystem the job's hosts share and other
+// users cannot read. None of the supported launchers exports a secret of
+// its own, and nothing computable from the environment is secret (under
+// torchrun every variable is known to whoever can reach the rendezvous), so
+// without either the secret is zero, authentication is off, and rank 0
+// says so at WARN level.
 func DetectLaunch() (Launch, error) {
 	l := Launch{LocalRank: -1, LocalSize: -1}
 	get := os.Getenv
@@ -116,6 +122,7 @@ func DetectLaunch() (Launch, error) {
 			return l, err
 		}
 		l.ID = id
+		l.Unauthenticated = !id.Authenticated()
 		return l, nil
 	}
 	addr, err := rendezvousAddr(l)
@@ -123,18 +130,44 @@ func DetectLaunch() (Launch, error) {
 		return l, err
 	}
 	l.ID.Addr = addr
-	if v := get("OCCL_SECRET"); v != "" {
+	switch v, file := get("OCCL_SECRET"), get("OCCL_SECRET_FILE"); {
+	case v != "":
 		b, err := hex.DecodeString(strings.TrimSpace(v))
 		if err != nil || len(b) != len(l.ID.Secret) {
 			return l, fmt.Errorf("occl: OCCL_SECRET must be %d hex digits", 2*len(l.ID.Secret))
 		}
 		copy(l.ID.Secret[:], b)
-	} else {
-		sum := sha256.Sum256([]byte("occl-job-secret\x00" + jobKey() + "\x00" + addr))
-		copy(l.ID.Secret[:], sum[:])
-		l.DerivedSecret = true
+	case file != "":
+		if l.ID.Secret, err = readSecretFile(file); err != nil {
+			return l, err
+		}
+	default:
+		l.Unauthenticated = true
+	}
+	if l.ID.Secret == ([16]byte{}) {
+		l.Unauthenticated = true
 	}
 	return l, nil
+}
+
+// readSecretFile reads the secret in path: 32 hex digits, or any content
+// of at least 16 bytes, hashed.
+func readSecretFile(path string) ([16]byte, error) {
+	var s [16]byte
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return s, fmt.Errorf("occl: OCCL_SECRET_FILE: %w", err)
+	}
+	if h, err := hex.DecodeString(strings.TrimSpace(string(b))); err == nil && len(h) == len(s) {
+		copy(s[:], h)
+		return s, nil
+	}
+	if len(b) < len(s) {
+		return s, fmt.Errorf("occl: OCCL_SECRET_FILE %s holds %d bytes; it needs 32 hex digits or at least %d bytes", path, len(b), len(s))
+	}
+	sum := sha256.Sum256(append([]byte("occl-secret-file\x00"), b...))
+	copy(s[:], sum[:])
+	return s, nil
 }
 
 // rendezvousAddr picks the rank-0 address for a launch without

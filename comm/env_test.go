@@ -1,8 +1,15 @@
 package comm_test
 
 import (
+	"bytes"
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/occl/occl/comm"
 )
@@ -14,7 +21,7 @@ func clearLaunchEnv(t *testing.T) {
 		"MASTER_PORT", "TORCHELASTIC_RUN_ID", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
 		"OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE",
 		"SLURM_JOB_NODELIST", "SLURM_STEP_NODELIST", "SLURM_JOB_ID", "SLURM_STEP_ID", "PMI_RANK", "PMI_SIZE",
-		"MPI_LOCALRANKID", "MPI_LOCALNRANKS", "OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE", "PMI_ID"} {
+		"MPI_LOCALRANKID", "MPI_LOCALNRANKS", "OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE", "PMI_ID", "OCCL_SECRET_FILE"} {
 		t.Setenv(k, "")
 	}
 }
@@ -31,7 +38,7 @@ func TestDetectTorchrun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l.Launcher != "torchrun" || l.Rank != 3 || l.Size != 8 || l.LocalRank != 1 || l.LocalSize != 2 || l.ID.Addr != "10.0.0.5:29500" || !l.DerivedSecret {
+	if l.Launcher != "torchrun" || l.Rank != 3 || l.Size != 8 || l.LocalRank != 1 || l.LocalSize != 2 || l.ID.Addr != "10.0.0.5:29500" || !l.Unauthenticated {
 		t.Fatalf("%+v", l)
 	}
 	// Under torchelastic the agent's store owns MASTER_PORT.
@@ -43,12 +50,13 @@ func TestDetectTorchrun(t *testing.T) {
 	if l2.ID.Addr != "10.0.0.5:29501" {
 		t.Fatalf("torchelastic address %s", l2.ID.Addr)
 	}
-	if l2.ID.Secret == l.ID.Secret {
-		t.Fatal("derived secret ignores the job id")
+	// Nothing in torchrun's environment is secret: no secret is made of it.
+	if l.ID.Secret != ([16]byte{}) || l2.ID.Secret != ([16]byte{}) || !l2.Unauthenticated {
+		t.Fatalf("a secret computed from public variables: %x, %x", l.ID.Secret, l2.ID.Secret)
 	}
 	t.Setenv("OCCL_SECRET", strings.Repeat("ab", 16))
 	l3, _ := comm.DetectLaunch()
-	if l3.DerivedSecret || l3.ID.Secret[0] != 0xab {
+	if l3.Unauthenticated || l3.ID.Secret[0] != 0xab {
 		t.Fatalf("OCCL_SECRET ignored: %+v", l3)
 	}
 }
@@ -106,7 +114,7 @@ func TestDetectOverrides(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l.Launcher != "occl" || l.Rank != 0 || l.Size != 3 || l.ID != id || l.DerivedSecret {
+	if l.Launcher != "occl" || l.Rank != 0 || l.Size != 3 || l.ID != id || l.Unauthenticated {
 		t.Fatalf("%+v", l)
 	}
 }
@@ -177,4 +185,128 @@ func TestParseSize(t *testing.T) {
 			t.Errorf("ParseSize(%q) accepted", bad)
 		}
 	}
+}
+
+// TestSecretFile: OCCL_SECRET_FILE gives the secret, as 32 hex digits or
+// as at least 16 bytes of anything; a short or missing file is an error.
+func TestSecretFile(t *testing.T) {
+	clearLaunchEnv(t)
+	t.Setenv("OCCL_RANK", "0")
+	t.Setenv("OCCL_WORLD_SIZE", "2")
+	t.Setenv("OCCL_RENDEZVOUS", "10.0.0.5:7000")
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	t.Setenv("OCCL_SECRET_FILE", write("hex", strings.Repeat("cd", 16)+"\n"))
+	l, err := comm.DetectLaunch()
+	if err != nil || l.Unauthenticated || l.ID.Secret != [16]byte(bytes.Repeat([]byte{0xcd}, 16)) {
+		t.Fatalf("hex secret file: %+v %v", l, err)
+	}
+	t.Setenv("OCCL_SECRET_FILE", write("raw", "\x00\x01 random bytes from /dev/urandom"))
+	l2, err := comm.DetectLaunch()
+	if err != nil || l2.Unauthenticated || l2.ID.Secret == ([16]byte{}) || l2.ID.Secret == l.ID.Secret {
+		t.Fatalf("raw secret file: %+v %v", l2, err)
+	}
+	t.Setenv("OCCL_SECRET_FILE", write("short", "tiny"))
+	if _, err := comm.DetectLaunch(); err == nil {
+		t.Fatal("a 4-byte secret file accepted")
+	}
+	t.Setenv("OCCL_SECRET_FILE", filepath.Join(dir, "missing"))
+	if _, err := comm.DetectLaunch(); err == nil {
+		t.Fatal("a missing secret file accepted")
+	}
+}
+
+// TestAuthenticationOffWarns: a communicator without a secret runs with
+// authentication off, and rank 0 (only) says so at WARN level, naming how
+// to turn it on; with a secret nothing is said.
+func TestAuthenticationOffWarns(t *testing.T) {
+	for _, secret := range []bool{false, true} {
+		id, err := comm.NewUniqueIDAt("127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !secret {
+			id.Secret = [16]byte{}
+		}
+		if id.Authenticated() != secret {
+			t.Fatalf("Authenticated() = %v for secret %x", id.Authenticated(), id.Secret)
+		}
+		var logs [2]syncBuffer
+		comms := make([]*comm.Communicator, 2)
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		for r := range comms {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				log := slog.New(slog.NewTextHandler(&logs[r], &slog.HandlerOptions{Level: slog.LevelWarn}))
+				comms[r], errs[r] = comm.Init(ctx, id, r, 2, comm.WithLogger(log), comm.WithTransport(comm.TransportTCP))
+			}()
+		}
+		wg.Wait()
+		cancel()
+		for r, err := range errs {
+			if err != nil {
+				t.Fatalf("rank %d: %v", r, err)
+			}
+		}
+		closeAll(comms)
+		warned := strings.Count(logs[0].String(), "authentication is off")
+		named := strings.Contains(logs[0].String(), "OCCL_SECRET") && strings.Contains(logs[0].String(), "OCCL_SECRET_FILE")
+		switch {
+		case !secret && (warned != 1 || !named):
+			t.Fatalf("rank 0 without a secret logged:\n%s", logs[0].String())
+		case secret && warned != 0:
+			t.Fatalf("rank 0 with a secret logged:\n%s", logs[0].String())
+		case strings.Contains(logs[1].String(), "authentication is off"):
+			t.Fatalf("rank 1 warned too:\n%s", logs[1].String())
+		}
+	}
+}
+
+// TestUniqueIDSecret: NewUniqueID draws a fresh secret that survives its
+// String form, and Init authenticates with it: a process with another
+// secret is refused, the ranks holding it join.
+func TestUniqueIDSecret(t *testing.T) {
+	id, err := comm.NewUniqueIDAt("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := comm.NewUniqueIDAt("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := comm.ParseUniqueID(id.String())
+	if err != nil || back != id || !id.Authenticated() || id.Secret == other.Secret {
+		t.Fatalf("ids %v and %v, parsed back %v (%v)", id, other, back, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	root := make(chan error, 1)
+	var c0 *comm.Communicator
+	go func() {
+		var err error
+		c0, err = comm.Init(ctx, id, 0, 2, comm.WithTransport(comm.TransportTCP))
+		root <- err
+	}()
+	intruder := id
+	intruder.Secret = other.Secret
+	if _, err := comm.Init(ctx, intruder, 1, 2, comm.WithTransport(comm.TransportTCP)); err == nil || !strings.Contains(err.Error(), "authentication failed") {
+		t.Fatalf("a rank with another secret: %v, want an authentication failure", err)
+	}
+	c1, err := comm.Init(ctx, back, 1, 2, comm.WithTransport(comm.TransportTCP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-root; err != nil {
+		t.Fatal(err)
+	}
+	closeAll([]*comm.Communicator{c0, c1})
 }

@@ -43,3 +43,9 @@ func WithLinkFailure(rw Rewire, f func(rank int, step string) error) Rewire {
 	rw.linkFailure = f
 	return rw
 }
+
+// DataListenAddr returns the address of the data listener of c, a
+// communicator bootstrapped over TCP.
+func DataListenAddr(c *Communicator) string {
+	return c.fabric.(*tcpFabric).ln.Addr().String()
+}

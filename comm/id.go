@@ -21,6 +21,12 @@ type UniqueID struct {
 
 const idPrefix = "occl1:"
 
+// Authenticated reports whether the id carries a secret. An id whose secret
+// is zero runs with authentication off: the handshakes still run, with a
+// key anyone knows, so any process that reaches the listeners can join or
+// connect; rank 0 logs a warning once when such a communicator is created.
+func (id UniqueID) Authenticated() bool { return id.Secret != [16]byte{} }
+
 // NewUniqueID returns an id with a fresh secret and a free port on this
 // host's address. The address is OCCL_SOCKET_ADDR if set, else the
 // address of the interface OCCL_SOCKET_IFNAME selects (see InterfaceAddr),

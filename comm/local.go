@@ -2,12 +2,14 @@ package comm
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"sync"
 
 	"github.com/occl/occl/transport"
 	"github.com/occl/occl/transport/emu"
 	"github.com/occl/occl/transport/mem"
+	"github.com/occl/occl/transport/setup"
 )
 
 // NewLocal creates size communicators joined by the in-process transport,
@@ -48,24 +50,22 @@ func NewLocal(size int, opts ...Option) ([]*Communicator, error) {
 
 // emulate wraps every pipe of the group in one in-process emulated fabric.
 func (g *localGroup) emulate(cfg config, id uint64) error {
-	if !cfg.emulate {
-		return nil
-	}
 	var err error
-	g.fabric, err = emu.New(cfg.topology, cfg.emuConfig(id, true))
-	if err != nil {
-		return fmt.Errorf("emulated fabric: %w", err)
+	if g.fabric, err = emulate(cfg, id, true); err != nil || g.fabric == nil {
+		return err
 	}
-	for i := range g.conns {
-		for j, conn := range g.conns[i] {
-			if conn == nil {
-				continue
+	for i, row := range g.conns {
+		ends := make(map[int]transport.Conn, len(row))
+		for j, conn := range row {
+			if conn != nil {
+				ends[j] = conn
 			}
-			w, err := g.fabric.Wrap(conn, i, j)
-			if err != nil {
-				return fmt.Errorf("emulated fabric: %w", err)
-			}
-			g.conns[i][j] = w
+		}
+		if err := setup.Emulate(g.fabric, i, ends); err != nil {
+			return err
+		}
+		for j, conn := range ends {
+			row[j] = conn
 		}
 	}
 	return nil
@@ -80,10 +80,12 @@ type localGroup struct {
 	conns   [][]transport.Conn // conns[i][j]: rank i's end of the pipe to j
 	ctrl    *localControl
 	fabric  *emu.Fabric // emulated links, if any
+	nonce   [16]byte    // the job nonce of its communicators
 }
 
 func newLocalGroup(size int) *localGroup {
 	g := &localGroup{size: size, conns: make([][]transport.Conn, size), ctrl: &localControl{members: make([]*Communicator, size)}}
+	rand.Read(g.nonce[:]) // never fails (crypto/rand)
 	for i := range g.conns {
 		g.conns[i] = make([]transport.Conn, size)
 	}
@@ -97,7 +99,7 @@ func newLocalGroup(size int) *localGroup {
 }
 
 func (g *localGroup) member(rank int, id uint64, hostIDs []string, reg *localRegistry, cfg config) *Communicator {
-	c := newCommunicator(id, rank, hostIDs, g.conns[rank], &localMember{l: g.ctrl, rank: rank}, &localFabric{reg: reg, g: g}, cfg)
+	c := newCommunicator(id, g.nonce, rank, hostIDs, g.conns[rank], &localMember{l: g.ctrl, rank: rank}, &localFabric{reg: reg, g: g}, cfg)
 	g.ctrl.mu.Lock()
 	g.ctrl.members[rank] = c
 	g.ctrl.mu.Unlock()
@@ -154,7 +156,10 @@ func (f *localFabric) connect(ctx context.Context, c *Communicator, gen uint32, 
 		}
 	}
 	g.mu.Unlock()
-	return wrapEmulated(g.fabric, c.rank, out)
+	if err := setup.Emulate(g.fabric, c.rank, out); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 func (f *localFabric) emulator(*Communicator) *emu.Fabric { return f.g.fabric }

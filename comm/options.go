@@ -9,9 +9,11 @@ import (
 	"time"
 
 	"github.com/occl/occl/algo"
+	"github.com/occl/occl/internal/logx"
 	"github.com/occl/occl/topo"
 	"github.com/occl/occl/transport"
 	"github.com/occl/occl/transport/emu"
+	"github.com/occl/occl/transport/setup"
 	"github.com/occl/occl/transport/tcp"
 )
 
@@ -98,18 +100,18 @@ func WithHeartbeat(interval, timeout time.Duration) Option {
 const (
 	// TransportAuto uses shared memory between ranks on the same host and
 	// TCP between hosts.
-	TransportAuto = "auto"
+	TransportAuto = setup.PolicyAuto
 	// TransportTCP uses TCP between every pair.
-	TransportTCP = "tcp"
+	TransportTCP = setup.PolicyTCP
 	// TransportSHM requires shared memory between every pair (all ranks
 	// on one host).
-	TransportSHM = "shm"
+	TransportSHM = setup.PolicySHM
 	// TransportRDMA uses RDMA verbs between every pair (package
 	// transport/rdma), set up over the TCP connection: the device comes
 	// from OCCL_IB_HCA and OCCL_IB_GID_INDEX, and OCCL_IB_EMULATE=1 runs
 	// over emulated verbs where there is none. Without a usable device
 	// Init fails; there is no fallback.
-	TransportRDMA = "rdma"
+	TransportRDMA = setup.PolicyRDMA
 )
 
 // WithTransport chooses the transport (OCCL_TRANSPORT): TransportAuto,
@@ -259,17 +261,14 @@ func parseDuration(v string) (time.Duration, error) {
 // 1024), as nccl-tests does: "8", "64K", "1M", "2G".
 func ParseSize(v string) (int, error) { return transport.ParseSize(v) }
 
+// defaultLogger is the logger of communicators without WithLogger: text on
+// standard error, at the level of OCCL_DEBUG (default WARN) and for the
+// subsystems of OCCL_DEBUG_SUBSYS (see internal/logx).
 func defaultLogger() *slog.Logger {
-	level := slog.LevelWarn
-	switch strings.ToUpper(os.Getenv("OCCL_DEBUG")) {
-	case "INFO":
-		level = slog.LevelInfo
-	case "DEBUG", "TRACE":
-		level = slog.LevelDebug
-	case "ERROR":
-		level = slog.LevelError
-	case "NONE", "OFF":
-		return slog.New(slog.DiscardHandler)
+	cfg, err := logx.FromEnv()
+	l := logx.New(os.Stderr, cfg)
+	if err != nil {
+		l.Warn("occl: ignoring the debug settings", "err", err)
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	return l
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/occl/occl/algo"
 	"github.com/occl/occl/comm/internal/wire"
+	"github.com/occl/occl/internal/logx"
 	"github.com/occl/occl/transport"
 )
 
@@ -149,7 +150,7 @@ func (c *Communicator) onStall() {
 	w.next = min(2*w.next, maxStallInterval)
 	w.timer.Reset(w.next)
 	w.mu.Unlock()
-	c.log.Info("occl: operation stalled; asking every rank what it is running", "seq", seq)
+	logx.For(c.log, logx.Coll).Info("occl: operation stalled; asking every rank what it is running", "seq", seq)
 	c.ctrl.stalled(seq)
 }
 

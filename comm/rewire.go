@@ -12,6 +12,7 @@ import (
 
 	"github.com/occl/occl/algo"
 	"github.com/occl/occl/comm/internal/wire"
+	"github.com/occl/occl/internal/logx"
 	"github.com/occl/occl/topo"
 	"github.com/occl/occl/transport"
 )
@@ -46,16 +47,25 @@ import (
 //     ranks resume.
 //
 // If the switch, a connection or a verification fails, every rank returns
-// the same *RewireError, rank 0 restores the previous circuits
-// (Rewire.Rollback) if the switch had happened, the new connections are
-// closed and the communicator keeps working on the previous topology. A
-// rank that dies meanwhile, or ranks given different targets, fail the
-// communicator as in any operation; rank 0 still restores the previous
-// circuits if it had switched.
+// the same *RewireError, the new connections are closed and the
+// communicator keeps working on the previous topology. Unless the switch
+// definitely did not happen (Apply succeeded, or failed with an error that
+// does not wrap ErrNotSwitched: a controller that timed out or became
+// unreachable may have switched), rank 0 restores the previous circuits
+// (Rewire.Rollback) before it sends the verdict, and the verdict says
+// whether the restore succeeded. A rank that dies meanwhile, or ranks
+// given different targets, fail the communicator as in any operation;
+// rank 0 still restores the previous circuits unless nothing was switched.
 
 // ErrRewire is wrapped by every error of a rewire that left the
 // communicator working on its previous topology.
 var ErrRewire = errors.New("rewire failed; the communicator keeps its previous topology")
+
+// ErrNotSwitched is wrapped by an error of Rewire.Apply that is a definite
+// answer that nothing was switched (the controller refused the target, or
+// undid a partial switch itself). Any other error of Apply leaves the
+// outcome unknown, and rank 0 restores the previous circuits.
+var ErrNotSwitched = errors.New("the fabric was not switched")
 
 // Rewire describes one change of the fabric under a communicator.
 type Rewire struct {
@@ -64,14 +74,19 @@ type Rewire struct {
 	Target *topo.Topology
 	// Apply switches the fabric and returns once the new circuits are up.
 	// Only rank 0 calls it, while every rank is paused; its error reaches
-	// every rank. Nil if there is nothing to switch.
+	// every rank. An error wrapping ErrNotSwitched says nothing changed;
+	// any other error may have left the fabric switched. Nil if there is
+	// nothing to switch.
 	Apply func(ctx context.Context) error
-	// Rollback restores the previous circuits when a step after a
-	// successful Apply fails. Only rank 0 calls it. Nil: nothing to undo.
+	// Rollback restores the previous circuits when a step after Apply
+	// fails, or Apply failed without saying nothing was switched. It must
+	// be idempotent. Only rank 0 calls it, bounded like Apply. Nil:
+	// nothing to undo.
 	Rollback func(ctx context.Context) error
-	// ApplyTimeout bounds Apply (default: half of what remains of the
-	// operation's deadline), so that the ranks still have time to agree
-	// on the outcome and keep the communicator when the switch is slow.
+	// ApplyTimeout bounds Apply, and Rollback (default: half of what
+	// remains of the operation's deadline), so that the ranks still have
+	// time to agree on the outcome and keep the communicator when the
+	// switch is slow.
 	ApplyTimeout time.Duration
 	// Switched, if set, waits until another communicator's rewire has
 	// switched the fabric (Apply is then nil): a sub-communicator runs
@@ -124,8 +139,10 @@ type RewireError struct {
 	Step string
 	// Reason describes the failure, the same text on every rank.
 	Reason string
-	// RolledBack says whether the previous circuits were restored
-	// (always false when the failure came before the switch).
+	// RolledBack says whether rank 0 restored the previous circuits and
+	// the restore succeeded. It is false when nothing was switched, and
+	// false when the restore failed (the fabric may then hold the target's
+	// circuits, or a mix).
 	RolledBack bool
 	err        error
 }
@@ -279,19 +296,15 @@ func (c *Communicator) rewire(ctx context.Context, p *opPeers, rw Rewire, digest
 	if err != nil {
 		// A dead or stuck peer, or ranks given different targets: the
 		// communicator fails, and the switch goes back to what it held.
+		// Rank 0's verdictRoot waited for the switch and restored the
+		// previous circuits unless nothing was switched.
 		mine.close()
-		if sw.wait() {
-			c.rollback(rw)
-		}
 		return err
 	}
 	if !verdict.ok {
 		mine.close()
-		if verdict.applied && c.rank == 0 {
-			c.rollback(rw)
-		}
 		// Rank 0's word for RolledBack: only its process may hold the
-		// controller.
+		// controller, and it restored the circuits before the verdict.
 		f := &RewireError{Rank: verdict.rank, Step: verdict.step, Reason: verdict.reason, RolledBack: verdict.rollback}
 		switch {
 		case verdict.rank != c.rank:
@@ -307,7 +320,7 @@ func (c *Communicator) rewire(ctx context.Context, p *opPeers, rw Rewire, digest
 	step = time.Now()
 	if f := c.fabric.emulator(c); f != nil {
 		if e := f.SetTopology(rw.Target); e != nil {
-			c.log.Warn("occl: rewire: emulated fabric kept its topology", "err", e)
+			logx.For(c.log, logx.Rewire).Warn("occl: rewire: emulated fabric kept its topology", "err", e)
 		}
 	}
 	c.mu.Lock()
@@ -320,7 +333,7 @@ func (c *Communicator) rewire(ctx context.Context, p *opPeers, rw Rewire, digest
 	c.layout.Store(next)
 	c.epoch.Store(epoch)
 	times.Resume = time.Since(step)
-	c.log.Info("occl: rewired", "epoch", epoch, "links", len(mine.conns), "apply", times.Apply, "verify", times.Verify)
+	logx.For(c.log, logx.Rewire).Info("occl: rewired", "epoch", epoch, "links", len(mine.conns), "apply", times.Apply, "verify", times.Verify)
 	return nil
 }
 
@@ -375,17 +388,28 @@ func (c *Communicator) closeRetired() {
 }
 
 // rollback restores the circuits the fabric held before rw's switch, on
-// rank 0 (the only rank that switched), with a deadline of its own: the
-// operation's may be spent.
-func (c *Communicator) rollback(rw Rewire) {
+// rank 0 (the only rank that switched). It is bounded like Apply, by
+// rw.ApplyTimeout or half of what remains of ctx's deadline, and runs even
+// when ctx has ended (then bounded by the communicator's timeout).
+func (c *Communicator) rollback(ctx context.Context, rw Rewire) error {
 	if rw.Rollback == nil {
-		return
+		return errors.New("no way to restore the previous circuits")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.timeout)
+	d := rw.ApplyTimeout
+	if d <= 0 {
+		if dl, ok := ctx.Deadline(); ok && ctx.Err() == nil {
+			d = time.Until(dl) / 2
+		}
+	}
+	if d <= 0 {
+		d = c.cfg.timeout
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d)
 	defer cancel()
-	if err := rw.Rollback(ctx); err != nil {
-		c.log.Warn("occl: rewire: restoring the previous circuits failed", "err", err)
+	if err := rw.Rollback(rctx); err != nil {
+		return fmt.Errorf("restore the previous circuits: %w", err)
 	}
+	return nil
 }
 
 // applyContext bounds the switch: by timeout if set, else by half of what

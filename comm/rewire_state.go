@@ -1,6 +1,9 @@
 package comm
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
 
 // The agreement on a rewire's outcome (see rewire_verdict.go) is made by
 // two pure state machines, one on rank 0 (verdictRoot, which collects the
@@ -27,6 +30,9 @@ const (
 	agVerdict
 	// agSent: the message of the last agSend action went out, or Err.
 	agSent
+	// agRestored: rank 0's restore of the previous circuits (agRestore)
+	// returned Err (nil: they are back).
+	agRestored
 )
 
 // agreeEvent is one input of an agreement state machine.
@@ -51,6 +57,9 @@ const (
 	// agDone: the agreement is over: Status is the verdict, or Err fails
 	// the communicator.
 	agDone
+	// agRestore: restore the previous circuits (Rewire.Rollback, rank 0
+	// only), and report agRestored.
+	agRestore
 )
 
 // agreeAction is one output of an agreement state machine.
@@ -66,6 +75,8 @@ func (a agreeAction) String() string {
 		return "send " + a.Status.String()
 	case agStop:
 		return "stop links"
+	case agRestore:
+		return "restore circuits"
 	case agDone:
 		if a.Err != nil {
 			return "fail: " + a.Err.Error()
@@ -85,25 +96,34 @@ func (s status) String() string {
 // verdictRoot is rank 0's side. It decides once its switch has returned:
 // the switch's failure if it failed; otherwise the failure of the lowest
 // rank among those whose status it holds, as soon as it holds one;
-// otherwise success once every status is in. After the verdict has gone
-// out, it stops its own links and takes the statuses still on their way,
-// so that no message is left on a connection.
+// otherwise success once every status is in. A failure whose switch may
+// have happened (it succeeded, or failed without wrapping ErrNotSwitched)
+// first restores the previous circuits, and the verdict says whether the
+// restore succeeded, naming its failure in the reason. After the verdict
+// has gone out, it stops its own links and takes the statuses still on
+// their way, so that no message is left on a connection. When the
+// communicator fails instead, it still waits for the switch and restores
+// the previous circuits unless nothing was switched.
 type verdictRoot struct {
 	size        int
 	digest      uint64 // this rank's target
 	switching   bool   // the switch runs
 	switchErr   error
 	applied     bool // the switch happened
-	hasRollback bool // and rank 0 would restore the previous circuits
+	hasRollback bool // rank 0 can restore the previous circuits
 	ownDone     bool // this rank's links have stopped
 	waiting     int  // statuses not in yet
 	got         []bool
 	failed      *status
 	verdict     *status // decided
-	sending     bool    // the verdict is going out
-	sent        bool    // and went
-	stopped     bool    // agStop given
-	err         error   // the communicator fails
+	pending     *status // decided, sent once the restore has returned
+	restoreSent bool    // agRestore given
+	restoring   bool    // and agRestored not in yet
+	restoreErr  error
+	sending     bool  // the verdict is going out
+	sent        bool  // and went
+	stopped     bool  // agStop given
+	err         error // the communicator fails
 	done        bool
 	out         []agreeAction
 }
@@ -166,9 +186,31 @@ func (v *verdictRoot) step(ev agreeEvent) []agreeAction {
 		} else {
 			v.sent = true
 		}
+	case agRestored:
+		if v.restoring {
+			v.restoring, v.restoreErr = false, ev.Err
+		}
 	}
 	v.progress()
 	return v.out
+}
+
+// mayHaveSwitched says, once the switch has returned, whether the fabric
+// may hold the target's circuits: the switch happened, or it failed
+// without a definite refusal (ErrNotSwitched).
+func (v *verdictRoot) mayHaveSwitched() bool {
+	return !v.switching && (v.applied || v.switchErr != nil && !errors.Is(v.switchErr, ErrNotSwitched))
+}
+
+// restore gives agRestore once, if the previous circuits may need to be
+// restored and can be, and says whether it did.
+func (v *verdictRoot) restore() bool {
+	if v.restoreSent || !v.hasRollback || !v.mayHaveSwitched() {
+		return false
+	}
+	v.restoreSent, v.restoring = true, true
+	v.out = append(v.out, agreeAction{Kind: agRestore})
+	return true
 }
 
 // note keeps the failure of the lowest rank.
@@ -187,7 +229,7 @@ func (v *verdictRoot) fail(err error) {
 }
 
 func (v *verdictRoot) progress() {
-	if v.err == nil && v.verdict == nil && !v.switching {
+	if v.err == nil && v.verdict == nil && v.pending == nil && !v.switching {
 		var d *status
 		switch {
 		case v.switchErr != nil:
@@ -200,17 +242,34 @@ func (v *verdictRoot) progress() {
 		}
 		if d != nil {
 			d.applied = v.applied
-			d.rollback = !d.ok && d.applied && v.hasRollback
-			v.verdict, v.sending = d, true
-			v.out = append(v.out, agreeAction{Kind: agSend, Status: *d})
+			if !d.ok && v.restore() {
+				// The verdict says whether the restore succeeded.
+				v.pending = d
+			} else {
+				v.send(d)
+			}
 		}
+	}
+	if v.err == nil && v.pending != nil && !v.restoring {
+		d := v.pending
+		v.pending = nil
+		d.rollback = v.restoreErr == nil
+		if v.restoreErr != nil {
+			d.reason += "; " + v.restoreErr.Error()
+		}
+		v.send(d)
+	}
+	if v.err != nil {
+		v.restore()
 	}
 	if (v.err != nil || v.sent) && !v.sending && !v.stopped {
 		v.stopped = true
 		v.out = append(v.out, agreeAction{Kind: agStop})
 	}
 	switch {
-	case v.sending || !v.ownDone:
+	case v.sending || !v.ownDone || v.restoring:
+	case v.err != nil && v.switching:
+		// The switch's outcome decides whether to restore.
 	case v.err != nil:
 		v.done = true
 		v.out = append(v.out, agreeAction{Kind: agDone, Err: v.err})
@@ -218,6 +277,12 @@ func (v *verdictRoot) progress() {
 		v.done = true
 		v.out = append(v.out, agreeAction{Kind: agDone, Status: *v.verdict})
 	}
+}
+
+// send gives d, the verdict, to the other ranks.
+func (v *verdictRoot) send(d *status) {
+	v.verdict, v.sending = d, true
+	v.out = append(v.out, agreeAction{Kind: agSend, Status: *d})
 }
 
 // verdictMember is the side of a rank other than 0. It sends its links'

@@ -14,23 +14,27 @@ import (
 // delivered in order by flush, and a rank whose communicator fails makes
 // every pending receive fail, as closing the connections does.
 type agreeNet struct {
-	t       *testing.T
-	size    int
-	root    *verdictRoot
-	members []*verdictMember // [0] unused
-	linked  []bool           // agLinks given
-	stop    []bool           // agStop given, agLinks due
-	queue   []agreeMsg
-	held    map[int]bool // ranks whose messages wait
-	slow    map[int]bool // ranks whose links do not stop until the script says
-	dead    map[int]bool
-	dup     bool
-	sends   []*agreeSend // sends waiting for their messages
-	gotStat []bool       // rank 0 has rank r's status (or its error)
-	gotVerd []bool       // rank r has the verdict (or its error)
-	results []string     // per rank: "done ..." or "fail: ..."
-	failed  bool         // some rank's communicator failed
-	verdict int          // verdicts rank 0 sent
+	t           *testing.T
+	size        int
+	root        *verdictRoot
+	members     []*verdictMember // [0] unused
+	linked      []bool           // agLinks given
+	stop        []bool           // agStop given, agLinks due
+	queue       []agreeMsg
+	held        map[int]bool // ranks whose messages wait
+	slow        map[int]bool // ranks whose links do not stop until the script says
+	dead        map[int]bool
+	dup         bool
+	sends       []*agreeSend // sends waiting for their messages
+	gotStat     []bool       // rank 0 has rank r's status (or its error)
+	gotVerd     []bool       // rank r has the verdict (or its error)
+	results     []string     // per rank: "done ..." or "fail: ..."
+	failed      bool         // some rank's communicator failed
+	verdict     int          // verdicts rank 0 sent
+	restores    int          // restores rank 0 started
+	restoring   bool         // one runs
+	holdRestore bool         // and does not return until the script says
+	restoreErr  error        // what it returns
 }
 
 type agreeMsg struct {
@@ -50,11 +54,11 @@ type agreeSend struct {
 
 const testDigest = 0xfeed
 
-func newAgreeNet(t *testing.T, size int, switching bool, planErr error) *agreeNet {
+func newAgreeNet(t *testing.T, size int, switching, hasRollback bool, planErr error) *agreeNet {
 	n := &agreeNet{t: t, size: size, linked: make([]bool, size), stop: make([]bool, size),
 		held: map[int]bool{}, slow: map[int]bool{}, dead: map[int]bool{}, gotStat: make([]bool, size), gotVerd: make([]bool, size),
 		results: make([]string, size), members: make([]*verdictMember, size)}
-	n.root = newVerdictRoot(size, testDigest, switching, true, planErr)
+	n.root = newVerdictRoot(size, testDigest, switching, hasRollback, planErr)
 	for r := 1; r < size; r++ {
 		n.members[r] = newVerdictMember(r, testDigest)
 	}
@@ -79,6 +83,12 @@ func (n *agreeNet) apply(r int, acts []agreeAction) {
 		switch a.Kind {
 		case agStop:
 			n.stop[r] = true
+		case agRestore:
+			if r != 0 || n.restoring {
+				n.t.Fatalf("rank %d restores (one running: %v)", r, n.restoring)
+			}
+			n.restores++
+			n.restoring = true
 		case agSend:
 			snd := &agreeSend{rank: r}
 			n.sends = append(n.sends, snd)
@@ -101,6 +111,9 @@ func (n *agreeNet) apply(r int, acts []agreeAction) {
 			}
 			if !n.linked[r] {
 				n.t.Errorf("rank %d done with its links still running: %v", r, a)
+			}
+			if r == 0 && n.restoring {
+				n.t.Errorf("rank 0 done with its restore still running: %v", a)
 			}
 			n.results[r] = a.String()
 			if a.Err != nil {
@@ -156,6 +169,11 @@ func (n *agreeNet) flush() {
 				n.event(s.rank, agreeEvent{Kind: agSent, Err: s.err})
 			}
 		}
+		if n.restoring && !n.holdRestore {
+			moved = true
+			n.restoring = false
+			n.event(0, agreeEvent{Kind: agRestored, Err: n.restoreErr})
+		}
 		for r := range n.size {
 			if n.stop[r] && !n.linked[r] && !n.slow[r] {
 				moved = true
@@ -209,13 +227,15 @@ func TestRewireAgreement(t *testing.T) {
 	verify := failure("verify", errors.New("rank 1 answered as rank 3"))
 	okApplied := "done ok applied=true"
 	for _, tc := range []struct {
-		name      string
-		size      int
-		switching bool
-		planErr   error
-		script    func(n *agreeNet)
-		want      []string // per rank: the String() of its agDone, or a prefix of it
-		noVerdict bool     // rank 0 sends none (else one)
+		name       string
+		size       int
+		switching  bool
+		planErr    error
+		script     func(n *agreeNet)
+		want       []string // per rank: the String() of its agDone, or a prefix of it
+		noVerdict  bool     // rank 0 sends none (else one)
+		restores   int      // times rank 0 restores the previous circuits
+		noRollback bool     // Rewire.Rollback is nil
 	}{
 		{
 			name: "all ready before the switch returns: the verdict follows the switch", size: 4, switching: true,
@@ -252,7 +272,7 @@ func TestRewireAgreement(t *testing.T) {
 			want:   []string{"done ok applied=false"},
 		},
 		{
-			name: "a failure stops the ranks still connecting, whose statuses are drained", size: 4, switching: true,
+			name: "a failure stops the ranks still connecting, whose statuses are drained", restores: 1, size: 4, switching: true,
 			script: func(n *agreeNet) {
 				n.held[3] = true
 				n.links(0, ok)
@@ -275,7 +295,7 @@ func TestRewireAgreement(t *testing.T) {
 			},
 		},
 		{
-			name: "failures before the switch returns: the lowest rank's", size: 4, switching: true,
+			name: "failures before the switch returns: the lowest rank's", restores: 1, size: 4, switching: true,
 			script: func(n *agreeNet) {
 				n.links(0, ok)
 				n.links(2, ok)
@@ -288,7 +308,7 @@ func TestRewireAgreement(t *testing.T) {
 			want: []string{"done connect failed on rank 1", "done connect failed on rank 1", "done connect failed on rank 1", "done connect failed on rank 1"},
 		},
 		{
-			name: "after the switch, the first failure in decides", size: 4, switching: true,
+			name: "after the switch, the first failure in decides", restores: 1, size: 4, switching: true,
 			script: func(n *agreeNet) {
 				n.switched(nil)
 				n.links(3, verify)
@@ -298,7 +318,7 @@ func TestRewireAgreement(t *testing.T) {
 			want: []string{"done verify failed on rank 3", "done verify failed on rank 3", "done verify failed on rank 3", "done verify failed on rank 3"},
 		},
 		{
-			name: "rank 0's links stop last: it waits for them", size: 3, switching: true,
+			name: "rank 0's links stop last: it waits for them", restores: 1, size: 3, switching: true,
 			script: func(n *agreeNet) {
 				n.slow[0] = true
 				n.switched(nil)
@@ -313,7 +333,7 @@ func TestRewireAgreement(t *testing.T) {
 			want: []string{"done connect failed on rank 1: no light", "done connect failed on rank 1", "done connect failed on rank 1"},
 		},
 		{
-			name: "a peer dying while rank 0 connects", size: 3, switching: true,
+			name: "a peer dying while rank 0 connects: rank 0 waits for its switch, then restores", size: 3, switching: true, restores: 1,
 			script: func(n *agreeNet) {
 				n.slow[0] = true
 				n.kill(2)
@@ -322,6 +342,11 @@ func TestRewireAgreement(t *testing.T) {
 					n.t.Fatalf("rank 0 stopped %v, done %q, while its links run", n.stop[0], n.results[0])
 				}
 				n.links(0, failure("connect", context.Canceled))
+				n.flush()
+				if n.results[0] != "" || n.restores != 0 {
+					n.t.Fatalf("rank 0 done %q, restored %d times, before its switch returned", n.results[0], n.restores)
+				}
+				n.switched(nil)
 			},
 			want:      []string{"fail: rank 2: connection reset", "fail: connection closed", ""},
 			noVerdict: true,
@@ -331,11 +356,95 @@ func TestRewireAgreement(t *testing.T) {
 			script: func(n *agreeNet) {
 				n.links(1, connect)
 				n.flush()
-				n.switched(errors.New("port 3 stuck"))
+				n.switched(fmt.Errorf("port 3 stuck: %w", ErrNotSwitched))
 			},
-			want: []string{"done apply failed on rank 0: port 3 stuck applied=false rollback=false",
-				"done apply failed on rank 0: port 3 stuck applied=false rollback=false",
-				"done apply failed on rank 0: port 3 stuck applied=false rollback=false"},
+			want: []string{"done apply failed on rank 0: port 3 stuck: the fabric was not switched applied=false rollback=false",
+				"done apply failed on rank 0: port 3 stuck: the fabric was not switched applied=false rollback=false",
+				"done apply failed on rank 0: port 3 stuck: the fabric was not switched applied=false rollback=false"},
+		},
+		{
+			name: "switch outcome unknown: restored before the verdict, RolledBack", size: 3, switching: true, restores: 1,
+			script: func(n *agreeNet) {
+				n.holdRestore = true
+				for r := range 3 {
+					n.links(r, ok)
+				}
+				n.switched(errors.New("controller timed out"))
+				n.flush()
+				if n.restores != 1 || n.verdict != 0 {
+					n.t.Fatalf("restores %d, verdicts %d while the restore runs: want 1 and 0", n.restores, n.verdict)
+				}
+				n.holdRestore = false
+			},
+			want: []string{"done apply failed on rank 0: controller timed out applied=false rollback=true",
+				"done apply failed on rank 0: controller timed out applied=false rollback=true",
+				"done apply failed on rank 0: controller timed out applied=false rollback=true"},
+		},
+		{
+			name: "switch outcome unknown, restore failed: not RolledBack, the reason names it", size: 3, switching: true, restores: 1,
+			script: func(n *agreeNet) {
+				n.restoreErr = errors.New("restore the previous circuits: controller unreachable")
+				n.switched(errors.New("controller timed out"))
+				for r := range 3 {
+					n.links(r, ok)
+				}
+			},
+			want: []string{"done apply failed on rank 0: controller timed out; restore the previous circuits: controller unreachable applied=false rollback=false",
+				"done apply failed on rank 0: controller timed out; restore the previous circuits: controller unreachable applied=false rollback=false",
+				"done apply failed on rank 0: controller timed out; restore the previous circuits: controller unreachable applied=false rollback=false"},
+		},
+		{
+			name: "definite refusal: no restore", size: 3, switching: true,
+			script: func(n *agreeNet) {
+				n.switched(fmt.Errorf("port 3 is drained: %w", ErrNotSwitched))
+				for r := range 3 {
+					n.links(r, ok)
+				}
+			},
+			want: []string{"done apply failed on rank 0: port 3 is drained: the fabric was not switched applied=false rollback=false",
+				"done apply failed on rank 0: port 3 is drained: the fabric was not switched applied=false rollback=false",
+				"done apply failed on rank 0: port 3 is drained: the fabric was not switched applied=false rollback=false"},
+		},
+		{
+			name: "switched, a link failed, restore failed: not RolledBack, the reason names it", size: 3, switching: true, restores: 1,
+			script: func(n *agreeNet) {
+				n.restoreErr = errors.New("restore the previous circuits: port 5 stuck")
+				n.switched(nil)
+				n.links(0, ok)
+				n.links(1, ok)
+				n.links(2, connect)
+			},
+			want: []string{"done connect failed on rank 2: no light; restore the previous circuits: port 5 stuck applied=true rollback=false",
+				"done connect failed on rank 2: no light; restore the previous circuits: port 5 stuck applied=true rollback=false",
+				"done connect failed on rank 2: no light; restore the previous circuits: port 5 stuck applied=true rollback=false"},
+		},
+		{
+			name: "switch outcome unknown, no Rollback: nothing to restore", size: 2, switching: true, noRollback: true,
+			script: func(n *agreeNet) {
+				n.switched(errors.New("controller timed out"))
+				n.links(0, ok)
+				n.links(1, ok)
+			},
+			want: []string{"done apply failed on rank 0: controller timed out applied=false rollback=false",
+				"done apply failed on rank 0: controller timed out applied=false rollback=false"},
+		},
+		{
+			name: "the communicator fails while the restore runs: one restore, and rank 0 waits for it", size: 3, switching: true, restores: 1,
+			script: func(n *agreeNet) {
+				n.holdRestore = true
+				n.links(0, ok)
+				n.links(1, connect)
+				n.switched(nil)
+				n.flush()
+				n.kill(2)
+				n.flush()
+				if n.results[0] != "" {
+					n.t.Fatalf("rank 0 done %q while its restore runs", n.results[0])
+				}
+				n.holdRestore = false
+			},
+			want:      []string{"fail: rank 2: connection reset", "fail: connection closed", ""},
+			noVerdict: true,
 		},
 		{
 			name: "rank 0's plan failure decides at once", size: 3, planErr: errors.New("target has 2 hosts"),
@@ -361,7 +470,7 @@ func TestRewireAgreement(t *testing.T) {
 			want: []string{okApplied, okApplied, okApplied, okApplied},
 		},
 		{
-			name: "duplicated failure statuses change nothing", size: 4, switching: true,
+			name: "duplicated failure statuses change nothing", restores: 1, size: 4, switching: true,
 			script: func(n *agreeNet) {
 				n.dup = true
 				n.switched(nil)
@@ -371,7 +480,7 @@ func TestRewireAgreement(t *testing.T) {
 			want: []string{"done connect failed on rank 2", "done connect failed on rank 2", "done connect failed on rank 2", "done connect failed on rank 2"},
 		},
 		{
-			name: "a peer dying before its status: every rank fails", size: 4, switching: true,
+			name: "a peer dying before its status: every rank fails", restores: 1, size: 4, switching: true,
 			script: func(n *agreeNet) {
 				n.links(0, ok)
 				n.links(1, ok)
@@ -383,7 +492,7 @@ func TestRewireAgreement(t *testing.T) {
 			noVerdict: true,
 		},
 		{
-			name: "a peer dying after its status: the verdict does not reach it", size: 3, switching: true,
+			name: "a peer dying after its status: the verdict does not reach it", restores: 1, size: 3, switching: true,
 			script: func(n *agreeNet) {
 				for r := range 3 {
 					n.links(r, ok)
@@ -407,7 +516,7 @@ func TestRewireAgreement(t *testing.T) {
 			noVerdict: true,
 		},
 		{
-			name: "a rank given another target", size: 3, switching: true,
+			name: "a rank given another target", restores: 1, size: 3, switching: true,
 			script: func(n *agreeNet) {
 				n.members[2].digest = 0xbad
 				for r := range 3 {
@@ -421,7 +530,7 @@ func TestRewireAgreement(t *testing.T) {
 			noVerdict: true,
 		},
 		{
-			name: "a verdict of another target", size: 3, switching: true,
+			name: "a verdict of another target", restores: 1, size: 3, switching: true,
 			script: func(n *agreeNet) {
 				n.held[2] = true // rank 0 has not seen rank 2's status yet
 				n.members[2].digest = 0xbad
@@ -433,7 +542,7 @@ func TestRewireAgreement(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			n := newAgreeNet(t, tc.size, tc.switching, tc.planErr)
+			n := newAgreeNet(t, tc.size, tc.switching, !tc.noRollback, tc.planErr)
 			tc.script(n)
 			n.flush()
 			for r, want := range tc.want {
@@ -450,6 +559,9 @@ func TestRewireAgreement(t *testing.T) {
 			}
 			if want := btoi(!tc.noVerdict); n.verdict != want {
 				t.Errorf("rank 0 sent %d verdicts, want %d", n.verdict, want)
+			}
+			if n.restores != tc.restores {
+				t.Errorf("rank 0 restored %d times, want %d", n.restores, tc.restores)
 			}
 			if len(n.queue) != 0 && !n.failed {
 				t.Errorf("messages left on the connections: %+v", n.queue)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/occl/occl/comm/internal/wire"
+	"github.com/occl/occl/internal/logx"
 	"github.com/occl/occl/transport"
 )
 
@@ -51,7 +52,7 @@ type status struct {
 	step     string
 	reason   string
 	applied  bool // verdict: the switch happened
-	rollback bool // verdict: and rank 0 restores the previous circuits
+	rollback bool // verdict: rank 0 restored the previous circuits
 }
 
 // Sizes of a rewire's messages on the data connections, whose receivers
@@ -96,9 +97,8 @@ const (
 
 // switchRun is rank 0's switch, running beside its links.
 type switchRun struct {
-	done    chan struct{}
-	err     error
-	applied bool
+	done chan struct{}
+	err  error // Apply's; the root's state machine reads it (agSwitched)
 }
 
 // startSwitch calls rw.Apply on its own goroutine, bounded by applyContext.
@@ -109,19 +109,8 @@ func startSwitch(ctx context.Context, rw Rewire) *switchRun {
 		actx, cancel := applyContext(ctx, rw.ApplyTimeout)
 		defer cancel()
 		s.err = rw.Apply(actx)
-		s.applied = s.err == nil
 	}()
 	return s
-}
-
-// wait waits for the switch, if there is one, and says whether it
-// happened.
-func (s *switchRun) wait() bool {
-	if s == nil {
-		return false
-	}
-	<-s.done
-	return s.applied
 }
 
 // newLinks is what a rank's new links came to.
@@ -173,6 +162,7 @@ func (c *Communicator) decide(ctx context.Context, p *opPeers, rw Rewire, digest
 	}
 	var own newLinks
 	sent := make(chan error, 1)
+	restored := make(chan error, 1)
 	acts := sm.start()
 	for {
 		for _, a := range acts {
@@ -182,6 +172,8 @@ func (c *Communicator) decide(ctx context.Context, p *opPeers, rw Rewire, digest
 			case agSend:
 				buf := a.Status.frame(wire.RewireVerdict, digest)
 				go func() { sent <- c.sendAll(ctx, p, stepVerdict, buf) }()
+			case agRestore:
+				go func() { restored <- c.rollback(ctx, rw) }()
 			case agDone:
 				return own, a.Status, a.Err
 			}
@@ -198,6 +190,11 @@ func (c *Communicator) decide(ctx context.Context, p *opPeers, rw Rewire, digest
 			ev = agreeEvent{Kind: agStatus, From: ps.rank, Status: ps.s, Digest: ps.digest, Err: ps.err}
 		case err := <-sent:
 			ev = agreeEvent{Kind: agSent, Err: err}
+		case err := <-restored:
+			if err != nil {
+				logx.For(c.log, logx.Rewire).Warn("occl: rewire: restoring the previous circuits failed", "err", err)
+			}
+			ev = agreeEvent{Kind: agRestored, Err: err}
 		}
 		acts = sm.step(ev)
 	}

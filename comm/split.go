@@ -61,6 +61,10 @@ func (c *Communicator) Split(ctx context.Context, color, key int) (*Communicator
 		return err
 	})
 	if err := wait(r); err != nil {
+		if child != nil {
+			// Made, but the parent failed meanwhile.
+			child.Abort()
+		}
 		return nil, err
 	}
 	return child, nil

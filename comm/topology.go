@@ -6,7 +6,6 @@ import (
 
 	"github.com/occl/occl/algo"
 	"github.com/occl/occl/topo"
-	"github.com/occl/occl/transport"
 	"github.com/occl/occl/transport/emu"
 )
 
@@ -24,9 +23,10 @@ func WithTopology(t *topo.Topology) Option { return func(c *config) { c.topology
 // benchmarks. It needs WithTopology.
 func WithEmulation(on bool) Option { return func(c *config) { c.emulate = on } }
 
-// emulate wraps every connection in an emulated fabric when the
-// configuration asks for it, and returns the fabric (nil if not emulating).
-func emulate(cfg config, key uint64, rank int, conns []transport.Conn, local bool) (*emu.Fabric, error) {
+// emulate makes the emulated fabric under key when the configuration asks
+// for one (nil if not emulating); package setup wraps the connections in
+// it.
+func emulate(cfg config, key uint64, local bool) (*emu.Fabric, error) {
 	if !cfg.emulate {
 		return nil, nil
 	}
@@ -37,37 +37,7 @@ func emulate(cfg config, key uint64, rank int, conns []transport.Conn, local boo
 	if err != nil {
 		return nil, fmt.Errorf("emulated fabric: %w", err)
 	}
-	for r, conn := range conns {
-		if conn == nil {
-			continue
-		}
-		w, err := f.Wrap(conn, rank, r)
-		if err != nil {
-			f.Close()
-			return nil, fmt.Errorf("emulated fabric: rank %d: %w", r, err)
-		}
-		conns[r] = w
-	}
 	return f, nil
-}
-
-// wrapEmulated wraps new connections of rank in the emulated fabric f, if
-// there is one; on failure it closes them all.
-func wrapEmulated(f *emu.Fabric, rank int, conns map[int]transport.Conn) (map[int]transport.Conn, error) {
-	if f == nil {
-		return conns, nil
-	}
-	for r, conn := range conns {
-		w, err := f.Wrap(conn, rank, r)
-		if err != nil {
-			for _, c := range conns {
-				c.Close()
-			}
-			return nil, fmt.Errorf("emulated fabric: rank %d: %w", r, err)
-		}
-		conns[r] = w
-	}
-	return conns, nil
 }
 
 // vhostSep separates a machine's host id from the emulated host's number.
@@ -176,41 +146,4 @@ func (c *Communicator) Predict(op algo.Collective, a algo.Algorithm, bytes int) 
 		return 0, false
 	}
 	return c.lay().model.Predict(op, a, bytes)
-}
-
-// applicable reports whether schedule a can run collective op on this
-// communicator's layout.
-func (c *Communicator) applicable(op algo.Collective, a algo.Algorithm) bool {
-	if !algo.Supports(op, a) {
-		return false
-	}
-	switch a {
-	case algo.AlgoHierarchical, algo.Algo2D:
-		return c.lay().hostGroups != nil && c.lay().topo.Uniformity() > 0
-	case algo.AlgoGateway:
-		return c.lay().hostGroups != nil
-	}
-	return true
-}
-
-// ringPeers returns the peers a flat ring runs on and the order of ranks
-// along it: the topology's ring if it has one (every hop a physical link),
-// else rank order.
-func (c *Communicator) ringPeers(p *opPeers) (algo.Peers, []int) {
-	if c.lay().topo != nil && len(c.lay().topo.Ring) == c.size {
-		return algo.SubPeers(p, c.lay().topo.Ring, 0), c.lay().topo.Ring
-	}
-	return p, nil
-}
-
-// permute reorders per-rank offsets and lengths into ring order.
-func permute(order, offs, lens []int) ([]int, []int) {
-	if order == nil {
-		return offs, lens
-	}
-	po, pl := make([]int, len(order)), make([]int, len(order))
-	for i, r := range order {
-		po[i], pl[i] = offs[r], lens[r]
-	}
-	return po, pl
 }

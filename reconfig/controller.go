@@ -6,7 +6,11 @@ import (
 	"net"
 	"time"
 
+	"github.com/occl/occl/comm"
 	"github.com/occl/occl/reconfig/ocs"
+	"github.com/occl/occl/topo"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // OCS adapts the OCS controller's gRPC client to Controller.
@@ -14,17 +18,34 @@ type OCS struct {
 	Client *ocs.Client
 }
 
-// Apply asks the controller to install connects under requestID.
-func (o OCS) Apply(ctx context.Context, requestID string, connects [][2]int) (time.Duration, error) {
-	cs := make([]ocs.Connect, len(connects))
-	for i, c := range connects {
-		cs[i] = ocs.Connect{A: c[0], B: c[1]}
-	}
-	res, err := o.Client.Apply(ctx, requestID, cs)
+// Apply asks the controller to install circuits under requestID. The
+// controller's definite refusals (the target is invalid, a port is failed
+// or drained, the switch failed and was put back, the caller is not
+// authorized) wrap comm.ErrNotSwitched; a timeout or an unreachable
+// controller leaves the outcome unknown.
+func (o OCS) Apply(ctx context.Context, requestID string, circuits []topo.Circuit) (time.Duration, error) {
+	res, err := o.Client.Apply(ctx, requestID, circuits)
 	if err != nil {
+		if notSwitched(err) {
+			return 0, fmt.Errorf("%w: %w", comm.ErrNotSwitched, err)
+		}
 		return 0, err
 	}
 	return res.SwitchingTime, nil
+}
+
+// notSwitched says whether a controller's error is a definite answer that
+// nothing was switched.
+func notSwitched(err error) bool {
+	st, ok := status.FromError(err)
+	if !ok {
+		return false
+	}
+	switch st.Code() {
+	case codes.InvalidArgument, codes.FailedPrecondition, codes.Aborted, codes.Unauthenticated, codes.PermissionDenied, codes.Unimplemented:
+		return true
+	}
+	return false
 }
 
 // Emulated is an OCS controller serving an emulated switch on 127.0.0.1

@@ -5,9 +5,12 @@
 // topology, with schedules and delegation tables rebuilt for it.
 //
 // The controller is anything that implements Controller; the gRPC client of
-// reconfig/ocs does, against occl-ocsd and its switch drivers. Ports of the
-// switch are the OCS NICs of the topology in NIC order (Ports): port i is
-// the i-th NIC of class ocs.
+// reconfig/ocs does, against occl-ocsd and its switch drivers. A topology
+// names a circuit's ports by NIC index (topo.Circuit); the switch numbers
+// its ports over the OCS NICs of the topology in NIC order: switch port i
+// is the i-th NIC of class ocs (topo.Topology.SwitchPorts), and the
+// controller is given the target's circuits in switch ports
+// (topo.Topology.SwitchCircuits).
 //
 // A typical MoE step overlaps the switch with expert computation:
 //

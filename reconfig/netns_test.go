@@ -41,7 +41,7 @@ func init() {
 // real one, so that the test knows when to cut the controller off.
 type announced struct{ reconfig.Controller }
 
-func (a announced) Apply(ctx context.Context, id string, connects [][2]int) (time.Duration, error) {
+func (a announced) Apply(ctx context.Context, id string, connects []topo.Circuit) (time.Duration, error) {
 	fmt.Println("APPLY-SENT")
 	return a.Controller.Apply(ctx, id, connects)
 }

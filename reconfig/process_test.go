@@ -101,6 +101,15 @@ func worker(name string) error {
 		return nil
 	}
 	switch name {
+	case "ring":
+		// One reconfiguration; rank 0 prints its request id.
+		res, err := reconfig.Reconfigure(ctx, []*comm.Communicator{c}, ring, opts...)
+		if err != nil {
+			return err
+		}
+		if c.Rank() == 0 {
+			fmt.Printf("REQUEST-ID %s\n", res.RequestID)
+		}
 	case "ok", "restart":
 		if _, err := reconfig.Reconfigure(ctx, []*comm.Communicator{c}, ring, opts...); err != nil {
 			return err
@@ -169,11 +178,17 @@ func worker(name string) error {
 
 func runJob(t *testing.T, scenario string, env ...string) string {
 	t.Helper()
+	return runJobID(t, "", scenario, env...)
+}
+
+// runJobID is runJob with the given unique id (empty: a fresh one).
+func runJobID(t *testing.T, uniqueID, scenario string, env ...string) string {
+	t.Helper()
 	var out bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	_, err := launch.Run(ctx, launch.Spec{
-		NP: 4, Path: os.Args[0], Args: []string{"-test.run=^$"},
+		NP: 4, Path: os.Args[0], Args: []string{"-test.run=^$"}, UniqueID: uniqueID,
 		Env:    append([]string{"OCCL_TEST_WORKER=" + scenario}, env...),
 		Stdout: &out, Stderr: &out,
 	})
@@ -336,5 +351,52 @@ func TestProcessControllerRestart(t *testing.T) {
 	top, err := cl.GetTopology(context.Background())
 	if err != nil || len(top.Connects) != 4 || top.Generation != 2 {
 		t.Fatalf("after the restart the switch holds %+v (%v)", top, err)
+	}
+}
+
+// TestProcessControllerAcrossJobs: a controller that outlives jobs serves
+// two jobs with the same rendezvous id and secret (as jobs given the same
+// OCCL_SECRET are): the second job's first reconfiguration is a new
+// request, so the controller switches instead of replaying the first
+// job's result.
+func TestProcessControllerAcrossJobs(t *testing.T) {
+	const token = "s3cret"
+	ctx := context.Background()
+	e, err := reconfig.StartEmulated(ctx, 8, time.Millisecond, token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	env := []string{"OCCL_OCS_ADDR=" + e.Addr, "OCCL_OCS_TOKEN=" + token}
+	id, err := comm.NewUniqueIDAt("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	requestID := func(out string) string {
+		for _, line := range strings.Split(out, "\n") {
+			if _, v, ok := strings.Cut(line, "REQUEST-ID "); ok {
+				return strings.TrimSpace(v)
+			}
+		}
+		t.Fatalf("no request id in the output:\n%s", out)
+		return ""
+	}
+	var ids []string
+	for job := range 2 {
+		ids = append(ids, requestID(runJobID(t, id.String(), "ring", env...)))
+		top, err := e.Client.GetTopology(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(top.Connects) != 4 {
+			t.Fatalf("job %d: the switch holds %v after the reconfiguration to a ring of 4 circuits (request %s)", job, top.Connects, ids[job])
+		}
+		// Between the jobs, someone else takes the circuits down.
+		if _, err := e.Client.Apply(ctx, fmt.Sprintf("reset-%d", job), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ids[0] == ids[1] {
+		t.Fatalf("both jobs used request id %s", ids[0])
 	}
 }

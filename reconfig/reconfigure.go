@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"slices"
-	"sort"
 	"sync"
 	"time"
 
@@ -15,42 +14,33 @@ import (
 )
 
 // Controller switches an optical circuit switch to a complete set of
-// cross-connects (pairs of switch ports) and returns once the circuits are
-// up, with the time the switching took. Applying the same request id twice
-// must not switch twice. The OCS controller's client implements it.
+// cross-connects, in switch ports (Topology.SwitchCircuits), and returns
+// once the circuits are up, with the time the switching took. Applying the
+// same request id twice must not switch twice. An error wrapping
+// comm.ErrNotSwitched says that nothing was switched; after any other error
+// the outcome is unknown, and the previous circuits are applied again (under
+// the request id with "/rollback" appended). The OCS controller's client
+// (OCS) implements it.
 type Controller interface {
-	Apply(ctx context.Context, requestID string, connects [][2]int) (time.Duration, error)
+	Apply(ctx context.Context, requestID string, circuits []topo.Circuit) (time.Duration, error)
 }
 
 // Ports returns the switch ports of a topology: port i is the NIC index of
-// the i-th NIC of class ocs, in NIC order.
-func Ports(t *topo.Topology) []int {
-	var out []int
-	for i, n := range t.NICs {
-		if n.Class == topo.OCS {
-			out = append(out, i)
-		}
-	}
-	return out
-}
+// the i-th NIC of class ocs, in NIC order (Topology.SwitchPorts).
+func Ports(t *topo.Topology) []int { return t.SwitchPorts() }
 
 // CrossConnects returns the circuits of t as pairs of switch ports (the
-// lower port first, sorted).
+// lower port first, sorted): Topology.SwitchCircuits as pairs, for
+// comparing with what a switch reports.
 func CrossConnects(t *topo.Topology) ([][2]int, error) {
-	port := map[int]int{}
-	for i, nic := range Ports(t) {
-		port[nic] = i
+	cs, err := t.SwitchCircuits()
+	if err != nil {
+		return nil, err
 	}
-	out := make([][2]int, 0, len(t.Circuits))
-	for _, c := range t.Circuits {
-		a, okA := port[c.A]
-		b, okB := port[c.B]
-		if !okA || !okB {
-			return nil, fmt.Errorf("circuit %d-%d joins NICs that are not OCS ports", c.A, c.B)
-		}
-		out = append(out, [2]int{min(a, b), max(a, b)})
+	out := make([][2]int, len(cs))
+	for i, c := range cs {
+		out[i] = [2]int{c.A, c.B}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i][0] < out[j][0] })
 	return out, nil
 }
 
@@ -86,8 +76,12 @@ type options struct {
 func WithController(c Controller) Option { return func(o *options) { o.ctl = c } }
 
 // WithRequestID sets the request id the switch is applied under. By
-// default it is derived from the first communicator's id, its next epoch
-// and the target's circuits, which all processes of a job agree on.
+// default it is made of the job nonce of the communicator that spans the
+// fabric (random, agreed at bootstrap), how many reconfigurations this
+// process has started on it and the target's circuits: all processes of a
+// job agree on it, and no other job or reconfiguration uses it, so the
+// controller's replay of a repeated request never returns another job's
+// result. An id given here must be just as unique.
 func WithRequestID(id string) Option { return func(o *options) { o.id = id } }
 
 // WithApplyTimeout bounds the controller call (default: half of the
@@ -173,7 +167,7 @@ func ReconfigureAsync(ctx context.Context, comms []*comm.Communicator, target *t
 			return fail(fmt.Errorf("reconfig: communicator %016x is given twice", c.ID()))
 		}
 	}
-	connects, err := CrossConnects(target)
+	connects, err := target.SwitchCircuits()
 	if err != nil {
 		return fail(fmt.Errorf("reconfig: target: %w", err))
 	}
@@ -212,9 +206,9 @@ func ReconfigureAsync(ctx context.Context, comms []*comm.Communicator, target *t
 	var apply, rollback func(context.Context) error
 	if o.ctl != nil {
 		prev := comms[first].Topology()
-		var previous [][2]int
+		var previous []topo.Circuit
 		if prev != nil {
-			if previous, err = CrossConnects(prev); err != nil {
+			if previous, err = prev.SwitchCircuits(); err != nil {
 				return fail(fmt.Errorf("reconfig: current topology: %w", err))
 			}
 		}
@@ -279,28 +273,29 @@ func ReconfigureAsync(ctx context.Context, comms []*comm.Communicator, target *t
 	return h
 }
 
-// issued counts the reconfigurations started per communicator id in this
-// process. Every process of a job starts them in the same order, so the
-// count names the same reconfiguration everywhere.
+// issued counts the reconfigurations started per communicator in this
+// process, by job nonce. Every process of a job starts them in the same
+// order, so the count names the same reconfiguration everywhere.
 var issued struct {
 	mu sync.Mutex
-	n  map[uint64]uint64
+	n  map[[16]byte]uint64
 }
 
-// requestID names a switch request after what every process agrees on: the
-// communicator, how many reconfigurations it has started, and the
-// circuits.
-func requestID(c *comm.Communicator, connects [][2]int) string {
+// requestID names a switch request after what every process of the job
+// agrees on and no other job shares: the communicator's job nonce, how
+// many reconfigurations it has started, and the circuits.
+func requestID(c *comm.Communicator, connects []topo.Circuit) string {
+	nonce := c.JobNonce()
 	issued.mu.Lock()
 	if issued.n == nil {
-		issued.n = map[uint64]uint64{}
+		issued.n = map[[16]byte]uint64{}
 	}
-	issued.n[c.ID()]++
-	n := issued.n[c.ID()]
+	issued.n[nonce]++
+	n := issued.n[nonce]
 	issued.mu.Unlock()
 	s := sha256.New()
 	for _, cc := range connects {
-		binary.Write(s, binary.LittleEndian, [2]int64{int64(cc[0]), int64(cc[1])})
+		binary.Write(s, binary.LittleEndian, [2]int64{int64(cc.A), int64(cc.B)})
 	}
-	return fmt.Sprintf("%016x-%d-%x", c.ID(), n, s.Sum(nil)[:6])
+	return fmt.Sprintf("%x-%d-%x", nonce, n, s.Sum(nil)[:6])
 }

@@ -20,12 +20,12 @@ import (
 type fakeController struct {
 	mu    sync.Mutex
 	calls []string
-	sets  [][][2]int
+	sets  [][]topo.Circuit
 	err   error
 	delay time.Duration
 }
 
-func (f *fakeController) Apply(ctx context.Context, id string, connects [][2]int) (time.Duration, error) {
+func (f *fakeController) Apply(ctx context.Context, id string, connects []topo.Circuit) (time.Duration, error) {
 	f.mu.Lock()
 	f.calls = append(f.calls, id)
 	f.sets = append(f.sets, connects)
@@ -100,8 +100,9 @@ func TestReconfigure(t *testing.T) {
 		}
 	}
 
-	// A failing controller: every rank gets the same error, nothing moves.
-	ctl.err = errors.New("port 5 failed")
+	// A controller refusing the target: every rank gets the same error,
+	// nothing moves and nothing is restored.
+	ctl.err = fmt.Errorf("port 5 failed: %w", comm.ErrNotSwitched)
 	back := spec(t, base)
 	_, err = reconfig.Reconfigure(ctx, comms, back, reconfig.WithController(ctl))
 	var re *comm.RewireError

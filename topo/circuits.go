@@ -17,6 +17,41 @@ import (
 // two hosts on free ports, and PlaceCircuits chooses which host pairs get
 // circuits for a demand matrix.
 
+// SwitchPorts returns the NIC index of every port of the optical circuit
+// switch: the NICs of class OCS, in NIC order, so that switch port p is NIC
+// SwitchPorts()[p].
+func (t *Topology) SwitchPorts() []int {
+	var out []int
+	for i, n := range t.NICs {
+		if n.Class == OCS {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// SwitchCircuits returns t's circuits with their ends as switch ports (see
+// SwitchPorts), normalized and sorted, without bandwidths: the
+// cross-connects the switch holds for t. It fails if a circuit joins a NIC
+// that is not an OCS port.
+func (t *Topology) SwitchCircuits() ([]Circuit, error) {
+	port := map[int]int{}
+	for p, nic := range t.SwitchPorts() {
+		port[nic] = p
+	}
+	out := make([]Circuit, 0, len(t.Circuits))
+	for _, c := range t.Circuits {
+		a, okA := port[c.A]
+		b, okB := port[c.B]
+		if !okA || !okB {
+			return nil, fmt.Errorf("circuit %d-%d joins NICs that are not OCS ports", c.A, c.B)
+		}
+		out = append(out, Circuit{A: a, B: b}.Normalize())
+	}
+	slices.SortStableFunc(out, func(x, y Circuit) int { return cmp.Compare(x.A, y.A) })
+	return out, nil
+}
+
 // AddPorts adds perHost OCS ports to every host: port i of a host is
 // driven by its local rank i mod (ranks of the host), so that the circuits
 // of a host spread over its ranks, unless shared is set, in which case no

@@ -175,3 +175,44 @@ func TestConnectFor(t *testing.T) {
 		t.Fatal("accepted a demand of the wrong size")
 	}
 }
+
+// TestSwitchCircuits checks the one conversion from NIC indices to switch
+// ports: switch port p is the p-th OCS NIC, circuits come normalized and
+// sorted, and a circuit on a packet NIC is refused.
+func TestSwitchCircuits(t *testing.T) {
+	top, err := FromSpec("hosts=4x2,nics=host,ocs_ports=2,eps=1GB/s,ocs=2GB/s,circuits=2-3/0-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// NICs 0-3 are packet NICs; host h's OCS ports are NICs 4+2h, 5+2h,
+	// switch ports 2h, 2h+1.
+	if got, want := top.SwitchPorts(), []int{4, 5, 6, 7, 8, 9, 10, 11}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("SwitchPorts = %v, want %v", got, want)
+	}
+	got, err := top.SwitchCircuits()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []Circuit{{A: 0, B: 2}, {A: 4, B: 6}}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("SwitchCircuits = %v, want %v", got, want)
+	}
+	top.Circuits = append(top.Circuits, Circuit{A: 11, B: 8, Bandwidth: 1e9})
+	got, err = top.SwitchCircuits()
+	if want := []Circuit{{A: 0, B: 2}, {A: 4, B: 6}, {A: 4, B: 7}}; err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("with 11-8: SwitchCircuits = %v, %v", got, err)
+	}
+	top.Circuits = append(top.Circuits, Circuit{A: 0, B: 4})
+	if _, err := top.SwitchCircuits(); err == nil {
+		t.Fatal("a circuit on packet NIC 0 was converted")
+	}
+}
+
+func TestCircuitNormalizeString(t *testing.T) {
+	c := Circuit{A: 7, B: 3, Bandwidth: 2}
+	if n := c.Normalize(); n != (Circuit{A: 3, B: 7, Bandwidth: 2}) {
+		t.Fatalf("Normalize = %+v", n)
+	}
+	if s := c.String(); s != "7-3" {
+		t.Fatalf("String = %q", s)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strconv"
 )
 
 // LinkClass says what kind of link carries traffic between two ranks.
@@ -85,13 +86,34 @@ type NIC struct {
 	Bandwidth float64 `json:"bandwidth,omitempty"`
 }
 
-// Circuit is an optical circuit between two OCS ports (NIC indices).
+// Circuit is an optical circuit, or a cross-connect to make, between two
+// OCS ports. It is occl's one type for a pair of ports: in topologies, in
+// plans (package reconfig/plan), in reconfig's Controller and at the
+// switch (package reconfig/ocs), which converts it to its wire format.
+//
+// A port is named by its NIC index (in Topology.NICs) everywhere but at
+// the switch, which numbers its own ports: switch port p is the NIC
+// SwitchPorts()[p], and SwitchCircuits gives a topology's circuits in
+// switch ports.
 type Circuit struct {
 	A int `json:"a"`
 	B int `json:"b"`
-	// Bandwidth in bytes per second (0: the OCS class default).
+	// Bandwidth in bytes per second (0: the OCS class default). A switch
+	// ignores it.
 	Bandwidth float64 `json:"bandwidth,omitempty"`
 }
+
+// Normalize returns c with A <= B.
+func (c Circuit) Normalize() Circuit {
+	if c.A > c.B {
+		c.A, c.B = c.B, c.A
+	}
+	return c
+}
+
+// String formats c's ports as "A-B" (the syntax of the circuits= spec key
+// and of the OCS tools).
+func (c Circuit) String() string { return strconv.Itoa(c.A) + "-" + strconv.Itoa(c.B) }
 
 // Topology is what is connected to what: hosts, ranks, NICs and circuits,
 // with alpha-beta parameters per link class. It is plain data: builders

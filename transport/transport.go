@@ -11,12 +11,14 @@
 // Implementations live in sub-packages: tcp (sockets), shm (shared memory
 // between processes of one host), rdma (verbs: InfiniBand and RoCE, or
 // emulated verbs), mem (in process, for tests), and emu, which shapes any
-// of them to an emulated fabric's link speeds.
+// of them to an emulated fabric's link speeds. Package setup is the one
+// place that decides which of them joins two ranks and sets it up.
 package transport
 
 import (
 	"context"
 	"errors"
+	"fmt"
 )
 
 // Conn is a message stream to one peer.
@@ -54,3 +56,19 @@ var (
 	// process went away.
 	ErrPeerClosed = errors.New("connection closed by peer")
 )
+
+// Named is implemented by connections that can say which transport they
+// are: "tcp", "shm", "rdma", "mem", or a layer over another such as
+// "emu(shm)".
+type Named interface {
+	Name() string
+}
+
+// Name returns the transport of conn: its Name if it has one, else its Go
+// type.
+func Name(conn Conn) string {
+	if n, ok := conn.(Named); ok {
+		return n.Name()
+	}
+	return fmt.Sprintf("%T", conn)
+}

@@ -11,8 +11,8 @@ cgo/python), from the repository root:
 For each round, process count (2, 4), operation (all_reduce,
 all_to_all_single, all_gather_into_tensor, broadcast) and implementation,
 in an order that rotates from round to round (interleaved, so that a noisy
-moment hits every column alike), it runs one size sweep (8 B to 64 MiB,
-factor 8) of
+moment hits every column alike), it runs two size sweeps, 8 B to 64 KiB
+(1000 timed iterations) and 128 KiB to 64 MiB (20), factor 2, of
 
     occl-torch  bench/peers/gloo_bench.py -backend occl   (torch.distributed on occl)
     gloo        bench/peers/gloo_bench.py -backend gloo   (torch.distributed on Gloo, TCP on lo)
@@ -69,7 +69,8 @@ def measure(args):
     tmp = tempfile.mkdtemp(prefix="torch-compare-")
     bench = os.path.join(tmp, "occl-bench")
     subprocess.check_call(["go", "build", "-o", bench, "./bench/cmd/occl-bench"], cwd=ROOT)
-    sweep = ["-b", "8", "-e", args.max, "-f", "8"]
+    sweeps = [["-b", "8", "-e", "64K", "-f", "2", "-n", "1000", "-w", "100"],
+              ["-b", "128K", "-e", args.max, "-f", "2", "-n", "20", "-w", "5"]]
     with open(path, "a") as out:
         out.write(json.dumps({"meta": True, "date": datetime.datetime.now().isoformat(), "python": sys.executable,
                               "nproc": os.cpu_count(), "rounds": args.rounds}) + "\n")
@@ -81,13 +82,15 @@ def measure(args):
                     k += 1
                     for impl in order:
                         meta = {"round": rnd, "impl": impl}
-                        if impl == "occl-bench":
-                            cmd = [bench, "-np", str(np_), "-op", op, "-json", "-c", "1", "-n", "20"] + sweep
-                        else:
-                            cmd = [sys.executable, os.path.join(HERE, "gloo_bench.py"), "-backend",
-                                   "occl" if impl == "occl-torch" else "gloo", "-np", str(np_), "-op", op,
-                                   "-json", "-c", "1", "-n", "20"] + sweep
-                        rows = run(cmd, out, meta)
+                        rows = []
+                        for sweep in sweeps:
+                            if impl == "occl-bench":
+                                cmd = [bench, "-np", str(np_), "-op", op, "-json", "-c", "1"] + sweep
+                            else:
+                                cmd = [sys.executable, os.path.join(HERE, "gloo_bench.py"), "-backend",
+                                       "occl" if impl == "occl-torch" else "gloo", "-np", str(np_), "-op", op,
+                                       "-json", "-c", "1"] + sweep
+                            rows += run(cmd, out, meta)
                         print("round %d np %d %-10s %-10s %d sizes" % (rnd, np_, op, impl, len(rows)), file=sys.stderr, flush=True)
     return path
 

@@ -15,6 +15,7 @@ import (
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/timeout"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/validator"
 	"github.com/occl/occl/reconfig/ocspb"
+	"github.com/occl/occl/topo"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
@@ -209,7 +210,7 @@ func (c *Client) GetTopology(ctx context.Context) (*Topology, error) {
 // is safe: the controller applies a request id once and replays the
 // recorded result (Replayed set). An empty requestID gets a fresh random
 // one, which still makes the client's own retries safe.
-func (c *Client) Apply(ctx context.Context, requestID string, connects []Connect) (ApplyResult, error) {
+func (c *Client) Apply(ctx context.Context, requestID string, connects []topo.Circuit) (ApplyResult, error) {
 	if requestID == "" {
 		requestID = NewRequestID()
 	}

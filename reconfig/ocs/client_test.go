@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/occl/occl/reconfig/ocs"
+	"github.com/occl/occl/topo"
 	"google.golang.org/grpc/codes"
 )
 
@@ -110,7 +111,7 @@ func TestClientDeadlineOnSlowApply(t *testing.T) {
 func TestClientRejectsBadInputLocally(t *testing.T) {
 	c := dial(t, "127.0.0.1:1", ocs.WithRetry(1, 0)) // nothing there: errors must come from the client
 	ctx := ctxT(t)
-	_, err := c.Apply(ctx, "x", []ocs.Connect{{A: -1, B: 2}})
+	_, err := c.Apply(ctx, "x", []topo.Circuit{{A: -1, B: 2}})
 	wantCode(t, err, codes.InvalidArgument, "negative port")
 	_, err = c.Apply(ctx, "x", mustParse(t, "1-2,2-3"))
 	wantCode(t, err, codes.InvalidArgument, "port used twice")

@@ -3,7 +3,8 @@
 //
 // # Model
 //
-// A switch has ports 0 .. N-1. A cross-connect (Connect) joins two ports
+// A switch has ports 0 .. N-1. A cross-connect (a topo.Circuit, its ends
+// being switch ports: see topo.Topology.SwitchPorts) joins two ports
 // with a duplex optical circuit; a port joins at most one. The controller
 // keeps the installed set of cross-connects and a generation counter that
 // counts changes of that set, plus the state of every port: up, failed (the
@@ -118,7 +119,7 @@
 //	c, err := ocs.Dial(ctx, addr, ocs.WithToken(token))
 //	if err != nil { ... }
 //	defer c.Close()
-//	res, err := c.Apply(ctx, "phase-12", []ocs.Connect{{A: 0, B: 5}, {A: 1, B: 7}})
+//	res, err := c.Apply(ctx, "phase-12", []topo.Circuit{{A: 0, B: 5}, {A: 1, B: 7}})
 //	switch status.Code(err) {
 //	case codes.OK: // res.Added, res.Removed, res.Unchanged, res.SwitchingTime
 //	case codes.InvalidArgument, codes.FailedPrecondition: // bad target, nothing switched

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/occl/occl/topo"
 )
 
 // Switching delays of real optical circuit switches, for NewEmulated.
@@ -91,16 +93,16 @@ func (e *Emulated) Ports() int { return e.ports }
 func (e *Emulated) Delay() time.Duration { return e.delay }
 
 // Connections returns the installed cross-connects, sorted.
-func (e *Emulated) Connections(ctx context.Context) ([]Connect, error) {
+func (e *Emulated) Connections(ctx context.Context) ([]topo.Circuit, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	var out []Connect
+	var out []topo.Circuit
 	for a, b := range e.peer {
 		if b > a {
-			out = append(out, Connect{A: a, B: b})
+			out = append(out, topo.Circuit{A: a, B: b})
 		}
 	}
 	return out, nil
@@ -176,7 +178,7 @@ func (e *Emulated) Stats() EmulatedStats {
 
 // Apply tears down remove, then makes add, taking the switching delay. It
 // validates the whole request before changing anything.
-func (e *Emulated) Apply(ctx context.Context, remove, add []Connect) (Progress, error) {
+func (e *Emulated) Apply(ctx context.Context, remove, add []topo.Circuit) (Progress, error) {
 	e.applyMu.Lock()
 	defer e.applyMu.Unlock()
 
@@ -256,8 +258,8 @@ func (e *Emulated) Apply(ctx context.Context, remove, add []Connect) (Progress, 
 }
 
 // check validates an Apply request against the current state. e.mu is held.
-func (e *Emulated) check(remove, add []Connect) error {
-	inRange := func(c Connect) error {
+func (e *Emulated) check(remove, add []topo.Circuit) error {
+	inRange := func(c topo.Circuit) error {
 		if c.A < 0 || c.A >= e.ports || c.B < 0 || c.B >= e.ports || c.A == c.B {
 			return fmt.Errorf("ocs: emulated switch: bad cross-connect %v (ports 0-%d)", c, e.ports-1)
 		}

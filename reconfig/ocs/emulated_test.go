@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/occl/occl/reconfig/ocs"
+	"github.com/occl/occl/topo"
 )
 
 func TestEmulatedDelay(t *testing.T) {
@@ -144,15 +145,15 @@ func TestEmulatedConcurrentUse(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := ocs.Connect{A: 2 * g, B: 2*g + 1}
+			c := topo.Circuit{A: 2 * g, B: 2*g + 1}
 			for range 50 {
-				if _, err := sw.Apply(ctx, nil, []ocs.Connect{c}); err != nil {
+				if _, err := sw.Apply(ctx, nil, []topo.Circuit{c}); err != nil {
 					t.Error(err)
 					return
 				}
 				sw.Connections(ctx)
 				sw.FailedPorts(ctx)
-				if _, err := sw.Apply(ctx, []ocs.Connect{c}, nil); err != nil {
+				if _, err := sw.Apply(ctx, []topo.Circuit{c}, nil); err != nil {
 					t.Error(err)
 					return
 				}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/occl/occl/reconfig/ocspb"
+	"github.com/occl/occl/topo"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
@@ -320,7 +321,7 @@ func (s *Server) topologyLocked() *Topology {
 		PortStates: make([]PortStatus, s.ports),
 	}
 	if t.Connects == nil {
-		t.Connects = []Connect{}
+		t.Connects = []topo.Circuit{}
 	}
 	for p := range t.PortStates {
 		t.PortStates[p] = s.portLocked(p)
@@ -362,7 +363,7 @@ func (s *Server) release() { <-s.sem }
 var errDriverPanic = errors.New("switch driver panicked")
 
 // switchApply calls the driver, turning a panic into an error.
-func (s *Server) switchApply(ctx context.Context, remove, add []Connect) (prog Progress, err error) {
+func (s *Server) switchApply(ctx context.Context, remove, add []topo.Circuit) (prog Progress, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			s.log.Error("switch driver panicked in Apply", "panic", p)
@@ -373,7 +374,7 @@ func (s *Server) switchApply(ctx context.Context, remove, add []Connect) (prog P
 }
 
 // readSwitch reads and checks the cross-connects the switch holds.
-func (s *Server) readSwitch(ctx context.Context) (cs []Connect, err error) {
+func (s *Server) readSwitch(ctx context.Context) (cs []topo.Circuit, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			cs, err = nil, fmt.Errorf("%w: %v", errDriverPanic, p)
@@ -550,7 +551,7 @@ func (s *Server) commit(cur, next durable) {
 	removed, added, _ := diffConnects(cur.Connects, next.Connects)
 	for _, list := range []struct {
 		typ EventType
-		cs  []Connect
+		cs  []topo.Circuit
 	}{{EventCircuitRemoved, removed}, {EventCircuitAdded, added}} {
 		for _, c := range list.cs {
 			ev := newEvent(list.typ, next.Generation, now)
@@ -576,12 +577,12 @@ func (s *Server) commit(cur, next durable) {
 
 // diffConnects returns the connects of from missing in to (remove), those of
 // to missing in from (add) and the number in both. Both are sorted.
-func diffConnects(from, to []Connect) (remove, add []Connect, unchanged int) {
-	in := make(map[Connect]bool, len(from))
+func diffConnects(from, to []topo.Circuit) (remove, add []topo.Circuit, unchanged int) {
+	in := make(map[topo.Circuit]bool, len(from))
 	for _, c := range from {
 		in[c] = true
 	}
-	want := make(map[Connect]bool, len(to))
+	want := make(map[topo.Circuit]bool, len(to))
 	for _, c := range to {
 		want[c] = true
 		if in[c] {
@@ -618,8 +619,8 @@ func diffInts(from, to []int) (gone, added []int) {
 // and are used once (INVALID_ARGUMENT), none is drained or, when health is
 // set, failed (FAILED_PRECONDITION). Check health only after refreshFailed:
 // the known failures may be stale.
-func (s *Server) checkTarget(target []Connect, health bool) error {
-	used := make(map[int]Connect, 2*len(target))
+func (s *Server) checkTarget(target []topo.Circuit, health bool) error {
+	used := make(map[int]topo.Circuit, 2*len(target))
 	for _, c := range target {
 		for _, p := range [2]int{c.A, c.B} {
 			if p < 0 || p >= s.ports {
@@ -656,7 +657,7 @@ func (s *Server) checkTarget(target []Connect, health bool) error {
 }
 
 // apply is the Apply RPC.
-func (s *Server) apply(ctx context.Context, id string, target []Connect) (ApplyResult, error) {
+func (s *Server) apply(ctx context.Context, id string, target []topo.Circuit) (ApplyResult, error) {
 	if err := ocspb.ValidateRequestID(id); err != nil {
 		return ApplyResult{}, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -707,7 +708,7 @@ func (s *Server) apply(ctx context.Context, id string, target []Connect) (ApplyR
 // transition switches from the installed set to target, all or nothing,
 // and commits target together with edit's changes. The caller holds the
 // semaphore and has checked target.
-func (s *Server) transition(ctx context.Context, target []Connect, edit func(next *durable, res ApplyResult)) (ApplyResult, error) {
+func (s *Server) transition(ctx context.Context, target []topo.Circuit, edit func(next *durable, res ApplyResult)) (ApplyResult, error) {
 	s.mu.Lock()
 	cur := s.dur
 	s.mu.Unlock()
@@ -802,7 +803,7 @@ func (s *Server) portChange(ctx context.Context, port uint32, drain, force bool)
 	if isDrained != drain {
 		target := cur.Connects
 		if drain && peer >= 0 {
-			c := Connect{A: p, B: peer}.Normalize()
+			c := topo.Circuit{A: p, B: peer}.Normalize()
 			if !force {
 				return nil, status.Errorf(codes.FailedPrecondition,
 					"port %d carries cross-connect %v: remove it from the target first, or drain with force to tear it down", p, c)
@@ -810,7 +811,7 @@ func (s *Server) portChange(ctx context.Context, port uint32, drain, force bool)
 			if err := s.prepare(ctx); err != nil {
 				return nil, err
 			}
-			target = slices.DeleteFunc(slices.Clone(cur.Connects), func(x Connect) bool { return x == c })
+			target = slices.DeleteFunc(slices.Clone(cur.Connects), func(x topo.Circuit) bool { return x == c })
 			resp.Removed = connectToPB(c)
 		}
 		_, err := s.transition(ctx, target, func(next *durable, _ ApplyResult) {

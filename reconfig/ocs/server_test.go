@@ -13,6 +13,7 @@ import (
 
 	"github.com/occl/occl/reconfig/ocs"
 	"github.com/occl/occl/reconfig/ocspb"
+	"github.com/occl/occl/topo"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -86,7 +87,7 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-func mustParse(t *testing.T, s string) []ocs.Connect {
+func mustParse(t *testing.T, s string) []topo.Circuit {
 	t.Helper()
 	cs, err := ocs.ParseConnects(s)
 	if err != nil {
@@ -383,7 +384,7 @@ func TestFailedAndDrainedPortsRejected(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ch.Removed == nil || *ch.Removed != (ocs.Connect{A: 6, B: 7}) || ch.Port.State != ocs.PortDrained || ch.Generation != 2 {
+	if ch.Removed == nil || *ch.Removed != (topo.Circuit{A: 6, B: 7}) || ch.Port.State != ocs.PortDrained || ch.Generation != 2 {
 		t.Fatalf("forced drain = %+v", ch)
 	}
 	if got := hwConnects(t, sw); got != "0-1" {
@@ -698,7 +699,7 @@ func TestConcurrentAppliesSerialize(t *testing.T) {
 // panicky is a driver that panics while switching.
 type panicky struct{ *ocs.Emulated }
 
-func (p panicky) Apply(context.Context, []ocs.Connect, []ocs.Connect) (ocs.Progress, error) {
+func (p panicky) Apply(context.Context, []topo.Circuit, []topo.Circuit) (ocs.Progress, error) {
 	panic("driver bug")
 }
 

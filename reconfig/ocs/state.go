@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/occl/occl/reconfig/ocspb"
+	"github.com/occl/occl/topo"
 )
 
 // The state file is JSON:
@@ -50,7 +51,7 @@ type requestRecord struct {
 type durable struct {
 	Ports      int
 	Generation uint64
-	Connects   []Connect       // normalized, sorted
+	Connects   []topo.Circuit  // normalized, sorted
 	Drained    []int           // sorted
 	Requests   []requestRecord // oldest first
 }
@@ -85,7 +86,7 @@ func (d *durable) record(r requestRecord, limit int) {
 
 // targetHash identifies a target set independently of order and of the
 // orientation of each pair.
-func targetHash(target []Connect) string {
+func targetHash(target []topo.Circuit) string {
 	h := sha256.New()
 	for _, c := range sortConnects(target) {
 		fmt.Fprintf(h, "%d-%d,", c.A, c.B)
@@ -174,7 +175,7 @@ func decodeState(data []byte) (*durable, error) {
 		if len(pair) != 2 {
 			return nil, fmt.Errorf("state: connect %d has %d ports, want 2", i, len(pair))
 		}
-		c := Connect{A: pair[0], B: pair[1]}
+		c := topo.Circuit{A: pair[0], B: pair[1]}
 		if !inRange(c.A) || !inRange(c.B) || c.A == c.B {
 			return nil, fmt.Errorf("state: bad connect %v for %d ports", c, f.Ports)
 		}

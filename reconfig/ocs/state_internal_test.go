@@ -12,17 +12,19 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/occl/occl/topo"
 )
 
 func sampleState() *durable {
 	return &durable{
 		Ports:      16,
 		Generation: 7,
-		Connects:   []Connect{{0, 5}, {1, 7}},
+		Connects:   []topo.Circuit{{A: 0, B: 5}, {A: 1, B: 7}},
 		Drained:    []int{9},
 		Requests: []requestRecord{
-			{ID: "a", Target: targetHash([]Connect{{5, 0}}), Result: ApplyResult{Generation: 6, Added: 1}},
-			{ID: "b-2", Target: targetHash([]Connect{{0, 5}, {1, 7}}), Result: ApplyResult{Generation: 7, Added: 1, Unchanged: 1, SwitchingTime: 25 * time.Millisecond}},
+			{ID: "a", Target: targetHash([]topo.Circuit{{A: 5, B: 0}}), Result: ApplyResult{Generation: 6, Added: 1}},
+			{ID: "b-2", Target: targetHash([]topo.Circuit{{A: 0, B: 5}, {A: 1, B: 7}}), Result: ApplyResult{Generation: 7, Added: 1, Unchanged: 1, SwitchingTime: 25 * time.Millisecond}},
 		},
 	}
 }

@@ -7,35 +7,19 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/occl/occl/topo"
 )
-
-// Connect is a duplex optical cross-connect between ports A and B of a
-// switch. The controller always reports a connect normalized with A < B.
-type Connect struct {
-	A int `json:"a"`
-	B int `json:"b"`
-}
-
-// Normalize returns c with A < B.
-func (c Connect) Normalize() Connect {
-	if c.A > c.B {
-		return Connect{A: c.B, B: c.A}
-	}
-	return c
-}
-
-// String formats c as "A-B", the syntax ParseConnects reads.
-func (c Connect) String() string { return strconv.Itoa(c.A) + "-" + strconv.Itoa(c.B) }
 
 // ParseConnects reads cross-connects written as "A-B" pairs separated by
 // commas or white space, for example "0-5,1-7". The word "none" (or an empty
 // string) is the empty set.
-func ParseConnects(s string) ([]Connect, error) {
+func ParseConnects(s string) ([]topo.Circuit, error) {
 	fields := strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' || r == '\n' })
 	if len(fields) == 1 && fields[0] == "none" {
-		return []Connect{}, nil
+		return []topo.Circuit{}, nil
 	}
-	out := make([]Connect, 0, len(fields))
+	out := make([]topo.Circuit, 0, len(fields))
 	for _, f := range fields {
 		as, bs, ok := strings.Cut(f, "-")
 		if !ok {
@@ -49,14 +33,14 @@ func ParseConnects(s string) ([]Connect, error) {
 		if err != nil {
 			return nil, fmt.Errorf("ocs: cross-connect %q: bad port %q", f, bs)
 		}
-		out = append(out, Connect{A: int(a), B: int(b)})
+		out = append(out, topo.Circuit{A: int(a), B: int(b)})
 	}
 	return out, nil
 }
 
 // FormatConnects formats connects as ParseConnects reads them: "A-B" pairs
 // separated by commas, or "none".
-func FormatConnects(cs []Connect) string {
+func FormatConnects(cs []topo.Circuit) string {
 	if len(cs) == 0 {
 		return "none"
 	}
@@ -68,12 +52,12 @@ func FormatConnects(cs []Connect) string {
 }
 
 // sortConnects normalizes every connect and sorts them by A.
-func sortConnects(cs []Connect) []Connect {
-	out := make([]Connect, len(cs))
+func sortConnects(cs []topo.Circuit) []topo.Circuit {
+	out := make([]topo.Circuit, len(cs))
 	for i, c := range cs {
 		out[i] = c.Normalize()
 	}
-	slices.SortFunc(out, func(x, y Connect) int {
+	slices.SortFunc(out, func(x, y topo.Circuit) int {
 		if c := cmp.Compare(x.A, y.A); c != 0 {
 			return c
 		}
@@ -85,9 +69,9 @@ func sortConnects(cs []Connect) []Connect {
 // Progress reports which changes a Switch completed during Apply.
 type Progress struct {
 	// Removed lists the cross-connects torn down, in the order done.
-	Removed []Connect
+	Removed []topo.Circuit
 	// Added lists the cross-connects made, in the order done.
-	Added []Connect
+	Added []topo.Circuit
 }
 
 // Switch is a driver for one optical circuit switch. The controller (Server)
@@ -109,7 +93,7 @@ type Switch interface {
 	// from the hardware. The controller uses it at start to reconcile its
 	// persisted state with the switch, and after a failed rollback to learn
 	// what is installed.
-	Connections(ctx context.Context) ([]Connect, error)
+	Connections(ctx context.Context) ([]topo.Circuit, error)
 
 	// FailedPorts returns the ports the hardware reports as failed (no
 	// light, a broken mirror, a dead transceiver), in any order.
@@ -128,7 +112,7 @@ type Switch interface {
 	// from a later Connections rather than guess. When ctx is done Apply
 	// stops as soon as it safely can and returns ctx.Err() (possibly
 	// wrapped) with its progress.
-	Apply(ctx context.Context, remove, add []Connect) (Progress, error)
+	Apply(ctx context.Context, remove, add []topo.Circuit) (Progress, error)
 
 	// Changes returns a channel that receives a value after the health of
 	// one or more ports changed. It is a level-triggered hint: after each

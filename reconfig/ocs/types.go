@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/occl/occl/reconfig/ocspb"
+	"github.com/occl/occl/topo"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
@@ -52,7 +53,7 @@ type Topology struct {
 	// Generation counts changes of the installed set of cross-connects.
 	Generation uint64 `json:"generation"`
 	// Connects are the installed cross-connects, A < B, sorted by A.
-	Connects []Connect `json:"connects"`
+	Connects []topo.Circuit `json:"connects"`
 	// PortStates has one entry per port, in port order.
 	PortStates []PortStatus `json:"port_states"`
 }
@@ -91,7 +92,7 @@ type PortChange struct {
 	// Generation of the installed set after the change.
 	Generation uint64 `json:"generation"`
 	// Removed is the cross-connect a forced drain tore down, or nil.
-	Removed *Connect `json:"removed,omitempty"`
+	Removed *topo.Circuit `json:"removed,omitempty"`
 }
 
 // EventType says what an Event reports.
@@ -148,7 +149,7 @@ type Event struct {
 	// Port is set for port events.
 	Port int `json:"port,omitempty"`
 	// Connect is set for circuit events.
-	Connect *Connect `json:"connect,omitempty"`
+	Connect *topo.Circuit `json:"connect,omitempty"`
 	// Snapshot is set for EventSnapshot.
 	Snapshot *Topology `json:"snapshot,omitempty"`
 	// Time is when the controller observed the change.
@@ -171,11 +172,11 @@ func (e Event) String() string {
 
 // Conversions between the Go types and the wire types.
 
-func connectToPB(c Connect) *ocspb.CrossConnect {
+func connectToPB(c topo.Circuit) *ocspb.CrossConnect {
 	return &ocspb.CrossConnect{A: uint32(c.A), B: uint32(c.B)}
 }
 
-func connectsToPB(cs []Connect) []*ocspb.CrossConnect {
+func connectsToPB(cs []topo.Circuit) []*ocspb.CrossConnect {
 	out := make([]*ocspb.CrossConnect, len(cs))
 	for i, c := range cs {
 		out[i] = connectToPB(c)
@@ -184,8 +185,8 @@ func connectsToPB(cs []Connect) []*ocspb.CrossConnect {
 }
 
 // connectFromPB converts a wire cross-connect.
-func connectFromPB(c *ocspb.CrossConnect) Connect {
-	return Connect{A: portFromPB(c.GetA()), B: portFromPB(c.GetB())}
+func connectFromPB(c *ocspb.CrossConnect) topo.Circuit {
+	return topo.Circuit{A: portFromPB(c.GetA()), B: portFromPB(c.GetB())}
 }
 
 // portFromPB converts a wire port number. Where int has 32 bits, numbers
@@ -198,8 +199,8 @@ func portFromPB(p uint32) int {
 	return int(p)
 }
 
-func connectsFromPB(cs []*ocspb.CrossConnect) []Connect {
-	out := make([]Connect, len(cs))
+func connectsFromPB(cs []*ocspb.CrossConnect) []topo.Circuit {
+	out := make([]topo.Circuit, len(cs))
 	for i, c := range cs {
 		out[i] = connectFromPB(c)
 	}

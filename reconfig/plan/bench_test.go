@@ -267,7 +267,7 @@ func BenchmarkPortMapping(b *testing.B) {
 	ports := make([][]Port, 128)
 	for i := range ports {
 		for k := 0; k < 8; k++ {
-			ports[i] = append(ports[i], Port{ID: 8*i + k, NUMA: k / 4})
+			ports[i] = append(ports[i], Port{NIC: 8*i + k, NUMA: k / 4})
 		}
 	}
 	b.ReportAllocs()

@@ -33,7 +33,7 @@ func Example() {
 
 	ports := make([][]plan.Port, 4)
 	for s := range ports {
-		ports[s] = []plan.Port{{ID: 2 * s, NUMA: 0}, {ID: 2*s + 1, NUMA: 1}}
+		ports[s] = []plan.Port{{NIC: 2 * s, NUMA: 0}, {NIC: 2*s + 1, NUMA: 1}}
 	}
 	xs, _ := plan.PortMapping(c, ports)
 	fmt.Println("cross connects:", xs)
@@ -43,6 +43,6 @@ func Example() {
 	fmt.Printf("best: %s, %.2f ms\n", best.Planner, best.Completion.Time*1e3)
 	// Output:
 	// circuits: [[0 1 1 0] [1 0 1 0] [1 1 0 0] [0 0 0 0]]
-	// cross connects: [{0 2} {1 4} {3 5}]
+	// cross connects: [0-2 1-4 3-5]
 	// best: matching, 5.45 ms
 }

@@ -52,7 +52,7 @@ func FuzzPlanners(f *testing.F) {
 			ps := make([][]Port, n)
 			for i := range ps {
 				for k := 0; k < ports[i]; k++ {
-					ps[i] = append(ps[i], Port{ID: 10*i + k, NUMA: k % 2})
+					ps[i] = append(ps[i], Port{NIC: 10*i + k, NUMA: k % 2})
 				}
 			}
 			if _, err := PortMapping(c, ps); err != nil {

@@ -1,7 +1,7 @@
 // NUMA-aware port permutation: mFabric Algorithm 1 lines 15-16
 // (GetNICMapping, permuteLinks) and sec. 5.2 step 4.
 //
-// From circuit counts C and each server's OCS ports (port id, NUMA node),
+// From circuit counts C and each server's OCS ports (NIC index, NUMA node),
 // PortMapping produces the port-level cross connects. Steps:
 //
 //  1. For every server i independently, decide how many of its circuits to
@@ -35,27 +35,22 @@ import (
 	"github.com/occl/occl/topo"
 )
 
-// Port is one optical port of a server: a global id (unique across
-// servers; the OCS cross-connects ids) and the NUMA node its NIC hangs off.
+// Port is one optical port of a server: its NIC index in the topology
+// (unique across servers; a topo.Circuit joins two of them) and the NUMA
+// node the NIC hangs off.
 type Port struct {
-	ID   int
+	NIC  int
 	NUMA int
 }
 
-// CrossConnect is one circuit between two ports, by global port id: A is
-// on the lower-numbered server.
-type CrossConnect struct {
-	A, B int
-}
-
-// PortMapping returns the cross connects that realise the circuit counts c
+// PortMapping returns the circuits that realise the circuit counts c
 // on the ports of every server (ports[i] are server i's OCS ports), the
 // circuits between two servers spread over different NUMA nodes where the
 // ports allow (see the top of ports.go). It fails if c is not a symmetric
 // non-negative matrix with a zero diagonal of the right size, if a server
-// has more circuits than ports, or if a port id repeats. Cross connects
+// has more circuits than ports, or if a NIC repeats. Circuits
 // come ordered by server pair (i < j) and then NUMA node.
-func PortMapping(c [][]int, ports [][]Port) ([]CrossConnect, error) {
+func PortMapping(c [][]int, ports [][]Port) ([]topo.Circuit, error) {
 	n := len(ports)
 	if err := checkCircuits(c, n); err != nil {
 		return nil, err
@@ -63,10 +58,10 @@ func PortMapping(c [][]int, ports [][]Port) ([]CrossConnect, error) {
 	seen := map[int]int{}
 	for i, ps := range ports {
 		for _, p := range ps {
-			if s, dup := seen[p.ID]; dup {
-				return nil, fmt.Errorf("%w: port %d on servers %d and %d", ErrDemand, p.ID, s, i)
+			if s, dup := seen[p.NIC]; dup {
+				return nil, fmt.Errorf("%w: port %d on servers %d and %d", ErrDemand, p.NIC, s, i)
 			}
-			seen[p.ID] = i
+			seen[p.NIC] = i
 		}
 		total := 0
 		for _, k := range c[i] {
@@ -81,12 +76,12 @@ func PortMapping(c [][]int, ports [][]Port) ([]CrossConnect, error) {
 	for i := range ports {
 		sel[i] = assignPorts(c[i], ports[i])
 	}
-	var out []CrossConnect
+	var out []topo.Circuit
 	for i := 0; i < n; i++ {
 		for j := i + 1; j < n; j++ {
 			a, b := sel[i][j], sel[j][i]
 			for k := range a {
-				out = append(out, CrossConnect{A: a[k].ID, B: b[k].ID})
+				out = append(out, topo.Circuit{A: a[k].NIC, B: b[k].NIC})
 			}
 		}
 	}
@@ -248,13 +243,13 @@ func TopologyPorts(t *topo.Topology) ([][]Port, error) {
 		if nic.Host < 0 || nic.Host >= len(t.Hosts) {
 			return nil, fmt.Errorf("%w: NIC %d on host %d of %d", ErrDemand, i, nic.Host, len(t.Hosts))
 		}
-		out[nic.Host] = append(out[nic.Host], Port{ID: i, NUMA: nic.NUMA})
+		out[nic.Host] = append(out[nic.Host], Port{NIC: i, NUMA: nic.NUMA})
 	}
 	return out, nil
 }
 
 // TopologyCircuits returns the circuits that realise the host-to-host
-// circuit counts c on t's OCS ports (NIC index = port id), NUMA-aware as
+// circuit counts c on t's OCS ports, NUMA-aware as
 // PortMapping: the full target set, meant to replace t.Circuits (circuits
 // t already has are not kept or avoided). A circuit's bandwidth is the
 // smaller of its two NICs' if both state one, else 0 (the OCS class
@@ -268,12 +263,10 @@ func TopologyCircuits(t *topo.Topology, c [][]int) ([]topo.Circuit, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]topo.Circuit, len(xs))
 	for k, x := range xs {
-		out[k] = topo.Circuit{A: x.A, B: x.B}
 		if a, b := t.NICs[x.A].Bandwidth, t.NICs[x.B].Bandwidth; a > 0 && b > 0 {
-			out[k].Bandwidth = min(a, b)
+			xs[k].Bandwidth = min(a, b)
 		}
 	}
-	return out, nil
+	return xs, nil
 }

@@ -71,19 +71,19 @@ func TestPortMappingNUMA(t *testing.T) {
 	// Two servers, two ports each on NUMA nodes 0 and 1 (listed node 0
 	// twice first on server 1), two circuits: one per node at both ends.
 	ports := [][]Port{
-		{{ID: 10, NUMA: 0}, {ID: 11, NUMA: 0}, {ID: 12, NUMA: 1}},
-		{{ID: 20, NUMA: 1}, {ID: 21, NUMA: 0}, {ID: 22, NUMA: 0}},
+		{{NIC: 10, NUMA: 0}, {NIC: 11, NUMA: 0}, {NIC: 12, NUMA: 1}},
+		{{NIC: 20, NUMA: 1}, {NIC: 21, NUMA: 0}, {NIC: 22, NUMA: 0}},
 	}
 	xs, err := PortMapping(counts(2, [3]int{0, 1, 2}), ports)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []CrossConnect{{10, 21}, {12, 20}}; !reflect.DeepEqual(xs, want) {
+	if want := []topo.Circuit{{A: 10, B: 21}, {A: 12, B: 20}}; !reflect.DeepEqual(xs, want) {
 		t.Fatalf("PortMapping = %v, want %v", xs, want)
 	}
 	// All ports on one node: still mapped, nothing better possible.
 	one := [][]Port{{{1, 0}, {2, 0}}, {{3, 0}, {4, 0}}}
-	if xs, err := PortMapping(counts(2, [3]int{0, 1, 2}), one); err != nil || !reflect.DeepEqual(xs, []CrossConnect{{1, 3}, {2, 4}}) {
+	if xs, err := PortMapping(counts(2, [3]int{0, 1, 2}), one); err != nil || !reflect.DeepEqual(xs, []topo.Circuit{{A: 1, B: 3}, {A: 2, B: 4}}) {
 		t.Fatalf("one NUMA node: %v %v", xs, err)
 	}
 }
@@ -97,7 +97,7 @@ func TestPortMappingOptimalAndValid(t *testing.T) {
 		for i := range ports {
 			k := 1 + r.IntN(5)
 			for p := 0; p < k; p++ {
-				ports[i] = append(ports[i], Port{ID: id, NUMA: r.IntN(3)})
+				ports[i] = append(ports[i], Port{NIC: id, NUMA: r.IntN(3)})
 				id += 1 + r.IntN(3)
 			}
 		}
@@ -123,7 +123,7 @@ func TestPortMappingOptimalAndValid(t *testing.T) {
 		owner := map[int]int{}
 		for i, ps := range ports {
 			for _, p := range ps {
-				owner[p.ID] = i
+				owner[p.NIC] = i
 			}
 		}
 		used := map[int]bool{}

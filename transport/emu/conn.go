@@ -322,5 +322,9 @@ func (c *Conn) Close() error {
 // Unwrap returns the inner connection.
 func (c *Conn) Unwrap() transport.Conn { return c.inner }
 
+// Name returns "emu(" + the wrapped connection's name + ")" (see
+// transport.Named).
+func (c *Conn) Name() string { return "emu(" + transport.Name(c.inner) + ")" }
+
 // Ranks returns the ranks of the two ends: this one and the peer.
 func (c *Conn) Ranks() (self, peer int) { return c.self, c.peer }

@@ -69,6 +69,9 @@ func (c *Conn) Recv(ctx context.Context, want transport.Header, buf []byte) erro
 // EagerLimit implements transport.Conn: a quarter of the ring.
 func (c *Conn) EagerLimit() int { return (c.out.cap() - transport.HeaderSize) / 4 }
 
+// Name returns "mem" (see transport.Named).
+func (c *Conn) Name() string { return "mem" }
+
 // Close implements transport.Conn. Pending and later calls on this end fail
 // with transport.ErrClosed; the other end can still read what was buffered,
 // then gets transport.ErrPeerClosed.

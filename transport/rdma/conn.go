@@ -952,12 +952,9 @@ func (c *Conn) pause(ctx context.Context, i int, send bool) error {
 // connection), and blocked calls are woken to notice.
 func (c *Conn) monitor(want transport.Header) {
 	defer close(c.monitored)
-	err := c.ctl.Recv(context.Background(), want, nil)
+	err := transport.Watch(c.ctl, want)
 	if c.closed.Load() {
 		return
-	}
-	if err == nil {
-		err = errors.New("unexpected message on the bootstrap connection")
 	}
 	c.mu.Lock()
 	if c.ctlGone == nil {
@@ -973,6 +970,9 @@ func (c *Conn) monitor(want transport.Header) {
 }
 
 // --------------------------------------------------------------- closing
+
+// Name returns "rdma" (see transport.Named).
+func (c *Conn) Name() string { return "rdma" }
 
 // Close implements transport.Conn. It wakes pending calls (they fail with
 // transport.ErrClosed), tells the peer it is closing (it receives what was

@@ -109,7 +109,10 @@
 // (beyond the bounds a region is registered for one use); Invalidate
 // deregisters. A cached region keeps its Go buffer referenced, so the
 // garbage collector can neither free nor move it while the device may
-// touch it, and a cached address always means the same memory. The cgo
+// touch it, and a cached address always means the same memory. Memory Go
+// does not own (C's malloc, mmap) is registered for each use instead, once
+// SetForeignBuffers says such memory may be given, as the C library does:
+// freed and mapped again at the same address, it is other pages. The cgo
 // verbs pin Go memory with runtime.Pinner while it is registered, as the
 // cgo rules require of memory C keeps a pointer to; windows and staging
 // areas are mmap'd, outside the Go heap.

@@ -3,6 +3,7 @@ package rdma
 import (
 	"errors"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/occl/occl/transport/rdma/verbs"
@@ -40,8 +41,12 @@ const (
 // while the device may access it; the cost is that cached buffers stay
 // alive until evicted, which the byte bound limits. Since a buffer cannot
 // be freed while it is cached, a cached address always names the memory
-// it was registered for (the problem C caches solve with malloc hooks
-// cannot arise).
+// it was registered for. That holds for memory the Go runtime allocated
+// only: memory from C's malloc, mmap or Python can be freed while cached
+// and its address reused for other pages, and a stale registration would
+// pin the old pages, so that the peer's writes land there (the problem C
+// caches solve with malloc hooks). Such buffers are never cached once
+// SetForeignBuffers says they may be given.
 type RegCache struct {
 	pd         verbs.ProtectionDomain
 	maxBytes   int64
@@ -86,6 +91,23 @@ func (r *Reg) Contains(b []byte) bool {
 	return a >= r.start && a+uint64(len(b)) <= r.end
 }
 
+// foreignBuffers is set by SetForeignBuffers.
+var foreignBuffers atomic.Bool
+
+// SetForeignBuffers declares whether the user buffers given to this
+// process's RDMA connections may be memory the Go runtime did not allocate
+// (C's malloc, mmap, the allocators of Python and its array libraries).
+// While it is on, registration caches keep no registration of a user
+// buffer beyond its use: each Acquire registers the buffer and its Release
+// deregisters it, so a freed buffer whose address comes back with other
+// pages is registered afresh. The C library sets it when it loads, since
+// every buffer it is given is C memory; a Go program that passes such
+// memory must set it too.
+func SetForeignBuffers(on bool) { foreignBuffers.Store(on) }
+
+// ForeignBuffers reports what SetForeignBuffers last set.
+func ForeignBuffers() bool { return foreignBuffers.Load() }
+
 // NewRegCache makes a cache of registrations with pd, bounded to maxBytes
 // registered bytes and maxEntries regions (0: the defaults).
 func NewRegCache(pd verbs.ProtectionDomain, maxBytes int64, maxEntries int) *RegCache {
@@ -109,6 +131,9 @@ var errEmpty = errors.New("rdma: cannot register an empty buffer")
 func (c *RegCache) Acquire(b []byte, access verbs.Access) (*Reg, error) {
 	if len(b) == 0 {
 		return nil, errEmpty
+	}
+	if foreignBuffers.Load() {
+		return c.acquireUncached(b, access)
 	}
 	a, n := addrOf(b), uint64(len(b))
 	c.mu.Lock()
@@ -162,6 +187,21 @@ func (c *RegCache) Acquire(b []byte, access verbs.Access) (*Reg, error) {
 		v.mr.Deregister()
 		v.buf = nil
 	}
+	return r, nil
+}
+
+// acquireUncached registers b for one use: its Release deregisters it.
+func (c *RegCache) acquireUncached(b []byte, access verbs.Access) (*Reg, error) {
+	mr, err := c.pd.RegisterMemory(b, access)
+	if err != nil {
+		return nil, err
+	}
+	r := &Reg{mr: mr, buf: b, start: addrOf(b), access: access, refs: 1}
+	r.end = r.start + uint64(len(b))
+	c.mu.Lock()
+	c.stats.Misses++
+	c.stats.Uncached++
+	c.mu.Unlock()
 	return r, nil
 }
 

@@ -170,8 +170,7 @@ const (
 )
 
 func setupHeader(cfg *Config, step uint32, from int) transport.Header {
-	return transport.Header{Kind: transport.KindVerify, Comm: cfg.Comm, Epoch: cfg.Epoch, Seq: setupSeq,
-		Step: step, Root: uint32(from), Count: infoVersion}
+	return transport.SetupHeader(cfg.Comm, cfg.Epoch, setupSeq, step, from, infoVersion)
 }
 
 // Connect sets up an RDMA connection with cfg.Peer, exchanging connection

@@ -2,7 +2,6 @@ package shm
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -468,12 +467,9 @@ func (c *Conn) peerErr(closed error) error {
 // are woken.
 func (c *Conn) monitor(want transport.Header) {
 	defer close(c.monitored)
-	err := c.ctl.Recv(context.Background(), want, nil)
+	err := transport.Watch(c.ctl, want)
 	if c.closed.Load() {
 		return
-	}
-	if err == nil {
-		err = errors.New("unexpected message")
 	}
 	c.goneErr = fmt.Errorf("shm: rank %d: %w (control connection: %v)", c.peer, transport.ErrPeerClosed, err)
 	c.gone.Store(true)
@@ -485,6 +481,9 @@ func (c *Conn) monitor(want transport.Header) {
 	}
 	c.mu.RUnlock()
 }
+
+// Name returns "shm" (see transport.Named).
+func (c *Conn) Name() string { return "shm" }
 
 // Close implements transport.Conn. It marks this end closed in shared
 // memory, wakes both sides, closes the control connection, waits for

@@ -74,15 +74,7 @@ const (
 )
 
 func setupHeader(cfg *Config, step uint32, from int) transport.Header {
-	return transport.Header{
-		Kind:  transport.KindVerify,
-		Comm:  cfg.Comm,
-		Epoch: cfg.Epoch,
-		Seq:   setupSeq,
-		Step:  step,
-		Root:  uint32(from),
-		Count: uint64(ringVersion),
-	}
+	return transport.SetupHeader(cfg.Comm, cfg.Epoch, setupSeq, step, from, uint64(ringVersion))
 }
 
 // offer is what each side announces about the ring it writes.

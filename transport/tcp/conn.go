@@ -230,6 +230,9 @@ func (c *Conn) RecvMessage(ctx context.Context, max int, dst []byte) (transport.
 	return h, dst, nil
 }
 
+// Name returns "tcp" (see transport.Named).
+func (c *Conn) Name() string { return "tcp" }
+
 // Close implements transport.Conn.
 func (c *Conn) Close() error {
 	c.closeOnce.Do(func() {

@@ -1,6 +1,7 @@
 package tcp
 
 import (
+	"bytes"
 	"context"
 	"net"
 	"testing"
@@ -68,6 +69,44 @@ func FuzzConnRecv(f *testing.F) {
 			if h.Decode(in) != nil || h != want {
 				t.Fatalf("accepted a frame that does not match: %x", in)
 			}
+		}
+	})
+}
+
+// FuzzDecodeHello checks that the handshake's hello decoder, which reads
+// bytes from any client before it has authenticated, never panics, accepts
+// only hellos that make sense (known purpose, ranks not negative, stream
+// index below the stream count) and that what it accepts survives a round
+// trip.
+func FuzzDecodeHello(f *testing.F) {
+	for _, h := range []Hello{
+		{Purpose: PurposeRendezvous, Comm: 0x10ca1, From: 3, To: 0, NStreams: 1},
+		{Purpose: PurposeData, Comm: 1 << 63, Epoch: 7, From: 1, To: 5, Stream: 3, NStreams: 4},
+	} {
+		b := make([]byte, helloSize)
+		h.encode(b, bytes.Repeat([]byte{0xa5}, nonceSize))
+		f.Add(b)
+	}
+	f.Add([]byte(helloMagic))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		h, err := decodeHello(data)
+		if err != nil {
+			return
+		}
+		if h.Purpose != PurposeRendezvous && h.Purpose != PurposeData {
+			t.Fatalf("accepted purpose %d", h.Purpose)
+		}
+		if h.From < 0 || h.To < 0 || h.NStreams < 1 || h.Stream < 0 || h.Stream >= h.NStreams {
+			t.Fatalf("accepted %+v", h)
+		}
+		b := make([]byte, helloSize)
+		h.encode(b, data[helloSize-nonceSize:helloSize])
+		if !bytes.Equal(b, data[:helloSize]) {
+			t.Fatalf("round trip of %+v: %x became %x", h, data[:helloSize], b)
+		}
+		h2, err := decodeHello(b)
+		if err != nil || h2 != h {
+			t.Fatalf("re-encoded hello: %+v, %v; want %+v", h2, err, h)
 		}
 	})
 }

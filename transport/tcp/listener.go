@@ -16,10 +16,17 @@ import (
 // authenticate before the listener drops it.
 var HandshakeTimeout = 10 * time.Second
 
+// MaxHandshakes bounds the handshakes a listener runs at once. Further
+// sockets wait in the kernel's backlog until a handshake ends (it ends at
+// the latest after HandshakeTimeout).
+var MaxHandshakes = 64
+
 // Listener accepts authenticated connections. Each incoming socket is
 // authenticated on its own goroutine, so a slow or hostile client cannot
-// hold up the others; only sockets that pass the handshake and the accept
-// filter are handed to Accept.
+// hold up the others; at most MaxHandshakes run at once. Only sockets that
+// pass the handshake and the accept filter are handed to Accept. Close
+// closes the sockets still in their handshake, so an unauthenticated client
+// cannot delay it.
 type Listener struct {
 	ln     *net.TCPListener
 	secret []byte
@@ -30,8 +37,12 @@ type Listener struct {
 	wg     sync.WaitGroup
 	log    *slog.Logger
 
-	mu    sync.Mutex
-	stash []Accepted // set aside by AcceptFor for a later call
+	slots chan struct{} // one token per running handshake
+
+	mu       sync.Mutex
+	stash    []Accepted                // set aside by AcceptFor for a later call
+	inflight map[*net.TCPConn]struct{} // sockets in their handshake
+	closed   bool
 }
 
 // maxStash bounds the connections AcceptFor sets aside; the oldest go
@@ -64,12 +75,14 @@ func Listen(addr string, secret []byte, filter func(Hello) error, log *slog.Logg
 		log = slog.New(slog.DiscardHandler)
 	}
 	l := &Listener{
-		ln:     ln,
-		secret: secret,
-		filter: filter,
-		ready:  make(chan Accepted, 64),
-		done:   make(chan struct{}),
-		log:    log,
+		ln:       ln,
+		secret:   secret,
+		filter:   filter,
+		ready:    make(chan Accepted, 64),
+		done:     make(chan struct{}),
+		log:      log,
+		slots:    make(chan struct{}, max(MaxHandshakes, 1)),
+		inflight: map[*net.TCPConn]struct{}{},
 	}
 	l.wg.Add(1)
 	go l.loop()
@@ -97,6 +110,21 @@ func (l *Listener) loop() {
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
+		select {
+		case l.slots <- struct{}{}:
+		case <-l.done:
+			c.Close()
+			return
+		}
+		l.mu.Lock()
+		if l.closed {
+			l.mu.Unlock()
+			c.Close()
+			<-l.slots
+			return
+		}
+		l.inflight[c] = struct{}{}
+		l.mu.Unlock()
 		l.wg.Add(1)
 		go l.handshake(c)
 	}
@@ -106,6 +134,15 @@ func (l *Listener) handshake(c *net.TCPConn) {
 	defer l.wg.Done()
 	c.SetDeadline(time.Now().Add(HandshakeTimeout))
 	h, err := serverHandshake(c, l.secret, l.filter)
+	l.mu.Lock()
+	delete(l.inflight, c)
+	closed := l.closed
+	l.mu.Unlock()
+	<-l.slots
+	if closed {
+		c.Close()
+		return
+	}
 	if err != nil {
 		l.log.Warn("occl: refused connection", "from", c.RemoteAddr().String(), "err", err)
 		c.Close()
@@ -170,12 +207,19 @@ func (l *Listener) AcceptFor(ctx context.Context, want, keep func(Hello) bool) (
 	}
 }
 
-// Close stops listening and drops connections that were not accepted yet.
+// Close stops listening and drops connections that were not accepted yet,
+// including those still in their handshake. It does not wait for clients.
 func (l *Listener) Close() error {
 	var err error
 	l.once.Do(func() {
 		close(l.done)
 		err = l.ln.Close()
+		l.mu.Lock()
+		l.closed = true
+		for c := range l.inflight {
+			c.Close()
+		}
+		l.mu.Unlock()
 		l.wg.Wait()
 		l.mu.Lock()
 		for _, a := range l.stash {

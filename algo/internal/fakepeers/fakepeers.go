@@ -10,6 +10,12 @@
 // schedule that would deadlock on TCP deadlocks here too. Random delays can
 // be injected before every Send and Recv to shake out ordering bugs.
 //
+// The delays are drawn from a seeded generator, one stream per link and
+// direction, so a seed fixes the delays every Send and Recv sleeps. The
+// seed is Options.Seed, else the value of OCCL_FAKEPEERS_SEED, else a
+// random one; Run's errors name it, so that a failure can be rerun with
+// the same delays (the goroutine interleaving is still the scheduler's).
+//
 // The package does not import algo; *Peer has the method set of algo.Peers
 // and algo.EagerPeers.
 package fakepeers
@@ -19,7 +25,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -44,6 +52,25 @@ type Options struct {
 	// HideEager makes Run hand out peers without the EagerLimit method, so
 	// that schedules take their generic paths.
 	HideEager bool
+	// Seed seeds the random delays; zero takes NewSeed's.
+	Seed uint64
+}
+
+// SeedEnv is the environment variable that fixes the seed of networks
+// whose Options.Seed is zero.
+const SeedEnv = "OCCL_FAKEPEERS_SEED"
+
+// NewSeed returns the value of SeedEnv if it is set (it panics if that is
+// not a non-zero unsigned integer), else a random non-zero seed.
+func NewSeed() uint64 {
+	if v := os.Getenv(SeedEnv); v != "" {
+		s, err := strconv.ParseUint(v, 0, 64)
+		if err != nil || s == 0 {
+			panic(fmt.Sprintf("fakepeers: %s=%q: want a non-zero unsigned integer", SeedEnv, v))
+		}
+		return s
+	}
+	return rand.Uint64() | 1
 }
 
 // Peers is the method set of algo.Peers.
@@ -89,6 +116,9 @@ type link struct {
 	// Step+1 of a Send or Recv blocked on this link, 0 when none; for
 	// diagnosing deadlocks.
 	sending, receiving atomic.Int64
+	// The delay streams of the sender and the receiver; at most one
+	// goroutine sends on a link at a time, and one receives.
+	sendRand, recvRand *rand.Rand
 }
 
 func (l *link) get() *msg {
@@ -116,15 +146,26 @@ func New(n int, opts Options) *Network {
 	if opts.DelayProb <= 0 {
 		opts.DelayProb = 0.25
 	}
+	if opts.Seed == 0 {
+		opts.Seed = NewSeed()
+	}
 	nw := &Network{n: n, opts: opts, links: make([]*link, n*n), peers: make([]*Peer, n)}
 	for i := range nw.links {
-		nw.links[i] = &link{q: make(chan *msg, opts.QueueDepth), free: make(chan *msg, opts.QueueDepth)}
+		nw.links[i] = &link{
+			q:        make(chan *msg, opts.QueueDepth),
+			free:     make(chan *msg, opts.QueueDepth),
+			sendRand: rand.New(rand.NewPCG(opts.Seed, uint64(2*i))),
+			recvRand: rand.New(rand.NewPCG(opts.Seed, uint64(2*i+1))),
+		}
 	}
 	for i := range nw.peers {
 		nw.peers[i] = &Peer{net: nw, rank: i}
 	}
 	return nw
 }
+
+// Seed returns the seed of the network's random delays.
+func (nw *Network) Seed() uint64 { return nw.opts.Seed }
 
 // Peer returns rank i's view of the network.
 func (nw *Network) Peer(i int) *Peer { return nw.peers[i] }
@@ -209,10 +250,20 @@ func (p *Peer) Size() int { return p.net.n }
 // EagerLimit returns Options.EagerLimit (at least -1).
 func (p *Peer) EagerLimit(peer int) int { return max(p.net.opts.EagerLimit, -1) }
 
-func (p *Peer) delay() {
+// draw returns the next delay of the stream r: zero, or with probability
+// DelayProb a duration below MaxDelay.
+func (p *Peer) draw(r *rand.Rand) time.Duration {
 	o := &p.net.opts
-	if o.MaxDelay > 0 && rand.Float64() < o.DelayProb {
-		time.Sleep(rand.N(o.MaxDelay))
+	if o.MaxDelay > 0 && r.Float64() < o.DelayProb {
+		return time.Duration(r.Int64N(int64(o.MaxDelay)))
+	}
+	return 0
+}
+
+// delay sleeps for the next delay of the stream r.
+func (p *Peer) delay(r *rand.Rand) {
+	if d := p.draw(r); d > 0 {
+		time.Sleep(d)
 	}
 }
 
@@ -233,8 +284,8 @@ func (p *Peer) Send(ctx context.Context, peer int, step uint32, buf []byte) erro
 	if err := p.check("send", peer); err != nil {
 		return err
 	}
-	p.delay()
 	l := p.net.links[p.rank*p.net.n+peer]
+	p.delay(l.sendRand)
 	l.sending.Store(int64(step) + 1)
 	defer l.sending.Store(0)
 
@@ -280,8 +331,8 @@ func (p *Peer) Recv(ctx context.Context, peer int, step uint32, buf []byte) erro
 	if err := p.check("recv", peer); err != nil {
 		return err
 	}
-	p.delay()
 	l := p.net.links[peer*p.net.n+p.rank]
+	p.delay(l.recvRand)
 	l.receiving.Store(int64(step) + 1)
 	defer l.receiving.Store(0)
 
@@ -395,5 +446,8 @@ func (nw *Network) Run(ctx context.Context, fn func(ctx context.Context, rank in
 			out = append(out, fmt.Errorf("undelivered messages: %s", strings.Join(u, "; ")))
 		}
 	}
-	return errors.Join(out...)
+	if len(out) == 0 {
+		return nil
+	}
+	return fmt.Errorf("fakepeers network of %d ranks, seed %d (%s=%d repeats its delays): %w", nw.n, nw.opts.Seed, SeedEnv, nw.opts.Seed, errors.Join(out...))
 }

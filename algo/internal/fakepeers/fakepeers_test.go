@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -140,5 +141,68 @@ func TestAbandonedRendezvous(t *testing.T) {
 	// The sender may reuse buf now; the receiver must not read it.
 	if err := nw.Peer(1).Recv(context.Background(), 0, 0, make([]byte, 100)); err == nil {
 		t.Fatal("received a message its sender gave up on")
+	}
+}
+
+// drawAll returns the first k delays of every link's send and receive
+// streams.
+func drawAll(nw *Network, k int) []time.Duration {
+	var out []time.Duration
+	for i, l := range nw.links {
+		p := nw.peers[i/nw.n]
+		for range k {
+			out = append(out, p.draw(l.sendRand), p.draw(l.recvRand))
+		}
+	}
+	return out
+}
+
+func TestSeedRepeatsDelays(t *testing.T) {
+	opts := Options{MaxDelay: time.Millisecond, DelayProb: 0.5, Seed: 42}
+	a, b := drawAll(New(3, opts), 50), drawAll(New(3, opts), 50)
+	if !slices.Equal(a, b) {
+		t.Fatal("the same seed gave different delays")
+	}
+	nonzero := 0
+	for _, d := range a {
+		if d < 0 || d >= opts.MaxDelay {
+			t.Fatalf("delay %v outside [0, %v)", d, opts.MaxDelay)
+		}
+		if d > 0 {
+			nonzero++
+		}
+	}
+	if nonzero < len(a)/4 || nonzero > 3*len(a)/4 {
+		t.Errorf("%d of %d delays nonzero with probability 0.5", nonzero, len(a))
+	}
+	opts.Seed = 43
+	if slices.Equal(a, drawAll(New(3, opts), 50)) {
+		t.Error("different seeds gave the same delays")
+	}
+}
+
+func TestSeedFromEnv(t *testing.T) {
+	t.Setenv(SeedEnv, "12345")
+	if s := New(2, Options{}).Seed(); s != 12345 {
+		t.Errorf("seed %d, want %s's 12345", s, SeedEnv)
+	}
+	if s := New(2, Options{Seed: 7}).Seed(); s != 7 {
+		t.Errorf("seed %d, want the option's 7", s)
+	}
+	t.Setenv(SeedEnv, "")
+	if New(2, Options{}).Seed() == 0 {
+		t.Error("no seed chosen")
+	}
+}
+
+func TestFailureNamesSeed(t *testing.T) {
+	err := Run(context.Background(), 2, Options{Seed: 1234, MaxDelay: time.Microsecond}, func(ctx context.Context, rank int, p Peers) error {
+		if rank == 1 {
+			return errors.New("boom")
+		}
+		return nil
+	})
+	if err == nil || !strings.Contains(err.Error(), "seed 1234") || !strings.Contains(err.Error(), SeedEnv+"=1234") || !strings.Contains(err.Error(), "boom") {
+		t.Fatalf("error %v does not name the seed and the failure", err)
 	}
 }

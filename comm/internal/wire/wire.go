@@ -75,8 +75,9 @@ type Msg struct {
 	// Join
 	Size int
 	Info RankInfo
-	// Table
+	// Table: every rank's info, and the job nonce rank 0 chose.
 	Ranks []RankInfo
+	Nonce [16]byte
 	// Reject, Report, Verdict
 	Text string
 	// Report, Verdict: Kind says what failed; Peer is the rank blamed (-1
@@ -127,6 +128,7 @@ func (m *Msg) Append(b []byte) []byte {
 		for i := range m.Ranks {
 			b = appendInfo(b, &m.Ranks[i])
 		}
+		b = append(b, m.Nonce[:]...)
 	case Reject:
 		b = appendString(b, m.Text)
 	case Report, Verdict:
@@ -253,6 +255,7 @@ func decode(b []byte) (Msg, []byte, error) {
 				m.Ranks[i] = d.info()
 			}
 		}
+		d.fixed(m.Nonce[:])
 	case Reject:
 		m.Text = d.string()
 	case Report, Verdict:
@@ -314,6 +317,19 @@ func (d *decoder) byte() uint8 {
 	v := d.b[0]
 	d.b = d.b[1:]
 	return v
+}
+
+// fixed fills b from the next len(b) bytes.
+func (d *decoder) fixed(b []byte) {
+	if d.err != nil {
+		return
+	}
+	if len(d.b) < len(b) {
+		d.fail("truncated")
+		return
+	}
+	copy(b, d.b)
+	d.b = d.b[len(b):]
 }
 
 func (d *decoder) int(lo, hi int) int {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/occl/occl/reconfig/ocs"
+	"github.com/occl/occl/topo"
 )
 
 const token = "ctl-test-token"
@@ -96,7 +97,7 @@ func TestJSONOutput(t *testing.T) {
 	code, out, _ = ctl(t, "-json", "topology")
 	var top struct {
 		Generation uint64 `json:"generation"`
-		Connects   []ocs.Connect
+		Connects   []topo.Circuit
 		PortStates []struct{ State string } `json:"port_states"`
 	}
 	if err := json.Unmarshal([]byte(out), &top); code != 0 || err != nil || len(top.Connects) != 1 || top.PortStates[0].State != "up" {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/occl/occl/reconfig/ocs"
+	"github.com/occl/occl/topo"
 )
 
 const token = "daemon-test-token"
@@ -92,7 +93,7 @@ func TestRunInProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if _, err := c.Apply(ctx, "in-process", []ocs.Connect{{A: 0, B: 7}}); err != nil {
+	if _, err := c.Apply(ctx, "in-process", []topo.Circuit{{A: 0, B: 7}}); err != nil {
 		t.Fatal(err)
 	}
 	cancel()
@@ -172,7 +173,7 @@ func TestDaemonProcessSurvivesKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c1.Close()
-	first, err := c1.Apply(ctx, "before-kill", []ocs.Connect{{A: 0, B: 5}, {A: 7, B: 1}})
+	first, err := c1.Apply(ctx, "before-kill", []topo.Circuit{{A: 0, B: 5}, {A: 7, B: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +200,7 @@ func TestDaemonProcessSurvivesKill(t *testing.T) {
 		t.Fatalf("after kill -9 and restart: generation %d, %v, drained %v",
 			top.Generation, top.Connects, top.PortsIn(ocs.PortDrained))
 	}
-	again, err := c2.Apply(ctx, "before-kill", []ocs.Connect{{A: 0, B: 5}, {A: 1, B: 7}})
+	again, err := c2.Apply(ctx, "before-kill", []topo.Circuit{{A: 0, B: 5}, {A: 1, B: 7}})
 	if err != nil || !again.Replayed {
 		t.Fatalf("replay after restart = %+v, %v", again, err)
 	}

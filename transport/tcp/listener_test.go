@@ -1,0 +1,93 @@
+package tcp
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+)
+
+// TestCloseDoesNotWaitForSilentClient: a client that connects and sends
+// nothing holds a handshake until HandshakeTimeout; Close must close that
+// socket instead of waiting for it.
+func TestCloseDoesNotWaitForSilentClient(t *testing.T) {
+	ln, err := Listen("127.0.0.1:0", testSecret, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	silent, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	waitInflight(t, ln, 1)
+	start := time.Now()
+	done := make(chan struct{})
+	go func() { ln.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(HandshakeTimeout / 2):
+		t.Fatalf("Close still waiting for a silent client after %v (handshake timeout %v)", time.Since(start), HandshakeTimeout)
+	}
+	// The silent client's socket was closed by the listener.
+	silent.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := silent.Read(make([]byte, 1)); err == nil {
+		t.Fatalf("silent client read %d bytes from a closed listener", n)
+	}
+}
+
+// TestHandshakesBounded: no more than MaxHandshakes sockets are in their
+// handshake at once; the rest wait, and an authenticated client still gets
+// through once the silent ones time out.
+func TestHandshakesBounded(t *testing.T) {
+	defer func(n int, d time.Duration) { MaxHandshakes, HandshakeTimeout = n, d }(MaxHandshakes, HandshakeTimeout)
+	MaxHandshakes, HandshakeTimeout = 3, time.Second
+	ln, err := Listen("127.0.0.1:0", testSecret, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	for range 8 {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+	}
+	waitInflight(t, ln, 3)
+	for range 20 {
+		if n := inflight(ln); n > 3 {
+			t.Fatalf("%d handshakes at once, limit 3", n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	go func() {
+		if c, err := Dial(ctx, ln.Addr().String(), testSecret, Hello{Purpose: PurposeData, NStreams: 1}); err == nil {
+			c.Close()
+		}
+	}()
+	a, err := ln.Accept(ctx)
+	if err != nil {
+		t.Fatalf("authenticated client behind silent ones: %v", err)
+	}
+	a.Conn.Close()
+}
+
+func inflight(l *Listener) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.inflight)
+}
+
+func waitInflight(t *testing.T, l *Listener, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for inflight(l) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d handshakes running, want %d", inflight(l), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

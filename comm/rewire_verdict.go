@@ -24,7 +24,10 @@ import (
 //     every other rank, directly: the switch's failure if it failed;
 //     otherwise the failure of the lowest rank among those whose outcome
 //     it holds, as soon as it holds one; otherwise success once every
-//     outcome is in;
+//     outcome is in. Before a failure, unless the switch definitely did
+//     not happen (it failed with ErrNotSwitched, or there was none), rank
+//     0 restores the previous circuits, and the verdict says whether the
+//     restore succeeded (RolledBack) and names a failed one in its reason;
 //  3. a rank that gets a failure before its own links are ready stops
 //     connecting and checking, and still sends its outcome, which rank 0
 //     receives and discards, so that no message is left on a connection.

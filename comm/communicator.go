@@ -203,8 +203,10 @@ type Request struct {
 	name string
 	seq  uint64
 	hdr  transport.Header
-	ctx  context.Context
-	fn   func(ctx context.Context, p *opPeers) error
+	// target is a rewire's target digest, part of its fingerprint.
+	target uint64
+	ctx    context.Context
+	fn     func(ctx context.Context, p *opPeers) error
 	// stop cancels the withdrawal armed on ctx while r is queued.
 	stop func() bool
 	done chan struct{}
@@ -249,24 +251,29 @@ func (r *Request) finish(err error) {
 // DType, RedOp, Root and Count; the worker fills in communicator, epoch and
 // sequence.
 func (c *Communicator) submit(ctx context.Context, name string, hdr transport.Header, fn func(ctx context.Context, p *opPeers) error) *Request {
-	r := &Request{c: c, name: name, hdr: hdr, ctx: ctx, fn: fn, done: make(chan struct{})}
+	return c.enqueue(&Request{c: c, name: name, hdr: hdr, ctx: ctx, fn: fn, done: make(chan struct{})})
+}
+
+// enqueue queues r, built by submit or by an operation that sets more of
+// it.
+func (c *Communicator) enqueue(r *Request) *Request {
 	c.out.Add(1)
 	c.mu.Lock()
 	if c.closing {
 		c.mu.Unlock()
-		r.finish(&OpError{Rank: c.rank, Op: name, Err: ErrClosed})
+		r.finish(&OpError{Rank: c.rank, Op: r.name, Err: ErrClosed})
 		return r
 	}
-	if hdr.Kind == transport.KindCollective {
+	if r.hdr.Kind == transport.KindCollective {
 		c.seq++
 		r.seq = c.seq
 	}
 	c.pending = append(c.pending, r)
-	if ctx.Done() != nil {
+	if r.ctx.Done() != nil {
 		// A request whose context ends while it is queued is withdrawn
 		// without starting; once the worker has taken it, withdraw finds
 		// nothing to do and the running operation honours ctx itself.
-		r.stop = context.AfterFunc(ctx, func() { c.withdraw(r) })
+		r.stop = context.AfterFunc(r.ctx, func() { c.withdraw(r) })
 	}
 	c.mu.Unlock()
 	select {
@@ -371,7 +378,9 @@ func (c *Communicator) run(r *Request) error {
 	p.hdr.Epoch = c.epoch.Load()
 	p.hdr.Seq = r.seq
 	if r.hdr.Kind == transport.KindCollective {
-		c.hist.start(r.seq, fingerprint(&p.hdr))
+		fp := fingerprint(&p.hdr)
+		fp.Target = r.target
+		c.hist.start(r.seq, fp)
 		c.armWatchdog(r.seq)
 		defer func() {
 			c.disarmWatchdog()
@@ -452,7 +461,11 @@ func (c *Communicator) classify(ctx context.Context, r *Request, err error, elap
 	var me *transport.MismatchError
 	var fe *transport.FrameError
 	var pe *PeerError
+	known, isPeerErr := err.(*PeerError)
 	switch {
+	case isPeerErr:
+		// The operation itself found who failed (a rewire's agreement).
+		pe = known
 	case errors.As(err, &me):
 		pe = &PeerError{Peer: -1, Reporter: c.rank, Kind: ErrMismatch, Reason: describeMismatch(c.rank, peer, me)}
 	case errors.As(err, &fe):

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/valyala/bytebufferpool"
@@ -135,28 +134,30 @@ func (m *localMember) close(context.Context, bool) error {
 // turns the first report into a verdict and sends it to every rank, so all
 // ranks fail with the same error. If the root itself dies, every rank sees
 // its connection drop and blames rank 0.
+//
+// The decisions are ctrlRoot's and ctrlMember's (control_state.go); the
+// types below are their shells: they read the connections, tick the
+// heartbeats, run the timers and carry out the actions.
 
 // ctrlClient is one rank's end of the control plane.
 type ctrlClient struct {
-	comm     *Communicator
-	rank     int
-	conn     *tcp.Conn
-	wmu      sync.Mutex
-	server   *ctrlServer // on rank 0 only
-	hb, hbTO time.Duration
-	log      *slog.Logger
+	comm   *Communicator
+	conn   *tcp.Conn
+	wmu    sync.Mutex
+	server *ctrlServer // on rank 0 only
+	hb     time.Duration
+	hbTO   time.Duration
+	log    *slog.Logger
 
-	heard    atomic.Int64 // unix nanos of the last message from the root
-	leaving  atomic.Bool
-	shutdown atomic.Bool
-	done     chan struct{}
-	wg       sync.WaitGroup
+	mu   sync.Mutex
+	sm   *ctrlMember
+	done chan struct{}
+	wg   sync.WaitGroup
 }
 
 func newCtrlClient(rank int, conn *tcp.Conn, server *ctrlServer, cfg config, log *slog.Logger) *ctrlClient {
-	cl := &ctrlClient{rank: rank, conn: conn, server: server, hb: cfg.heartbeat, hbTO: cfg.heartbeatTimeout, log: logx.For(log, logx.Net), done: make(chan struct{})}
-	cl.heard.Store(time.Now().UnixNano())
-	return cl
+	return &ctrlClient{conn: conn, server: server, hb: cfg.heartbeat, hbTO: cfg.heartbeatTimeout, log: logx.For(log, logx.Net),
+		sm: newCtrlMember(rank, time.Now(), cfg.heartbeatTimeout), done: make(chan struct{})}
 }
 
 // start begins heartbeats and listening for verdicts on behalf of c.
@@ -165,6 +166,32 @@ func (cl *ctrlClient) start(c *Communicator) {
 	cl.wg.Add(2)
 	go cl.readLoop()
 	go cl.heartbeatLoop()
+}
+
+// handle steps the state machine with ev and carries out its actions; it
+// says whether this rank is leaving now.
+func (cl *ctrlClient) handle(ev ctrlEvent) (leave bool) {
+	cl.mu.Lock()
+	acts := cl.sm.step(ev)
+	cl.mu.Unlock()
+	for _, a := range acts {
+		switch a.Kind {
+		case actSend:
+			if err := cl.send(&a.Msg); err != nil {
+				cl.log.Debug("occl: control message to rank 0 failed", "msg", describeMsg(&a.Msg), "err", err)
+			}
+		case actFail:
+			cl.comm.fail(a.Fail)
+		case actAnswer:
+			st := cl.comm.hist.status(a.Seq)
+			if err := cl.send(&st); err != nil {
+				cl.log.Debug("occl: probe answer to rank 0 failed", "err", err)
+			}
+		case actLeave:
+			leave = true
+		}
+	}
+	return leave
 }
 
 func (cl *ctrlClient) send(m *wire.Msg) error {
@@ -182,25 +209,10 @@ func (cl *ctrlClient) readLoop() {
 		m, b, err := recvMsg(context.Background(), cl.conn, buf)
 		buf = b
 		if err != nil {
-			if cl.leaving.Load() || cl.shutdown.Load() {
-				return
-			}
-			cl.comm.fail(&PeerError{Peer: 0, Reporter: cl.rank, Kind: ErrPeerFailed,
-				Reason: fmt.Sprintf("lost the control connection to rank 0: %v", err)})
+			cl.handle(ctrlEvent{Kind: evConnLost, From: 0, Err: err.Error(), Now: time.Now()})
 			return
 		}
-		cl.heard.Store(time.Now().UnixNano())
-		switch m.Type {
-		case wire.Verdict:
-			cl.comm.fail(&PeerError{Peer: m.Peer, Reporter: m.Reporter, Kind: errOfKind(m.Kind), Reason: m.Text})
-		case wire.Shutdown:
-			cl.shutdown.Store(true)
-		case wire.Probe:
-			st := cl.comm.hist.status(m.Seq)
-			if err := cl.send(&st); err != nil {
-				cl.log.Debug("occl: probe answer to rank 0 failed", "err", err)
-			}
-		}
+		cl.handle(ctrlEvent{Kind: evRecv, From: 0, Msg: m, Now: time.Now()})
 	}
 }
 
@@ -208,52 +220,31 @@ func (cl *ctrlClient) heartbeatLoop() {
 	defer cl.wg.Done()
 	t := time.NewTicker(cl.hb)
 	defer t.Stop()
-	hb := wire.Msg{Type: wire.Heartbeat}
 	for {
 		select {
 		case <-cl.done:
 			return
-		case <-t.C:
-		}
-		if cl.shutdown.Load() {
-			continue
-		}
-		if err := cl.send(&hb); err != nil && !cl.leaving.Load() {
-			cl.log.Debug("occl: heartbeat to rank 0 failed", "err", err)
-		}
-		if silent := time.Since(time.Unix(0, cl.heard.Load())); silent > cl.hbTO && !cl.shutdown.Load() {
-			cl.comm.fail(&PeerError{Peer: 0, Reporter: cl.rank, Kind: ErrPeerFailed,
-				Reason: fmt.Sprintf("no heartbeat from rank 0 (the control root) for %v", silent.Round(time.Millisecond))})
+		case now := <-t.C:
+			cl.handle(ctrlEvent{Kind: evTick, Now: now})
 		}
 	}
 }
 
 func (cl *ctrlClient) report(pe *PeerError) {
-	m := wire.Msg{Type: wire.Report, Kind: kindOf(pe.Kind), Peer: pe.Peer, Reporter: pe.Reporter, Text: pe.Reason}
-	if err := cl.send(&m); err != nil {
-		cl.log.Debug("occl: failure report to rank 0 failed", "err", err)
-	}
+	cl.handle(ctrlEvent{Kind: evReport, Fail: pe, Now: time.Now()})
 }
 
 func (cl *ctrlClient) lost(peer int, err error) {
-	m := wire.Msg{Type: wire.Report, Kind: kindLost, Peer: peer, Reporter: cl.rank, Text: err.Error()}
-	if e := cl.send(&m); e != nil {
-		cl.log.Debug("occl: link report to rank 0 failed", "err", e)
-	}
+	cl.handle(ctrlEvent{Kind: evLinkLost, Peer: peer, Err: err.Error(), Now: time.Now()})
 }
 
 func (cl *ctrlClient) stalled(seq uint64) {
-	if err := cl.send(&wire.Msg{Type: wire.Stalled, Seq: seq}); err != nil {
-		cl.log.Debug("occl: stall report to rank 0 failed", "err", err)
-	}
+	cl.handle(ctrlEvent{Kind: evStalled, Seq: seq, Now: time.Now()})
 }
 
 func (cl *ctrlClient) close(ctx context.Context, clean bool) error {
-	if cl.leaving.Swap(true) {
+	if !cl.handle(ctrlEvent{Kind: evClose, Clean: clean, Now: time.Now()}) {
 		return nil
-	}
-	if clean {
-		cl.send(&wire.Msg{Type: wire.Goodbye})
 	}
 	var err error
 	if cl.server != nil {
@@ -267,21 +258,16 @@ func (cl *ctrlClient) close(ctx context.Context, clean bool) error {
 
 // ctrlServer is the root of the control plane, on rank 0.
 type ctrlServer struct {
-	size     int
 	hb, hbTO time.Duration
 	log      *slog.Logger
+	conns    []*tcp.Conn
+	wmu      []sync.Mutex
 
 	mu      sync.Mutex
-	conns   []*tcp.Conn
-	wmu     []sync.Mutex
-	heard   []atomic.Int64
-	left    []bool
-	gone    []bool
-	verdict *wire.Msg
-	sending sync.WaitGroup // verdicts being delivered
-	probe   *probeRound
+	sm      *ctrlRoot
+	timers  []*time.Timer
+	sending sync.WaitGroup // messages being delivered
 	allLeft chan struct{}
-	closing bool
 	done    chan struct{}
 	wg      sync.WaitGroup
 }
@@ -289,20 +275,52 @@ type ctrlServer struct {
 func newCtrlServer(conns []*tcp.Conn, cfg config, log *slog.Logger) *ctrlServer {
 	n := len(conns)
 	s := &ctrlServer{
-		size: n, hb: cfg.heartbeat, hbTO: cfg.heartbeatTimeout, log: logx.For(log, logx.Net),
-		conns: conns, wmu: make([]sync.Mutex, n), heard: make([]atomic.Int64, n),
-		left: make([]bool, n), gone: make([]bool, n),
+		hb: cfg.heartbeat, hbTO: cfg.heartbeatTimeout, log: logx.For(log, logx.Net),
+		conns: conns, wmu: make([]sync.Mutex, n),
+		sm:      newCtrlRoot(n, time.Now(), cfg.heartbeatTimeout, lostGrace/4),
 		allLeft: make(chan struct{}), done: make(chan struct{}),
 	}
-	now := time.Now().UnixNano()
 	for r := range n {
-		s.heard[r].Store(now)
 		s.wg.Add(1)
 		go s.readLoop(r)
 	}
 	s.wg.Add(1)
 	go s.heartbeatLoop()
 	return s
+}
+
+// handle steps the state machine with ev and carries out its actions.
+// Messages go out on goroutines of their own, so that a stuck rank delays
+// no other; s.sending counts them.
+func (s *ctrlServer) handle(ev ctrlEvent) {
+	s.mu.Lock()
+	acts := s.sm.step(ev)
+	for _, a := range acts {
+		switch a.Kind {
+		case actSend:
+			s.sending.Add(1)
+		case actArm:
+			s.timers = append(s.timers, time.AfterFunc(a.After, func() {
+				s.handle(ctrlEvent{Kind: evTimer, Timer: a.Timer, Now: time.Now()})
+			}))
+		}
+	}
+	s.mu.Unlock()
+	for _, a := range acts {
+		switch a.Kind {
+		case actSend:
+			go func() {
+				defer s.sending.Done()
+				if err := s.send(a.To, &a.Msg); err != nil {
+					s.log.Debug("occl: control message not delivered", "to", a.To, "msg", describeMsg(&a.Msg), "err", err)
+				}
+			}()
+		case actDeclare:
+			s.log.Warn("occl: communicator failed", "peer", a.Msg.Peer, "reporter", a.Msg.Reporter, "reason", a.Msg.Text)
+		case actAllLeft:
+			close(s.allLeft)
+		}
+	}
 }
 
 func (s *ctrlServer) send(r int, m *wire.Msg) error {
@@ -320,179 +338,23 @@ func (s *ctrlServer) readLoop(r int) {
 		m, b, err := recvMsg(context.Background(), s.conns[r], buf)
 		buf = b
 		if err != nil {
-			s.mu.Lock()
-			left, closing := s.left[r], s.closing
-			s.gone[r] = true
-			s.checkAllLeft()
-			s.mu.Unlock()
-			if !left && !closing {
-				s.declare(&wire.Msg{Type: wire.Verdict, Kind: kindPeerFailed, Peer: r, Reporter: 0,
-					Text: fmt.Sprintf("process exited or closed its connection without leaving (%v)", err)})
-			}
+			s.handle(ctrlEvent{Kind: evConnLost, From: r, Err: err.Error(), Now: time.Now()})
 			return
 		}
-		s.heard[r].Store(time.Now().UnixNano())
-		switch m.Type {
-		case wire.Goodbye:
-			s.mu.Lock()
-			s.left[r] = true
-			s.checkAllLeft()
-			s.mu.Unlock()
-		case wire.Report:
-			s.onReport(r, &m)
-		case wire.Stalled:
-			s.onStalled(m.Seq)
-		case wire.Status:
-			s.onStatus(r, &m)
-		}
+		s.handle(ctrlEvent{Kind: evRecv, From: r, Msg: m, Now: time.Now()})
 	}
-}
-
-// checkAllLeft closes allLeft once every rank has left or gone; s.mu held.
-func (s *ctrlServer) checkAllLeft() {
-	for r := range s.size {
-		if !s.left[r] && !s.gone[r] {
-			return
-		}
-	}
-	select {
-	case <-s.allLeft:
-	default:
-		close(s.allLeft)
-	}
-}
-
-func (s *ctrlServer) onReport(from int, m *wire.Msg) {
-	if m.Kind != kindLost {
-		s.declare(&wire.Msg{Type: wire.Verdict, Kind: m.Kind, Peer: m.Peer, Reporter: from, Text: m.Text})
-		return
-	}
-	// A broken link: if the rank at the other end died, its control
-	// connection drops too, and that verdict is the precise one. Give it a
-	// moment to arrive before blaming the link.
-	peer, text := m.Peer, m.Text
-	time.AfterFunc(lostGrace/4, func() {
-		s.declare(&wire.Msg{Type: wire.Verdict, Kind: kindPeerFailed, Peer: peer, Reporter: from,
-			Text: fmt.Sprintf("rank %d lost its connection to it: %s", from, text)})
-	})
-}
-
-// probeRound collects the answers to one probe.
-type probeRound struct {
-	seq     uint64
-	answers []wire.Msg
-	missing int
-	done    chan struct{}
-}
-
-// onStalled probes every rank about seq, unless a probe is running, and
-// declares a mismatch if their answers disagree.
-func (s *ctrlServer) onStalled(seq uint64) {
-	s.mu.Lock()
-	if s.probe != nil || s.verdict != nil || s.closing {
-		s.mu.Unlock()
-		return
-	}
-	pr := &probeRound{seq: seq, answers: make([]wire.Msg, s.size), done: make(chan struct{})}
-	var to []int
-	for r := range s.size {
-		if !s.gone[r] && !s.left[r] {
-			to = append(to, r)
-		}
-	}
-	pr.missing = len(to)
-	s.probe = pr
-	s.mu.Unlock()
-	go func() {
-		for _, r := range to {
-			s.send(r, &wire.Msg{Type: wire.Probe, Seq: seq})
-		}
-		t := time.NewTimer(min(2*time.Second, s.hbTO))
-		select {
-		case <-pr.done:
-		case <-t.C:
-		case <-s.done:
-		}
-		t.Stop()
-		s.mu.Lock()
-		s.probe = nil
-		answers := pr.answers
-		s.mu.Unlock()
-		if pe := judge(seq, answers); pe != nil {
-			s.declare(&wire.Msg{Type: wire.Verdict, Kind: kindMismatch, Peer: pe.Peer, Reporter: pe.Reporter, Text: pe.Reason})
-		}
-	}()
-}
-
-func (s *ctrlServer) onStatus(r int, m *wire.Msg) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	pr := s.probe
-	if pr == nil || pr.seq != m.Seq || pr.answers[r].Type == wire.Status {
-		return
-	}
-	pr.answers[r] = *m
-	if pr.missing--; pr.missing == 0 {
-		close(pr.done)
-	}
-}
-
-// declare sends the first verdict to every rank still connected.
-func (s *ctrlServer) declare(v *wire.Msg) {
-	s.mu.Lock()
-	if s.verdict != nil || s.closing {
-		s.mu.Unlock()
-		return
-	}
-	s.verdict = v
-	var to []int
-	for r := range s.size {
-		if !s.gone[r] && !s.left[r] {
-			to = append(to, r)
-		}
-	}
-	s.sending.Add(1)
-	defer s.sending.Done()
-	s.mu.Unlock()
-	s.log.Warn("occl: communicator failed", "peer", v.Peer, "reporter", v.Reporter, "reason", v.Text)
-	var wg sync.WaitGroup
-	for _, r := range to {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := s.send(r, v); err != nil {
-				s.log.Debug("occl: verdict not delivered", "to", r, "err", err)
-			}
-		}()
-	}
-	wg.Wait()
 }
 
 func (s *ctrlServer) heartbeatLoop() {
 	defer s.wg.Done()
 	t := time.NewTicker(s.hb)
 	defer t.Stop()
-	hb := wire.Msg{Type: wire.Heartbeat}
 	for {
 		select {
 		case <-s.done:
 			return
-		case <-t.C:
-		}
-		now := time.Now()
-		for r := range s.size {
-			s.mu.Lock()
-			skip := s.gone[r] || s.left[r] || s.closing
-			s.mu.Unlock()
-			if skip {
-				continue
-			}
-			if silent := now.Sub(time.Unix(0, s.heard[r].Load())); silent > s.hbTO {
-				s.declare(&wire.Msg{Type: wire.Verdict, Kind: kindPeerFailed, Peer: r, Reporter: 0,
-					Text: fmt.Sprintf("no heartbeat for %v", silent.Round(time.Millisecond))})
-				continue
-			}
-			go s.send(r, &hb)
+		case now := <-t.C:
+			s.handle(ctrlEvent{Kind: evTick, Now: now})
 		}
 	}
 }
@@ -508,19 +370,19 @@ func (s *ctrlServer) close(ctx context.Context, clean bool) error {
 		}
 		cancel()
 	}
+	// Once closing, the state machine sends nothing but the shutdowns,
+	// which go after the verdict being delivered, if any.
 	s.mu.Lock()
-	s.closing = true
-	var to []int
-	for r := range s.size {
-		if !s.gone[r] && !s.left[r] {
-			to = append(to, r)
-		}
+	acts := s.sm.step(ctrlEvent{Kind: evClose, Now: time.Now()})
+	for _, t := range s.timers {
+		t.Stop()
 	}
 	s.mu.Unlock()
-	// A verdict being delivered reaches every rank before the shutdown.
 	s.sending.Wait()
-	for _, r := range to {
-		s.send(r, &wire.Msg{Type: wire.Shutdown})
+	for _, a := range acts {
+		if a.Kind == actSend {
+			s.send(a.To, &a.Msg)
+		}
 	}
 	close(s.done)
 	for _, c := range s.conns {

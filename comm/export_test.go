@@ -35,11 +35,14 @@ func RetiredConns(c *Communicator) []transport.Conn {
 	return append([]transport.Conn(nil), c.retired...)
 }
 
-// SetLinkFailure makes step ("connect" or "verify") of every rank with new
-// links for which f returns an error fail with it, until called with nil: a
-// failed connect opens nothing, leaving its peers waiting; a failed verify
-// happens after its exchanges, as a wrong answer would.
-func SetLinkFailure(f func(rank int, step string) error) { testLinkFailure = f }
+// WithLinkFailure returns rw making step ("connect" or "verify") of every
+// rank with new links for which f returns an error fail with it: a failed
+// connect opens nothing, leaving its peers waiting; a failed verify happens
+// after its exchanges, as a wrong answer would.
+func WithLinkFailure(rw Rewire, f func(rank int, step string) error) Rewire {
+	rw.linkFailure = f
+	return rw
+}
 
 // DataListenAddr returns the address of the data listener of c, a
 // communicator bootstrapped over TCP.

@@ -169,7 +169,10 @@ func describeFingerprint(fp wire.Fingerprint) string {
 	case algo.OpSendRecv:
 		return fmt.Sprintf("%d %s elements", fp.Count, dt)
 	case algo.OpRewire:
-		return fmt.Sprintf("Rewire(target digest %x)", fp.Count)
+		if fp.Target == 0 {
+			return op.String()
+		}
+		return describeRewire(fp.Target)
 	}
 	return fmt.Sprintf("%s(count=%d, %s)", op, fp.Count, dt)
 }

@@ -2,7 +2,6 @@ package comm
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/occl/occl/algo"
+	"github.com/occl/occl/comm/internal/wire"
 	"github.com/occl/occl/internal/logx"
 	"github.com/occl/occl/topo"
 	"github.com/occl/occl/transport"
@@ -95,6 +95,12 @@ type Rewire struct {
 	// the switch did not happen: every rank returns a *RewireError of
 	// step "switch" carrying it, and nothing changes.
 	Switched func(ctx context.Context) error
+
+	// linkFailure, set only by tests, makes step ("connect" or "verify")
+	// of a rank with new links fail with the error it returns: a failed
+	// connect opens nothing (its peers are left waiting for it), a failed
+	// verify happens after its exchanges, as a wrong answer would.
+	linkFailure func(rank int, step string) error
 }
 
 // RewireTimes records how long each step of a rewire took on this rank.
@@ -204,15 +210,17 @@ func (c *Communicator) RewireAsync(ctx context.Context, rw Rewire) *RewireReques
 		return &RewireRequest{req: c.failedRequest(name, invalidf("rewire target: %v", err)), times: times}
 	}
 	called := time.Now()
-	// The target's digest is in every message of the rewire, so ranks given
-	// different targets fail with ErrMismatch instead of waiting for links
-	// their peers will not open.
-	req := c.submit(ctx, name, collHeader(algo.OpRewire, 0, 0, 0, int(digest>>1)), func(ctx context.Context, p *opPeers) error {
-		times.Pause = time.Since(called)
-		err := c.rewire(ctx, p, rw, times)
-		times.Total = time.Since(called)
-		return err
-	})
+	// The target's digest is in the rewire's fingerprint and in its
+	// statuses and verdict, so ranks given different targets fail with
+	// ErrMismatch (from a probe, if they wait for links their peers will
+	// not open) instead of timing out.
+	req := c.enqueue(&Request{c: c, name: name, hdr: collHeader(algo.OpRewire, 0, 0, 0, 0), target: digest, ctx: ctx,
+		done: make(chan struct{}), fn: func(ctx context.Context, p *opPeers) error {
+			times.Pause = time.Since(called)
+			err := c.rewire(ctx, p, rw, digest, times)
+			times.Total = time.Since(called)
+			return err
+		}})
 	return &RewireRequest{req: req, times: times}
 }
 
@@ -228,7 +236,7 @@ func targetDigest(t *topo.Topology) (uint64, error) {
 }
 
 // rewire runs the steps on the worker.
-func (c *Communicator) rewire(ctx context.Context, p *opPeers, rw Rewire, times *RewireTimes) error {
+func (c *Communicator) rewire(ctx context.Context, p *opPeers, rw Rewire, digest uint64, times *RewireTimes) error {
 	// The new links, and another communicator's switch, are not among
 	// the things a failure closes: stop waiting on them when the
 	// communicator fails.
@@ -272,28 +280,25 @@ func (c *Communicator) rewire(ctx context.Context, p *opPeers, rw Rewire, times 
 	linkCtx, stopLinks := context.WithCancel(ctx)
 	defer stopLinks()
 	links := make(chan newLinks, 1)
-	go func() { links <- c.openLinks(linkCtx, epoch, gen, changed, planErr) }()
+	go func() { links <- c.openLinks(linkCtx, epoch, gen, changed, planErr, rw.linkFailure) }()
 	var (
 		mine    newLinks
 		verdict status
 		err     error
 	)
 	if c.rank == 0 {
-		mine, verdict, err = c.decide(ctx, p, rw, sw, planErr, links, stopLinks)
+		mine, verdict, err = c.decide(ctx, p, rw, digest, sw, planErr, links, stopLinks)
 	} else {
-		mine, verdict, err = c.report(ctx, p, links, stopLinks)
+		mine, verdict, err = c.report(ctx, p, digest, links, stopLinks)
 	}
 	times.Apply = time.Since(step)
 	times.Connect, times.Verify = mine.connect, mine.verify
 	if err != nil {
 		// A dead or stuck peer, or ranks given different targets: the
 		// communicator fails, and the switch goes back to what it held.
+		// Rank 0's verdictRoot waited for the switch and restored the
+		// previous circuits unless nothing was switched.
 		mine.close()
-		if sw.wait(); sw.mayHaveSwitched() && rw.Rollback != nil {
-			if e := c.rollback(ctx, rw); e != nil {
-				logx.For(c.log, logx.Rewire).Warn("occl: rewire: restoring the previous circuits failed", "err", e)
-			}
-		}
 		return err
 	}
 	if !verdict.ok {
@@ -336,7 +341,9 @@ func (c *Communicator) rewire(ctx context.Context, p *opPeers, rw Rewire, times 
 // exchange; its status says which step failed (plan if planErr is set).
 // On failure the connections are still open: the caller closes them once
 // the verdict is known, so that a peer's check fails for its own reason.
-func (c *Communicator) openLinks(ctx context.Context, epoch, gen uint32, changed []int, planErr error) newLinks {
+// injected, if set, makes a step fail (see Rewire.linkFailure).
+func (c *Communicator) openLinks(ctx context.Context, epoch, gen uint32, changed []int, planErr error,
+	injected func(rank int, step string) error) newLinks {
 	l := newLinks{status: status{ok: true}}
 	if planErr != nil {
 		l.status, l.err = failure("plan", planErr), planErr
@@ -348,8 +355,8 @@ func (c *Communicator) openLinks(ctx context.Context, epoch, gen uint32, changed
 	step := time.Now()
 	var conns map[int]transport.Conn
 	var err error
-	if testLinkFailure != nil {
-		err = testLinkFailure(c.rank, "connect")
+	if injected != nil {
+		err = injected(c.rank, "connect")
 	}
 	if err == nil {
 		conns, err = c.fabric.connect(ctx, c, gen, changed)
@@ -361,18 +368,13 @@ func (c *Communicator) openLinks(ctx context.Context, epoch, gen uint32, changed
 	}
 	l.conns = conns
 	step = time.Now()
-	err = c.verifyLinks(ctx, epoch, conns)
+	err = c.verifyLinks(ctx, epoch, conns, injected)
 	l.verify = time.Since(step)
 	if err != nil {
 		l.status, l.err = failure("verify", err), err
 	}
 	return l
 }
-
-// testLinkFailure, set by tests, makes a rank with new links fail a step:
-// "connect" before it opens any (its peers are left waiting for it), or
-// "verify" after its exchanges, as a wrong answer would.
-var testLinkFailure func(rank int, step string) error
 
 // closeRetired closes the connections the previous rewire replaced.
 func (c *Communicator) closeRetired() {
@@ -453,26 +455,32 @@ func (c *Communicator) rewirePlan(cur, next *topo.Topology) ([]int, error) {
 }
 
 // verifyLinks sends a small frame on every new link and checks the peer's.
-func (c *Communicator) verifyLinks(ctx context.Context, epoch uint32, conns map[int]transport.Conn) error {
+func (c *Communicator) verifyLinks(ctx context.Context, epoch uint32, conns map[int]transport.Conn,
+	injected func(rank int, step string) error) error {
 	if len(conns) == 0 {
 		return nil
 	}
 	h := transport.Header{Kind: transport.KindCollective, Op: uint8(algo.OpRewire), Comm: c.id, Epoch: epoch, Step: 1}
 	errs := make(chan error, len(conns))
+	out := (&wire.Msg{Type: wire.LinkCheck, Rank: c.rank, Epoch: epoch}).AppendFrame(nil, linkCheckSize)
 	for r, conn := range conns {
 		go func() {
-			var out, in [8]byte
-			binary.LittleEndian.PutUint32(out[:], uint32(c.rank))
-			binary.LittleEndian.PutUint32(out[4:], epoch)
-			if err := transport.Exchange(ctx, conn, h, out[:], h, in[:]); err != nil {
+			in := make([]byte, linkCheckSize)
+			if err := transport.Exchange(ctx, conn, h, out, h, in); err != nil {
 				errs <- fmt.Errorf("link to rank %d: %w", r, err)
 				return
 			}
-			if got, e := binary.LittleEndian.Uint32(in[:]), binary.LittleEndian.Uint32(in[4:]); int(got) != r || e != epoch {
-				errs <- fmt.Errorf("link to rank %d answered as rank %d of epoch %d", r, got, e)
-				return
+			m, err := wire.DecodeFrame(in)
+			switch {
+			case err != nil:
+				errs <- fmt.Errorf("link to rank %d answered with %w", r, err)
+			case m.Type != wire.LinkCheck:
+				errs <- fmt.Errorf("link to rank %d answered with a message of type %d", r, m.Type)
+			case m.Rank != r || m.Epoch != epoch:
+				errs <- fmt.Errorf("link to rank %d answered as rank %d of epoch %d", r, m.Rank, m.Epoch)
+			default:
+				errs <- nil
 			}
-			errs <- nil
 		}()
 	}
 	var msgs []string
@@ -481,8 +489,8 @@ func (c *Communicator) verifyLinks(ctx context.Context, epoch uint32, conns map[
 			msgs = append(msgs, err.Error())
 		}
 	}
-	if testLinkFailure != nil {
-		if err := testLinkFailure(c.rank, "verify"); err != nil {
+	if injected != nil {
+		if err := injected(c.rank, "verify"); err != nil {
 			msgs = append(msgs, err.Error())
 		}
 	}

@@ -51,19 +51,18 @@ func TestRewireRollbackWhenOutcomeUnknown(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if tc.linkFailure {
-				comm.SetLinkFailure(func(rank int, s string) error {
-					if rank == 2 && s == "verify" {
-						return errors.New("injected: no light on the new circuit")
-					}
-					return nil
-				})
-				defer comm.SetLinkFailure(nil)
-			}
 			var switched, restores atomic.Int32
 			var seen errorTexts
 			requireOK(t, runLocal(t, 8, func(ctx context.Context, c *comm.Communicator) error {
 				rw := comm.Rewire{Target: target, ApplyTimeout: 200 * time.Millisecond}
+				if tc.linkFailure {
+					rw = comm.WithLinkFailure(rw, func(rank int, s string) error {
+						if rank == 2 && s == "verify" {
+							return errors.New("injected: no light on the new circuit")
+						}
+						return nil
+					})
+				}
 				if c.Rank() == 0 {
 					rw.Apply = tc.apply(&switched)
 					rw.Rollback = func(context.Context) error { restores.Add(1); return tc.restoreErr }

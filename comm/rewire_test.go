@@ -183,17 +183,16 @@ func TestRewireLinkFailure(t *testing.T) {
 	target := mustTopo(t, rewireBase+",circuits=0-1/2-3")
 	for _, step := range []string{"connect", "verify"} {
 		t.Run(step, func(t *testing.T) {
-			comm.SetLinkFailure(func(rank int, s string) error {
+			inject := func(rank int, s string) error {
 				if rank == 2 && s == step { // rank 2 has a new link to rank 0
 					return errors.New("injected: no light on the new circuit")
 				}
 				return nil
-			})
-			defer comm.SetLinkFailure(nil)
+			}
 			var switched, restored atomic.Int32
 			var seen errorTexts
 			requireOK(t, runLocal(t, 8, func(ctx context.Context, c *comm.Communicator) error {
-				rw := comm.Rewire{Target: target}
+				rw := comm.WithLinkFailure(comm.Rewire{Target: target}, inject)
 				if c.Rank() == 0 {
 					rw.Apply = func(context.Context) error { switched.Add(1); return nil }
 					rw.Rollback = func(context.Context) error { restored.Add(1); return nil }
@@ -386,16 +385,16 @@ func rewireWorker(ctx context.Context, c *comm.Communicator, kill bool) error {
 	}
 	// Rank 2 opens none of its new links: ranks 0 and 1, its new peers,
 	// wait for it over TCP until rank 0's verdict stops them.
-	comm.SetLinkFailure(func(rank int, step string) error {
-		if rank == 2 && step == "connect" {
-			return errors.New("injected connect failure")
-		}
-		return nil
-	})
+	rw := comm.WithLinkFailure(comm.Rewire{Target: targets[0], Apply: func(context.Context) error { return nil }},
+		func(rank int, step string) error {
+			if rank == 2 && step == "connect" {
+				return errors.New("injected connect failure")
+			}
+			return nil
+		})
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	_, err = c.Rewire(rctx, comm.Rewire{Target: targets[0], Apply: func(context.Context) error { return nil }})
+	_, err = c.Rewire(rctx, rw)
 	cancel()
-	comm.SetLinkFailure(nil)
 	var re *comm.RewireError
 	if !errors.As(err, &re) || re.Step != "connect" || re.Rank != 2 {
 		return fmt.Errorf("failed connect: %v", err)

@@ -2,10 +2,10 @@ package comm
 
 import (
 	"context"
-	"encoding/binary"
-	"errors"
+	"fmt"
 	"time"
 
+	"github.com/occl/occl/comm/internal/wire"
 	"github.com/occl/occl/internal/logx"
 	"github.com/occl/occl/transport"
 )
@@ -24,7 +24,10 @@ import (
 //     every other rank, directly: the switch's failure if it failed;
 //     otherwise the failure of the lowest rank among those whose outcome
 //     it holds, as soon as it holds one; otherwise success once every
-//     outcome is in;
+//     outcome is in. Before a failure, unless the switch definitely did
+//     not happen (it failed with ErrNotSwitched, or there was none), rank
+//     0 restores the previous circuits, and the verdict says whether the
+//     restore succeeded (RolledBack) and names a failed one in its reason;
 //  3. a rank that gets a failure before its own links are ready stops
 //     connecting and checking, and still sends its outcome, which rank 0
 //     receives and discards, so that no message is left on a connection.
@@ -34,9 +37,16 @@ import (
 // as they are when the switch is the slow part. Bytes on the wire: each
 // rank other than 0 sends statusSize bytes to rank 0 and receives
 // statusSize bytes from it; rank 0 receives and sends (size-1)*statusSize.
+// Statuses and verdicts are wire messages (wire.RewireStatus,
+// wire.RewireVerdict) padded to statusSize, each naming the digest of its
+// sender's target.
 //
-// A peer that dies or sends something else (ranks given different
-// targets) fails the communicator, as in any operation.
+// A peer that dies or sends something else fails the communicator, as in
+// any operation; so do ranks given different targets, with ErrMismatch,
+// when rank 0 sees a status, or a rank the verdict, of another target.
+//
+// The decisions are verdictRoot's and verdictMember's (rewire_state.go);
+// decide and report below are their shells.
 
 // status is one rank's outcome of a rewire step, or rank 0's verdict.
 type status struct {
@@ -48,33 +58,33 @@ type status struct {
 	rollback bool // verdict: rank 0 restored the previous circuits
 }
 
-// A status on the wire: ok (byte 0), applied (1), the length of the step
-// (2), rollback (3), the length of the reason (4-5), the step (8-23), the
-// reason (24 up to the last 4 bytes, truncated) and the failing rank (last
-// 4 bytes).
-const statusSize = 512
+// Sizes of a rewire's messages on the data connections, whose receivers
+// expect frames of a known length: wire messages padded to these sizes
+// (a status's or verdict's reason is cut to fit).
+const (
+	statusSize    = 512
+	linkCheckSize = 16
+)
 
-func (s status) encode(b []byte) {
-	clear(b)
-	if s.ok {
-		b[0] = 1
-	}
-	if s.applied {
-		b[1] = 1
-	}
-	if s.rollback {
-		b[3] = 1
-	}
-	b[2] = byte(copy(b[8:24], s.step))
-	binary.LittleEndian.PutUint16(b[4:], uint16(copy(b[24:statusSize-4], s.reason)))
-	binary.LittleEndian.PutUint32(b[statusSize-4:], uint32(s.rank))
+// frame encodes s as a message of type t (wire.RewireStatus or
+// wire.RewireVerdict) about the target of digest.
+func (s status) frame(t wire.Type, digest uint64) []byte {
+	m := wire.Msg{Type: t, Digest: digest, OK: s.ok, Rank: s.rank, Step: s.step, Text: s.reason,
+		Applied: s.applied, RolledBack: s.rollback}
+	return m.AppendFrame(nil, statusSize)
 }
 
-func decodeStatus(b []byte) status {
-	n := min(int(b[2]), 16)
-	m := min(int(binary.LittleEndian.Uint16(b[4:])), statusSize-28)
-	return status{ok: b[0] == 1, applied: b[1] == 1, rollback: b[3] == 1, rank: int(binary.LittleEndian.Uint32(b[statusSize-4:])),
-		step: string(b[8 : 8+n]), reason: string(b[24 : 24+m])}
+// parseStatus decodes a frame of type t and returns the status it
+// carries and the target digest it names.
+func parseStatus(b []byte, t wire.Type) (status, uint64, error) {
+	m, err := wire.DecodeFrame(b)
+	if err == nil && m.Type != t {
+		err = fmt.Errorf("a message of type %d", m.Type)
+	}
+	if err != nil {
+		return status{}, 0, err
+	}
+	return status{ok: m.OK, rank: m.Rank, step: m.Step, reason: m.Text, applied: m.Applied, rollback: m.RolledBack}, m.Digest, nil
 }
 
 // failure returns a failed status of step for err.
@@ -90,10 +100,8 @@ const (
 
 // switchRun is rank 0's switch, running beside its links.
 type switchRun struct {
-	done    chan struct{}
-	err     error
-	applied bool // Apply succeeded
-	unknown bool // Apply failed without saying nothing was switched
+	done chan struct{}
+	err  error // Apply's; the root's state machine reads it (agSwitched)
 }
 
 // startSwitch calls rw.Apply on its own goroutine, bounded by applyContext.
@@ -104,27 +112,8 @@ func startSwitch(ctx context.Context, rw Rewire) *switchRun {
 		actx, cancel := applyContext(ctx, rw.ApplyTimeout)
 		defer cancel()
 		s.err = rw.Apply(actx)
-		s.applied = s.err == nil
-		s.unknown = s.err != nil && !errors.Is(s.err, ErrNotSwitched)
 	}()
 	return s
-}
-
-// mayHaveSwitched says, once the switch has returned, whether the fabric
-// may hold the target's circuits: the switch happened, or its outcome is
-// unknown.
-func (s *switchRun) mayHaveSwitched() bool {
-	return s != nil && (s.applied || s.unknown)
-}
-
-// wait waits for the switch, if there is one, and says whether it
-// happened.
-func (s *switchRun) wait() bool {
-	if s == nil {
-		return false
-	}
-	<-s.done
-	return s.applied
 }
 
 // newLinks is what a rank's new links came to.
@@ -143,151 +132,136 @@ func (l newLinks) close() {
 
 // peerStatus is a status received by rank 0.
 type peerStatus struct {
-	rank int
-	s    status
-	err  error
+	rank   int
+	s      status
+	digest uint64
+	err    error
 }
 
-// decide is rank 0's side: it collects the statuses, sends the verdict and
-// returns it with its own links (once they have stopped). planErr is rank
-// 0's own plan failure, decisive at once. An error fails the communicator;
-// the caller still waits for the switch.
-func (c *Communicator) decide(ctx context.Context, p *opPeers, rw Rewire, sw *switchRun, planErr error,
+// decide is rank 0's side, the shell of a verdictRoot: it collects the
+// statuses, sends the verdict and returns it with its own links (once they
+// have stopped). digest is its target's; planErr is rank 0's own plan
+// failure, decisive at once. An error fails the communicator; the caller
+// still waits for the switch.
+func (c *Communicator) decide(ctx context.Context, p *opPeers, rw Rewire, digest uint64, sw *switchRun, planErr error,
 	links <-chan newLinks, stop func()) (newLinks, status, error) {
 	statuses := make(chan peerStatus, c.size)
 	for r := 1; r < c.size; r++ {
 		go func() {
 			buf := make([]byte, statusSize)
-			err := p.Recv(ctx, r, stepStatus, buf)
-			statuses <- peerStatus{rank: r, s: decodeStatus(buf), err: err}
+			ps := peerStatus{rank: r, err: p.Recv(ctx, r, stepStatus, buf)}
+			if ps.err == nil {
+				if ps.s, ps.digest, ps.err = parseStatus(buf, wire.RewireStatus); ps.err != nil {
+					ps.err = &PeerError{Peer: r, Reporter: c.rank, Kind: ErrPeerFailed, Reason: fmt.Sprintf("sent a malformed rewire status: %v", ps.err)}
+				}
+			}
+			statuses <- ps
 		}()
 	}
-	var (
-		own      newLinks
-		ownDone  bool
-		waiting  = c.size - 1
-		failed   *status
-		switched <-chan struct{}
-	)
-	note := func(r int, s status) {
-		if !s.ok && (failed == nil || r < failed.rank) {
-			s.rank = r
-			failed = &s
-		}
-	}
-	if planErr != nil {
-		note(0, failure("plan", planErr))
-	}
+	sm := newVerdictRoot(c.size, digest, sw != nil, rw.Rollback != nil, planErr)
+	var switched <-chan struct{}
 	if sw != nil {
 		switched = sw.done
 	}
-	// halt stops this rank's links and waits for them.
-	halt := func() {
-		stop()
-		if !ownDone {
-			own, ownDone = <-links, true
-		}
-	}
-	var verdict status
+	var own newLinks
+	sent := make(chan error, 1)
+	restored := make(chan error, 1)
+	acts := sm.start()
 	for {
-		if switched == nil {
-			if sw != nil && sw.err != nil {
-				verdict = failure("apply", sw.err)
-				break
-			}
-			if failed != nil {
-				verdict = *failed
-				break
-			}
-			if ownDone && waiting == 0 {
-				verdict = status{ok: true}
-				break
+		for _, a := range acts {
+			switch a.Kind {
+			case agStop:
+				stop()
+			case agSend:
+				buf := a.Status.frame(wire.RewireVerdict, digest)
+				go func() { sent <- c.sendAll(ctx, p, stepVerdict, buf) }()
+			case agRestore:
+				go func() { restored <- c.rollback(ctx, rw) }()
+			case agDone:
+				return own, a.Status, a.Err
 			}
 		}
+		var ev agreeEvent
 		select {
 		case <-switched:
 			switched = nil
+			ev = agreeEvent{Kind: agSwitched, Err: sw.err}
 		case own = <-links:
-			ownDone = true
 			links = nil
-			note(0, own.status)
+			ev = agreeEvent{Kind: agLinks, Status: own.status}
 		case ps := <-statuses:
-			waiting--
-			if ps.err != nil {
-				halt()
-				return own, status{}, ps.err
+			ev = agreeEvent{Kind: agStatus, From: ps.rank, Status: ps.s, Digest: ps.digest, Err: ps.err}
+		case err := <-sent:
+			ev = agreeEvent{Kind: agSent, Err: err}
+		case err := <-restored:
+			if err != nil {
+				logx.For(c.log, logx.Rewire).Warn("occl: rewire: restoring the previous circuits failed", "err", err)
 			}
-			note(ps.rank, ps.s)
+			ev = agreeEvent{Kind: agRestored, Err: err}
 		}
+		acts = sm.step(ev)
 	}
-	verdict.applied = sw != nil && sw.applied
-	if !verdict.ok && sw.mayHaveSwitched() {
-		// Restore before the verdict, so that it says whether the
-		// restore succeeded.
-		err := c.rollback(ctx, rw)
-		verdict.rollback = err == nil
-		if err != nil && rw.Rollback != nil {
-			logx.For(c.log, logx.Rewire).Warn("occl: rewire: restoring the previous circuits failed", "err", err)
-			verdict.reason += "; " + err.Error()
-		}
-	}
-	buf := make([]byte, statusSize)
-	verdict.encode(buf)
-	errs := make(chan error, c.size)
-	for r := 1; r < c.size; r++ {
-		go func() { errs <- p.Send(ctx, r, stepVerdict, buf) }()
-	}
-	var sendErr error
-	for r := 1; r < c.size; r++ {
-		if err := <-errs; err != nil && sendErr == nil {
-			sendErr = err
-		}
-	}
-	halt()
-	if sendErr != nil {
-		return own, status{}, sendErr
-	}
-	// Receive the statuses still on their way: ranks that got a failure
-	// early send theirs after it.
-	for ; waiting > 0; waiting-- {
-		if ps := <-statuses; ps.err != nil {
-			return own, status{}, ps.err
-		}
-	}
-	return own, verdict, nil
 }
 
-// report is the side of a rank other than 0: it sends its links' status to
-// rank 0 and returns rank 0's verdict with its links (once they have
-// stopped). An error fails the communicator.
-func (c *Communicator) report(ctx context.Context, p *opPeers, links <-chan newLinks, stop func()) (newLinks, status, error) {
-	buf := make([]byte, statusSize)
-	verdict := make(chan error, 1)
-	go func() { verdict <- p.Recv(ctx, 0, stepVerdict, buf) }()
-	send := func(l newLinks) error {
-		out := make([]byte, statusSize)
-		l.status.encode(out)
-		return p.Send(ctx, 0, stepStatus, out)
-	}
-	var l newLinks
-	select {
-	case l = <-links:
-		if err := send(l); err != nil {
-			return l, status{}, err
-		}
-		if err := <-verdict; err != nil {
-			return l, status{}, err
-		}
-	case err := <-verdict:
-		// A failure elsewhere, before this rank's links were ready.
-		stop()
-		l = <-links
-		if err != nil {
-			return l, status{}, err
-		}
-		if err := send(l); err != nil {
-			return l, status{}, err
+// sendAll sends buf to every rank but this one, at once, and returns the
+// first error.
+func (c *Communicator) sendAll(ctx context.Context, p *opPeers, step uint32, buf []byte) error {
+	errs := make(chan error, c.size)
+	for r := range c.size {
+		if r != c.rank {
+			go func() { errs <- p.Send(ctx, r, step, buf) }()
 		}
 	}
-	return l, decodeStatus(buf), nil
+	var first error
+	for range c.size - 1 {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// report is the side of a rank other than 0, the shell of a
+// verdictMember: it sends its links' status to rank 0 and returns rank 0's
+// verdict with its links (once they have stopped). An error fails the
+// communicator.
+func (c *Communicator) report(ctx context.Context, p *opPeers, digest uint64, links <-chan newLinks, stop func()) (newLinks, status, error) {
+	verdicts := make(chan agreeEvent, 1)
+	go func() {
+		buf := make([]byte, statusSize)
+		ev := agreeEvent{Kind: agVerdict, Err: p.Recv(ctx, 0, stepVerdict, buf)}
+		if ev.Err == nil {
+			if ev.Status, ev.Digest, ev.Err = parseStatus(buf, wire.RewireVerdict); ev.Err != nil {
+				ev.Err = &PeerError{Peer: 0, Reporter: c.rank, Kind: ErrPeerFailed, Reason: fmt.Sprintf("sent a malformed rewire verdict: %v", ev.Err)}
+			}
+		}
+		verdicts <- ev
+	}()
+	sm := newVerdictMember(c.rank, digest)
+	var own newLinks
+	sent := make(chan error, 1)
+	var acts []agreeAction
+	for {
+		for _, a := range acts {
+			switch a.Kind {
+			case agStop:
+				stop()
+			case agSend:
+				buf := a.Status.frame(wire.RewireStatus, digest)
+				go func() { sent <- p.Send(ctx, 0, stepStatus, buf) }()
+			case agDone:
+				return own, a.Status, a.Err
+			}
+		}
+		var ev agreeEvent
+		select {
+		case own = <-links:
+			links = nil
+			ev = agreeEvent{Kind: agLinks, Status: own.status}
+		case ev = <-verdicts:
+		case err := <-sent:
+			ev = agreeEvent{Kind: agSent, Err: err}
+		}
+		acts = sm.step(ev)
+	}
 }

@@ -1,12 +1,16 @@
-// Package wire encodes the control-plane messages of a communicator: the
-// rendezvous (join, table, reject) and the messages that keep ranks in
-// agreement afterwards (heartbeats, failure reports and verdicts, goodbye).
-// They travel as the payload of transport.KindControl frames.
+// Package wire encodes the control messages of a communicator: the
+// rendezvous (join, table, reject), the messages that keep ranks in
+// agreement afterwards (heartbeats, failure reports and verdicts, goodbye,
+// probes) and those of a rewire (statuses, verdict, link checks). The
+// first two kinds travel as the payload of transport.KindControl frames on
+// the control connections; a rewire's travel on the data connections,
+// whose receivers expect frames of a known length, so they are padded to
+// a fixed size (AppendFrame, DecodeFrame).
 //
 // Encoding: one type byte, then the fields of that type in order; integers
-// are zig-zag varints, strings and lists are prefixed with their varint
-// length. The decoder bounds every length before it allocates and rejects
-// trailing bytes.
+// are zig-zag varints (unsigned ones plain varints), flags one byte,
+// strings and lists are prefixed with their varint length. The decoder
+// bounds every length before it allocates and rejects trailing bytes.
 package wire
 
 import (
@@ -31,7 +35,19 @@ const (
 	Stalled   Type = 9  // rank -> root: an operation has been running long
 	Probe     Type = 10 // root -> rank: describe operation Seq
 	Status    Type = 11 // rank -> root: the answer to a probe
-	maxType        = Status
+	// A rewire's messages, on the data connections.
+	RewireStatus  Type = 12 // rank -> rank 0: how this rank's new links went
+	RewireVerdict Type = 13 // rank 0 -> every rank: the rewire's outcome
+	LinkCheck     Type = 14 // both ends of a new link: who is here
+	maxType            = LinkCheck
+)
+
+// Flags of a RewireStatus or RewireVerdict.
+const (
+	flagOK         = 1 << 0
+	flagApplied    = 1 << 1
+	flagRolledBack = 1 << 2
+	flagsKnown     = flagOK | flagApplied | flagRolledBack
 )
 
 // Limits enforced by the decoder.
@@ -53,9 +69,12 @@ type RankInfo struct {
 // Msg is one control message. Only the fields of its Type are encoded.
 type Msg struct {
 	Type Type
+	// Join; RewireStatus, RewireVerdict: the rank where a step failed;
+	// LinkCheck: the sender.
+	Rank int
 	// Join
-	Rank, Size int
-	Info       RankInfo
+	Size int
+	Info RankInfo
 	// Table: every rank's info, and the job nonce rank 0 chose.
 	Ranks []RankInfo
 	Nonce [16]byte
@@ -74,6 +93,17 @@ type Msg struct {
 	State   uint8
 	Op      Fingerprint
 	Current uint64
+	// RewireStatus, RewireVerdict: Digest identifies the target topology;
+	// OK says whether every step succeeded, and if not Step names the one
+	// that failed on rank Rank and Text says why; Applied (verdict) says
+	// the fabric switched and RolledBack that rank 0 restores the
+	// previous circuits.
+	Digest              uint64
+	OK                  bool
+	Step                string
+	Applied, RolledBack bool
+	// LinkCheck: the epoch the new link is for.
+	Epoch uint32
 }
 
 // Fingerprint identifies a collective call: what every rank must agree on.
@@ -81,6 +111,8 @@ type Fingerprint struct {
 	Op, DType, RedOp uint8
 	Root             uint32
 	Count            uint64
+	// Target is a rewire's target digest (0 for other operations).
+	Target uint64
 }
 
 // Append encodes m onto b.
@@ -111,9 +143,48 @@ func (m *Msg) Append(b []byte) []byte {
 		b = append(b, m.State, m.Op.Op, m.Op.DType, m.Op.RedOp)
 		b = binary.AppendUvarint(b, uint64(m.Op.Root))
 		b = binary.AppendUvarint(b, m.Op.Count)
+		b = binary.AppendUvarint(b, m.Op.Target)
 		b = binary.AppendUvarint(b, m.Current)
+	case RewireStatus, RewireVerdict:
+		b = binary.AppendUvarint(b, m.Digest)
+		b = append(b, flag(m.OK, flagOK)|flag(m.Applied, flagApplied)|flag(m.RolledBack, flagRolledBack))
+		b = binary.AppendVarint(b, int64(m.Rank))
+		b = appendString(b, m.Step)
+		b = appendString(b, m.Text)
+	case LinkCheck:
+		b = binary.AppendVarint(b, int64(m.Rank))
+		b = binary.AppendUvarint(b, uint64(m.Epoch))
 	}
 	return b
+}
+
+func flag(set bool, f uint8) uint8 {
+	if set {
+		return f
+	}
+	return 0
+}
+
+// AppendFrame encodes m onto b as exactly size bytes: zero-padded, its
+// Text, then its Step, cut short if the whole would not fit. It panics if
+// m does not fit even without them.
+func (m *Msg) AppendFrame(b []byte, size int) []byte {
+	c := *m
+	n := len(b)
+	for {
+		b = c.Append(b[:n])
+		over := len(b) - n - size
+		switch {
+		case over <= 0:
+			return append(b, make([]byte, -over)...)
+		case len(c.Text) > 0:
+			c.Text = c.Text[:max(0, min(len(c.Text), MaxString)-over)]
+		case len(c.Step) > 0:
+			c.Step = c.Step[:max(0, min(len(c.Step), MaxString)-over)]
+		default:
+			panic(fmt.Sprintf("wire: a message of type %d does not fit a frame of %d bytes", m.Type, size))
+		}
+	}
 }
 
 func appendInfo(b []byte, r *RankInfo) []byte {
@@ -135,11 +206,36 @@ var ErrMalformed = errors.New("malformed control message")
 
 // Decode parses one message that fills b exactly.
 func Decode(b []byte) (Msg, error) {
+	m, rest, err := decode(b)
+	if err == nil && len(rest) > 0 {
+		return Msg{}, fmt.Errorf("%w: %d trailing bytes", ErrMalformed, len(rest))
+	}
+	return m, err
+}
+
+// DecodeFrame parses one message padded with zeros, as AppendFrame
+// writes it.
+func DecodeFrame(b []byte) (Msg, error) {
+	m, rest, err := decode(b)
+	if err != nil {
+		return Msg{}, err
+	}
+	for i, x := range rest {
+		if x != 0 {
+			return Msg{}, fmt.Errorf("%w: byte %d of the padding is %#x", ErrMalformed, len(b)-len(rest)+i, x)
+		}
+	}
+	return m, nil
+}
+
+// decode parses the message at the start of b and returns the bytes after
+// it.
+func decode(b []byte) (Msg, []byte, error) {
 	d := decoder{b: b}
 	var m Msg
 	t := d.byte()
 	if d.err == nil && (t == 0 || Type(t) > maxType) {
-		return m, fmt.Errorf("%w: unknown type %d", ErrMalformed, t)
+		return m, nil, fmt.Errorf("%w: unknown type %d", ErrMalformed, t)
 	}
 	m.Type = Type(t)
 	switch m.Type {
@@ -177,15 +273,26 @@ func Decode(b []byte) (Msg, error) {
 		m.Op.RedOp = d.byte()
 		m.Op.Root = uint32(d.uvarint(1<<32 - 1))
 		m.Op.Count = d.uvarint(1<<64 - 1)
+		m.Op.Target = d.uvarint(1<<64 - 1)
 		m.Current = d.uvarint(1<<64 - 1)
-	}
-	if d.err == nil && len(d.b) > 0 {
-		d.fail("%d trailing bytes", len(d.b))
+	case RewireStatus, RewireVerdict:
+		m.Digest = d.uvarint(1<<64 - 1)
+		f := d.byte()
+		if f&^flagsKnown != 0 {
+			d.fail("unknown flags %#x", f)
+		}
+		m.OK, m.Applied, m.RolledBack = f&flagOK != 0, f&flagApplied != 0, f&flagRolledBack != 0
+		m.Rank = d.int(-1, MaxRanks)
+		m.Step = d.string()
+		m.Text = d.string()
+	case LinkCheck:
+		m.Rank = d.int(-1, MaxRanks)
+		m.Epoch = uint32(d.uvarint(1<<32 - 1))
 	}
 	if d.err != nil {
-		return Msg{}, d.err
+		return Msg{}, nil, d.err
 	}
-	return m, nil
+	return m, d.b, nil
 }
 
 type decoder struct {

@@ -3,6 +3,7 @@ package wire
 import (
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -20,6 +21,12 @@ func samples() []Msg {
 		{Type: Stalled, Seq: 1 << 40},
 		{Type: Probe, Seq: 7},
 		{Type: Status, Seq: 7, State: 1, Op: Fingerprint{Op: 2, DType: 7, RedOp: 0, Root: 3, Count: 1 << 33}, Current: 9},
+		{Type: Status, Seq: 8, State: 1, Op: Fingerprint{Op: 13, Target: 1<<64 - 5}, Current: 8},
+		{Type: RewireStatus, Digest: 1<<64 - 1, OK: true},
+		{Type: RewireStatus, Digest: 0xfeed, Rank: 7, Step: "verify", Text: "link to rank 3: closed"},
+		{Type: RewireVerdict, Digest: 0xfeed, Rank: 2, Step: "connect", Text: "no light", Applied: true, RolledBack: true},
+		{Type: RewireVerdict, Digest: 0xfeed, OK: true, Applied: true},
+		{Type: LinkCheck, Rank: 5, Epoch: 1<<32 - 1},
 	}
 }
 
@@ -44,7 +51,9 @@ func TestRejects(t *testing.T) {
 		append((&Msg{Type: Heartbeat}).Append(nil), 0),
 		{byte(Table), 0xff, 0xff, 0xff, 0x7f},                   // huge count, no data
 		{byte(Reject), 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 'x'}, // huge string
-		{byte(Join), 0x80}, // truncated varint
+		{byte(Join), 0x80},                                 // truncated varint
+		{byte(RewireVerdict), 1, 0x08, 0, 0, 0},            // unknown flag
+		{byte(LinkCheck), 2, 0xff, 0xff, 0xff, 0xff, 0x1f}, // epoch above 32 bits
 	}
 	for _, b := range bad {
 		if _, err := Decode(b); !errors.Is(err, ErrMalformed) {
@@ -67,6 +76,59 @@ func FuzzDecode(f *testing.F) {
 		again, err := Decode(m.Append(nil))
 		if err != nil || !reflect.DeepEqual(again, m) {
 			t.Fatalf("round trip of accepted %x: %+v vs %+v (%v)", b, m, again, err)
+		}
+	})
+}
+
+func TestFrame(t *testing.T) {
+	long := strings.Repeat("x", 600)
+	for _, m := range samples() {
+		b := m.AppendFrame([]byte("prefix"), 512)
+		if len(b) != 6+512 || string(b[:6]) != "prefix" {
+			t.Fatalf("%+v: frame of %d bytes after the prefix", m, len(b)-6)
+		}
+		got, err := DecodeFrame(b[6:])
+		if err != nil || !reflect.DeepEqual(got, m) {
+			t.Fatalf("frame round trip: got %+v (%v), want %+v", got, err, m)
+		}
+	}
+	// Too long: the reason, then the step, is cut to fit.
+	m := Msg{Type: RewireVerdict, Digest: 1, Rank: 3, Step: "verify", Text: long}
+	got, err := DecodeFrame(m.AppendFrame(nil, 512))
+	if err != nil || got.Step != "verify" || len(got.Text) == 0 || !strings.HasPrefix(long, got.Text) {
+		t.Fatalf("long reason: %+v, %v", got, err)
+	}
+	if len((&got).Append(nil)) != 512 {
+		t.Errorf("cut reason leaves %d bytes, want a full frame", len((&got).Append(nil)))
+	}
+	m = Msg{Type: RewireStatus, Step: long, Text: long}
+	if got, err := DecodeFrame(m.AppendFrame(nil, 64)); err != nil || got.Text != "" || len(got.Step) == 0 {
+		t.Fatalf("long step: %+v, %v", got, err)
+	}
+	// Padding must be zeros.
+	b := (&Msg{Type: LinkCheck, Rank: 1, Epoch: 2}).AppendFrame(nil, 32)
+	b[31] = 1
+	if _, err := DecodeFrame(b); !errors.Is(err, ErrMalformed) {
+		t.Errorf("non-zero padding: %v", err)
+	}
+}
+
+// FuzzDecodeFrame: a rewire's message read off a data connection, whatever
+// its bytes, decodes without panicking into one that encodes, in a frame
+// of the same size, to the same message.
+func FuzzDecodeFrame(f *testing.F) {
+	for _, m := range samples() {
+		f.Add(m.AppendFrame(nil, 512))
+	}
+	f.Add(make([]byte, 512))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := DecodeFrame(b)
+		if err != nil {
+			return
+		}
+		again, err := DecodeFrame(m.AppendFrame(nil, len(b)))
+		if err != nil || !reflect.DeepEqual(again, m) {
+			t.Fatalf("frame round trip of accepted %x: %+v vs %+v (%v)", b, m, again, err)
 		}
 	})
 }

@@ -9,13 +9,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -30,60 +28,15 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func freePort(t *testing.T) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+// job runs a script on 4 processes with torchrun's variables.
+func job(python string, args ...string) pyvenv.Job {
+	return pyvenv.Job{Python: python, NP: 4, Args: args, Limit: 5 * time.Minute}
 }
 
-// env is what every rank gets: one thread each (4 ranks share 2 cores).
-func env(extra ...string) []string {
-	return append(append(os.Environ(), "OMP_NUM_THREADS=1", "PYTHONDONTWRITEBYTECODE=1", "OCCL_LIB="), extra...)
-}
-
-// spawn runs a script as np processes with the variables torchrun sets
-// (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) and returns each
-// rank's output. A rank that fails is reported in errs; the others go on.
-func spawn(t *testing.T, python string, np int, timeout time.Duration, args ...string) (outs []string, errs []error) {
+// checkOK checks that every rank of a 4-process job printed its last line.
+func checkOK(t *testing.T, out string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	port := freePort(t)
-	outs, errs = make([]string, np), make([]error, np)
-	var wg sync.WaitGroup
-	for r := range np {
-		cmd := exec.CommandContext(ctx, python, args...)
-		cmd.Env = env(fmt.Sprintf("RANK=%d", r), fmt.Sprintf("LOCAL_RANK=%d", r), fmt.Sprintf("WORLD_SIZE=%d", np),
-			fmt.Sprintf("LOCAL_WORLD_SIZE=%d", np), "MASTER_ADDR=127.0.0.1", fmt.Sprintf("MASTER_PORT=%d", port))
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			b, err := cmd.CombinedOutput()
-			outs[r], errs[r] = string(b), err
-		}()
-	}
-	wg.Wait()
-	return outs, errs
-}
-
-// mustSpawn is spawn that fails t if any rank failed.
-func mustSpawn(t *testing.T, python string, np int, args ...string) []string {
-	t.Helper()
-	outs, errs := spawn(t, python, np, 5*time.Minute, args...)
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v\n%s", r, err, outs[r])
-		}
-	}
-	return outs
-}
-
-func checkOK(t *testing.T, outs []string) {
-	t.Helper()
-	for r, out := range outs {
+	for r := range 4 {
 		if !strings.Contains(out, fmt.Sprintf("rank %d: ok", r)) {
 			t.Errorf("rank %d did not finish:\n%s", r, out)
 		}
@@ -98,18 +51,14 @@ func TestBackendTorchrun(t *testing.T) {
 	defer cancel()
 	// --redirects/--tee: Debian's torch 1.13 torchrun fails without them.
 	cmd := exec.CommandContext(ctx, python, "-m", "torch.distributed.run", "--redirects", "1", "--tee", "1",
-		"--nproc_per_node", "4", "--master_port", fmt.Sprint(freePort(t)), "tests/check_backend.py")
-	cmd.Env = env()
+		"--standalone", "--nproc_per_node", "4", "tests/check_backend.py")
+	cmd.Env = append(os.Environ(), "OMP_NUM_THREADS=1", "PYTHONDONTWRITEBYTECODE=1", "OCCL_LIB=")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("torchrun: %v\n%s", err, out.String())
 	}
-	for r := range 4 {
-		if !strings.Contains(out.String(), fmt.Sprintf("rank %d: ok", r)) {
-			t.Errorf("rank %d did not finish:\n%s", r, out.String())
-		}
-	}
+	checkOK(t, out.String())
 }
 
 // TestBackendInitMethods runs the checks in plain processes initialised
@@ -117,11 +66,11 @@ func TestBackendTorchrun(t *testing.T) {
 func TestBackendInitMethods(t *testing.T) {
 	python := venv.Python(t)
 	t.Run("tcp", func(t *testing.T) {
-		checkOK(t, mustSpawn(t, python, 4, "tests/check_backend.py", "--init", "tcp"))
+		checkOK(t, job(python, "tests/check_backend.py", "--init", "tcp").MustRun(t))
 	})
 	t.Run("file", func(t *testing.T) {
 		file := filepath.Join(t.TempDir(), "rendezvous")
-		checkOK(t, mustSpawn(t, python, 4, "tests/check_backend.py", "--init", "file", "--file", file))
+		checkOK(t, job(python, "tests/check_backend.py", "--init", "file", "--file", file).MustRun(t))
 	})
 }
 
@@ -142,7 +91,9 @@ func TestBackendFailure(t *testing.T) {
 	} {
 		t.Run(c.mode, func(t *testing.T) {
 			start := time.Now()
-			outs, errs := spawn(t, python, 4, 2*time.Minute, "tests/check_failure.py", "--mode", c.mode, "--victim", fmt.Sprint(victim), "--timeout", "5")
+			j := job(python, "tests/check_failure.py", "--mode", c.mode, "--victim", fmt.Sprint(victim), "--timeout", "5")
+			j.KeepGoing, j.Limit = true, 2*time.Minute
+			outs, errs := j.Run(t)
 			for r := range 4 {
 				if r == victim {
 					continue

@@ -6,11 +6,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"math"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -64,52 +61,11 @@ func TestSelfTest(t *testing.T) {
 	}
 }
 
-// freePort returns a TCP port that is free on 127.0.0.1 now.
-func freePort(t *testing.T) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // runTorch runs a script across np processes the way torchrun sets up
-// torch.distributed: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT.
+// torch.distributed, and returns their output.
 func runTorch(t *testing.T, python string, np int, args ...string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	port := freePort(t)
-	var mu sync.Mutex
-	var out bytes.Buffer
-	errs := make([]error, np)
-	var wg sync.WaitGroup
-	for r := 0; r < np; r++ {
-		cmd := exec.CommandContext(ctx, python, args...)
-		cmd.Env = append(os.Environ(), pyEnv()...)
-		cmd.Env = append(cmd.Env, fmt.Sprintf("RANK=%d", r), fmt.Sprintf("LOCAL_RANK=%d", r), fmt.Sprintf("WORLD_SIZE=%d", np),
-			fmt.Sprintf("LOCAL_WORLD_SIZE=%d", np), "MASTER_ADDR=127.0.0.1", fmt.Sprintf("MASTER_PORT=%d", port), "OCCL_RANK=", "OCCL_WORLD_SIZE=")
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			b, err := cmd.CombinedOutput()
-			mu.Lock()
-			fmt.Fprintf(&out, "%s", b)
-			mu.Unlock()
-			if err != nil {
-				errs[r] = fmt.Errorf("rank %d: %v", r, err)
-				cancel() // the others would wait for it
-			}
-		}()
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			t.Fatalf("job %v: %v\n%s", args, err, out.String())
-		}
-	}
-	return out.String()
+	return pyvenv.Job{Python: python, NP: np, Args: args, Env: pyEnv(), Limit: 5 * time.Minute}.MustRun(t)
 }
 
 type result struct {

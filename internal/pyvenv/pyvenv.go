@@ -9,13 +9,16 @@
 package pyvenv
 
 import (
+	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // System is the interpreter that has Debian's python3-torch and
@@ -106,4 +109,65 @@ func (v *Venv) Cleanup() {
 	if v.dir != "" {
 		os.RemoveAll(filepath.Dir(v.dir))
 	}
+}
+
+// Job runs one Python script as NP processes with the variables torchrun
+// gives its workers (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
+// MASTER_ADDR=127.0.0.1 and a free MASTER_PORT), one thread each.
+type Job struct {
+	Python string        // the interpreter (Venv.Python)
+	NP     int           // processes
+	Args   []string      // script and arguments
+	Env    []string      // added to every process's environment
+	Limit  time.Duration // for the whole job
+	// KeepGoing lets the other ranks run on when one fails (to watch how
+	// they fail); by default they are stopped, since they would wait for it.
+	KeepGoing bool
+}
+
+// Run runs the job and returns each rank's output and error.
+func (j Job) Run(t testing.TB) (outs []string, errs []error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), j.Limit)
+	defer cancel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	outs, errs = make([]string, j.NP), make([]error, j.NP)
+	var wg sync.WaitGroup
+	for r := range j.NP {
+		cmd := exec.CommandContext(ctx, j.Python, j.Args...)
+		cmd.Env = append(os.Environ(), "OMP_NUM_THREADS=1", "PYTHONDONTWRITEBYTECODE=1", "OCCL_LIB=", "OCCL_RANK=", "OCCL_WORLD_SIZE=")
+		cmd.Env = append(cmd.Env, j.Env...)
+		cmd.Env = append(cmd.Env, fmt.Sprintf("RANK=%d", r), fmt.Sprintf("LOCAL_RANK=%d", r), fmt.Sprintf("WORLD_SIZE=%d", j.NP),
+			fmt.Sprintf("LOCAL_WORLD_SIZE=%d", j.NP), "MASTER_ADDR=127.0.0.1", fmt.Sprintf("MASTER_PORT=%d", port))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b, err := cmd.CombinedOutput()
+			outs[r], errs[r] = string(b), err
+			if err != nil && !j.KeepGoing {
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	return outs, errs
+}
+
+// MustRun runs the job, fails t if a rank failed, and returns every rank's
+// output, concatenated.
+func (j Job) MustRun(t testing.TB) string {
+	t.Helper()
+	outs, errs := j.Run(t)
+	all := strings.Join(outs, "")
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("%v: rank %d: %v\n%s", j.Args, r, err, all)
+		}
+	}
+	return all
 }

@@ -2,8 +2,9 @@ package topo
 
 import "fmt"
 
-// InfinitePOD K-hop rings with fault bypass (notes/infinitepod.md
-// "Topology"; the paper's sec. 4.2).
+// InfinitePOD K-hop rings with fault bypass ("InfinitePOD: Building
+// Datacenter-Scale High-Bandwidth Domain for LLM with Optical Circuit
+// Switching Transceivers", sec. 4.2).
 //
 // InfinitePOD puts nodes on a line and links node i to nodes i+-1 ..
 // i+-K through the optical paths of its transceiver bundles; only two of a

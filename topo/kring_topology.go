@@ -2,7 +2,7 @@ package topo
 
 import "fmt"
 
-// InfinitePOD topology builder (notes/infinitepod.md; the paper's sec. 4.1
+// InfinitePOD topology builder ("InfinitePOD: Building Datacenter-Scale High-Bandwidth Domain for LLM with Optical Circuit Switching Transceivers", the paper's sec. 4.1
 // and 4.2, Figures 2 and 4).
 //
 // Each ring of healthy nodes (a K-hop segment, or a TP group from

@@ -2,7 +2,7 @@ package topo
 
 import "fmt"
 
-// ToR-aware TP placement on InfinitePOD (notes/infinitepod.md "HBD-DCN
+// ToR-aware TP placement on InfinitePOD (InfinitePOD paper, "HBD-DCN
 // orchestration"; the paper's sec. 4.3 and appendix D, Algorithms 3, 4
 // and 5).
 //

@@ -3,7 +3,7 @@ package topo
 import "fmt"
 
 // TP-group placement on InfinitePOD without DCN constraints
-// (notes/infinitepod.md "HBD-DCN orchestration"; the paper's appendix D,
+// (InfinitePOD: Building Datacenter-Scale High-Bandwidth Domain for LLM with Optical Circuit Switching Transceivers, the paper's appendix D,
 // Algorithm 2 "Orchestration-DCN-Free").
 //
 // A TP group of t GPUs takes m = t/r consecutive healthy nodes (r GPUs per

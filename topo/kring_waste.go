@@ -6,7 +6,7 @@ import (
 	"math/rand/v2"
 )
 
-// GPU waste of InfinitePOD K-hop rings (notes/infinitepod.md "Topology";
+// GPU waste of InfinitePOD K-hop rings (the InfinitePOD paper;
 // the paper's appendix C, Eq. 1 and Table 7) and of switch-based HB
 // domains (sec. 2, fragmentation formula).
 //

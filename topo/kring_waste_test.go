@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// Table 7 of the InfinitePOD paper (notes/infinitepod.md): upper bound of
+// Table 7 of the InfinitePOD paper ("InfinitePOD: Building Datacenter-Scale High-Bandwidth Domain for LLM with Optical Circuit Switching Transceivers"): upper bound of
 // the expected GPU waste ratio, GPU failure rate 0.875%, N_t = 32.
 var table7 = []struct {
 	r, k  int

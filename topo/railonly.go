@@ -2,7 +2,7 @@ package topo
 
 import "fmt"
 
-// Rail-only builder (notes/railonly.md, "Rail-only networks for LLM
+// Rail-only builder ("How to Build Low-cost Networks for Large Language Models (without Sacrificing Performance)?"; "Rail-only networks for LLM
 // training", sec. 3-4).
 //
 // A rail-only fabric is D HB domains of K GPUs each. Inside a domain the

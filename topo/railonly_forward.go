@@ -2,7 +2,7 @@ package topo
 
 import "fmt"
 
-// Rail-only forwarding (notes/railonly.md, "Routing"; the paper's sec. 4,
+// Rail-only forwarding ("How to Build Low-cost Networks for Large Language Models (without Sacrificing Performance)?", the paper's sec. 4,
 // all-to-all with forwarding).
 //
 // On a rail-only fabric a message from src to dst takes:

@@ -5,7 +5,7 @@ import "fmt"
 // Rail-optimized builder.
 //
 // A rail-optimized cluster (the baseline of the rail-only paper,
-// notes/railonly.md, and of mFabric) is N hosts, each an HB domain of K
+// "How to Build Low-cost Networks for Large Language Models (without Sacrificing Performance)?", and of mFabric) is N hosts, each an HB domain of K
 // GPUs joined by NVLink or shared memory, with one NIC per GPU. The NIC of
 // local rank i sits on rail i, and every rail switch hangs off a common
 // spine, so the packet network reaches any NIC from any NIC. Steps:

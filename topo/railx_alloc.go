@@ -5,7 +5,7 @@ import (
 	"sort"
 )
 
-// Largest single allocation of a faulty RailX grid (RailX, notes/railx.md
+// Largest single allocation of a faulty RailX grid (RailX: A Flexible, Scalable, and Low-Cost Network Architecture for Hyper-Scale LLM Training Systems
 // "Reconfiguration and faults"; the paper's appendix A.5, Algorithm 2
 // "Maximum availability in faulted grid").
 //

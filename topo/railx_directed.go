@@ -7,7 +7,7 @@ import (
 )
 
 // Directed Hamiltonian decomposition of the complete symmetric digraph K*_n
-// (RailX, notes/railx.md; Lemma 3.1 and appendix A.1 of the paper).
+// (RailX: A Flexible, Scalable, and Low-Cost Network Architecture for Hyper-Scale LLM Training Systems; Lemma 3.1 and appendix A.1 of the paper).
 //
 // RailX needs, for the k nodes of a row, k-1 directed rings (one per rail)
 // such that every ordered pair of nodes (A, B) is an arc A -> B of exactly

@@ -3,7 +3,7 @@ package topo
 import "fmt"
 
 // RailX port maps for 2D torus and 2D HyperX configurations (RailX,
-// notes/railx.md "Topology"; the paper's sec. 3.2-3.3).
+// the RailX paper's sec. 3.2-3.3).
 //
 // RailX nodes sit on an X x Y grid. Every node has r rails per dimension,
 // each rail a pair of optical ports (+ and -). X-rail a of node (x, y)

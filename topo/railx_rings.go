@@ -2,7 +2,7 @@ package topo
 
 import "fmt"
 
-// Walecki's Hamiltonian decomposition of K_n, n odd (RailX, notes/railx.md
+// Walecki's Hamiltonian decomposition of K_n, n odd (RailX: A Flexible, Scalable, and Low-Cost Network Architecture for Hyper-Scale LLM Training Systems
 // "Topology" and the paper's appendix A.1).
 //
 // RailX joins the k nodes of one row (or column) into an all-to-all

@@ -7,7 +7,7 @@ import (
 )
 
 func TestWaleckiExamples(t *testing.T) {
-	// notes/railx.md: k=5 and k=7.
+	// the RailX paper: k=5 and k=7.
 	for n, want := range map[int][][]int{
 		5: {{4, 0, 3, 1, 2}, {4, 1, 0, 2, 3}},
 		7: {{6, 0, 5, 1, 4, 2, 3}, {6, 1, 0, 2, 5, 3, 4}, {6, 2, 1, 3, 0, 4, 5}},

@@ -2,7 +2,7 @@ package topo
 
 import "fmt"
 
-// RailX topology builder (RailX, notes/railx.md; the paper's sec. 3.2,
+// RailX topology builder (RailX: A Flexible, Scalable, and Low-Cost Network Architecture for Hyper-Scale LLM Training Systems; the paper's sec. 3.2,
 // Figure 6).
 //
 // A RailX node is an m x m mesh of chips; a chip on the node's edge has n

@@ -4,7 +4,7 @@ import "fmt"
 
 // A Hamiltonian ring through the nodes of a 2D torus (or any richer grid:
 // a RailX HyperX links every pair of a row, so it contains the torus).
-// RailX (notes/railx.md) runs flat ring collectives over the whole grid;
+// RailX ("RailX: A Flexible, Scalable, and Low-Cost Network Architecture for Hyper-Scale LLM Training Systems") runs flat ring collectives over the whole grid;
 // this ring visits every node once and steps only between torus
 // neighbours, wrap-around links included. Construction:
 //

@@ -24,7 +24,7 @@ import "fmt"
 //     then walk back), which is linear in the number of pairs;
 //  3. emit the hosts' ranks in that order.
 //
-// FoldedRingOrder is for InfinitePOD K-hop rings (notes/infinitepod.md): a
+// FoldedRingOrder is for InfinitePOD K-hop rings (the InfinitePOD paper): a
 // line of nodes closes into a ring by loopback at both ends, so the flat
 // ring goes out along the line through the first half of every node's
 // GPUs and comes back through the second half; every hop is then between

@@ -4,8 +4,8 @@
 // history they are given): no I/O, no clocks, no randomness.
 //
 // The pieces, in the order a reconfiguration uses them (the mFabric paper,
-// shared/seeds/002_8943c6f24e5b37a0.txt, sec. 5.1-5.2 and App. B; notes in
-// shared/notes/mfabric.md):
+// on training Mixture-of-Experts models over a reconfigurable optical
+// fabric, sec. 5.1-5.2 and App. B):
 //
 //   - Demand: AggregateDemand and ServerDemand sum an expert- or rank-level
 //     all-to-all matrix into a server-level one, TX and RX added into the

@@ -1,8 +1,8 @@
 // Planners that do better than Algorithm 1 as published, and the choice
 // between them.
 //
-// MFabricContinue (the note in shared/notes/mfabric.md, "a place to beat
-// the paper"): Algorithm 1's loop with line 13 changed from "stop" to
+// MFabricContinue (an improvement on the mFabric paper's Algorithm 1):
+// Algorithm 1's loop with line 13 changed from "stop" to
 // "drop this pair and go on". Steps: (1)-(2) as Algorithm 1; (3) take the
 // pair with the largest T; if both servers have a free port add a circuit
 // and update T = d/C, else remove the pair for good (ports are never

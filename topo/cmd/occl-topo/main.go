@@ -233,7 +233,7 @@ type railxOut struct {
 }
 
 func railxCmd(fs *flag.FlagSet) func([]string) (any, error) {
-	setUsage(fs, "[flags]", `RailX (notes/railx.md): nodes on a grid, r rails per dimension, each rail a
+	setUsage(fs, "[flags]", `RailX ("RailX: A Flexible, Scalable, and Low-Cost Network Architecture for Hyper-Scale LLM Training Systems"): nodes on a grid, r rails per dimension, each rail a
 ring through a row (X) or column (Y). torus: every rail follows the line order;
 hyperx: rail a follows directed Hamiltonian cycle a mod (k-1), so every pair of
 nodes of a row is linked directly (needs -rails >= nodes-1; nodes != 4, 6).
@@ -323,7 +323,7 @@ type kringOut struct {
 }
 
 func kringCmd(fs *flag.FlagSet) func([]string) (any, error) {
-	setUsage(fs, "[flags]", `InfinitePOD (notes/infinitepod.md): nodes on a line, node i linked to
+	setUsage(fs, "[flags]", `InfinitePOD ("InfinitePOD: Building Datacenter-Scale High-Bandwidth Domain for LLM with Optical Circuit Switching Transceivers"): nodes on a line, node i linked to
 i+-1..i+-K. Failed nodes are bypassed over backup links; K or more consecutive
 failures split the line into segments (each closes into a ring). With -tp,
 places TP groups of consecutive healthy nodes (Alg. 2) and counts wasted GPUs;
@@ -428,7 +428,7 @@ type railonlyOut struct {
 }
 
 func railonlyCmd(fs *flag.FlagSet) func([]string) (any, error) {
-	setUsage(fs, "[flags]", `Rail-only fabric (notes/railonly.md): HB domains of K GPUs; GPU i of every
+	setUsage(fs, "[flags]", `Rail-only fabric ("How to Build Low-cost Networks for Large Language Models (without Sacrificing Performance)?"): HB domains of K GPUs; GPU i of every
 domain sits on rail i; no path across rails of different domains. With -routes,
 forwarders[src][dst] is the rank that carries src's message to dst across the
 rail network (src itself when no forwarding is needed).

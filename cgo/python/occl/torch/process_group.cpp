@@ -207,33 +207,49 @@ struct State {
 // long as occl uses them), then completes their futures.
 class Completer {
  public:
-  Completer() : thread_([this] { run(); }) {}
+  Completer() : q_(std::make_shared<Queue>()) {
+    auto q = q_;  // the thread's own reference: see ~Completer
+    thread_ = std::thread([q] { run(*q); });
+  }
   ~Completer() {
     {
-      std::lock_guard<std::mutex> l(mu_);
-      stop_ = true;
+      std::lock_guard<std::mutex> l(q_->mu);
+      q_->stop = true;
     }
-    cv_.notify_one();
-    thread_.join();
+    q_->cv.notify_one();
+    if (thread_.get_id() == std::this_thread::get_id()) {
+      // The last reference went away on the thread itself (a future's
+      // callback dropped the last work): it keeps the queue alive and ends
+      // once the queue is empty.
+      thread_.detach();
+    } else {
+      thread_.join();
+    }
   }
   void add(std::shared_ptr<State> s) {
     {
-      std::lock_guard<std::mutex> l(mu_);
-      queue_.push_back(std::move(s));
+      std::lock_guard<std::mutex> l(q_->mu);
+      q_->items.push_back(std::move(s));
     }
-    cv_.notify_one();
+    q_->cv.notify_one();
   }
 
  private:
-  void run() {
+  struct Queue {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<std::shared_ptr<State>> items;
+    bool stop = false;
+  };
+  static void run(Queue& q) {
     for (;;) {
       std::shared_ptr<State> s;
       {
-        std::unique_lock<std::mutex> l(mu_);
-        cv_.wait(l, [this] { return stop_ || !queue_.empty(); });
-        if (queue_.empty()) return;  // stopping, nothing left
-        s = std::move(queue_.front());
-        queue_.pop_front();
+        std::unique_lock<std::mutex> l(q.mu);
+        q.cv.wait(l, [&q] { return q.stop || !q.items.empty(); });
+        if (q.items.empty()) return;  // stopping, nothing left
+        s = std::move(q.items.front());
+        q.items.pop_front();
       }
       {
         std::lock_guard<std::mutex> l(s->mu);
@@ -242,11 +258,8 @@ class Completer {
       s->publish();
     }
   }
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::shared_ptr<State>> queue_;
-  bool stop_ = false;
-  std::thread thread_;  // last: started once the rest is built
+  std::shared_ptr<Queue> q_;
+  std::thread thread_;
 };
 
 // OcclWork is what every operation returns: wait, isCompleted and

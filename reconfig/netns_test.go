@@ -51,19 +51,11 @@ func (a announced) Apply(ctx context.Context, id string, connects []topo.Circuit
 func netnsWorker() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	base, err := topo.FromSpec(procTopo)
-	if err != nil {
-		return err
-	}
-	c, err := comm.InitFromEnv(ctx, comm.WithTopology(base), comm.WithTimeout(time.Minute))
+	c, ring, err := joinRingJob(ctx)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	ring, err := topo.FromSpec(procTopo + ",circuits=0-1/1-2/2-3/0-3")
-	if err != nil {
-		return err
-	}
 	var opts []reconfig.Option
 	if c.Rank() == 0 {
 		cl, err := ocs.Dial(ctx, os.Getenv("OCCL_OCS_ADDR"), ocs.WithToken(os.Getenv("OCCL_OCS_TOKEN")))

@@ -49,19 +49,11 @@ const procTopo = "hosts=4x1,nics=host,ocs_ports=2,hbd=8GB/s,eps=1GB/s,ocs=1GB/s"
 func worker(name string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	base, err := topo.FromSpec(procTopo)
-	if err != nil {
-		return err
-	}
-	c, err := comm.InitFromEnv(ctx, comm.WithTopology(base), comm.WithTimeout(time.Minute))
+	c, ring, err := joinRingJob(ctx)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	ring, err := topo.FromSpec(procTopo + ",circuits=0-1/1-2/2-3/0-3")
-	if err != nil {
-		return err
-	}
 	pairs, err := topo.FromSpec(procTopo + ",circuits=0-1/0-1/2-3/2-3")
 	if err != nil {
 		return err
@@ -399,4 +391,19 @@ func TestProcessControllerAcrossJobs(t *testing.T) {
 	if ids[0] == ids[1] {
 		t.Fatalf("both jobs used request id %s", ids[0])
 	}
+}
+
+// joinRingJob joins the job's communicator on procTopo and returns it with
+// the ring of circuits the workers reconfigure to.
+func joinRingJob(ctx context.Context) (*comm.Communicator, *topo.Topology, error) {
+	base, err := topo.FromSpec(procTopo)
+	if err != nil {
+		return nil, nil, err
+	}
+	ring, err := topo.FromSpec(procTopo + ",circuits=0-1/1-2/2-3/0-3")
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := comm.InitFromEnv(ctx, comm.WithTopology(base), comm.WithTimeout(time.Minute))
+	return c, ring, err
 }

@@ -120,26 +120,28 @@ func AllReduce2D(ctx context.Context, p Peers, ws *Workspace, src, data []byte, 
 }
 
 // both runs f and g concurrently and returns the first error; the first
-// failure cancels the other.
+// failure cancels the other, whose error (usually the cancellation it
+// caused) is dropped.
 func both(ctx context.Context, f, g func(ctx context.Context) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var wg sync.WaitGroup
-	var eg error
+	var (
+		once  sync.Once
+		first error
+		wg    sync.WaitGroup
+	)
+	failed := func(err error) {
+		if err != nil {
+			once.Do(func() { first = err })
+			cancel()
+		}
+	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		if eg = g(ctx); eg != nil {
-			cancel()
-		}
+		failed(g(ctx))
 	}()
-	ef := f(ctx)
-	if ef != nil {
-		cancel()
-	}
+	failed(f(ctx))
 	wg.Wait()
-	if ef != nil {
-		return ef
-	}
-	return eg
+	return first
 }

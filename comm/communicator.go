@@ -477,7 +477,10 @@ func (c *Communicator) classify(ctx context.Context, r *Request, err error, elap
 		}
 		pe = &PeerError{Peer: -1, Reporter: c.rank, Kind: ErrTimeout,
 			Reason: fmt.Sprintf("rank %d timed out after %v %s %s (seq %d)", c.rank, elapsed.Round(time.Millisecond), what, r.name, r.seq)}
-	case errors.Is(err, context.Canceled):
+	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
+		// The caller's context was cancelled. A cancellation with the
+		// caller's context alive is a schedule stopping its other halves
+		// after a failure, and is classified below by the link it names.
 		pe = &PeerError{Peer: c.rank, Reporter: c.rank, Kind: ErrAborted,
 			Reason: fmt.Sprintf("cancelled %s (seq %d) while it was running", r.name, r.seq)}
 	case peer >= 0:

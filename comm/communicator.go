@@ -100,9 +100,7 @@ type Communicator struct {
 	watch   watchdog
 	traffic monitor
 
-	failOnce sync.Once
-	failErr  atomic.Pointer[PeerError]
-	failed   chan struct{}
+	failure  *failure
 	quit     chan struct{}
 	quitOnce sync.Once
 	stopped  chan struct{}
@@ -125,10 +123,10 @@ func newCommunicator(id uint64, nonce [16]byte, rank int, hostIDs []string, conn
 		wake:    make(chan struct{}, 1),
 		p2pTx:   make([]uint64, size),
 		p2pRx:   make([]uint64, size),
-		failed:  make(chan struct{}),
 		quit:    make(chan struct{}),
 		stopped: make(chan struct{}),
 	}
+	c.failure = newFailure(c.onFail)
 	c.hosts = make([]int, size)
 	index := map[string]int{}
 	for r, h := range hostIDs {
@@ -190,7 +188,7 @@ func (c *Communicator) HostID(h int) string { return c.hostIDs[h] }
 // Err returns the error that failed the communicator, or nil while it is
 // healthy (like ncclCommGetAsyncError).
 func (c *Communicator) Err() error {
-	if pe := c.failErr.Load(); pe != nil {
+	if pe := c.failure.err(); pe != nil {
 		return pe
 	}
 	return nil
@@ -368,7 +366,7 @@ func (c *Communicator) worker() {
 
 // run executes one request on the worker.
 func (c *Communicator) run(r *Request) error {
-	if pe := c.failErr.Load(); pe != nil {
+	if pe := c.failure.err(); pe != nil {
 		return &OpError{Rank: c.rank, Op: r.name, Seq: r.seq, Err: pe}
 	}
 	ctx := c.op.get(r.ctx, c.cfg.timeout)
@@ -390,7 +388,7 @@ func (c *Communicator) run(r *Request) error {
 	start := time.Now()
 	err := r.fn(ctx, p)
 	if err == nil {
-		if pe := c.failErr.Load(); pe != nil {
+		if pe := c.failure.err(); pe != nil {
 			// The operation completed locally, but the communicator
 			// failed while it ran: it was pending when the failure came,
 			// and pending operations fail, on every rank alike (a peer
@@ -442,94 +440,12 @@ func (o *opContext) release() {
 	}
 }
 
-// Lost-link grace: how long a rank that lost a connection waits for the
-// control plane to say which rank actually failed before it blames the peer
-// at the other end of the link.
-const lostGrace = 2 * time.Second
-
-// classify turns the error of a failed operation into the communicator's
-// failure, shares it with every rank and returns it.
-func (c *Communicator) classify(ctx context.Context, r *Request, err error, elapsed time.Duration) *PeerError {
-	if pe := c.failErr.Load(); pe != nil {
-		return pe
-	}
-	var le *linkError
-	peer := -1
-	if errors.As(err, &le) {
-		peer = le.peer
-	}
-	var me *transport.MismatchError
-	var fe *transport.FrameError
-	var pe *PeerError
-	known, isPeerErr := err.(*PeerError)
-	switch {
-	case isPeerErr:
-		// The operation itself found who failed (a rewire's agreement).
-		pe = known
-	case errors.As(err, &me):
-		pe = &PeerError{Peer: -1, Reporter: c.rank, Kind: ErrMismatch, Reason: describeMismatch(c.rank, peer, me)}
-	case errors.As(err, &fe):
-		pe = &PeerError{Peer: peer, Reporter: c.rank, Kind: ErrPeerFailed, Reason: fmt.Sprintf("sent a %v", fe)}
-	case errors.Is(err, context.DeadlineExceeded):
-		what := "while"
-		if peer >= 0 {
-			what = fmt.Sprintf("waiting for rank %d in", peer)
-		}
-		pe = &PeerError{Peer: -1, Reporter: c.rank, Kind: ErrTimeout,
-			Reason: fmt.Sprintf("rank %d timed out after %v %s %s (seq %d)", c.rank, elapsed.Round(time.Millisecond), what, r.name, r.seq)}
-	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
-		// The caller's context was cancelled. A cancellation with the
-		// caller's context alive is a schedule stopping its other halves
-		// after a failure, and is classified below by the link it names.
-		pe = &PeerError{Peer: c.rank, Reporter: c.rank, Kind: ErrAborted,
-			Reason: fmt.Sprintf("cancelled %s (seq %d) while it was running", r.name, r.seq)}
-	case peer >= 0:
-		// A broken link. The rank at the other end may have died, or may
-		// have closed its connections because it learnt of a failure we
-		// have not heard of yet: ask the control plane and wait briefly
-		// for its verdict before blaming the peer.
-		c.ctrl.lost(peer, err)
-		t := time.NewTimer(lostGrace)
-		defer t.Stop()
-		select {
-		case <-c.failed:
-			return c.failErr.Load()
-		case <-t.C:
-		}
-		pe = &PeerError{Peer: peer, Reporter: c.rank, Kind: ErrPeerFailed, Reason: err.Error()}
-	default:
-		pe = &PeerError{Peer: -1, Reporter: c.rank, Kind: ErrPeerFailed, Reason: err.Error()}
-	}
-	c.ctrl.report(pe)
-	c.fail(pe)
-	return c.failErr.Load()
-}
-
-// fail records the communicator's failure (the first one wins), closes its
-// connections so that blocked operations return, and makes every later
-// operation fail with the same error.
-func (c *Communicator) fail(pe *PeerError) {
-	c.failOnce.Do(func() {
-		c.failErr.Store(pe)
-		close(c.failed)
-		logx.For(c.log, logx.Coll).Warn("occl: communicator failed", "err", pe)
-		c.mu.Lock()
-		conns := append([]transport.Conn(nil), c.conns...)
-		c.mu.Unlock()
-		for _, conn := range conns {
-			if conn != nil {
-				conn.Close()
-			}
-		}
-	})
-}
-
 // Abort fails the communicator at once: pending and later operations on
 // every rank return an error saying this rank aborted. It does not wait
 // for anything and is safe to call from any goroutine, repeatedly.
 func (c *Communicator) Abort() {
 	pe := &PeerError{Peer: c.rank, Reporter: c.rank, Kind: ErrAborted, Reason: "aborted the communicator"}
-	if c.failErr.Load() == nil {
+	if c.failure.err() == nil {
 		c.ctrl.report(pe)
 	}
 	c.fail(pe)
@@ -570,7 +486,7 @@ func (c *Communicator) shutdown(ctx context.Context, drain bool) error {
 			c.fail(&PeerError{Peer: c.rank, Reporter: c.rank, Kind: ErrAborted, Reason: "closed the communicator with operations still running"})
 		}
 	}
-	if e := c.ctrl.close(ctx, c.failErr.Load() == nil); e != nil && err == nil {
+	if e := c.ctrl.close(ctx, c.failure.err() == nil); e != nil && err == nil {
 		err = e
 	}
 	c.quitOnce.Do(func() { close(c.quit) })
@@ -596,24 +512,6 @@ func (c *Communicator) shutdown(ctx context.Context, drain bool) error {
 	c.fabric.release()
 	return err
 }
-
-// linkError is an I/O error on the connection to one peer.
-type linkError struct {
-	peer int
-	dir  string
-	step uint32
-	err  error
-}
-
-func (e *linkError) Error() string {
-	prep := "from"
-	if e.dir == "send" {
-		prep = "to"
-	}
-	return fmt.Sprintf("%s step %d %s rank %d: %v", e.dir, e.step, prep, e.peer, e.err)
-}
-
-func (e *linkError) Unwrap() error { return e.err }
 
 // opPeers is the algo.Peers view of the communicator for the running
 // operation. The worker owns it; it stamps every frame with the operation's
@@ -646,30 +544,6 @@ func (p *opPeers) Recv(ctx context.Context, peer int, step uint32, buf []byte) e
 		return &linkError{peer: peer, dir: "recv", step: step, err: err}
 	}
 	return nil
-}
-
-// describeMismatch explains a frame that did not match what this rank
-// expected from peer.
-func describeMismatch(rank, peer int, me *transport.MismatchError) string {
-	g, w := &me.Got, &me.Want
-	who := "a peer"
-	if peer >= 0 {
-		who = fmt.Sprintf("rank %d", peer)
-	}
-	switch {
-	case g.Kind == transport.KindCollective && w.Kind == transport.KindCollective && g.Seq == w.Seq && g.Epoch == w.Epoch:
-		return fmt.Sprintf("at seq %d %s called %s but rank %d called %s", w.Seq, who, describeOp(g), rank, describeOp(w))
-	case g.Kind == transport.KindP2P && w.Kind == transport.KindP2P:
-		return fmt.Sprintf("%s sent %s but rank %d expected to receive %s", who, describeOp(g), rank, describeOp(w))
-	}
-	return fmt.Sprintf("rank %d received from %s: %v", rank, who, me)
-}
-
-func describeOp(h *transport.Header) string {
-	if h.Kind == transport.KindP2P {
-		return fmt.Sprintf("%d %s elements (message %d)", h.Count, algo.DType(h.DType), h.Seq)
-	}
-	return describeFingerprint(fingerprint(h))
 }
 
 // Algorithm returns the schedule the communicator runs for collective op

@@ -244,14 +244,14 @@ func (c *Communicator) rewire(ctx context.Context, p *opPeers, rw Rewire, digest
 	defer cancel()
 	go func() {
 		select {
-		case <-c.failed:
+		case <-c.failure.done():
 			cancel()
 		case <-ctx.Done():
 		}
 	}()
 	if rw.Switched != nil {
 		if err := rw.Switched(ctx); err != nil {
-			if pe := c.failErr.Load(); pe != nil {
+			if pe := c.failure.err(); pe != nil {
 				return pe
 			}
 			return &RewireError{Rank: -1, Step: "switch", Reason: err.Error(), err: err}
@@ -346,7 +346,7 @@ func (c *Communicator) openLinks(ctx context.Context, epoch, gen uint32, changed
 	injected func(rank int, step string) error) newLinks {
 	l := newLinks{status: status{ok: true}}
 	if planErr != nil {
-		l.status, l.err = failure("plan", planErr), planErr
+		l.status, l.err = failedStatus("plan", planErr), planErr
 		return l
 	}
 	if len(changed) == 0 {
@@ -363,7 +363,7 @@ func (c *Communicator) openLinks(ctx context.Context, epoch, gen uint32, changed
 	}
 	l.connect = time.Since(step)
 	if err != nil {
-		l.status, l.err = failure("connect", err), err
+		l.status, l.err = failedStatus("connect", err), err
 		return l
 	}
 	l.conns = conns
@@ -371,7 +371,7 @@ func (c *Communicator) openLinks(ctx context.Context, epoch, gen uint32, changed
 	err = c.verifyLinks(ctx, epoch, conns, injected)
 	l.verify = time.Since(step)
 	if err != nil {
-		l.status, l.err = failure("verify", err), err
+		l.status, l.err = failedStatus("verify", err), err
 	}
 	return l
 }

@@ -135,7 +135,7 @@ type verdictRoot struct {
 func newVerdictRoot(size int, digest uint64, switching, hasRollback bool, planErr error) *verdictRoot {
 	v := &verdictRoot{size: size, digest: digest, switching: switching, hasRollback: hasRollback, waiting: size - 1, got: make([]bool, size)}
 	if planErr != nil {
-		v.note(0, failure("plan", planErr))
+		v.note(0, failedStatus("plan", planErr))
 	}
 	return v
 }
@@ -233,7 +233,7 @@ func (v *verdictRoot) progress() {
 		var d *status
 		switch {
 		case v.switchErr != nil:
-			f := failure("apply", v.switchErr)
+			f := failedStatus("apply", v.switchErr)
 			d = &f
 		case v.failed != nil:
 			d = v.failed

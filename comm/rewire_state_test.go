@@ -177,7 +177,7 @@ func (n *agreeNet) flush() {
 		for r := range n.size {
 			if n.stop[r] && !n.linked[r] && !n.slow[r] {
 				moved = true
-				n.links(r, failure("connect", context.Canceled))
+				n.links(r, failedStatus("connect", context.Canceled))
 			}
 		}
 		if n.failed {
@@ -223,8 +223,8 @@ func (n *agreeNet) kill(r int) {
 // rank 0's one; a rank whose peer died fails the communicator instead.
 func TestRewireAgreement(t *testing.T) {
 	ok := status{ok: true}
-	connect := failure("connect", errors.New("no light"))
-	verify := failure("verify", errors.New("rank 1 answered as rank 3"))
+	connect := failedStatus("connect", errors.New("no light"))
+	verify := failedStatus("verify", errors.New("rank 1 answered as rank 3"))
 	okApplied := "done ok applied=true"
 	for _, tc := range []struct {
 		name       string
@@ -328,7 +328,7 @@ func TestRewireAgreement(t *testing.T) {
 				if !n.stop[0] || n.results[0] != "" {
 					n.t.Fatalf("rank 0 stopped %v, done %q, while its links run", n.stop[0], n.results[0])
 				}
-				n.links(0, failure("connect", context.Canceled))
+				n.links(0, failedStatus("connect", context.Canceled))
 			},
 			want: []string{"done connect failed on rank 1: no light", "done connect failed on rank 1", "done connect failed on rank 1"},
 		},
@@ -341,7 +341,7 @@ func TestRewireAgreement(t *testing.T) {
 				if !n.stop[0] || n.results[0] != "" {
 					n.t.Fatalf("rank 0 stopped %v, done %q, while its links run", n.stop[0], n.results[0])
 				}
-				n.links(0, failure("connect", context.Canceled))
+				n.links(0, failedStatus("connect", context.Canceled))
 				n.flush()
 				if n.results[0] != "" || n.restores != 0 {
 					n.t.Fatalf("rank 0 done %q, restored %d times, before its switch returned", n.results[0], n.restores)
@@ -452,7 +452,7 @@ func TestRewireAgreement(t *testing.T) {
 				if n.verdict != 1 {
 					n.t.Fatal("no verdict at the start")
 				}
-				n.links(0, failure("plan", errors.New("target has 2 hosts")))
+				n.links(0, failedStatus("plan", errors.New("target has 2 hosts")))
 			},
 			want: []string{"done plan failed on rank 0: target has 2 hosts applied=false rollback=false",
 				"done plan failed on rank 0", "done plan failed on rank 0"},

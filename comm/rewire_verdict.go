@@ -87,8 +87,8 @@ func parseStatus(b []byte, t wire.Type) (status, uint64, error) {
 	return status{ok: m.OK, rank: m.Rank, step: m.Step, reason: m.Text, applied: m.Applied, rollback: m.RolledBack}, m.Digest, nil
 }
 
-// failure returns a failed status of step for err.
-func failure(step string, err error) status {
+// failedStatus returns a failed status of step for err.
+func failedStatus(step string, err error) status {
 	return status{step: step, reason: err.Error()}
 }
 

@@ -55,24 +55,17 @@ type Communicator struct {
 	// tune logs the choice of schedules (subsystem TUNE).
 	tune  *slog.Logger
 	epoch atomic.Uint32
-	// linkGen counts rewire attempts; it names their new connections.
-	linkGen uint32
 
 	hosts     []int    // host index of every rank
 	hostIDs   []string // host identity of every host index
 	localRank int
 	localSize int
 
-	conns []transport.Conn // by peer rank; nil at c.rank
+	links linkSet
 	// fabricRanks maps this communicator's ranks to those of the one
 	// Init or NewLocal made, whose topology is the whole fabric's (nil:
 	// this is that communicator).
 	fabricRanks []int
-	// retired are the connections the last rewire replaced. They are
-	// closed by the next rewire, while the switch runs, or at shutdown:
-	// closing them as the rewire ends would wake their peers just when
-	// the ranks resume.
-	retired []transport.Conn
 
 	emu    *emu.Fabric            // shapes the connections, if emulating
 	layout atomic.Pointer[layout] // topology, cost model and host groups
@@ -117,7 +110,6 @@ func newCommunicator(id uint64, nonce [16]byte, rank int, hostIDs []string, conn
 		size:    size,
 		cfg:     cfg,
 		log:     cfg.log.With("rank", rank, "size", size, "comm", fmt.Sprintf("%016x", id)),
-		conns:   conns,
 		ctrl:    ctrl,
 		fabric:  fab,
 		wake:    make(chan struct{}, 1),
@@ -126,6 +118,7 @@ func newCommunicator(id uint64, nonce [16]byte, rank int, hostIDs []string, conn
 		quit:    make(chan struct{}),
 		stopped: make(chan struct{}),
 	}
+	c.links.conns = conns
 	c.failure = newFailure(c.onFail)
 	c.hosts = make([]int, size)
 	index := map[string]int{}
@@ -500,12 +493,7 @@ func (c *Communicator) shutdown(ctx context.Context, drain bool) error {
 	for _, r := range rest {
 		r.finish(&OpError{Rank: c.rank, Op: r.name, Seq: r.seq, Err: ErrClosed})
 	}
-	for _, conn := range c.conns {
-		if conn != nil {
-			conn.Close()
-		}
-	}
-	c.closeRetired()
+	c.links.closeAll()
 	if c.emu != nil {
 		c.emu.Close()
 	}
@@ -526,12 +514,12 @@ var _ algo.EagerPeers = (*opPeers)(nil)
 func (p *opPeers) Rank() int { return p.c.rank }
 func (p *opPeers) Size() int { return p.c.size }
 
-func (p *opPeers) EagerLimit(peer int) int { return p.c.conns[peer].EagerLimit() }
+func (p *opPeers) EagerLimit(peer int) int { return p.c.links.to(peer).EagerLimit() }
 
 func (p *opPeers) Send(ctx context.Context, peer int, step uint32, buf []byte) error {
 	h := p.hdr
 	h.Step = step
-	if err := p.c.conns[peer].Send(ctx, h, buf); err != nil {
+	if err := p.c.links.to(peer).Send(ctx, h, buf); err != nil {
 		return &linkError{peer: peer, dir: "send", step: step, err: err}
 	}
 	return nil
@@ -540,7 +528,7 @@ func (p *opPeers) Send(ctx context.Context, peer int, step uint32, buf []byte) e
 func (p *opPeers) Recv(ctx context.Context, peer int, step uint32, buf []byte) error {
 	h := p.hdr
 	h.Step = step
-	if err := p.c.conns[peer].Recv(ctx, h, buf); err != nil {
+	if err := p.c.links.to(peer).Recv(ctx, h, buf); err != nil {
 		return &linkError{peer: peer, dir: "recv", step: step, err: err}
 	}
 	return nil
@@ -567,10 +555,7 @@ func (c *Communicator) choose(l *layout, op algo.Collective, bytes int) algo.Alg
 func (c *Communicator) TransportName() string {
 	seen := map[string]bool{}
 	var names []string
-	c.mu.Lock()
-	conns := append([]transport.Conn(nil), c.conns...)
-	c.mu.Unlock()
-	for _, conn := range conns {
+	for _, conn := range c.links.snapshot() {
 		if conn == nil {
 			continue
 		}

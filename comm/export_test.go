@@ -30,9 +30,7 @@ func LeavePendingPipe(c *Communicator, gen, peer int) {
 // RetiredConns returns the connections c's last rewire replaced, still
 // open until the next rewire or Close.
 func RetiredConns(c *Communicator) []transport.Conn {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]transport.Conn(nil), c.retired...)
+	return c.links.retiredConns()
 }
 
 // WithLinkFailure returns rw making step ("connect" or "verify") of every

@@ -56,14 +56,7 @@ func (c *Communicator) fail(pe *PeerError) { c.failure.set(pe) }
 // connections.
 func (c *Communicator) onFail(pe *PeerError) {
 	logx.For(c.log, logx.Coll).Warn("occl: communicator failed", "err", pe)
-	c.mu.Lock()
-	conns := append([]transport.Conn(nil), c.conns...)
-	c.mu.Unlock()
-	for _, conn := range conns {
-		if conn != nil {
-			conn.Close()
-		}
-	}
+	c.links.closeCurrent()
 }
 
 // Lost-link grace: how long a rank that lost a connection waits for the

@@ -260,10 +260,7 @@ func (c *Communicator) rewire(ctx context.Context, p *opPeers, rw Rewire, digest
 	start := time.Now()
 	cur := c.lay()
 	epoch := c.epoch.Load() + 1
-	// New connections are named by the attempt, not the epoch: a failed
-	// attempt's late connections must not be taken for the next one's.
-	c.linkGen++
-	gen := c.linkGen
+	gen := c.links.nextGen()
 	changed, planErr := c.rewirePlan(cur.topo, rw.Target)
 	next := newLayout(rw.Target)
 	times.Plan = time.Since(start)
@@ -272,7 +269,7 @@ func (c *Communicator) rewire(ctx context.Context, p *opPeers, rw Rewire, digest
 	// Switch on rank 0 while every rank opens and checks its new links,
 	// then agree on the outcome.
 	step := time.Now()
-	c.closeRetired()
+	c.links.closeRetired()
 	var sw *switchRun
 	if c.rank == 0 && planErr == nil && rw.Apply != nil {
 		sw = startSwitch(ctx, rw)
@@ -323,12 +320,7 @@ func (c *Communicator) rewire(ctx context.Context, p *opPeers, rw Rewire, digest
 			logx.For(c.log, logx.Rewire).Warn("occl: rewire: emulated fabric kept its topology", "err", e)
 		}
 	}
-	c.mu.Lock()
-	for r, conn := range mine.conns {
-		c.retired = append(c.retired, c.conns[r])
-		c.conns[r] = conn
-	}
-	c.mu.Unlock()
+	c.links.replace(mine.conns)
 	c.cfg.topology = rw.Target
 	c.layout.Store(next)
 	c.epoch.Store(epoch)
@@ -374,17 +366,6 @@ func (c *Communicator) openLinks(ctx context.Context, epoch, gen uint32, changed
 		l.status, l.err = failedStatus("verify", err), err
 	}
 	return l
-}
-
-// closeRetired closes the connections the previous rewire replaced.
-func (c *Communicator) closeRetired() {
-	c.mu.Lock()
-	old := c.retired
-	c.retired = nil
-	c.mu.Unlock()
-	for _, conn := range old {
-		conn.Close()
-	}
 }
 
 // rollback restores the circuits the fabric held before rw's switch, on

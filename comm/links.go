@@ -1,0 +1,91 @@
+package comm
+
+import (
+	"sync"
+
+	"github.com/occl/occl/transport"
+)
+
+// linkSet is a communicator's connections to its peers, and those a rewire
+// replaced.
+//
+// The worker is the only goroutine that changes the set (replace, in a
+// rewire's resume) and reads conns without locking, through to, on every
+// frame. Other goroutines (a failure closing the connections, Close,
+// TransportName) take a snapshot, under mu, which replace holds while it
+// writes.
+type linkSet struct {
+	mu    sync.Mutex
+	conns []transport.Conn // by peer rank; nil at this rank
+	// retired are the connections the last rewire replaced. They are
+	// closed by the next rewire, while the switch runs, or at shutdown:
+	// closing them as the rewire ends would wake their peers just when
+	// the ranks resume.
+	retired []transport.Conn
+	// gen counts rewire attempts; it names their new connections.
+	// Worker-only.
+	gen uint32
+}
+
+// to returns the connection to peer. Worker only.
+func (l *linkSet) to(peer int) transport.Conn { return l.conns[peer] }
+
+// snapshot returns a copy of the connections, by peer rank.
+func (l *linkSet) snapshot() []transport.Conn {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]transport.Conn(nil), l.conns...)
+}
+
+// nextGen starts a rewire attempt and returns its generation. New
+// connections are named by the attempt, not the epoch: a failed attempt's
+// late connections must not be taken for the next one's. Worker only.
+func (l *linkSet) nextGen() uint32 {
+	l.gen++
+	return l.gen
+}
+
+// replace installs conns (by peer rank) in place of the connections to
+// those peers, which it retires. Worker only.
+func (l *linkSet) replace(conns map[int]transport.Conn) {
+	l.mu.Lock()
+	for r, conn := range conns {
+		l.retired = append(l.retired, l.conns[r])
+		l.conns[r] = conn
+	}
+	l.mu.Unlock()
+}
+
+// retiredConns returns the connections the last rewire replaced.
+func (l *linkSet) retiredConns() []transport.Conn {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]transport.Conn(nil), l.retired...)
+}
+
+// closeRetired closes the connections the previous rewire replaced.
+func (l *linkSet) closeRetired() {
+	l.mu.Lock()
+	old := l.retired
+	l.retired = nil
+	l.mu.Unlock()
+	for _, conn := range old {
+		conn.Close()
+	}
+}
+
+// closeCurrent closes the connections in use, so that operations blocked
+// on them return; the set keeps them (closing twice is harmless).
+func (l *linkSet) closeCurrent() {
+	for _, conn := range l.snapshot() {
+		if conn != nil {
+			conn.Close()
+		}
+	}
+}
+
+// closeAll closes every connection, current and retired.
+func (l *linkSet) closeAll() {
+	l.closeCurrent()
+	l.closeRetired()
+}

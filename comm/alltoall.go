@@ -75,7 +75,7 @@ func (c *Communicator) AllToAllVAsync(ctx context.Context, send Buffer, sendCoun
 // AllToAll, uniform is the block size in bytes; for AllToAllV it is -1
 // and the block sizes are in slens and rlens.
 func (c *Communicator) allToAll(ctx context.Context, p *opPeers, send []byte, soffs, slens []int, recv []byte, roffs, rlens []int, uniform int) error {
-	args := algo.Args{Peers: p, WS: &c.ws, Src: send, Dst: recv, SendOffs: soffs, SendLens: slens, RecvOffs: roffs, RecvLens: rlens}
+	args := algo.Args{Peers: p, WS: &c.worker.ws, Src: send, Dst: recv, SendOffs: soffs, SendLens: slens, RecvOffs: roffs, RecvLens: rlens}
 	a, op := algo.AlgoPairwise, algo.OpAllToAllV
 	if uniform >= 0 {
 		op = algo.OpAllToAll
@@ -141,7 +141,7 @@ func (c *Communicator) exchangeCounts(ctx context.Context, p *opPeers, slens, rl
 		binary.LittleEndian.PutUint64(mine[8*j:], uint64(slens[j]))
 		binary.LittleEndian.PutUint64(mine[8*(n+j):], uint64(rlens[j]))
 	}
-	all := c.ws.Get(slotCounts, 16*n*n)
+	all := c.worker.ws.Get(slotCounts, 16*n*n)
 	if err := allGatherBytes(ctx, p, mine, all); err != nil {
 		return nil, err
 	}

@@ -97,7 +97,7 @@ func (c *Communicator) AllReduceAsync(ctx context.Context, send, recv Buffer, op
 // chooses nothing: the schedules then only copy.
 func (c *Communicator) runSchedule(ctx context.Context, op algo.Collective, bytes int, args algo.Args) error {
 	l := c.lay()
-	args.WS, args.Chunk, args.Hosts = &c.ws, c.cfg.chunk, l.hostGroups
+	args.WS, args.Chunk, args.Hosts = &c.worker.ws, c.cfg.chunk, l.hostGroups
 	if l.topo != nil {
 		args.Ring = l.topo.Ring
 	}

@@ -28,14 +28,11 @@ package comm
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
 	"strings"
-	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/occl/occl/algo"
 	"github.com/occl/occl/internal/logx"
@@ -72,31 +69,14 @@ type Communicator struct {
 	ctrl   controlPlane
 	fabric fabric
 
-	// Operation queue. seq counts collectives issued; the worker runs
-	// requests in order.
-	mu      sync.Mutex
-	seq     uint64
-	pending []*Request
-	wake    chan struct{}
-	closing bool
-	out     sync.WaitGroup // requests issued and not finished
-
-	// Worker-only state.
-	op     opContext
-	ws     algo.Workspace
-	peers  opPeers
-	p2pTx  []uint64
-	p2pRx  []uint64
-	splits uint64
+	queue  opQueue     // operations issued, and the worker's life
+	worker workerState // what only the worker touches
 
 	hist    opHistory
 	watch   watchdog
 	traffic monitor
 
-	failure  *failure
-	quit     chan struct{}
-	quitOnce sync.Once
-	stopped  chan struct{}
+	failure *failure // healthy, or failed for good
 }
 
 // newCommunicator assembles a communicator from what a bootstrap produced
@@ -104,19 +84,14 @@ type Communicator struct {
 func newCommunicator(id uint64, nonce [16]byte, rank int, hostIDs []string, conns []transport.Conn, ctrl controlPlane, fab fabric, cfg config) *Communicator {
 	size := len(hostIDs)
 	c := &Communicator{
-		id:      id,
-		nonce:   nonce,
-		rank:    rank,
-		size:    size,
-		cfg:     cfg,
-		log:     cfg.log.With("rank", rank, "size", size, "comm", fmt.Sprintf("%016x", id)),
-		ctrl:    ctrl,
-		fabric:  fab,
-		wake:    make(chan struct{}, 1),
-		p2pTx:   make([]uint64, size),
-		p2pRx:   make([]uint64, size),
-		quit:    make(chan struct{}),
-		stopped: make(chan struct{}),
+		id:     id,
+		nonce:  nonce,
+		rank:   rank,
+		size:   size,
+		cfg:    cfg,
+		log:    cfg.log.With("rank", rank, "size", size, "comm", fmt.Sprintf("%016x", id)),
+		ctrl:   ctrl,
+		fabric: fab,
 	}
 	c.links.conns = conns
 	c.failure = newFailure(c.onFail)
@@ -134,12 +109,15 @@ func newCommunicator(id uint64, nonce [16]byte, rank int, hostIDs []string, conn
 	c.localRank, c.localSize = localPosition(rank, hostIDs)
 	c.fabricRanks = cfg.fabricRanks
 	c.tune = logx.For(c.log, logx.Tune)
-	c.peers.c = c
+	c.queue.init()
+	c.worker.p2pTx = make([]uint64, size)
+	c.worker.p2pRx = make([]uint64, size)
+	c.worker.peers.c = c
 	c.setupModel()
 	if rank == 0 {
 		c.logSettings()
 	}
-	go c.worker()
+	go c.serve()
 	return c
 }
 
@@ -187,252 +165,6 @@ func (c *Communicator) Err() error {
 	return nil
 }
 
-// Request is an operation issued with an Async method. The buffers it was
-// given belong to it until it completes.
-type Request struct {
-	c    *Communicator
-	name string
-	seq  uint64
-	hdr  transport.Header
-	// target is a rewire's target digest, part of its fingerprint.
-	target uint64
-	ctx    context.Context
-	fn     func(ctx context.Context, p *opPeers) error
-	// stop cancels the withdrawal armed on ctx while r is queued.
-	stop func() bool
-	done chan struct{}
-	err  error
-}
-
-// Wait blocks until the operation completes and returns its error. If ctx
-// ends first, Wait returns ctx's error and the operation goes on.
-func (r *Request) Wait(ctx context.Context) error {
-	select {
-	case <-r.done:
-		return r.err
-	case <-ctx.Done():
-		return fmt.Errorf("occl: rank %d: waiting for %s: %w", r.c.rank, r.name, ctx.Err())
-	}
-}
-
-// Test reports whether the operation has completed, and its error if so.
-func (r *Request) Test() (bool, error) {
-	select {
-	case <-r.done:
-		return true, r.err
-	default:
-		return false, nil
-	}
-}
-
-// Done returns a channel closed when the operation completes.
-func (r *Request) Done() <-chan struct{} { return r.done }
-
-func (r *Request) finish(err error) {
-	if r.stop != nil {
-		r.stop()
-	}
-	r.err = err
-	r.fn = nil
-	close(r.done)
-	r.c.out.Done()
-}
-
-// submit queues an operation. hdr is the frame header template: Kind, Op,
-// DType, RedOp, Root and Count; the worker fills in communicator, epoch and
-// sequence.
-func (c *Communicator) submit(ctx context.Context, name string, hdr transport.Header, fn func(ctx context.Context, p *opPeers) error) *Request {
-	return c.enqueue(&Request{c: c, name: name, hdr: hdr, ctx: ctx, fn: fn, done: make(chan struct{})})
-}
-
-// enqueue queues r, built by submit or by an operation that sets more of
-// it.
-func (c *Communicator) enqueue(r *Request) *Request {
-	c.out.Add(1)
-	c.mu.Lock()
-	if c.closing {
-		c.mu.Unlock()
-		r.finish(&OpError{Rank: c.rank, Op: r.name, Err: ErrClosed})
-		return r
-	}
-	if r.hdr.Kind == transport.KindCollective {
-		c.seq++
-		r.seq = c.seq
-	}
-	c.pending = append(c.pending, r)
-	if r.ctx.Done() != nil {
-		// A request whose context ends while it is queued is withdrawn
-		// without starting; once the worker has taken it, withdraw finds
-		// nothing to do and the running operation honours ctx itself.
-		r.stop = context.AfterFunc(r.ctx, func() { c.withdraw(r) })
-	}
-	c.mu.Unlock()
-	select {
-	case c.wake <- struct{}{}:
-	default:
-	}
-	return r
-}
-
-// withdraw removes r from the queue if it has not started and completes it
-// with its context's error. The collectives queued after it take the
-// sequence numbers down by one, so this rank's sequence is the one it would
-// have had if r had never been issued.
-func (c *Communicator) withdraw(r *Request) {
-	c.mu.Lock()
-	ok := c.unqueue(r)
-	c.mu.Unlock()
-	if ok {
-		r.finish(r.withdrawn())
-	}
-}
-
-// unqueue removes r from the pending queue and renumbers the collectives
-// after it. It reports whether r was queued. c.mu is held.
-func (c *Communicator) unqueue(r *Request) bool {
-	i := 0
-	for i < len(c.pending) && c.pending[i] != r {
-		i++
-	}
-	if i == len(c.pending) {
-		return false
-	}
-	rest := c.pending[i+1:]
-	copy(c.pending[i:], rest)
-	c.pending[len(c.pending)-1] = nil
-	c.pending = c.pending[:len(c.pending)-1]
-	if r.hdr.Kind == transport.KindCollective {
-		for _, q := range c.pending[i:] {
-			if q.hdr.Kind == transport.KindCollective {
-				q.seq--
-			}
-		}
-		c.seq--
-	}
-	return true
-}
-
-// withdrawn is the error of a request whose context ended before it
-// started.
-func (r *Request) withdrawn() error {
-	return &OpError{Rank: r.c.rank, Op: r.name, Err: fmt.Errorf("withdrawn before it started: %w", r.ctx.Err())}
-}
-
-// failedRequest returns a completed request carrying err, for arguments
-// rejected before anything was queued.
-func (c *Communicator) failedRequest(name string, err error) *Request {
-	r := &Request{c: c, name: name, done: make(chan struct{})}
-	c.out.Add(1)
-	r.finish(&OpError{Rank: c.rank, Op: name, Err: err})
-	return r
-}
-
-func (c *Communicator) worker() {
-	defer close(c.stopped)
-	for {
-		c.mu.Lock()
-		var r *Request
-		if len(c.pending) > 0 {
-			r = c.pending[0]
-			if r.ctx.Err() != nil {
-				// Its context ended before the withdrawal ran.
-				c.unqueue(r)
-				c.mu.Unlock()
-				r.finish(r.withdrawn())
-				continue
-			}
-			c.pending[0] = nil
-			c.pending = c.pending[1:]
-		}
-		c.mu.Unlock()
-		if r == nil {
-			select {
-			case <-c.wake:
-				continue
-			case <-c.quit:
-				return
-			}
-		}
-		r.finish(c.run(r))
-	}
-}
-
-// run executes one request on the worker.
-func (c *Communicator) run(r *Request) error {
-	if pe := c.failure.err(); pe != nil {
-		return &OpError{Rank: c.rank, Op: r.name, Seq: r.seq, Err: pe}
-	}
-	ctx := c.op.get(r.ctx, c.cfg.timeout)
-	p := &c.peers
-	p.hdr = r.hdr
-	p.hdr.Comm = c.id
-	p.hdr.Epoch = c.epoch.Load()
-	p.hdr.Seq = r.seq
-	if r.hdr.Kind == transport.KindCollective {
-		fp := fingerprint(&p.hdr)
-		fp.Target = r.target
-		c.hist.start(r.seq, fp)
-		c.armWatchdog(r.seq)
-		defer func() {
-			c.disarmWatchdog()
-			c.hist.finish()
-		}()
-	}
-	start := time.Now()
-	err := r.fn(ctx, p)
-	if err == nil {
-		if pe := c.failure.err(); pe != nil {
-			// The operation completed locally, but the communicator
-			// failed while it ran: it was pending when the failure came,
-			// and pending operations fail, on every rank alike (a peer
-			// may not have completed it).
-			return &OpError{Rank: c.rank, Op: r.name, Seq: r.seq, Err: pe}
-		}
-		return nil
-	}
-	if errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrRewire) {
-		// Discovered while running (e.g. a group's self send/recv pairing):
-		// nothing was sent, the communicator is fine.
-		return &OpError{Rank: c.rank, Op: r.name, Seq: r.seq, Err: err}
-	}
-	return &OpError{Rank: c.rank, Op: r.name, Seq: r.seq, Err: c.classify(ctx, r, err, time.Since(start))}
-}
-
-// opContext gives operations whose context has no deadline the
-// communicator's default timeout. Deriving a new context for every
-// operation would make every connection re-arm its cancellation hook each
-// time, so one derived context is shared by the operations that start
-// within a short window: each still gets at least the full timeout, and at
-// most timeout/64 more.
-type opContext struct {
-	ctx      context.Context
-	cancel   context.CancelFunc
-	parent   <-chan struct{}
-	deadline time.Time
-}
-
-func (o *opContext) get(user context.Context, timeout time.Duration) context.Context {
-	if _, ok := user.Deadline(); ok {
-		return user
-	}
-	now := time.Now()
-	if o.ctx != nil && o.parent == user.Done() && o.ctx.Err() == nil && !o.deadline.Before(now.Add(timeout)) {
-		return o.ctx
-	}
-	o.release()
-	o.deadline = now.Add(timeout + timeout/64)
-	o.ctx, o.cancel = context.WithDeadline(user, o.deadline)
-	o.parent = user.Done()
-	return o.ctx
-}
-
-func (o *opContext) release() {
-	if o.cancel != nil {
-		o.cancel()
-		o.ctx, o.cancel = nil, nil
-	}
-}
-
 // Abort fails the communicator at once: pending and later operations on
 // every rank return an error saying this rank aborted. It does not wait
 // for anything and is safe to call from any goroutine, repeatedly.
@@ -460,37 +192,24 @@ func (c *Communicator) Destroy(ctx context.Context) error {
 }
 
 func (c *Communicator) shutdown(ctx context.Context, drain bool) error {
-	c.mu.Lock()
-	already := c.closing
-	c.closing = true
-	c.mu.Unlock()
-	if already {
-		<-c.stopped
+	if c.queue.close() {
+		<-c.queue.stopped
 		return nil
 	}
 	var err error
 	if drain {
-		done := make(chan struct{})
-		go func() { c.out.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-ctx.Done():
-			err = fmt.Errorf("occl: rank %d: close: operations still running: %w", c.rank, ctx.Err())
+		if e := c.queue.idle(ctx); e != nil {
+			err = fmt.Errorf("occl: rank %d: close: operations still running: %w", c.rank, e)
 			c.fail(&PeerError{Peer: c.rank, Reporter: c.rank, Kind: ErrAborted, Reason: "closed the communicator with operations still running"})
 		}
 	}
 	if e := c.ctrl.close(ctx, c.failure.err() == nil); e != nil && err == nil {
 		err = e
 	}
-	c.quitOnce.Do(func() { close(c.quit) })
-	<-c.stopped
-	c.op.release()
+	c.queue.stop()
+	c.worker.op.release()
 	// Anything issued concurrently with Close fails now.
-	c.mu.Lock()
-	rest := c.pending
-	c.pending = nil
-	c.mu.Unlock()
-	for _, r := range rest {
+	for _, r := range c.queue.drain() {
 		r.finish(&OpError{Rank: c.rank, Op: r.name, Seq: r.seq, Err: ErrClosed})
 	}
 	c.links.closeAll()
@@ -499,39 +218,6 @@ func (c *Communicator) shutdown(ctx context.Context, drain bool) error {
 	}
 	c.fabric.release()
 	return err
-}
-
-// opPeers is the algo.Peers view of the communicator for the running
-// operation. The worker owns it; it stamps every frame with the operation's
-// header.
-type opPeers struct {
-	c   *Communicator
-	hdr transport.Header
-}
-
-var _ algo.EagerPeers = (*opPeers)(nil)
-
-func (p *opPeers) Rank() int { return p.c.rank }
-func (p *opPeers) Size() int { return p.c.size }
-
-func (p *opPeers) EagerLimit(peer int) int { return p.c.links.to(peer).EagerLimit() }
-
-func (p *opPeers) Send(ctx context.Context, peer int, step uint32, buf []byte) error {
-	h := p.hdr
-	h.Step = step
-	if err := p.c.links.to(peer).Send(ctx, h, buf); err != nil {
-		return &linkError{peer: peer, dir: "send", step: step, err: err}
-	}
-	return nil
-}
-
-func (p *opPeers) Recv(ctx context.Context, peer int, step uint32, buf []byte) error {
-	h := p.hdr
-	h.Step = step
-	if err := p.c.links.to(peer).Recv(ctx, h, buf); err != nil {
-		return &linkError{peer: peer, dir: "recv", step: step, err: err}
-	}
-	return nil
 }
 
 // Algorithm returns the schedule the communicator runs for collective op

@@ -157,16 +157,16 @@ func (c *Communicator) p2pHeader(p *opPeers, seq uint64, b Buffer) transport.Hea
 }
 
 func (c *Communicator) p2pSend(ctx context.Context, p *opPeers, peer int, b Buffer) error {
-	c.p2pTx[peer]++
-	if err := c.links.to(peer).Send(ctx, c.p2pHeader(p, c.p2pTx[peer], b), b.b); err != nil {
+	c.worker.p2pTx[peer]++
+	if err := c.links.to(peer).Send(ctx, c.p2pHeader(p, c.worker.p2pTx[peer], b), b.b); err != nil {
 		return &linkError{peer: peer, dir: "send", err: err}
 	}
 	return nil
 }
 
 func (c *Communicator) p2pRecv(ctx context.Context, p *opPeers, peer int, b Buffer) error {
-	c.p2pRx[peer]++
-	if err := c.links.to(peer).Recv(ctx, c.p2pHeader(p, c.p2pRx[peer], b), b.b); err != nil {
+	c.worker.p2pRx[peer]++
+	if err := c.links.to(peer).Recv(ctx, c.p2pHeader(p, c.worker.p2pRx[peer], b), b.b); err != nil {
 		return &linkError{peer: peer, dir: "recv", err: err}
 	}
 	return nil

@@ -1,0 +1,259 @@
+package comm
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/occl/occl/transport"
+)
+
+// opQueue is a communicator's queue of issued operations, and the life of
+// the worker that runs them.
+//
+// Contract:
+//   - any goroutine may push a request (issue an operation); collectives
+//     are numbered in the order they are pushed, from 1;
+//   - only the worker takes requests, in the order they were pushed, one
+//     at a time, and runs each to its end before it takes the next;
+//   - a request whose context ends while it is queued is withdrawn:
+//     removed, completed with its context's error, and the collectives
+//     after it take its sequence number and those after;
+//   - close refuses every later push (the request completes at once with
+//     ErrClosed); idle waits for the requests already pushed to finish;
+//     stop ends the worker once it is between requests; drain then hands
+//     the shutdown whatever is still queued, to complete with ErrClosed.
+//
+// Every request pushed, refused or made complete without running
+// (failedRequest) is counted until it finishes, so that idle sees it.
+type opQueue struct {
+	mu      sync.Mutex
+	seq     uint64 // collectives pushed (less those withdrawn)
+	pending []*Request
+	closing bool
+	wake    chan struct{}  // a request was pushed
+	out     sync.WaitGroup // requests issued and not finished
+
+	quit     chan struct{} // stop was called
+	quitOnce sync.Once
+	stopped  chan struct{} // closed by the worker when it returns
+}
+
+// init makes q ready for use; the communicator calls it before it starts
+// the worker.
+func (q *opQueue) init() {
+	q.wake = make(chan struct{}, 1)
+	q.quit = make(chan struct{})
+	q.stopped = make(chan struct{})
+}
+
+// Request is an operation issued with an Async method. The buffers it was
+// given belong to it until it completes.
+type Request struct {
+	c    *Communicator
+	name string
+	seq  uint64
+	hdr  transport.Header
+	// target is a rewire's target digest, part of its fingerprint.
+	target uint64
+	ctx    context.Context
+	fn     func(ctx context.Context, p *opPeers) error
+	// stop cancels the withdrawal armed on ctx while r is queued.
+	stop func() bool
+	done chan struct{}
+	err  error
+}
+
+// Wait blocks until the operation completes and returns its error. If ctx
+// ends first, Wait returns ctx's error and the operation goes on.
+func (r *Request) Wait(ctx context.Context) error {
+	select {
+	case <-r.done:
+		return r.err
+	case <-ctx.Done():
+		return fmt.Errorf("occl: rank %d: waiting for %s: %w", r.c.rank, r.name, ctx.Err())
+	}
+}
+
+// Test reports whether the operation has completed, and its error if so.
+func (r *Request) Test() (bool, error) {
+	select {
+	case <-r.done:
+		return true, r.err
+	default:
+		return false, nil
+	}
+}
+
+// Done returns a channel closed when the operation completes.
+func (r *Request) Done() <-chan struct{} { return r.done }
+
+func (r *Request) finish(err error) {
+	if r.stop != nil {
+		r.stop()
+	}
+	r.err = err
+	r.fn = nil
+	close(r.done)
+	r.c.queue.out.Done()
+}
+
+// withdrawn is the error of a request whose context ended before it
+// started.
+func (r *Request) withdrawn() error {
+	return &OpError{Rank: r.c.rank, Op: r.name, Err: fmt.Errorf("withdrawn before it started: %w", r.ctx.Err())}
+}
+
+// submit queues an operation. hdr is the frame header template: Kind, Op,
+// DType, RedOp, Root and Count; the worker fills in communicator, epoch and
+// sequence.
+func (c *Communicator) submit(ctx context.Context, name string, hdr transport.Header, fn func(ctx context.Context, p *opPeers) error) *Request {
+	return c.enqueue(&Request{c: c, name: name, hdr: hdr, ctx: ctx, fn: fn, done: make(chan struct{})})
+}
+
+// enqueue queues r, built by submit or by an operation that sets more of
+// it.
+func (c *Communicator) enqueue(r *Request) *Request {
+	if !c.queue.push(r) {
+		r.finish(&OpError{Rank: c.rank, Op: r.name, Err: ErrClosed})
+	}
+	return r
+}
+
+// failedRequest returns a completed request carrying err, for arguments
+// rejected before anything was queued.
+func (c *Communicator) failedRequest(name string, err error) *Request {
+	r := &Request{c: c, name: name, done: make(chan struct{})}
+	c.queue.out.Add(1)
+	r.finish(&OpError{Rank: c.rank, Op: name, Err: err})
+	return r
+}
+
+// push queues r, numbering it if it is a collective, and wakes the worker.
+// It reports false, leaving r to be finished by the caller, once the queue
+// is closed.
+func (q *opQueue) push(r *Request) bool {
+	q.out.Add(1)
+	q.mu.Lock()
+	if q.closing {
+		q.mu.Unlock()
+		return false
+	}
+	if r.hdr.Kind == transport.KindCollective {
+		q.seq++
+		r.seq = q.seq
+	}
+	q.pending = append(q.pending, r)
+	if r.ctx.Done() != nil {
+		// A request whose context ends while it is queued is withdrawn
+		// without starting; once the worker has taken it, withdraw finds
+		// nothing to do and the running operation honours ctx itself.
+		r.stop = context.AfterFunc(r.ctx, func() { q.withdraw(r) })
+	}
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// withdraw removes r from the queue if it has not started and completes it
+// with its context's error. The collectives queued after it take the
+// sequence numbers down by one, so this rank's sequence is the one it would
+// have had if r had never been issued.
+func (q *opQueue) withdraw(r *Request) {
+	q.mu.Lock()
+	ok := q.unqueue(r)
+	q.mu.Unlock()
+	if ok {
+		r.finish(r.withdrawn())
+	}
+}
+
+// unqueue removes r from the pending queue and renumbers the collectives
+// after it. It reports whether r was queued. q.mu is held.
+func (q *opQueue) unqueue(r *Request) bool {
+	i := 0
+	for i < len(q.pending) && q.pending[i] != r {
+		i++
+	}
+	if i == len(q.pending) {
+		return false
+	}
+	rest := q.pending[i+1:]
+	copy(q.pending[i:], rest)
+	q.pending[len(q.pending)-1] = nil
+	q.pending = q.pending[:len(q.pending)-1]
+	if r.hdr.Kind == transport.KindCollective {
+		for _, p := range q.pending[i:] {
+			if p.hdr.Kind == transport.KindCollective {
+				p.seq--
+			}
+		}
+		q.seq--
+	}
+	return true
+}
+
+// take removes and returns the next request to run, or nil if the queue is
+// empty (then wait on q.wake). A request at the head whose context has
+// ended is withdrawn instead. Worker only.
+func (q *opQueue) take() *Request {
+	for {
+		q.mu.Lock()
+		if len(q.pending) == 0 {
+			q.mu.Unlock()
+			return nil
+		}
+		r := q.pending[0]
+		if r.ctx.Err() != nil {
+			// Its context ended before the withdrawal ran.
+			q.unqueue(r)
+			q.mu.Unlock()
+			r.finish(r.withdrawn())
+			continue
+		}
+		q.pending[0] = nil
+		q.pending = q.pending[1:]
+		q.mu.Unlock()
+		return r
+	}
+}
+
+// close refuses every later push. It reports whether the queue was closed
+// already.
+func (q *opQueue) close() (already bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	already = q.closing
+	q.closing = true
+	return already
+}
+
+// idle waits until every request issued has finished, or ctx ends.
+func (q *opQueue) idle(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { q.out.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// stop ends the worker once it is between requests and waits for it.
+func (q *opQueue) stop() {
+	q.quitOnce.Do(func() { close(q.quit) })
+	<-q.stopped
+}
+
+// drain empties the queue and returns what it held.
+func (q *opQueue) drain() []*Request {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	rest := q.pending
+	q.pending = nil
+	return rest
+}

@@ -1,0 +1,148 @@
+package comm
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/occl/occl/algo"
+	"github.com/occl/occl/transport"
+)
+
+// workerState is what only the worker goroutine touches: the running
+// operation's view of the peers, the shared default-timeout context, the
+// schedules' workspace and the point-to-point message counters.
+type workerState struct {
+	op    opContext
+	ws    algo.Workspace
+	peers opPeers
+	p2pTx []uint64 // messages sent, by peer
+	p2pRx []uint64 // messages received, by peer
+}
+
+// serve is the worker: it runs the queued requests one at a time, in
+// order, until the queue is stopped.
+func (c *Communicator) serve() {
+	defer close(c.queue.stopped)
+	for {
+		r := c.queue.take()
+		if r == nil {
+			select {
+			case <-c.queue.wake:
+				continue
+			case <-c.queue.quit:
+				return
+			}
+		}
+		r.finish(c.run(r))
+	}
+}
+
+// run executes one request on the worker.
+func (c *Communicator) run(r *Request) error {
+	if pe := c.failure.err(); pe != nil {
+		return &OpError{Rank: c.rank, Op: r.name, Seq: r.seq, Err: pe}
+	}
+	ctx := c.worker.op.get(r.ctx, c.cfg.timeout)
+	p := &c.worker.peers
+	p.hdr = r.hdr
+	p.hdr.Comm = c.id
+	p.hdr.Epoch = c.epoch.Load()
+	p.hdr.Seq = r.seq
+	if r.hdr.Kind == transport.KindCollective {
+		fp := fingerprint(&p.hdr)
+		fp.Target = r.target
+		c.hist.start(r.seq, fp)
+		c.armWatchdog(r.seq)
+		defer func() {
+			c.disarmWatchdog()
+			c.hist.finish()
+		}()
+	}
+	start := time.Now()
+	err := r.fn(ctx, p)
+	if err == nil {
+		if pe := c.failure.err(); pe != nil {
+			// The operation completed locally, but the communicator
+			// failed while it ran: it was pending when the failure came,
+			// and pending operations fail, on every rank alike (a peer
+			// may not have completed it).
+			return &OpError{Rank: c.rank, Op: r.name, Seq: r.seq, Err: pe}
+		}
+		return nil
+	}
+	if errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrRewire) {
+		// Discovered while running (e.g. a group's self send/recv pairing):
+		// nothing was sent, the communicator is fine.
+		return &OpError{Rank: c.rank, Op: r.name, Seq: r.seq, Err: err}
+	}
+	return &OpError{Rank: c.rank, Op: r.name, Seq: r.seq, Err: c.classify(ctx, r, err, time.Since(start))}
+}
+
+// opContext gives operations whose context has no deadline the
+// communicator's default timeout. Deriving a new context for every
+// operation would make every connection re-arm its cancellation hook each
+// time, so one derived context is shared by the operations that start
+// within a short window: each still gets at least the full timeout, and at
+// most timeout/64 more.
+type opContext struct {
+	ctx      context.Context
+	cancel   context.CancelFunc
+	parent   <-chan struct{}
+	deadline time.Time
+}
+
+func (o *opContext) get(user context.Context, timeout time.Duration) context.Context {
+	if _, ok := user.Deadline(); ok {
+		return user
+	}
+	now := time.Now()
+	if o.ctx != nil && o.parent == user.Done() && o.ctx.Err() == nil && !o.deadline.Before(now.Add(timeout)) {
+		return o.ctx
+	}
+	o.release()
+	o.deadline = now.Add(timeout + timeout/64)
+	o.ctx, o.cancel = context.WithDeadline(user, o.deadline)
+	o.parent = user.Done()
+	return o.ctx
+}
+
+func (o *opContext) release() {
+	if o.cancel != nil {
+		o.cancel()
+		o.ctx, o.cancel = nil, nil
+	}
+}
+
+// opPeers is the algo.Peers view of the communicator for the running
+// operation. The worker owns it; it stamps every frame with the operation's
+// header.
+type opPeers struct {
+	c   *Communicator
+	hdr transport.Header
+}
+
+var _ algo.EagerPeers = (*opPeers)(nil)
+
+func (p *opPeers) Rank() int { return p.c.rank }
+func (p *opPeers) Size() int { return p.c.size }
+
+func (p *opPeers) EagerLimit(peer int) int { return p.c.links.to(peer).EagerLimit() }
+
+func (p *opPeers) Send(ctx context.Context, peer int, step uint32, buf []byte) error {
+	h := p.hdr
+	h.Step = step
+	if err := p.c.links.to(peer).Send(ctx, h, buf); err != nil {
+		return &linkError{peer: peer, dir: "send", step: step, err: err}
+	}
+	return nil
+}
+
+func (p *opPeers) Recv(ctx context.Context, peer int, step uint32, buf []byte) error {
+	h := p.hdr
+	h.Step = step
+	if err := p.c.links.to(peer).Recv(ctx, h, buf); err != nil {
+		return &linkError{peer: peer, dir: "recv", step: step, err: err}
+	}
+	return nil
+}

@@ -38,7 +38,7 @@ func Init(ctx context.Context, id UniqueID, rank, size int, opts ...Option) (*Co
 	if err != nil {
 		return nil, err
 	}
-	return initTCP(ctx, id, rank, size, cfg, nil)
+	return initTCP(ctx, id, rank, size, cfg, nil, cfg.fabricRanks)
 }
 
 // commIDOf derives the communicator id every rank computes from the id's
@@ -62,8 +62,9 @@ func listenFilter(p tcp.Purpose, comm uint64) func(tcp.Hello) error {
 
 // initTCP bootstraps a communicator over TCP. rootLn, if not nil, is an
 // already bound rendezvous listener for rank 0 (Split binds it before it
-// publishes the address).
-func initTCP(ctx context.Context, id UniqueID, rank, size int, cfg config, rootLn *tcp.Listener) (c *Communicator, err error) {
+// publishes the address). fabricRanks are the ranks' fabric ranks (nil:
+// this is the fabric-wide communicator).
+func initTCP(ctx context.Context, id UniqueID, rank, size int, cfg config, rootLn *tcp.Listener, fabricRanks []int) (c *Communicator, err error) {
 	if size < 1 || rank < 0 || rank >= size || size > wire.MaxRanks {
 		if rootLn != nil {
 			rootLn.Close()
@@ -223,25 +224,11 @@ func initTCP(ctx context.Context, id UniqueID, rank, size int, cfg config, rootL
 	}
 	client := newCtrlClient(rank, ctrlConn, server, cfg, base)
 	fab := &tcpFabric{ln: dataLn, secret: id.Secret, cfg: cfg, addrs: addrs}
-	c = newCommunicator(commID, m.Nonce, rank, hostIDs, conns, client, fab, cfg)
+	c = newCommunicator(newPlacement(commID, m.Nonce, rank, hostIDs, fabricRanks), conns, client, fab, cfg)
 	c.emu = fabric
 	client.start(c)
 	log.Info("occl: communicator ready", "hosts", c.NumHosts(), "local_rank", c.localRank, "local_size", c.localSize)
 	return c, nil
-}
-
-// localPosition returns rank's index among the ranks of its host and their
-// number.
-func localPosition(rank int, hostIDs []string) (local, n int) {
-	for r, h := range hostIDs {
-		if h == hostIDs[rank] {
-			if r < rank {
-				local++
-			}
-			n++
-		}
-	}
-	return local, n
 }
 
 // oversubscribed says whether localSize ranks on a machine of cpus CPUs
@@ -451,7 +438,7 @@ func (f *tcpFabric) connect(ctx context.Context, c *Communicator, gen uint32, pe
 	return setup.Connect(ctx, setup.Config{Policy: f.cfg.transport,
 		Mesh: tcp.MeshConfig{Self: c.rank, Comm: c.id, Epoch: gen, Secret: f.secret[:],
 			Streams: f.cfg.streams, Options: f.cfg.tcpOptions(), Listener: f.ln},
-		SameHost:     func(r int) bool { return c.hosts[r] == c.hosts[c.rank] },
+		SameHost:     c.sameHost,
 		CMAThreshold: f.cfg.cmaThreshold, Emulation: c.emu, Log: logx.For(c.log, logx.Rewire)}, eps)
 }
 
@@ -489,11 +476,11 @@ func (f *tcpFabric) split(ctx context.Context, p *opPeers, childID uint64, group
 	leader := group[0]
 	child.Addr = string(trimZero(all[leader*addrLen : (leader+1)*addrLen]))
 	cfg := f.cfg
-	cfg.fabricRanks = nil // Split sets the child's own
+	cfg.fabricRanks = nil // the child's are given apart: its topology is subset already
 	if p.c.cfg.topology != nil {
 		cfg.topology = p.c.cfg.topology.Subset(group)
 	}
-	return initTCP(ctx, child, self, len(group), cfg, rootLn)
+	return initTCP(ctx, child, self, len(group), cfg, rootLn, c.groupFabricRanks(group))
 }
 
 func trimZero(b []byte) []byte {

@@ -43,26 +43,14 @@ import (
 // Communicator is one rank's handle on a group of ranks. Its methods are
 // safe for concurrent use; operations run in the order they were issued.
 type Communicator struct {
-	id    uint64
-	nonce [16]byte // the job nonce rank 0 chose
-	rank  int
-	size  int
-	cfg   config
-	log   *slog.Logger
+	placement // who and where; never changes
+	cfg       config
+	log       *slog.Logger
 	// tune logs the choice of schedules (subsystem TUNE).
 	tune  *slog.Logger
 	epoch atomic.Uint32
 
-	hosts     []int    // host index of every rank
-	hostIDs   []string // host identity of every host index
-	localRank int
-	localSize int
-
 	links linkSet
-	// fabricRanks maps this communicator's ranks to those of the one
-	// Init or NewLocal made, whose topology is the whole fabric's (nil:
-	// this is that communicator).
-	fabricRanks []int
 
 	emu    *emu.Fabric            // shapes the connections, if emulating
 	layout atomic.Pointer[layout] // topology, cost model and host groups
@@ -81,80 +69,31 @@ type Communicator struct {
 
 // newCommunicator assembles a communicator from what a bootstrap produced
 // and starts its worker.
-func newCommunicator(id uint64, nonce [16]byte, rank int, hostIDs []string, conns []transport.Conn, ctrl controlPlane, fab fabric, cfg config) *Communicator {
-	size := len(hostIDs)
+func newCommunicator(pl placement, conns []transport.Conn, ctrl controlPlane, fab fabric, cfg config) *Communicator {
 	c := &Communicator{
-		id:     id,
-		nonce:  nonce,
-		rank:   rank,
-		size:   size,
-		cfg:    cfg,
-		log:    cfg.log.With("rank", rank, "size", size, "comm", fmt.Sprintf("%016x", id)),
-		ctrl:   ctrl,
-		fabric: fab,
+		placement: pl,
+		cfg:       cfg,
+		log:       cfg.log.With("rank", pl.rank, "size", pl.size, "comm", pl.logID()),
+		ctrl:      ctrl,
+		fabric:    fab,
 	}
 	c.links.conns = conns
 	c.failure = newFailure(c.onFail)
-	c.hosts = make([]int, size)
-	index := map[string]int{}
-	for r, h := range hostIDs {
-		i, ok := index[h]
-		if !ok {
-			i = len(c.hostIDs)
-			index[h] = i
-			c.hostIDs = append(c.hostIDs, h)
-		}
-		c.hosts[r] = i
-	}
-	c.localRank, c.localSize = localPosition(rank, hostIDs)
-	c.fabricRanks = cfg.fabricRanks
 	c.tune = logx.For(c.log, logx.Tune)
 	c.queue.init()
-	c.worker.p2pTx = make([]uint64, size)
-	c.worker.p2pRx = make([]uint64, size)
+	c.worker.p2pTx = make([]uint64, pl.size)
+	c.worker.p2pRx = make([]uint64, pl.size)
 	c.worker.peers.c = c
 	c.setupModel()
-	if rank == 0 {
+	if pl.rank == 0 {
 		c.logSettings()
 	}
 	go c.serve()
 	return c
 }
 
-// Rank returns this rank, in [0, Size()).
-func (c *Communicator) Rank() int { return c.rank }
-
-// Size returns the number of ranks.
-func (c *Communicator) Size() int { return c.size }
-
-// ID returns the communicator id carried in every frame.
-func (c *Communicator) ID() uint64 { return c.id }
-
-// JobNonce returns a random value that rank 0 chose when the communicator
-// was created and gave every rank: the same on every rank, different for
-// every job (and every Init, NewLocal or Split) even when the communicator
-// id repeats, as it does for jobs given the same secret. It names this job's
-// requests to services that outlive jobs, such as the OCS controller.
-func (c *Communicator) JobNonce() [16]byte { return c.nonce }
-
 // Epoch returns the current topology epoch.
 func (c *Communicator) Epoch() uint32 { return c.epoch.Load() }
-
-// LocalRank returns this rank's index among the ranks on its host.
-func (c *Communicator) LocalRank() int { return c.localRank }
-
-// LocalSize returns the number of ranks on this rank's host.
-func (c *Communicator) LocalSize() int { return c.localSize }
-
-// NumHosts returns the number of distinct hosts.
-func (c *Communicator) NumHosts() int { return len(c.hostIDs) }
-
-// Host returns the host index of rank r (hosts are numbered in order of
-// their lowest rank).
-func (c *Communicator) Host(r int) int { return c.hosts[r] }
-
-// HostID returns the identity string of host index h.
-func (c *Communicator) HostID(h int) string { return c.hostIDs[h] }
 
 // Err returns the error that failed the communicator, or nil while it is
 // healthy (like ncclCommGetAsyncError).

@@ -43,7 +43,7 @@ func NewLocal(size int, opts ...Option) ([]*Communicator, error) {
 	}
 	comms := make([]*Communicator, size)
 	for r := range comms {
-		comms[r] = g.member(r, rootID, hostIDs, reg, cfg)
+		comms[r] = g.member(newPlacement(rootID, g.nonce, r, hostIDs, cfg.fabricRanks), reg, cfg)
 	}
 	return comms, nil
 }
@@ -98,10 +98,11 @@ func newLocalGroup(size int) *localGroup {
 	return g
 }
 
-func (g *localGroup) member(rank int, id uint64, hostIDs []string, reg *localRegistry, cfg config) *Communicator {
-	c := newCommunicator(id, g.nonce, rank, hostIDs, g.conns[rank], &localMember{l: g.ctrl, rank: rank}, &localFabric{reg: reg, g: g}, cfg)
+// member makes the communicator of rank pl.rank of the group.
+func (g *localGroup) member(pl placement, reg *localRegistry, cfg config) *Communicator {
+	c := newCommunicator(pl, g.conns[pl.rank], &localMember{l: g.ctrl, rank: pl.rank}, &localFabric{reg: reg, g: g}, cfg)
 	g.ctrl.mu.Lock()
-	g.ctrl.members[rank] = c
+	g.ctrl.members[pl.rank] = c
 	g.ctrl.mu.Unlock()
 	return c
 }
@@ -205,7 +206,7 @@ func (reg *localRegistry) split(ctx context.Context, p *opPeers, childID uint64,
 	}
 	hostIDs := make([]string, len(group))
 	for i, r := range group {
-		hostIDs[i] = c.hostIDs[c.hosts[r]]
+		hostIDs[i] = c.hostIDOf(r)
 	}
-	return g.member(self, childID, hostIDs, reg, cfg), nil
+	return g.member(newPlacement(childID, g.nonce, self, hostIDs, c.groupFabricRanks(group)), reg, cfg), nil
 }

@@ -424,7 +424,7 @@ func (c *Communicator) rewirePlan(cur, next *topo.Topology) ([]int, error) {
 	}
 	var changed []int
 	for r := 0; r < c.size; r++ {
-		if r == c.rank || c.hosts[r] == c.hosts[c.rank] {
+		if r == c.rank || c.sameHost(r) {
 			continue
 		}
 		if cur.Path(c.rank, r) != next.Path(c.rank, r) || cur.Path(r, c.rank) != next.Path(r, c.rank) {

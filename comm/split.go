@@ -51,12 +51,6 @@ func (c *Communicator) Split(ctx context.Context, color, key int) (*Communicator
 			}
 		}
 		cc, err := c.fabric.split(ctx, p, childID(c.id, p.hdr.Seq, color), group, self)
-		if cc != nil {
-			cc.fabricRanks = make([]int, len(group))
-			for i, r := range group {
-				cc.fabricRanks[i] = c.fabricRank(r)
-			}
-		}
 		child = cc
 		return err
 	})
@@ -91,24 +85,4 @@ func allGatherBytes(ctx context.Context, p *opPeers, mine, all []byte) error {
 	}
 	offs, lens := c.blocks(n)
 	return algo.AllGatherRing(ctx, p, all, offs, lens, 0)
-}
-
-// FabricRanks returns, for each rank of c, its rank in the communicator
-// that Init or NewLocal made, whose topology describes the whole fabric:
-// 0 .. Size()-1 for that communicator, the ranks of its group for one made
-// by Split (of Split, ...). A sub-communicator's part of a fabric-wide
-// topology t is t.Subset(c.FabricRanks()).
-func (c *Communicator) FabricRanks() []int {
-	out := make([]int, c.size)
-	for r := range out {
-		out[r] = c.fabricRank(r)
-	}
-	return out
-}
-
-func (c *Communicator) fabricRank(r int) int {
-	if c.fabricRanks == nil {
-		return r
-	}
-	return c.fabricRanks[r]
 }

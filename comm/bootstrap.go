@@ -223,8 +223,8 @@ func initTCP(ctx context.Context, id UniqueID, rank, size int, cfg config, rootL
 		server = newCtrlServer(ctrlConns, cfg, base)
 	}
 	client := newCtrlClient(rank, ctrlConn, server, cfg, base)
-	fab := &tcpFabric{ln: dataLn, secret: id.Secret, cfg: cfg, addrs: addrs}
-	c = newCommunicator(newPlacement(commID, m.Nonce, rank, hostIDs, fabricRanks), conns, client, fab, cfg)
+	lk := &tcpLinker{ln: dataLn, secret: id.Secret, cfg: cfg, addrs: addrs}
+	c = newCommunicator(newPlacement(commID, m.Nonce, rank, hostIDs, fabricRanks), conns, client, lk, cfg)
 	c.emu = fabric
 	client.start(c)
 	log.Info("occl: communicator ready", "hosts", c.NumHosts(), "local_rank", c.localRank, "local_size", c.localSize)
@@ -398,14 +398,16 @@ func (rv *rendezvous) abort() {
 	}()
 }
 
-// fabric is how a communicator makes the communicators of a Split.
-type fabric interface {
+// linker opens a communicator's links beyond those its bootstrap opened:
+// the connections a rewire replaces, and the communicators of a Split, each
+// with links of its own. The bootstrap (TCP or in-process) chooses it.
+type linker interface {
 	// split creates this rank's communicator for a Split group. Every rank
 	// of the parent calls it in the same operation; group lists the parent
 	// ranks of this rank's group in new-rank order (nil for ranks that
 	// take part in no group), and self is this rank's index in it.
 	split(ctx context.Context, p *opPeers, childID uint64, group []int, self int) (*Communicator, error)
-	// release frees what the fabric holds when the communicator closes.
+	// release frees what the linker holds when the communicator closes.
 	release()
 	// connect opens new connections of generation gen (a rewire attempt)
 	// between this rank and peers (every peer calls it with this rank in
@@ -416,11 +418,12 @@ type fabric interface {
 	emulator(c *Communicator) *emu.Fabric
 }
 
-// tcpFabric splits communicators bootstrapped over TCP: the leader of each
-// group binds a rendezvous listener, leaders' addresses are exchanged over
+// tcpLinker is the linker of communicators bootstrapped over TCP. It opens
+// new connections through the data listeners, and splits as follows: the
+// leader of each group binds a rendezvous listener, leaders' addresses are exchanged over
 // the parent, and each group bootstraps like Init with a secret derived
 // from the parent's.
-type tcpFabric struct {
+type tcpLinker struct {
 	ln     *tcp.Listener
 	secret [16]byte
 	cfg    config
@@ -430,7 +433,7 @@ type tcpFabric struct {
 // connect opens connections of generation gen to peers through the data
 // listeners, with the transport package setup chooses for each pair, and
 // wrapped by the communicator's emulated fabric if it has one.
-func (f *tcpFabric) connect(ctx context.Context, c *Communicator, gen uint32, peers []int) (map[int]transport.Conn, error) {
+func (f *tcpLinker) connect(ctx context.Context, c *Communicator, gen uint32, peers []int) (map[int]transport.Conn, error) {
 	eps := make([]tcp.Endpoint, 0, len(peers))
 	for _, r := range peers {
 		eps = append(eps, tcp.Endpoint{Rank: r, Addr: f.addrs[r]})
@@ -442,11 +445,11 @@ func (f *tcpFabric) connect(ctx context.Context, c *Communicator, gen uint32, pe
 		CMAThreshold: f.cfg.cmaThreshold, Emulation: c.emu, Log: logx.For(c.log, logx.Rewire)}, eps)
 }
 
-func (f *tcpFabric) emulator(c *Communicator) *emu.Fabric { return c.emu }
+func (f *tcpLinker) emulator(c *Communicator) *emu.Fabric { return c.emu }
 
-func (f *tcpFabric) release() { f.ln.Close() }
+func (f *tcpLinker) release() { f.ln.Close() }
 
-func (f *tcpFabric) split(ctx context.Context, p *opPeers, childID uint64, group []int, self int) (*Communicator, error) {
+func (f *tcpLinker) split(ctx context.Context, p *opPeers, childID uint64, group []int, self int) (*Communicator, error) {
 	c := p.c
 	const addrLen = 64
 	var rootLn *tcp.Listener

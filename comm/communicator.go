@@ -52,10 +52,10 @@ type Communicator struct {
 
 	links linkSet
 
-	emu    *emu.Fabric            // shapes the connections, if emulating
+	emu    *emu.Fabric            // the emulated fabric shaping the connections, if any
 	layout atomic.Pointer[layout] // topology, cost model and host groups
 	ctrl   controlPlane
-	fabric fabric
+	linker linker // new connections and Split's communicators
 
 	queue  opQueue     // operations issued, and the worker's life
 	worker workerState // what only the worker touches
@@ -69,13 +69,13 @@ type Communicator struct {
 
 // newCommunicator assembles a communicator from what a bootstrap produced
 // and starts its worker.
-func newCommunicator(pl placement, conns []transport.Conn, ctrl controlPlane, fab fabric, cfg config) *Communicator {
+func newCommunicator(pl placement, conns []transport.Conn, ctrl controlPlane, lk linker, cfg config) *Communicator {
 	c := &Communicator{
 		placement: pl,
 		cfg:       cfg,
 		log:       cfg.log.With("rank", pl.rank, "size", pl.size, "comm", pl.logID()),
 		ctrl:      ctrl,
-		fabric:    fab,
+		linker:    lk,
 	}
 	c.links.conns = conns
 	c.failure = newFailure(c.onFail)
@@ -155,7 +155,7 @@ func (c *Communicator) shutdown(ctx context.Context, drain bool) error {
 	if c.emu != nil {
 		c.emu.Close()
 	}
-	c.fabric.release()
+	c.linker.release()
 	return err
 }
 

@@ -108,7 +108,7 @@ func (m *localMember) stalled(seq uint64) {
 	answers := make([]wire.Msg, len(m.l.members))
 	for r, c := range m.l.members {
 		if c != nil {
-			answers[r] = c.hist.status(seq)
+			answers[r] = c.hist.answer(seq)
 		}
 	}
 	m.l.mu.Unlock()
@@ -183,7 +183,7 @@ func (cl *ctrlClient) handle(ev ctrlEvent) (leave bool) {
 		case actFail:
 			cl.comm.fail(a.Fail)
 		case actAnswer:
-			st := cl.comm.hist.status(a.Seq)
+			st := cl.comm.hist.answer(a.Seq)
 			if err := cl.send(&st); err != nil {
 				cl.log.Debug("occl: probe answer to rank 0 failed", "err", err)
 			}

@@ -68,7 +68,7 @@ const (
 	actFail
 	// actArm: deliver an evTimer for Timer After from now.
 	actArm
-	// actAnswer: answer the probe of Seq with this rank's status.
+	// actAnswer: answer the probe of Seq (wire.ProbeAnswer).
 	actAnswer
 	// actAllLeft: every rank has left or gone (root only).
 	actAllLeft
@@ -127,8 +127,8 @@ func describeMsg(m *wire.Msg) string {
 		return fmt.Sprintf("stalled %d", m.Seq)
 	case wire.Probe:
 		return fmt.Sprintf("probe %d", m.Seq)
-	case wire.Status:
-		return fmt.Sprintf("status %d state=%d op=%+v", m.Seq, m.State, m.Op)
+	case wire.ProbeAnswer:
+		return fmt.Sprintf("probe answer %d state=%d op=%+v", m.Seq, m.State, m.Op)
 	}
 	return fmt.Sprintf("message type %d", m.Type)
 }
@@ -254,9 +254,9 @@ func (s *ctrlRoot) recv(from int, m *wire.Msg, now time.Time) {
 		}
 	case wire.Stalled:
 		s.startProbe(m.Seq)
-	case wire.Status:
+	case wire.ProbeAnswer:
 		pr := s.probe
-		if pr == nil || pr.seq != m.Seq || pr.answers[from].Type == wire.Status {
+		if pr == nil || pr.seq != m.Seq || pr.answers[from].Type == wire.ProbeAnswer {
 			return // late, stray or repeated
 		}
 		pr.answers[from] = *m

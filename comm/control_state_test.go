@@ -81,7 +81,7 @@ func (n *ctrlNet) member(r int, ev ctrlEvent) {
 		case actAnswer:
 			// Ranks agree on every collective unless a test says
 			// otherwise in probed.
-			st := wire.Msg{Type: wire.Status, Seq: a.Seq, State: reached, Op: wire.Fingerprint{Op: 1, Count: 8}}
+			st := wire.Msg{Type: wire.ProbeAnswer, Seq: a.Seq, State: reached, Op: wire.Fingerprint{Op: 1, Count: 8}}
 			if fp, ok := n.probed[r]; ok {
 				st.Op = fp
 			}
@@ -428,7 +428,7 @@ func TestControlStateMachine(t *testing.T) {
 				text: "ranks [0 1] called Rewire(target digest feed); ranks [2] called Rewire(target digest bad)"},
 		},
 		{
-			name: "duplicated statuses do not end a probe early",
+			name: "duplicated probe answers do not end a probe early",
 			size: 4,
 			script: func(n *ctrlNet) {
 				n.dup = true
@@ -445,7 +445,7 @@ func TestControlStateMachine(t *testing.T) {
 			want: &verdict{peer: -1, reporter: -1, kind: ErrMismatch, text: "ranks [0 1 2] called AllReduce(count=8, int8, sum); ranks [3] called Broadcast(count=8, int8, root=1)"},
 		},
 		{
-			name: "a status later than the probe's timeout is ignored",
+			name: "a probe answer later than the probe's timeout is ignored",
 			size: 4,
 			script: func(n *ctrlNet) {
 				n.probed[3] = wire.Fingerprint{Op: 2, Root: 1, Count: 8}

@@ -8,7 +8,7 @@ import (
 // PendingPipes returns how many pipes of rewires of c's in-process group
 // wait for their second end.
 func PendingPipes(c *Communicator) int {
-	g := c.fabric.(*localFabric).g
+	g := c.linker.(*localLinker).g
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return len(g.pending)
@@ -17,7 +17,7 @@ func PendingPipes(c *Communicator) int {
 // LeavePendingPipe leaves a pipe of attempt gen between c and peer waiting
 // for its second end, as a rank whose plan failed would.
 func LeavePendingPipe(c *Communicator, gen, peer int) {
-	g := c.fabric.(*localFabric).g
+	g := c.linker.(*localLinker).g
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.pending == nil {
@@ -45,5 +45,5 @@ func WithLinkFailure(rw Rewire, f func(rank int, step string) error) Rewire {
 // DataListenAddr returns the address of the data listener of c, a
 // communicator bootstrapped over TCP.
 func DataListenAddr(c *Communicator) string {
-	return c.fabric.(*tcpFabric).ln.Addr().String()
+	return c.linker.(*tcpLinker).ln.Addr().String()
 }

@@ -100,24 +100,24 @@ func newLocalGroup(size int) *localGroup {
 
 // member makes the communicator of rank pl.rank of the group.
 func (g *localGroup) member(pl placement, reg *localRegistry, cfg config) *Communicator {
-	c := newCommunicator(pl, g.conns[pl.rank], &localMember{l: g.ctrl, rank: pl.rank}, &localFabric{reg: reg, g: g}, cfg)
+	c := newCommunicator(pl, g.conns[pl.rank], &localMember{l: g.ctrl, rank: pl.rank}, &localLinker{reg: reg, g: g}, cfg)
 	g.ctrl.mu.Lock()
 	g.ctrl.members[pl.rank] = c
 	g.ctrl.mu.Unlock()
 	return c
 }
 
-// localFabric is the fabric of an in-process communicator: Split meets the
+// localLinker is the linker of an in-process communicator: Split meets the
 // other members in the registry, and new connections are in-process pipes
 // of the group.
-type localFabric struct {
+type localLinker struct {
 	reg *localRegistry
 	g   *localGroup
 }
 
-func (f *localFabric) release() {}
+func (f *localLinker) release() {}
 
-func (f *localFabric) split(ctx context.Context, p *opPeers, childID uint64, group []int, self int) (*Communicator, error) {
+func (f *localLinker) split(ctx context.Context, p *opPeers, childID uint64, group []int, self int) (*Communicator, error) {
 	return f.reg.split(ctx, p, childID, group, self)
 }
 
@@ -126,7 +126,7 @@ func (f *localFabric) split(ctx context.Context, p *opPeers, childID uint64, gro
 // earlier attempt (one that failed before both ends were taken) are closed:
 // once a rank starts an attempt, the earlier one has ended on every rank or
 // failed, and no rank will use them.
-func (f *localFabric) connect(ctx context.Context, c *Communicator, gen uint32, peers []int) (map[int]transport.Conn, error) {
+func (f *localLinker) connect(ctx context.Context, c *Communicator, gen uint32, peers []int) (map[int]transport.Conn, error) {
 	g := f.g
 	out := make(map[int]transport.Conn, len(peers))
 	g.mu.Lock()
@@ -163,9 +163,9 @@ func (f *localFabric) connect(ctx context.Context, c *Communicator, gen uint32, 
 	return out, nil
 }
 
-func (f *localFabric) emulator(*Communicator) *emu.Fabric { return f.g.fabric }
+func (f *localLinker) emulator(*Communicator) *emu.Fabric { return f.g.fabric }
 
-// localRegistry is the fabric of in-process communicators: the groups of
+// localRegistry is where in-process communicators meet: the groups of
 // a Split meet here by their child id.
 type localRegistry struct {
 	mu     sync.Mutex

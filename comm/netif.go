@@ -104,7 +104,7 @@ func pickIface(spec string, ifs []netIface) (string, error) {
 // where the other ranks connect to r, as r announced it at bootstrap; ""
 // for a communicator that is not bootstrapped over TCP (NewLocal).
 func (c *Communicator) ListenAddr(r int) string {
-	f, ok := c.fabric.(*tcpFabric)
+	f, ok := c.linker.(*tcpLinker)
 	if !ok || r < 0 || r >= len(f.addrs) {
 		return ""
 	}

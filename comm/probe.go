@@ -63,11 +63,11 @@ func (h *opHistory) current() uint64 {
 	return h.running
 }
 
-// status answers a probe about seq.
-func (h *opHistory) status(seq uint64) wire.Msg {
+// answer answers a probe about seq.
+func (h *opHistory) answer(seq uint64) wire.Msg {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	m := wire.Msg{Type: wire.Status, Seq: seq, Current: h.running}
+	m := wire.Msg{Type: wire.ProbeAnswer, Seq: seq, Current: h.running}
 	switch {
 	case seq > h.started:
 		m.State = notReached
@@ -85,7 +85,7 @@ func (h *opHistory) status(seq uint64) wire.Msg {
 func judge(seq uint64, answers []wire.Msg) *PeerError {
 	groups := map[wire.Fingerprint][]int{}
 	for r, a := range answers {
-		if a.Type == wire.Status && a.State == reached {
+		if a.Type == wire.ProbeAnswer && a.State == reached {
 			groups[a.Op] = append(groups[a.Op], r)
 		}
 	}

@@ -280,13 +280,13 @@ func (c *Communicator) rewire(ctx context.Context, p *opPeers, rw Rewire, digest
 	go func() { links <- c.openLinks(linkCtx, epoch, gen, changed, planErr, rw.linkFailure) }()
 	var (
 		mine    newLinks
-		verdict status
+		verdict outcome
 		err     error
 	)
 	if c.rank == 0 {
 		mine, verdict, err = c.decide(ctx, p, rw, digest, sw, planErr, links, stopLinks)
 	} else {
-		mine, verdict, err = c.report(ctx, p, digest, links, stopLinks)
+		mine, verdict, err = c.awaitVerdict(ctx, p, digest, links, stopLinks)
 	}
 	times.Apply = time.Since(step)
 	times.Connect, times.Verify = mine.connect, mine.verify
@@ -315,7 +315,7 @@ func (c *Communicator) rewire(ctx context.Context, p *opPeers, rw Rewire, digest
 
 	// Resume on the new topology.
 	step = time.Now()
-	if f := c.fabric.emulator(c); f != nil {
+	if f := c.linker.emulator(c); f != nil {
 		if e := f.SetTopology(rw.Target); e != nil {
 			logx.For(c.log, logx.Rewire).Warn("occl: rewire: emulated fabric kept its topology", "err", e)
 		}
@@ -330,15 +330,15 @@ func (c *Communicator) rewire(ctx context.Context, p *opPeers, rw Rewire, digest
 }
 
 // openLinks opens this rank's new connections and checks each with a small
-// exchange; its status says which step failed (plan if planErr is set).
+// exchange; its outcome says which step failed (plan if planErr is set).
 // On failure the connections are still open: the caller closes them once
 // the verdict is known, so that a peer's check fails for its own reason.
 // injected, if set, makes a step fail (see Rewire.linkFailure).
 func (c *Communicator) openLinks(ctx context.Context, epoch, gen uint32, changed []int, planErr error,
 	injected func(rank int, step string) error) newLinks {
-	l := newLinks{status: status{ok: true}}
+	l := newLinks{outcome: outcome{ok: true}}
 	if planErr != nil {
-		l.status, l.err = failedStatus("plan", planErr), planErr
+		l.outcome, l.err = failedOutcome("plan", planErr), planErr
 		return l
 	}
 	if len(changed) == 0 {
@@ -351,11 +351,11 @@ func (c *Communicator) openLinks(ctx context.Context, epoch, gen uint32, changed
 		err = injected(c.rank, "connect")
 	}
 	if err == nil {
-		conns, err = c.fabric.connect(ctx, c, gen, changed)
+		conns, err = c.linker.connect(ctx, c, gen, changed)
 	}
 	l.connect = time.Since(step)
 	if err != nil {
-		l.status, l.err = failedStatus("connect", err), err
+		l.outcome, l.err = failedOutcome("connect", err), err
 		return l
 	}
 	l.conns = conns
@@ -363,7 +363,7 @@ func (c *Communicator) openLinks(ctx context.Context, epoch, gen uint32, changed
 	err = c.verifyLinks(ctx, epoch, conns, injected)
 	l.verify = time.Since(step)
 	if err != nil {
-		l.status, l.err = failedStatus("verify", err), err
+		l.outcome, l.err = failedOutcome("verify", err), err
 	}
 	return l
 }

@@ -10,7 +10,7 @@ import (
 // statuses and decides) and one on every other rank (verdictMember, which
 // sends its status and takes the verdict). Each takes one event at a time
 // and returns the actions that follow; neither does I/O, reads a clock or
-// starts a goroutine. decide and report (rewire_verdict.go) are their
+// starts a goroutine. decide and awaitVerdict (rewire_verdict.go) are their
 // shells: they receive and send the messages, stop this rank's links and
 // wait for the switch.
 
@@ -18,14 +18,15 @@ import (
 type agreeEventKind uint8
 
 const (
-	// agLinks: this rank's new links are ready, or failed: Status.
+	// agLinks: this rank's new links are ready, or failed: Outcome.
 	agLinks agreeEventKind = iota + 1
 	// agSwitched: rank 0's switch returned Err (nil: the fabric switched).
 	agSwitched
-	// agStatus: rank From's Status arrived (rank 0), or Err if it could
-	// not be received; Digest is the target it was given.
+	// agStatus: rank From's status, carrying its Outcome, arrived (rank
+	// 0), or Err if it could not be received; Digest is the target it was
+	// given.
 	agStatus
-	// agVerdict: rank 0's verdict, Status, arrived (other ranks), or Err
+	// agVerdict: rank 0's verdict, Outcome, arrived (other ranks), or Err
 	// if it could not be received; Digest is rank 0's target.
 	agVerdict
 	// agSent: the message of the last agSend action went out, or Err.
@@ -37,24 +38,24 @@ const (
 
 // agreeEvent is one input of an agreement state machine.
 type agreeEvent struct {
-	Kind   agreeEventKind
-	From   int
-	Status status
-	Digest uint64
-	Err    error
+	Kind    agreeEventKind
+	From    int
+	Outcome outcome
+	Digest  uint64
+	Err     error
 }
 
 // agreeActionKind says what the shell must do.
 type agreeActionKind uint8
 
 const (
-	// agSend: send Status, rank 0's verdict to every other rank or this
-	// rank's status to rank 0, and report agSent.
+	// agSend: send Outcome, as rank 0's verdict to every other rank or as
+	// this rank's status to rank 0, and report agSent.
 	agSend agreeActionKind = iota + 1
 	// agStop: stop this rank's links (connecting and checking); agLinks
 	// follows when they have stopped.
 	agStop
-	// agDone: the agreement is over: Status is the verdict, or Err fails
+	// agDone: the agreement is over: Outcome is the verdict, or Err fails
 	// the communicator.
 	agDone
 	// agRestore: restore the previous circuits (Rewire.Rollback, rank 0
@@ -64,15 +65,15 @@ const (
 
 // agreeAction is one output of an agreement state machine.
 type agreeAction struct {
-	Kind   agreeActionKind
-	Status status
-	Err    error
+	Kind    agreeActionKind
+	Outcome outcome
+	Err     error
 }
 
 func (a agreeAction) String() string {
 	switch a.Kind {
 	case agSend:
-		return "send " + a.Status.String()
+		return "send " + a.Outcome.String()
 	case agStop:
 		return "stop links"
 	case agRestore:
@@ -81,12 +82,12 @@ func (a agreeAction) String() string {
 		if a.Err != nil {
 			return "fail: " + a.Err.Error()
 		}
-		return "done " + a.Status.String()
+		return "done " + a.Outcome.String()
 	}
 	return fmt.Sprintf("action %d", a.Kind)
 }
 
-func (s status) String() string {
+func (s outcome) String() string {
 	if s.ok {
 		return fmt.Sprintf("ok applied=%v", s.applied)
 	}
@@ -114,11 +115,11 @@ type verdictRoot struct {
 	ownDone     bool // this rank's links have stopped
 	waiting     int  // statuses not in yet
 	got         []bool
-	failed      *status
-	verdict     *status // decided
-	pending     *status // decided, sent once the restore has returned
-	restoreSent bool    // agRestore given
-	restoring   bool    // and agRestored not in yet
+	failed      *outcome
+	verdict     *outcome // decided
+	pending     *outcome // decided, sent once the restore has returned
+	restoreSent bool     // agRestore given
+	restoring   bool     // and agRestored not in yet
 	restoreErr  error
 	sending     bool  // the verdict is going out
 	sent        bool  // and went
@@ -135,7 +136,7 @@ type verdictRoot struct {
 func newVerdictRoot(size int, digest uint64, switching, hasRollback bool, planErr error) *verdictRoot {
 	v := &verdictRoot{size: size, digest: digest, switching: switching, hasRollback: hasRollback, waiting: size - 1, got: make([]bool, size)}
 	if planErr != nil {
-		v.note(0, failedStatus("plan", planErr))
+		v.note(0, failedOutcome("plan", planErr))
 	}
 	return v
 }
@@ -160,7 +161,7 @@ func (v *verdictRoot) step(ev agreeEvent) []agreeAction {
 			break
 		}
 		v.ownDone = true
-		v.note(0, ev.Status)
+		v.note(0, ev.Outcome)
 	case agSwitched:
 		v.switching = false
 		v.switchErr, v.applied = ev.Err, ev.Err == nil
@@ -177,7 +178,7 @@ func (v *verdictRoot) step(ev agreeEvent) []agreeAction {
 			v.fail(&PeerError{Peer: -1, Reporter: 0, Kind: ErrMismatch,
 				Reason: fmt.Sprintf("rank %d called %s but rank 0 called %s", ev.From, describeRewire(ev.Digest), describeRewire(v.digest))})
 		case v.verdict == nil:
-			v.note(ev.From, ev.Status)
+			v.note(ev.From, ev.Outcome)
 		}
 	case agSent:
 		v.sending = false
@@ -214,7 +215,7 @@ func (v *verdictRoot) restore() bool {
 }
 
 // note keeps the failure of the lowest rank.
-func (v *verdictRoot) note(r int, s status) {
+func (v *verdictRoot) note(r int, s outcome) {
 	if !s.ok && (v.failed == nil || r < v.failed.rank) {
 		s.rank = r
 		v.failed = &s
@@ -230,15 +231,15 @@ func (v *verdictRoot) fail(err error) {
 
 func (v *verdictRoot) progress() {
 	if v.err == nil && v.verdict == nil && v.pending == nil && !v.switching {
-		var d *status
+		var d *outcome
 		switch {
 		case v.switchErr != nil:
-			f := failedStatus("apply", v.switchErr)
+			f := failedOutcome("apply", v.switchErr)
 			d = &f
 		case v.failed != nil:
 			d = v.failed
 		case v.ownDone && v.waiting == 0:
-			d = &status{ok: true}
+			d = &outcome{ok: true}
 		}
 		if d != nil {
 			d.applied = v.applied
@@ -275,14 +276,14 @@ func (v *verdictRoot) progress() {
 		v.out = append(v.out, agreeAction{Kind: agDone, Err: v.err})
 	case v.sent && v.waiting == 0:
 		v.done = true
-		v.out = append(v.out, agreeAction{Kind: agDone, Status: *v.verdict})
+		v.out = append(v.out, agreeAction{Kind: agDone, Outcome: *v.verdict})
 	}
 }
 
 // send gives d, the verdict, to the other ranks.
-func (v *verdictRoot) send(d *status) {
+func (v *verdictRoot) send(d *outcome) {
 	v.verdict, v.sending = d, true
-	v.out = append(v.out, agreeAction{Kind: agSend, Status: *d})
+	v.out = append(v.out, agreeAction{Kind: agSend, Outcome: *d})
 }
 
 // verdictMember is the side of a rank other than 0. It sends its links'
@@ -292,8 +293,8 @@ func (v *verdictRoot) send(d *status) {
 type verdictMember struct {
 	rank    int
 	digest  uint64
-	own     *status // this rank's links' status, once stopped
-	verdict *status
+	own     *outcome // this rank's links' outcome, once stopped
+	verdict *outcome
 	err     error // the communicator fails
 	sending bool
 	sent    bool
@@ -317,11 +318,11 @@ func (m *verdictMember) step(ev agreeEvent) []agreeAction {
 		if m.own != nil {
 			break
 		}
-		s := ev.Status
+		s := ev.Outcome
 		m.own = &s
 		if m.err == nil {
 			m.sending = true
-			m.out = append(m.out, agreeAction{Kind: agSend, Status: s})
+			m.out = append(m.out, agreeAction{Kind: agSend, Outcome: s})
 		}
 	case agVerdict:
 		if m.verdict != nil || m.err != nil {
@@ -334,7 +335,7 @@ func (m *verdictMember) step(ev agreeEvent) []agreeAction {
 			m.fail(&PeerError{Peer: -1, Reporter: m.rank, Kind: ErrMismatch,
 				Reason: fmt.Sprintf("rank 0 called %s but rank %d called %s", describeRewire(ev.Digest), m.rank, describeRewire(m.digest))})
 		default:
-			s := ev.Status
+			s := ev.Outcome
 			m.verdict = &s
 		}
 		if m.own == nil && !m.stopped {
@@ -357,7 +358,7 @@ func (m *verdictMember) step(ev agreeEvent) []agreeAction {
 		m.out = append(m.out, agreeAction{Kind: agDone, Err: m.err})
 	case m.sent && m.verdict != nil:
 		m.done = true
-		m.out = append(m.out, agreeAction{Kind: agDone, Status: *m.verdict})
+		m.out = append(m.out, agreeAction{Kind: agDone, Outcome: *m.verdict})
 	}
 	return m.out
 }

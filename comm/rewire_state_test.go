@@ -39,7 +39,7 @@ type agreeNet struct {
 
 type agreeMsg struct {
 	from, to int
-	s        status
+	s        outcome
 	digest   uint64
 	send     *agreeSend
 }
@@ -99,7 +99,7 @@ func (n *agreeNet) apply(r int, acts []agreeAction) {
 			for to := range n.size {
 				if to != r && (r == 0 || to == 0) {
 					snd.pending++
-					n.queue = append(n.queue, agreeMsg{from: r, to: to, s: a.Status, digest: digest, send: snd})
+					n.queue = append(n.queue, agreeMsg{from: r, to: to, s: a.Outcome, digest: digest, send: snd})
 				}
 			}
 			if r == 0 {
@@ -124,12 +124,12 @@ func (n *agreeNet) apply(r int, acts []agreeAction) {
 }
 
 // links makes rank r's links ready with s (ok if zero).
-func (n *agreeNet) links(r int, s status) {
+func (n *agreeNet) links(r int, s outcome) {
 	if n.linked[r] {
 		return
 	}
 	n.linked[r] = true
-	n.event(r, agreeEvent{Kind: agLinks, Status: s})
+	n.event(r, agreeEvent{Kind: agLinks, Outcome: s})
 }
 
 func (n *agreeNet) switched(err error) { n.event(0, agreeEvent{Kind: agSwitched, Err: err}) }
@@ -154,10 +154,10 @@ func (n *agreeNet) flush() {
 			for range 1 + btoi(n.dup) {
 				if m.to == 0 {
 					n.gotStat[m.from] = true
-					n.event(0, agreeEvent{Kind: agStatus, From: m.from, Status: m.s, Digest: m.digest})
+					n.event(0, agreeEvent{Kind: agStatus, From: m.from, Outcome: m.s, Digest: m.digest})
 				} else {
 					n.gotVerd[m.to] = true
-					n.event(m.to, agreeEvent{Kind: agVerdict, Status: m.s, Digest: m.digest})
+					n.event(m.to, agreeEvent{Kind: agVerdict, Outcome: m.s, Digest: m.digest})
 				}
 			}
 		}
@@ -177,7 +177,7 @@ func (n *agreeNet) flush() {
 		for r := range n.size {
 			if n.stop[r] && !n.linked[r] && !n.slow[r] {
 				moved = true
-				n.links(r, failedStatus("connect", context.Canceled))
+				n.links(r, failedOutcome("connect", context.Canceled))
 			}
 		}
 		if n.failed {
@@ -222,9 +222,9 @@ func (n *agreeNet) kill(r int) {
 // the interleavings that matter. Every rank that returns a verdict returns
 // rank 0's one; a rank whose peer died fails the communicator instead.
 func TestRewireAgreement(t *testing.T) {
-	ok := status{ok: true}
-	connect := failedStatus("connect", errors.New("no light"))
-	verify := failedStatus("verify", errors.New("rank 1 answered as rank 3"))
+	ok := outcome{ok: true}
+	connect := failedOutcome("connect", errors.New("no light"))
+	verify := failedOutcome("verify", errors.New("rank 1 answered as rank 3"))
 	okApplied := "done ok applied=true"
 	for _, tc := range []struct {
 		name       string
@@ -328,7 +328,7 @@ func TestRewireAgreement(t *testing.T) {
 				if !n.stop[0] || n.results[0] != "" {
 					n.t.Fatalf("rank 0 stopped %v, done %q, while its links run", n.stop[0], n.results[0])
 				}
-				n.links(0, failedStatus("connect", context.Canceled))
+				n.links(0, failedOutcome("connect", context.Canceled))
 			},
 			want: []string{"done connect failed on rank 1: no light", "done connect failed on rank 1", "done connect failed on rank 1"},
 		},
@@ -341,7 +341,7 @@ func TestRewireAgreement(t *testing.T) {
 				if !n.stop[0] || n.results[0] != "" {
 					n.t.Fatalf("rank 0 stopped %v, done %q, while its links run", n.stop[0], n.results[0])
 				}
-				n.links(0, failedStatus("connect", context.Canceled))
+				n.links(0, failedOutcome("connect", context.Canceled))
 				n.flush()
 				if n.results[0] != "" || n.restores != 0 {
 					n.t.Fatalf("rank 0 done %q, restored %d times, before its switch returned", n.results[0], n.restores)
@@ -452,7 +452,7 @@ func TestRewireAgreement(t *testing.T) {
 				if n.verdict != 1 {
 					n.t.Fatal("no verdict at the start")
 				}
-				n.links(0, failedStatus("plan", errors.New("target has 2 hosts")))
+				n.links(0, failedOutcome("plan", errors.New("target has 2 hosts")))
 			},
 			want: []string{"done plan failed on rank 0: target has 2 hosts applied=false rollback=false",
 				"done plan failed on rank 0", "done plan failed on rank 0"},

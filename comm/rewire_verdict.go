@@ -46,10 +46,11 @@ import (
 // when rank 0 sees a status, or a rank the verdict, of another target.
 //
 // The decisions are verdictRoot's and verdictMember's (rewire_state.go);
-// decide and report below are their shells.
+// decide and awaitVerdict below are their shells.
 
-// status is one rank's outcome of a rewire step, or rank 0's verdict.
-type status struct {
+// outcome is what one rank's new links came to (plan, connect, verify),
+// which it sends rank 0 as its status, or rank 0's verdict.
+type outcome struct {
 	ok       bool
 	rank     int // where it failed
 	step     string
@@ -68,28 +69,28 @@ const (
 
 // frame encodes s as a message of type t (wire.RewireStatus or
 // wire.RewireVerdict) about the target of digest.
-func (s status) frame(t wire.Type, digest uint64) []byte {
+func (s outcome) frame(t wire.Type, digest uint64) []byte {
 	m := wire.Msg{Type: t, Digest: digest, OK: s.ok, Rank: s.rank, Step: s.step, Text: s.reason,
 		Applied: s.applied, RolledBack: s.rollback}
 	return m.AppendFrame(nil, statusSize)
 }
 
-// parseStatus decodes a frame of type t and returns the status it
+// parseOutcome decodes a frame of type t and returns the outcome it
 // carries and the target digest it names.
-func parseStatus(b []byte, t wire.Type) (status, uint64, error) {
+func parseOutcome(b []byte, t wire.Type) (outcome, uint64, error) {
 	m, err := wire.DecodeFrame(b)
 	if err == nil && m.Type != t {
 		err = fmt.Errorf("a message of type %d", m.Type)
 	}
 	if err != nil {
-		return status{}, 0, err
+		return outcome{}, 0, err
 	}
-	return status{ok: m.OK, rank: m.Rank, step: m.Step, reason: m.Text, applied: m.Applied, rollback: m.RolledBack}, m.Digest, nil
+	return outcome{ok: m.OK, rank: m.Rank, step: m.Step, reason: m.Text, applied: m.Applied, rollback: m.RolledBack}, m.Digest, nil
 }
 
-// failedStatus returns a failed status of step for err.
-func failedStatus(step string, err error) status {
-	return status{step: step, reason: err.Error()}
+// failedOutcome returns the outcome of step failing with err.
+func failedOutcome(step string, err error) outcome {
+	return outcome{step: step, reason: err.Error()}
 }
 
 // Step labels of the rewire's own messages.
@@ -119,8 +120,8 @@ func startSwitch(ctx context.Context, rw Rewire) *switchRun {
 // newLinks is what a rank's new links came to.
 type newLinks struct {
 	conns           map[int]transport.Conn
-	status          status // plan, connect or verify
-	err             error  // the cause, on this rank
+	outcome         outcome // plan, connect or verify
+	err             error   // the cause, on this rank
 	connect, verify time.Duration
 }
 
@@ -133,7 +134,7 @@ func (l newLinks) close() {
 // peerStatus is a status received by rank 0.
 type peerStatus struct {
 	rank   int
-	s      status
+	s      outcome
 	digest uint64
 	err    error
 }
@@ -144,14 +145,14 @@ type peerStatus struct {
 // failure, decisive at once. An error fails the communicator; the caller
 // still waits for the switch.
 func (c *Communicator) decide(ctx context.Context, p *opPeers, rw Rewire, digest uint64, sw *switchRun, planErr error,
-	links <-chan newLinks, stop func()) (newLinks, status, error) {
+	links <-chan newLinks, stop func()) (newLinks, outcome, error) {
 	statuses := make(chan peerStatus, c.size)
 	for r := 1; r < c.size; r++ {
 		go func() {
 			buf := make([]byte, statusSize)
 			ps := peerStatus{rank: r, err: p.Recv(ctx, r, stepStatus, buf)}
 			if ps.err == nil {
-				if ps.s, ps.digest, ps.err = parseStatus(buf, wire.RewireStatus); ps.err != nil {
+				if ps.s, ps.digest, ps.err = parseOutcome(buf, wire.RewireStatus); ps.err != nil {
 					ps.err = &PeerError{Peer: r, Reporter: c.rank, Kind: ErrPeerFailed, Reason: fmt.Sprintf("sent a malformed rewire status: %v", ps.err)}
 				}
 			}
@@ -173,12 +174,12 @@ func (c *Communicator) decide(ctx context.Context, p *opPeers, rw Rewire, digest
 			case agStop:
 				stop()
 			case agSend:
-				buf := a.Status.frame(wire.RewireVerdict, digest)
+				buf := a.Outcome.frame(wire.RewireVerdict, digest)
 				go func() { sent <- c.sendAll(ctx, p, stepVerdict, buf) }()
 			case agRestore:
 				go func() { restored <- c.rollback(ctx, rw) }()
 			case agDone:
-				return own, a.Status, a.Err
+				return own, a.Outcome, a.Err
 			}
 		}
 		var ev agreeEvent
@@ -188,9 +189,9 @@ func (c *Communicator) decide(ctx context.Context, p *opPeers, rw Rewire, digest
 			ev = agreeEvent{Kind: agSwitched, Err: sw.err}
 		case own = <-links:
 			links = nil
-			ev = agreeEvent{Kind: agLinks, Status: own.status}
+			ev = agreeEvent{Kind: agLinks, Outcome: own.outcome}
 		case ps := <-statuses:
-			ev = agreeEvent{Kind: agStatus, From: ps.rank, Status: ps.s, Digest: ps.digest, Err: ps.err}
+			ev = agreeEvent{Kind: agStatus, From: ps.rank, Outcome: ps.s, Digest: ps.digest, Err: ps.err}
 		case err := <-sent:
 			ev = agreeEvent{Kind: agSent, Err: err}
 		case err := <-restored:
@@ -221,17 +222,17 @@ func (c *Communicator) sendAll(ctx context.Context, p *opPeers, step uint32, buf
 	return first
 }
 
-// report is the side of a rank other than 0, the shell of a
+// awaitVerdict is the side of a rank other than 0, the shell of a
 // verdictMember: it sends its links' status to rank 0 and returns rank 0's
 // verdict with its links (once they have stopped). An error fails the
 // communicator.
-func (c *Communicator) report(ctx context.Context, p *opPeers, digest uint64, links <-chan newLinks, stop func()) (newLinks, status, error) {
+func (c *Communicator) awaitVerdict(ctx context.Context, p *opPeers, digest uint64, links <-chan newLinks, stop func()) (newLinks, outcome, error) {
 	verdicts := make(chan agreeEvent, 1)
 	go func() {
 		buf := make([]byte, statusSize)
 		ev := agreeEvent{Kind: agVerdict, Err: p.Recv(ctx, 0, stepVerdict, buf)}
 		if ev.Err == nil {
-			if ev.Status, ev.Digest, ev.Err = parseStatus(buf, wire.RewireVerdict); ev.Err != nil {
+			if ev.Outcome, ev.Digest, ev.Err = parseOutcome(buf, wire.RewireVerdict); ev.Err != nil {
 				ev.Err = &PeerError{Peer: 0, Reporter: c.rank, Kind: ErrPeerFailed, Reason: fmt.Sprintf("sent a malformed rewire verdict: %v", ev.Err)}
 			}
 		}
@@ -247,17 +248,17 @@ func (c *Communicator) report(ctx context.Context, p *opPeers, digest uint64, li
 			case agStop:
 				stop()
 			case agSend:
-				buf := a.Status.frame(wire.RewireStatus, digest)
+				buf := a.Outcome.frame(wire.RewireStatus, digest)
 				go func() { sent <- p.Send(ctx, 0, stepStatus, buf) }()
 			case agDone:
-				return own, a.Status, a.Err
+				return own, a.Outcome, a.Err
 			}
 		}
 		var ev agreeEvent
 		select {
 		case own = <-links:
 			links = nil
-			ev = agreeEvent{Kind: agLinks, Status: own.status}
+			ev = agreeEvent{Kind: agLinks, Outcome: own.outcome}
 		case ev = <-verdicts:
 		case err := <-sent:
 			ev = agreeEvent{Kind: agSent, Err: err}

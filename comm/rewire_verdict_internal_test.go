@@ -12,7 +12,7 @@ import (
 // fit, and is refused where the other type is expected.
 func TestStatusRoundTrip(t *testing.T) {
 	long := strings.Repeat("x", 600)
-	for _, s := range []status{
+	for _, s := range []outcome{
 		{ok: true},
 		{ok: true, applied: true},
 		{rank: 7, step: "verify", reason: "link to rank 3: closed", applied: true, rollback: true},
@@ -23,7 +23,7 @@ func TestStatusRoundTrip(t *testing.T) {
 			if len(b) != statusSize {
 				t.Fatalf("%v: frame of %d bytes", s, len(b))
 			}
-			got, digest, err := parseStatus(b, typ)
+			got, digest, err := parseOutcome(b, typ)
 			want := s
 			if len(want.reason) > len(got.reason) && strings.HasPrefix(want.reason, got.reason) && len(got.reason) > statusSize-40 {
 				want.reason = got.reason
@@ -32,7 +32,7 @@ func TestStatusRoundTrip(t *testing.T) {
 				t.Errorf("parse(frame(%v)) = %v, %x, %v", s, got, digest, err)
 			}
 			other := wire.RewireStatus + wire.RewireVerdict - typ
-			if _, _, err := parseStatus(b, other); err == nil {
+			if _, _, err := parseOutcome(b, other); err == nil {
 				t.Errorf("a frame of type %d parsed as type %d", typ, other)
 			}
 		}

@@ -50,7 +50,7 @@ func (c *Communicator) Split(ctx context.Context, color, key int) (*Communicator
 				}
 			}
 		}
-		cc, err := c.fabric.split(ctx, p, childID(c.id, p.hdr.Seq, color), group, self)
+		cc, err := c.linker.split(ctx, p, childID(c.id, p.hdr.Seq, color), group, self)
 		child = cc
 		return err
 	})

@@ -24,17 +24,17 @@ type Type uint8
 
 // Message types.
 const (
-	Join      Type = 1  // rank -> root: who I am
-	Table     Type = 2  // root -> rank: every rank's info
-	Reject    Type = 3  // root -> rank: join refused
-	Heartbeat Type = 4  // both ways: still alive
-	Report    Type = 5  // rank -> root: something failed
-	Verdict   Type = 6  // root -> every rank: the communicator has failed
-	Goodbye   Type = 7  // rank -> root: closing cleanly
-	Shutdown  Type = 8  // root -> rank: the root is closing cleanly
-	Stalled   Type = 9  // rank -> root: an operation has been running long
-	Probe     Type = 10 // root -> rank: describe operation Seq
-	Status    Type = 11 // rank -> root: the answer to a probe
+	Join        Type = 1  // rank -> root: who I am
+	Table       Type = 2  // root -> rank: every rank's info
+	Reject      Type = 3  // root -> rank: join refused
+	Heartbeat   Type = 4  // both ways: still alive
+	Report      Type = 5  // rank -> root: something failed
+	Verdict     Type = 6  // root -> every rank: the communicator has failed
+	Goodbye     Type = 7  // rank -> root: closing cleanly
+	Shutdown    Type = 8  // root -> rank: the root is closing cleanly
+	Stalled     Type = 9  // rank -> root: an operation has been running long
+	Probe       Type = 10 // root -> rank: describe operation Seq
+	ProbeAnswer Type = 11 // rank -> root: the answer to a probe
 	// A rewire's messages, on the data connections.
 	RewireStatus  Type = 12 // rank -> rank 0: how this rank's new links went
 	RewireVerdict Type = 13 // rank 0 -> every rank: the rewire's outcome
@@ -85,9 +85,9 @@ type Msg struct {
 	Kind     uint8
 	Peer     int
 	Reporter int
-	// Stalled, Probe, Status: the collective sequence number asked about.
+	// Stalled, Probe, ProbeAnswer: the collective sequence number asked about.
 	Seq uint64
-	// Status: State says whether the rank has reached Seq; Op is the
+	// ProbeAnswer: State says whether the rank has reached Seq; Op is the
 	// fingerprint of its operation there; Current is the sequence number
 	// the rank is running now.
 	State   uint8
@@ -138,7 +138,7 @@ func (m *Msg) Append(b []byte) []byte {
 		b = appendString(b, m.Text)
 	case Stalled, Probe:
 		b = binary.AppendUvarint(b, m.Seq)
-	case Status:
+	case ProbeAnswer:
 		b = binary.AppendUvarint(b, m.Seq)
 		b = append(b, m.State, m.Op.Op, m.Op.DType, m.Op.RedOp)
 		b = binary.AppendUvarint(b, uint64(m.Op.Root))
@@ -265,7 +265,7 @@ func decode(b []byte) (Msg, []byte, error) {
 		m.Text = d.string()
 	case Stalled, Probe:
 		m.Seq = d.uvarint(1<<64 - 1)
-	case Status:
+	case ProbeAnswer:
 		m.Seq = d.uvarint(1<<64 - 1)
 		m.State = d.byte()
 		m.Op.Op = d.byte()

@@ -28,7 +28,7 @@ import (
 // AllReduceGateway reduces data over all ranks with op's combiner, going
 // through one gateway rank per host. hosts lists every host's ranks, the
 // gateway first. src, if not nil, is the input (read only). Staging uses
-// workspace slot 0.
+// SlotStage.
 func AllReduceGateway(ctx context.Context, p Peers, ws *Workspace, src, data []byte, dt DType, op Op, hosts [][]int, chunkBytes int) error {
 	if src != nil {
 		copy(data, src)

@@ -49,7 +49,8 @@ func railMajor(hosts [][]int, size int) []int {
 // AllGatherHierarchical fills data, Size() blocks of blockBytes in rank
 // order whose own block is in place on entry, with every rank's block.
 // hosts lists every host's ranks in local-rank order, the same number per
-// host. Staging uses workspace slot 1.
+// host. Staging uses SlotHierStage (and SlotStage for the ring schedules
+// it runs).
 func AllGatherHierarchical(ctx context.Context, p Peers, ws *Workspace, data []byte, blockBytes int, hosts [][]int, chunkBytes int) error {
 	h, l, err := locate(p.Rank(), hosts)
 	if err != nil {
@@ -61,7 +62,7 @@ func AllGatherHierarchical(ctx context.Context, p Peers, ws *Workspace, data []b
 	}
 	H, L := len(hosts), len(hosts[0])
 	pos := railMajor(hosts, n)
-	stage := ws.Get(1, n*blockBytes)
+	stage := ws.Get(SlotHierStage, n*blockBytes)
 	me := p.Rank()
 	copy(stage[pos[me]*blockBytes:], data[me*blockBytes:(me+1)*blockBytes])
 	if H > 1 {
@@ -95,7 +96,7 @@ func AllGatherHierarchical(ctx context.Context, p Peers, ws *Workspace, data []b
 // result in data's block Rank() (other blocks of data are unspecified).
 // src, if not nil, is the input (read only); else data holds it. hosts
 // lists every host's ranks in local-rank order, the same number per host.
-// Staging uses workspace slots 0 and 1.
+// Staging uses SlotHierStage and SlotStage.
 func ReduceScatterHierarchical(ctx context.Context, p Peers, ws *Workspace, src, data []byte, dt DType, op Op, blockBytes int, hosts [][]int, chunkBytes int) error {
 	h, l, err := locate(p.Rank(), hosts)
 	if err != nil {
@@ -113,7 +114,7 @@ func ReduceScatterHierarchical(ctx context.Context, p Peers, ws *Workspace, src,
 	es := dt.Size()
 	bc := blockBytes / es
 	pos := railMajor(hosts, n)
-	stage := ws.Get(1, n*blockBytes)
+	stage := ws.Get(SlotHierStage, n*blockBytes)
 	for r := 0; r < n; r++ {
 		copy(stage[pos[r]*blockBytes:(pos[r]+1)*blockBytes], src[r*blockBytes:])
 	}

@@ -41,7 +41,7 @@ const (
 // hosts lists every host's ranks in local-rank order and every host must
 // have the same number. src, if not nil, is the input (read only) and data
 // receives the result; with a nil src data is reduced in place. Staging
-// uses workspace slot 0.
+// uses SlotStage.
 func AllReduceHierarchical(ctx context.Context, p Peers, ws *Workspace, src, data []byte, dt DType, op Op, hosts [][]int, chunkBytes int) error {
 	h, l, err := locate(p.Rank(), hosts)
 	if err != nil {

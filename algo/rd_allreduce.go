@@ -39,7 +39,7 @@ import (
 
 // AllReduceRD reduces data in place over all ranks with op's combiner (Avg
 // is summed; the caller divides), by recursive doubling. Staging uses
-// workspace slot 0 (len(data) bytes).
+// SlotStage (len(data) bytes).
 func AllReduceRD(ctx context.Context, p Peers, ws *Workspace, data []byte, dt DType, op Op) error {
 	size, r := p.Size(), p.Rank()
 	es := dt.Size()
@@ -55,7 +55,7 @@ func AllReduceRD(ctx context.Context, p Peers, ws *Workspace, data []byte, dt DT
 	if err != nil || v < 0 {
 		return err
 	}
-	stage := ws.Get(0, len(data))
+	stage := ws.Get(SlotStage, len(data))
 	for i, d := 0, 1; d < pof2; i, d = i+1, d*2 {
 		peer := virtualToRank(v^d, rem)
 		if err := SendRecv(ctx, p, peer, uint32(1+i), data, peer, uint32(1+i), stage); err != nil {
@@ -73,7 +73,7 @@ func AllReduceRD(ctx context.Context, p Peers, ws *Workspace, data []byte, dt DT
 // foldRanks folds a non-power-of-two rank count onto the largest power of
 // two p' <= p: of the first 2q ranks (q = p - p'), each even rank sends data
 // to the next odd rank, which combines it into its own data (even vector
-// on the left) using workspace slot 0, with step label 0. It returns the
+// on the left) using SlotStage, with step label 0. It returns the
 // virtual rank of this rank in [0, p'), or -1 when this rank was folded
 // away: it then has already received the final result, as message
 // unfoldStep from its odd neighbour (see unfoldRanks).
@@ -93,7 +93,7 @@ func foldRanks(ctx context.Context, p Peers, ws *Workspace, data []byte, dt DTyp
 		}
 		return -1, nil
 	}
-	stage := ws.Get(0, len(data))
+	stage := ws.Get(SlotStage, len(data))
 	if err := p.Recv(ctx, r-1, 0, stage); err != nil {
 		return -1, fmt.Errorf("%s: rank %d fold: recv from rank %d: %w", name, r, r-1, err)
 	}

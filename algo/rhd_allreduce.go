@@ -48,7 +48,7 @@ import (
 
 // AllReduceRHD reduces data in place over all ranks with op's combiner
 // (Avg is summed; the caller divides), by recursive halving-doubling.
-// Staging uses workspace slot 0 (up to len(data) bytes on ranks that fold).
+// Staging uses SlotStage (up to len(data) bytes on ranks that fold).
 func AllReduceRHD(ctx context.Context, p Peers, ws *Workspace, data []byte, dt DType, op Op) error {
 	size, r := p.Size(), p.Rank()
 	es := dt.Size()
@@ -71,7 +71,7 @@ func AllReduceRHD(ctx context.Context, p Peers, ws *Workspace, data []byte, dt D
 	type span struct{ lo, hi int }
 	var win, keep [64]span
 	lo, hi := 0, count
-	stage := ws.Get(0, (count/2+1)*es)
+	stage := ws.Get(SlotStage, (count/2+1)*es)
 	for i, d := 0, pof2/2; d >= 1; i, d = i+1, d/2 {
 		peer := virtualToRank(v^d, rem)
 		mid := lo + (hi-lo)/2

@@ -29,7 +29,7 @@ import (
 
 // AllReduceRing reduces data in place over all ranks with op's combiner
 // (Avg is summed; the caller divides). chunkBytes is the pipelining unit
-// (<= 0 sends each segment as one message). Staging uses workspace slot 0.
+// (<= 0 sends each segment as one message). Staging uses SlotStage.
 func AllReduceRing(ctx context.Context, p Peers, ws *Workspace, data []byte, dt DType, op Op, chunkBytes int) error {
 	return AllReduceRingFrom(ctx, p, ws, nil, data, dt, op, chunkBytes)
 }

@@ -28,7 +28,7 @@ import (
 // ReduceRing reduces data over all ranks with op's combiner (Avg is summed;
 // the caller divides) into data on root. On the other ranks data is
 // clobbered. chunkBytes is the reduce-scatter pipelining unit (<= 0: one
-// message per segment). Staging uses workspace slot 0.
+// message per segment). Staging uses SlotStage.
 func ReduceRing(ctx context.Context, p Peers, ws *Workspace, data []byte, dt DType, op Op, root int, chunkBytes int) error {
 	size, r := p.Size(), p.Rank()
 	es := dt.Size()

@@ -46,7 +46,7 @@ import (
 // data; segments may be empty or uneven. The other segments of data are
 // used as scratch and hold partial results on return. chunkBytes is the
 // pipelining unit (rounded down to whole elements; <= 0 sends each segment
-// as one message). Staging uses workspace slot 0.
+// as one message). Staging uses SlotStage.
 func ReduceScatterRing(ctx context.Context, p Peers, ws *Workspace, data []byte, dt DType, op Op, segs []int, chunkBytes int) error {
 	return reduceScatterRing(ctx, p, ws, nil, data, dt, op, layout{segs: segs, scale: dt.Size()}, chunkBytes, 0)
 }
@@ -119,7 +119,7 @@ func reduceScatterRing(ctx context.Context, p Peers, ws *Workspace, src, data []
 	if total == 0 {
 		return nil
 	}
-	stage := ws.Get(0, largest)
+	stage := ws.Get(SlotStage, largest)
 	next, prev := mod(r+1, size), mod(r-1, size)
 
 	g := newGroup(ctx)

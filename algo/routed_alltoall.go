@@ -130,7 +130,8 @@ type block struct{ src, dst int }
 // AllToAllRouted runs the all-to-all that route describes on this rank.
 // bytes[s][d] is the size of block (s, d) on every rank; this rank's
 // blocks are at send[sendOffs[d]:] and land at recv[recvOffs[s]:]. send
-// and recv must not overlap. Staging uses workspace slots 0 .. 2*Phases.
+// and recv must not overlap. Staging uses SlotRoutedPack(k) and
+// SlotRoutedStage(k) for every phase k.
 func AllToAllRouted(ctx context.Context, p Peers, ws *Workspace, route *Route, bytes [][]int, send []byte, sendOffs []int, recv []byte, recvOffs []int) error {
 	n, me := p.Size(), p.Rank()
 	if route.Size() != n || len(bytes) != n {
@@ -168,8 +169,8 @@ func AllToAllRouted(ctx context.Context, p Peers, ws *Workspace, route *Route, b
 				}
 			}
 		}
-		pack := ws.Get(2*k, outBytes)
-		stage := ws.Get(2*k+1, inBytes)
+		pack := ws.Get(SlotRoutedPack(k), outBytes)
+		stage := ws.Get(SlotRoutedStage(k), inBytes)
 		if err := routedPhase(ctx, p, k, out, in, bytes, held, pack, stage, recv, recvOffs); err != nil {
 			return err
 		}

@@ -103,10 +103,6 @@ type Args struct {
 	Matrix [][]int
 }
 
-// slotInput is the workspace slot of a private copy of an input that a
-// schedule overwrites; schedules stage in the slots below it.
-const slotInput = 16
-
 var (
 	schedules []*Schedule
 	byAlgo    [numAlgorithms]*Schedule
@@ -273,7 +269,7 @@ func reduce(k func(ctx context.Context, a Args, data []byte) error) func(context
 			}
 		} else {
 			// Schedules accumulate into the buffer; keep the caller's input.
-			data = a.WS.Get(slotInput, len(a.Src))
+			data = a.WS.Get(SlotInput, len(a.Src))
 			copy(data, a.Src)
 		}
 		if a.Peers.Size() == 1 || len(data) == 0 {
@@ -319,7 +315,7 @@ func reduceScatter(k func(ctx context.Context, a Args, src, data []byte) error) 
 		data, src := a.Src, []byte(nil)
 		if nb == 0 || !same(a.Dst, a.Src[me*nb:(me+1)*nb]) {
 			// Reduce out of place into scratch, leaving the input untouched.
-			data, src = a.WS.Get(slotInput, len(a.Src)), a.Src
+			data, src = a.WS.Get(SlotInput, len(a.Src)), a.Src
 		}
 		if nb > 0 && a.Peers.Size() > 1 {
 			if err := k(ctx, a, src, data); err != nil {
@@ -339,7 +335,7 @@ func allToAll(k func(ctx context.Context, a Args, send []byte) error) func(conte
 	return func(ctx context.Context, a Args) error {
 		send := a.Src
 		if same(a.Src, a.Dst) && len(a.Src) > 0 {
-			send = a.WS.Get(slotInput, len(a.Src))
+			send = a.WS.Get(SlotInput, len(a.Src))
 			copy(send, a.Src)
 		}
 		return k(ctx, a, send)

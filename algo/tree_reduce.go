@@ -31,7 +31,7 @@ import (
 // ReduceTree reduces data over all ranks with op's combiner (Avg is summed;
 // the caller divides) into data on root. On the other ranks data is
 // clobbered (it holds partial results on return). Staging uses workspace
-// slot 0 (len(data) bytes).
+// SlotStage (len(data) bytes).
 func ReduceTree(ctx context.Context, p Peers, ws *Workspace, data []byte, dt DType, op Op, root int) error {
 	size, r := p.Size(), p.Rank()
 	if size <= 1 || len(data) == 0 {
@@ -53,7 +53,7 @@ func ReduceTree(ctx context.Context, p Peers, ws *Workspace, data []byte, dt DTy
 		}
 		child := mod(v+m+root, size)
 		if stage == nil {
-			stage = ws.Get(0, len(data))
+			stage = ws.Get(SlotStage, len(data))
 		}
 		if err := p.Recv(ctx, child, uint32(j), stage); err != nil {
 			return fmt.Errorf("tree reduce: rank %d level %d: recv from rank %d: %w", r, j, child, err)

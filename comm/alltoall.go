@@ -9,7 +9,7 @@ import (
 )
 
 // slotCounts holds the exchanged counts, apart from the schedules' slots.
-const slotCounts = 15
+const slotCounts = algo.SlotCaller
 
 // AllToAll sends block j of send to rank j and receives rank j's block into
 // block j of recv. send and recv have the same length, a multiple of

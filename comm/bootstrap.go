@@ -60,175 +60,242 @@ func listenFilter(p tcp.Purpose, comm uint64) func(tcp.Hello) error {
 	}
 }
 
-// initTCP bootstraps a communicator over TCP. rootLn, if not nil, is an
-// already bound rendezvous listener for rank 0 (Split binds it before it
-// publishes the address). fabricRanks are the ranks' fabric ranks (nil:
-// this is the fabric-wide communicator).
+// initTCP bootstraps a communicator over TCP, in three steps, each with
+// one role: rendezvous (join rank 0 and learn every rank), connect (open
+// the data connections, with the transport chosen for each pair, under the
+// emulated fabric if one is configured) and start (the control plane and
+// the communicator). rootLn, if not nil, is an already bound rendezvous
+// listener for rank 0 (Split binds it before it publishes the address).
+// fabricRanks are the ranks' fabric ranks (nil: this is the fabric-wide
+// communicator).
 func initTCP(ctx context.Context, id UniqueID, rank, size int, cfg config, rootLn *tcp.Listener, fabricRanks []int) (c *Communicator, err error) {
-	if size < 1 || rank < 0 || rank >= size || size > wire.MaxRanks {
-		if rootLn != nil {
-			rootLn.Close()
-		}
-		return nil, invalidf("init: rank %d of size %d", rank, size)
-	}
-	if err := cfg.checkTopology(size); err != nil {
+	b, err := newTCPBootstrap(id, rank, size, cfg)
+	if err != nil {
 		if rootLn != nil {
 			rootLn.Close()
 		}
 		return nil, err
 	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, b.cfg.timeout)
+		defer cancel()
+	}
+	defer func() {
+		if err != nil {
+			b.abandon()
+		}
+	}()
+	if err = b.rendezvous(ctx, rootLn); err != nil {
+		return nil, err
+	}
+	b.placeProcess()
+	if err = b.connect(ctx); err != nil {
+		return nil, err
+	}
+	return b.start(ctx, fabricRanks)
+}
+
+// tcpBootstrap is one rank's bootstrap over TCP (see initTCP). Each step
+// records what it opened; abandon releases it all if a later step fails,
+// and start hands it to the communicator.
+type tcpBootstrap struct {
+	id         UniqueID
+	commID     uint64
+	rank, size int
+	cfg        config
+	listenHost string       // the data listener's host, if configured
+	base       *slog.Logger // the communicator's logger
+	log        *slog.Logger // subsystem INIT
+
+	// rendezvous
+	rv       *rendezvous // rank 0 only
+	ctrlConn *tcp.Conn   // to rank 0; becomes the control connection
+	dataLn   *tcp.Listener
+	nonce    [16]byte
+	hostIDs  []string // by rank
+	addrs    []string // every rank's data listener
+
+	// connect
+	links  map[int]transport.Conn // by peer rank
+	fabric *emu.Fabric            // the emulated fabric, if any
+}
+
+// newTCPBootstrap checks the arguments and the configuration.
+func newTCPBootstrap(id UniqueID, rank, size int, cfg config) (*tcpBootstrap, error) {
+	if size < 1 || rank < 0 || rank >= size || size > wire.MaxRanks {
+		return nil, invalidf("init: rank %d of size %d", rank, size)
+	}
+	if err := cfg.checkTopology(size); err != nil {
+		return nil, err
+	}
 	listenHost, err := cfg.listenAddr()
 	if err != nil {
-		if rootLn != nil {
-			rootLn.Close()
-		}
 		return nil, fmt.Errorf("occl: rank %d: init: %w", rank, err)
 	}
 	if cfg.topology != nil {
 		cfg.hostID = virtualHostID(cfg.hostID, cfg.topology, rank)
 	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, cfg.timeout)
-		defer cancel()
-	}
-	commID := commIDOf(id)
-	secret := id.Secret[:]
-	base := cfg.log.With("rank", rank, "size", size, "comm", fmt.Sprintf("%016x", commID))
-	log := logx.For(base, logx.Init)
-	wrap := func(what string, e error) error {
-		return fmt.Errorf("occl: rank %d: init: %s: %w", rank, what, e)
-	}
+	b := &tcpBootstrap{id: id, commID: commIDOf(id), rank: rank, size: size, cfg: cfg, listenHost: listenHost}
+	b.base = cfg.log.With("rank", rank, "size", size, "comm", fmt.Sprintf("%016x", b.commID))
+	b.log = logx.For(b.base, logx.Init)
+	return b, nil
+}
 
+// wrap says that step what of the bootstrap failed with e.
+func (b *tcpBootstrap) wrap(what string, e error) error {
+	return fmt.Errorf("occl: rank %d: init: %s: %w", b.rank, what, e)
+}
+
+// rendezvous joins rank 0 (serving the rendezvous on rank 0): it connects
+// to rank 0, opens the data listener on the interface that reached rank 0,
+// sends this rank's join and receives the table of all ranks.
+func (b *tcpBootstrap) rendezvous(ctx context.Context, rootLn *tcp.Listener) error {
+	id, rank, size, log := b.id, b.rank, b.size, b.log
+	secret := id.Secret[:]
 	if rank == 0 && !id.Authenticated() && rootLn == nil {
 		log.Warn("occl: authentication is off: no secret was given, so any process that reaches the rendezvous or a data listener can join; set OCCL_SECRET (32 hex digits) or OCCL_SECRET_FILE on every rank, or pass a unique id (OCCL_UNIQUE_ID, comm.NewUniqueID)",
 			"rendezvous", id.Addr)
 	}
-	var rv *rendezvous
 	if rank == 0 {
 		ln := rootLn
 		if ln == nil {
-			ln, err = tcp.Listen(id.Addr, secret, listenFilter(tcp.PurposeRendezvous, commID), log)
+			var err error
+			ln, err = tcp.Listen(id.Addr, secret, listenFilter(tcp.PurposeRendezvous, b.commID), log)
 			if err != nil {
-				return nil, wrap("serve rendezvous", err)
+				return b.wrap("serve rendezvous", err)
 			}
 		}
-		rv = startRendezvous(ctx, ln, size, log)
-		defer func() {
-			if err != nil {
-				rv.abort()
-			}
-		}()
+		b.rv = startRendezvous(ctx, ln, size, log)
 	}
 
-	tc, err := tcp.Dial(ctx, id.Addr, secret, tcp.Hello{Purpose: tcp.PurposeRendezvous, Comm: commID, From: rank, To: 0, NStreams: 1})
+	tc, err := tcp.Dial(ctx, id.Addr, secret, tcp.Hello{Purpose: tcp.PurposeRendezvous, Comm: b.commID, From: rank, To: 0, NStreams: 1})
 	if err != nil {
-		return nil, wrap("rendezvous with rank 0", err)
+		return b.wrap("rendezvous with rank 0", err)
 	}
-	ctrlConn, err := tcp.NewConn([]*net.TCPConn{tc}, tcp.Options{})
-	if err != nil {
-		return nil, wrap("rendezvous", err)
+	if b.ctrlConn, err = tcp.NewConn([]*net.TCPConn{tc}, tcp.Options{}); err != nil {
+		return b.wrap("rendezvous", err)
 	}
-	defer func() {
-		if err != nil {
-			ctrlConn.Close()
-		}
-	}()
 
-	host := listenHost
+	host := b.listenHost
 	if host == "" {
 		host = tc.LocalAddr().(*net.TCPAddr).IP.String()
 	}
-	dataLn, err := tcp.Listen(net.JoinHostPort(host, "0"), secret, listenFilter(tcp.PurposeData, commID), log)
-	if err != nil {
-		return nil, wrap("data listener", err)
+	if b.dataLn, err = tcp.Listen(net.JoinHostPort(host, "0"), secret, listenFilter(tcp.PurposeData, b.commID), log); err != nil {
+		return b.wrap("data listener", err)
 	}
-	defer func() {
-		if err != nil {
-			dataLn.Close()
-		}
-	}()
 
 	join := wire.Msg{Type: wire.Join, Rank: rank, Size: size,
-		Info: wire.RankInfo{HostID: cfg.hostID, Addr: dataLn.Addr().String(), PID: os.Getpid()}}
-	if err = sendMsg(ctx, ctrlConn, &join); err != nil {
-		return nil, wrap("send join to rank 0", err)
+		Info: wire.RankInfo{HostID: b.cfg.hostID, Addr: b.dataLn.Addr().String(), PID: os.Getpid()}}
+	if err = sendMsg(ctx, b.ctrlConn, &join); err != nil {
+		return b.wrap("send join to rank 0", err)
 	}
-	m, _, err := recvMsg(ctx, ctrlConn, nil)
+	m, _, err := recvMsg(ctx, b.ctrlConn, nil)
 	if err != nil {
-		return nil, wrap("wait for the rank table from rank 0", err)
+		return b.wrap("wait for the rank table from rank 0", err)
 	}
 	switch {
 	case m.Type == wire.Reject:
-		return nil, wrap("rank 0 refused the join", errors.New(m.Text))
+		return b.wrap("rank 0 refused the join", errors.New(m.Text))
 	case m.Type != wire.Table || len(m.Ranks) != size:
-		return nil, wrap("rendezvous", fmt.Errorf("unexpected reply (type %d, %d ranks)", m.Type, len(m.Ranks)))
+		return b.wrap("rendezvous", fmt.Errorf("unexpected reply (type %d, %d ranks)", m.Type, len(m.Ranks)))
 	}
-
-	peers := make([]tcp.Endpoint, 0, size-1)
-	hostIDs := make([]string, size)
-	addrs := make([]string, size)
+	b.nonce = m.Nonce
+	b.hostIDs = make([]string, size)
+	b.addrs = make([]string, size)
 	for r, info := range m.Ranks {
-		hostIDs[r] = info.HostID
-		addrs[r] = info.Addr
+		b.hostIDs[r] = info.HostID
+		b.addrs[r] = info.Addr
+	}
+	return nil
+}
+
+// placeProcess binds this process to its share of the machine's CPUs if
+// asked to, and notes whether the machine has more local ranks than CPUs.
+// CPUs are shared by the processes of a machine, whatever emulated hosts
+// the topology puts them on.
+func (b *tcpBootstrap) placeProcess() {
+	local, localSize := localPosition(b.rank, machineIDs(b.hostIDs))
+	if b.cfg.affinity {
+		bindLocal(local, localSize, b.log)
+	}
+	if b.cfg.oversubscribed = oversubscribed(localSize, topo.OnlineCPUs()); b.cfg.oversubscribed {
+		b.log.Info("occl: more local ranks than CPUs; waits do not poll", "local_size", localSize)
+	}
+}
+
+// connect opens the data connections to every other rank, with the
+// transport chosen for each pair, and wraps them in the emulated fabric if
+// the configuration asks for one.
+func (b *tcpBootstrap) connect(ctx context.Context) error {
+	rank, cfg := b.rank, b.cfg
+	peers := make([]tcp.Endpoint, 0, b.size-1)
+	for r, addr := range b.addrs {
 		if r != rank {
-			peers = append(peers, tcp.Endpoint{Rank: r, Addr: info.Addr})
+			peers = append(peers, tcp.Endpoint{Rank: r, Addr: addr})
 		}
 	}
-	// CPUs are shared by the processes of a machine, whatever emulated
-	// hosts the topology puts them on.
-	local, localSize := localPosition(rank, machineIDs(hostIDs))
-	if cfg.affinity {
-		bindLocal(local, localSize, log)
-	}
-	if cfg.oversubscribed = oversubscribed(localSize, topo.OnlineCPUs()); cfg.oversubscribed {
-		log.Info("occl: more local ranks than CPUs; waits do not poll", "local_size", localSize)
-	}
-	links, err := setup.Connect(ctx, setup.Config{Policy: cfg.transport,
-		Mesh: tcp.MeshConfig{Self: rank, Comm: commID, Epoch: 0, Secret: secret,
-			Streams: cfg.streams, Options: cfg.tcpOptions(), Listener: dataLn},
+	hostIDs := b.hostIDs
+	var err error
+	b.links, err = setup.Connect(ctx, setup.Config{Policy: cfg.transport,
+		Mesh: tcp.MeshConfig{Self: rank, Comm: b.commID, Epoch: 0, Secret: b.id.Secret[:],
+			Streams: cfg.streams, Options: cfg.tcpOptions(), Listener: b.dataLn},
 		SameHost:     func(r int) bool { return hostIDs[r] == hostIDs[rank] },
-		CMAThreshold: cfg.cmaThreshold, Log: log}, peers)
+		CMAThreshold: cfg.cmaThreshold, Log: b.log}, peers)
 	if err != nil {
-		return nil, wrap("connect", err)
+		return b.wrap("connect", err)
 	}
-	var fabric *emu.Fabric
-	defer func() {
-		if err != nil {
-			for _, conn := range links {
-				conn.Close()
-			}
-			if fabric != nil {
-				fabric.Close()
-			}
-		}
-	}()
-	if fabric, err = emulate(cfg, commID, false); err == nil {
-		err = setup.Emulate(fabric, rank, links)
+	if b.fabric, err = emulate(cfg, b.commID, false); err == nil {
+		err = setup.Emulate(b.fabric, rank, b.links)
 	}
 	if err != nil {
-		return nil, wrap("emulation", err)
+		return b.wrap("emulation", err)
 	}
-	conns := make([]transport.Conn, size)
-	for r, conn := range links {
+	return nil
+}
+
+// start starts the control plane (rank 0 serves it over the rendezvous
+// connections once every rank has joined) and makes the communicator,
+// which takes over everything the bootstrap opened.
+func (b *tcpBootstrap) start(ctx context.Context, fabricRanks []int) (*Communicator, error) {
+	conns := make([]transport.Conn, b.size)
+	for r, conn := range b.links {
 		conns[r] = conn
 	}
-
 	var server *ctrlServer
-	if rv != nil {
-		ctrlConns, e := rv.wait(ctx)
-		if e != nil {
-			return nil, wrap("rendezvous", e)
+	if b.rv != nil {
+		ctrlConns, err := b.rv.wait(ctx)
+		if err != nil {
+			return nil, b.wrap("rendezvous", err)
 		}
-		server = newCtrlServer(ctrlConns, cfg, base)
+		server = newCtrlServer(ctrlConns, b.cfg, b.base)
 	}
-	client := newCtrlClient(rank, ctrlConn, server, cfg, base)
-	lk := &tcpLinker{ln: dataLn, secret: id.Secret, cfg: cfg, addrs: addrs}
-	c = newCommunicator(newPlacement(commID, m.Nonce, rank, hostIDs, fabricRanks), conns, client, lk, cfg)
-	c.emu = fabric
+	client := newCtrlClient(b.rank, b.ctrlConn, server, b.cfg, b.base)
+	lk := &tcpLinker{ln: b.dataLn, secret: b.id.Secret, cfg: b.cfg, addrs: b.addrs}
+	c := newCommunicator(newPlacement(b.commID, b.nonce, b.rank, b.hostIDs, fabricRanks), conns, client, lk, b.cfg)
+	c.emu = b.fabric
 	client.start(c)
-	log.Info("occl: communicator ready", "hosts", c.NumHosts(), "local_rank", c.localRank, "local_size", c.localSize)
+	b.log.Info("occl: communicator ready", "hosts", c.NumHosts(), "local_rank", c.localRank, "local_size", c.localSize)
 	return c, nil
+}
+
+// abandon releases what the steps so far opened, after a step failed.
+func (b *tcpBootstrap) abandon() {
+	for _, conn := range b.links {
+		conn.Close()
+	}
+	if b.fabric != nil {
+		b.fabric.Close()
+	}
+	if b.dataLn != nil {
+		b.dataLn.Close()
+	}
+	if b.ctrlConn != nil {
+		b.ctrlConn.Close()
+	}
+	if b.rv != nil {
+		b.rv.abort()
+	}
 }
 
 // oversubscribed says whether localSize ranks on a machine of cpus CPUs

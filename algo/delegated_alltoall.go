@@ -1,4 +1,15 @@
-// Delegated all-to-all (mFabric's topology-aware all-to-all)
+package algo
+
+import (
+	"sort"
+
+	"github.com/occl/occl/topo"
+)
+
+// RouteDelegated plans the delegated all-to-all of the byte matrix bytes
+// on t.
+//
+// # Delegated all-to-all (mFabric's topology-aware all-to-all)
 //
 // On a fabric where each host has a few optical-circuit ports, each driven
 // by one rank, and a packet network, traffic to a host that a circuit
@@ -31,17 +42,6 @@
 // Communication steps: 3 phases. Bytes on the wire: every inter-host byte
 // crosses the network once; a block whose source or destination is not a
 // delegation rank also crosses an HB link once at each such end.
-
-package algo
-
-import (
-	"sort"
-
-	"github.com/occl/occl/topo"
-)
-
-// RouteDelegated plans the delegated all-to-all of the byte matrix bytes
-// on t.
 func RouteDelegated(t *topo.Topology, bytes [][]int) *Route {
 	n := len(t.Ranks)
 	r := NewRoute(AlgoDelegated, n, 3)

@@ -1,4 +1,13 @@
-// Dissemination barrier
+package algo
+
+import (
+	"context"
+	"fmt"
+)
+
+// BarrierDissemination returns once every rank has called it.
+//
+// # Dissemination barrier
 //
 // In round k = 0 .. ceil(log2 p)-1 every rank r signals rank (r+2^k) mod p
 // and waits for the signal of rank (r-2^k) mod p. After round k every rank
@@ -11,15 +20,6 @@
 //
 // Bytes on the wire: ceil(log2 p) zero-length messages sent and received
 // per rank.
-
-package algo
-
-import (
-	"context"
-	"fmt"
-)
-
-// BarrierDissemination returns once every rank has called it.
 func BarrierDissemination(ctx context.Context, p Peers) error {
 	size, r := p.Size(), p.Rank()
 	for k, d := 0, 1; d < size; k, d = k+1, d*2 {

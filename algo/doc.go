@@ -39,71 +39,72 @@
 // AllGather's output, ReduceScatter's and AllToAll's input), p' the
 // largest power of two not above p, H hosts of L ranks each. Steps are
 // communication steps (a step may be cut into pipelined chunks); bytes are
-// per rank and each way unless stated. Each schedule's file describes its
-// steps, message labels and operand order in full.
+// per rank and each way unless stated. The doc of each schedule's
+// function, named in the last column, describes its steps, message labels
+// and operand order in full.
 //
-//	rd (AlgoRD)                 AllReduce                 rd_allreduce.go
+//	rd (AlgoRD)                 AllReduce                 AllReduceRD
 //	    recursive doubling; small vectors (size rule: n <= AllReduceRDMaxBytes)
 //	    steps log2 p' (+2 when p is not a power of two)
 //	    bytes n log2 p' (folded pairs +n)
-//	rhd (AlgoRHD)               AllReduce                 rhd_allreduce.go
+//	rhd (AlgoRHD)               AllReduce                 AllReduceRHD
 //	    recursive halving-doubling (Rabenseifner); medium vectors
 //	    (size rule: n <= AllReduceRHDMaxBytes)
 //	    steps 2 log2 p' (+2 when p is not a power of two)
 //	    bytes 2(p'-1)/p' n (folded pairs +n)
-//	tree (AlgoTree)             Broadcast, Reduce         tree_broadcast.go, tree_reduce.go
+//	tree (AlgoTree)             Broadcast, Reduce         BroadcastTree, ReduceTree
 //	    binomial tree; Reduce by size rule when n <= ReduceTreeMaxBytes
 //	    steps ceil(log2 p) levels (Broadcast pipelined in chunks)
 //	    bytes every non-root rank receives (Broadcast) or sends (Reduce) n;
 //	          the root sends or receives ceil(log2 p) n
-//	ring (AlgoRing)             AllReduce, Reduce,        ring_allreduce.go, ring_reduce.go,
-//	                            AllGather, ReduceScatter  ring_allgather.go, ring_reducescatter.go
+//	ring (AlgoRing)             AllReduce, Reduce,        AllReduceRing, ReduceRing,
+//	                            AllGather, ReduceScatter  AllGatherRing, ReduceScatterRing
 //	    pipelined ring along the topology's ring; large buffers
 //	    steps AllReduce 2(p-1); AllGather, ReduceScatter p-1; Reduce p-1 + 1
 //	    bytes AllReduce 2(p-1)/p n; AllGather, ReduceScatter (p-1)/p n;
 //	          Reduce (p-1)/p n, then n/p to the root
-//	hier (AlgoHierarchical)     AllReduce, AllGather,     hier_allreduce.go, hier_allgather.go
+//	hier (AlgoHierarchical)     AllReduce, AllGather,     AllReduceHierarchical, AllGatherHierarchical
 //	                            ReduceScatter
 //	    intra-host and rail phases; hosts of equal size
 //	    steps AllReduce 2(L-1) in hosts + 2(H-1) between;
 //	          AllGather, ReduceScatter L-1 + H-1
 //	    bytes AllReduce 2(L-1)/L n in hosts, 2(H-1)/(HL) n on the network;
 //	          AllGather, ReduceScatter (L-1)/L n in hosts, (H-1)/(HL) n on rails
-//	gateway (AlgoGateway)       AllReduce                 gateway_allreduce.go
+//	gateway (AlgoGateway)       AllReduce                 AllReduceGateway
 //	    tree onto one gateway per host, ring among gateways, tree back;
 //	    any described fabric, hosts of any size
 //	    steps 2 ceil(log2 L) in hosts + 2(H-1) between
 //	    bytes 2(H-1)/H n per gateway on the network, n per tree level in hosts
-//	2d (Algo2D)                 AllReduce                 twod_allreduce.go
+//	2d (Algo2D)                 AllReduce                 AllReduce2D
 //	    RailX's 2D allreduce, two halves in opposite dimension order at
 //	    once; hosts of equal size (X = L, Y = H)
 //	    steps 2(X-1) + 2(Y-1) per half, the halves concurrent
 //	    bytes (X-1)/X n (Y+1)/Y on X links and (Y-1)/Y n (X+1)/X on Y links
-//	pairwise (AlgoPairwise)     AllToAll, AllToAllV       pairwise_alltoall.go
+//	pairwise (AlgoPairwise)     AllToAll, AllToAllV       AllToAllPairwise
 //	    pairwise exchange, rank r sending to r+s in step s
 //	    steps p-1
 //	    bytes (p-1)/p n
-//	delegated (AlgoDelegated)   AllToAll, AllToAllV       delegated_alltoall.go, routed_alltoall.go
+//	delegated (AlgoDelegated)   AllToAll, AllToAllV       RouteDelegated, AllToAllRouted
 //	    mFabric's delegated all-to-all over optical circuits; fabrics with
 //	    circuits
 //	    steps 3 phases (gather to the delegation rank, circuit, scatter)
 //	    bytes inter-host bytes cross the network once, plus an HB link at
 //	          each end that is not a delegation rank
-//	railfwd (AlgoRailForward)   AllToAll, AllToAllV       railforward_alltoall.go, routed_alltoall.go
+//	railfwd (AlgoRailForward)   AllToAll, AllToAllV       RouteRailForward, AllToAllRouted
 //	    forward inside the HB domain to the destination's rail, then along
 //	    it; rail-only fabrics (x ranks per domain, y domains, D per block)
 //	    steps 2 phases
 //	    bytes (x-1) y D on the HB fabric, x (y-1) D on the rail
-//	xy (AlgoXY)                 AllToAll, AllToAllV       xy_alltoall.go, routed_alltoall.go
+//	xy (AlgoXY)                 AllToAll, AllToAllV       RouteXY, AllToAllRouted
 //	    along the X rail, then the Y rail; hosts on a grid (RailX)
 //	    steps 2 phases
 //	    bytes Y D in the X phase, (Y-1) X D in the Y phase
-//	linear (AlgoLinear)         Gather, Scatter           linear_gather.go, linear_scatter.go
+//	linear (AlgoLinear)         Gather, Scatter           GatherLinear, ScatterLinear
 //	    the root exchanges with every rank directly
 //	    steps 1, the root's p-1 messages one after the other
 //	    bytes every non-root rank sends (Gather) or receives (Scatter) its
 //	          block; the root n minus its own block
-//	dissemination (AlgoDissemination)  Barrier            dissemination_barrier.go
+//	dissemination (AlgoDissemination)  Barrier            BarrierDissemination
 //	    dissemination barrier (Hensgen, Finkel and Manber, 1988)
 //	    steps ceil(log2 p) rounds
 //	    bytes ceil(log2 p) empty messages
@@ -137,9 +138,11 @@
 //
 // First, write the kernel in its own file, bruck_allgather.go, against
 // Peers and Workspace, e.g. AllGatherBruck(ctx, p, ws, data, blockBytes),
-// with a file comment giving its steps, message step labels and bytes on
-// the wire, and test it on the fake network of algo/internal/fakepeers
-// (runRanks over netConfigs) against a serial computation.
+// with a doc comment giving its steps, message step labels, bytes on the
+// wire and the Workspace slots it stages in (a named Slot constant), and
+// list it in the index above; test it on the fake network of
+// algo/internal/fakepeers (runRanks over netConfigs) against a serial
+// computation.
 //
 // Second, give it an identity: append AlgoBruck before numAlgorithms in
 // collective.go (the values are API: append, never renumber) and list its

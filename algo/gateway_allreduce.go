@@ -1,4 +1,16 @@
-// Gateway allreduce
+package algo
+
+import (
+	"context"
+	"fmt"
+)
+
+// AllReduceGateway reduces data over all ranks with op's combiner, going
+// through one gateway rank per host. hosts lists every host's ranks, the
+// gateway first. src, if not nil, is the input (read only). Staging uses
+// SlotStage.
+//
+// # Gateway allreduce
 //
 // The hierarchical allreduce of mFabric's collective manager for
 // data-parallel traffic over the packet network:
@@ -17,18 +29,6 @@
 //
 // Message step labels: tree levels for the reduce, hierRail+s for the
 // gateway ring, chunk indices (offset by hierLocalAG) for the broadcast.
-
-package algo
-
-import (
-	"context"
-	"fmt"
-)
-
-// AllReduceGateway reduces data over all ranks with op's combiner, going
-// through one gateway rank per host. hosts lists every host's ranks, the
-// gateway first. src, if not nil, is the input (read only). Staging uses
-// SlotStage.
 func AllReduceGateway(ctx context.Context, p Peers, ws *Workspace, src, data []byte, dt DType, op Op, hosts [][]int, chunkBytes int) error {
 	if src != nil {
 		copy(data, src)

@@ -1,4 +1,30 @@
-// Hierarchical allgather and reduce-scatter
+package algo
+
+import (
+	"context"
+	"fmt"
+)
+
+// railMajor returns the staging position of every rank: rank hosts[h][l]
+// goes to l*H+h.
+func railMajor(hosts [][]int, size int) []int {
+	pos := make([]int, size)
+	H := len(hosts)
+	for h, hr := range hosts {
+		for l, r := range hr {
+			pos[r] = l*H + h
+		}
+	}
+	return pos
+}
+
+// AllGatherHierarchical fills data, Size() blocks of blockBytes in rank
+// order whose own block is in place on entry, with every rank's block.
+// hosts lists every host's ranks in local-rank order, the same number per
+// host. Staging uses SlotHierStage (and SlotStage for the ring schedules
+// it runs).
+//
+// # Hierarchical allgather and reduce-scatter
 //
 // For H hosts of L ranks each, after the rail-only paper: a rail phase
 // among the H ranks of the same local rank (one rail each, all at once) and
@@ -25,32 +51,6 @@
 //
 // Message step labels: the ring's labels, offset by hierRail for the rail
 // phase and hierLocalRS / hierLocalAG for the HB phase.
-
-package algo
-
-import (
-	"context"
-	"fmt"
-)
-
-// railMajor returns the staging position of every rank: rank hosts[h][l]
-// goes to l*H+h.
-func railMajor(hosts [][]int, size int) []int {
-	pos := make([]int, size)
-	H := len(hosts)
-	for h, hr := range hosts {
-		for l, r := range hr {
-			pos[r] = l*H + h
-		}
-	}
-	return pos
-}
-
-// AllGatherHierarchical fills data, Size() blocks of blockBytes in rank
-// order whose own block is in place on entry, with every rank's block.
-// hosts lists every host's ranks in local-rank order, the same number per
-// host. Staging uses SlotHierStage (and SlotStage for the ring schedules
-// it runs).
 func AllGatherHierarchical(ctx context.Context, p Peers, ws *Workspace, data []byte, blockBytes int, hosts [][]int, chunkBytes int) error {
 	h, l, err := locate(p.Rank(), hosts)
 	if err != nil {

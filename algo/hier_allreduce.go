@@ -1,26 +1,3 @@
-// Hierarchical allreduce
-//
-// For ranks spread over H hosts of L ranks each (the same L on every host),
-// with fast links inside a host and a slower network between hosts:
-//
-//  1. intra-host ring reduce-scatter: the vector is cut into L segments
-//     and local rank l ends with segment l reduced over its host;
-//  2. inter-host ring allreduce of segment l among the H ranks of local
-//     rank l (one "rail" per local rank; all rails run at once, each over
-//     its own NIC on a rail-optimised fabric);
-//  3. intra-host ring allgather of the L segments.
-//
-// Communication steps: 2(L-1) inside hosts and 2(H-1) between hosts.
-//
-// Bytes on the wire per rank, for n bytes: 2(L-1)/L * n over intra-host
-// links and 2(H-1)/(H*L) * n over the network — an L-th of what a flat ring
-// sends through the network, which is why this wins when the network is the
-// bottleneck. With L = 1 it is a ring allreduce over hosts; with H = 1 a
-// ring allreduce over the host.
-//
-// Message step labels: hierLocalRS+s, hierRail+s' (the rail ring's labels),
-// hierLocalAG+s.
-
 package algo
 
 import (
@@ -42,6 +19,29 @@ const (
 // have the same number. src, if not nil, is the input (read only) and data
 // receives the result; with a nil src data is reduced in place. Staging
 // uses SlotStage.
+//
+// # Hierarchical allreduce
+//
+// For ranks spread over H hosts of L ranks each (the same L on every host),
+// with fast links inside a host and a slower network between hosts:
+//
+//  1. intra-host ring reduce-scatter: the vector is cut into L segments
+//     and local rank l ends with segment l reduced over its host;
+//  2. inter-host ring allreduce of segment l among the H ranks of local
+//     rank l (one "rail" per local rank; all rails run at once, each over
+//     its own NIC on a rail-optimised fabric);
+//  3. intra-host ring allgather of the L segments.
+//
+// Communication steps: 2(L-1) inside hosts and 2(H-1) between hosts.
+//
+// Bytes on the wire per rank, for n bytes: 2(L-1)/L * n over intra-host
+// links and 2(H-1)/(H*L) * n over the network — an L-th of what a flat ring
+// sends through the network, which is why this wins when the network is the
+// bottleneck. With L = 1 it is a ring allreduce over hosts; with H = 1 a
+// ring allreduce over the host.
+//
+// Message step labels: hierLocalRS+s, hierRail+s' (the rail ring's labels),
+// hierLocalAG+s.
 func AllReduceHierarchical(ctx context.Context, p Peers, ws *Workspace, src, data []byte, dt DType, op Op, hosts [][]int, chunkBytes int) error {
 	h, l, err := locate(p.Rank(), hosts)
 	if err != nil {

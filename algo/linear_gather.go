@@ -1,17 +1,3 @@
-// Linear gather
-//
-// Every rank other than the root sends its block to the root in one
-// message; the root receives them one after the other, in rank order
-// starting after itself (root+1, root+2, .. mod p), directly into place.
-// Empty blocks are skipped by both sides.
-//
-// Communication steps: 1 for non-root ranks, p-1 sequential receives at the
-// root. Message step label: 0.
-//
-// Bytes on the wire: every non-root rank sends its block; the root receives
-// n minus its own block. The root's inbound link is the bottleneck, which
-// is inherent to gather.
-
 package algo
 
 import (
@@ -24,6 +10,20 @@ import (
 // on entry. On the root every block is filled on return; on the other ranks
 // only the own block is read and data is not modified. offs and lens have
 // Size() entries and are the same on every rank.
+//
+// # Linear gather
+//
+// Every rank other than the root sends its block to the root in one
+// message; the root receives them one after the other, in rank order
+// starting after itself (root+1, root+2, .. mod p), directly into place.
+// Empty blocks are skipped by both sides.
+//
+// Communication steps: 1 for non-root ranks, p-1 sequential receives at the
+// root. Message step label: 0.
+//
+// Bytes on the wire: every non-root rank sends its block; the root receives
+// n minus its own block. The root's inbound link is the bottleneck, which
+// is inherent to gather.
 func GatherLinear(ctx context.Context, p Peers, data []byte, offs, lens []int, root int) error {
 	size, r := p.Size(), p.Rank()
 	if size <= 1 {

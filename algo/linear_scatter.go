@@ -1,16 +1,3 @@
-// Linear scatter
-//
-// The root sends every other rank its block in one message, one after the
-// other in rank order starting after itself (root+1, root+2, .. mod p), and
-// copies its own block locally. Each non-root rank receives its block
-// directly into its output buffer. Empty blocks are skipped by both sides.
-//
-// Communication steps: 1 for non-root ranks, p-1 sequential sends at the
-// root. Message step label: 0.
-//
-// Bytes on the wire: the root sends n minus its own block; every other rank
-// receives its block.
-
 package algo
 
 import (
@@ -24,6 +11,19 @@ import (
 // read, and only on the root (other ranks may pass nil). On the root, out
 // may be the root's own block of data. offs and lens have Size() entries
 // and are the same on every rank (offs matter on the root only).
+//
+// # Linear scatter
+//
+// The root sends every other rank its block in one message, one after the
+// other in rank order starting after itself (root+1, root+2, .. mod p), and
+// copies its own block locally. Each non-root rank receives its block
+// directly into its output buffer. Empty blocks are skipped by both sides.
+//
+// Communication steps: 1 for non-root ranks, p-1 sequential sends at the
+// root. Message step label: 0.
+//
+// Bytes on the wire: the root sends n minus its own block; every other rank
+// receives its block.
 func ScatterLinear(ctx context.Context, p Peers, data []byte, offs, lens []int, root int, out []byte) error {
 	size, r := p.Size(), p.Rank()
 	if r != root {

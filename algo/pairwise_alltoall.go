@@ -1,4 +1,17 @@
-// Pairwise-exchange all-to-all
+package algo
+
+import (
+	"context"
+	"fmt"
+)
+
+// AllToAllPairwise sends send[sendOffs[i]:sendOffs[i]+sendLens[i]] to rank
+// i and receives rank i's block for this rank into
+// recv[recvOffs[i]:recvOffs[i]+recvLens[i]], for every rank i including
+// this one (copied locally). sendLens[j] on rank i must equal recvLens[i]
+// on rank j. send and recv must not overlap.
+//
+// # Pairwise-exchange all-to-all
 //
 // Every rank has one block for every rank (possibly of different sizes:
 // this serves both AllToAll and AllToAllV). The own block is copied
@@ -21,19 +34,6 @@
 // Bytes on the wire per rank: sends everything but its own block, receives
 // everything but its own block; for AllToAll with n bytes per rank that is
 // (p-1)/p * n each way.
-
-package algo
-
-import (
-	"context"
-	"fmt"
-)
-
-// AllToAllPairwise sends send[sendOffs[i]:sendOffs[i]+sendLens[i]] to rank
-// i and receives rank i's block for this rank into
-// recv[recvOffs[i]:recvOffs[i]+recvLens[i]], for every rank i including
-// this one (copied locally). sendLens[j] on rank i must equal recvLens[i]
-// on rank j. send and recv must not overlap.
 func AllToAllPairwise(ctx context.Context, p Peers, send []byte, sendOffs, sendLens []int, recv []byte, recvOffs, recvLens []int) error {
 	size, r := p.Size(), p.Rank()
 	copy(recv[recvOffs[r]:recvOffs[r]+recvLens[r]], send[sendOffs[r]:sendOffs[r]+sendLens[r]])

@@ -1,4 +1,12 @@
-// Rail-forwarded all-to-all (rail-only networks)
+package algo
+
+import "github.com/occl/occl/topo"
+
+// RouteRailForward plans the rail-forwarded all-to-all on t. It returns
+// nil if some block has no forwarding rank (a domain without a rank on
+// the destination's rail).
+//
+// # Rail-forwarded all-to-all (rail-only networks)
 //
 // A rail-only fabric joins the ranks of an HB domain by a fast fabric and
 // the ranks of one rail (the same local rank in every domain) by a rail
@@ -19,14 +27,6 @@
 // bytes on the HB fabric and x (y-1) D on its rail, so that the time is
 // the rail-only paper's y(x-1)D/C_F + x(y-1)D/C_S, against x(y-1)D/C_S
 // for the direct exchange on a full-bisection fabric.
-
-package algo
-
-import "github.com/occl/occl/topo"
-
-// RouteRailForward plans the rail-forwarded all-to-all on t. It returns
-// nil if some block has no forwarding rank (a domain without a rank on
-// the destination's rail).
 func RouteRailForward(t *topo.Topology) *Route {
 	n := len(t.Ranks)
 	r := NewRoute(AlgoRailForward, n, 2)

@@ -1,4 +1,15 @@
-// Recursive doubling allreduce
+package algo
+
+import (
+	"context"
+	"fmt"
+)
+
+// AllReduceRD reduces data in place over all ranks with op's combiner (Avg
+// is summed; the caller divides), by recursive doubling. Staging uses
+// SlotStage (len(data) bytes).
+//
+// # Recursive doubling allreduce
 //
 // Let p' = 2^floor(log2 p) and q = p - p'.
 //
@@ -29,17 +40,6 @@
 // log2 p' latency dominates.
 //
 // The input vector is overwritten with the result on every rank.
-
-package algo
-
-import (
-	"context"
-	"fmt"
-)
-
-// AllReduceRD reduces data in place over all ranks with op's combiner (Avg
-// is summed; the caller divides), by recursive doubling. Staging uses
-// SlotStage (len(data) bytes).
 func AllReduceRD(ctx context.Context, p Peers, ws *Workspace, data []byte, dt DType, op Op) error {
 	size, r := p.Size(), p.Rank()
 	es := dt.Size()

@@ -1,4 +1,15 @@
-// Recursive halving-doubling allreduce (Rabenseifner)
+package algo
+
+import (
+	"context"
+	"fmt"
+)
+
+// AllReduceRHD reduces data in place over all ranks with op's combiner
+// (Avg is summed; the caller divides), by recursive halving-doubling.
+// Staging uses SlotStage (up to len(data) bytes on ranks that fold).
+//
+// # Recursive halving-doubling allreduce (Rabenseifner)
 //
 // Let p' = 2^floor(log2 p) and q = p - p'. Ranks are first folded onto p'
 // participants:
@@ -38,17 +49,6 @@
 // receives n and sends n).
 //
 // The input vector is overwritten with the result on every rank.
-
-package algo
-
-import (
-	"context"
-	"fmt"
-)
-
-// AllReduceRHD reduces data in place over all ranks with op's combiner
-// (Avg is summed; the caller divides), by recursive halving-doubling.
-// Staging uses SlotStage (up to len(data) bytes on ranks that fold).
 func AllReduceRHD(ctx context.Context, p Peers, ws *Workspace, data []byte, dt DType, op Op) error {
 	size, r := p.Size(), p.Rank()
 	es := dt.Size()

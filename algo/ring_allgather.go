@@ -1,4 +1,17 @@
-// Ring allgather
+package algo
+
+import (
+	"context"
+	"fmt"
+)
+
+// AllGatherRing fills every block of data from the rank that owns it: block
+// i is data[offs[i]:offs[i]+lens[i]] and on entry block Rank() holds this
+// rank's contribution. offs and lens have Size() entries and are the same
+// on every rank; blocks must not overlap. chunkBytes is the pipelining unit
+// (<= 0 sends each block as one message).
+//
+// # Ring allgather
 //
 // The p ranks form a ring: rank r sends to rank r+1 and receives from rank
 // r-1 (mod p). Every rank starts with its own block in place and forwards
@@ -20,19 +33,6 @@
 // Bytes on the wire per rank: sends n - |block r+1|, receives n - |block r|,
 // where n is the total of all blocks; with p equal blocks (p-1)/p * n each
 // way.
-
-package algo
-
-import (
-	"context"
-	"fmt"
-)
-
-// AllGatherRing fills every block of data from the rank that owns it: block
-// i is data[offs[i]:offs[i]+lens[i]] and on entry block Rank() holds this
-// rank's contribution. offs and lens have Size() entries and are the same
-// on every rank; blocks must not overlap. chunkBytes is the pipelining unit
-// (<= 0 sends each block as one message).
 func AllGatherRing(ctx context.Context, p Peers, data []byte, offs, lens []int, chunkBytes int) error {
 	return allGatherRing(ctx, p, data, layout{offs: offs, lens: lens}, chunkBytes, 0)
 }

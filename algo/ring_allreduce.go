@@ -1,4 +1,15 @@
-// Ring allreduce
+package algo
+
+import (
+	"context"
+	"fmt"
+)
+
+// AllReduceRing reduces data in place over all ranks with op's combiner
+// (Avg is summed; the caller divides). chunkBytes is the pipelining unit
+// (<= 0 sends each segment as one message). Staging uses SlotStage.
+//
+// # Ring allreduce
 //
 // A ring reduce-scatter followed by a ring allgather over the same ring
 // (rank r sends to r+1 and receives from r-1). The vector of n bytes is cut
@@ -19,17 +30,6 @@
 //
 // Bytes on the wire per rank: 2(p-1)/p * n sent and 2(p-1)/p * n received
 // (exactly, up to one element per segment of rounding).
-
-package algo
-
-import (
-	"context"
-	"fmt"
-)
-
-// AllReduceRing reduces data in place over all ranks with op's combiner
-// (Avg is summed; the caller divides). chunkBytes is the pipelining unit
-// (<= 0 sends each segment as one message). Staging uses SlotStage.
 func AllReduceRing(ctx context.Context, p Peers, ws *Workspace, data []byte, dt DType, op Op, chunkBytes int) error {
 	return AllReduceRingFrom(ctx, p, ws, nil, data, dt, op, chunkBytes)
 }

@@ -1,4 +1,16 @@
-// Ring reduce
+package algo
+
+import (
+	"context"
+	"fmt"
+)
+
+// ReduceRing reduces data over all ranks with op's combiner (Avg is summed;
+// the caller divides) into data on root. On the other ranks data is
+// clobbered. chunkBytes is the reduce-scatter pipelining unit (<= 0: one
+// message per segment). Staging uses SlotStage.
+//
+// # Ring reduce
 //
 // A ring reduce-scatter (see ring_reducescatter.go) over p balanced
 // segments, after which rank r holds the reduced segment r, followed by a
@@ -17,18 +29,6 @@
 //
 // data is overwritten on every rank: at the root with the result, on the
 // other ranks with partial results.
-
-package algo
-
-import (
-	"context"
-	"fmt"
-)
-
-// ReduceRing reduces data over all ranks with op's combiner (Avg is summed;
-// the caller divides) into data on root. On the other ranks data is
-// clobbered. chunkBytes is the reduce-scatter pipelining unit (<= 0: one
-// message per segment). Staging uses SlotStage.
 func ReduceRing(ctx context.Context, p Peers, ws *Workspace, data []byte, dt DType, op Op, root int, chunkBytes int) error {
 	size, r := p.Size(), p.Rank()
 	es := dt.Size()

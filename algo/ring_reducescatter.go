@@ -1,4 +1,19 @@
-// Ring reduce-scatter
+package algo
+
+import (
+	"context"
+	"fmt"
+)
+
+// ReduceScatterRing reduces data over all ranks with op's combiner and
+// leaves segment Rank() — elements segs[r] to segs[r+1] — of data holding the
+// result on rank r. segs has Size()+1 nondecreasing element offsets into
+// data; segments may be empty or uneven. The other segments of data are
+// used as scratch and hold partial results on return. chunkBytes is the
+// pipelining unit (rounded down to whole elements; <= 0 sends each segment
+// as one message). Staging uses SlotStage.
+//
+// # Ring reduce-scatter
 //
 // The p ranks form a ring: rank r sends to rank r+1 and receives from rank
 // r-1 (mod p). The vector of n bytes is cut into p segments given by the
@@ -32,21 +47,6 @@
 // vector and never writes it: step 0 sends straight from it and every
 // received chunk is combined with it into data, which saves copying the
 // input first.
-
-package algo
-
-import (
-	"context"
-	"fmt"
-)
-
-// ReduceScatterRing reduces data over all ranks with op's combiner and
-// leaves segment Rank() — elements segs[r] to segs[r+1] — of data holding the
-// result on rank r. segs has Size()+1 nondecreasing element offsets into
-// data; segments may be empty or uneven. The other segments of data are
-// used as scratch and hold partial results on return. chunkBytes is the
-// pipelining unit (rounded down to whole elements; <= 0 sends each segment
-// as one message). Staging uses SlotStage.
 func ReduceScatterRing(ctx context.Context, p Peers, ws *Workspace, data []byte, dt DType, op Op, segs []int, chunkBytes int) error {
 	return reduceScatterRing(ctx, p, ws, nil, data, dt, op, layout{segs: segs, scale: dt.Size()}, chunkBytes, 0)
 }

@@ -1,39 +1,3 @@
-// Routed all-to-all
-//
-// The engine under every topology-aware all-to-all (delegated, rail
-// forwarding, X-then-Y): a Route gives, for every block (source rank,
-// destination rank), the rank that holds it at the start of each of a few
-// phases, ending at the destination. Planners (pure functions of the
-// topology and the byte matrix) make Routes; this file runs one.
-//
-// Every rank knows the whole byte matrix (AllToAll: uniform; AllToAllV:
-// the communicator exchanges the counts first), so every rank derives the
-// same messages without further negotiation.
-//
-//	phase k = 0 .. K-1, on rank r:
-//	  for every peer b != r: send, as one message, the blocks with
-//	    hop k = r and hop k+1 = b, in (source, destination) order
-//	  for every peer a != r: receive the blocks with hop k = a and
-//	    hop k+1 = r; those whose destination is r go to the output, the
-//	    others wait in a staging buffer for a later phase
-//	  blocks with hop k = hop k+1 stay where they are
-//
-// All messages of a phase are in flight at once (one goroutine per peer
-// and direction), so traffic of one phase that uses different links (an
-// optical circuit, the packet network, the intra-host fabric) moves in
-// parallel; a phase ends when this rank has sent and received all of its
-// messages. A message of a single block is sent from and received into
-// the caller's buffers directly; messages of several blocks are packed
-// into and unpacked from staging buffers (one local copy).
-//
-// Communication steps: K (one per phase), each up to p-1 messages per rank
-// in each direction. Message step labels: the phase number.
-//
-// Bytes on the wire: every block crosses one link per hop that changes
-// rank, so a route of h changing hops costs h times its bytes. The cost
-// model (Model.PredictRoute) charges each phase the time of its slowest
-// link or NIC.
-
 package algo
 
 import (
@@ -132,6 +96,42 @@ type block struct{ src, dst int }
 // blocks are at send[sendOffs[d]:] and land at recv[recvOffs[s]:]. send
 // and recv must not overlap. Staging uses SlotRoutedPack(k) and
 // SlotRoutedStage(k) for every phase k.
+//
+// # Routed all-to-all
+//
+// The engine under every topology-aware all-to-all (delegated, rail
+// forwarding, X-then-Y): a Route gives, for every block (source rank,
+// destination rank), the rank that holds it at the start of each of a few
+// phases, ending at the destination. Planners (pure functions of the
+// topology and the byte matrix) make Routes; this file runs one.
+//
+// Every rank knows the whole byte matrix (AllToAll: uniform; AllToAllV:
+// the communicator exchanges the counts first), so every rank derives the
+// same messages without further negotiation.
+//
+//	phase k = 0 .. K-1, on rank r:
+//	  for every peer b != r: send, as one message, the blocks with
+//	    hop k = r and hop k+1 = b, in (source, destination) order
+//	  for every peer a != r: receive the blocks with hop k = a and
+//	    hop k+1 = r; those whose destination is r go to the output, the
+//	    others wait in a staging buffer for a later phase
+//	  blocks with hop k = hop k+1 stay where they are
+//
+// All messages of a phase are in flight at once (one goroutine per peer
+// and direction), so traffic of one phase that uses different links (an
+// optical circuit, the packet network, the intra-host fabric) moves in
+// parallel; a phase ends when this rank has sent and received all of its
+// messages. A message of a single block is sent from and received into
+// the caller's buffers directly; messages of several blocks are packed
+// into and unpacked from staging buffers (one local copy).
+//
+// Communication steps: K (one per phase), each up to p-1 messages per rank
+// in each direction. Message step labels: the phase number.
+//
+// Bytes on the wire: every block crosses one link per hop that changes
+// rank, so a route of h changing hops costs h times its bytes. The cost
+// model (Model.PredictRoute) charges each phase the time of its slowest
+// link or NIC.
 func AllToAllRouted(ctx context.Context, p Peers, ws *Workspace, route *Route, bytes [][]int, send []byte, sendOffs []int, recv []byte, recvOffs []int) error {
 	n, me := p.Size(), p.Rank()
 	if route.Size() != n || len(bytes) != n {

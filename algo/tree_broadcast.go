@@ -1,4 +1,15 @@
-// Binomial tree broadcast
+package algo
+
+import (
+	"context"
+	"fmt"
+)
+
+// BroadcastTree copies data from root to every rank. On the root data is
+// the source; on the other ranks it is overwritten. chunkBytes is the
+// pipelining unit (<= 0 sends the buffer as one message).
+//
+// # Binomial tree broadcast
 //
 // Ranks are renumbered relative to the root, v = (r - root) mod p, and form
 // a binomial tree: the parent of v != 0 is v with its lowest set bit
@@ -20,17 +31,6 @@
 // Bytes on the wire: every non-root rank receives n; a rank sends n to each
 // of its children, so the root sends ceil(log2 p) * n, leaves send nothing.
 // In total (p-1) * n bytes cross the wire.
-
-package algo
-
-import (
-	"context"
-	"fmt"
-)
-
-// BroadcastTree copies data from root to every rank. On the root data is
-// the source; on the other ranks it is overwritten. chunkBytes is the
-// pipelining unit (<= 0 sends the buffer as one message).
 func BroadcastTree(ctx context.Context, p Peers, data []byte, root int, chunkBytes int) error {
 	size, r := p.Size(), p.Rank()
 	if size <= 1 || len(data) == 0 {

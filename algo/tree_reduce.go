@@ -1,4 +1,16 @@
-// Binomial tree reduce
+package algo
+
+import (
+	"context"
+	"fmt"
+)
+
+// ReduceTree reduces data over all ranks with op's combiner (Avg is summed;
+// the caller divides) into data on root. On the other ranks data is
+// clobbered (it holds partial results on return). Staging uses workspace
+// SlotStage (len(data) bytes).
+//
+// # Binomial tree reduce
 //
 // Ranks are renumbered relative to the root, v = (r - root) mod p, and form
 // the binomial tree of tree_broadcast.go, traversed bottom-up:
@@ -20,18 +32,6 @@
 //
 // data is overwritten on every rank: at the root with the result, on the
 // other ranks with the partial result of their subtree.
-
-package algo
-
-import (
-	"context"
-	"fmt"
-)
-
-// ReduceTree reduces data over all ranks with op's combiner (Avg is summed;
-// the caller divides) into data on root. On the other ranks data is
-// clobbered (it holds partial results on return). Staging uses workspace
-// SlotStage (len(data) bytes).
 func ReduceTree(ctx context.Context, p Peers, ws *Workspace, data []byte, dt DType, op Op, root int) error {
 	size, r := p.Size(), p.Rank()
 	if size <= 1 || len(data) == 0 {

@@ -1,4 +1,17 @@
-// 2D allreduce
+package algo
+
+import (
+	"context"
+	"fmt"
+	"sync"
+)
+
+// AllReduce2D reduces data over every rank of grid with op's combiner.
+// grid[i][j] is the rank at row i, column j; all rows have the same length.
+// src, if not nil, is the input (read only). Staging uses the first two
+// child workspaces of ws.
+//
+// # 2D allreduce
 //
 // RailX's 2D ring allreduce for ranks on a grid whose rows (X groups) and
 // columns (Y groups) are joined by separate rails. The vector is split in
@@ -26,19 +39,6 @@
 //
 // Message step labels: per half and phase, offsets of 1<<20 (see
 // hierLocalRS and friends) plus the ring's own labels.
-
-package algo
-
-import (
-	"context"
-	"fmt"
-	"sync"
-)
-
-// AllReduce2D reduces data over every rank of grid with op's combiner.
-// grid[i][j] is the rank at row i, column j; all rows have the same length.
-// src, if not nil, is the input (read only). Staging uses the first two
-// child workspaces of ws.
 func AllReduce2D(ctx context.Context, p Peers, ws *Workspace, src, data []byte, dt DType, op Op, grid [][]int, chunkBytes int) error {
 	row, col := -1, -1
 	for i, r := range grid {

@@ -1,4 +1,12 @@
-// X-then-Y all-to-all (RailX)
+package algo
+
+import "github.com/occl/occl/topo"
+
+// RouteXY plans the X-then-Y all-to-all on t. It returns nil unless every
+// host has a two-dimensional coordinate, coordinates are distinct and
+// every intermediate host has a rank of the source's local rank.
+//
+// # X-then-Y all-to-all (RailX)
 //
 // On a RailX grid each host has a coordinate (x, y); rails join the hosts
 // of a row (same y) and the hosts of a column (same x), and hosts in
@@ -19,14 +27,6 @@
 // each of its X-1 row peers the Y blocks for that peer's column, (X-1) Y D
 // bytes in the X phase, and each of its Y-1 column peers the X blocks its
 // row has for that peer, (Y-1) X D bytes in the Y phase.
-
-package algo
-
-import "github.com/occl/occl/topo"
-
-// RouteXY plans the X-then-Y all-to-all on t. It returns nil unless every
-// host has a two-dimensional coordinate, coordinates are distinct and
-// every intermediate host has a rank of the source's local rank.
 func RouteXY(t *topo.Topology) *Route {
 	n := len(t.Ranks)
 	at := map[[3]int]int{} // (x, y, local rank) -> rank

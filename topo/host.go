@@ -1,5 +1,3 @@
-// Package topo describes what is connected to what: hosts, ranks and the
-// local machine as occl discovers it.
 package topo
 
 import (

@@ -1,0 +1,66 @@
+// Package topo models the fabric under a communicator: which hosts, racks,
+// NICs, rails and optical circuits connect the ranks, and how fast each
+// kind of link is. occl's cost model, its schedules and the reconfiguration
+// planner read it; nothing in it sends a byte.
+//
+// # The model
+//
+// A Topology is plain data, stored as JSON (Load, Parse, Topology.JSON):
+//
+//   - Hosts: machines (or emulated machines), each in a multi-host HB
+//     domain or alone, under a top-of-rack switch (ToR, its rack), and,
+//     on a RailX grid, at a coordinate;
+//   - Ranks: processes, each on a host, sending through a NIC on a rail,
+//     and driving the optical ports it lists;
+//   - NICs: network ports of a host, on the electrical packet network
+//     (EPS) or on an optical circuit switch (OCS ports);
+//   - Circuits: optical circuits between OCS ports of two hosts;
+//   - Classes: alpha-beta parameters (LinkParams) per LinkClass: HBD inside
+//     a host or HB domain, EPS, OCS, and None where there is no direct
+//     path and traffic must be forwarded (rail-only and grid fabrics).
+//
+// Topology.Path says how one rank reaches another directly (class, NICs,
+// parameters); Subset narrows a topology to some of its ranks (a
+// sub-communicator's part of the fabric); Validate checks it; Ring and
+// RingOrder give the order flat ring schedules follow.
+//
+// # Making one
+//
+//   - FromSpec and FromEnv (OCCL_TOPO): a short spec such as
+//     "hosts=4x2,eps=1GB/s,ocs_ports=2" or a JSON file; Uniform and
+//     FromHosts for plain hosts;
+//   - BuildRailOptimized: rail-optimized fabrics;
+//   - BuildRailOnly: rail-only networks ("How to Build Low-cost Networks
+//     for Large Language Models (without Sacrificing Performance)?"), with
+//     RailRouter and RailOnlyForwarder for the forwarding they need;
+//   - BuildKRing: InfinitePOD's K-hop rings of optical transceivers
+//     ("InfinitePOD: Building Datacenter-Scale High-Bandwidth Domain for
+//     LLM with Optical Circuit Switching Transceivers"), with KHopRing and
+//     KHopSegments for rings that bypass faulty nodes, PlaceTPGroups and
+//     PlaceTPGroupsToR for tensor-parallel placement, and
+//     EstimateKRingWaste for the GPUs that faults leave idle;
+//   - BuildRailX: RailX's 2D torus and HyperX grids ("RailX: A Flexible,
+//     Scalable, and Low-Cost Network Architecture for Hyper-Scale LLM
+//     Training Systems"), with NewRailXFabric for their port maps,
+//     WaleckiCycles and DirectedHamiltonianCycles for their rings, and
+//     LargestAllocation for faulty grids.
+//
+// # Optical ports and circuits
+//
+// AddPorts gives hosts OCS ports; FreePorts, Connect and ConnectFor place
+// circuits on them (PlaceCircuits for a demand matrix alone); SwitchPorts
+// numbers the ports as the optical switch does and SwitchCircuits gives
+// the cross-connects it holds; PortOwner names the rank that drives a
+// port.
+//
+// # Rings
+//
+// HamiltonianRingOrder and FoldedRingOrder turn a ring of hosts into a
+// Topology.Ring; GridHamiltonianCycle finds one through a 2D grid.
+//
+// # The local machine
+//
+// LocalHostID identifies the machine a process runs on (OCCL_HOSTID
+// overrides it); Discover describes it (NUMA nodes, NICs, RDMA devices);
+// AllowedCPUs, CPUShare and BindProcess pin ranks to their share of it.
+package topo

@@ -271,9 +271,8 @@ func (b *tcpBootstrap) start(ctx context.Context, fabricRanks []int) (*Communica
 		server = newCtrlServer(ctrlConns, b.cfg, b.base)
 	}
 	client := newCtrlClient(b.rank, b.ctrlConn, server, b.cfg, b.base)
-	lk := &tcpLinker{ln: b.dataLn, secret: b.id.Secret, cfg: b.cfg, addrs: b.addrs}
+	lk := &tcpLinker{ln: b.dataLn, secret: b.id.Secret, cfg: b.cfg, addrs: b.addrs, fabric: b.fabric}
 	c := newCommunicator(newPlacement(b.commID, b.nonce, b.rank, b.hostIDs, fabricRanks), conns, client, lk, b.cfg)
-	c.emu = b.fabric
 	client.start(c)
 	b.log.Info("occl: communicator ready", "hosts", c.NumHosts(), "local_rank", c.localRank, "local_size", c.localSize)
 	return c, nil
@@ -474,27 +473,29 @@ type linker interface {
 	// ranks of this rank's group in new-rank order (nil for ranks that
 	// take part in no group), and self is this rank's index in it.
 	split(ctx context.Context, p *opPeers, childID uint64, group []int, self int) (*Communicator, error)
-	// release frees what the linker holds when the communicator closes.
+	// release frees what the linker holds (its emulated fabric too) when
+	// the communicator closes.
 	release()
 	// connect opens new connections of generation gen (a rewire attempt)
 	// between this rank and peers (every peer calls it with this rank in
 	// its list).
 	connect(ctx context.Context, c *Communicator, gen uint32, peers []int) (map[int]transport.Conn, error)
-	// emulator returns the emulated fabric shaping c's connections, or
+	// emulator returns the emulated fabric shaping the connections, or
 	// nil.
-	emulator(c *Communicator) *emu.Fabric
+	emulator() *emu.Fabric
 }
 
 // tcpLinker is the linker of communicators bootstrapped over TCP. It opens
 // new connections through the data listeners, and splits as follows: the
-// leader of each group binds a rendezvous listener, leaders' addresses are exchanged over
-// the parent, and each group bootstraps like Init with a secret derived
-// from the parent's.
+// leader of each group binds a rendezvous listener, leaders' addresses are
+// exchanged over the parent, and each group bootstraps like Init with a
+// secret derived from the parent's.
 type tcpLinker struct {
 	ln     *tcp.Listener
 	secret [16]byte
 	cfg    config
-	addrs  []string // every rank's data listener
+	addrs  []string    // every rank's data listener
+	fabric *emu.Fabric // the emulated fabric of this rank's links, if any
 }
 
 // connect opens connections of generation gen to peers through the data
@@ -509,12 +510,17 @@ func (f *tcpLinker) connect(ctx context.Context, c *Communicator, gen uint32, pe
 		Mesh: tcp.MeshConfig{Self: c.rank, Comm: c.id, Epoch: gen, Secret: f.secret[:],
 			Streams: f.cfg.streams, Options: f.cfg.tcpOptions(), Listener: f.ln},
 		SameHost:     c.sameHost,
-		CMAThreshold: f.cfg.cmaThreshold, Emulation: c.emu, Log: logx.For(c.log, logx.Rewire)}, eps)
+		CMAThreshold: f.cfg.cmaThreshold, Emulation: f.fabric, Log: logx.For(c.log, logx.Rewire)}, eps)
 }
 
-func (f *tcpLinker) emulator(c *Communicator) *emu.Fabric { return c.emu }
+func (f *tcpLinker) emulator() *emu.Fabric { return f.fabric }
 
-func (f *tcpLinker) release() { f.ln.Close() }
+func (f *tcpLinker) release() {
+	if f.fabric != nil {
+		f.fabric.Close()
+	}
+	f.ln.Close()
+}
 
 func (f *tcpLinker) split(ctx context.Context, p *opPeers, childID uint64, group []int, self int) (*Communicator, error) {
 	c := p.c

@@ -37,7 +37,6 @@ import (
 	"github.com/occl/occl/algo"
 	"github.com/occl/occl/internal/logx"
 	"github.com/occl/occl/transport"
-	"github.com/occl/occl/transport/emu"
 )
 
 // Communicator is one rank's handle on a group of ranks. Its methods are
@@ -48,23 +47,20 @@ type Communicator struct {
 	log       *slog.Logger
 	// tune logs the choice of schedules (subsystem TUNE).
 	tune  *slog.Logger
-	epoch atomic.Uint32
+	epoch atomic.Uint32 // topology epoch, bumped by every rewire
 
-	links linkSet
+	links  linkSet                // connections to the peers (links.go)
+	linker linker                 // opens new links: rewire, Split (bootstrap.go, local.go)
+	layout atomic.Pointer[layout] // topology, cost model, host groups, routes (topology.go)
 
-	emu    *emu.Fabric            // the emulated fabric shaping the connections, if any
-	layout atomic.Pointer[layout] // topology, cost model and host groups
-	ctrl   controlPlane
-	linker linker // new connections and Split's communicators
+	queue  opQueue     // operations issued, and the worker's life (queue.go)
+	worker workerState // what only the worker touches (worker.go)
 
-	queue  opQueue     // operations issued, and the worker's life
-	worker workerState // what only the worker touches
-
-	hist    opHistory
-	watch   watchdog
-	traffic monitor
-
-	failure *failure // healthy, or failed for good
+	ctrl    controlPlane // failures agreed by every rank (control.go)
+	failure *failure     // healthy, or failed for good (failure.go)
+	hist    opHistory    // recent collectives, for probes (probe.go)
+	watch   watchdog     // asks for a probe when a collective stalls (probe.go)
+	traffic monitor      // all-to-all bytes by tag (traffic.go)
 }
 
 // newCommunicator assembles a communicator from what a bootstrap produced
@@ -152,9 +148,6 @@ func (c *Communicator) shutdown(ctx context.Context, drain bool) error {
 		r.finish(&OpError{Rank: c.rank, Op: r.name, Seq: r.seq, Err: ErrClosed})
 	}
 	c.links.closeAll()
-	if c.emu != nil {
-		c.emu.Close()
-	}
 	c.linker.release()
 	return err
 }

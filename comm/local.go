@@ -163,7 +163,7 @@ func (f *localLinker) connect(ctx context.Context, c *Communicator, gen uint32, 
 	return out, nil
 }
 
-func (f *localLinker) emulator(*Communicator) *emu.Fabric { return f.g.fabric }
+func (f *localLinker) emulator() *emu.Fabric { return f.g.fabric }
 
 // localRegistry is where in-process communicators meet: the groups of
 // a Split meet here by their child id.

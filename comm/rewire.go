@@ -315,7 +315,7 @@ func (c *Communicator) rewire(ctx context.Context, p *opPeers, rw Rewire, digest
 
 	// Resume on the new topology.
 	step = time.Now()
-	if f := c.linker.emulator(c); f != nil {
+	if f := c.linker.emulator(); f != nil {
 		if e := f.SetTopology(rw.Target); e != nil {
 			logx.For(c.log, logx.Rewire).Warn("occl: rewire: emulated fabric kept its topology", "err", e)
 		}

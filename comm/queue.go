@@ -21,8 +21,10 @@ import (
 //     after it take its sequence number and those after;
 //   - close refuses every later push (the request completes at once with
 //     ErrClosed); idle waits for the requests already pushed to finish;
-//     stop ends the worker once it is between requests; drain then hands
-//     the shutdown whatever is still queued, to complete with ErrClosed.
+//     stop makes the worker return once the queue is empty (what is
+//     queued still runs, and fails at once if the communicator has
+//     failed) and waits for it; drain then hands the shutdown anything
+//     left, to complete with ErrClosed.
 //
 // Every request pushed, refused or made complete without running
 // (failedRequest) is counted until it finishes, so that idle sees it.
@@ -243,7 +245,7 @@ func (q *opQueue) idle(ctx context.Context) error {
 	}
 }
 
-// stop ends the worker once it is between requests and waits for it.
+// stop makes the worker return once the queue is empty, and waits for it.
 func (q *opQueue) stop() {
 	q.quitOnce.Do(func() { close(q.quit) })
 	<-q.stopped

@@ -54,6 +54,7 @@ func checkPair(send, recv Buffer) error {
 // deadline wherever the request is. It does not return before the request
 // completes, since the request's buffers are in use until then.
 func wait(r *Request) error {
+	r.c.help(r)
 	<-r.done
 	return r.err
 }

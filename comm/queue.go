@@ -14,8 +14,10 @@ import (
 // Contract:
 //   - any goroutine may push a request (issue an operation); collectives
 //     are numbered in the order they are pushed, from 1;
-//   - only the worker takes requests, in the order they were pushed, one
-//     at a time, and runs each to its end before it takes the next;
+//   - requests run in the order they were pushed, one at a time, each to
+//     its end before the next starts, by whoever holds exec: the worker,
+//     or a caller about to block on the request at the head of the queue,
+//     which runs it itself (help) and saves the worker's wake-up;
 //   - a request whose context ends while it is queued is withdrawn:
 //     removed, completed with its context's error, and the collectives
 //     after it take its sequence number and those after;
@@ -34,6 +36,9 @@ type opQueue struct {
 	pending []*Request
 	closing bool
 	wake    chan struct{}  // a request was pushed
+	// exec is held by whoever runs requests: the worker, or a caller
+	// about to block on the request at the head of the queue (see help).
+	exec sync.Mutex
 	out     sync.WaitGroup // requests issued and not finished
 
 	quit     chan struct{} // stop was called
@@ -69,6 +74,7 @@ type Request struct {
 // Wait blocks until the operation completes and returns its error. If ctx
 // ends first, Wait returns ctx's error and the operation goes on.
 func (r *Request) Wait(ctx context.Context) error {
+	r.c.help(r)
 	select {
 	case <-r.done:
 		return r.err
@@ -153,11 +159,36 @@ func (q *opQueue) push(r *Request) bool {
 		r.stop = context.AfterFunc(r.ctx, func() { q.withdraw(r) })
 	}
 	q.mu.Unlock()
+	q.kick()
+	return true
+}
+
+// kick wakes the worker.
+func (q *opQueue) kick() {
 	select {
 	case q.wake <- struct{}{}:
 	default:
 	}
+}
+
+// takeHead removes r from the queue if it is at the head and its context
+// has not ended, and reports whether it did. exec is held.
+func (q *opQueue) takeHead(r *Request) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.pending) == 0 || q.pending[0] != r || r.ctx.Err() != nil {
+		return false
+	}
+	q.pending[0] = nil
+	q.pending = q.pending[1:]
 	return true
+}
+
+// queued reports whether any request is waiting to run.
+func (q *opQueue) queued() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.pending) > 0
 }
 
 // withdraw removes r from the queue if it has not started and completes it
@@ -200,7 +231,7 @@ func (q *opQueue) unqueue(r *Request) bool {
 
 // take removes and returns the next request to run, or nil if the queue is
 // empty (then wait on q.wake). A request at the head whose context has
-// ended is withdrawn instead. Worker only.
+// ended is withdrawn instead. exec is held.
 func (q *opQueue) take() *Request {
 	for {
 		q.mu.Lock()
@@ -249,6 +280,9 @@ func (q *opQueue) idle(ctx context.Context) error {
 func (q *opQueue) stop() {
 	q.quitOnce.Do(func() { close(q.quit) })
 	<-q.stopped
+	// A caller may still be running its own request.
+	q.exec.Lock()
+	q.exec.Unlock() //nolint:staticcheck // only waits for the holder
 }
 
 // drain empties the queue and returns what it held.

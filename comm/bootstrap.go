@@ -241,7 +241,7 @@ func (b *tcpBootstrap) connect(ctx context.Context) error {
 		Mesh: tcp.MeshConfig{Self: rank, Comm: b.commID, Epoch: 0, Secret: b.id.Secret[:],
 			Streams: cfg.streams, Options: cfg.tcpOptions(), Listener: b.dataLn},
 		SameHost:     func(r int) bool { return hostIDs[r] == hostIDs[rank] },
-		CMAThreshold: cfg.cmaThreshold, Log: b.log}, peers)
+		CMAThreshold: cfg.cmaThreshold, ShmSpin: cfg.shmSpin(), Log: b.log}, peers)
 	if err != nil {
 		return b.wrap("connect", err)
 	}
@@ -510,7 +510,7 @@ func (f *tcpLinker) connect(ctx context.Context, c *Communicator, gen uint32, pe
 		Mesh: tcp.MeshConfig{Self: c.rank, Comm: c.id, Epoch: gen, Secret: f.secret[:],
 			Streams: f.cfg.streams, Options: f.cfg.tcpOptions(), Listener: f.ln},
 		SameHost:     c.sameHost,
-		CMAThreshold: f.cfg.cmaThreshold, Emulation: f.fabric, Log: logx.For(c.log, logx.Rewire)}, eps)
+		CMAThreshold: f.cfg.cmaThreshold, ShmSpin: f.cfg.shmSpin(), Emulation: f.fabric, Log: logx.For(c.log, logx.Rewire)}, eps)
 }
 
 func (f *tcpLinker) emulator() *emu.Fabric { return f.fabric }

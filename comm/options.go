@@ -45,6 +45,7 @@ type config struct {
 	fabricRanks      []int // nil: this communicator is the fabric's
 	emulate          bool
 	cmaThreshold     int // 0: off
+	spin             time.Duration
 	log              *slog.Logger
 }
 
@@ -127,6 +128,19 @@ func WithTransport(name string) Option { return func(c *config) { c.transport = 
 // through the rings was faster at every size (see package shm).
 func WithSingleCopy(threshold int) Option { return func(c *config) { c.cmaThreshold = threshold } }
 
+// DefaultSpin is how long a rank waiting on shared memory polls before it
+// sleeps, when the ranks of its machine have a core each.
+const DefaultSpin = 500 * time.Microsecond
+
+// WithSpin sets how long a rank waiting for a peer on shared memory keeps
+// polling before it sleeps (OCCL_SHM_SPIN, DefaultSpin by default), when
+// the machine has at least one core per local rank. Polling keeps small
+// operations' latency low and stable (a sleeping waiter costs tens of
+// microseconds to wake on a virtual machine); with more local ranks than
+// cores waits poll only briefly whatever this says, since a polling rank
+// would take the core from the rank it waits for. 0 polls only briefly.
+func WithSpin(d time.Duration) Option { return func(c *config) { c.spin = d } }
+
 // WithAffinity binds the process to its share of the host's CPUs when the
 // communicator is created (OCCL_AFFINITY=auto): the ranks running on one
 // machine (whatever emulated hosts a topology puts them on) split the CPUs
@@ -158,6 +172,14 @@ func (c *config) tcpOptions() tcp.Options {
 	return o
 }
 
+// shmSpin returns how long shared-memory waits poll beyond the fixed spin.
+func (c *config) shmSpin() time.Duration {
+	if c.oversubscribed {
+		return 0
+	}
+	return c.spin
+}
+
 // emuConfig returns the configuration of the emulated fabric under key.
 func (c *config) emuConfig(key uint64, local bool) emu.Config {
 	ec := emu.Config{Key: fmt.Sprintf("%016x", key), Local: local}
@@ -175,6 +197,7 @@ func newConfig(opts []Option) (config, error) {
 		heartbeat:        DefaultHeartbeat,
 		heartbeatTimeout: DefaultHeartbeatTimeout,
 		transport:        TransportAuto,
+		spin:             DefaultSpin,
 	}
 	if err := c.fromEnv(); err != nil {
 		return c, err
@@ -195,6 +218,9 @@ func newConfig(opts []Option) (config, error) {
 	}
 	if c.emulate && c.topology == nil {
 		return c, invalidf("emulation needs a topology (OCCL_TOPO or WithTopology)")
+	}
+	if c.spin < 0 {
+		return c, invalidf("shared-memory spin %v is negative", c.spin)
 	}
 	if c.cmaThreshold < 0 {
 		return c, invalidf("single-copy threshold %d is negative", c.cmaThreshold)
@@ -245,6 +271,7 @@ func (c *config) fromEnv() error {
 		c.cmaThreshold, e = ParseSize(v)
 		return
 	})
+	env("OCCL_SHM_SPIN", func(v string) (e error) { c.spin, e = parseDuration(v); return })
 	env("OCCL_HEARTBEAT_TIMEOUT", func(v string) (e error) { c.heartbeatTimeout, e = parseDuration(v); return })
 	return err
 }

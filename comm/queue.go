@@ -35,11 +35,11 @@ type opQueue struct {
 	seq     uint64 // collectives pushed (less those withdrawn)
 	pending []*Request
 	closing bool
-	wake    chan struct{}  // a request was pushed
+	wake    chan struct{} // a request was pushed
 	// exec is held by whoever runs requests: the worker, or a caller
 	// about to block on the request at the head of the queue (see help).
 	exec sync.Mutex
-	out     sync.WaitGroup // requests issued and not finished
+	out  sync.WaitGroup // requests issued and not finished
 
 	quit     chan struct{} // stop was called
 	quitOnce sync.Once

@@ -29,6 +29,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/occl/occl/transport"
 	"github.com/occl/occl/transport/emu"
@@ -65,6 +66,8 @@ type Config struct {
 	SameHost func(peer int) bool
 	// CMAThreshold is shm's single-copy threshold (0: off).
 	CMAThreshold int
+	// ShmSpin is how long shm's waits poll before they sleep (shm.Config.Spin).
+	ShmSpin time.Duration
 	// Emulation, if set, shapes every connection (it keeps ownership of
 	// none: the returned connections own what they wrap).
 	Emulation *emu.Fabric
@@ -185,7 +188,7 @@ func connectSHM(ctx context.Context, cfg *Config, mesh map[int]*tcp.Conn, peers 
 	}
 	return each(peers, func(r int) (transport.Conn, error) {
 		sc, err := shm.Connect(ctx, mesh[r], shm.Config{Comm: cfg.Mesh.Comm, Epoch: cfg.Mesh.Epoch, Self: cfg.Mesh.Self, Peer: r,
-			NoCMA: cfg.CMAThreshold == 0, CMAThreshold: cfg.CMAThreshold})
+			NoCMA: cfg.CMAThreshold == 0, CMAThreshold: cfg.CMAThreshold, Spin: cfg.ShmSpin})
 		switch {
 		case err == nil:
 			return sc, nil

@@ -54,6 +54,9 @@ type Conn struct {
 	inM   *mapping
 	eager int
 	peer  int
+	// spin is how long a wait keeps polling before it sleeps, beyond the
+	// short fixed spin (Config.Spin).
+	spin time.Duration
 
 	// Single-copy transfers: payloads of at least cmaOutMin bytes that
 	// this side sends, and of at least cmaInMin bytes that it receives,
@@ -394,7 +397,10 @@ func (c *Conn) wait(ctx context.Context, w waitFor) error {
 	default:
 		seqw, flag, peerClosed, peerErr = c.out.doneSeq, c.out.doneWaiting, c.out.consClosed, errPeerClosedSend
 	}
-	var done <-chan struct{}
+	var (
+		done      <-chan struct{}
+		spinUntil time.Time
+	)
 	for i := 0; ; i++ {
 		ok, err := c.ready(w)
 		if ok || err != nil {
@@ -417,6 +423,18 @@ func (c *Conn) wait(ctx context.Context, w waitFor) error {
 		if i < spinTight+spinYield {
 			runtime.Gosched()
 			continue
+		}
+		if c.spin > 0 {
+			// Keep polling for up to c.spin in all before sleeping: a
+			// futex wake-up costs tens of microseconds on a virtual
+			// machine, far more than the wait it ends.
+			if i == spinTight+spinYield {
+				spinUntil = time.Now().Add(c.spin)
+			}
+			if i%16 != 0 || time.Now().Before(spinUntil) {
+				runtime.Gosched()
+				continue
+			}
 		}
 		if done == nil {
 			done = ctx.Done()

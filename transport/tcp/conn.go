@@ -21,6 +21,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -537,8 +538,13 @@ func (s *stream) doRead(fd uintptr) bool {
 			if s.rspin > 0 {
 				// A small message is probably on its way: polling for a
 				// few microseconds is much cheaper than parking in the
-				// netpoller and being woken on another CPU.
+				// netpoller and being woken on another CPU. Yield in
+				// between: the message awaited may be the answer to
+				// one that another goroutine of this process has yet
+				// to send (with one P, a tight loop would keep it
+				// from running until the spin ends).
 				s.rspin--
+				runtime.Gosched()
 				continue
 			}
 			return false

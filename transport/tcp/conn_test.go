@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"runtime"
 	"testing"
 	"time"
 
@@ -167,4 +168,40 @@ func BenchmarkSendRecv1MiB(b *testing.B) {
 }
 func BenchmarkSendRecv16MiB2Streams(b *testing.B) {
 	transporttest.Bench(b, func(t testing.TB) (transport.Conn, transport.Conn) { return pairN(t, 2) }, 16<<20)
+}
+
+// BenchmarkExchangeSmall is the step of a two-rank all-to-all of 8 bytes
+// with one P: each side sends its message from a goroutine and receives
+// the peer's (transport.Exchange). A read that polls the socket without
+// yielding keeps the sending goroutine of its own side from running until
+// the poll gives up, so both sides end up parked in the netpoller.
+func BenchmarkExchangeSmall(b *testing.B) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	x, y := pairN(b, 1)
+	defer x.Close()
+	defer y.Close()
+	ctx := context.Background()
+	h := transport.Header{Kind: transport.KindCollective, Len: 8}
+	bx, by := make([]byte, 8), make([]byte, 8)
+	rx, ry := make([]byte, 8), make([]byte, 8)
+	errc := make(chan error, 1)
+	b.ReportAllocs()
+	b.ResetTimer()
+	go func() {
+		for i := 0; i < b.N; i++ {
+			if err := transport.Exchange(ctx, y, h, by, h, ry); err != nil {
+				errc <- err
+				return
+			}
+		}
+		errc <- nil
+	}()
+	for i := 0; i < b.N; i++ {
+		if err := transport.Exchange(ctx, x, h, bx, h, rx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := <-errc; err != nil {
+		b.Fatal(err)
+	}
 }

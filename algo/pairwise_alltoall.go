@@ -47,6 +47,31 @@ func AllToAllPairwise(ctx context.Context, p Peers, send []byte, sendOffs, sendL
 		}
 	}
 
+	if eagerAllToAll(p, sendLens) {
+		// Every block fits in its connection's buffer: send them all, then
+		// receive, on the caller's goroutine. No send waits for its
+		// receiver, so no rank can block another, and a small all-to-all
+		// costs no goroutine and no context.
+		for s := 1; s < size; s++ {
+			to := mod(r+s, size)
+			if sendLens[to] == 0 {
+				continue
+			}
+			if err := p.Send(ctx, to, uint32(s), send[sendOffs[to]:sendOffs[to]+sendLens[to]]); err != nil {
+				return fmt.Errorf("pairwise all-to-all: rank %d step %d: send to rank %d: %w", r, s, to, err)
+			}
+		}
+		for s := 1; s < size; s++ {
+			from := mod(r-s, size)
+			if recvLens[from] == 0 {
+				continue
+			}
+			if err := p.Recv(ctx, from, uint32(s), recv[recvOffs[from]:recvOffs[from]+recvLens[from]]); err != nil {
+				return fmt.Errorf("pairwise all-to-all: rank %d step %d: recv from rank %d: %w", r, s, from, err)
+			}
+		}
+		return nil
+	}
 	g := newGroup(ctx)
 	defer g.cancel()
 	var done chan struct{}
@@ -80,4 +105,24 @@ func AllToAllPairwise(ctx context.Context, p Peers, send []byte, sendOffs, sendL
 		<-done
 	}
 	return g.err
+}
+
+// eagerBlock is the largest block an all-to-all sends inline, before its
+// receives: above it, sending from a goroutine while receiving overlaps
+// the two copies.
+const eagerBlock = 64 << 10
+
+// eagerAllToAll reports whether every block this rank sends fits in its
+// connection's eager limit and eagerBlock.
+func eagerAllToAll(p Peers, sendLens []int) bool {
+	ep, ok := p.(EagerPeers)
+	if !ok {
+		return false
+	}
+	for to, n := range sendLens {
+		if to != p.Rank() && n > 0 && (n > eagerBlock || n > ep.EagerLimit(to)) {
+			return false
+		}
+	}
+	return true
 }

@@ -163,9 +163,17 @@ func (c *Communicator) Algorithm(op algo.Collective, bytes int) algo.Algorithm {
 	return c.choose(c.lay(), op, bytes)
 }
 
-// choose is Algorithm on the layout l.
+// choose is Algorithm on the layout l. With a cost model the choice is
+// remembered per operation and size: a training step repeats the same
+// collectives on the same buffers, and the model's comparison of every
+// schedule costs far more than the small operations it chooses for.
 func (c *Communicator) choose(l *layout, op algo.Collective, bytes int) algo.Algorithm {
-	return algo.Choose(op, bytes, c.size, l.topo, l.model, c.cfg.algo)
+	if l.model == nil {
+		return algo.Choose(op, bytes, c.size, l.topo, l.model, c.cfg.algo)
+	}
+	return l.choices.get(op, bytes, func() algo.Algorithm {
+		return algo.Choose(op, bytes, c.size, l.topo, l.model, c.cfg.algo)
+	})
 }
 
 // TransportName names the transports the communicator's connections use:

@@ -3,6 +3,7 @@ package comm
 import (
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/occl/occl/algo"
 	"github.com/occl/occl/topo"
@@ -122,6 +123,43 @@ type layout struct {
 	model      *algo.Model
 	hostGroups [][]int     // every host's ranks in local-rank order
 	routes     *routeCache // all-to-all routes chosen on it; the worker's alone
+	choices    choiceCache // schedules chosen on it by the cost model
+}
+
+// choiceCache remembers the cost model's choice of schedule per operation
+// and size. Any goroutine may use it (Algorithm is public). It holds at
+// most maxChoices entries and starts over when full, so a job that never
+// repeats a size does not grow it without bound.
+type choiceCache struct {
+	mu sync.Mutex
+	m  map[choiceKey]algo.Algorithm
+}
+
+type choiceKey struct {
+	op    algo.Collective
+	bytes int
+}
+
+const maxChoices = 1024
+
+// get returns the choice for op on bytes, computing it with choose the
+// first time.
+func (cc *choiceCache) get(op algo.Collective, bytes int, choose func() algo.Algorithm) algo.Algorithm {
+	k := choiceKey{op, bytes}
+	cc.mu.Lock()
+	a, ok := cc.m[k]
+	cc.mu.Unlock()
+	if ok {
+		return a
+	}
+	a = choose()
+	cc.mu.Lock()
+	if cc.m == nil || len(cc.m) >= maxChoices {
+		cc.m = make(map[choiceKey]algo.Algorithm)
+	}
+	cc.m[k] = a
+	cc.mu.Unlock()
+	return a
 }
 
 func newLayout(t *topo.Topology) *layout {

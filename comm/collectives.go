@@ -49,13 +49,20 @@ func checkPair(send, recv Buffer) error {
 }
 
 // wait blocks until r completes. It needs no context of its own: a request
-// whose context ends while it is queued is withdrawn at once (see submit),
-// and a running one is bounded by its context, so this returns at the
-// deadline wherever the request is. It does not return before the request
+// whose context ends while it is queued is withdrawn here at once, and a
+// running one is bounded by its context, so this returns at the deadline
+// wherever the request is. It does not return before the request
 // completes, since the request's buffers are in use until then.
 func wait(r *Request) error {
 	r.c.help(r)
-	<-r.done
+	select {
+	case <-r.done:
+	case <-r.ctxDone():
+		// Withdrawn if still queued; a running operation honours its
+		// context itself.
+		r.c.queue.withdraw(r)
+		<-r.done
+	}
 	return r.err
 }
 

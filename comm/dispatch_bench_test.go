@@ -68,7 +68,9 @@ func BenchmarkDispatch(b *testing.B) {
 						c.Close()
 					}
 				}()
-				ctx := context.Background()
+				// A cancellable context, as callers' usually are.
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
 				b.ReportAllocs()
 				done := make(chan error, len(comms))
 				for _, c := range comms[1:] {

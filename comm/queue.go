@@ -20,7 +20,11 @@ import (
 //     which runs it itself (help) and saves the worker's wake-up;
 //   - a request whose context ends while it is queued is withdrawn:
 //     removed, completed with its context's error, and the collectives
-//     after it take its sequence number and those after;
+//     after it take its sequence number and those after. This happens as
+//     soon as someone looks (a blocking call or Wait waiting for it, Test)
+//     or when it reaches the head of the queue, whichever comes first: no
+//     callback is armed on the context, which would cost every operation
+//     an allocation and a registration with its parent context;
 //   - close refuses every later push (the request completes at once with
 //     ErrClosed); idle waits for the requests already pushed to finish;
 //     stop makes the worker return once the queue is empty (what is
@@ -65,8 +69,6 @@ type Request struct {
 	target uint64
 	ctx    context.Context
 	fn     func(ctx context.Context, p *opPeers) error
-	// stop cancels the withdrawal armed on ctx while r is queued.
-	stop func() bool
 	done chan struct{}
 	err  error
 }
@@ -75,16 +77,36 @@ type Request struct {
 // ends first, Wait returns ctx's error and the operation goes on.
 func (r *Request) Wait(ctx context.Context) error {
 	r.c.help(r)
-	select {
-	case <-r.done:
-		return r.err
-	case <-ctx.Done():
-		return fmt.Errorf("occl: rank %d: waiting for %s: %w", r.c.rank, r.name, ctx.Err())
+	own := r.ctxDone()
+	for {
+		select {
+		case <-r.done:
+			return r.err
+		case <-ctx.Done():
+			return fmt.Errorf("occl: rank %d: waiting for %s: %w", r.c.rank, r.name, ctx.Err())
+		case <-own:
+			// Its own context ended: withdrawn if still queued; if
+			// running, the operation honours that context itself.
+			r.c.queue.withdraw(r)
+			own = nil
+		}
 	}
+}
+
+// ctxDone is the Done channel of the request's context (nil for a request
+// completed before it was queued).
+func (r *Request) ctxDone() <-chan struct{} {
+	if r.ctx == nil {
+		return nil
+	}
+	return r.ctx.Done()
 }
 
 // Test reports whether the operation has completed, and its error if so.
 func (r *Request) Test() (bool, error) {
+	if r.ctx != nil && r.ctx.Err() != nil {
+		r.c.queue.withdraw(r)
+	}
 	select {
 	case <-r.done:
 		return true, r.err
@@ -97,9 +119,6 @@ func (r *Request) Test() (bool, error) {
 func (r *Request) Done() <-chan struct{} { return r.done }
 
 func (r *Request) finish(err error) {
-	if r.stop != nil {
-		r.stop()
-	}
 	r.err = err
 	r.fn = nil
 	close(r.done)
@@ -152,12 +171,6 @@ func (q *opQueue) push(r *Request) bool {
 		r.seq = q.seq
 	}
 	q.pending = append(q.pending, r)
-	if r.ctx.Done() != nil {
-		// A request whose context ends while it is queued is withdrawn
-		// without starting; once the worker has taken it, withdraw finds
-		// nothing to do and the running operation honours ctx itself.
-		r.stop = context.AfterFunc(r.ctx, func() { q.withdraw(r) })
-	}
 	q.mu.Unlock()
 	q.kick()
 	return true

@@ -77,9 +77,54 @@ class Case:
         return "%s np=%d %s n=%d w=%d" % (self.op, self.np, size, self.n, self.w)
 
 
-def default_cases(quick):
-    """The default set. Large sizes take fewer iterations so that the whole
-    comparison stays within a few minutes on two cores."""
+# The grid: every collective an MoE layer uses, at the sizes it uses them,
+# on 2 and 4 processes.
+GRID_OPS = ("alltoall", "allgather", "reducescatter", "broadcast", "allreduce")
+GRID_SIZES = (8, 1 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20)
+GRID_NP = (2, 4)
+
+# Operations whose size is the whole buffer of np per-rank chunks.
+SPLIT_OPS = ("allgather", "reducescatter", "alltoall")
+
+# Sizes run by one command share its iteration counts: (first grid size,
+# last grid size, iterations, warmup, quick iterations, quick warmup).
+GRID_BANDS = (
+    (8, 1 << 10, 1000, 100, 5, 1),
+    (64 << 10, 1 << 20, 100, 10, 3, 1),
+    (16 << 20, 64 << 20, 8, 2, 1, 1),
+)
+
+
+def smallest_size(op, np, elt=4):
+    """The smallest size at or above 8 bytes that every implementation can
+    run. gloo_bench.py and mpi_bench.c follow nccl-tests and round the
+    per-rank chunk of allgather, reducescatter and alltoall down to a
+    multiple of 16 bytes of elements, skipping a size whose chunk becomes 0;
+    occl-bench does not round but runs 0 elements. So these operations need
+    16 bytes per rank: 32 B at np=2, 64 B at np=4 (float32)."""
+    if op in SPLIT_OPS:
+        return max(GRID_SIZES[0], 16 * np)
+    return GRID_SIZES[0]
+
+
+def grid_cases(quick, ops=GRID_OPS, nps=GRID_NP):
+    """The default set: for every op and np, one command per band of sizes,
+    iterations scaled to the size."""
+    cases = []
+    for np in nps:
+        for op in ops:
+            for lo, hi, n, w, qn, qw in GRID_BANDS:
+                b = smallest_size(op, np) if lo == GRID_SIZES[0] else lo
+                if quick:
+                    n, w = qn, qw
+                cases.append(Case("grid-%s-np%d-%s" % (op, np, fmt_bytes(b)), "grid", op, np,
+                                  str(b), str(hi), hi // b, n, w))
+    return cases
+
+
+def legacy_cases(quick):
+    """The set run before the grid (AllReduce sweeps, 64 MiB AllReduce and
+    16 MiB AllToAll at np=4); --legacy runs it, for the README's snapshot."""
     if quick:
         return [
             Case("allreduce-np2-small", "allreduce np=2 sweep", "allreduce", 2, "8", "64K", 8, 10, 2),
@@ -357,9 +402,24 @@ def machine_meta(tools):
     return meta
 
 
+def select_cases(args):
+    """The cases of this run: the grid (or the legacy set) filtered by --ops
+    and --np."""
+    ops = [o for o in args.ops.split(",") if o] if args.ops else list(GRID_OPS)
+    nps = [int(n) for n in args.np.split(",") if n] if args.np else list(GRID_NP)
+    if args.legacy:
+        cases = legacy_cases(args.quick)
+    else:
+        cases = grid_cases(args.quick, [o for o in GRID_OPS if o in ops], nps)
+    cases = [c for c in cases if c.op in ops and c.np in nps]
+    if not cases:
+        raise SystemExit("compare: no case left after --ops %s --np %s" % (args.ops, args.np))
+    return cases
+
+
 def run_all(args):
     skip = set(s for s in args.skip.split(",") if s)
-    cases = default_cases(args.quick)
+    cases = select_cases(args)
     out_path = args.out or os.path.join(
         ROOT, "bench", "results",
         "compare-%s.jsonl" % datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
@@ -406,9 +466,19 @@ def run_all(args):
         # Rounds run every command once each, interleaved, so that a slow
         # spell of the machine hits every implementation alike; the tables
         # report the median over rounds.
-        plan = [(c, label, argv) for _ in range(args.repeat)
-                for c in cases for label, argv in commands(c, tools, args)]
+        # Within a case the order of the implementations rotates from round
+        # to round, so that none always runs first (after a heavy command of
+        # the previous case) or last.
+        plan = []
+        for rnd_i in range(args.repeat):
+            for c in cases:
+                cmds = commands(c, tools, args)
+                k = rnd_i % len(cmds) if cmds else 0
+                plan += [(c, label, argv) for label, argv in cmds[k:] + cmds[:k]]
+        unsupported = set()  # (run label, op) that exited with status 3
         for i, (case, label, argv) in enumerate(plan, 1):
+            if (label, case.op) in unsupported:
+                continue
             log("compare: [%d/%d] %-8s %s" % (i, len(plan), label, case.describe()))
             if args.wait_idle > 0:
                 wait_idle(args.wait_idle)
@@ -424,7 +494,9 @@ def run_all(args):
                 r.update(case=case.name, group=case.group, run=label)
                 write(r)
             if rc == 3 and label == "gloo":
-                log("compare:          gloo does not support %s in this torch; column left empty\n%s"
+                unsupported.add((label, case.op))
+                log("compare:          gloo does not support %s in this torch; column left empty, "
+                    "not run again\n%s"
                     % (case.op, tail(err, 2)))
             elif rc != 0:
                 log("compare:          %s failed (exit %d) after %d rows; the rest stays empty:\n%s"
@@ -529,6 +601,162 @@ def render(headers, rows, markdown):
     return "\n".join(lines)
 
 
+# The ratios of the grid table: (header, occl column, peer columns,
+# operations it applies to or None for all). A ratio is time(peer) /
+# time(occl): above 1 occl is faster. With several peer columns the fastest
+# of them is taken.
+GRID_RATIOS = (
+    ("occl-shm/best", "occl-shm", ("occl-tcp", "gloo", "mpi-tcp", "mpi-shm"), None),
+    ("occl-shm/mpi-shm", "occl-shm", ("mpi-shm",), None),
+    ("occl-tcp/mpi-tcp", "occl-tcp", ("mpi-tcp",), None),
+    ("occl-tcp/gloo", "occl-tcp", ("gloo",), ("alltoall",)),
+)
+
+# Columns whose spread over rounds (max/min time) is shown at the smallest size.
+SPREAD_COLS = ("occl-shm", "mpi-shm")
+
+
+def grid_points(records):
+    """{(op, np, bytes): {column: [time_us of each round]}} of grid records."""
+    points = {}
+    for r in records:
+        if r.get("impl") in ("meta", "run", "limit") or not isinstance(r.get("time_us"), (int, float)):
+            continue
+        col = column_of(r)
+        if col not in IMPLS:
+            continue
+        key = (r.get("op"), r.get("np"), r.get("bytes"))
+        points.setdefault(key, {}).setdefault(col, []).append(r)
+    return points
+
+
+def median(xs):
+    xs = sorted(xs)
+    mid = len(xs) // 2
+    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
+
+
+def grid_rows(records):
+    """The grid table's rows as data: a list of dicts with op, np, bytes,
+    time (column -> median time_us), ratio (header -> (value, peer column)),
+    spread (column -> max/min over rounds, at the smallest size of each op
+    and np only), rounds and wrong (columns with a wrong result)."""
+    points = grid_points(records)
+    smallest = {}
+    for op, np, b in points:
+        smallest[(op, np)] = min(b, smallest.get((op, np), b))
+    order = {op: i for i, op in enumerate(GRID_OPS)}
+    rows = []
+    for key in sorted(points, key=lambda k: (k[1], order.get(k[0], len(order)), k[0], k[2])):
+        op, np, b = key
+        cells = points[key]
+        time = {c: median([r["time_us"] for r in rs]) for c, rs in cells.items()}
+        ratio = {}
+        for name, mine, peers, ops in GRID_RATIOS:
+            if ops is not None and op not in ops:
+                continue
+            have = [(time[p], p) for p in peers if time.get(p)]
+            if not time.get(mine) or not have:
+                ratio[name] = (None, None)
+                continue
+            t, peer = min(have)
+            ratio[name] = (t / time[mine], peer)
+        spread = {}
+        if b == smallest[(op, np)]:
+            for c in SPREAD_COLS:
+                ts = [r["time_us"] for r in cells.get(c, [])]
+                if len(ts) > 1 and min(ts) > 0:
+                    spread[c] = max(ts) / min(ts)
+        rows.append({
+            "op": op, "np": np, "bytes": b, "time": time, "ratio": ratio, "spread": spread,
+            "rounds": max(len(rs) for rs in cells.values()),
+            "wrong": sorted(c for c, rs in cells.items()
+                            if any((r.get("wrong") or 0) > 0 for r in rs)),
+        })
+    return rows
+
+
+def worst_points(rows):
+    """header -> the row with the smallest value of that ratio (None if the
+    ratio was never measured)."""
+    worst = {}
+    for name, _, _, _ in GRID_RATIOS:
+        have = [r for r in rows if (r["ratio"].get(name) or (None,))[0] is not None]
+        worst[name] = min(have, key=lambda r: r["ratio"][name][0]) if have else None
+    return worst
+
+
+def print_grid(records, markdown, out):
+    """The table of the grid: per point the median time of every column, the
+    ratios of GRID_RATIOS, the spread over rounds at the smallest size, and
+    the worst point of every ratio."""
+    rows = grid_rows(records)
+    out("%sCollectives of an MoE layer, float32: median time (us) and time ratios peer/occl"
+        % ("## " if markdown else "== "))
+    out()
+    headers = ["op", "np", "bytes"] + list(IMPLS) + [h for h, _, _, _ in GRID_RATIOS] + [
+        "spread " + c for c in SPREAD_COLS]
+    table = []
+    marked = False
+    for r in rows:
+        size = fmt_bytes(r["bytes"])
+        if r["bytes"] not in GRID_SIZES:
+            size += "*"
+            marked = True
+        line = [r["op"], str(r["np"]), size] + [fmt_num(r["time"].get(c)) for c in IMPLS]
+        for name, _, _, _ in GRID_RATIOS:
+            v, peer = r["ratio"].get(name, (None, None))
+            if name not in r["ratio"]:
+                line.append("")
+            elif v is None:
+                line.append("-")
+            elif name == "occl-shm/best":
+                line.append("%.2fx %s" % (v, peer))
+            else:
+                line.append("%.2fx" % v)
+        line += ["%.2f" % r["spread"][c] if c in r["spread"] else "" for c in SPREAD_COLS]
+        table.append(line)
+    out(render(headers, table, markdown))
+    out()
+    worst = worst_points(rows)
+    for name, _, _, _ in GRID_RATIOS:
+        w = worst[name]
+        if w is None:
+            out("worst %s: not measured" % name)
+            continue
+        v, peer = w["ratio"][name]
+        out("worst %s: %.2fx at %s np=%d %s (vs %s)" % (name, v, w["op"], w["np"], fmt_bytes(w["bytes"]), peer))
+    wrong = ["%s np=%d %s %s" % (r["op"], r["np"], fmt_bytes(r["bytes"]), c) for r in rows for c in r["wrong"]]
+    if wrong:
+        out()
+        out("WRONG RESULTS in: " + ", ".join(wrong))
+    out()
+    rounds = max((r["rounds"] for r in rows), default=1)
+    notes = [
+        "Each time is the median of up to %d round(s); the rounds of all columns are interleaved." % rounds,
+        "Ratios are time(peer)/time(occl) for the same point: above 1x occl is faster. "
+        "occl-shm/best takes the fastest of the other four columns and names it; "
+        "occl-tcp/gloo is given for alltoall, the one operation both time out of place over TCP "
+        "(torch's Gloo allreduce and broadcast exist only in place).",
+        "spread = max/min of the round times at the smallest size of each op and np.",
+        "bytes follow nccl-tests: the whole buffer per rank (alltoall send buffer, allgather output, "
+        "reducescatter input).",
+    ]
+    if marked:
+        notes.append("Sizes marked * replace 8 B: allgather, reducescatter and alltoall need a per-rank chunk of "
+                     "16 bytes (4 float32) in gloo_bench.py and mpi_bench.c, which round the chunk "
+                     "down to 16 bytes as nccl-tests does and skip an empty one; the smallest size "
+                     "every implementation runs is 16 B x np (32 B at np=2, 64 B at np=4).")
+    rs_rows = [r for r in rows if r["op"] == "reducescatter"]
+    if rs_rows and not any("gloo" in r["time"] for r in rs_rows):
+        notes.append("gloo has no reducescatter in this torch (torch 1.13's Gloo does not "
+                             "implement reduce_scatter); its column is empty there.")
+    notes.append("'-' means not measured.")
+    for n in notes:
+        out(("* " if markdown else "") + n)
+    out()
+
+
 def print_tables(records, markdown=False, file=sys.stdout):
     limits = {r.get("what"): r for r in records if r.get("impl") == "limit"}
     memcpy = (limits.get("memcpy") or {}).get("GBps")
@@ -558,8 +786,13 @@ def print_tables(records, markdown=False, file=sys.stdout):
     # Group measurements: group -> (op, np, bytes) -> column -> records;
     # repeated rounds of the same cell are reduced to their median.
     groups = {}
+    grid = [r for r in records if r.get("group") == "grid"]
+    if grid:
+        print_grid(grid, markdown, out)
     for r in records:
         if r.get("impl") in ("meta", "run", "limit") or "busbw_GBps" not in r:
+            continue
+        if r.get("group") == "grid":
             continue
         col = column_of(r)
         if col not in IMPLS:
@@ -613,6 +846,8 @@ def print_tables(records, markdown=False, file=sys.stdout):
             out()
             out("WRONG RESULTS in: " + ", ".join(wrong))
         out()
+    if not groups:
+        return
     rounds = max((c.get("rounds", 1) for rows in groups.values() for cells in rows.values()
                   for c in cells.values()), default=1)
     out("Each cell is the median of %d round(s). Ratios are busbw(occl)/busbw(peer) for the "
@@ -633,16 +868,30 @@ def main():
     p.add_argument("--skip", default="", help="comma-separated: occl,gloo,mpi,limits")
     p.add_argument("--no-check", dest="check", action="store_false",
                    help="do not verify results (-c 0 everywhere)")
-    p.add_argument("--quick", action="store_true", help="few sizes and iterations (smoke test)")
+    p.add_argument("--quick", action="store_true",
+                   help="every case with a few iterations and one round (smoke test)")
+    p.add_argument("--ops", default="", help="comma-separated subset of: " + ",".join(GRID_OPS))
+    p.add_argument("--np", default="", help="comma-separated subset of: "
+                   + ",".join(str(n) for n in GRID_NP))
+    p.add_argument("--legacy", action="store_true",
+                   help="run the earlier AllReduce-centred set instead of the grid")
     p.add_argument("--timeout", type=float, default=600, help="seconds allowed per command")
-    p.add_argument("--repeat", type=int, default=3,
-                   help="rounds of every command; tables show the median (default 3)")
+    p.add_argument("--repeat", type=int, default=None,
+                   help="rounds of every command; tables show the median (default 3, 1 with --quick)")
     p.add_argument("--wait-idle", type=float, default=0, metavar="SECONDS",
                    help="before each command, wait up to this long for the machine to be idle")
     p.add_argument("--verbose", action="store_true", help="show every command's stderr")
     p.add_argument("--table", metavar="JSONL", help="only print the tables of an earlier run")
     p.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
     args = p.parse_args()
+    if args.repeat is None:
+        args.repeat = 1 if args.quick else 3
+    for o in (o for o in args.ops.split(",") if o):
+        if o not in GRID_OPS:
+            p.error("--ops: unknown operation %r (one of %s)" % (o, ",".join(GRID_OPS)))
+    for n in (n for n in args.np.split(",") if n):
+        if not n.isdigit() or int(n) < 2:
+            p.error("--np: %r is not a process count of at least 2" % n)
 
     try:
         if args.table:

@@ -14,7 +14,53 @@ It builds the programs it needs into a temporary directory
 
 then runs, for every case below, occl-bench over TCP and over shared memory,
 gloo_bench.py (torch.distributed, Gloo over loopback TCP), and mpi_bench under
-mpirun with the TCP BTL on lo and with the shared-memory BTL (vader):
+mpirun with the TCP BTL on lo and with the shared-memory BTL (vader).
+
+The cases are the collectives of a mixture-of-experts job, float32:
+
+    alltoall, allgather, reducescatter, broadcast, allreduce
+    x 8 B, 1 KiB, 64 KiB, 1 MiB, 16 MiB, 64 MiB
+    x np = 2 and 4
+
+"Size" means what it means in nccl-tests, for all three programs: the whole
+buffer of a rank (the alltoall send buffer, the allgather output, the
+reducescatter input; the one buffer of broadcast and allreduce). gloo_bench.py
+and mpi_bench.c round the per-rank chunk of allgather, reducescatter and
+alltoall down to 16 bytes and skip a size whose chunk is empty ("per-rank
+chunk rounds down to 0 elements"); occl-bench would run 0 elements. So for
+those three operations the smallest point is 16 B x np instead of 8 B (32 B at
+np=2, 64 B at np=4), marked * in the table. torch 1.13's Gloo has no
+reduce_scatter: gloo_bench.py exits with status 3 and the column stays empty
+(the script does not run it again in later rounds).
+
+Each op and np runs as three commands, one per band of sizes, with
+iterations (warmup) scaled to the size:
+
+    8 B (or 16 B x np), 1 KiB     1000 (100)
+    64 KiB, 1 MiB                  100 (10)
+    16 MiB, 64 MiB                   8 (2)
+
+and every command runs --repeat 3 rounds. Rounds are interleaved: round 1 of
+every case, then round 2, ...; within a case the five implementations run
+back to back, in an order that rotates from round to round, so a noisy
+moment of the machine hits all columns of a point alike. The tables show the
+median of the rounds.
+
+Duration: about 21 minutes for the default run on 2 cores (7 minutes per
+round: gloo about 215 s, of which most is starting torch in every rank,
+occl-tcp 80 s, occl-shm 58 s, mpi-tcp 38 s, mpi-shm 30 s), plus the builds.
+This is estimated from the per-iteration times of each implementation in
+bench/results/compare-readme.jsonl, compare-20261122.jsonl and
+torch-compare-2026-11-25.jsonl (occl's in-place pass and the checking
+iteration included; an op an implementation was never measured on is charged
+its allreduce time), and from the fixed cost per command (start-up, buffer
+set-up) that the "run" lines of compare-readme.jsonl show beyond the
+iterations. --ops and --np run a subset:
+
+    /usr/bin/python3 bench/peers/compare.py --ops alltoall,allgather --np 4
+
+--quick runs every case with 1-5 iterations and one round (a smoke test,
+a few minutes). --legacy runs the earlier AllReduce-centred set instead:
 
     allreduce   float32   8 B .. 64 MiB   np=2   (sweep, factor 2)
     allreduce   float32   64 MiB          np=4
@@ -28,6 +74,14 @@ with one "meta" line describing the machine and one "run" line per command
 a file without running anything:
 
     /usr/bin/python3 bench/peers/compare.py --table bench/results/compare-....jsonl [--markdown]
+
+The grid's table has, per point (op, np, bytes), the median time of the five
+columns and these ratios, time(peer) / time(occl), above 1 meaning occl is
+faster: occl-shm against the fastest of the other four columns (named),
+occl-shm/mpi-shm, occl-tcp/mpi-tcp, and for alltoall occl-tcp/gloo. At the
+smallest size of each op and np it shows the spread of occl-shm and mpi-shm
+over the rounds (max/min time). Below the table, the worst point of every
+ratio. Files of the legacy set print their bus bandwidth tables as before.
 
 Each "run" line also carries other_cpu_s, the CPU time that other processes
 used while the command ran; the script warns when it is large, because on a

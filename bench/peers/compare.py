@@ -772,14 +772,16 @@ def print_grid(records, markdown, out):
         table.append(line)
     out(render(headers, table, markdown))
     out()
+    bullet = "* " if markdown else ""
     worst = worst_points(rows)
     for name, _, _, _ in GRID_RATIOS:
         w = worst[name]
         if w is None:
-            out("worst %s: not measured" % name)
+            out("%sworst %s: not measured" % (bullet, name))
             continue
         v, peer = w["ratio"][name]
-        out("worst %s: %.2fx at %s np=%d %s (vs %s)" % (name, v, w["op"], w["np"], fmt_bytes(w["bytes"]), peer))
+        out("%sworst %s: %.2fx at %s np=%d %s (vs %s)"
+            % (bullet, name, v, w["op"], w["np"], fmt_bytes(w["bytes"]), peer))
     wrong = ["%s np=%d %s %s" % (r["op"], r["np"], fmt_bytes(r["bytes"]), c) for r in rows for c in r["wrong"]]
     if wrong:
         out()
@@ -807,7 +809,7 @@ def print_grid(records, markdown, out):
                              "implement reduce_scatter); its column is empty there.")
     notes.append("'-' means not measured.")
     for n in notes:
-        out(("* " if markdown else "") + n)
+        out(bullet + n)
     out()
 
 

@@ -1,0 +1,198 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/occl/occl/internal/pyvenv"
+)
+
+// compareScript is bench/peers/compare.py, relative to this package.
+const compareScript = "peers/compare.py"
+
+// runCompare runs compare.py under /usr/bin/python3 from the repository root
+// and returns its standard output.
+func runCompare(t *testing.T, limit time.Duration, args ...string) string {
+	t.Helper()
+	pyvenv.Require(t)
+	script, err := filepath.Abs(compareScript)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, pyvenv.System, append([]string{script}, args...)...)
+	cmd.Dir = ".."
+	cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("compare.py %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, stdout.String(), stderr.String())
+	}
+	return stdout.String()
+}
+
+// markdownRows returns the cells of every data row of the Markdown tables
+// in out, keyed by their first three cells ("op np bytes").
+func markdownRows(out string) map[string][]string {
+	rows := map[string][]string{}
+	for _, line := range strings.Split(out, "\n") {
+		if !strings.HasPrefix(line, "| ") {
+			continue
+		}
+		cells := strings.Split(strings.Trim(line, "|"), "|")
+		for i := range cells {
+			cells[i] = strings.TrimSpace(cells[i])
+		}
+		if len(cells) < 3 || cells[0] == "op" || strings.HasPrefix(cells[0], "---") {
+			continue
+		}
+		rows[cells[0]+" "+cells[1]+" "+cells[2]] = cells
+	}
+	return rows
+}
+
+// TestCompareTableRatios prints the grid table of a synthetic run and checks
+// the medians, the ratios time(peer)/time(occl), the best peer, the spread
+// over rounds and the worst point of every ratio against values worked out
+// by hand from testdata/compare-grid.jsonl:
+//
+//	alltoall np=2 32 B (3 rounds of occl-shm 10 12 30 and mpi-shm 2 3 4; one
+//	of occl-tcp 50, gloo 1000, mpi-tcp 40): medians 12 and 3, so
+//	occl-shm/best = 3/12 = 0.25 (mpi-shm), occl-tcp/mpi-tcp = 40/50 = 0.80,
+//	occl-tcp/gloo = 1000/50 = 20, spreads 30/10 = 3 and 4/2 = 2.
+//	alltoall np=2 64 MiB (occl-shm 1000, occl-tcp 4000, gloo 6000, mpi-tcp
+//	8000, mpi-shm 2000): 2.00 mpi-shm, 2.00, 2.00, 1.50.
+//	reducescatter np=2 1 KiB (occl-shm 10, occl-tcp 30, mpi-tcp 15, mpi-shm
+//	40, no gloo): best is mpi-tcp, 1.50; 4.00; 0.50; no occl/gloo ratio.
+//	allreduce np=4 8 B (occl-shm 5, occl-tcp 4, gloo 500, mpi-tcp 20, mpi-shm
+//	8): the fastest other column is occl-tcp, 0.80; 1.60; 5.00.
+func TestCompareTableRatios(t *testing.T) {
+	out := runCompare(t, time.Minute, "--table", "bench/testdata/compare-grid.jsonl", "--markdown")
+	rows := markdownRows(out)
+	// op, np, bytes, occl-tcp, occl-shm, gloo, mpi-tcp, mpi-shm,
+	// occl-shm/best, occl-shm/mpi-shm, occl-tcp/mpi-tcp, occl-tcp/gloo,
+	// spread occl-shm, spread mpi-shm.
+	want := [][]string{
+		{"alltoall", "2", "32B*", "50.0", "12.0", "1000", "40.0", "3.000", "0.25x mpi-shm", "0.25x", "0.80x", "20.00x", "3.00", "2.00"},
+		{"alltoall", "2", "64MiB", "4000", "1000", "6000", "8000", "2000", "2.00x mpi-shm", "2.00x", "2.00x", "1.50x", "", ""},
+		{"reducescatter", "2", "1KiB", "30.0", "10.0", "-", "15.0", "40.0", "1.50x mpi-tcp", "4.00x", "0.50x", "", "", ""},
+		{"allreduce", "4", "8B", "4.000", "5.000", "500.0", "20.0", "8.000", "0.80x occl-tcp", "1.60x", "5.00x", "", "", ""},
+	}
+	for _, w := range want {
+		key := strings.Join(w[:3], " ")
+		got, ok := rows[key]
+		if !ok {
+			t.Errorf("no row %q in:\n%s", key, out)
+			continue
+		}
+		if strings.Join(got, "|") != strings.Join(w, "|") {
+			t.Errorf("row %q:\n got %q\nwant %q", key, got, w)
+		}
+	}
+	for _, w := range []string{
+		"worst occl-shm/best: 0.25x at alltoall np=2 32B (vs mpi-shm)",
+		"worst occl-shm/mpi-shm: 0.25x at alltoall np=2 32B (vs mpi-shm)",
+		"worst occl-tcp/mpi-tcp: 0.50x at reducescatter np=2 1KiB (vs mpi-tcp)",
+		"worst occl-tcp/gloo: 1.50x at alltoall np=2 64MiB (vs gloo)",
+		"median of up to 3 round(s)",
+		"16 B x np (32 B at np=2, 64 B at np=4)",
+	} {
+		if !strings.Contains(out, w) {
+			t.Errorf("output lacks %q:\n%s", w, out)
+		}
+	}
+}
+
+// TestCompareTableLegacy checks that a file of the earlier AllReduce-centred
+// run still prints its bus bandwidth tables (the README cites such files).
+func TestCompareTableLegacy(t *testing.T) {
+	out := runCompare(t, time.Minute, "--table", "bench/results/compare-readme.jsonl")
+	for _, w := range []string{
+		"== allreduce np=2 sweep, float32: bus bandwidth (GB/s)",
+		"== alltoall 16MiB np=4, float32: time (us)",
+		"Each cell is the median of 3 round(s)",
+	} {
+		if !strings.Contains(out, w) {
+			t.Errorf("output lacks %q:\n%s", w, out)
+		}
+	}
+	if strings.Contains(out, "Collectives of an MoE layer") {
+		t.Errorf("a legacy file printed a grid table:\n%s", out)
+	}
+}
+
+// TestCompareQuickAllToAll runs compare.py --quick end to end for AllToAll on
+// 2 processes with occl (TCP and shared memory) and Open MPI (TCP and vader),
+// and checks that every implementation measured every grid point with
+// correct results and that the table names the worst points.
+func TestCompareQuickAllToAll(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds occl-bench and mpi_bench and runs 12 benchmark commands")
+	}
+	for _, tool := range []string{"go", "mpirun", "mpicc"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not found: the comparison needs it (apt-get install -y openmpi-bin libopenmpi-dev)", tool)
+		}
+	}
+	jsonl := filepath.Join(t.TempDir(), "quick.jsonl")
+	out := runCompare(t, 10*time.Minute, "--quick", "--ops", "alltoall", "--np", "2",
+		"--skip", "gloo,limits", "--out", jsonl)
+
+	data, err := os.ReadFile(jsonl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type rec struct {
+		Impl   string   `json:"impl"`
+		Run    string   `json:"run"`
+		Op     string   `json:"op"`
+		NP     int      `json:"np"`
+		Bytes  int      `json:"bytes"`
+		TimeUS *float64 `json:"time_us"`
+		Wrong  *int     `json:"wrong"`
+		RC     *int     `json:"rc"`
+	}
+	seen := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var r rec
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("bad JSONL line %q: %v", line, err)
+		}
+		switch {
+		case r.Impl == "run":
+			if r.RC == nil || *r.RC != 0 {
+				t.Errorf("command failed: %s", line)
+			}
+		case r.TimeUS != nil:
+			if r.Op != "alltoall" || r.NP != 2 {
+				t.Errorf("unexpected record %s", line)
+			}
+			if *r.TimeUS <= 0 || r.Wrong == nil || *r.Wrong != 0 {
+				t.Errorf("bad measurement %s", line)
+			}
+			seen[r.Run+" "+strconv.Itoa(r.Bytes)] = true
+		}
+	}
+	// 8 B cannot be split into 2 float32 chunks of 16 bytes: 32 B instead.
+	for _, col := range []string{"occl-tcp", "occl-shm", "mpi-tcp", "mpi-shm"} {
+		for _, b := range []int{32, 1 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20} {
+			if !seen[col+" "+strconv.Itoa(b)] {
+				t.Errorf("%s measured nothing at %d bytes", col, b)
+			}
+		}
+	}
+	for _, w := range []string{"worst occl-shm/best: ", "worst occl-shm/mpi-shm: ", "worst occl-tcp/mpi-tcp: ", "alltoall   2   32B*"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("table lacks %q:\n%s", w, out)
+		}
+	}
+}

@@ -46,21 +46,25 @@ back to back, in an order that rotates from round to round, so a noisy
 moment of the machine hits all columns of a point alike. The tables show the
 median of the rounds.
 
-Duration: about 21 minutes for the default run on 2 cores (7 minutes per
-round: gloo about 215 s, of which most is starting torch in every rank,
-occl-tcp 80 s, occl-shm 58 s, mpi-tcp 38 s, mpi-shm 30 s), plus the builds.
-This is estimated from the per-iteration times of each implementation in
-bench/results/compare-readme.jsonl, compare-20261122.jsonl and
-torch-compare-2026-11-25.jsonl (occl's in-place pass and the checking
+Duration: about 21 minutes for the default run on 2 cores, at most (7
+minutes per round: gloo about 215 s, of which most is starting torch in every
+rank, occl-tcp 80 s, occl-shm 58 s, mpi-tcp 38 s, mpi-shm 30 s), plus the
+builds. This is estimated from the per-iteration times of each
+implementation in bench/results/compare-readme.jsonl, compare-20261122.jsonl
+and torch-compare-2026-11-25.jsonl (occl's in-place pass and the checking
 iteration included; an op an implementation was never measured on is charged
-its allreduce time), and from the fixed cost per command (start-up, buffer
-set-up) that the "run" lines of compare-readme.jsonl show beyond the
-iterations. --ops and --np run a subset:
+its allreduce time: 96 s of iterations per round), and from the fixed cost
+per command (start-up, buffer set-up) that the "run" lines of
+compare-readme.jsonl show beyond the iterations (325 s per round). That
+fixed cost is pessimistic: a --quick run, nearly all fixed cost, took 216 s
+for its one round on a busy 2-core machine where the same model predicts
+344 s; with the fixed cost of that run, the default run takes about 15
+minutes. --ops and --np run a subset:
 
     /usr/bin/python3 bench/peers/compare.py --ops alltoall,allgather --np 4
 
 --quick runs every case with 1-5 iterations and one round (a smoke test,
-a few minutes). --legacy runs the earlier AllReduce-centred set instead:
+about 4 minutes). --legacy runs the earlier AllReduce-centred set instead:
 
     allreduce   float32   8 B .. 64 MiB   np=2   (sweep, factor 2)
     allreduce   float32   64 MiB          np=4
@@ -149,13 +153,13 @@ GRID_BANDS = (
 )
 
 
-def smallest_size(op, np, elt=4):
+def smallest_size(op, np):
     """The smallest size at or above 8 bytes that every implementation can
     run. gloo_bench.py and mpi_bench.c follow nccl-tests and round the
     per-rank chunk of allgather, reducescatter and alltoall down to a
     multiple of 16 bytes of elements, skipping a size whose chunk becomes 0;
     occl-bench does not round but runs 0 elements. So these operations need
-    16 bytes per rank: 32 B at np=2, 64 B at np=4 (float32)."""
+    16 bytes per rank, whatever the data type: 32 B at np=2, 64 B at np=4."""
     if op in SPLIT_OPS:
         return max(GRID_SIZES[0], 16 * np)
     return GRID_SIZES[0]

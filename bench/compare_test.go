@@ -132,8 +132,11 @@ func TestCompareTableLegacy(t *testing.T) {
 
 // TestCompareQuickAllToAll runs compare.py --quick end to end for AllToAll on
 // 2 processes with occl (TCP and shared memory) and Open MPI (TCP and vader),
-// and checks that every implementation measured every grid point with
-// correct results and that the table names the worst points.
+// two rounds, and checks that every implementation measured every grid
+// point with correct results, that the rounds are interleaved (every command
+// of round 1, then of round 2; within a case the implementations back to
+// back, starting one column later in round 2) and that the table names the
+// worst points.
 func TestCompareQuickAllToAll(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds occl-bench and mpi_bench and runs 12 benchmark commands")
@@ -150,7 +153,7 @@ func TestCompareQuickAllToAll(t *testing.T) {
 		}
 	}
 	jsonl := filepath.Join(t.TempDir(), "quick.jsonl")
-	out := runCompare(t, 10*time.Minute, "--quick", "--ops", "alltoall", "--np", "2",
+	out := runCompare(t, 10*time.Minute, "--quick", "--repeat", "2", "--ops", "alltoall", "--np", "2",
 		"--skip", "gloo,limits", "--out", jsonl)
 
 	data, err := os.ReadFile(jsonl)
@@ -166,8 +169,10 @@ func TestCompareQuickAllToAll(t *testing.T) {
 		TimeUS *float64 `json:"time_us"`
 		Wrong  *int     `json:"wrong"`
 		RC     *int     `json:"rc"`
+		Case   string   `json:"case"`
 	}
 	seen := map[string]bool{}
+	var order []string // case and column of every command, in order
 	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
 		var r rec
 		if err := json.Unmarshal([]byte(line), &r); err != nil {
@@ -177,6 +182,9 @@ func TestCompareQuickAllToAll(t *testing.T) {
 		case r.Impl == "run":
 			if r.RC == nil || *r.RC != 0 {
 				t.Errorf("command failed: %s", line)
+			}
+			if r.Case != "limits" {
+				order = append(order, r.Case+" "+r.Run)
 			}
 		case r.TimeUS != nil:
 			if r.Op != "alltoall" || r.NP != 2 {
@@ -196,7 +204,21 @@ func TestCompareQuickAllToAll(t *testing.T) {
 			}
 		}
 	}
-	for _, w := range []string{"worst occl-shm/best: ", "worst occl-shm/mpi-shm: ", "worst occl-tcp/mpi-tcp: ", "alltoall   2   32B*"} {
+	var want []string
+	for _, cols := range [][]string{
+		{"occl-tcp", "occl-shm", "mpi-tcp", "mpi-shm"},
+		{"occl-shm", "mpi-tcp", "mpi-shm", "occl-tcp"},
+	} {
+		for _, c := range []string{"grid-alltoall-np2-32B", "grid-alltoall-np2-64KiB", "grid-alltoall-np2-16MiB"} {
+			for _, col := range cols {
+				want = append(want, c+" "+col)
+			}
+		}
+	}
+	if strings.Join(order, "\n") != strings.Join(want, "\n") {
+		t.Errorf("commands ran in the order\n%s\nwant\n%s", strings.Join(order, "\n"), strings.Join(want, "\n"))
+	}
+	for _, w := range []string{"median of up to 2 round(s)", "worst occl-shm/best: ", "worst occl-shm/mpi-shm: ", "worst occl-tcp/mpi-tcp: ", "alltoall   2   32B*"} {
 		if !strings.Contains(out, w) {
 			t.Errorf("table lacks %q:\n%s", w, out)
 		}

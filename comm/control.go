@@ -114,6 +114,17 @@ func (m *localMember) stalled(seq uint64) {
 	m.l.mu.Unlock()
 	if pe := judge(seq, answers); pe != nil {
 		m.l.broadcast(pe)
+		return
+	}
+	if text := describeStall(seq, answers); text != "" {
+		m.l.mu.Lock()
+		ms := append([]*Communicator(nil), m.l.members...)
+		m.l.mu.Unlock()
+		for _, c := range ms {
+			if c != nil && c.Err() == nil {
+				logx.For(c.log, logx.Coll).Warn("occl: "+text, "seq", seq)
+			}
+		}
 	}
 }
 
@@ -189,6 +200,8 @@ func (cl *ctrlClient) handle(ev ctrlEvent) (leave bool) {
 			}
 		case actLeave:
 			leave = true
+		case actStallReport:
+			logx.For(cl.comm.log, logx.Coll).Warn("occl: "+a.Msg.Text, "seq", a.Seq)
 		}
 	}
 	return leave

@@ -74,6 +74,8 @@ const (
 	actAllLeft
 	// actLeave: this rank leaves; the shell tears its end down.
 	actLeave
+	// actStallReport: log the root's report Msg on the stall of Seq.
+	actStallReport
 )
 
 // ctrlAction is one output of a control-plane state machine.
@@ -103,6 +105,8 @@ func (a ctrlAction) String() string {
 		return "all left"
 	case actLeave:
 		return "leave"
+	case actStallReport:
+		return fmt.Sprintf("stall report %d: %s", a.Seq, a.Msg.Text)
 	}
 	return fmt.Sprintf("action %d", a.Kind)
 }
@@ -129,6 +133,8 @@ func describeMsg(m *wire.Msg) string {
 		return fmt.Sprintf("probe %d", m.Seq)
 	case wire.ProbeAnswer:
 		return fmt.Sprintf("probe answer %d state=%d op=%+v", m.Seq, m.State, m.Op)
+	case wire.StallReport:
+		return fmt.Sprintf("stall report %d", m.Seq)
 	}
 	return fmt.Sprintf("message type %d", m.Type)
 }
@@ -304,6 +310,18 @@ func (s *ctrlRoot) endProbe() {
 	s.probe = nil
 	if pe := judge(pr.seq, pr.answers); pe != nil {
 		s.declare(wire.Msg{Type: wire.Verdict, Kind: kindMismatch, Peer: pe.Peer, Reporter: pe.Reporter, Text: pe.Reason})
+		return
+	}
+	if s.verdict != nil || s.closing {
+		return
+	}
+	if text := describeStall(pr.seq, pr.answers); text != "" {
+		report := wire.Msg{Type: wire.StallReport, Seq: pr.seq, Text: text}
+		for r := range s.size {
+			if !s.gone[r] && !s.left[r] {
+				s.send(r, report)
+			}
+		}
 	}
 }
 
@@ -355,6 +373,10 @@ func (m *ctrlMember) step(ev ctrlEvent) []ctrlAction {
 			m.shutdown = true
 		case wire.Probe:
 			m.out = append(m.out, ctrlAction{Kind: actAnswer, Seq: ev.Msg.Seq})
+		case wire.StallReport:
+			if !m.failed {
+				m.out = append(m.out, ctrlAction{Kind: actStallReport, Seq: ev.Msg.Seq, Msg: ev.Msg})
+			}
 		}
 	case evConnLost:
 		if !m.leaving && !m.shutdown {

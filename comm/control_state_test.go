@@ -33,6 +33,8 @@ type ctrlNet struct {
 	left    []bool       // members that gave actLeave
 	allLeft int          // actAllLeft given
 	probed  map[int]wire.Fingerprint
+	late    map[int]bool     // ranks that answer probes as not there yet
+	stalls  map[int][]string // each member's stall reports
 }
 
 // ctrlPacket is a control message in flight: up (member From to the root)
@@ -55,6 +57,7 @@ func newCtrlNet(t *testing.T, size int) *ctrlNet {
 		t: t, now: time.Unix(1000, 0), held: map[int]bool{}, dropped: map[int]bool{}, dead: map[int]bool{},
 		timers: map[int]time.Time{}, fails: make([]*PeerError, size), nFails: make([]int, size),
 		left: make([]bool, size), probed: map[int]wire.Fingerprint{},
+		late: map[int]bool{}, stalls: map[int][]string{},
 	}
 	n.root = newCtrlRoot(size, n.now, testHBTO, testLostTO)
 	for r := range size {
@@ -81,13 +84,19 @@ func (n *ctrlNet) member(r int, ev ctrlEvent) {
 		case actAnswer:
 			// Ranks agree on every collective unless a test says
 			// otherwise in probed.
-			st := wire.Msg{Type: wire.ProbeAnswer, Seq: a.Seq, State: reached, Op: wire.Fingerprint{Op: 1, Count: 8}}
+			st := wire.Msg{Type: wire.ProbeAnswer, Seq: a.Seq, State: reached, Op: wire.Fingerprint{Op: 1, Count: 8},
+				Current: a.Seq, Done: a.Seq - 1, Waiting: -1}
 			if fp, ok := n.probed[r]; ok {
 				st.Op = fp
+			}
+			if n.late[r] {
+				st.State, st.Op, st.Current = notReached, wire.Fingerprint{}, 0
 			}
 			n.inbox = append(n.inbox, ctrlPacket{up: true, from: r, msg: st})
 		case actLeave:
 			n.left[r] = true
+		case actStallReport:
+			n.stalls[r] = append(n.stalls[r], a.Msg.Text)
 		default:
 			n.t.Fatalf("member %d: unexpected action %v", r, a)
 		}
@@ -540,6 +549,8 @@ func TestCtrlMemberForwards(t *testing.T) {
 		{ctrlEvent{Kind: evLinkLost, Peer: 1, Err: "EOF"}, fmt.Sprintf("send 0 report kind=%d peer=1 reporter=2: EOF", kindLost)},
 		{ctrlEvent{Kind: evStalled, Seq: 7}, "send 0 stalled 7"},
 		{ctrlEvent{Kind: evRecv, Msg: wire.Msg{Type: wire.Probe, Seq: 7}}, "answer 7"},
+		{ctrlEvent{Kind: evRecv, Msg: wire.Msg{Type: wire.StallReport, Seq: 7, Text: "stall at Barrier seq 7: rank 1 has not called it"}},
+			"stall report 7: stall at Barrier seq 7: rank 1 has not called it"},
 		{ctrlEvent{Kind: evRecv, Msg: wire.Msg{Type: wire.Heartbeat}}, ""},
 		{ctrlEvent{Kind: evTick}, "send 0 heartbeat"},
 		{ctrlEvent{Kind: evClose, Clean: true}, "send 0 goodbye; leave"},
@@ -552,5 +563,37 @@ func TestCtrlMemberForwards(t *testing.T) {
 	}
 	if !errors.Is(errOfKind(kindOf(ErrTimeout)), ErrTimeout) {
 		t.Error("kinds do not round-trip")
+	}
+}
+
+// TestCtrlStallReport: a probe that finds every rank in the same operation,
+// or not there yet, ends in one report that every rank logs; a mismatch
+// ends in a verdict and no report.
+func TestCtrlStallReport(t *testing.T) {
+	n := newCtrlNet(t, 4)
+	n.late[3] = true
+	n.member(1, ctrlEvent{Kind: evStalled, Seq: 9})
+	n.flush()
+	want := "stall at AllReduce(count=8, int8, sum) seq 9: rank 3 has not called it (last completed: seq 8); ranks 0-2 are in it"
+	for r := range 4 {
+		if got := n.stalls[r]; len(got) != 1 || got[0] != want {
+			t.Errorf("rank %d logged %q, want [%q]", r, got, want)
+		}
+	}
+	if len(n.decls) != 0 {
+		t.Errorf("verdicts %v, want none", n.decls)
+	}
+
+	n = newCtrlNet(t, 4)
+	n.probed[2] = wire.Fingerprint{Op: 2, Root: 1, Count: 8}
+	n.member(0, ctrlEvent{Kind: evStalled, Seq: 9})
+	n.flush()
+	for r := range 4 {
+		if len(n.stalls[r]) != 0 {
+			t.Errorf("rank %d logged a stall report on a mismatch: %q", r, n.stalls[r])
+		}
+	}
+	if len(n.decls) != 1 {
+		t.Errorf("verdicts %v, want one mismatch", n.decls)
 	}
 }

@@ -39,7 +39,9 @@ const (
 	RewireStatus  Type = 12 // rank -> rank 0: how this rank's new links went
 	RewireVerdict Type = 13 // rank 0 -> every rank: the rewire's outcome
 	LinkCheck     Type = 14 // both ends of a new link: who is here
-	maxType            = LinkCheck
+	// On the control connections again.
+	StallReport Type = 15 // root -> every rank: who holds up operation Seq
+	maxType          = StallReport
 )
 
 // Flags of a RewireStatus or RewireVerdict.
@@ -89,10 +91,16 @@ type Msg struct {
 	Seq uint64
 	// ProbeAnswer: State says whether the rank has reached Seq; Op is the
 	// fingerprint of its operation there; Current is the sequence number
-	// the rank is running now.
+	// the rank is running now; Done is the last one it completed, DoneOp
+	// that operation's fingerprint (if remembered), and Waiting the rank
+	// its running operation waits on (-1: none known).
+	// StallReport: Text is the report on operation Seq.
 	State   uint8
 	Op      Fingerprint
 	Current uint64
+	Done    uint64
+	DoneOp  Fingerprint
+	Waiting int
 	// RewireStatus, RewireVerdict: Digest identifies the target topology;
 	// OK says whether every step succeeded, and if not Step names the one
 	// that failed on rank Rank and Text says why; Applied (verdict) says
@@ -140,11 +148,15 @@ func (m *Msg) Append(b []byte) []byte {
 		b = binary.AppendUvarint(b, m.Seq)
 	case ProbeAnswer:
 		b = binary.AppendUvarint(b, m.Seq)
-		b = append(b, m.State, m.Op.Op, m.Op.DType, m.Op.RedOp)
-		b = binary.AppendUvarint(b, uint64(m.Op.Root))
-		b = binary.AppendUvarint(b, m.Op.Count)
-		b = binary.AppendUvarint(b, m.Op.Target)
+		b = append(b, m.State)
+		b = appendFingerprint(b, &m.Op)
 		b = binary.AppendUvarint(b, m.Current)
+		b = binary.AppendUvarint(b, m.Done)
+		b = appendFingerprint(b, &m.DoneOp)
+		b = binary.AppendVarint(b, int64(m.Waiting))
+	case StallReport:
+		b = binary.AppendUvarint(b, m.Seq)
+		b = appendString(b, m.Text)
 	case RewireStatus, RewireVerdict:
 		b = binary.AppendUvarint(b, m.Digest)
 		b = append(b, flag(m.OK, flagOK)|flag(m.Applied, flagApplied)|flag(m.RolledBack, flagRolledBack))
@@ -268,13 +280,14 @@ func decode(b []byte) (Msg, []byte, error) {
 	case ProbeAnswer:
 		m.Seq = d.uvarint(1<<64 - 1)
 		m.State = d.byte()
-		m.Op.Op = d.byte()
-		m.Op.DType = d.byte()
-		m.Op.RedOp = d.byte()
-		m.Op.Root = uint32(d.uvarint(1<<32 - 1))
-		m.Op.Count = d.uvarint(1<<64 - 1)
-		m.Op.Target = d.uvarint(1<<64 - 1)
+		m.Op = d.fingerprint()
 		m.Current = d.uvarint(1<<64 - 1)
+		m.Done = d.uvarint(1<<64 - 1)
+		m.DoneOp = d.fingerprint()
+		m.Waiting = d.int(-1, MaxRanks)
+	case StallReport:
+		m.Seq = d.uvarint(1<<64 - 1)
+		m.Text = d.string()
 	case RewireStatus, RewireVerdict:
 		m.Digest = d.uvarint(1<<64 - 1)
 		f := d.byte()
@@ -293,6 +306,24 @@ func decode(b []byte) (Msg, []byte, error) {
 		return Msg{}, nil, d.err
 	}
 	return m, d.b, nil
+}
+
+func appendFingerprint(b []byte, f *Fingerprint) []byte {
+	b = append(b, f.Op, f.DType, f.RedOp)
+	b = binary.AppendUvarint(b, uint64(f.Root))
+	b = binary.AppendUvarint(b, f.Count)
+	return binary.AppendUvarint(b, f.Target)
+}
+
+func (d *decoder) fingerprint() Fingerprint {
+	var f Fingerprint
+	f.Op = d.byte()
+	f.DType = d.byte()
+	f.RedOp = d.byte()
+	f.Root = uint32(d.uvarint(1<<32 - 1))
+	f.Count = d.uvarint(1<<64 - 1)
+	f.Target = d.uvarint(1<<64 - 1)
+	return f
 }
 
 type decoder struct {

@@ -69,8 +69,8 @@ type Request struct {
 	target uint64
 	ctx    context.Context
 	fn     func(ctx context.Context, p *opPeers) error
-	done chan struct{}
-	err  error
+	done   chan struct{}
+	err    error
 }
 
 // Wait blocks until the operation completes and returns its error. If ctx

@@ -140,8 +140,8 @@ func TestMetrics(t *testing.T) {
 		want   float64
 	}{
 		{ocs.MetricApplySeconds + "_count", nil, 6},
-		{ocs.MetricSwitchingSeconds + "_count", nil, 3},        // a, b and the failed f
-		{ocs.MetricStateWriteSeconds + "_count", nil, 4},       // a, b, c, the drain
+		{ocs.MetricSwitchingSeconds + "_count", nil, 3},  // a, b and the failed f
+		{ocs.MetricStateWriteSeconds + "_count", nil, 4}, // a, b, c, the drain
 		{ocs.MetricApplySeconds + "_bucket", []string{`le="+Inf"`}, 6},
 		{"grpc_server_handled_total", []string{`grpc_method="Apply"`, `grpc_code="OK"`}, 3},
 		{"grpc_server_handled_total", []string{`grpc_method="Apply"`, `grpc_code="FailedPrecondition"`}, 1},

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"time"
 
 	"github.com/occl/occl/comm/internal/wire"
 	"github.com/occl/occl/internal/logx"
@@ -157,6 +158,8 @@ func initTCP(ctx context.Context, id UniqueID, rank, size int, cfg config, rootL
 	if err != nil {
 		return nil, wrap("wait for the rank table from rank 0", err)
 	}
+	// Rank 0's clock minus ours, up to the table's one-way latency.
+	clockOffset := time.Duration(m.Clock - time.Now().UnixNano())
 	switch {
 	case m.Type == wire.Reject:
 		return nil, wrap("rank 0 refused the join", errors.New(m.Text))
@@ -225,6 +228,9 @@ func initTCP(ctx context.Context, id UniqueID, rank, size int, cfg config, rootL
 	fab := &tcpFabric{ln: dataLn, secret: id.Secret, cfg: cfg, addrs: addrs}
 	c = newCommunicator(commID, m.Nonce, rank, hostIDs, conns, client, fab, cfg)
 	c.emu = fabric
+	if rank != 0 {
+		c.obs.setClockOffset(clockOffset)
+	}
 	client.start(c)
 	log.Info("occl: communicator ready", "hosts", c.NumHosts(), "local_rank", c.localRank, "local_size", c.localSize)
 	return c, nil
@@ -379,6 +385,7 @@ func (rv *rendezvous) run(ctx context.Context, log interface{ Warn(string, ...an
 		return
 	}
 	for r, conn := range conns {
+		table.Clock = time.Now().UnixNano()
 		if err := sendMsg(ctx, conn, &table); err != nil {
 			for _, conn := range conns {
 				conn.Close()

@@ -96,7 +96,8 @@ type Communicator struct {
 	p2pRx  []uint64
 	splits uint64
 
-	hist    opHistory
+	hist    opHistory // recent operations: mismatch probes, flight record
+	obs     observer  // timeline and flight-record settings
 	watch   watchdog
 	traffic monitor
 
@@ -145,6 +146,7 @@ func newCommunicator(id uint64, nonce [16]byte, rank int, hostIDs []string, conn
 	c.tune = logx.For(c.log, logx.Tune)
 	c.peers.c = c
 	c.setupModel()
+	c.setupObserver()
 	if rank == 0 {
 		c.logSettings()
 	}
@@ -367,7 +369,11 @@ func (c *Communicator) worker() {
 }
 
 // run executes one request on the worker.
-func (c *Communicator) run(r *Request) error {
+func (c *Communicator) run(r *Request) (err error) {
+	fp := fingerprint(&r.hdr)
+	fp.Target = r.target
+	c.hist.begin(r, fp)
+	defer func() { c.endOp(err) }()
 	if pe := c.failErr.Load(); pe != nil {
 		return &OpError{Rank: c.rank, Op: r.name, Seq: r.seq, Err: pe}
 	}
@@ -378,17 +384,11 @@ func (c *Communicator) run(r *Request) error {
 	p.hdr.Epoch = c.epoch.Load()
 	p.hdr.Seq = r.seq
 	if r.hdr.Kind == transport.KindCollective {
-		fp := fingerprint(&p.hdr)
-		fp.Target = r.target
-		c.hist.start(r.seq, fp)
 		c.armWatchdog(r.seq)
-		defer func() {
-			c.disarmWatchdog()
-			c.hist.finish()
-		}()
+		defer c.disarmWatchdog()
 	}
 	start := time.Now()
-	err := r.fn(ctx, p)
+	err = r.fn(ctx, p)
 	if err == nil {
 		if pe := c.failErr.Load(); pe != nil {
 			// The operation completed locally, but the communicator
@@ -521,6 +521,7 @@ func (c *Communicator) fail(pe *PeerError) {
 				conn.Close()
 			}
 		}
+		c.onFail(pe)
 	})
 }
 
@@ -576,6 +577,7 @@ func (c *Communicator) shutdown(ctx context.Context, drain bool) error {
 	c.quitOnce.Do(func() { close(c.quit) })
 	<-c.stopped
 	c.op.release()
+	c.closeObserver()
 	// Anything issued concurrently with Close fails now.
 	c.mu.Lock()
 	rest := c.pending
@@ -633,6 +635,7 @@ func (p *opPeers) EagerLimit(peer int) int { return p.c.conns[peer].EagerLimit()
 func (p *opPeers) Send(ctx context.Context, peer int, step uint32, buf []byte) error {
 	h := p.hdr
 	h.Step = step
+	p.c.hist.waiting.Store(int32(peer))
 	if err := p.c.conns[peer].Send(ctx, h, buf); err != nil {
 		return &linkError{peer: peer, dir: "send", step: step, err: err}
 	}
@@ -642,6 +645,7 @@ func (p *opPeers) Send(ctx context.Context, peer int, step uint32, buf []byte) e
 func (p *opPeers) Recv(ctx context.Context, peer int, step uint32, buf []byte) error {
 	h := p.hdr
 	h.Step = step
+	p.c.hist.waiting.Store(int32(peer))
 	if err := p.c.conns[peer].Recv(ctx, h, buf); err != nil {
 		return &linkError{peer: peer, dir: "recv", step: step, err: err}
 	}

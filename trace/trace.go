@@ -99,14 +99,23 @@ type Op struct {
 type Span struct {
 	Name, Cat  string
 	Start, End time.Time
+	// Tid is the thread: Worker (also for 0) for steps of the running
+	// operation, Waits for waits before an operation starts.
+	Tid int
 }
 
 // DefaultMaxRecords bounds the records a Recorder keeps (operations and
 // spans); later ones are counted in Meta.Dropped.
 const DefaultMaxRecords = 1 << 20
 
-// Worker is the thread id of a rank's operations.
-const Worker = 1
+// Thread ids of a rank's process row.
+const (
+	// Worker is the thread of the rank's operations and their steps.
+	Worker = 1
+	// Waits is the thread of waits before an operation starts (a
+	// rewire's pause while the operations before it complete).
+	Waits = 2
+)
 
 // Recorder buffers one rank's timeline. Its methods are safe for
 // concurrent use; a nil *Recorder records nothing.
@@ -172,14 +181,16 @@ func (r *Recorder) micros(t time.Time) float64 {
 // File returns what was recorded so far as a trace file: a process named
 // after the rank, its worker thread, and one complete event per operation
 // and span, sorted by start (a parent before the children it contains).
-func (r *Recorder) File() File {
+// The operations in open, still running, are added as if they ended at
+// their End.
+func (r *Recorder) File(open ...Op) File {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	meta := r.meta
 	pid := meta.FabricRank
 	evs := make([]Event, 0, 2+len(r.ops)+len(r.spans))
 	evs = append(evs, processName(pid, meta), Event{Name: "thread_name", Ph: "M", Pid: pid, Tid: Worker, Args: map[string]any{"name": "operations"}})
-	for _, op := range r.ops {
+	for _, op := range append(r.ops[:len(r.ops):len(r.ops)], open...) {
 		args := map[string]any{"op": op.Name, "seq": op.Seq, "bytes": op.Bytes}
 		if op.DType != "" {
 			args["dtype"] = op.DType
@@ -202,8 +213,17 @@ func (r *Recorder) File() File {
 		}
 		evs = append(evs, Event{Name: name, Cat: "op", Ph: "X", Ts: r.micros(op.Start), Dur: dur(op.Start, op.End), Pid: pid, Tid: Worker, Args: args})
 	}
+	waits := false
 	for _, s := range r.spans {
-		evs = append(evs, Event{Name: s.Name, Cat: s.Cat, Ph: "X", Ts: r.micros(s.Start), Dur: dur(s.Start, s.End), Pid: pid, Tid: Worker})
+		tid := s.Tid
+		if tid == 0 {
+			tid = Worker
+		}
+		waits = waits || tid == Waits
+		evs = append(evs, Event{Name: s.Name, Cat: s.Cat, Ph: "X", Ts: r.micros(s.Start), Dur: dur(s.Start, s.End), Pid: pid, Tid: tid})
+	}
+	if waits {
+		evs = append(evs, Event{Name: "thread_name", Ph: "M", Pid: pid, Tid: Waits, Args: map[string]any{"name": "waits"}})
 	}
 	sortEvents(evs)
 	return File{TraceEvents: evs, DisplayTimeUnit: "ns", OtherData: &meta}
@@ -247,7 +267,11 @@ func sortEvents(evs []Event) {
 
 // WriteTo writes the trace file as JSON.
 func (r *Recorder) WriteTo(w io.Writer) (int64, error) {
-	f := r.File()
+	return r.write(w)
+}
+
+func (r *Recorder) write(w io.Writer, open ...Op) (int64, error) {
+	f := r.File(open...)
 	cw := &countWriter{w: w}
 	bw := bufio.NewWriter(cw)
 	if err := json.NewEncoder(bw).Encode(&f); err != nil {
@@ -269,13 +293,14 @@ func (c *countWriter) Write(p []byte) (int, error) {
 }
 
 // WriteFile writes the trace file to path, through a temporary file
-// renamed into place, so that a reader never sees half a file.
-func (r *Recorder) WriteFile(path string) error {
+// renamed into place, so that a reader never sees half a file. The
+// operations in open are added as File adds them.
+func (r *Recorder) WriteFile(path string, open ...Op) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
 		return fmt.Errorf("trace: %w", err)
 	}
-	_, err = r.WriteTo(tmp)
+	_, err = r.write(tmp, open...)
 	if e := tmp.Close(); err == nil {
 		err = e
 	}

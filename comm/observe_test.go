@@ -1,11 +1,17 @@
 package comm_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/occl/occl/comm"
 	"github.com/occl/occl/trace"
@@ -126,5 +132,216 @@ func TestTraceLocal(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "flight-rank-0.json")); err == nil {
 		t.Error("a flight record was dumped by a healthy run")
+	}
+}
+
+// readFlight reads a flight record file.
+func readFlight(t *testing.T, path string) comm.FlightDump {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d comm.FlightDump
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatalf("%s: %v\n%s", path, err, b)
+	}
+	return d
+}
+
+// checkKilledRecords checks what the survivors of a job whose rank victim
+// was killed in an AllReduce left in dir: a flight record whose last
+// operation is that AllReduce, failed, after a run of completed ones, and
+// timelines that merge into one with every survivor's operations.
+func checkKilledRecords(t *testing.T, dir string, np, victim int) {
+	t.Helper()
+	var seqs []uint64
+	for r := range np {
+		if r == victim {
+			continue
+		}
+		d := readFlight(t, filepath.Join(dir, fmt.Sprintf("flight-rank-%d.json", r)))
+		if d.Rank != r || d.Error == "" || len(d.Ops) < 2 {
+			t.Fatalf("rank %d: flight record of rank %d, error %q, %d ops", r, d.Rank, d.Error, len(d.Ops))
+		}
+		last := d.Ops[len(d.Ops)-1]
+		if last.Op != "AllReduce" || last.State != comm.OpFailed || last.Error == "" || last.Bytes != 32<<20 || last.Start.IsZero() {
+			t.Errorf("rank %d: last operation %+v, want the failed 32 MiB AllReduce", r, last)
+		}
+		for i, op := range d.Ops[:len(d.Ops)-1] {
+			if op.State != comm.OpDone || op.Seq != last.Seq-uint64(len(d.Ops)-1-i) {
+				t.Errorf("rank %d: op %d %+v, want done with seq %d", r, i, op, last.Seq-uint64(len(d.Ops)-1-i))
+			}
+		}
+		seqs = append(seqs, last.Seq)
+	}
+	for _, s := range seqs[1:] {
+		if s != seqs[0] && s != seqs[0]+1 && s+1 != seqs[0] {
+			t.Errorf("survivors failed at seqs %v: more than one apart", seqs)
+		}
+	}
+	m, err := trace.MergeDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r := range np {
+		if r != victim && len(opsOf(m, r)) == 0 {
+			t.Errorf("merged timeline has no operations of rank %d", r)
+		}
+	}
+}
+
+// TestFlightRecordOnFailure: rank 3 of 4 aborts while the others are in
+// their third AllReduce; every survivor dumps its flight record into the
+// OCCL_TRACE directory, naming that AllReduce as failed, and FlightRecord
+// says the same.
+func TestFlightRecordOnFailure(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv(comm.TraceEnv, dir)
+	const size = 4
+	comms, err := comm.NewLocal(size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, c := range comms {
+			c.Close()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	errs := make([]error, size)
+	var wg sync.WaitGroup
+	for r, c := range comms {
+		wg.Go(func() {
+			x := make([]float64, 300)
+			for i := range 3 {
+				if r == size-1 && i == 2 {
+					time.Sleep(50 * time.Millisecond) // the others are waiting in seq 3
+					c.Abort()
+					return
+				}
+				if errs[r] = c.AllReduce(ctx, comm.Slice(x), comm.Slice(x), comm.Sum); errs[r] != nil {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for r := range size - 1 {
+		if !errors.Is(errs[r], comm.ErrAborted) {
+			t.Fatalf("rank %d: %v, want ErrAborted", r, errs[r])
+		}
+		for _, d := range []comm.FlightDump{
+			readFlight(t, filepath.Join(dir, fmt.Sprintf("flight-rank-%d.json", r))),
+			{Rank: r, Ops: comms[r].FlightRecord()},
+		} {
+			if d.Rank != r || len(d.Ops) != 3 {
+				t.Fatalf("rank %d: record %+v", r, d)
+			}
+			for i, op := range d.Ops {
+				want := comm.OpDone
+				if i == 2 {
+					want = comm.OpFailed
+				}
+				if op.Seq != uint64(i+1) || op.Op != "AllReduce" || op.State != want || op.Bytes != 2400 || op.DType != "float64" {
+					t.Errorf("rank %d op %d: %+v, want AllReduce seq %d of 2400 float64 bytes, %s", r, i, op, i+1, want)
+				}
+				if want == comm.OpDone && (op.Schedule == "" || op.End.Before(op.Start) || op.Peer != -1 || op.Error != "") {
+					t.Errorf("rank %d op %d: %+v: want a schedule, an end, no peer, no error", r, i, op)
+				}
+			}
+			if f := d.Ops[2]; !strings.Contains(f.Error, "rank 3") || f.Peer < 0 || f.Peer >= size {
+				t.Errorf("rank %d: failed op %+v: want the error naming rank 3 and the peer waited on", r, f)
+			}
+		}
+	}
+}
+
+// TestFlightRecordQueuedAndRunning: operations issued behind one that
+// cannot complete show as queued, the blocked one as running with the peer
+// it waits on.
+func TestFlightRecordQueuedAndRunning(t *testing.T) {
+	comms, err := comm.NewLocal(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, c := range comms {
+			c.Abort()
+		}
+	}()
+	ctx := context.Background()
+	c := comms[0]
+	x := make([]int32, 10)
+	if err := runBoth(comms, func(c *comm.Communicator) error { return c.Barrier(ctx) }); err != nil {
+		t.Fatal(err)
+	}
+	c.AllReduceAsync(ctx, comm.Slice(x), comm.Slice(x), comm.Sum) // rank 1 never joins
+	c.BroadcastAsync(ctx, comm.Slice(x), comm.Slice(x), 0)
+	var recs []comm.OpRecord
+	for range 1000 {
+		recs = c.FlightRecord()
+		if len(recs) == 3 && recs[1].State == comm.OpRunning && recs[1].Peer == 1 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	want := []struct {
+		op    string
+		seq   uint64
+		state comm.OpState
+		peer  int
+	}{{"Barrier", 1, comm.OpDone, -1}, {"AllReduce", 2, comm.OpRunning, 1}, {"Broadcast", 3, comm.OpQueued, -1}}
+	if len(recs) != len(want) {
+		t.Fatalf("record %+v", recs)
+	}
+	for i, w := range want {
+		if g := recs[i]; g.Op != w.op || g.Seq != w.seq || g.State != w.state || g.Peer != w.peer {
+			t.Errorf("op %d: %+v, want %+v", i, g, w)
+		}
+	}
+	var buf bytes.Buffer
+	if err := c.DumpFlightRecord(&buf); err != nil {
+		t.Fatal(err)
+	}
+	var d comm.FlightDump
+	if err := json.Unmarshal(buf.Bytes(), &d); err != nil || len(d.Ops) != 3 || d.Ops[1].State != comm.OpRunning || d.Error != "" {
+		t.Fatalf("dump %v: %s", err, buf.Bytes())
+	}
+}
+
+// runBoth runs fn on every communicator concurrently.
+func runBoth(comms []*comm.Communicator, fn func(c *comm.Communicator) error) error {
+	errs := make([]error, len(comms))
+	var wg sync.WaitGroup
+	for i, c := range comms {
+		wg.Go(func() { errs[i] = fn(c) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// TestFlightRecorderLength: OCCL_FLIGHT_RECORDER bounds the record.
+func TestFlightRecorderLength(t *testing.T) {
+	t.Setenv(comm.FlightRecorderEnv, "5")
+	comms, err := comm.NewLocal(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, c := range comms {
+			c.Close()
+		}
+	}()
+	ctx := context.Background()
+	for range 12 {
+		if err := runBoth(comms, func(c *comm.Communicator) error { return c.Barrier(ctx) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recs := comms[1].FlightRecord()
+	if len(recs) != 5 || recs[0].Seq != 8 || recs[4].Seq != 12 {
+		t.Fatalf("record %+v, want seqs 8 to 12", recs)
 	}
 }

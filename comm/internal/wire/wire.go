@@ -15,9 +15,9 @@ package wire
 
 import (
 	"encoding/binary"
-	"math"
 	"errors"
 	"fmt"
+	"math"
 )
 
 // Type is the kind of a control message.

@@ -345,3 +345,36 @@ func TestFlightRecorderLength(t *testing.T) {
 		t.Fatalf("record %+v, want seqs 8 to 12", recs)
 	}
 }
+
+// TestTraceClockOffset: ranks bootstrapped over TCP record their clock's
+// offset to rank 0's, measured from the rank table; in one process the
+// clocks are the same, so the offset is minus the table's latency: not
+// zero, and far below a second.
+func TestTraceClockOffset(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv(comm.TraceEnv, dir)
+	comms := initTCP(t, comm.UniqueID{}, 3)
+	ctx := context.Background()
+	if err := runBoth(comms, func(c *comm.Communicator) error { return c.Barrier(ctx) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := runBoth(comms, (*comm.Communicator).Close); err != nil {
+		t.Fatal(err)
+	}
+	for r := range 3 {
+		f, err := trace.ReadFile(filepath.Join(dir, fmt.Sprintf("rank-%d.json", r)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		off := time.Duration(f.OtherData.ClockOffsetNano)
+		switch {
+		case r == 0 && off != 0:
+			t.Errorf("rank 0: clock offset %v, want 0", off)
+		case r > 0 && (off == 0 || off.Abs() > time.Second):
+			t.Errorf("rank %d: clock offset %v, want the table's latency", r, off)
+		}
+		if ops := opsOf(f, r); len(ops) != 1 || ops[0].Name != "Barrier #1" {
+			t.Errorf("rank %d: operations %+v", r, ops)
+		}
+	}
+}

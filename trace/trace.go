@@ -123,10 +123,14 @@ type Recorder struct {
 	mu    sync.Mutex
 	zero  time.Time
 	meta  Meta
-	ops   []Op
+	ops   [][]Op // in chunks of opChunk, so that appending never copies
+	nops  int
 	spans []Span
 	max   int
 }
+
+// opChunk is the number of operations per chunk of a Recorder.
+const opChunk = 1024
 
 // NewRecorder returns a recorder whose zero is now.
 func NewRecorder(meta Meta) *Recorder {
@@ -151,8 +155,13 @@ func (r *Recorder) Op(op Op) {
 		return
 	}
 	r.mu.Lock()
-	if len(r.ops)+len(r.spans) < r.max {
-		r.ops = append(r.ops, op)
+	if r.nops+len(r.spans) < r.max {
+		if r.nops%opChunk == 0 {
+			r.ops = append(r.ops, make([]Op, 0, opChunk))
+		}
+		last := &r.ops[len(r.ops)-1]
+		*last = append(*last, op)
+		r.nops++
 	} else {
 		r.meta.Dropped++
 	}
@@ -165,7 +174,7 @@ func (r *Recorder) Span(s Span) {
 		return
 	}
 	r.mu.Lock()
-	if len(r.ops)+len(r.spans) < r.max {
+	if r.nops+len(r.spans) < r.max {
 		r.spans = append(r.spans, s)
 	} else {
 		r.meta.Dropped++
@@ -188,9 +197,13 @@ func (r *Recorder) File(open ...Op) File {
 	defer r.mu.Unlock()
 	meta := r.meta
 	pid := meta.FabricRank
-	evs := make([]Event, 0, 2+len(r.ops)+len(r.spans))
+	evs := make([]Event, 0, 3+r.nops+len(open)+len(r.spans))
 	evs = append(evs, processName(pid, meta), Event{Name: "thread_name", Ph: "M", Pid: pid, Tid: Worker, Args: map[string]any{"name": "operations"}})
-	for _, op := range append(r.ops[:len(r.ops):len(r.ops)], open...) {
+	all := make([]Op, 0, r.nops+len(open))
+	for _, chunk := range r.ops {
+		all = append(all, chunk...)
+	}
+	for _, op := range append(all, open...) {
 		args := map[string]any{"op": op.Name, "seq": op.Seq, "bytes": op.Bytes}
 		if op.DType != "" {
 			args["dtype"] = op.DType

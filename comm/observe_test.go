@@ -217,7 +217,10 @@ func TestFlightRecordOnFailure(t *testing.T) {
 			x := make([]float64, 300)
 			for i := range 3 {
 				if r == size-1 && i == 2 {
-					time.Sleep(50 * time.Millisecond) // the others are waiting in seq 3
+					// Abort once the others are waiting in seq 3.
+					for !inSeq(comms[:size-1], 3) {
+						time.Sleep(time.Millisecond)
+					}
 					c.Abort()
 					return
 				}
@@ -258,6 +261,17 @@ func TestFlightRecordOnFailure(t *testing.T) {
 	}
 }
 
+// inSeq reports whether every communicator of comms is running seq.
+func inSeq(comms []*comm.Communicator, seq uint64) bool {
+	for _, c := range comms {
+		recs := c.FlightRecord()
+		if len(recs) == 0 || recs[len(recs)-1].Seq != seq || recs[len(recs)-1].State != comm.OpRunning {
+			return false
+		}
+	}
+	return true
+}
+
 // TestFlightRecordQueuedAndRunning: operations issued behind one that
 // cannot complete show as queued, the blocked one as running with the peer
 // it waits on.
@@ -280,7 +294,7 @@ func TestFlightRecordQueuedAndRunning(t *testing.T) {
 	c.AllReduceAsync(ctx, comm.Slice(x), comm.Slice(x), comm.Sum) // rank 1 never joins
 	c.BroadcastAsync(ctx, comm.Slice(x), comm.Slice(x), 0)
 	var recs []comm.OpRecord
-	for range 1000 {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
 		recs = c.FlightRecord()
 		if len(recs) == 3 && recs[1].State == comm.OpRunning && recs[1].Peer == 1 {
 			break

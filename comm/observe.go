@@ -79,6 +79,14 @@ func (c *Communicator) setupObserver() {
 // timeline.
 func (o *observer) setClockOffset(d time.Duration) { o.tr.SetClockOffset(d) }
 
+// inheritObserver places the timeline of c, made by Split from parent,
+// on the fabric: its process row is this rank's fabric rank, and its clock
+// offset is the parent's (to the fabric's rank 0, not the group leader).
+func (c *Communicator) inheritObserver(parent *Communicator) {
+	c.obs.tr.SetSub(c.fabricRank(c.rank))
+	c.obs.tr.SetClockOffset(parent.obs.tr.ClockOffset())
+}
+
 // fileName returns the name of this rank's file of the given kind
 // ("rank" for the timeline, "flight-rank" for the flight record).
 func (c *Communicator) fileName(kind string) string {

@@ -372,6 +372,21 @@ func TestTraceClockOffset(t *testing.T) {
 	if err := runBoth(comms, func(c *comm.Communicator) error { return c.Barrier(ctx) }); err != nil {
 		t.Fatal(err)
 	}
+	// Halves {0, 2} and {1}: rank 1 leads its half, rank 2 does not.
+	subs := make([]*comm.Communicator, len(comms))
+	if err := runBoth(comms, func(c *comm.Communicator) error {
+		sub, err := c.Split(ctx, c.Rank()%2, c.Rank())
+		if err == nil {
+			subs[c.Rank()] = sub
+			err = sub.Barrier(ctx)
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := runBoth(subs, (*comm.Communicator).Close); err != nil {
+		t.Fatal(err)
+	}
 	if err := runBoth(comms, (*comm.Communicator).Close); err != nil {
 		t.Fatal(err)
 	}
@@ -387,9 +402,35 @@ func TestTraceClockOffset(t *testing.T) {
 		case r > 0 && (off == 0 || off.Abs() > time.Second):
 			t.Errorf("rank %d: clock offset %v, want the table's latency", r, off)
 		}
-		if ops := opsOf(f, r); len(ops) != 1 || ops[0].Name != "Barrier #1" {
+		if ops := opsOf(f, r); len(ops) != 2 || ops[0].Name != "Barrier #1" || ops[1].Name != "Split #2" {
 			t.Errorf("rank %d: operations %+v", r, ops)
 		}
+		// Its half's file: on the fabric's rank r, with this process's
+		// offset to the fabric's rank 0 (not to the half's leader).
+		sub := subs[r]
+		g, err := trace.ReadFile(filepath.Join(dir, fmt.Sprintf("comm-%016x-rank-%d.json", sub.ID(), sub.Rank())))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m := g.OtherData; !m.Sub || m.FabricRank != r || m.Rank != sub.Rank() || m.ClockOffsetNano != int64(off) {
+			t.Errorf("rank %d: its half's metadata %+v, want fabric rank %d, clock offset %v", r, m, r, off)
+		}
+		if ops := opsOf(g, r); len(ops) != 1 || ops[0].Name != "Barrier #1" {
+			t.Errorf("rank %d: its half's operations %+v", r, ops)
+		}
+	}
+	m, err := trace.MergeDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := map[int]string{}
+	for _, e := range m.TraceEvents {
+		if e.Name == "process_name" {
+			rows[e.Pid] = e.Args["name"].(string)
+		}
+	}
+	if len(rows) != 6 || rows[0] != "rank 0" || rows[2] != "rank 2" || !strings.HasPrefix(rows[1+6], "rank 1 (comm ") {
+		t.Errorf("merged rows %v, want ranks 0-2 then their halves", rows)
 	}
 }
 

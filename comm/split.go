@@ -56,6 +56,7 @@ func (c *Communicator) Split(ctx context.Context, color, key int) (*Communicator
 			for i, r := range group {
 				cc.fabricRanks[i] = c.fabricRank(r)
 			}
+			cc.inheritObserver(c)
 		}
 		child = cc
 		return err

@@ -53,16 +53,18 @@ type Meta struct {
 	// Comm is the communicator id in hex.
 	Comm string `json:"comm"`
 	// FabricRank is the rank in the communicator Init or NewLocal made,
-	// for a communicator made by Split; else Rank.
-	FabricRank int `json:"fabric_rank"`
+	// for a communicator made by Split (then Sub is set); else Rank.
+	FabricRank int  `json:"fabric_rank"`
+	Sub        bool `json:"sub,omitempty"`
 	// Host and PID identify the process.
 	Host string `json:"host,omitempty"`
 	PID  int    `json:"pid"`
 	// ZeroUnixNano is the wall-clock time, on this rank's clock, of
 	// timestamp 0.
 	ZeroUnixNano int64 `json:"zero_unix_ns"`
-	// ClockOffsetNano is rank 0's clock minus this rank's clock, as
-	// estimated at bootstrap (0 on rank 0 and for ranks sharing a process).
+	// ClockOffsetNano is the clock of rank 0 (of the communicator Init
+	// made, for one made by Split) minus this rank's clock, as estimated
+	// at bootstrap (0 on rank 0 and for ranks sharing its process).
 	ClockOffsetNano int64 `json:"clock_offset_ns"`
 	// Dropped counts the records left out because the recorder was full.
 	Dropped int `json:"dropped,omitempty"`
@@ -147,6 +149,28 @@ func (r *Recorder) SetClockOffset(d time.Duration) {
 	r.mu.Lock()
 	r.meta.ClockOffsetNano = int64(d)
 	r.mu.Unlock()
+}
+
+// SetSub marks the recorder's communicator as made by Split, and records
+// the rank's fabric rank (Meta.FabricRank and Meta.Sub).
+func (r *Recorder) SetSub(fabricRank int) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	r.meta.FabricRank, r.meta.Sub = fabricRank, true
+	r.mu.Unlock()
+}
+
+// ClockOffset returns what SetClockOffset recorded (0 for a nil
+// Recorder).
+func (r *Recorder) ClockOffset() time.Duration {
+	if r == nil {
+		return 0
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return time.Duration(r.meta.ClockOffsetNano)
 }
 
 // Op records an operation.
@@ -248,7 +272,7 @@ func dur(start, end time.Time) float64 {
 
 func processName(pid int, m Meta) Event {
 	name := fmt.Sprintf("rank %d", m.Rank)
-	if m.FabricRank != m.Rank {
+	if m.Sub {
 		name = fmt.Sprintf("rank %d (comm %s rank %d)", m.FabricRank, m.Comm, m.Rank)
 	}
 	return Event{Name: "process_name", Ph: "M", Pid: pid, Args: map[string]any{"name": name}}
@@ -343,9 +367,9 @@ func ReadFile(path string) (File, error) {
 // Merge puts the files of a job's ranks on one timeline: every file's
 // events are shifted onto rank 0's clock (Meta.ZeroUnixNano plus
 // Meta.ClockOffsetNano) so that the earliest zero is timestamp 0, and each
-// file becomes one process row, numbered by its fabric rank (ties, from
-// sub-communicators, get the next free numbers). Files without Meta are
-// refused.
+// file becomes one process row, numbered by its fabric rank; the rows of
+// communicators made by Split come after, numbered from the fabric rank up
+// in steps of the number of files. Files without Meta are refused.
 func Merge(files []File) (File, error) {
 	if len(files) == 0 {
 		return File{}, fmt.Errorf("trace: merge: no files")
@@ -366,10 +390,13 @@ func Merge(files []File) (File, error) {
 	}
 	slices.SortStableFunc(order, func(a, b int) int {
 		ma, mb := files[a].OtherData, files[b].OtherData
-		if ma.FabricRank != mb.FabricRank {
-			return ma.FabricRank - mb.FabricRank
+		if ma.Sub != mb.Sub {
+			if mb.Sub {
+				return -1
+			}
+			return 1
 		}
-		return len(files[a].TraceEvents) - len(files[b].TraceEvents)
+		return ma.FabricRank - mb.FabricRank
 	})
 	used := map[int]bool{}
 	var out File

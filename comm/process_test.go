@@ -29,7 +29,21 @@ func TestMain(m *testing.M) {
 	if name := os.Getenv("OCCL_TEST_WORKER"); name != "" {
 		os.Exit(worker(name))
 	}
-	os.Exit(m.Run())
+	os.Exit(runInTempDir(m))
+}
+
+// runInTempDir runs the tests with TMPDIR (inherited by the worker
+// processes) in a directory of their own, removed afterwards: the flight
+// records of the communicators the tests fail on purpose go there.
+func runInTempDir(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "occl-comm-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	os.Setenv("TMPDIR", dir)
+	return m.Run()
 }
 
 // worker runs one scenario in a worker process and returns its exit code.

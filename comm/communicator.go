@@ -510,6 +510,10 @@ func (c *Communicator) classify(ctx context.Context, r *Request, err error, elap
 // operation fail with the same error.
 func (c *Communicator) fail(pe *PeerError) {
 	c.failOnce.Do(func() {
+		// Before any operation can return the failure (they return it
+		// once failErr is set), so that a program exiting on it finds
+		// the record written.
+		c.dumpOnFail(pe)
 		c.failErr.Store(pe)
 		close(c.failed)
 		logx.For(c.log, logx.Coll).Warn("occl: communicator failed", "err", pe)
@@ -521,7 +525,7 @@ func (c *Communicator) fail(pe *PeerError) {
 				conn.Close()
 			}
 		}
-		c.onFail(pe)
+		c.writeTrace()
 	})
 }
 

@@ -277,9 +277,15 @@ type FlightDump struct {
 
 // DumpFlightRecord writes the flight record to w as JSON (a FlightDump).
 func (c *Communicator) DumpFlightRecord(w io.Writer) error {
+	return c.dumpFlightRecord(w, c.Err())
+}
+
+// dumpFlightRecord is DumpFlightRecord with the communicator's failure
+// given (nil: healthy).
+func (c *Communicator) dumpFlightRecord(w io.Writer, failure error) error {
 	d := FlightDump{Rank: c.rank, Size: c.size, Comm: fmt.Sprintf("%016x", c.id), Time: time.Now(), Ops: c.FlightRecord()}
-	if err := c.Err(); err != nil {
-		d.Error = err.Error()
+	if failure != nil {
+		d.Error = failure.Error()
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")

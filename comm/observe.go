@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/occl/occl/algo"
@@ -37,7 +36,6 @@ type observer struct {
 	dir       string          // OCCL_TRACE
 	flightLen int             // operations FlightRecord returns
 	signal    bool            // registered for SIGUSR1
-	dumpOnce  sync.Once       // the dump on failure
 }
 
 // setupObserver reads OCCL_TRACE, OCCL_FLIGHT_RECORDER and
@@ -164,27 +162,27 @@ func (c *Communicator) traceRewire(called time.Time, t *RewireTimes) {
 	span("resume", resume, t.Resume)
 }
 
-// onFail writes the flight record and the timeline once the communicator
-// has failed with err.
-func (c *Communicator) onFail(err error) {
-	c.hist.failRunning(err)
-	c.obs.dumpOnce.Do(func() {
-		if c.obs.flightLen > 0 {
-			path, e := c.writeFlightRecord()
-			l := logx.For(c.log, logx.Coll)
-			if e != nil {
-				l.Warn("occl: could not write the flight record", "err", e)
-			} else {
-				l.Warn("occl: flight record written", "path", path)
-			}
-		}
-		c.writeTrace()
-	})
+// dumpOnFail marks the running operation failed by pe and writes the
+// flight record, as the communicator fails with pe (the timeline follows
+// once the connections are closed).
+func (c *Communicator) dumpOnFail(pe *PeerError) {
+	c.hist.failRunning(pe)
+	if c.obs.flightLen == 0 {
+		return
+	}
+	path, err := c.writeFlightRecord(pe)
+	l := logx.For(c.log, logx.Coll)
+	if err != nil {
+		l.Warn("occl: could not write the flight record", "err", err)
+	} else {
+		l.Warn("occl: flight record written", "path", path)
+	}
 }
 
-// writeFlightRecord writes the flight record to OCCL_TRACE's directory,
-// or else the temporary directory, and returns the file's path.
-func (c *Communicator) writeFlightRecord() (string, error) {
+// writeFlightRecord writes the flight record, with the communicator's
+// failure (nil: healthy), to OCCL_TRACE's directory, or else the temporary
+// directory, and returns the file's path.
+func (c *Communicator) writeFlightRecord(failure error) (string, error) {
 	var path string
 	if c.obs.dir != "" {
 		path = filepath.Join(c.obs.dir, c.fileName("flight-rank"))
@@ -195,7 +193,7 @@ func (c *Communicator) writeFlightRecord() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("occl: rank %d: flight record: %w", c.rank, err)
 	}
-	err = c.DumpFlightRecord(f)
+	err = c.dumpFlightRecord(f, failure)
 	if e := f.Close(); err == nil {
 		err = e
 	}

@@ -61,7 +61,7 @@ func dumpOnSignal(ch <-chan os.Signal) {
 		s.mu.Unlock()
 		for _, c := range comms {
 			l := logx.For(c.log, logx.Coll)
-			if path, err := c.writeFlightRecord(); err != nil {
+			if path, err := c.writeFlightRecord(c.Err()); err != nil {
 				l.Warn("occl: SIGUSR1: could not write the flight record", "err", err)
 			} else {
 				l.Warn("occl: SIGUSR1: flight record written", "path", path)

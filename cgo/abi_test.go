@@ -132,13 +132,22 @@ func TestInProcess(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, bin, part)
-			cmd.Env = append(os.Environ(), "OCCL_TIMEOUT=30s")
+			tmp := t.TempDir()
+			cmd.Env = append(os.Environ(), "OCCL_TIMEOUT=30s", "TMPDIR="+tmp)
 			out, err := cmd.CombinedOutput()
 			if err != nil {
 				t.Fatalf("%v\n%s", err, out)
 			}
 			if !strings.Contains(string(out), "inprocess "+part+": ok") {
 				t.Fatalf("no success line:\n%s", out)
+			}
+			if part == "abort" {
+				// Every rank of the failed communicator wrote its flight
+				// record to the temporary directory.
+				dumps, _ := filepath.Glob(filepath.Join(tmp, "occl-flight-*-rank-*.json"))
+				if len(dumps) != 4 || !strings.Contains(string(out), "flight record written") {
+					t.Fatalf("flight records %q after the abort:\n%s", dumps, out)
+				}
 			}
 		})
 	}

@@ -93,8 +93,10 @@ func (c *Communicator) allToAll(ctx context.Context, p *opPeers, send []byte, so
 		if route := c.cachedRoute(uniform, bytes); route != nil {
 			a, args.Route, args.Matrix = route.Algorithm, route, bytes
 		}
+		c.chose(c.lay(), op, a, len(send), bytes)
 		c.logChoice(ctx, op, len(send), a, bytes)
 	} else if c.size > 1 {
+		c.chose(c.lay(), op, a, len(send), nil)
 		c.logChoice(ctx, op, len(send), a, nil)
 	}
 	return algo.Run(ctx, op, a, args)

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"time"
 
 	"github.com/occl/occl/comm/internal/wire"
 	"github.com/occl/occl/internal/logx"
@@ -114,7 +115,10 @@ type tcpBootstrap struct {
 	dataLn   *tcp.Listener
 	nonce    [16]byte
 	hostIDs  []string // by rank
-	addrs    []string // every rank's data listener
+	// clockOffset is rank 0's clock minus this rank's, up to the rank
+	// table's one-way latency (for timelines).
+	clockOffset time.Duration
+	addrs       []string // every rank's data listener
 
 	// connect
 	links  map[int]transport.Conn // by peer rank
@@ -191,6 +195,7 @@ func (b *tcpBootstrap) rendezvous(ctx context.Context, rootLn *tcp.Listener) err
 		return b.wrap("send join to rank 0", err)
 	}
 	m, _, err := recvMsg(ctx, b.ctrlConn, nil)
+	received := time.Now()
 	if err != nil {
 		return b.wrap("wait for the rank table from rank 0", err)
 	}
@@ -201,6 +206,7 @@ func (b *tcpBootstrap) rendezvous(ctx context.Context, rootLn *tcp.Listener) err
 		return b.wrap("rendezvous", fmt.Errorf("unexpected reply (type %d, %d ranks)", m.Type, len(m.Ranks)))
 	}
 	b.nonce = m.Nonce
+	b.clockOffset = time.Duration(m.Clock - received.UnixNano())
 	b.hostIDs = make([]string, size)
 	b.addrs = make([]string, size)
 	for r, info := range m.Ranks {
@@ -273,6 +279,9 @@ func (b *tcpBootstrap) start(ctx context.Context, fabricRanks []int) (*Communica
 	client := newCtrlClient(b.rank, b.ctrlConn, server, b.cfg, b.base)
 	lk := &tcpLinker{ln: b.dataLn, secret: b.id.Secret, cfg: b.cfg, addrs: b.addrs, fabric: b.fabric}
 	c := newCommunicator(newPlacement(b.commID, b.nonce, b.rank, b.hostIDs, fabricRanks), conns, client, lk, b.cfg)
+	if b.rank != 0 {
+		c.obs.setClockOffset(b.clockOffset)
+	}
 	client.start(c)
 	b.log.Info("occl: communicator ready", "hosts", c.NumHosts(), "local_rank", c.localRank, "local_size", c.localSize)
 	return c, nil
@@ -432,6 +441,7 @@ func (rv *rendezvous) run(ctx context.Context, log interface{ Warn(string, ...an
 		return
 	}
 	for r, conn := range conns {
+		table.Clock = time.Now().UnixNano()
 		if err := sendMsg(ctx, conn, &table); err != nil {
 			for _, conn := range conns {
 				conn.Close()

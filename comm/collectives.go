@@ -112,6 +112,7 @@ func (c *Communicator) runSchedule(ctx context.Context, op algo.Collective, byte
 	a := algo.AlgoAuto
 	if c.size > 1 && bytes > 0 {
 		a = c.choose(l, op, bytes)
+		c.chose(l, op, a, bytes, nil)
 		c.logChoice(ctx, op, bytes, a, nil)
 	}
 	return algo.Run(ctx, op, a, args)

@@ -58,7 +58,8 @@ type Communicator struct {
 
 	ctrl    controlPlane // failures agreed by every rank (control.go)
 	failure *failure     // healthy, or failed for good (failure.go)
-	hist    opHistory    // recent collectives, for probes (probe.go)
+	hist    opHistory    // recent operations: probes, flight record (flight.go)
+	obs     observer     // timeline and flight-record settings (observe.go)
 	watch   watchdog     // asks for a probe when a collective stalls (probe.go)
 	traffic monitor      // all-to-all bytes by tag (traffic.go)
 }
@@ -74,13 +75,14 @@ func newCommunicator(pl placement, conns []transport.Conn, ctrl controlPlane, lk
 		linker:    lk,
 	}
 	c.links.conns = conns
-	c.failure = newFailure(c.onFail)
+	c.failure = newFailure(c.dumpOnFail, c.onFail)
 	c.tune = logx.For(c.log, logx.Tune)
 	c.queue.init()
 	c.worker.p2pTx = make([]uint64, pl.size)
 	c.worker.p2pRx = make([]uint64, pl.size)
 	c.worker.peers.c = c
 	c.setupModel()
+	c.setupObserver()
 	if pl.rank == 0 {
 		c.logSettings()
 	}
@@ -143,6 +145,7 @@ func (c *Communicator) shutdown(ctx context.Context, drain bool) error {
 	}
 	c.queue.stop()
 	c.worker.op.release()
+	c.closeObserver()
 	// Anything issued concurrently with Close fails now.
 	for _, r := range c.queue.drain() {
 		r.finish(&OpError{Rank: c.rank, Op: r.name, Seq: r.seq, Err: ErrClosed})

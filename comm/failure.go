@@ -19,16 +19,20 @@ import (
 // error, before any set returns, so that a caller of set knows the action
 // has run.
 type failure struct {
-	once   sync.Once
-	pe     atomic.Pointer[PeerError]
-	ch     chan struct{}
-	onFail func(pe *PeerError)
+	once     sync.Once
+	pe       atomic.Pointer[PeerError]
+	ch       chan struct{}
+	onFail   func(pe *PeerError)
+	beforeIt func(pe *PeerError)
 }
 
-// newFailure returns a healthy failure state that runs onFail when it
-// fails.
-func newFailure(onFail func(pe *PeerError)) *failure {
-	return &failure{ch: make(chan struct{}), onFail: onFail}
+// newFailure returns a healthy failure state that runs before, then
+// records the failure, then runs onFail, when it fails. before runs while
+// the communicator still looks healthy to every operation, so what it does
+// (writing the flight record) is done before any operation can return the
+// failure.
+func newFailure(before, onFail func(pe *PeerError)) *failure {
+	return &failure{ch: make(chan struct{}), onFail: onFail, beforeIt: before}
 }
 
 // err returns the failure, or nil while the communicator is healthy.
@@ -41,6 +45,9 @@ func (f *failure) done() <-chan struct{} { return f.ch }
 // one wins) and runs the failure action with it.
 func (f *failure) set(pe *PeerError) {
 	f.once.Do(func() {
+		if f.beforeIt != nil {
+			f.beforeIt(pe)
+		}
 		f.pe.Store(pe)
 		close(f.ch)
 		f.onFail(pe)
@@ -52,11 +59,12 @@ func (f *failure) set(pe *PeerError) {
 // operation fail with the same error.
 func (c *Communicator) fail(pe *PeerError) { c.failure.set(pe) }
 
-// onFail is the failure action: it logs the failure and closes the
-// connections.
+// onFail is the failure action: it logs the failure, closes the
+// connections and writes the timeline, if one is recorded.
 func (c *Communicator) onFail(pe *PeerError) {
 	logx.For(c.log, logx.Coll).Warn("occl: communicator failed", "err", pe)
 	c.links.closeCurrent()
+	c.writeTrace()
 }
 
 // Lost-link grace: how long a rank that lost a connection waits for the

@@ -37,6 +37,7 @@ func (c *Communicator) logSettings() {
 		"timeout", c.cfg.timeout, "heartbeat", c.cfg.heartbeat, "heartbeat_timeout", c.cfg.heartbeatTimeout,
 		"transport", c.cfg.transport, "links", c.TransportName(), "single_copy", c.cfg.cmaThreshold,
 		"affinity", c.cfg.affinity, "hosts", c.NumHosts(), "topology", topology, "emulate", c.cfg.emulate,
+		"trace", c.obs.dir, "flight_record", c.obs.flightLen, "flight_signal", c.obs.signal,
 		"env", debug.String())
 }
 

@@ -10,7 +10,6 @@ import (
 	"github.com/occl/occl/algo"
 	"github.com/occl/occl/comm/internal/wire"
 	"github.com/occl/occl/internal/logx"
-	"github.com/occl/occl/transport"
 )
 
 // Mismatched collectives are usually caught by the frame checks: the first
@@ -28,56 +27,6 @@ const (
 	reached    uint8 = 1 // the fingerprint is valid
 	forgotten  uint8 = 2 // too old to remember
 )
-
-const histLen = 256
-
-// opHistory remembers the fingerprints of a rank's recent collectives.
-type opHistory struct {
-	mu      sync.Mutex
-	seq     [histLen]uint64
-	fp      [histLen]wire.Fingerprint
-	started uint64 // highest sequence number started
-	running uint64 // sequence number running now, 0 if none
-}
-
-func fingerprint(h *transport.Header) wire.Fingerprint {
-	return wire.Fingerprint{Op: h.Op, DType: h.DType, RedOp: h.RedOp, Root: h.Root, Count: h.Count}
-}
-
-func (h *opHistory) start(seq uint64, fp wire.Fingerprint) {
-	h.mu.Lock()
-	h.seq[seq%histLen], h.fp[seq%histLen] = seq, fp
-	h.started, h.running = seq, seq
-	h.mu.Unlock()
-}
-
-func (h *opHistory) finish() {
-	h.mu.Lock()
-	h.running = 0
-	h.mu.Unlock()
-}
-
-func (h *opHistory) current() uint64 {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.running
-}
-
-// answer answers a probe about seq.
-func (h *opHistory) answer(seq uint64) wire.Msg {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	m := wire.Msg{Type: wire.ProbeAnswer, Seq: seq, Current: h.running}
-	switch {
-	case seq > h.started:
-		m.State = notReached
-	case h.seq[seq%histLen] == seq:
-		m.State, m.Op = reached, h.fp[seq%histLen]
-	default:
-		m.State = forgotten
-	}
-	return m
-}
 
 // judge compares the ranks' answers about seq (a zero Msg where a rank did
 // not answer) and returns a mismatch failure if two ranks called different

@@ -29,7 +29,21 @@ func TestMain(m *testing.M) {
 	if name := os.Getenv("OCCL_TEST_WORKER"); name != "" {
 		os.Exit(worker(name))
 	}
-	os.Exit(m.Run())
+	os.Exit(runInTempDir(m))
+}
+
+// runInTempDir runs the tests with TMPDIR (inherited by the worker
+// processes) in a directory of their own, removed afterwards: the flight
+// records of the communicators the tests fail on purpose go there.
+func runInTempDir(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "occl-comm-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	os.Setenv("TMPDIR", dir)
+	return m.Run()
 }
 
 // worker runs one scenario in a worker process and returns its exit code.
@@ -273,13 +287,14 @@ func TestProcessKilled(t *testing.T) {
 
 func testKilled(t *testing.T, transport string) {
 	const np, victim = 4, 2
+	traceDir := t.TempDir()
 	pr, pw := io.Pipe()
 	var all syncBuffer
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	j, err := launch.Start(ctx, launch.Spec{
 		NP: np, Path: os.Args[0], Args: []string{"-test.run=^$"},
-		Env:       []string{"OCCL_TEST_WORKER=kill", "OCCL_HEARTBEAT_TIMEOUT=30s", "OCCL_TRANSPORT=" + transport},
+		Env:       []string{"OCCL_TEST_WORKER=kill", "OCCL_HEARTBEAT_TIMEOUT=30s", "OCCL_TRANSPORT=" + transport, comm.TraceEnv + "=" + traceDir},
 		Stdout:    io.MultiWriter(pw, &all),
 		Stderr:    &all,
 		KillGrace: -1,
@@ -333,6 +348,7 @@ func testKilled(t *testing.T, transport string) {
 			t.Errorf("rank %d did not report rank %d as failed:\n%s", r, victim, out)
 		}
 	}
+	checkKilledRecords(t, traceDir, np, victim)
 	t.Logf("survivors exited %v after the kill", elapsed.Round(time.Millisecond))
 	if elapsed > 10*time.Second {
 		t.Errorf("survivors took %v to notice the dead rank", elapsed)

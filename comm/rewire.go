@@ -219,6 +219,7 @@ func (c *Communicator) RewireAsync(ctx context.Context, rw Rewire) *RewireReques
 			times.Pause = time.Since(called)
 			err := c.rewire(ctx, p, rw, digest, times)
 			times.Total = time.Since(called)
+			c.traceRewire(called, times)
 			return err
 		}})
 	return &RewireRequest{req: req, times: times}

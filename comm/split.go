@@ -51,6 +51,9 @@ func (c *Communicator) Split(ctx context.Context, color, key int) (*Communicator
 			}
 		}
 		cc, err := c.linker.split(ctx, p, childID(c.id, p.hdr.Seq, color), group, self)
+		if cc != nil {
+			cc.inheritObserver(c)
+		}
 		child = cc
 		return err
 	})

@@ -70,7 +70,11 @@ func (c *Communicator) help(r *Request) {
 }
 
 // run executes one request; the caller holds exec.
-func (c *Communicator) run(r *Request) error {
+func (c *Communicator) run(r *Request) (err error) {
+	fp := fingerprint(&r.hdr)
+	fp.Target = r.target
+	c.hist.begin(r, fp)
+	defer func() { c.endOp(err) }()
 	if pe := c.failure.err(); pe != nil {
 		return &OpError{Rank: c.rank, Op: r.name, Seq: r.seq, Err: pe}
 	}
@@ -81,17 +85,11 @@ func (c *Communicator) run(r *Request) error {
 	p.hdr.Epoch = c.epoch.Load()
 	p.hdr.Seq = r.seq
 	if r.hdr.Kind == transport.KindCollective {
-		fp := fingerprint(&p.hdr)
-		fp.Target = r.target
-		c.hist.start(r.seq, fp)
 		c.armWatchdog(r.seq)
-		defer func() {
-			c.disarmWatchdog()
-			c.hist.finish()
-		}()
+		defer c.disarmWatchdog()
 	}
 	start := time.Now()
-	err := r.fn(ctx, p)
+	err = r.fn(ctx, p)
 	if err == nil {
 		if pe := c.failure.err(); pe != nil {
 			// The operation completed locally, but the communicator
@@ -163,6 +161,7 @@ func (p *opPeers) EagerLimit(peer int) int { return p.c.links.to(peer).EagerLimi
 func (p *opPeers) Send(ctx context.Context, peer int, step uint32, buf []byte) error {
 	h := p.hdr
 	h.Step = step
+	p.c.hist.waiting.Store(int32(peer))
 	if err := p.c.links.to(peer).Send(ctx, h, buf); err != nil {
 		return &linkError{peer: peer, dir: "send", step: step, err: err}
 	}
@@ -172,6 +171,7 @@ func (p *opPeers) Send(ctx context.Context, peer int, step uint32, buf []byte) e
 func (p *opPeers) Recv(ctx context.Context, peer int, step uint32, buf []byte) error {
 	h := p.hdr
 	h.Step = step
+	p.c.hist.waiting.Store(int32(peer))
 	if err := p.c.links.to(peer).Recv(ctx, h, buf); err != nil {
 		return &linkError{peer: peer, dir: "recv", step: step, err: err}
 	}

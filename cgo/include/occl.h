@@ -49,7 +49,7 @@
  *  - On one communicator, these may be called from any thread, concurrently
  *    with anything else on it: occlCommCount, occlCommUserRank,
  *    occlCommGetAsyncError, occlGetLastError, occlCommSetTrafficTag,
- *    occlCommAbort, and occlTest / occlWait / occlRequestFree on different
+ *    occlCommFlightRecord, occlCommAbort, and occlTest / occlWait / occlRequestFree on different
  *    requests (also from threads other than the one that issued them).
  *  - Operations (collectives, occlSend/occlRecv, occlBarrier, occlCommSplit,
  *    occlCommReconfigure, occlCommTrafficMatrix) may be issued from several
@@ -483,6 +483,20 @@ occlResult_t occlCommTopology(occlComm_t comm, char* buf, size_t len, size_t* ne
  * communicator, no controller. */
 occlResult_t occlPlanCircuits(const char* topologyJSON, const double* demand, int nranks, char* buf, size_t len,
                               size_t* needed);
+
+/* Writes comm's flight record, its last operations (OCCL_FLIGHT_RECORDER of
+ * them, 256 by default) followed by those still queued, as NUL-terminated
+ * JSON into buf:
+ *   {"rank":..., "size":..., "comm":"<hex id>", "error":"<the failure, if
+ *    any>", "time":..., "ops":[{"seq":..., "op":"AllReduce", "bytes":...,
+ *    "dtype":"float32", "schedule":"ring", "state":"queued|running|done|
+ *    failed", "start":..., "end":..., "peer":<rank waited on or -1>,
+ *    "error":...}]}
+ * *needed receives the size it needs, NUL included; occlInvalidArgument if
+ * buf is NULL or len is smaller (the record of a running communicator may
+ * grow between two calls: retry with more). Local: no communication; it
+ * works on a failed communicator too, which is when it is most useful. */
+occlResult_t occlCommFlightRecord(occlComm_t comm, char* buf, size_t len, size_t* needed);
 
 #ifdef __cplusplus
 }

@@ -93,6 +93,8 @@ func TestBackendFailure(t *testing.T) {
 			start := time.Now()
 			j := job(python, "tests/check_failure.py", "--mode", c.mode, "--victim", fmt.Sprint(victim), "--timeout", "5")
 			j.KeepGoing, j.Limit = true, 2*time.Minute
+			tmp := t.TempDir()
+			j.Env = []string{"TMPDIR=" + tmp}
 			outs, errs := j.Run(t)
 			for r := range 4 {
 				if r == victim {
@@ -100,6 +102,10 @@ func TestBackendFailure(t *testing.T) {
 				}
 				if errs[r] != nil {
 					t.Errorf("rank %d: %v\n%s", r, errs[r], outs[r])
+				}
+				// The failed communicator's flight record, in TMPDIR.
+				if dumps, _ := filepath.Glob(filepath.Join(tmp, fmt.Sprintf("occl-flight-*-rank-%d-*.json", r))); len(dumps) != 1 {
+					t.Errorf("rank %d: flight records %q", r, dumps)
 				}
 				if !c.want.MatchString(outs[r]) || !strings.Contains(outs[r], "later operation raised") {
 					t.Errorf("rank %d did not raise an error naming rank %d:\n%s", r, victim, outs[r])

@@ -5,6 +5,7 @@
 //   threads one thread per rank, every collective and data type checked,
 //           non-blocking calls, split, queries from other threads
 //   abort   a watchdog thread aborts one rank; the others see occlRemoteError
+//           and a flight record naming the failed all-reduce
 //
 // Exits 0 if every check passed.
 
@@ -326,8 +327,10 @@ static void threads(void) {
 struct abort_arg {
   occlUniqueId id;
   int rank;
-  occlResult_t got, async;
+  occlResult_t got, async, small, record;
   char msg[OCCL_LAST_ERROR_BYTES];
+  size_t needed;
+  char* flight;
 };
 
 static void* abort_rank(void* p) {
@@ -345,6 +348,12 @@ static void* abort_rank(void* p) {
   a->got = occlAllReduce(x, x, 4, occlFloat, occlSum, comm);
   strncpy(a->msg, occlGetLastError(comm), sizeof a->msg - 1);
   occlCommGetAsyncError(comm, &a->async);
+  // The flight record of the failed communicator: first its size.
+  a->small = occlCommFlightRecord(comm, NULL, 0, &a->needed);
+  if (a->needed > 0) {
+    a->flight = malloc(a->needed);
+    a->record = occlCommFlightRecord(comm, a->flight, a->needed, &a->needed);
+  }
   occlCommDestroy(comm);
   return NULL;
 }
@@ -363,6 +372,16 @@ static void abort_test(void) {
           occlGetErrorString(args[r].got));
     CHECK(args[r].async == occlRemoteError, "rank %d async error %d", r, args[r].async);
     CHECK(strstr(args[r].msg, "abort") != NULL, "rank %d message %s", r, args[r].msg);
+    CHECK(args[r].small == occlInvalidArgument && args[r].needed > 0, "rank %d flight record without a buffer: %d, needs %zu",
+          r, args[r].small, args[r].needed);
+    CHECK(args[r].record == occlSuccess && args[r].flight != NULL && strlen(args[r].flight) + 1 == args[r].needed,
+          "rank %d flight record: %d", r, args[r].record);
+    if (args[r].flight != NULL) {
+      const char* op = strstr(args[r].flight, "\"op\": \"AllReduce\"");
+      CHECK(op != NULL && strstr(op, "\"state\": \"failed\"") != NULL && strstr(op, "\"seq\"") == NULL,
+            "rank %d flight record does not end with the failed AllReduce: %s", r, args[r].flight);
+      free(args[r].flight);
+    }
   }
 }
 

@@ -3,7 +3,7 @@
 every collective on NumPy arrays and PyTorch CPU tensors of every supported
 type, zero-copy (results land in the caller's memory), non-blocking calls,
 groups, split, a reconfiguration refused on every rank alike, and errors
-raised with occlGetLastError's message. Exits non-zero on the first failure;
+raised with occlGetLastError's message, and the flight record. Exits non-zero on the first failure;
 prints "rank R: ok"."""
 
 import os
@@ -129,6 +129,14 @@ def main():
     expect_error(lambda: comm.broadcast(np.ones(4), root=-2), 4, "root -2 out of range")
     assert comm.async_error() is None
     comm.barrier()
+    # The flight record ends with that barrier, done, after the checks'
+    # collectives in sequence order.
+    rec = comm.flight_record()
+    last = rec[-1]
+    assert last["op"] == "Barrier" and last["state"] == "done" and last["peer"] == -1, last
+    seqs = [o["seq"] for o in rec if o["seq"] > 0]
+    assert seqs == list(range(seqs[0], seqs[0] + len(seqs))) and seqs[-1] == last["seq"], seqs
+    assert any(o["op"] == "AllReduce" and o["schedule"] and o["bytes"] > 0 for o in rec), rec
     comm.destroy()
     expect_error(lambda: comm.barrier(), 4, "destroyed")
     print("rank %d: ok" % r)

@@ -43,7 +43,7 @@ func serverCodeToLevel(code codes.Code) logging.Level {
 }
 
 // interceptors returns the server's interceptor chains, outermost first:
-// logging, recovery (a panic becomes INTERNAL), bearer-token authentication
+// Prometheus gRPC metrics (with ServerConfig.Registry), logging, recovery (a panic becomes INTERNAL), bearer-token authentication
 // (all services but health; only when a token is configured) and
 // validation (the requests' Validate methods; a failure is
 // INVALID_ARGUMENT).
@@ -57,14 +57,20 @@ func (s *Server) interceptors() ([]grpc.UnaryServerInterceptor, []grpc.StreamSer
 		s.log.ErrorContext(ctx, "panic in OCS controller call", "panic", p, "stack", string(debug.Stack()))
 		return status.Error(codes.Internal, "internal error in the OCS controller")
 	})
-	unary := []grpc.UnaryServerInterceptor{
+	var unary []grpc.UnaryServerInterceptor
+	var stream []grpc.StreamServerInterceptor
+	if s.met != nil {
+		unary = append(unary, s.met.grpc.UnaryServerInterceptor())
+		stream = append(stream, s.met.grpc.StreamServerInterceptor())
+	}
+	unary = append(unary,
 		logging.UnaryServerInterceptor(logger, logOpts...),
 		recovery.UnaryServerInterceptor(recoverOpt),
-	}
-	stream := []grpc.StreamServerInterceptor{
+	)
+	stream = append(stream,
 		logging.StreamServerInterceptor(logger, logOpts...),
 		recovery.StreamServerInterceptor(recoverOpt),
-	}
+	)
 	if s.cfg.Token != "" {
 		notHealth := selector.MatchFunc(func(_ context.Context, c interceptors.CallMeta) bool {
 			return c.Service != healthgrpc.Health_ServiceDesc.ServiceName

@@ -13,6 +13,7 @@ import (
 
 	"github.com/occl/occl/reconfig/ocspb"
 	"github.com/occl/occl/topo"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
@@ -61,6 +62,11 @@ type ServerConfig struct {
 	// GRPCOptions are added to the gRPC server's options, e.g.
 	// grpc.Creds for TLS.
 	GRPCOptions []grpc.ServerOption
+	// Registry, when not nil, receives the controller's Prometheus
+	// metrics (see MetricApplySeconds and the other Metric constants) and
+	// the gRPC server metrics. Use a registry of the controller's own, not
+	// the global one: a second Server on the same registry fails.
+	Registry prometheus.Registerer
 }
 
 // Server is the OCS controller: a gRPC service (occl.ocs.v1.OCS plus the
@@ -74,6 +80,7 @@ type Server struct {
 	grpc   *grpc.Server
 	health *health.Server
 	lock   *os.File
+	met    *serverMetrics // nil without ServerConfig.Registry
 
 	sem      chan struct{} // a token held by the one change in progress
 	healthMu sync.Mutex    // serializes reading and publishing port health
@@ -161,6 +168,14 @@ func NewServer(sw Switch, cfg ServerConfig) (*Server, error) {
 		}
 	}
 	s.index()
+	if cfg.Registry != nil {
+		m, err := newServerMetrics(s, cfg.Registry)
+		if err != nil {
+			unlockState(s.lock)
+			return nil, fmt.Errorf("ocs: NewServer: registering metrics: %w", err)
+		}
+		s.met = m
+	}
 
 	unary, stream := s.interceptors()
 	opts := append([]grpc.ServerOption{
@@ -172,6 +187,9 @@ func NewServer(sw Switch, cfg ServerConfig) (*Server, error) {
 	healthgrpc.RegisterHealthServer(s.grpc, s.health)
 	s.health.SetServingStatus("", healthgrpc.HealthCheckResponse_NOT_SERVING)
 	s.health.SetServingStatus(ocspb.OCS_ServiceDesc.ServiceName, healthgrpc.HealthCheckResponse_NOT_SERVING)
+	if s.met != nil {
+		s.met.grpc.InitializeMetrics(s.grpc)
+	}
 	return s, nil
 }
 
@@ -537,6 +555,7 @@ func (s *Server) persist(d *durable) error {
 	if s.cfg.StatePath == "" {
 		return nil
 	}
+	defer s.met.observeStateWrite(time.Now())
 	return saveState(s.cfg.StatePath, d)
 }
 
@@ -661,6 +680,7 @@ func (s *Server) apply(ctx context.Context, id string, target []topo.Circuit) (A
 	if err := ocspb.ValidateRequestID(id); err != nil {
 		return ApplyResult{}, status.Error(codes.InvalidArgument, err.Error())
 	}
+	defer s.met.observeApply(time.Now())
 	target = sortConnects(target)
 	hash := targetHash(target)
 	if err := s.acquire(ctx); err != nil {
@@ -721,6 +741,7 @@ func (s *Server) transition(ctx context.Context, target []topo.Circuit, edit fun
 		var err error
 		prog, err = s.switchApply(ctx, remove, add)
 		res.SwitchingTime = time.Since(start)
+		s.met.observeSwitching(res.SwitchingTime)
 		if err != nil {
 			return ApplyResult{}, s.rollback(ctx, cur, len(remove)+len(add), prog, err)
 		}

@@ -144,6 +144,7 @@ _SIGNATURES = {
     "occlCommSetTrafficTag": [_c, ctypes.c_char_p],
     "occlCommTrafficMatrix": [_c, ctypes.c_char_p, ctypes.c_char_p, _sz, _p_sz],
     "occlCommTopology": [_c, ctypes.c_char_p, _sz, _p_sz],
+    "occlCommFlightRecord": [_c, ctypes.c_char_p, _sz, _p_sz],
     "occlPlanCircuits": [ctypes.c_char_p, ctypes.POINTER(ctypes.c_double), _i, ctypes.c_char_p, _sz, _p_sz],
 }
 
@@ -616,6 +617,17 @@ class Communicator:
         """The communicator's current topology, as a dict (local)."""
         h = self._handle()
         return _json_out(lambda buf, size, needed: self._lib.occlCommTopology(h, buf, size, needed), "topology", h)
+
+    def flight_record(self):
+        """This rank's flight record (local, also on a failed communicator):
+        its last operations (OCCL_FLIGHT_RECORDER of them, 256 by default),
+        oldest first, then those still queued, as a list of dicts with keys
+        seq, op, bytes, dtype, schedule, state ("queued", "running", "done"
+        or "failed"), start, end, peer (the rank it waited on, -1 if none)
+        and error."""
+        h = self._handle()
+        d = _json_out(lambda buf, size, needed: self._lib.occlCommFlightRecord(h, buf, size, needed), "flight_record", h)
+        return d["ops"]
 
     def traffic_matrix(self, tag=""):
         """The all-to-all traffic of tag on every rank, as a dict (collective)."""

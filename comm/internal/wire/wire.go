@@ -17,6 +17,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 )
 
 // Type is the kind of a control message.
@@ -77,9 +78,12 @@ type Msg struct {
 	// Join
 	Size int
 	Info RankInfo
-	// Table: every rank's info, and the job nonce rank 0 chose.
+	// Table: every rank's info, the job nonce rank 0 chose, and rank 0's
+	// wall clock (Unix nanoseconds) when it sent the table, from which a
+	// rank estimates its clock's offset to rank 0's for its timeline.
 	Ranks []RankInfo
 	Nonce [16]byte
+	Clock int64
 	// Reject, Report, Verdict
 	Text string
 	// Report, Verdict: Kind says what failed; Peer is the rank blamed (-1
@@ -137,6 +141,7 @@ func (m *Msg) Append(b []byte) []byte {
 			b = appendInfo(b, &m.Ranks[i])
 		}
 		b = append(b, m.Nonce[:]...)
+		b = binary.AppendVarint(b, m.Clock)
 	case Reject:
 		b = appendString(b, m.Text)
 	case Report, Verdict:
@@ -268,6 +273,7 @@ func decode(b []byte) (Msg, []byte, error) {
 			}
 		}
 		d.fixed(m.Nonce[:])
+		m.Clock = int64(d.int(math.MinInt, math.MaxInt))
 	case Reject:
 		m.Text = d.string()
 	case Report, Verdict:

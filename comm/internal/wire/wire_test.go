@@ -10,7 +10,7 @@ import (
 func samples() []Msg {
 	return []Msg{
 		{Type: Join, Rank: 3, Size: 8, Info: RankInfo{HostID: "h/boot", Addr: "127.0.0.1:4000", PID: 1234}},
-		{Type: Table, Ranks: []RankInfo{{HostID: "a", Addr: "x:1", PID: 1}, {HostID: "b", Addr: "y:2", PID: 2}}, Nonce: [16]byte{1, 2, 15: 16}},
+		{Type: Table, Ranks: []RankInfo{{HostID: "a", Addr: "x:1", PID: 1}, {HostID: "b", Addr: "y:2", PID: 2}}, Nonce: [16]byte{1, 2, 15: 16}, Clock: 1_700_000_000_123_456_789},
 		{Type: Table, Ranks: []RankInfo{}},
 		{Type: Reject, Text: "rank 3 joined twice"},
 		{Type: Heartbeat},

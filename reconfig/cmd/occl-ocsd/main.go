@@ -5,7 +5,7 @@
 // Usage:
 //
 //	OCCL_OCS_TOKEN=secret occl-ocsd [-listen 127.0.0.1:0] [-ports 64] [-delay 25ms] [-state FILE]
-//	    [-tls-cert FILE -tls-key FILE [-tls-ca FILE]] [-v]
+//	    [-tls-cert FILE -tls-key FILE [-tls-ca FILE]] [-metrics-addr ADDR] [-v]
 //
 // It prints "occl-ocsd listening on HOST:PORT" on standard output once it
 // serves, and stops gracefully on SIGTERM or SIGINT. Clients must send the
@@ -26,6 +26,17 @@
 // switch, 1ms like a tunable-transceiver switch); drivers for real switches
 // implement ocs.Switch and are added here.
 //
+// With -metrics-addr the daemon serves Prometheus metrics over plain HTTP
+// at http://ADDR/metrics (a listener of its own, without the token: put it
+// on a management network) and prints "occl-ocsd metrics on HOST:PORT"
+// after the listening line. The metrics are those of ocs.ServerConfig's
+// Registry: occl_ocsd_apply_seconds, occl_ocsd_switching_seconds,
+// occl_ocsd_state_write_seconds (histograms), occl_ocsd_circuits_installed,
+// occl_ocsd_ports_failed, occl_ocsd_ports_drained, occl_ocsd_generation
+// (gauges), the gRPC server metrics (grpc_server_handled_total by
+// grpc_method and grpc_code, grpc_server_handling_seconds, ...) and the Go
+// runtime and process collectors.
+//
 // Flags:
 //
 //	-listen ADDR   address to listen on (default 127.0.0.1:0, a free port)
@@ -37,6 +48,7 @@
 //	-tls-cert FILE serve TLS with this PEM certificate (with -tls-key)
 //	-tls-key FILE  the certificate's PEM key
 //	-tls-ca FILE   require client certificates signed by these PEM authorities
+//	-metrics-addr ADDR serve Prometheus metrics at http://ADDR/metrics (default: off)
 //	-v             log every call and every change to standard error
 package main
 
@@ -48,6 +60,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -55,6 +68,10 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/occl/occl/reconfig/ocs"
 )
@@ -80,6 +97,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	tlsCert := fs.String("tls-cert", "", "serve TLS with this PEM certificate (with -tls-key)")
 	tlsKey := fs.String("tls-key", "", "PEM key of -tls-cert")
 	tlsCA := fs.String("tls-ca", "", "require client certificates signed by the PEM authorities in this file (with -tls-cert)")
+	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics (empty: off)")
 	verbose := fs.Bool("v", false, "verbose logging")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: OCCL_OCS_TOKEN=secret occl-ocsd [flags]")
@@ -123,7 +141,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "occl-ocsd: %v\n", err)
 		return 2
 	}
-	srv, err := ocs.NewServer(sw, ocs.ServerConfig{StatePath: *statePath, Token: token, Logger: logger, GRPCOptions: grpcOpts})
+	var reg *prometheus.Registry
+	if *metricsAddr != "" {
+		reg = prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	cfg := ocs.ServerConfig{StatePath: *statePath, Token: token, Logger: logger, GRPCOptions: grpcOpts}
+	if reg != nil {
+		cfg.Registry = reg
+	}
+	srv, err := ocs.NewServer(sw, cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "occl-ocsd: %v\n", err)
 		return 1
@@ -147,6 +174,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	t := srv.Topology()
 	fmt.Fprintf(stdout, "occl-ocsd listening on %s\n", lis.Addr())
+	if reg != nil {
+		mlis, err := net.Listen("tcp", *metricsAddr)
+		if err != nil {
+			lis.Close()
+			fmt.Fprintf(stderr, "occl-ocsd: -metrics-addr: %v\n", err)
+			return 1
+		}
+		stopMetrics := serveMetrics(mlis, reg, logger)
+		defer stopMetrics()
+		fmt.Fprintf(stdout, "occl-ocsd metrics on %s\n", mlis.Addr())
+	}
 	logger.Info("serving", "addr", lis.Addr().String(), "ports", *ports, "delay", *delay,
 		"state", *statePath, "generation", t.Generation, "connects", len(t.Connects), "auth", token != "",
 		"tls", len(grpcOpts) > 0, "client_certs", *tlsCA != "")
@@ -157,4 +195,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	logger.Info("stopped", "uptime", time.Since(start))
 	return 0
+}
+
+// serveMetrics serves reg at /metrics on lis until the returned function is
+// called.
+func serveMetrics(lis net.Listener, reg *prometheus.Registry, logger *slog.Logger) (stop func()) {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := hs.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error("metrics server failed", "addr", lis.Addr().String(), "err", err)
+		}
+	}()
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		hs.Shutdown(ctx)
+		<-done
+	}
 }

@@ -1,0 +1,305 @@
+package comm
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/occl/occl/algo"
+	"github.com/occl/occl/comm/internal/wire"
+	"github.com/occl/occl/transport"
+)
+
+// OpState is the state of an operation in a flight record.
+type OpState string
+
+// Operation states.
+const (
+	OpQueued  OpState = "queued"  // issued, waiting for the operations before it
+	OpRunning OpState = "running" // running now
+	OpDone    OpState = "done"    // completed successfully
+	OpFailed  OpState = "failed"  // completed with an error
+)
+
+// OpRecord is one operation in a communicator's flight record (see
+// FlightRecord).
+type OpRecord struct {
+	// Seq is the collective sequence number, the same on every rank for
+	// the same call; 0 for point-to-point groups.
+	Seq uint64 `json:"seq"`
+	// Op names the operation ("AllReduce", "Group", "Rewire", ...).
+	Op string `json:"op"`
+	// Bytes is the size of the operation's buffer on this rank; DType is
+	// its element type (empty where the operation has none).
+	Bytes int64  `json:"bytes"`
+	DType string `json:"dtype,omitempty"`
+	// Schedule is the schedule that ran ("ring", "rhd", ...), empty until
+	// it is chosen or when none is (a single rank, an empty buffer).
+	Schedule string `json:"schedule,omitempty"`
+	// State is queued, running, done or failed.
+	State OpState `json:"state"`
+	// Start and End are when the operation started and ended on this
+	// rank (zero while queued, End zero while running).
+	Start time.Time `json:"start,omitzero"`
+	End   time.Time `json:"end,omitzero"`
+	// Peer is the rank the operation last waited on (sent to or received
+	// from) when it is running or failed; -1 when unknown or done.
+	Peer int `json:"peer"`
+	// Error is the error of a failed operation.
+	Error string `json:"error,omitempty"`
+}
+
+// DefaultFlightRecord is the number of operations a communicator keeps in
+// its flight record unless OCCL_FLIGHT_RECORDER says otherwise.
+const DefaultFlightRecord = 256
+
+// histLen is the least number of operations the history keeps, whatever
+// the flight record's length: the mismatch probes look collectives up in
+// it.
+const histLen = 256
+
+// opHistory is a rank's record of its recent operations, in the order
+// they ran: a fixed ring written by the worker. It answers the mismatch
+// probes (the fingerprint of the collective a rank ran at a sequence
+// number) and is the flight record.
+type opHistory struct {
+	mu      sync.Mutex
+	ring    []opEntry
+	n       uint64   // entries ever written; the newest is ring[(n-1)%len]
+	cur     *opEntry // the running operation's entry, nil if none
+	started uint64   // highest collective sequence number started
+	running uint64   // collective sequence number running now, 0 if none
+	done    uint64   // last collective sequence number completed
+	doneFP  wire.Fingerprint
+	// waiting is the peer the running operation last sent to or received
+	// from (-1: none yet). The schedules' goroutines store it.
+	waiting atomic.Int32
+}
+
+// opEntry is one operation in the history.
+type opEntry struct {
+	seq       uint64
+	name      string
+	fp        wire.Fingerprint
+	coll      bool
+	bytes     int64
+	dtype     algo.DType
+	hasDType  bool
+	sched     algo.Algorithm
+	predicted time.Duration
+	state     OpState
+	start     time.Time
+	end       time.Time
+	peer      int32
+	err       string
+}
+
+func fingerprint(h *transport.Header) wire.Fingerprint {
+	return wire.Fingerprint{Op: h.Op, DType: h.DType, RedOp: h.RedOp, Root: h.Root, Count: h.Count}
+}
+
+// init sizes the ring for a flight record of n operations.
+func (h *opHistory) init(n int) {
+	h.ring = make([]opEntry, max(n, histLen))
+	h.waiting.Store(-1)
+}
+
+// begin records that r starts now. The worker calls it.
+func (h *opHistory) begin(r *Request, fp wire.Fingerprint) {
+	coll := r.hdr.Kind == transport.KindCollective
+	dt := algo.DType(r.hdr.DType)
+	hasDT := dt.Valid() && r.hdr.Op != uint8(algo.OpBarrier) && r.hdr.Op != uint8(algo.OpRewire) && r.hdr.Op != uint8(algo.OpSplit)
+	var bytes int64
+	if hasDT {
+		bytes = int64(r.hdr.Count) * int64(dt.Size())
+	}
+	now := time.Now()
+	h.waiting.Store(-1)
+	h.mu.Lock()
+	e := &h.ring[h.n%uint64(len(h.ring))]
+	h.n++
+	*e = opEntry{seq: r.seq, name: r.name, fp: fp, coll: coll, bytes: bytes, dtype: dt, hasDType: hasDT,
+		state: OpRunning, start: now, peer: -1}
+	h.cur = e
+	if coll {
+		h.started, h.running = r.seq, r.seq
+	}
+	h.mu.Unlock()
+}
+
+// chose records the schedule the running operation chose for bytes bytes
+// and, when known, its predicted time.
+func (h *opHistory) chose(a algo.Algorithm, bytes int, predicted time.Duration) {
+	h.mu.Lock()
+	if e := h.cur; e != nil {
+		e.sched, e.bytes, e.predicted = a, int64(bytes), predicted
+	}
+	h.mu.Unlock()
+}
+
+// end records that the running operation ended with err and returns its
+// entry.
+func (h *opHistory) end(err error) opEntry {
+	now := time.Now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e := h.cur
+	if e == nil {
+		return opEntry{}
+	}
+	e.end = now
+	if err == nil {
+		e.state, e.err, e.peer = OpDone, "", -1
+	} else {
+		e.state, e.err, e.peer = OpFailed, err.Error(), h.waiting.Load()
+	}
+	h.cur = nil
+	if e.coll {
+		h.running = 0
+		if err == nil {
+			h.done, h.doneFP = e.seq, e.fp
+		}
+	}
+	return *e
+}
+
+// failRunning marks the running operation failed by err, ahead of its
+// end, so that a record dumped when the communicator fails names it.
+func (h *opHistory) failRunning(err error) {
+	h.mu.Lock()
+	if e := h.cur; e != nil {
+		e.state, e.err, e.peer = OpFailed, err.Error(), h.waiting.Load()
+	}
+	h.mu.Unlock()
+}
+
+// running returns the entry of the running operation, if any.
+func (h *opHistory) runningEntry() (opEntry, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.cur == nil {
+		return opEntry{}, false
+	}
+	return *h.cur, true
+}
+
+func (h *opHistory) current() uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.running
+}
+
+// answer answers a probe about seq: whether this rank reached it and with
+// which call, what it runs now and waits on, and what it completed last.
+func (h *opHistory) answer(seq uint64) wire.Msg {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	m := wire.Msg{Type: wire.ProbeAnswer, Seq: seq, Current: h.running, Done: h.done, DoneOp: h.doneFP, Waiting: -1}
+	if h.running != 0 {
+		m.Waiting = int(h.waiting.Load())
+	}
+	if seq > h.started {
+		m.State = notReached
+		return m
+	}
+	m.State = forgotten
+	for i := uint64(0); i < min(h.n, uint64(len(h.ring))); i++ {
+		e := &h.ring[(h.n-1-i)%uint64(len(h.ring))]
+		if !e.coll {
+			continue
+		}
+		if e.seq == seq {
+			m.State, m.Op = reached, e.fp
+			break
+		}
+		if e.seq < seq {
+			break
+		}
+	}
+	return m
+}
+
+// records returns the last n entries, oldest first.
+func (h *opHistory) records(n int) []OpRecord {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	k := min(uint64(n), h.n, uint64(len(h.ring)))
+	out := make([]OpRecord, 0, k)
+	waiting := int(h.waiting.Load())
+	for i := h.n - k; i < h.n; i++ {
+		e := &h.ring[i%uint64(len(h.ring))]
+		rec := e.record()
+		if e == h.cur && e.state == OpRunning {
+			rec.Peer = waiting
+		}
+		out = append(out, rec)
+	}
+	return out
+}
+
+// record converts e.
+func (e *opEntry) record() OpRecord {
+	rec := OpRecord{Seq: e.seq, Op: e.name, Bytes: e.bytes, State: e.state, Start: e.start, End: e.end, Peer: int(e.peer), Error: e.err}
+	if e.hasDType {
+		rec.DType = e.dtype.String()
+	}
+	if e.sched != algo.AlgoAuto {
+		rec.Schedule = e.sched.String()
+	}
+	return rec
+}
+
+// FlightRecord returns this rank's flight record: its last operations
+// (OCCL_FLIGHT_RECORDER of them, DefaultFlightRecord by default), oldest
+// first, followed by the operations issued and still queued. Keeping the
+// record costs each operation a few stores into a fixed ring; it is
+// always on.
+func (c *Communicator) FlightRecord() []OpRecord {
+	recs := c.hist.records(c.obs.flightLen)
+	c.queue.mu.Lock()
+	for _, r := range c.queue.pending {
+		q := &opEntry{seq: r.seq, name: r.name, state: OpQueued, peer: -1}
+		dt := algo.DType(r.hdr.DType)
+		if dt.Valid() && r.hdr.Count > 0 {
+			q.dtype, q.hasDType, q.bytes = dt, true, int64(r.hdr.Count)*int64(dt.Size())
+		}
+		recs = append(recs, q.record())
+	}
+	c.queue.mu.Unlock()
+	return recs
+}
+
+// FlightDump is the JSON form of a flight record that DumpFlightRecord
+// writes.
+type FlightDump struct {
+	Rank int    `json:"rank"`
+	Size int    `json:"size"`
+	Comm string `json:"comm"`
+	// Error is the communicator's failure, empty while it is healthy.
+	Error string     `json:"error,omitempty"`
+	Time  time.Time  `json:"time"`
+	Ops   []OpRecord `json:"ops"`
+}
+
+// DumpFlightRecord writes the flight record to w as JSON (a FlightDump).
+func (c *Communicator) DumpFlightRecord(w io.Writer) error {
+	return c.dumpFlightRecord(w, c.Err())
+}
+
+// dumpFlightRecord is DumpFlightRecord with the communicator's failure
+// given (nil: healthy).
+func (c *Communicator) dumpFlightRecord(w io.Writer, failure error) error {
+	d := FlightDump{Rank: c.rank, Size: c.size, Comm: fmt.Sprintf("%016x", c.id), Time: time.Now(), Ops: c.FlightRecord()}
+	if failure != nil {
+		d.Error = failure.Error()
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(&d); err != nil {
+		return fmt.Errorf("occl: rank %d: writing the flight record: %w", c.rank, err)
+	}
+	return nil
+}

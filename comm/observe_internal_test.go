@@ -1,0 +1,75 @@
+package comm
+
+import (
+	"testing"
+
+	"github.com/occl/occl/algo"
+	"github.com/occl/occl/trace"
+)
+
+// BenchmarkOpRecord measures what recording one operation costs the
+// worker: the flight record's begin, schedule and end, always done, and
+// with the timeline on its trace record too.
+func BenchmarkOpRecord(b *testing.B) {
+	for _, on := range []bool{false, true} {
+		name := "trace=off"
+		if on {
+			name = "trace=on"
+		}
+		b.Run(name, func(b *testing.B) {
+			c := &Communicator{}
+			c.hist.init(DefaultFlightRecord)
+			newRecorder := func() {
+				if on {
+					c.obs.tr = trace.NewRecorder(trace.Meta{})
+				}
+			}
+			newRecorder()
+			r := &Request{c: c, name: "AllReduce", hdr: collHeader(algo.OpAllReduce, Float32, Sum, 0, 1<<18)}
+			fp := fingerprint(&r.hdr)
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				i++
+				if i%(1<<16) == 0 {
+					// Keep the recorder below its bound, as a run of
+					// that many operations would.
+					b.StopTimer()
+					newRecorder()
+					b.StartTimer()
+				}
+				r.seq = uint64(i)
+				c.hist.begin(r, fp)
+				c.hist.chose(algo.AlgoRing, 1<<20, 0)
+				c.endOp(nil)
+			}
+		})
+	}
+}
+
+// TestOpRecordOrder checks the ring the benchmark exercises: entries in
+// order, the oldest overwritten.
+func TestOpRecordOrder(t *testing.T) {
+	c := &Communicator{}
+	c.hist.init(4)
+	c.obs.flightLen = 4
+	for i := 1; i <= histLen+3; i++ {
+		r := &Request{c: c, name: "Barrier", seq: uint64(i), hdr: collHeader(algo.OpBarrier, 0, 0, 0, 0)}
+		c.hist.begin(r, fingerprint(&r.hdr))
+		c.endOp(nil)
+	}
+	recs := c.FlightRecord()
+	if len(recs) != 4 || recs[0].Seq != histLen || recs[3].Seq != histLen+3 {
+		t.Fatalf("record %+v", recs)
+	}
+	// The probes still see histLen collectives back.
+	if m := c.hist.answer(4); m.State != reached {
+		t.Errorf("seq 4: state %d, want reached", m.State)
+	}
+	if m := c.hist.answer(3); m.State != forgotten {
+		t.Errorf("seq 3: state %d, want forgotten", m.State)
+	}
+	if m := c.hist.answer(histLen + 4); m.State != notReached {
+		t.Errorf("seq %d: state %d, want not reached", histLen+4, m.State)
+	}
+}

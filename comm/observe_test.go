@@ -1,0 +1,469 @@
+package comm_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/occl/occl/comm"
+	"github.com/occl/occl/trace"
+)
+
+// opsOf returns the operations ("ph":"X" of category op) of pid in f, in
+// file order.
+func opsOf(f trace.File, pid int) []trace.Event {
+	var ops []trace.Event
+	for _, e := range f.TraceEvents {
+		if e.Ph == "X" && e.Cat == "op" && e.Pid == pid {
+			ops = append(ops, e)
+		}
+	}
+	return ops
+}
+
+// TestTraceLocal runs collectives and a rewire on 4 ranks with OCCL_TRACE
+// set, then checks every rank's file and the merged timeline: every
+// operation once per rank, in sequence order, with its arguments, and the
+// rewire's steps nested in it.
+func TestTraceLocal(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv(comm.TraceEnv, dir)
+	base := mustTopo(t, rewireBase)
+	target := mustTopo(t, rewireBase+",circuits=0-1/0-1/2-3/2-3")
+	const size = 8
+	want := []string{"AllReduce", "AllReduce", "Broadcast", "Rewire", "AllGather", "Barrier", "AllReduce"}
+	requireOK(t, runLocal(t, size, func(ctx context.Context, c *comm.Communicator) error {
+		x := make([]float32, 1024)
+		y := make([]float32, 1024*size)
+		steps := []func() error{
+			func() error { return c.AllReduce(ctx, comm.Slice(x), comm.Slice(x), comm.Sum) },
+			func() error { return c.AllReduce(ctx, comm.Slice(x[:5]), comm.Slice(x[:5]), comm.Max) },
+			func() error { return c.Broadcast(ctx, comm.Slice(x), comm.Slice(x), 2) },
+			func() error {
+				_, err := c.Rewire(ctx, comm.Rewire{Target: target, Apply: func(context.Context) error { return nil }})
+				return err
+			},
+			func() error { return c.AllGather(ctx, comm.Slice(x), comm.Slice(y)) },
+			func() error { return c.Barrier(ctx) },
+			func() error { return c.AllReduce(ctx, comm.Slice(y), comm.Slice(y), comm.Sum) },
+		}
+		for i, s := range steps {
+			if err := s(); err != nil {
+				return fmt.Errorf("step %d (%s): %w", i, want[i], err)
+			}
+		}
+		return nil
+	}, comm.WithTopology(base)))
+
+	var files []trace.File
+	for r := range size {
+		f, err := trace.ReadFile(filepath.Join(dir, fmt.Sprintf("rank-%d.json", r)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.OtherData == nil || f.OtherData.Rank != r || f.OtherData.Size != size {
+			t.Fatalf("rank %d: metadata %+v", r, f.OtherData)
+		}
+		ops := opsOf(f, r)
+		if len(ops) != len(want) {
+			t.Fatalf("rank %d: %d operations, want %d: %+v", r, len(ops), len(want), ops)
+		}
+		for i, e := range ops {
+			if e.Args["op"] != want[i] || e.Args["seq"] != float64(i+1) || e.Name != fmt.Sprintf("%s #%d", want[i], i+1) {
+				t.Errorf("rank %d op %d: %s %v, want %s seq %d", r, i, e.Name, e.Args, want[i], i+1)
+			}
+			if i > 0 && e.Ts < ops[i-1].Ts+ops[i-1].Dur {
+				t.Errorf("rank %d: op %d starts before op %d ends", r, i, i-1)
+			}
+		}
+		ar := ops[0].Args
+		if ar["bytes"] != float64(4096) || ar["dtype"] != "float32" || ar["schedule"] == nil || ar["predicted_us"] == nil {
+			t.Errorf("rank %d: AllReduce args %v: want bytes 4096, float32, a schedule and a prediction", r, ar)
+		}
+		// The rewire's steps are inside it.
+		rw := ops[3]
+		steps := map[string]bool{}
+		for _, e := range f.TraceEvents {
+			if e.Cat == "rewire" {
+				steps[e.Name] = true
+				if e.Name == "pause" {
+					if e.Tid != trace.Waits || e.Ts+e.Dur > rw.Ts+0.001+rw.Dur {
+						t.Errorf("rank %d: pause %+v: want it on the waits thread, ending as the rewire runs", r, e)
+					}
+					continue
+				}
+				if e.Tid != trace.Worker {
+					t.Errorf("rank %d: rewire step %s on thread %d", r, e.Name, e.Tid)
+				}
+				if e.Ts < rw.Ts || e.Ts+e.Dur > rw.Ts+rw.Dur+0.001 {
+					t.Errorf("rank %d: rewire step %s [%v, %v] outside the rewire [%v, %v]", r, e.Name, e.Ts, e.Ts+e.Dur, rw.Ts, rw.Ts+rw.Dur)
+				}
+			}
+		}
+		for _, s := range []string{"pause", "plan", "switch", "connect", "verify", "resume"} {
+			if !steps[s] {
+				t.Errorf("rank %d: no rewire step %s (have %v)", r, s, steps)
+			}
+		}
+		files = append(files, f)
+	}
+	m, err := trace.MergeDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r := range size {
+		ops := opsOf(m, r)
+		if len(ops) != len(want) {
+			t.Fatalf("merged: rank %d has %d operations, want %d", r, len(ops), len(want))
+		}
+		for i, e := range ops {
+			if e.Args["seq"] != float64(i+1) {
+				t.Errorf("merged: rank %d op %d has seq %v", r, i, e.Args["seq"])
+			}
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "flight-rank-0.json")); err == nil {
+		t.Error("a flight record was dumped by a healthy run")
+	}
+}
+
+// readFlight reads a flight record file.
+func readFlight(t *testing.T, path string) comm.FlightDump {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d comm.FlightDump
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatalf("%s: %v\n%s", path, err, b)
+	}
+	return d
+}
+
+// checkKilledRecords checks what the survivors of a job whose rank victim
+// was killed in an AllReduce left in dir: a flight record whose last
+// operation is that AllReduce, failed, after a run of completed ones, and
+// timelines that merge into one with every survivor's operations.
+func checkKilledRecords(t *testing.T, dir string, np, victim int) {
+	t.Helper()
+	var seqs []uint64
+	for r := range np {
+		if r == victim {
+			continue
+		}
+		d := readFlight(t, filepath.Join(dir, fmt.Sprintf("flight-rank-%d.json", r)))
+		if d.Rank != r || d.Error == "" || len(d.Ops) < 2 {
+			t.Fatalf("rank %d: flight record of rank %d, error %q, %d ops", r, d.Rank, d.Error, len(d.Ops))
+		}
+		last := d.Ops[len(d.Ops)-1]
+		if last.Op != "AllReduce" || last.State != comm.OpFailed || last.Error == "" || last.Bytes != 32<<20 || last.Start.IsZero() {
+			t.Errorf("rank %d: last operation %+v, want the failed 32 MiB AllReduce", r, last)
+		}
+		for i, op := range d.Ops[:len(d.Ops)-1] {
+			if op.State != comm.OpDone || op.Seq != last.Seq-uint64(len(d.Ops)-1-i) {
+				t.Errorf("rank %d: op %d %+v, want done with seq %d", r, i, op, last.Seq-uint64(len(d.Ops)-1-i))
+			}
+		}
+		seqs = append(seqs, last.Seq)
+	}
+	for _, s := range seqs[1:] {
+		if s != seqs[0] && s != seqs[0]+1 && s+1 != seqs[0] {
+			t.Errorf("survivors failed at seqs %v: more than one apart", seqs)
+		}
+	}
+	m, err := trace.MergeDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r := range np {
+		if r != victim && len(opsOf(m, r)) == 0 {
+			t.Errorf("merged timeline has no operations of rank %d", r)
+		}
+	}
+}
+
+// TestFlightRecordOnFailure: rank 3 of 4 aborts while the others are in
+// their third AllReduce; every survivor dumps its flight record into the
+// OCCL_TRACE directory, naming that AllReduce as failed, and FlightRecord
+// says the same.
+func TestFlightRecordOnFailure(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv(comm.TraceEnv, dir)
+	const size = 4
+	comms, err := comm.NewLocal(size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, c := range comms {
+			c.Close()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	errs := make([]error, size)
+	var wg sync.WaitGroup
+	for r, c := range comms {
+		wg.Go(func() {
+			x := make([]float64, 300)
+			for i := range 3 {
+				if r == size-1 && i == 2 {
+					// Abort once the others are waiting in seq 3.
+					for !inSeq(comms[:size-1], 3) {
+						time.Sleep(time.Millisecond)
+					}
+					c.Abort()
+					return
+				}
+				if errs[r] = c.AllReduce(ctx, comm.Slice(x), comm.Slice(x), comm.Sum); errs[r] != nil {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for r := range size - 1 {
+		if !errors.Is(errs[r], comm.ErrAborted) {
+			t.Fatalf("rank %d: %v, want ErrAborted", r, errs[r])
+		}
+		for _, d := range []comm.FlightDump{
+			readFlight(t, filepath.Join(dir, fmt.Sprintf("flight-rank-%d.json", r))),
+			{Rank: r, Ops: comms[r].FlightRecord()},
+		} {
+			if d.Rank != r || len(d.Ops) != 3 {
+				t.Fatalf("rank %d: record %+v", r, d)
+			}
+			for i, op := range d.Ops {
+				want := comm.OpDone
+				if i == 2 {
+					want = comm.OpFailed
+				}
+				if op.Seq != uint64(i+1) || op.Op != "AllReduce" || op.State != want || op.Bytes != 2400 || op.DType != "float64" {
+					t.Errorf("rank %d op %d: %+v, want AllReduce seq %d of 2400 float64 bytes, %s", r, i, op, i+1, want)
+				}
+				if want == comm.OpDone && (op.Schedule == "" || op.End.Before(op.Start) || op.Peer != -1 || op.Error != "") {
+					t.Errorf("rank %d op %d: %+v: want a schedule, an end, no peer, no error", r, i, op)
+				}
+			}
+			if f := d.Ops[2]; !strings.Contains(f.Error, "rank 3") || f.Peer < 0 || f.Peer >= size {
+				t.Errorf("rank %d: failed op %+v: want the error naming rank 3 and the peer waited on", r, f)
+			}
+		}
+	}
+}
+
+// inSeq reports whether every communicator of comms is running seq.
+func inSeq(comms []*comm.Communicator, seq uint64) bool {
+	for _, c := range comms {
+		recs := c.FlightRecord()
+		if len(recs) == 0 || recs[len(recs)-1].Seq != seq || recs[len(recs)-1].State != comm.OpRunning {
+			return false
+		}
+	}
+	return true
+}
+
+// TestFlightRecordQueuedAndRunning: operations issued behind one that
+// cannot complete show as queued, the blocked one as running with the peer
+// it waits on.
+func TestFlightRecordQueuedAndRunning(t *testing.T) {
+	comms, err := comm.NewLocal(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, c := range comms {
+			c.Abort()
+		}
+	}()
+	ctx := context.Background()
+	c := comms[0]
+	x := make([]int32, 10)
+	if err := runBoth(comms, func(c *comm.Communicator) error { return c.Barrier(ctx) }); err != nil {
+		t.Fatal(err)
+	}
+	c.AllReduceAsync(ctx, comm.Slice(x), comm.Slice(x), comm.Sum) // rank 1 never joins
+	c.BroadcastAsync(ctx, comm.Slice(x), comm.Slice(x), 0)
+	var recs []comm.OpRecord
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		recs = c.FlightRecord()
+		if len(recs) == 3 && recs[1].State == comm.OpRunning && recs[1].Peer == 1 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	want := []struct {
+		op    string
+		seq   uint64
+		state comm.OpState
+		peer  int
+	}{{"Barrier", 1, comm.OpDone, -1}, {"AllReduce", 2, comm.OpRunning, 1}, {"Broadcast", 3, comm.OpQueued, -1}}
+	if len(recs) != len(want) {
+		t.Fatalf("record %+v", recs)
+	}
+	for i, w := range want {
+		if g := recs[i]; g.Op != w.op || g.Seq != w.seq || g.State != w.state || g.Peer != w.peer {
+			t.Errorf("op %d: %+v, want %+v", i, g, w)
+		}
+	}
+	var buf bytes.Buffer
+	if err := c.DumpFlightRecord(&buf); err != nil {
+		t.Fatal(err)
+	}
+	var d comm.FlightDump
+	if err := json.Unmarshal(buf.Bytes(), &d); err != nil || len(d.Ops) != 3 || d.Ops[1].State != comm.OpRunning || d.Error != "" {
+		t.Fatalf("dump %v: %s", err, buf.Bytes())
+	}
+}
+
+// runBoth runs fn on every communicator concurrently.
+func runBoth(comms []*comm.Communicator, fn func(c *comm.Communicator) error) error {
+	errs := make([]error, len(comms))
+	var wg sync.WaitGroup
+	for i, c := range comms {
+		wg.Go(func() { errs[i] = fn(c) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// TestFlightRecorderLength: OCCL_FLIGHT_RECORDER bounds the record.
+func TestFlightRecorderLength(t *testing.T) {
+	t.Setenv(comm.FlightRecorderEnv, "5")
+	comms, err := comm.NewLocal(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, c := range comms {
+			c.Close()
+		}
+	}()
+	ctx := context.Background()
+	for range 12 {
+		if err := runBoth(comms, func(c *comm.Communicator) error { return c.Barrier(ctx) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recs := comms[1].FlightRecord()
+	if len(recs) != 5 || recs[0].Seq != 8 || recs[4].Seq != 12 {
+		t.Fatalf("record %+v, want seqs 8 to 12", recs)
+	}
+}
+
+// TestTraceClockOffset: ranks bootstrapped over TCP record their clock's
+// offset to rank 0's, measured from the rank table; in one process the
+// clocks are the same, so the offset is minus the table's latency: not
+// zero, and far below a second.
+func TestTraceClockOffset(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv(comm.TraceEnv, dir)
+	comms := initTCP(t, comm.UniqueID{}, 3)
+	ctx := context.Background()
+	if err := runBoth(comms, func(c *comm.Communicator) error { return c.Barrier(ctx) }); err != nil {
+		t.Fatal(err)
+	}
+	// Halves {0, 2} and {1}: rank 1 leads its half, rank 2 does not.
+	subs := make([]*comm.Communicator, len(comms))
+	if err := runBoth(comms, func(c *comm.Communicator) error {
+		sub, err := c.Split(ctx, c.Rank()%2, c.Rank())
+		if err == nil {
+			subs[c.Rank()] = sub
+			err = sub.Barrier(ctx)
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := runBoth(subs, (*comm.Communicator).Close); err != nil {
+		t.Fatal(err)
+	}
+	if err := runBoth(comms, (*comm.Communicator).Close); err != nil {
+		t.Fatal(err)
+	}
+	for r := range 3 {
+		f, err := trace.ReadFile(filepath.Join(dir, fmt.Sprintf("rank-%d.json", r)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		off := time.Duration(f.OtherData.ClockOffsetNano)
+		switch {
+		case r == 0 && off != 0:
+			t.Errorf("rank 0: clock offset %v, want 0", off)
+		case r > 0 && (off == 0 || off.Abs() > time.Second):
+			t.Errorf("rank %d: clock offset %v, want the table's latency", r, off)
+		}
+		if ops := opsOf(f, r); len(ops) != 2 || ops[0].Name != "Barrier #1" || ops[1].Name != "Split #2" {
+			t.Errorf("rank %d: operations %+v", r, ops)
+		}
+		// Its half's file: on the fabric's rank r, with this process's
+		// offset to the fabric's rank 0 (not to the half's leader).
+		sub := subs[r]
+		g, err := trace.ReadFile(filepath.Join(dir, fmt.Sprintf("comm-%016x-rank-%d.json", sub.ID(), sub.Rank())))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m := g.OtherData; !m.Sub || m.FabricRank != r || m.Rank != sub.Rank() || m.ClockOffsetNano != int64(off) {
+			t.Errorf("rank %d: its half's metadata %+v, want fabric rank %d, clock offset %v", r, m, r, off)
+		}
+		if ops := opsOf(g, r); len(ops) != 1 || ops[0].Name != "Barrier #1" {
+			t.Errorf("rank %d: its half's operations %+v", r, ops)
+		}
+	}
+	m, err := trace.MergeDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := map[int]string{}
+	for _, e := range m.TraceEvents {
+		if e.Name == "process_name" {
+			rows[e.Pid] = e.Args["name"].(string)
+		}
+	}
+	if len(rows) != 6 || rows[0] != "rank 0" || rows[2] != "rank 2" || !strings.HasPrefix(rows[1+6], "rank 1 (comm ") {
+		t.Errorf("merged rows %v, want ranks 0-2 then their halves", rows)
+	}
+}
+
+// BenchmarkTraceAllReduce measures a 1 MiB AllReduce on 4 in-process ranks
+// with the timeline off and on (OCCL_TRACE).
+func BenchmarkTraceAllReduce(b *testing.B) {
+	for _, on := range []bool{false, true} {
+		name := "trace=off"
+		if on {
+			name = "trace=on"
+			b.Setenv(comm.TraceEnv, b.TempDir())
+		}
+		b.Run(name, func(b *testing.B) {
+			const size = 4
+			comms, err := comm.NewLocal(size)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer runBoth(comms, (*comm.Communicator).Close)
+			ctx := context.Background()
+			bufs := make([][]float32, size)
+			for i := range bufs {
+				bufs[i] = make([]float32, 1<<18)
+			}
+			b.SetBytes(1 << 20)
+			for b.Loop() {
+				if err := runBoth(comms, func(c *comm.Communicator) error {
+					x := bufs[c.Rank()]
+					return c.AllReduce(ctx, comm.Slice(x), comm.Slice(x), comm.Sum)
+				}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

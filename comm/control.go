@@ -71,6 +71,8 @@ type localControl struct {
 	mu      sync.Mutex
 	members []*Communicator
 	verdict *PeerError // the first failure reported; every rank gets it
+	// reported is the last collective a stall report was logged for.
+	reported uint64
 }
 
 // broadcast fails every member with the first failure ever reported, as
@@ -118,6 +120,12 @@ func (m *localMember) stalled(seq uint64) {
 	}
 	if text := describeStall(seq, answers); text != "" {
 		m.l.mu.Lock()
+		if seq <= m.l.reported {
+			// Reported already: the other ranks' watchdogs fire too.
+			m.l.mu.Unlock()
+			return
+		}
+		m.l.reported = seq
 		ms := append([]*Communicator(nil), m.l.members...)
 		m.l.mu.Unlock()
 		for _, c := range ms {

@@ -155,6 +155,7 @@ type ctrlRoot struct {
 	closing      bool
 	allLeft      bool // actAllLeft given
 	probe        *probeRound
+	reported     uint64 // the last collective a stall report was sent for
 	lost         map[int]wire.Msg // armed timer -> the verdict it declares
 	nextTimer    int
 	out          []ctrlAction
@@ -315,7 +316,12 @@ func (s *ctrlRoot) endProbe() {
 	if s.verdict != nil || s.closing {
 		return
 	}
+	if pr.seq <= s.reported {
+		// Reported already: the other ranks' watchdogs fire too.
+		return
+	}
 	if text := describeStall(pr.seq, pr.answers); text != "" {
+		s.reported = pr.seq
 		report := wire.Msg{Type: wire.StallReport, Seq: pr.seq, Text: text}
 		for r := range s.size {
 			if !s.gone[r] && !s.left[r] {

@@ -583,6 +583,15 @@ func TestCtrlStallReport(t *testing.T) {
 	if len(n.decls) != 0 {
 		t.Errorf("verdicts %v, want none", n.decls)
 	}
+	// Another rank's watchdog fires on the same operation: no second
+	// report.
+	n.member(2, ctrlEvent{Kind: evStalled, Seq: 9})
+	n.flush()
+	for r := range 4 {
+		if len(n.stalls[r]) != 1 {
+			t.Errorf("rank %d logged %d reports on seq 9, want 1", r, len(n.stalls[r]))
+		}
+	}
 
 	n = newCtrlNet(t, 4)
 	n.probed[2] = wire.Fingerprint{Op: 2, Root: 1, Count: 8}

@@ -2,8 +2,10 @@ package comm_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/occl/occl/comm"
 	"github.com/occl/occl/internal/logx"
@@ -98,5 +100,64 @@ func TestLogSettings(t *testing.T) {
 	}
 	if out := logRun(t, "", ""); out != "" {
 		t.Errorf("the default configuration logged:\n%s", out)
+	}
+}
+
+// TestStallReport: rank 3 is busy elsewhere (alive, answering its control
+// plane) while the others have entered an AllReduce; after the stall
+// timeout every rank logs one report naming rank 3 as the one that has not
+// called it, with the last operation it completed, and the AllReduce then
+// completes normally once rank 3 calls it.
+func TestStallReport(t *testing.T) {
+	cfg, err := logx.Parse("WARN", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf syncBuffer
+	errs := runLocal(t, 4, func(ctx context.Context, c *comm.Communicator) error {
+		x := []float32{1}
+		if err := comm.AllReduce(ctx, c, x, x, comm.Sum); err != nil {
+			return err
+		}
+		if c.Rank() == 3 {
+			time.Sleep(600 * time.Millisecond)
+		}
+		if err := comm.AllReduce(ctx, c, x, x, comm.Sum); err != nil {
+			return err
+		}
+		if x[0] != 16 {
+			return fmt.Errorf("rank %d: sum %v, want 16", c.Rank(), x[0])
+		}
+		return nil
+	}, comm.WithStallTimeout(150*time.Millisecond), comm.WithLogger(logx.New(&buf, cfg)))
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	// Rank 3's neighbours in the ring wait on it; who the others wait on
+	// depends on the schedule.
+	want := []string{"stall at AllReduce(count=1, float32, sum) seq 2: rank 3 has not called it (last completed: seq 1 AllReduce(count=1, float32, sum));",
+		"wait on rank 3"}
+	seen := map[int]int{}
+	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		if !strings.Contains(line, "stall at") {
+			continue
+		}
+		for _, w := range want {
+			if !strings.Contains(line, w) {
+				t.Errorf("report %s\nwant it to contain %q", line, w)
+			}
+		}
+		for r := range 4 {
+			if strings.Contains(line, fmt.Sprintf(" rank=%d ", r)) {
+				seen[r]++
+			}
+		}
+	}
+	for r := range 4 {
+		if seen[r] != 1 {
+			t.Errorf("rank %d logged %d stall reports, want 1; log:\n%s", r, seen[r], buf.String())
+		}
 	}
 }

@@ -46,6 +46,7 @@ type config struct {
 	emulate          bool
 	cmaThreshold     int // 0: off
 	spin             time.Duration
+	stall            time.Duration // 0: derived from timeout
 	log              *slog.Logger
 }
 
@@ -141,6 +142,15 @@ const DefaultSpin = 500 * time.Microsecond
 // would take the core from the rank it waits for. 0 polls only briefly.
 func WithSpin(d time.Duration) Option { return func(c *config) { c.spin = d } }
 
+// WithStallTimeout sets how long a collective may run on a rank before the
+// ranks compare what they are doing (OCCL_STALL_TIMEOUT; by default the
+// smaller of 2 s and a quarter of the timeout): ranks that called
+// different collectives fail with ErrMismatch, and otherwise every rank
+// logs one report at WARN naming the ranks that have not called the
+// operation and the peer each waiting rank is blocked on. The check
+// repeats at doubling intervals while the operation goes on.
+func WithStallTimeout(d time.Duration) Option { return func(c *config) { c.stall = d } }
+
 // WithAffinity binds the process to its share of the host's CPUs when the
 // communicator is created (OCCL_AFFINITY=auto): the ranks running on one
 // machine (whatever emulated hosts a topology puts them on) split the CPUs
@@ -219,6 +229,9 @@ func newConfig(opts []Option) (config, error) {
 	if c.emulate && c.topology == nil {
 		return c, invalidf("emulation needs a topology (OCCL_TOPO or WithTopology)")
 	}
+	if c.stall < 0 {
+		return c, invalidf("stall timeout %v is negative", c.stall)
+	}
 	if c.spin < 0 {
 		return c, invalidf("shared-memory spin %v is negative", c.spin)
 	}
@@ -271,6 +284,7 @@ func (c *config) fromEnv() error {
 		c.cmaThreshold, e = ParseSize(v)
 		return
 	})
+	env("OCCL_STALL_TIMEOUT", func(v string) (e error) { c.stall, e = parseDuration(v); return })
 	env("OCCL_SHM_SPIN", func(v string) (e error) { c.spin, e = parseDuration(v); return })
 	env("OCCL_HEARTBEAT_TIMEOUT", func(v string) (e error) { c.heartbeatTimeout, e = parseDuration(v); return })
 	return err

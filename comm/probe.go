@@ -51,9 +51,14 @@ func judge(seq uint64, answers []wire.Msg) *PeerError {
 }
 
 // stallInterval is how long an operation runs before the rank asks for a
-// probe; it doubles, up to maxStallInterval, while the operation goes on.
-func stallInterval(timeout time.Duration) time.Duration {
-	return min(2*time.Second, timeout/4)
+// probe (OCCL_STALL_TIMEOUT, by default the smaller of 2 s and a quarter of
+// the operation timeout); it doubles, up to maxStallInterval, while the
+// operation goes on.
+func (c *config) stallInterval() time.Duration {
+	if c.stall > 0 {
+		return c.stall
+	}
+	return min(2*time.Second, c.timeout/4)
 }
 
 const maxStallInterval = 30 * time.Second
@@ -70,7 +75,7 @@ func (c *Communicator) armWatchdog(seq uint64) {
 	w := &c.watch
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.seq, w.next = seq, stallInterval(c.cfg.timeout)
+	w.seq, w.next = seq, c.cfg.stallInterval()
 	if w.timer == nil {
 		w.timer = time.AfterFunc(w.next, c.onStall)
 	} else {

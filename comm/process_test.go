@@ -163,6 +163,21 @@ func worker(name string) int {
 			return fail("root mismatch: %v", err)
 		}
 		fmt.Println("MISMATCH", err)
+	case "stall":
+		// Rank 2 is alive but busy in its own code (a spin, not a
+		// sleep) while the others wait in an AllReduce.
+		x := []float32{1}
+		if err := comm.AllReduce(ctx, c, x, x, comm.Sum); err != nil {
+			return fail("%v", err)
+		}
+		if c.Rank() == 2 {
+			for end := time.Now().Add(1500 * time.Millisecond); time.Now().Before(end); {
+			}
+		}
+		if err := comm.AllReduce(ctx, c, x, x, comm.Sum); err != nil {
+			return fail("%v", err)
+		}
+		fmt.Printf("DONE %v\n", x[0])
 	default:
 		return fail("unknown scenario %q", name)
 	}
@@ -363,6 +378,31 @@ func TestProcessMismatch(t *testing.T) {
 	out = job(t, "mismatch-probe", 4)
 	if strings.Count(out, "MISMATCH") != 4 {
 		t.Fatalf("not every rank reported the mismatch:\n%s", out)
+	}
+}
+
+// TestProcessStallReport: one of 4 ranks is busy elsewhere for longer
+// than the stall timeout; every rank logs one report naming it, and the
+// operation then completes with the right result.
+func TestProcessStallReport(t *testing.T) {
+	out := job(t, "stall", 4, "OCCL_STALL_TIMEOUT=200ms")
+	if strings.Count(out, "DONE 16") != 4 {
+		t.Fatalf("not every rank completed with the right sum:\n%s", out)
+	}
+	for r := range 4 {
+		n := 0
+		for _, line := range strings.Split(out, "\n") {
+			if strings.Contains(line, "stall at AllReduce(count=1, float32, sum) seq 2: rank 2 has not called it (last completed: seq 1 AllReduce(count=1, float32, sum))") &&
+				strings.Contains(line, "wait on rank 2") && strings.Contains(line, fmt.Sprintf(" rank=%d ", r)) {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("rank %d logged %d stall reports naming rank 2, want 1", r, n)
+		}
+	}
+	if t.Failed() {
+		t.Logf("output:\n%s", out)
 	}
 }
 

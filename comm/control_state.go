@@ -155,7 +155,7 @@ type ctrlRoot struct {
 	closing      bool
 	allLeft      bool // actAllLeft given
 	probe        *probeRound
-	reported     uint64 // the last collective a stall report was sent for
+	reported     uint64           // the last collective a stall report was sent for
 	lost         map[int]wire.Msg // armed timer -> the verdict it declares
 	nextTimer    int
 	out          []ctrlAction

@@ -7,11 +7,13 @@
 //	occl-topo railopt -hosts 4 -gpus 8
 //	occl-topo hamiltonian -n 9
 //	occl-topo alloc -x 8 -y 8 -faults 1:2,3:4
-//	occl-topo show FILE
+//	occl-topo show FILE|SPEC
 //	occl-topo discover
 //
 // The builders (railx, kring, railonly, railopt) take -topology to print
-// the full topology instead, in the format OCCL_TOPO=FILE reads. Exit
+// the full topology instead, in the format OCCL_TOPO=FILE reads. They and
+// show take -dot to print the topology as a Graphviz graph (dot.go), and
+// -svg FILE to render that graph with Graphviz's dot into an SVG file. Exit
 // status: 0 on success, 1 when the arguments are well formed but invalid
 // (the error says why), 2 on a usage error (unknown subcommand or flag).
 package main
@@ -44,10 +46,12 @@ commands:
   railopt      rail-optimized cluster
   hamiltonian  Hamiltonian decomposition of the complete graph K_n / K*_n
   alloc        largest fault-free allocation of a RailX grid (Alg. 2)
-  show FILE    load and validate a topology file, print a summary
+  show FILE|SPEC  load and validate a topology file or spec, print a summary
   discover     describe this machine (NUMA nodes, NICs, RDMA devices)
 
 Builders take -topology to print the whole topology (for OCCL_TOPO=FILE).
+Builders and show take -dot to print it as a Graphviz graph, and -svg FILE
+to render that graph into an SVG file (needs Graphviz's dot).
 Run 'occl-topo <command> -h' for a command's flags.
 Exit status: 0 ok, 1 invalid arguments, 2 usage error.
 `
@@ -107,6 +111,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		stdout.Write(append(raw, '\n'))
 		return 0
 	}
+	if text, ok := out.(rawText); ok {
+		stdout.Write(text)
+		return 0
+	}
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
 	if err := enc.Encode(out); err != nil {
@@ -123,6 +131,9 @@ func (e usageError) Error() string { return e.msg }
 
 // rawJSON is output that is JSON already (a topology).
 type rawJSON []byte
+
+// rawText is output printed as it is (a Graphviz graph; empty after -svg).
+type rawText []byte
 
 // setUsage gives fs a usage message: a description and the flags.
 func setUsage(fs *flag.FlagSet, synopsis, text string) {
@@ -246,6 +257,7 @@ node, the peer node of each rail's + and - port (node id = y*nodes + x).
 	rails := fs.Int("rails", 0, "rails per dimension (0: nodes-1, rounded up to a multiple of -mesh)")
 	mesh := fs.Int("mesh", 1, "chips per node edge (a node is mesh x mesh chips)")
 	full := fs.Bool("topology", false, "print the full topology instead")
+	pf := addPictureFlags(fs)
 	cf := addClassFlags(fs)
 	return func(args []string) (any, error) {
 		if err := noArgs(args); err != nil {
@@ -265,6 +277,9 @@ node, the peer node of each rail's + and - port (node id = y*nodes + x).
 		t, f, err := topo.BuildRailX(cfg)
 		if err != nil {
 			return nil, err
+		}
+		if pf.wanted() {
+			return pf.render(t)
 		}
 		if *full {
 			return rawJSON(t.JSON()), nil
@@ -339,6 +354,7 @@ with -tor, deploys the line across ToRs and places under DCN constraints
 	domain := fs.Int("domain", 0, "nodes per aggregation domain for -tor (0: one domain)")
 	job := fs.Int("job", 0, "GPUs the job needs for -tor (0: all the line holds)")
 	full := fs.Bool("topology", false, "print the full topology (of the TP groups if -tp, else of the segments)")
+	pf := addPictureFlags(fs)
 	cf := addClassFlags(fs)
 	return func(args []string) (any, error) {
 		if err := noArgs(args); err != nil {
@@ -399,13 +415,16 @@ with -tor, deploys the line across ToRs and places under DCN constraints
 				out.HealthyGPUs += len(s) * *gpn
 			}
 		}
-		if *full {
+		if *full || pf.wanted() {
 			if rings != nil && len(rings) == 0 {
 				return nil, fmt.Errorf("no TP group of %d GPUs fits, so there is no topology to print", *tp)
 			}
 			t, err := topo.BuildKRing(topo.KRingConfig{Nodes: *nodes, K: *k, GPUsPerNode: *gpn, Faults: fl, NodesPerToR: *tor, Classes: lc}, rings)
 			if err != nil {
 				return nil, err
+			}
+			if pf.wanted() {
+				return pf.render(t)
 			}
 			return rawJSON(t.JSON()), nil
 		}
@@ -438,6 +457,7 @@ rail network (src itself when no forwarding is needed).
 	hpd := fs.Int("hosts-per-domain", 1, "hosts a domain spans (divides -k)")
 	routes := fs.Bool("routes", false, "print the forwarding rank of every (src, dst) pair")
 	full := fs.Bool("topology", false, "print the full topology instead")
+	pf := addPictureFlags(fs)
 	cf := addClassFlags(fs)
 	return func(args []string) (any, error) {
 		if err := noArgs(args); err != nil {
@@ -450,6 +470,9 @@ rail network (src itself when no forwarding is needed).
 		t, err := topo.BuildRailOnly(topo.RailOnlyConfig{Domains: *domains, GPUsPerDomain: *k, HostsPerDomain: *hpd, Classes: lc})
 		if err != nil {
 			return nil, err
+		}
+		if pf.wanted() {
+			return pf.render(t)
 		}
 		if *full {
 			return rawJSON(t.JSON()), nil
@@ -498,6 +521,7 @@ every rail.
 	gpus := fs.Int("gpus", 8, "GPUs per host")
 	numa := fs.Int("numa", 1, "NUMA nodes per host the GPUs spread over")
 	full := fs.Bool("topology", false, "print the full topology instead")
+	pf := addPictureFlags(fs)
 	cf := addClassFlags(fs)
 	return func(args []string) (any, error) {
 		if err := noArgs(args); err != nil {
@@ -510,6 +534,9 @@ every rail.
 		t, err := topo.BuildRailOptimized(topo.RailOptConfig{Hosts: *hosts, GPUsPerHost: *gpus, NUMANodes: *numa, Classes: lc})
 		if err != nil {
 			return nil, err
+		}
+		if pf.wanted() {
+			return pf.render(t)
 		}
 		if *full {
 			return rawJSON(t.JSON()), nil
@@ -594,16 +621,21 @@ type showOut struct {
 }
 
 func showCmd(fs *flag.FlagSet) func([]string) (any, error) {
-	setUsage(fs, "FILE", `Load a topology file (the format -topology prints and OCCL_TOPO=FILE reads),
+	setUsage(fs, "[-dot | -svg FILE.svg] FILE|SPEC", `Load a topology file (the format -topology prints and OCCL_TOPO=FILE reads)
+or build one from an OCCL_TOPO spec such as hosts=4x2,nics=host,ocs_ports=2,circuits=0-1/2-3,
 validate it and print a summary: counts, link classes and the ring order.
 `)
+	pf := addPictureFlags(fs)
 	return func(args []string) (any, error) {
 		if len(args) != 1 {
-			return nil, usageError{"want exactly one FILE"}
+			return nil, usageError{"want exactly one FILE or SPEC"}
 		}
-		t, err := topo.Load(args[0])
+		t, err := topo.FromSpec(args[0])
 		if err != nil {
 			return nil, err
+		}
+		if pf.wanted() {
+			return pf.render(t)
 		}
 		out := showOut{Name: t.Name, Hosts: len(t.Hosts), Ranks: len(t.Ranks), RanksPerHost: t.Uniformity(),
 			NICs: len(t.NICs), Circuits: len(t.Circuits), RailOnly: t.RailOnly, Classes: t.Classes, Ring: t.Ring}

@@ -95,7 +95,21 @@ waits up to N seconds for an idle machine before each command.
 A peer that is missing (torch not importable, no mpirun/mpicc, occl-bench not
 building, a transport that occl-bench does not offer) gets a clear message and
 empty columns; nothing is ever filled in. Only the Python standard library is
-used.
+used, except for --plot.
+
+--plot FILE.svg also draws bus bandwidth (GB/s) against message size, both
+axes logarithmic, one panel per operation and process count present, one
+line per column (occl-shm, occl-tcp, gloo, mpi-shm, mpi-tcp; the median of
+every record of a point, rounds and repeated cases alike), from the records
+of this run or, with --table, of a saved file (legacy and grid records):
+
+    /usr/bin/python3 bench/peers/compare.py --table bench/results/compare-....jsonl --plot FILE.svg
+
+It needs matplotlib (Debian: apt-get install python3-matplotlib), imported
+only for --plot. The SVG keeps its text as text and is reproducible: the
+same records and matplotlib version give the same bytes. In it, each line
+is a group with id series-<op>-np<np>-<column> and each panel is titled
+"<op>, np=<np>".
 """
 
 import argparse
@@ -918,6 +932,128 @@ def print_tables(records, markdown=False, file=sys.stdout):
         % rounds)
 
 
+# ------------------------------------------------------------------ plot --
+
+# The columns of the plot, in legend order, with a colour and marker each
+# (the same in every panel).
+PLOT_STYLE = (
+    ("occl-shm", "#d62728", "o"),
+    ("occl-tcp", "#ff7f0e", "s"),
+    ("gloo", "#2ca02c", "^"),
+    ("mpi-shm", "#1f77b4", "D"),
+    ("mpi-tcp", "#9467bd", "v"),
+)
+
+
+def plot_series(records):
+    """{(op, np): {column: [(bytes, median busbw GB/s)]}} of every
+    measurement with a positive bus bandwidth, legacy and grid records
+    alike; repeated records of a point (rounds, or the same size in two
+    cases) are reduced to their median."""
+    cells = {}
+    for r in records:
+        if r.get("impl") in ("meta", "run", "limit"):
+            continue
+        bw, b = r.get("busbw_GBps"), r.get("bytes")
+        if not isinstance(bw, (int, float)) or bw <= 0 or not isinstance(b, int) or b <= 0:
+            continue
+        col = column_of(r)
+        if col not in IMPLS or not r.get("op") or not isinstance(r.get("np"), int):
+            continue
+        cells.setdefault((r["op"], r["np"]), {}).setdefault(col, {}).setdefault(b, []).append(bw)
+    out = {}
+    for key, cols in cells.items():
+        out[key] = {c: [(b, median(v)) for b, v in sorted(pts.items())] for c, pts in cols.items()}
+    return out
+
+
+def import_pyplot():
+    """matplotlib's pyplot with the Agg backend, or a SystemExit saying what
+    to install."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        raise SystemExit("compare: --plot needs matplotlib (%s); install it with "
+                         "apt-get install python3-matplotlib" % e)
+    return matplotlib, plt
+
+
+def write_plot(records, path):
+    """Draws the records' bus bandwidth against size into the SVG file path
+    (see the module docstring). Returns the number of panels."""
+    matplotlib, plt = import_pyplot()
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, NullLocator
+    series = plot_series(records)
+    if not series:
+        raise SystemExit("compare: --plot: no measurement with a bus bandwidth in the records")
+    order = {op: i for i, op in enumerate(GRID_OPS)}
+    panels = sorted(series, key=lambda k: (order.get(k[0], len(order)), k[0], k[1]))
+    matplotlib.rcParams.update({
+        "svg.hashsalt": "occl",      # element ids do not change between runs
+        "svg.fonttype": "none",      # text stays text: searchable, smaller
+        "font.family": "DejaVu Sans",
+        "font.size": 9,
+    })
+    ncols = min(3, len(panels))
+    nrows = (len(panels) + ncols - 1) // ncols
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.3 * nrows + 0.6), squeeze=False)
+    present = set()
+    for i, (op, np) in enumerate(panels):
+        ax = axes[i // ncols][i % ncols]
+        sizes = set()
+        for col, color, marker in PLOT_STYLE:
+            pts = series[(op, np)].get(col)
+            if not pts:
+                continue
+            present.add(col)
+            xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+            sizes.update(xs)
+            line, = ax.plot(xs, ys, color=color, marker=marker, markersize=4, linewidth=1.4, label=col)
+            line.set_gid("series-%s-np%d-%s" % (op, np, col))
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ticks = sorted(sizes)
+        if len(ticks) > 8:
+            step = (len(ticks) + 7) // 8
+            ticks = ticks[::step]
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([fmt_bytes(b) for b in ticks], rotation=45, ha="right")
+        if len(sizes) == 1:
+            b = ticks[0]
+            ax.set_xlim(b / 4, b * 4)
+        ys = [bw for pts in series[(op, np)].values() for _, bw in pts]
+        if max(ys) / min(ys) < 30:
+            # Less than a decade or two: label 1, 2 and 5 of each decade.
+            ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: "%g" % v))
+        ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.set_title("%s, np=%d" % (op, np))
+        ax.set_xlabel("message size (bytes per rank)")
+        ax.set_ylabel("bus bandwidth (GB/s)")
+        ax.grid(True, which="major", linewidth=0.4, alpha=0.5)
+    for j in range(len(panels), nrows * ncols):
+        axes[j // ncols][j % ncols].set_visible(False)
+    handles = [plt.Line2D([], [], color=c, marker=m, markersize=4, linewidth=1.4, label=col)
+               for col, c, m in PLOT_STYLE if col in present]
+    height = fig.get_figheight()
+    fig.legend(handles=handles, loc="upper center", ncol=len(handles), frameon=False,
+               bbox_to_anchor=(0.5, 1 - 0.25 / height))
+    meta = next((r for r in records if r.get("impl") == "meta"), {})
+    title = "occl vs Gloo vs Open MPI, float32: bus bandwidth"
+    if meta:
+        title += " (%s, %s CPUs, %s)" % (meta.get("hostname", "?"), meta.get("cpus", "?"),
+                                        str(meta.get("date", ""))[:10])
+    fig.suptitle(title, y=0.995, fontsize=10, va="top")
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.45 / height))
+    fig.savefig(path, format="svg", metadata={"Date": None})
+    plt.close(fig)
+    return len(panels)
+
+
 def main():
     p = argparse.ArgumentParser(
         description="occl vs Gloo vs Open MPI on this machine (see the module docstring).")
@@ -943,6 +1079,9 @@ def main():
     p.add_argument("--verbose", action="store_true", help="show every command's stderr")
     p.add_argument("--table", metavar="JSONL", help="only print the tables of an earlier run")
     p.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
+    p.add_argument("--plot", metavar="FILE.svg",
+                   help="also draw bus bandwidth against size, one panel per op and np, into "
+                   "this SVG file (needs python3-matplotlib)")
     args = p.parse_args()
     if args.repeat is None:
         args.repeat = 1 if args.quick else 3
@@ -953,11 +1092,16 @@ def main():
         if not n.isdigit() or int(n) < 2:
             p.error("--np: %r is not a process count of at least 2" % n)
 
+    if args.plot:
+        import_pyplot()  # before a run of many minutes, not after it
     try:
         if args.table:
-            print_tables(load_records(args.table), args.markdown)
-            return 0
-        records, _ = run_all(args)
+            records = load_records(args.table)
+        else:
+            records, _ = run_all(args)
+        if args.plot:
+            n = write_plot(records, args.plot)
+            log("compare: wrote %s (%d panels)" % (args.plot, n))
         print_tables(records, args.markdown)
     except BrokenPipeError:
         # Output piped into head or similar; nothing left to say.

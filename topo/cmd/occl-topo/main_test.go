@@ -400,6 +400,15 @@ func TestShow(t *testing.T) {
 	}
 	runErr(t, 2, "show")
 	runErr(t, 2, "show", "a", "b")
+
+	// A spec instead of a file.
+	runJSON(t, &out, "show", "hosts=4x2,nics=host,ocs_ports=2,circuits=0-1/2-3/0-2")
+	if out.Hosts != 4 || out.Ranks != 8 || out.RanksPerHost != 2 || out.NICs != 12 || out.OCSPorts != 8 || out.Circuits != 3 {
+		t.Fatalf("spec: %+v", out)
+	}
+	if s := runErr(t, 1, "show", "hosts=2x2,bogus=1"); !strings.Contains(s, `unknown key "bogus"`) {
+		t.Fatalf("bad spec: %s", s)
+	}
 }
 
 func TestDiscover(t *testing.T) {

@@ -20,6 +20,11 @@ type Config struct {
 	Iters  int  // timed iterations per size
 	Warmup int  // untimed iterations before them
 	Check  bool // verify one more run of each size against the reference
+	// Blocking waits for each operation before issuing the next (as
+	// nccl-tests' -z 1 does, and as a blocking call from a training
+	// framework does); otherwise a size's iterations are all issued, then
+	// the last is waited for.
+	Blocking bool
 	// Demand shapes AllToAllV (nil: uniform).
 	Demand *Demand
 }
@@ -239,6 +244,14 @@ func (r *Runner) measure(ctx context.Context, l Layout, inPlace bool) (float64, 
 // as nccl-tests synchronises its stream once per batch. Operations on a
 // communicator complete in issue order, so the others are done by then.
 func (r *Runner) loop(ctx context.Context, send, recv []byte, iters int) error {
+	if r.cfg.Blocking {
+		for i := 0; i < iters; i++ {
+			if err := r.issue(ctx, send, recv).Wait(ctx); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	r.reqs = r.reqs[:0]
 	for i := 0; i < iters; i++ {
 		r.reqs = append(r.reqs, r.issue(ctx, send, recv))

@@ -11,12 +11,17 @@ cgo/python), from the repository root:
 For each round, process count (2, 4), operation (all_reduce,
 all_to_all_single, all_gather_into_tensor, broadcast) and implementation,
 in an order that rotates from round to round (interleaved, so that a noisy
-moment hits every column alike), it runs two size sweeps, 8 B to 64 KiB
-(1000 timed iterations) and 128 KiB to 64 MiB (20), factor 2, of
+moment hits every column alike), it runs three size sweeps, 8 B to 64 KiB
+(1000 timed iterations), 128 KiB to 4 MiB (200) and 8 MiB to 64 MiB (20),
+factor 2, of
 
     occl-torch  bench/peers/gloo_bench.py -backend occl   (torch.distributed on occl)
     gloo        bench/peers/gloo_bench.py -backend gloo   (torch.distributed on Gloo, TCP on lo)
-    occl-bench  occl-bench -np N -op OP                   (Go, no Python)
+    occl-bench  occl-bench -np N -op OP -z 1              (Go, no Python)
+
+occl-bench runs blocking calls (-z 1: each operation waited for before the
+next is issued), as torch.distributed's calls without async_op are, so that
+the difference between the two is what the Python layer costs.
 
 with results checked, and writes every JSON line to
 bench/results/torch-compare-<date>.jsonl. The table gives the median time
@@ -70,7 +75,8 @@ def measure(args):
     bench = os.path.join(tmp, "occl-bench")
     subprocess.check_call(["go", "build", "-o", bench, "./bench/cmd/occl-bench"], cwd=ROOT)
     sweeps = [["-b", "8", "-e", "64K", "-f", "2", "-n", "1000", "-w", "100"],
-              ["-b", "128K", "-e", args.max, "-f", "2", "-n", "20", "-w", "5"]]
+              ["-b", "128K", "-e", "4M", "-f", "2", "-n", "200", "-w", "20"],
+              ["-b", "8M", "-e", args.max, "-f", "2", "-n", "20", "-w", "5"]]
     with open(path, "a") as out:
         out.write(json.dumps({"meta": True, "date": datetime.datetime.now().isoformat(), "python": sys.executable,
                               "nproc": os.cpu_count(), "rounds": args.rounds}) + "\n")
@@ -85,7 +91,8 @@ def measure(args):
                         rows = []
                         for sweep in sweeps:
                             if impl == "occl-bench":
-                                cmd = [bench, "-np", str(np_), "-op", op, "-json", "-c", "1"] + sweep
+                                # Blocking, one call at a time, as torch.distributed's calls are.
+                                cmd = [bench, "-np", str(np_), "-op", op, "-json", "-c", "1", "-z", "1"] + sweep
                             else:
                                 cmd = [sys.executable, os.path.join(HERE, "gloo_bench.py"), "-backend",
                                        "occl" if impl == "occl-torch" else "gloo", "-np", str(np_), "-op", op,

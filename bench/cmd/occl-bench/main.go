@@ -66,6 +66,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		iters     = fs.Int("n", 20, "timed iterations per size")
 		warmup    = fs.Int("w", 5, "warmup iterations per size")
 		check     = fs.Int("c", 1, "check results (1) or not (0)")
+		blocking  = fs.Int("z", 0, "1: wait for each operation before issuing the next (blocking calls); 0: issue a size's iterations, then wait")
 		dtName    = fs.String("d", "float", "data type: float, double, half, bfloat16, int8, uint8, int32, uint32, int64, uint64")
 		redName   = fs.String("o", "sum", "reduction: sum, prod, min, max, avg")
 		root      = fs.Int("r", 0, "root rank of rooted operations")
@@ -204,7 +205,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if op == bench.Reconfig {
 		return runReconfig(ctx, c, *iters, *warmup, *check != 0, *swDelay, *ocsAddr, *jsonOut, stdout, fail)
 	}
-	cfg := bench.Config{Op: op, DType: dt, RedOp: red, Root: *root, Iters: *iters, Warmup: *warmup, Check: *check != 0}
+	cfg := bench.Config{Op: op, DType: dt, RedOp: red, Root: *root, Iters: *iters, Warmup: *warmup, Check: *check != 0, Blocking: *blocking != 0}
 	if op == bench.AllToAllV {
 		cfg.Demand = demand
 	}

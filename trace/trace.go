@@ -23,6 +23,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -95,19 +96,57 @@ type Op struct {
 	// Err is the operation's error, empty if it succeeded.
 	Err        string
 	Start, End time.Time
+	// Transfers are the messages the operation's schedule sent and
+	// received, in the order they ended; TransfersOmitted counts those
+	// left out of Transfers (the recording communicator bounds them per
+	// operation).
+	Transfers        []Transfer
+	TransfersOmitted int
 }
+
+// Transfer is one message an operation's schedule sent to or received
+// from a peer. It is drawn on its own thread per peer and direction
+// (TransferTid), inside its operation's time: a schedule sends and
+// receives at once, so the messages of one operation overlap.
+type Transfer struct {
+	// Peer is the rank in the communicator sent to or received from.
+	Peer int
+	// Send is true for a message sent, false for one received.
+	Send bool
+	// Step is the message's step label in the schedule.
+	Step uint32
+	// Bytes is the message's payload size.
+	Bytes      int
+	Start, End time.Time
+}
+
+// TransferTid returns the thread id of the transfers to (send) or from
+// peer.
+func TransferTid(peer int, send bool) int {
+	if send {
+		return transferTid + 2*peer
+	}
+	return transferTid + 2*peer + 1
+}
+
+// transferTid is the first thread id of transfers; the ones below are
+// Worker, Waits and App.
+const transferTid = 16
 
 // Span is a step inside an operation, or any other interval.
 type Span struct {
 	Name, Cat  string
 	Start, End time.Time
 	// Tid is the thread: Worker (also for 0) for steps of the running
-	// operation, Waits for waits before an operation starts.
+	// operation, Waits for waits before an operation starts, App for the
+	// program's own phases.
 	Tid int
+	// Args are the event's arguments (nil: none).
+	Args map[string]any
 }
 
-// DefaultMaxRecords bounds the records a Recorder keeps (operations and
-// spans); later ones are counted in Meta.Dropped.
+// DefaultMaxRecords bounds the records a Recorder keeps (operations,
+// their transfers and spans); later ones are counted in Meta.Dropped.
 const DefaultMaxRecords = 1 << 20
 
 // Thread ids of a rank's process row.
@@ -117,7 +156,13 @@ const (
 	// Waits is the thread of waits before an operation starts (a
 	// rewire's pause while the operations before it complete).
 	Waits = 2
+	// App is the thread of the program's own phases, recorded with Span
+	// into the communicator's recorder (see comm.Communicator.Timeline).
+	App = 3
 )
+
+// threadNames names the threads below the transfers'.
+var threadNames = map[int]string{Worker: "operations", Waits: "waits", App: "application"}
 
 // Recorder buffers one rank's timeline. Its methods are safe for
 // concurrent use; a nil *Recorder records nothing.
@@ -128,6 +173,7 @@ type Recorder struct {
 	ops   [][]Op // in chunks of opChunk, so that appending never copies
 	nops  int
 	spans []Span
+	nrec  int // operations, transfers and spans kept
 	max   int
 }
 
@@ -179,27 +225,35 @@ func (r *Recorder) Op(op Op) {
 		return
 	}
 	r.mu.Lock()
-	if r.nops+len(r.spans) < r.max {
+	if r.nrec < r.max {
+		if room := r.max - r.nrec - 1; len(op.Transfers) > room {
+			r.meta.Dropped += len(op.Transfers) - room
+			op.TransfersOmitted += len(op.Transfers) - room
+			op.Transfers = op.Transfers[:room]
+		}
 		if r.nops%opChunk == 0 {
 			r.ops = append(r.ops, make([]Op, 0, opChunk))
 		}
 		last := &r.ops[len(r.ops)-1]
 		*last = append(*last, op)
 		r.nops++
+		r.nrec += 1 + len(op.Transfers)
 	} else {
 		r.meta.Dropped++
 	}
 	r.mu.Unlock()
 }
 
-// Span records a span on the worker thread.
+// Span records a span (on the worker thread unless s.Tid says
+// otherwise).
 func (r *Recorder) Span(s Span) {
 	if r == nil {
 		return
 	}
 	r.mu.Lock()
-	if r.nops+len(r.spans) < r.max {
+	if r.nrec < r.max {
 		r.spans = append(r.spans, s)
+		r.nrec++
 	} else {
 		r.meta.Dropped++
 	}
@@ -213,7 +267,8 @@ func (r *Recorder) micros(t time.Time) float64 {
 
 // File returns what was recorded so far as a trace file: a process named
 // after the rank, its worker thread, and one complete event per operation
-// and span, sorted by start (a parent before the children it contains).
+// and span, each operation's transfers on their threads (one per peer and
+// direction), sorted by start (a parent before the children it contains).
 // The operations in open, still running, are added as if they ended at
 // their End.
 func (r *Recorder) File(open ...Op) File {
@@ -221,8 +276,9 @@ func (r *Recorder) File(open ...Op) File {
 	defer r.mu.Unlock()
 	meta := r.meta
 	pid := meta.FabricRank
-	evs := make([]Event, 0, 3+r.nops+len(open)+len(r.spans))
-	evs = append(evs, processName(pid, meta), Event{Name: "thread_name", Ph: "M", Pid: pid, Tid: Worker, Args: map[string]any{"name": "operations"}})
+	evs := make([]Event, 0, 3+r.nrec+len(open))
+	evs = append(evs, processName(pid, meta))
+	threads := map[int]string{Worker: threadNames[Worker]}
 	all := make([]Op, 0, r.nops+len(open))
 	for _, chunk := range r.ops {
 		all = append(all, chunk...)
@@ -244,23 +300,47 @@ func (r *Recorder) File(open ...Op) File {
 				args["peer"] = op.Peer
 			}
 		}
+		if n := len(op.Transfers) + op.TransfersOmitted; n > 0 {
+			args["transfers"] = n
+			if op.TransfersOmitted > 0 {
+				args["transfers_omitted"] = op.TransfersOmitted
+			}
+		}
 		name := op.Name
 		if op.Seq > 0 {
 			name = fmt.Sprintf("%s #%d", op.Name, op.Seq)
 		}
 		evs = append(evs, Event{Name: name, Cat: "op", Ph: "X", Ts: r.micros(op.Start), Dur: dur(op.Start, op.End), Pid: pid, Tid: Worker, Args: args})
+		for _, x := range op.Transfers {
+			tid := TransferTid(x.Peer, x.Send)
+			xname := fmt.Sprintf("recv from %d", x.Peer)
+			if x.Send {
+				xname = fmt.Sprintf("send to %d", x.Peer)
+			}
+			if _, ok := threads[tid]; !ok {
+				threads[tid] = xname
+			}
+			evs = append(evs, Event{Name: xname, Cat: "transfer", Ph: "X", Ts: r.micros(x.Start), Dur: dur(x.Start, x.End), Pid: pid, Tid: tid,
+				Args: map[string]any{"op": op.Name, "seq": op.Seq, "peer": x.Peer, "step": x.Step, "bytes": x.Bytes}})
+		}
 	}
-	waits := false
 	for _, s := range r.spans {
 		tid := s.Tid
 		if tid == 0 {
 			tid = Worker
 		}
-		waits = waits || tid == Waits
-		evs = append(evs, Event{Name: s.Name, Cat: s.Cat, Ph: "X", Ts: r.micros(s.Start), Dur: dur(s.Start, s.End), Pid: pid, Tid: tid})
+		if _, ok := threads[tid]; !ok {
+			threads[tid] = threadNames[tid]
+		}
+		evs = append(evs, Event{Name: s.Name, Cat: s.Cat, Ph: "X", Ts: r.micros(s.Start), Dur: dur(s.Start, s.End), Pid: pid, Tid: tid, Args: s.Args})
 	}
-	if waits {
-		evs = append(evs, Event{Name: "thread_name", Ph: "M", Pid: pid, Tid: Waits, Args: map[string]any{"name": "waits"}})
+	for _, tid := range slices.Sorted(maps.Keys(threads)) {
+		name := threads[tid]
+		if name == "" {
+			name = fmt.Sprintf("thread %d", tid)
+		}
+		evs = append(evs, Event{Name: "thread_name", Ph: "M", Pid: pid, Tid: tid, Args: map[string]any{"name": name}},
+			Event{Name: "thread_sort_index", Ph: "M", Pid: pid, Tid: tid, Args: map[string]any{"sort_index": tid}})
 	}
 	sortEvents(evs)
 	return File{TraceEvents: evs, DisplayTimeUnit: "ns", OtherData: &meta}

@@ -92,8 +92,78 @@ func TestRecorderBounded(t *testing.T) {
 		r.Op(Op{Name: "Barrier"})
 	}
 	f := r.File()
-	if n := len(f.TraceEvents) - 2; n != 3 || f.OtherData.Dropped != 2 {
+	if n := countX(f); n != 3 || f.OtherData.Dropped != 2 {
 		t.Fatalf("%d events kept, %d dropped; want 3 and 2", n, f.OtherData.Dropped)
+	}
+}
+
+func countX(f File) int {
+	n := 0
+	for _, e := range f.TraceEvents {
+		if e.Ph == "X" {
+			n++
+		}
+	}
+	return n
+}
+
+// TestRecorderTransfers checks an operation's transfers: one event each on
+// the thread of its peer and direction, named and with their arguments, and
+// that they count toward the recorder's bound.
+func TestRecorderTransfers(t *testing.T) {
+	r := NewRecorder(Meta{Rank: 1})
+	t0 := time.Now()
+	at := func(us int) time.Time { return t0.Add(time.Duration(us) * time.Microsecond) }
+	r.max = 4
+	r.Op(Op{Name: "AllReduce", Seq: 7, Start: at(10), End: at(50), Transfers: []Transfer{
+		{Peer: 2, Send: true, Step: 1, Bytes: 100, Start: at(11), End: at(20)},
+		{Peer: 0, Step: 1, Bytes: 100, Start: at(12), End: at(30)},
+		{Peer: 2, Send: true, Step: 2, Bytes: 50, Start: at(31), End: at(40)},
+		{Peer: 0, Step: 2, Bytes: 50, Start: at(31), End: at(45)},
+	}, TransfersOmitted: 1})
+	f := r.File()
+	if f.OtherData.Dropped != 1 {
+		t.Errorf("dropped %d, want 1 (the fourth transfer)", f.OtherData.Dropped)
+	}
+	threads := map[int]string{}
+	var xs []Event
+	var op Event
+	for _, e := range f.TraceEvents {
+		switch {
+		case e.Name == "thread_name":
+			threads[e.Tid] = e.Args["name"].(string)
+		case e.Cat == "op":
+			op = e
+		case e.Cat == "transfer":
+			xs = append(xs, e)
+		}
+	}
+	if op.Args["transfers"] != 5 || op.Args["transfers_omitted"] != 2 {
+		t.Errorf("op args %v: want 5 transfers, 2 omitted", op.Args)
+	}
+	want := []struct {
+		name  string
+		tid   int
+		step  uint32
+		bytes int
+	}{{"send to 2", TransferTid(2, true), 1, 100}, {"recv from 0", TransferTid(0, false), 1, 100}, {"send to 2", TransferTid(2, true), 2, 50}}
+	if len(xs) != len(want) {
+		t.Fatalf("transfers %+v, want %d", xs, len(want))
+	}
+	for i, w := range want {
+		x := xs[i]
+		if x.Name != w.name || x.Tid != w.tid || x.Args["step"] != w.step || x.Args["bytes"] != w.bytes || x.Args["seq"] != uint64(7) {
+			t.Errorf("transfer %d: %+v, want %+v", i, x, w)
+		}
+		if x.Ts < op.Ts || x.Ts+x.Dur > op.Ts+op.Dur {
+			t.Errorf("transfer %d [%v, %v] outside its operation [%v, %v]", i, x.Ts, x.Ts+x.Dur, op.Ts, op.Ts+op.Dur)
+		}
+		if threads[x.Tid] != w.name {
+			t.Errorf("thread %d named %q, want %q", x.Tid, threads[x.Tid], w.name)
+		}
+	}
+	if TransferTid(0, true) <= App || TransferTid(0, false) == TransferTid(0, true) || TransferTid(1, true) == TransferTid(0, false) {
+		t.Error("transfer thread ids collide")
 	}
 }
 

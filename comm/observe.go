@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/occl/occl/algo"
@@ -36,7 +38,50 @@ type observer struct {
 	dir       string          // OCCL_TRACE
 	flightLen int             // operations FlightRecord returns
 	signal    bool            // registered for SIGUSR1
+
+	// The running operation's transfers, while a timeline is recorded:
+	// the schedules' goroutines append, endOp takes them.
+	xmu   sync.Mutex
+	xfers []trace.Transfer
+	xomit int
 }
+
+// MaxTraceTransfers bounds the transfers (messages sent or received) the
+// timeline records per operation: the first ones are kept, the rest only
+// counted. It covers every message of a ring AllReduce up to 65 ranks.
+const MaxTraceTransfers = 256
+
+// transfer records, for the timeline, a message of the running operation
+// to or from peer that started at start and ends now.
+func (o *observer) transfer(peer int, send bool, step uint32, bytes int, start time.Time) {
+	end := time.Now()
+	o.xmu.Lock()
+	if len(o.xfers) < MaxTraceTransfers {
+		o.xfers = append(o.xfers, trace.Transfer{Peer: peer, Send: send, Step: step, Bytes: bytes, Start: start, End: end})
+	} else {
+		o.xomit++
+	}
+	o.xmu.Unlock()
+}
+
+// takeTransfers returns the running operation's transfers and how many
+// were left out, and starts the next operation's.
+func (o *observer) takeTransfers() ([]trace.Transfer, int) {
+	o.xmu.Lock()
+	defer o.xmu.Unlock()
+	if len(o.xfers) == 0 && o.xomit == 0 {
+		return nil, 0
+	}
+	x, omit := slices.Clone(o.xfers), o.xomit
+	o.xfers, o.xomit = o.xfers[:0], 0
+	return x, omit
+}
+
+// Timeline returns the recorder of c's timeline, nil unless OCCL_TRACE is
+// set. A program may add its own phases to it with Span on thread
+// trace.App: they are written with c's operations, on the same clock, so
+// that occl-trace merge shows both.
+func (c *Communicator) Timeline() *trace.Recorder { return c.obs.tr }
 
 // setupObserver reads OCCL_TRACE, OCCL_FLIGHT_RECORDER and
 // OCCL_FLIGHT_RECORDER_SIGNAL and prepares c's recorders. The worker has
@@ -117,7 +162,9 @@ func (c *Communicator) chose(l *layout, op algo.Collective, a algo.Algorithm, by
 func (c *Communicator) endOp(err error) {
 	e := c.hist.end(err)
 	if c.obs.tr != nil {
-		c.obs.tr.Op(e.traceOp())
+		op := e.traceOp()
+		op.Transfers, op.TransfersOmitted = c.obs.takeTransfers()
+		c.obs.tr.Op(op)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/occl/occl/algo"
 	"github.com/occl/occl/comm"
 	"github.com/occl/occl/trace"
 )
@@ -431,6 +432,104 @@ func TestTraceClockOffset(t *testing.T) {
 	}
 	if len(rows) != 6 || rows[0] != "rank 0" || rows[2] != "rank 2" || !strings.HasPrefix(rows[1+6], "rank 1 (comm ") {
 		t.Errorf("merged rows %v, want ranks 0-2 then their halves", rows)
+	}
+}
+
+// TestTraceTransfers runs ring AllReduces on 4 ranks with OCCL_TRACE set
+// and checks the transfers recorded inside each: sends only to the right
+// neighbour and receives only from the left one, within the operation's
+// slice and labelled with its sequence number, their step labels the
+// ring's, and their bytes summing to the ring's bytes on the wire,
+// 2(p-1)/p of the buffer each way; an AllReduce of more messages than
+// MaxTraceTransfers keeps that many and counts the rest.
+func TestTraceTransfers(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv(comm.TraceEnv, dir)
+	// Float32 elements per AllReduce, in 512-byte chunks: 16 KiB is 8
+	// messages per step and direction, 48 per direction in all; 64 KiB is
+	// 192 per direction, 384 in all, over the bound.
+	const size, chunk = 4, 512
+	counts := []int{4096, 4096, 16384}
+	if 2*2*(size-1)*(counts[2]*4/size/chunk) <= comm.MaxTraceTransfers {
+		t.Fatal("the last AllReduce does not exceed the bound")
+	}
+	requireOK(t, runLocal(t, size, func(ctx context.Context, c *comm.Communicator) error {
+		for i, n := range counts {
+			x := make([]float32, n)
+			for j := range x {
+				x[j] = float32(c.Rank())
+			}
+			if err := c.AllReduce(ctx, comm.Slice(x), comm.Slice(x), comm.Sum); err != nil {
+				return fmt.Errorf("AllReduce %d: %w", i, err)
+			}
+			if x[0] != 6 || x[n-1] != 6 {
+				return fmt.Errorf("AllReduce %d: got %v, want 6", i, x[0])
+			}
+		}
+		return nil
+	}, comm.WithAlgorithm(algo.AlgoRing), comm.WithChunkSize(chunk)))
+	for r := range size {
+		f, err := trace.ReadFile(filepath.Join(dir, fmt.Sprintf("rank-%d.json", r)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		right, left := (r+1)%size, (r+size-1)%size
+		ops := opsOf(f, r)
+		if len(ops) != len(counts) {
+			t.Fatalf("rank %d: %d operations, want %d", r, len(ops), len(counts))
+		}
+		threads := map[int]string{}
+		for _, e := range f.TraceEvents {
+			if e.Name == "thread_name" {
+				threads[e.Tid] = e.Args["name"].(string)
+			}
+		}
+		for i, op := range ops {
+			if op.Args["schedule"] != "ring" {
+				t.Fatalf("rank %d op %d: schedule %v, want ring", r, i, op.Args["schedule"])
+			}
+			seq := op.Args["seq"].(float64)
+			sent, recvd, nsent, nrecvd := 0, 0, 0, 0
+			for _, e := range f.TraceEvents {
+				if e.Cat != "transfer" || e.Args["seq"] != seq {
+					continue
+				}
+				if e.Ts < op.Ts || e.Ts+e.Dur > op.Ts+op.Dur+0.001 {
+					t.Errorf("rank %d op %d: %s [%v, %v] outside the operation [%v, %v]", r, i, e.Name, e.Ts, e.Ts+e.Dur, op.Ts, op.Ts+op.Dur)
+				}
+				if step := e.Args["step"].(float64); step < 0 || step > 2*size-3 {
+					t.Errorf("rank %d op %d: %s step %v, want 0..%d", r, i, e.Name, step, 2*size-3)
+				}
+				peer, b := int(e.Args["peer"].(float64)), int(e.Args["bytes"].(float64))
+				switch {
+				case e.Name == fmt.Sprintf("send to %d", right) && peer == right && e.Tid == trace.TransferTid(right, true):
+					sent += b
+					nsent++
+				case e.Name == fmt.Sprintf("recv from %d", left) && peer == left && e.Tid == trace.TransferTid(left, false):
+					recvd += b
+					nrecvd++
+				default:
+					t.Errorf("rank %d op %d: transfer %s (peer %d, thread %d): want sends to %d and receives from %d", r, i, e.Name, peer, e.Tid, right, left)
+				}
+				if threads[e.Tid] != e.Name {
+					t.Errorf("rank %d: thread %d named %q, holds %q", r, e.Tid, threads[e.Tid], e.Name)
+				}
+			}
+			ftotal, _ := op.Args["transfers"].(float64)
+			total := int(ftotal)
+			omitted, _ := op.Args["transfers_omitted"].(float64)
+			if i < 2 {
+				wire := 2 * (size - 1) * counts[i] * 4 / size
+				if sent != wire || recvd != wire || nsent != 48 || nrecvd != 48 || total != 96 || omitted != 0 {
+					t.Errorf("rank %d op %d: sent %d B in %d, received %d B in %d, %d transfers (%v omitted); want %d B in 48 each way, 96",
+						r, i, sent, nsent, recvd, nrecvd, total, omitted, wire)
+				}
+				continue
+			}
+			if nsent+nrecvd != comm.MaxTraceTransfers || total != 384 || int(omitted) != total-comm.MaxTraceTransfers {
+				t.Errorf("rank %d op %d: %d transfers kept, %d in all, %v omitted; want %d kept of 384", r, i, nsent+nrecvd, total, omitted, comm.MaxTraceTransfers)
+			}
+		}
 	}
 }
 

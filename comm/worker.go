@@ -162,6 +162,9 @@ func (p *opPeers) Send(ctx context.Context, peer int, step uint32, buf []byte) e
 	h := p.hdr
 	h.Step = step
 	p.c.hist.waiting.Store(int32(peer))
+	if p.c.obs.tr != nil {
+		defer p.c.obs.transfer(peer, true, step, len(buf), time.Now())
+	}
 	if err := p.c.links.to(peer).Send(ctx, h, buf); err != nil {
 		return &linkError{peer: peer, dir: "send", step: step, err: err}
 	}
@@ -172,6 +175,9 @@ func (p *opPeers) Recv(ctx context.Context, peer int, step uint32, buf []byte) e
 	h := p.hdr
 	h.Step = step
 	p.c.hist.waiting.Store(int32(peer))
+	if p.c.obs.tr != nil {
+		defer p.c.obs.transfer(peer, false, step, len(buf), time.Now())
+	}
 	if err := p.c.links.to(peer).Recv(ctx, h, buf); err != nil {
 		return &linkError{peer: peer, dir: "recv", step: step, err: err}
 	}

@@ -16,6 +16,13 @@
 // switch with a gRPC controller in rank 0's process, and prints per layer
 // the all-to-all time with and without reconfiguration and how much of the
 // reconfiguration the computation hid.
+//
+// With -trace DIR (or OCCL_TRACE=DIR) every rank also writes its timeline
+// to DIR: occl's operations and reconfiguration steps, and on their own
+// row ("application") the example's passes (warm-up, static,
+// reconfigured), each layer in them and the phases of the layer that the
+// table times: attention, reconf wait, dispatch, experts and combine.
+// "occl-trace merge DIR -o job.json" puts the ranks on one clock.
 package main
 
 import (
@@ -33,6 +40,7 @@ import (
 	"github.com/occl/occl/comm"
 	"github.com/occl/occl/reconfig"
 	"github.com/occl/occl/topo"
+	"github.com/occl/occl/trace"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -57,8 +65,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.delay, "switch-delay", 25*time.Millisecond, "switching time of the emulated optical switch")
 	fs.Float64Var(&cfg.skew, "skew", 1.2, "Zipf exponent of expert popularity")
 	fs.StringVar(&cfg.spec, "topo", "hosts=4x2,nics=host,ocs_ports=2,hbd=2GB/s,eps=100MB/s,ocs=100MB/s", "emulated fabric (OCCL_TOPO spec)")
+	traceDir := fs.String("trace", "", "write every rank's timeline, occl's operations and the layers' phases, to this directory (sets "+comm.TraceEnv+")")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *traceDir != "" {
+		// The ranks launched below inherit it; a joining rank reads it
+		// at InitFromEnv.
+		if err := os.Setenv(comm.TraceEnv, *traceDir); err != nil {
+			fmt.Fprintln(stderr, "moe:", err)
+			return 1
+		}
 	}
 	if cfg.layers < 1 || cfg.bytes < 0 || cfg.compute < 0 || cfg.skew < 0 {
 		fmt.Fprintln(stderr, "moe: layers must be positive; bytes, compute and skew not negative")
@@ -145,14 +162,14 @@ func worker(cfg config, stdout io.Writer) error {
 		return err
 	}
 	// Warm up connections and buffers, untimed.
-	if _, err := pass(ctx, c, cfg, demands[:1], nil, ctl); err != nil {
+	if _, err := pass(ctx, c, "warm-up", cfg, demands[:1], nil, ctl); err != nil {
 		return err
 	}
-	static, err := pass(ctx, c, cfg, demands, nil, ctl)
+	static, err := pass(ctx, c, "static", cfg, demands, nil, ctl)
 	if err != nil {
 		return err
 	}
-	dynamic, err := pass(ctx, c, cfg, demands, targets, ctl)
+	dynamic, err := pass(ctx, c, "reconfigured", cfg, demands, targets, ctl)
 	if err != nil {
 		return err
 	}
@@ -214,11 +231,20 @@ func plan(base *topo.Topology, demand [][]int) (*topo.Topology, error) {
 }
 
 // pass runs every layer; with targets it reconfigures for each layer
-// while the layer's experts compute.
-func pass(ctx context.Context, c *comm.Communicator, cfg config, demands [][][]int, targets []*topo.Topology, ctl reconfig.Controller) ([]layerStats, error) {
+// while the layer's experts compute. With a timeline (c.Timeline), it
+// records the pass, each layer in it, and the layer's phases on the
+// application thread; a layer's dispatch and combine slices are exactly
+// what its all-to-all time adds up.
+func pass(ctx context.Context, c *comm.Communicator, name string, cfg config, demands [][][]int, targets []*topo.Topology, ctl reconfig.Controller) ([]layerStats, error) {
 	n, rank := c.Size(), c.Rank()
 	stats := make([]layerStats, len(demands))
 	clocks := make([]layerClock, len(demands))
+	tl := c.Timeline()
+	span := func(what string, l int, start, end time.Time) {
+		tl.Span(trace.Span{Name: what, Cat: "moe", Start: start, End: end, Tid: trace.App,
+			Args: map[string]any{"pass": name, "layer": l}})
+	}
+	passStart := time.Now()
 	for l, dem := range demands {
 		var h *reconfig.Handle
 		call := time.Now()
@@ -232,10 +258,13 @@ func pass(ctx context.Context, c *comm.Communicator, cfg config, demands [][][]i
 			if err != nil {
 				return nil, fmt.Errorf("layer %d: %w", l, err)
 			}
+			resumed := time.Now()
 			clocks[l] = layerClock{call: call.UnixNano(), end: call.Add(res.Times[0].Total).UnixNano(),
-				ready: ready.UnixNano(), resumed: time.Now().UnixNano()}
+				ready: ready.UnixNano(), resumed: resumed.UnixNano()}
 			stats[l].switchT = res.Switch
+			span("reconf wait", l, ready, resumed)
 		}
+		span("attention", l, call, ready)
 		sc, sd, rc, rd := layout(dem, rank, n)
 		send := make([]float32, sum(sc))
 		for i := range send {
@@ -247,6 +276,7 @@ func pass(ctx context.Context, c *comm.Communicator, cfg config, demands [][][]i
 			return nil, fmt.Errorf("layer %d dispatch: %w", l, err)
 		}
 		d1 := time.Since(t0)
+		span("dispatch", l, t0, t0.Add(d1))
 		for src := 0; src < n; src++ {
 			for _, v := range recv[rd[src] : rd[src]+rc[src]] {
 				if v != float32(src) {
@@ -254,14 +284,21 @@ func pass(ctx context.Context, c *comm.Communicator, cfg config, demands [][][]i
 				}
 			}
 		}
+		experts := time.Now()
 		time.Sleep(cfg.compute) // this layer's experts
 		t1 := time.Now()
+		span("experts", l, experts, t1)
 		// Combine: the tokens go back, the transposed exchange.
 		if err := comm.AllToAllV(ctx, c, recv, rc, rd, send, sc, sd); err != nil {
 			return nil, fmt.Errorf("layer %d combine: %w", l, err)
 		}
-		stats[l].a2a = d1 + time.Since(t1)
+		d2 := time.Since(t1)
+		span("combine", l, t1, t1.Add(d2))
+		stats[l].a2a = d1 + d2
+		span(fmt.Sprintf("layer %d (%s)", l, name), l, call, t1.Add(d2))
 	}
+	tl.Span(trace.Span{Name: name + " pass", Cat: "moe", Start: passStart, End: time.Now(), Tid: trace.App,
+		Args: map[string]any{"pass": name, "layers": len(demands)}})
 	// The longest (or latest) over ranks, per layer.
 	const k = 7
 	flat := make([]int64, k*len(stats))

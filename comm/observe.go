@@ -48,7 +48,8 @@ type observer struct {
 
 // MaxTraceTransfers bounds the transfers (messages sent or received) the
 // timeline records per operation: the first ones are kept, the rest only
-// counted. It covers every message of a ring AllReduce up to 65 ranks.
+// counted. A ring AllReduce whose segments fit one chunk sends and
+// receives 4(p-1) messages: all of them up to 65 ranks.
 const MaxTraceTransfers = 256
 
 // transfer records, for the timeline, a message of the running operation

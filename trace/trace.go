@@ -9,7 +9,9 @@
 // thread, with its sequence number, size, data type, schedule and the cost
 // model's predicted time as arguments; steps inside it (a rewire's pause,
 // plan, switch, connect, verify and resume) are complete events nested in
-// it.
+// it. The messages its schedule sent and received (Transfer) lie within its
+// time on threads of their own, one per peer and direction, and a program
+// may add its own phases on the App thread.
 //
 // Timestamps in a file are microseconds since the recorder's zero, a
 // moment on the rank's own clock whose wall-clock time is in the file's

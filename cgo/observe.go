@@ -14,19 +14,11 @@ func occlCommFlightRecord(comm C.occlComm_t, buf *C.char, length C.size_t, neede
 	commH := handle(comm) // first: see handle
 	k := begin("occlCommFlightRecord", &res)
 	defer k.end()
-	if needed == nil {
-		return k.fail(resInvalidArgument, "needed is NULL")
-	}
-	*needed = 0
-	_, c, r := k.comm(commH)
-	if r != resSuccess {
-		return r
-	}
-	var b bytes.Buffer
-	if err := c.DumpFlightRecord(&b); err != nil {
-		return k.failErr(err)
-	}
-	js := bytes.TrimSuffix(b.Bytes(), []byte("\n"))
-	*needed = C.size_t(len(js) + 1)
-	return k.writeString(js, buf, length, "the flight record")
+	return k.commText(commH, buf, length, needed, "the flight record", func(c *goComm) ([]byte, C.occlResult_t) {
+		var b bytes.Buffer
+		if err := c.DumpFlightRecord(&b); err != nil {
+			return nil, k.failErr(err)
+		}
+		return bytes.TrimSuffix(b.Bytes(), []byte("\n")), resSuccess
+	})
 }

@@ -202,6 +202,25 @@ func occlCommTopology(comm C.occlComm_t, buf *C.char, length C.size_t, needed *C
 	commH := handle(comm) // first: see handle
 	k := begin("occlCommTopology", &res)
 	defer k.end()
+	return k.commText(commH, buf, length, needed, "the topology", func(c *goComm) ([]byte, C.occlResult_t) {
+		t := c.Topology()
+		if t == nil {
+			return nil, k.fail(resInvalidUsage, "the communicator has no topology (set OCCL_TOPO)")
+		}
+		return t.JSON(), resSuccess
+	})
+}
+
+// goComm is the Go communicator, for the functions whose parameter comm
+// hides the package.
+type goComm = comm.Communicator
+
+// commText is the body of the functions that write text about a
+// communicator into the caller's buffer: it checks needed and the handle,
+// gets the text from text, sets *needed to its size with the terminating
+// NUL, and copies it if buf holds that much.
+func (k *call) commText(commH uintptr, buf *C.char, length C.size_t, needed *C.size_t, what string,
+	text func(c *goComm) ([]byte, C.occlResult_t)) C.occlResult_t {
 	if needed == nil {
 		return k.fail(resInvalidArgument, "needed is NULL")
 	}
@@ -210,13 +229,12 @@ func occlCommTopology(comm C.occlComm_t, buf *C.char, length C.size_t, needed *C
 	if r != resSuccess {
 		return r
 	}
-	t := c.Topology()
-	if t == nil {
-		return k.fail(resInvalidUsage, "the communicator has no topology (set OCCL_TOPO)")
+	js, r := text(c)
+	if r != resSuccess {
+		return r
 	}
-	js := t.JSON()
 	*needed = C.size_t(len(js) + 1)
-	return k.writeString(js, buf, length, "the topology")
+	return k.writeString(js, buf, length, what)
 }
 
 // occlPlanCircuits places circuits on a topology's free OCS ports for a demand. See occl.h.

@@ -348,11 +348,15 @@ static void* abort_rank(void* p) {
   a->got = occlAllReduce(x, x, 4, occlFloat, occlSum, comm);
   strncpy(a->msg, occlGetLastError(comm), sizeof a->msg - 1);
   occlCommGetAsyncError(comm, &a->async);
-  // The flight record of the failed communicator: first its size.
+  // The flight record of the failed communicator: first its size, then
+  // the record, asking again (as occl.h says) if it grew in between (its
+  // time stamp can take more digits).
   a->small = occlCommFlightRecord(comm, NULL, 0, &a->needed);
-  if (a->needed > 0) {
+  for (int try = 0; try < 3 && a->needed > 0; try++) {
+    free(a->flight);
     a->flight = malloc(a->needed);
     a->record = occlCommFlightRecord(comm, a->flight, a->needed, &a->needed);
+    if (a->record == occlSuccess) break;
   }
   occlCommDestroy(comm);
   return NULL;

@@ -210,14 +210,15 @@ def get_unique_id():
 
 def _json_out(call, what, comm=None):
     """Runs call(buf, size, needed) of a function that writes JSON, growing
-    the buffer once if it was too small, and returns the decoded JSON."""
+    the buffer if it was too small (with some slack: a flight record can grow
+    between two calls), and returns the decoded JSON."""
     needed = ctypes.c_size_t(0)
     size = 1 << 16
-    for _ in range(2):
+    for _ in range(3):
         buf = ctypes.create_string_buffer(size)
         code = call(buf, size, ctypes.byref(needed))
         if code == 4 and needed.value > size:
-            size = needed.value
+            size = needed.value + 4096
             continue
         _check(code, comm)
         return json.loads(buf.value.decode())

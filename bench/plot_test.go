@@ -5,9 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"encoding/xml"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +15,7 @@ import (
 	"time"
 
 	"github.com/occl/occl/internal/pyvenv"
+	"github.com/occl/occl/internal/svgtest"
 )
 
 // The README's plot and the command that makes it, from the repository
@@ -38,49 +37,24 @@ type plotSVG struct {
 
 func readPlotSVG(t *testing.T, data []byte) plotSVG {
 	t.Helper()
-	d := plotSVG{ids: map[string]bool{}, texts: map[string]bool{}}
-	dec := xml.NewDecoder(bytes.NewReader(data))
-	dec.Strict = true
-	var stack []string
-	var text strings.Builder
-	for {
-		tok, err := dec.Token()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatalf("not valid XML: %v", err)
-		}
-		switch tok := tok.(type) {
-		case xml.StartElement:
-			if d.root == "" {
-				d.root = tok.Name.Local
-			}
-			stack = append(stack, tok.Name.Local)
-			text.Reset()
-			if tok.Name.Local == "g" {
-				for _, a := range tok.Attr {
-					if a.Name.Local == "id" {
-						d.ids[a.Value] = true
-					}
-				}
-			}
-		case xml.CharData:
-			text.Write(tok)
-		case xml.EndElement:
-			s := strings.TrimSpace(text.String())
-			switch {
-			case tok.Name.Local == "text":
-				d.texts[s] = true
-			case tok.Name.Local == "title" && strings.HasPrefix(s, "Matplotlib v"):
-				d.gen = s
-			}
-			text.Reset()
-			stack = stack[:len(stack)-1]
-		}
+	doc, err := svgtest.Parse(data)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if d.root != "svg" {
-		t.Fatalf("root element %q, want svg", d.root)
+	if doc.Root != "svg" {
+		t.Fatalf("root element %q, want svg", doc.Root)
+	}
+	d := plotSVG{root: doc.Root, ids: map[string]bool{}, texts: map[string]bool{}}
+	for _, id := range doc.GroupIDs {
+		d.ids[id] = true
+	}
+	for _, s := range doc.Texts {
+		d.texts[s] = true
+	}
+	for _, s := range doc.Titles {
+		if s = strings.TrimSpace(s); strings.HasPrefix(s, "Matplotlib v") {
+			d.gen = s
+		}
 	}
 	return d
 }

@@ -41,9 +41,6 @@ func readPlotSVG(t *testing.T, data []byte) plotSVG {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if doc.Root != "svg" {
-		t.Fatalf("root element %q, want svg", doc.Root)
-	}
 	d := plotSVG{root: doc.Root, ids: map[string]bool{}, texts: map[string]bool{}}
 	for _, id := range doc.GroupIDs {
 		d.ids[id] = true

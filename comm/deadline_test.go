@@ -114,3 +114,32 @@ func TestWithdrawnOperationKeepsCommunicator(t *testing.T) {
 		}
 	}
 }
+
+// TestWaitWithShorterDeadline: Wait with a context that ends before the
+// operation returns that context's error while the operation goes on; it
+// must not run the operation itself (the caller-runs-its-own-operation
+// shortcut would block it until the peer comes), and the operation then
+// completes normally.
+func TestWaitWithShorterDeadline(t *testing.T) {
+	comms, err := comm.NewLocal(2, comm.WithTimeout(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer comms[1].Close()
+	defer comms[0].Close()
+	bg := context.Background()
+	x := []int32{1}
+	r := comms[0].AllReduceAsync(bg, comm.Slice(x), comm.Slice(x), comm.Sum)
+	ctx, cancel := context.WithTimeout(bg, 100*time.Millisecond)
+	defer cancel()
+	if err := r.Wait(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Wait with a 100 ms deadline while rank 1 has not joined: %v, want its deadline's error", err)
+	}
+	y := []int32{2}
+	if err := comm.AllReduce(bg, comms[1], y, y, comm.Sum); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Wait(bg); err != nil || x[0] != 3 || y[0] != 3 {
+		t.Fatalf("after rank 1 joined: %v, sums %d and %d, want 3", err, x[0], y[0])
+	}
+}

@@ -76,7 +76,12 @@ type Request struct {
 // Wait blocks until the operation completes and returns its error. If ctx
 // ends first, Wait returns ctx's error and the operation goes on.
 func (r *Request) Wait(ctx context.Context) error {
-	r.c.help(r)
+	if ctx.Done() == nil || ctx == r.ctx {
+		// Only a wait that cannot end before the operation may run it
+		// on this goroutine: one with a shorter deadline must be able
+		// to return while the operation goes on.
+		r.c.help(r)
+	}
 	own := r.ctxDone()
 	for {
 		select {

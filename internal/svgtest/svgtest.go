@@ -28,7 +28,7 @@ type Doc struct {
 }
 
 // Parse reads data strictly as XML and returns what Doc holds, or the
-// first error.
+// first error; a document whose root element is not <svg> is an error.
 func Parse(data []byte) (Doc, error) {
 	var d Doc
 	dec := xml.NewDecoder(bytes.NewReader(data))
@@ -71,6 +71,9 @@ func Parse(data []byte) (Doc, error) {
 		case xml.Comment:
 			d.Comments = append(d.Comments, strings.TrimSpace(string(tok)))
 		}
+	}
+	if d.Root != "svg" {
+		return d, fmt.Errorf("root element %q, want svg", d.Root)
 	}
 	return d, nil
 }

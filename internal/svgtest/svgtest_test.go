@@ -27,3 +27,9 @@ func TestParse(t *testing.T) {
 		t.Fatal("malformed XML parsed")
 	}
 }
+
+func TestParseNotSVG(t *testing.T) {
+	if _, err := Parse([]byte("<html><title>x</title></html>")); err == nil {
+		t.Fatal("a document that is not SVG parsed")
+	}
+}

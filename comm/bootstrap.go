@@ -49,9 +49,12 @@ func commIDOf(id UniqueID) uint64 {
 	return binary.LittleEndian.Uint64(h[:])
 }
 
+// listenFilter accepts the hellos of communicator comm for purpose p. A
+// data listener (p is tcp.PurposeData) also serves a shrink's recovery
+// connections.
 func listenFilter(p tcp.Purpose, comm uint64) func(tcp.Hello) error {
 	return func(h tcp.Hello) error {
-		if h.Purpose != p {
+		if h.Purpose != p && !(p == tcp.PurposeData && h.Purpose == tcp.PurposeRecovery) {
 			return fmt.Errorf("purpose %d, this listener serves %d", h.Purpose, p)
 		}
 		if h.Comm != comm {

@@ -21,6 +21,11 @@ const (
 	PurposeRendezvous Purpose = 1
 	// PurposeData connects two ranks of a communicator.
 	PurposeData Purpose = 2
+	// PurposeRecovery connects two ranks of a failed communicator that
+	// agree on who survives it (or checks that a rank is still alive). It
+	// goes to the data listener, which keeps serving until the
+	// communicator is closed.
+	PurposeRecovery Purpose = 3
 )
 
 // Hello is what a connecting rank says about itself. It is authenticated
@@ -78,7 +83,7 @@ func decodeHello(b []byte) (Hello, error) {
 	h.To = int(int32(binary.LittleEndian.Uint32(b[25:])))
 	h.Stream = int(binary.LittleEndian.Uint16(b[29:]))
 	h.NStreams = int(binary.LittleEndian.Uint16(b[31:]))
-	if h.Purpose != PurposeRendezvous && h.Purpose != PurposeData {
+	if h.Purpose != PurposeRendezvous && h.Purpose != PurposeData && h.Purpose != PurposeRecovery {
 		return h, fmt.Errorf("unknown purpose %d", h.Purpose)
 	}
 	if h.From < 0 || h.To < 0 || h.NStreams < 1 || h.Stream >= h.NStreams {

@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"context"
+	"io"
 	"net"
 	"testing"
 	"time"
@@ -89,5 +90,61 @@ func waitInflight(t *testing.T, l *Listener, n int) {
 			t.Fatalf("%d handshakes running, want %d", inflight(l), n)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// A recovery connection that reaches a rank while it connects its data
+// links is neither taken for a data link nor dropped: Connect sets it aside
+// for the recovery's AcceptFor.
+func TestConnectKeepsRecoveryConnections(t *testing.T) {
+	const comm = 0xc0ffee
+	ln, err := Listen("127.0.0.1:0", testSecret, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rec, err := Dial(ctx, ln.Addr().String(), testSecret, Hello{Purpose: PurposeRecovery, Comm: comm, From: 0, To: 1, NStreams: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rec.Close()
+	if _, err := rec.Write([]byte("proposal")); err != nil {
+		t.Fatal(err)
+	}
+	other, err := Listen("127.0.0.1:0", testSecret, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	done := make(chan error, 1)
+	go func() {
+		conns, err := Connect(ctx, MeshConfig{Self: 0, Comm: comm, Secret: testSecret, Streams: 1, Listener: other},
+			[]Endpoint{{Rank: 1, Addr: ln.Addr().String()}})
+		for _, c := range conns {
+			c.Close()
+		}
+		done <- err
+	}()
+	conns, err := Connect(ctx, MeshConfig{Self: 1, Comm: comm, Secret: testSecret, Streams: 1, Listener: ln},
+		[]Endpoint{{Rank: 0, Addr: other.Addr().String()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	a, err := ln.AcceptFor(ctx, func(h Hello) bool { return h.Purpose == PurposeRecovery }, nil)
+	if err != nil {
+		t.Fatalf("recovery connection lost: %v", err)
+	}
+	defer a.Conn.Close()
+	buf := make([]byte, 8)
+	if _, err := io.ReadFull(a.Conn, buf); err != nil || string(buf) != "proposal" || a.Hello.From != 0 {
+		t.Fatalf("recovery connection: %q from %d, %v", buf, a.Hello.From, err)
 	}
 }

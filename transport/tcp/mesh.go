@@ -117,11 +117,18 @@ func Connect(ctx context.Context, cfg MeshConfig, peers []Endpoint) (map[int]*Co
 		go func() {
 			defer wg.Done()
 			want := func(h Hello) bool {
-				return h.Comm == cfg.Comm && h.Epoch == cfg.Epoch && h.To == cfg.Self && expect[h.From] && h.NStreams == ns
+				return h.Purpose == PurposeData && h.Comm == cfg.Comm && h.Epoch == cfg.Epoch && h.To == cfg.Self && expect[h.From] && h.NStreams == ns
 			}
 			// A peer ahead of this rank may already dial for the next
-			// epoch: keep those for the next Connect.
-			later := func(h Hello) bool { return h.Comm == cfg.Comm && h.Epoch > cfg.Epoch && h.To == cfg.Self }
+			// epoch: keep those for the next Connect. A peer whose
+			// communicator failed may already dial to recover it: keep
+			// those for the recovery.
+			later := func(h Hello) bool {
+				if h.Comm != cfg.Comm || h.To != cfg.Self {
+					return false
+				}
+				return h.Purpose == PurposeData && h.Epoch > cfg.Epoch || h.Purpose == PurposeRecovery
+			}
 			for got := 0; got < accepts; {
 				a, err := cfg.Listener.AcceptFor(ctx, want, later)
 				if err != nil {

@@ -1,11 +1,12 @@
 // Package wire encodes the control messages of a communicator: the
 // rendezvous (join, table, reject), the messages that keep ranks in
 // agreement afterwards (heartbeats, failure reports and verdicts, goodbye,
-// probes) and those of a rewire (statuses, verdict, link checks). The
-// first two kinds travel as the payload of transport.KindControl frames on
+// probes), those of a rewire (statuses, verdict, link checks) and those of
+// a shrink's agreement (proposals and decisions). The control messages travel as the payload of transport.KindControl frames on
 // the control connections; a rewire's travel on the data connections,
 // whose receivers expect frames of a known length, so they are padded to
-// a fixed size (AppendFrame, DecodeFrame).
+// a fixed size (AppendFrame, DecodeFrame). A shrink's travel as control
+// frames on connections of their own, opened through the data listeners.
 //
 // Encoding: one type byte, then the fields of that type in order; integers
 // are zig-zag varints (unsigned ones plain varints), flags one byte,
@@ -42,7 +43,10 @@ const (
 	LinkCheck     Type = 14 // both ends of a new link: who is here
 	// On the control connections again.
 	StallReport Type = 15 // root -> every rank: who holds up operation Seq
-	maxType          = StallReport
+	// A shrink's agreement, on recovery connections.
+	ShrinkPropose Type = 16 // survivor -> coordinator: the ranks it suspects
+	ShrinkDecide  Type = 17 // coordinator -> survivor: who is left, where to meet
+	maxType            = ShrinkDecide
 )
 
 // Flags of a RewireStatus or RewireVerdict.
@@ -115,7 +119,15 @@ type Msg struct {
 	Step                string
 	Applied, RolledBack bool
 	// LinkCheck: the epoch the new link is for.
+	// ShrinkDecide: the coordinator's ballot, which names the decision.
 	Epoch uint32
+	// ShrinkPropose: Rank is the proposer, Ballot its ballot and List the
+	// ranks it suspects. ShrinkDecide: Rank is the coordinator, Ballot the
+	// ballot of the proposal it answers, List the surviving ranks (empty:
+	// no quorum), Nonce the decision's nonce and Text the address of the
+	// new communicator's rendezvous.
+	Ballot uint32
+	List   []int
 }
 
 // Fingerprint identifies a collective call: what every rank must agree on.
@@ -171,6 +183,25 @@ func (m *Msg) Append(b []byte) []byte {
 	case LinkCheck:
 		b = binary.AppendVarint(b, int64(m.Rank))
 		b = binary.AppendUvarint(b, uint64(m.Epoch))
+	case ShrinkPropose:
+		b = binary.AppendVarint(b, int64(m.Rank))
+		b = binary.AppendUvarint(b, uint64(m.Ballot))
+		b = appendList(b, m.List)
+	case ShrinkDecide:
+		b = binary.AppendVarint(b, int64(m.Rank))
+		b = binary.AppendUvarint(b, uint64(m.Ballot))
+		b = binary.AppendUvarint(b, uint64(m.Epoch))
+		b = appendList(b, m.List)
+		b = append(b, m.Nonce[:]...)
+		b = appendString(b, m.Text)
+	}
+	return b
+}
+
+func appendList(b []byte, l []int) []byte {
+	b = binary.AppendUvarint(b, uint64(len(l)))
+	for _, r := range l {
+		b = binary.AppendUvarint(b, uint64(r))
 	}
 	return b
 }
@@ -307,6 +338,17 @@ func decode(b []byte) (Msg, []byte, error) {
 	case LinkCheck:
 		m.Rank = d.int(-1, MaxRanks)
 		m.Epoch = uint32(d.uvarint(1<<32 - 1))
+	case ShrinkPropose:
+		m.Rank = d.int(0, MaxRanks-1)
+		m.Ballot = uint32(d.uvarint(1<<32 - 1))
+		m.List = d.list()
+	case ShrinkDecide:
+		m.Rank = d.int(0, MaxRanks-1)
+		m.Ballot = uint32(d.uvarint(1<<32 - 1))
+		m.Epoch = uint32(d.uvarint(1<<32 - 1))
+		m.List = d.list()
+		d.fixed(m.Nonce[:])
+		m.Text = d.string()
 	}
 	if d.err != nil {
 		return Msg{}, nil, d.err
@@ -415,6 +457,28 @@ func (d *decoder) string() string {
 	s := string(d.b[k : k+int(n)])
 	d.b = d.b[k+int(n):]
 	return s
+}
+
+// list reads a list of ranks: ascending, each below MaxRanks. An empty
+// list decodes as nil.
+func (d *decoder) list() []int {
+	n := d.uvarint(MaxRanks)
+	if d.err != nil || n == 0 {
+		return nil
+	}
+	// Each rank takes at least one byte: bound n by what is left.
+	if n > uint64(len(d.b)) {
+		d.fail("list of %d ranks in %d bytes", n, len(d.b))
+		return nil
+	}
+	l := make([]int, n)
+	for i := range l {
+		l[i] = int(d.uvarint(MaxRanks - 1))
+		if d.err == nil && i > 0 && l[i] <= l[i-1] {
+			d.fail("ranks not ascending: %d after %d", l[i], l[i-1])
+		}
+	}
+	return l
 }
 
 func (d *decoder) info() RankInfo {

@@ -30,6 +30,10 @@ func samples() []Msg {
 		{Type: RewireVerdict, Digest: 0xfeed, Rank: 2, Step: "connect", Text: "no light", Applied: true, RolledBack: true},
 		{Type: RewireVerdict, Digest: 0xfeed, OK: true, Applied: true},
 		{Type: LinkCheck, Rank: 5, Epoch: 1<<32 - 1},
+		{Type: ShrinkPropose, Rank: 6, Ballot: 2, List: []int{0, 5}},
+		{Type: ShrinkPropose, Rank: 1, Ballot: 1},
+		{Type: ShrinkDecide, Rank: 1, Ballot: 2, Epoch: 3, List: []int{1, 2, 3, 4, 6, 7}, Nonce: [16]byte{9, 15: 1}, Text: "127.0.0.1:41234"},
+		{Type: ShrinkDecide, Rank: 4, Ballot: 5, Epoch: 5},
 	}
 }
 
@@ -57,6 +61,9 @@ func TestRejects(t *testing.T) {
 		{byte(Join), 0x80},                                 // truncated varint
 		{byte(RewireVerdict), 1, 0x08, 0, 0, 0},            // unknown flag
 		{byte(LinkCheck), 2, 0xff, 0xff, 0xff, 0xff, 0x1f}, // epoch above 32 bits
+		{byte(ShrinkPropose), 2, 1, 0xff, 0xff, 0x3f},      // huge list, no data
+		{byte(ShrinkPropose), 2, 1, 2, 5, 3},               // ranks not ascending
+		{byte(ShrinkPropose), 1, 1, 0},                     // proposer rank -1
 	}
 	for _, b := range bad {
 		if _, err := Decode(b); !errors.Is(err, ErrMalformed) {

@@ -48,6 +48,8 @@ type Communicator struct {
 	// tune logs the choice of schedules (subsystem TUNE).
 	tune  *slog.Logger
 	epoch atomic.Uint32 // topology epoch, bumped by every rewire
+	// shrinks counts the Shrinks that led to this communicator.
+	shrinks int32
 
 	links  linkSet                // connections to the peers (links.go)
 	linker linker                 // opens new links: rewire, Split (bootstrap.go, local.go)

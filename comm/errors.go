@@ -27,6 +27,10 @@ var (
 	// ErrTimeout reports an operation that did not finish before its
 	// deadline. It also matches context.DeadlineExceeded.
 	ErrTimeout = errors.New("timed out")
+	// ErrExcluded reports that Shrink made no communicator for this rank:
+	// the survivors excluded it, it found no quorum, or it could not
+	// finish the agreement before its deadline.
+	ErrExcluded = errors.New("excluded from the shrunk communicator")
 )
 
 // OpError is returned by a failed operation. It names the rank that saw the

@@ -243,23 +243,11 @@ func (l *Listener) Close() error {
 // retries while the listener is not up yet (connection refused) until ctx
 // ends, so ranks may start in any order.
 func Dial(ctx context.Context, addr string, secret []byte, h Hello) (*net.TCPConn, error) {
-	var d net.Dialer
 	backoff := 5 * time.Millisecond
 	for {
-		c, err := d.DialContext(ctx, "tcp", addr)
-		if err == nil {
-			tc := c.(*net.TCPConn)
-			if dl, ok := ctx.Deadline(); ok {
-				tc.SetDeadline(dl)
-			} else {
-				tc.SetDeadline(time.Now().Add(HandshakeTimeout))
-			}
-			if err := clientHandshake(tc, secret, h); err != nil {
-				tc.Close()
-				return nil, fmt.Errorf("tcp: handshake with %s: %w", addr, err)
-			}
-			tc.SetDeadline(time.Time{})
-			return tc, nil
+		tc, connected, err := dial(ctx, addr, secret, h)
+		if err == nil || connected {
+			return tc, err
 		}
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("tcp: dial %s: %w (last error: %v)", addr, ctx.Err(), err)
@@ -276,4 +264,37 @@ func Dial(ctx context.Context, addr string, secret []byte, h Hello) (*net.TCPCon
 		}
 		backoff = min(2*backoff, 200*time.Millisecond)
 	}
+}
+
+// DialOnce is Dial without the retries: it fails at once if nothing
+// listens at addr (a rank that is gone), and if the listener does not
+// complete the handshake before ctx ends (a rank that is stopped).
+func DialOnce(ctx context.Context, addr string, secret []byte, h Hello) (*net.TCPConn, error) {
+	tc, connected, err := dial(ctx, addr, secret, h)
+	if err != nil && !connected {
+		return nil, fmt.Errorf("tcp: dial %s: %w", addr, err)
+	}
+	return tc, err
+}
+
+// dial makes one attempt; connected says whether the TCP connection was
+// made (so a failure is the handshake's).
+func dial(ctx context.Context, addr string, secret []byte, h Hello) (*net.TCPConn, bool, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, false, err
+	}
+	tc := c.(*net.TCPConn)
+	if dl, ok := ctx.Deadline(); ok {
+		tc.SetDeadline(dl)
+	} else {
+		tc.SetDeadline(time.Now().Add(HandshakeTimeout))
+	}
+	if err := clientHandshake(tc, secret, h); err != nil {
+		tc.Close()
+		return nil, true, fmt.Errorf("tcp: handshake with %s: %w", addr, err)
+	}
+	tc.SetDeadline(time.Time{})
+	return tc, true, nil
 }

@@ -2,8 +2,10 @@ package tcp
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -146,5 +148,22 @@ func TestConnectKeepsRecoveryConnections(t *testing.T) {
 	buf := make([]byte, 8)
 	if _, err := io.ReadFull(a.Conn, buf); err != nil || string(buf) != "proposal" || a.Hello.From != 0 {
 		t.Fatalf("recovery connection: %q from %d, %v", buf, a.Hello.From, err)
+	}
+}
+
+// DialOnce does not wait for a listener to appear: a dial to a port where
+// nothing listens fails with the refusal, long before its context ends.
+func TestDialOnceDoesNotRetry(t *testing.T) {
+	ln, err := Listen("127.0.0.1:0", testSecret, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	_, err = DialOnce(ctx, addr, testSecret, Hello{Purpose: PurposeRecovery, From: 1, NStreams: 1})
+	if !errors.Is(err, syscall.ECONNREFUSED) || ctx.Err() != nil {
+		t.Fatalf("DialOnce to a closed port: %v (context: %v)", err, ctx.Err())
 	}
 }

@@ -279,10 +279,12 @@ func (m *Machine) pickCoordinator() {
 		m.tryDecide()
 		return
 	}
-	m.out = append(m.out, Action{Kind: SendPropose, To: m.coord, Ballot: m.ballot, Suspects: m.suspects()})
+	m.out = append(m.out, Action{Kind: SendPropose, To: m.coord, Ballot: m.ballot, Suspects: m.Suspects()})
 }
 
-func (m *Machine) suspects() []int {
+// Suspects returns the ranks this rank suspects (those excluded on purpose
+// among them).
+func (m *Machine) Suspects() []int {
 	var s []int
 	for r, x := range m.suspect {
 		if x {

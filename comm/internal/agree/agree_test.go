@@ -172,7 +172,7 @@ func (w *net) retry() bool {
 		}
 	}
 	for _, r := range again {
-		suspects := w.ms[r].suspects()
+		suspects := w.ms[r].Suspects()
 		for _, q := range w.result[r].Decision.Members {
 			if res := w.result[q]; res == nil || res.Kind != Done || !reflect.DeepEqual(res.Decision, w.result[r].Decision) {
 				suspects = append(suspects, q)

@@ -1,0 +1,172 @@
+package comm_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/occl/occl/comm"
+)
+
+// initTCPWith bootstraps n ranks over TCP on 127.0.0.1 in this process,
+// with opts.
+func initTCPWith(t *testing.T, n int, opts ...comm.Option) []*comm.Communicator {
+	t.Helper()
+	id, err := comm.NewUniqueIDAt("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	comms := make([]*comm.Communicator, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			comms[r], errs[r] = comm.Init(ctx, id, r, n, opts...)
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	return comms
+}
+
+// shrinkAll runs Shrink on the ranks in survivors concurrently and returns
+// their new communicators (by old rank) and errors.
+func shrinkAll(comms []*comm.Communicator, survivors, exclude []int) (map[int]*comm.Communicator, map[int]error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var mu sync.Mutex
+	out, errs := map[int]*comm.Communicator{}, map[int]error{}
+	var wg sync.WaitGroup
+	for _, r := range survivors {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			nc, err := comms[r].Shrink(ctx, exclude)
+			mu.Lock()
+			out[r], errs[r] = nc, err
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return out, errs
+}
+
+// checkShrunk checks the new communicators of the survivors (old ranks,
+// ascending): sizes, ranks in old-rank order, one more shrink, and an
+// AllReduce of the old ranks whose result is computed here.
+func checkShrunk(t *testing.T, ncs map[int]*comm.Communicator, errs map[int]error, survivors []int) {
+	t.Helper()
+	for _, r := range survivors {
+		if errs[r] != nil {
+			t.Fatalf("old rank %d: Shrink: %v", r, errs[r])
+		}
+	}
+	var wg sync.WaitGroup
+	results := make([]error, len(survivors))
+	for i, r := range survivors {
+		nc := ncs[r]
+		if nc.Size() != len(survivors) || nc.Rank() != i || nc.Shrinks() != 1 {
+			t.Fatalf("old rank %d: new rank %d of %d after %d shrinks, want %d of %d after 1", r, nc.Rank(), nc.Size(), nc.Shrinks(), i, len(survivors))
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			x := []int64{int64(r), 1}
+			if err := comm.AllReduce(ctx, nc, x, x, comm.Sum); err != nil {
+				results[i] = err
+				return
+			}
+			var want int64
+			for _, s := range survivors {
+				want += int64(s)
+			}
+			if x[0] != want || x[1] != int64(len(survivors)) {
+				results[i] = fmt.Errorf("AllReduce gave %v, want [%d %d]", x, want, len(survivors))
+			}
+		}()
+	}
+	wg.Wait()
+	for i, err := range results {
+		if err != nil {
+			t.Fatalf("old rank %d: %v", survivors[i], err)
+		}
+	}
+}
+
+// A rank aborts (its listener closes, as if it died); the others find its
+// operations fail, shrink without it, and reduce over the new
+// communicator.
+func TestShrinkAfterAbort(t *testing.T) {
+	comms := initTCPWith(t, 4, comm.WithTransport(comm.TransportTCP), comm.WithHeartbeat(100*time.Millisecond, time.Second))
+	comms[2].Abort()
+	survivors := []int{0, 1, 3}
+	for _, r := range survivors {
+		x := []float32{1}
+		if err := comm.AllReduce(context.Background(), comms[r], x, x, comm.Sum); err == nil {
+			t.Fatalf("rank %d: AllReduce with an aborted rank succeeded", r)
+		}
+	}
+	start := time.Now()
+	ncs, errs := shrinkAll(comms, survivors, nil)
+	defer closeMap(ncs)
+	t.Logf("shrink took %v", time.Since(start))
+	checkShrunk(t, ncs, errs, survivors)
+}
+
+// A healthy communicator drops rank 1 on purpose; rank 1 calls nothing and
+// finds its communicator failed.
+func TestShrinkExclude(t *testing.T) {
+	comms := initTCPWith(t, 4, comm.WithTransport(comm.TransportTCP), comm.WithHeartbeat(100*time.Millisecond, time.Second))
+	defer comms[1].Close()
+	survivors := []int{0, 2, 3}
+	ncs, errs := shrinkAll(comms, survivors, []int{1})
+	defer closeMap(ncs)
+	checkShrunk(t, ncs, errs, survivors)
+	if err := comms[1].Barrier(context.Background()); !errors.Is(err, comm.ErrAborted) {
+		t.Fatalf("excluded rank's Barrier: %v, want ErrAborted", err)
+	}
+	// The old communicators are closed.
+	if err := comms[0].Barrier(context.Background()); !errors.Is(err, comm.ErrAborted) && !errors.Is(err, comm.ErrClosed) {
+		t.Fatalf("Barrier on a shrunk communicator: %v", err)
+	}
+}
+
+func TestShrinkArguments(t *testing.T) {
+	local, err := comm.NewLocal(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeAll(local)
+	if _, err := local[0].Shrink(context.Background(), []int{1}); !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("in-process Shrink: %v", err)
+	}
+	for _, ex := range [][]int{{0}, {2}, {-1}} {
+		if _, err := local[0].Shrink(context.Background(), ex); !errors.Is(err, comm.ErrInvalidArgument) {
+			t.Fatalf("Shrink(%v): %v", ex, err)
+		}
+	}
+	if local[0].Err() != nil {
+		t.Fatalf("a refused Shrink failed the communicator: %v", local[0].Err())
+	}
+}
+
+func closeMap(m map[int]*comm.Communicator) {
+	for _, c := range m {
+		if c != nil {
+			c.Close()
+		}
+	}
+}

@@ -47,3 +47,7 @@ func WithLinkFailure(rw Rewire, f func(rank int, step string) error) Rewire {
 func DataListenAddr(c *Communicator) string {
 	return c.linker.(*tcpLinker).ln.Addr().String()
 }
+
+// AfterShrinkProposal makes f run whenever a rank of this process has sent
+// its proposal in a Shrink's agreement.
+func AfterShrinkProposal(f func()) { afterPropose = f }

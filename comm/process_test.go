@@ -65,6 +65,10 @@ func worker(name string) int {
 		n, _ := strconv.Atoi(s)
 		opts = append(opts, comm.WithStreams(n))
 	}
+	if name == "shrink" {
+		// Stopped ranks are found within 2 s.
+		opts = append(opts, comm.WithHeartbeat(200*time.Millisecond, 2*time.Second))
+	}
 	if d, err := time.ParseDuration(os.Getenv("OCCL_TEST_JOIN_DELAY")); err == nil {
 		time.Sleep(d)
 	}
@@ -104,6 +108,10 @@ func worker(name string) int {
 			return fail("%d hosts, want %s", c.NumHosts(), want)
 		}
 		if err := topologyChecks(ctx, c); err != nil {
+			return fail("%v", err)
+		}
+	case "shrink":
+		if err := shrinkWorker(ctx, c); err != nil {
 			return fail("%v", err)
 		}
 	case "alltoall":

@@ -122,6 +122,9 @@ func (c *Communicator) Shrink(ctx context.Context, exclude []int) (*Communicator
 // smaller since Init (0 for a communicator made by Init or Split).
 func (c *Communicator) Shrinks() int { return int(c.shrinks) }
 
+// afterPropose, if set (by tests), runs once this rank's proposal is sent.
+var afterPropose func()
+
 // recovery runs one rank's side of a shrink's agreement (package agree)
 // over recovery connections through the data listeners: a proposer dials
 // its coordinator's, the coordinator answers on that connection. The
@@ -416,6 +419,9 @@ func (r *recovery) propose(to int, ballot uint32, suspects []int) {
 		if err := sendMsg(ctx, conn, &m); err != nil {
 			lost(err)
 			return
+		}
+		if afterPropose != nil {
+			afterPropose()
 		}
 		for {
 			d, _, err := recvMsg(ctx, conn, nil)

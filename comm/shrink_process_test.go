@@ -1,0 +1,337 @@
+package comm_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/occl/occl/bench/launch"
+	"github.com/occl/occl/comm"
+)
+
+// shrinkWorker: every rank reduces until an operation fails (the test
+// kills or stops the ranks in OCCL_TEST_VICTIMS meanwhile), then the
+// survivors shrink and check every collective on the new communicator.
+// Rank OCCL_TEST_DIE_IN_SHRINK exits as soon as it has proposed in the
+// agreement. A stopped victim, once continued, must be refused.
+func shrinkWorker(ctx context.Context, c *comm.Communicator) error {
+	victims := ranksOf(os.Getenv("OCCL_TEST_VICTIMS"))
+	dier := -1
+	if v := os.Getenv("OCCL_TEST_DIE_IN_SHRINK"); v != "" {
+		dier, _ = strconv.Atoi(v)
+	}
+	x := make([]float32, 64<<10)
+	var failed time.Time
+	for i := 0; ; i++ {
+		if err := comm.AllReduce(ctx, c, x, x, comm.Sum); err != nil {
+			failed = time.Now()
+			var pe *comm.PeerError
+			if !errors.As(err, &pe) {
+				return fmt.Errorf("AllReduce failed without a PeerError: %v", err)
+			}
+			fmt.Printf("FAILED %v\n", err)
+			break
+		}
+		if i == 0 {
+			fmt.Println("READY")
+		}
+	}
+	me, size := c.Rank(), c.Size()
+	if slices.Contains(victims, me) {
+		// A stopped rank, continued after the others shrank.
+		nc, err := c.Shrink(ctx, nil)
+		if nc != nil {
+			nc.Close()
+			return fmt.Errorf("the stopped rank joined a communicator of %d ranks", nc.Size())
+		}
+		if !errors.Is(err, comm.ErrExcluded) {
+			return fmt.Errorf("the stopped rank's Shrink: %v, want ErrExcluded", err)
+		}
+		fmt.Println("EXCLUDED", err)
+		return nil
+	}
+	if me == dier {
+		comm.AfterShrinkProposal(func() { os.Exit(3) })
+	}
+	nc, err := c.Shrink(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("Shrink: %v", err)
+	}
+	defer nc.Close()
+	var members []int
+	for r := range size {
+		if !slices.Contains(victims, r) && r != dier {
+			members = append(members, r)
+		}
+	}
+	fmt.Printf("MEMBERS old=%d new=%d size=%d shrinks=%d\n", me, nc.Rank(), nc.Size(), nc.Shrinks())
+	if nc.Size() != len(members) || members[nc.Rank()] != me || nc.Shrinks() != 1 {
+		return fmt.Errorf("rank %d became rank %d of %d, want %d of %v", me, nc.Rank(), nc.Size(), slices.Index(members, me), members)
+	}
+	first := true
+	if err := shrunkCollectives(ctx, nc, members, me, func() {
+		if first {
+			fmt.Printf("RECOVERED ms=%d\n", time.Since(failed).Milliseconds())
+			first = false
+		}
+	}); err != nil {
+		return err
+	}
+	fmt.Println("DONE")
+	return nil
+}
+
+func ranksOf(s string) []int {
+	var rs []int
+	for _, f := range strings.Split(s, ",") {
+		if r, err := strconv.Atoi(f); err == nil {
+			rs = append(rs, r)
+		}
+	}
+	return rs
+}
+
+// shrunkCollectives runs every collective on nc, whose ranks are the old
+// ranks members (old rank me is this one), and checks each result against
+// values computed from the old ranks. ok runs after the first success.
+func shrunkCollectives(ctx context.Context, nc *comm.Communicator, members []int, me int, ok func()) error {
+	n, rank := nc.Size(), nc.Rank()
+	const k = 1031
+	check := func(op string, got []float64, want func(i int) float64) error {
+		for i, g := range got {
+			if w := want(i); g != w {
+				return fmt.Errorf("%s: element %d is %v, want %v", op, i, g, w)
+			}
+		}
+		return nil
+	}
+	// AllReduce: the sum of the old ranks, element by element.
+	x := make([]float64, k)
+	for i := range x {
+		x[i] = float64(me*1000 + i)
+	}
+	if err := comm.AllReduce(ctx, nc, x, x, comm.Sum); err != nil {
+		return err
+	}
+	ok()
+	sum := 0
+	for _, m := range members {
+		sum += m
+	}
+	if err := check("AllReduce", x, func(i int) float64 { return float64(sum*1000 + n*i) }); err != nil {
+		return err
+	}
+	// AllGather: block i is old rank members[i]'s.
+	send := make([]float64, k)
+	for i := range send {
+		send[i] = float64(me*10000 + i)
+	}
+	all := make([]float64, n*k)
+	if err := comm.AllGather(ctx, nc, send, all); err != nil {
+		return err
+	}
+	if err := check("AllGather", all, func(i int) float64 { return float64(members[i/k]*10000 + i%k) }); err != nil {
+		return err
+	}
+	// ReduceScatter: block rank of the sum.
+	big := make([]float64, n*k)
+	for i := range big {
+		big[i] = float64(me + i)
+	}
+	part := make([]float64, k)
+	if err := comm.ReduceScatter(ctx, nc, big, part, comm.Sum); err != nil {
+		return err
+	}
+	if err := check("ReduceScatter", part, func(i int) float64 { return float64(sum + n*(rank*k+i)) }); err != nil {
+		return err
+	}
+	// Broadcast from new rank n-1.
+	b := make([]float64, k)
+	if rank == n-1 {
+		for i := range b {
+			b[i] = float64(me*7 + i)
+		}
+	}
+	if err := comm.Broadcast(ctx, nc, b, b, n-1); err != nil {
+		return err
+	}
+	if err := check("Broadcast", b, func(i int) float64 { return float64(members[n-1]*7 + i) }); err != nil {
+		return err
+	}
+	// AllToAll: block d goes to new rank d.
+	const q = 5
+	out := make([]float64, n*q)
+	for i := range out {
+		out[i] = float64(me*10000 + (i/q)*100 + i%q)
+	}
+	in := make([]float64, n*q)
+	if err := comm.AllToAll(ctx, nc, out, in); err != nil {
+		return err
+	}
+	if err := check("AllToAll", in, func(i int) float64 { return float64(members[i/q]*10000 + rank*100 + i%q) }); err != nil {
+		return err
+	}
+	return nc.Barrier(ctx)
+}
+
+// shrinkJob runs the shrink scenario on np processes. After every rank
+// has reduced once, it kills the victims (or stops them, and continues
+// them once the survivors are done). It returns the output and how each
+// process ended.
+func shrinkJob(t *testing.T, np int, victims []int, stop bool, env ...string) (string, []launch.Result) {
+	t.Helper()
+	pr, pw := io.Pipe()
+	var all syncBuffer
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var vs []string
+	for _, v := range victims {
+		vs = append(vs, strconv.Itoa(v))
+	}
+	j, err := launch.Start(ctx, launch.Spec{
+		NP: np, Path: os.Args[0], Args: []string{"-test.run=^$"},
+		Env:       append([]string{"OCCL_TEST_WORKER=shrink", "OCCL_TRANSPORT=tcp", "OCCL_TEST_VICTIMS=" + strings.Join(vs, ",")}, env...),
+		Stdout:    io.MultiWriter(pw, &all),
+		Stderr:    &all,
+		KillGrace: -1,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	survivors := np - len(victims)
+	for _, e := range env {
+		if strings.HasPrefix(e, "OCCL_TEST_DIE_IN_SHRINK=") {
+			survivors--
+		}
+	}
+	ready, done := make(chan bool, 1), make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		nReady, nDone := 0, 0
+		for sc.Scan() {
+			switch {
+			case strings.HasSuffix(sc.Text(), "] READY"):
+				if nReady++; nReady == np {
+					ready <- true
+				}
+			case strings.HasSuffix(sc.Text(), "] DONE"):
+				if nDone++; nDone == survivors {
+					done <- true
+				}
+			}
+		}
+		ready <- false
+		done <- false
+	}()
+	if !<-ready {
+		t.Fatalf("workers ended before they were ready:\n%s", all.String())
+	}
+	time.Sleep(100 * time.Millisecond) // inside a later AllReduce
+	for _, v := range victims {
+		if stop {
+			err = syscall.Kill(j.Pid(v), syscall.SIGSTOP)
+		} else {
+			err = j.Kill(v)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if stop {
+		ok := <-done
+		for _, v := range victims {
+			syscall.Kill(j.Pid(v), syscall.SIGCONT)
+		}
+		if !ok {
+			j.KillAll()
+			res, _ := j.Wait()
+			t.Fatalf("survivors did not finish (%+v):\n%s", res, all.String())
+		}
+	}
+	res, _ := j.Wait()
+	pw.Close()
+	return all.String(), res
+}
+
+var (
+	membersLine   = regexp.MustCompile(`(?m)^\[(\d+)\] MEMBERS old=(\d+) new=(\d+) size=(\d+) shrinks=1$`)
+	recoveredLine = regexp.MustCompile(`(?m)^\[(\d+)\] RECOVERED ms=(\d+)$`)
+)
+
+// checkSurvivors checks that exactly the ranks in survivors exited
+// cleanly, reported their place in a communicator of all of them and
+// finished the collectives, and logs the time from the failure to the
+// first collective on the new communicator.
+func checkSurvivors(t *testing.T, out string, res []launch.Result, survivors []int) {
+	t.Helper()
+	for _, r := range survivors {
+		if res[r].Err != nil {
+			t.Fatalf("survivor %d: %v\n%s", r, res[r].Err, out)
+		}
+		if !strings.Contains(out, fmt.Sprintf("[%d] DONE\n", r)) {
+			t.Fatalf("survivor %d did not finish:\n%s", r, out)
+		}
+	}
+	got := map[int]bool{}
+	for _, m := range membersLine.FindAllStringSubmatch(out, -1) {
+		old, _ := strconv.Atoi(m[2])
+		nw, _ := strconv.Atoi(m[3])
+		size, _ := strconv.Atoi(m[4])
+		if m[1] != m[2] || size != len(survivors) || slices.Index(survivors, old) != nw {
+			t.Fatalf("membership %q, want survivors %v:\n%s", m[0], survivors, out)
+		}
+		got[old] = true
+	}
+	if len(got) != len(survivors) {
+		t.Fatalf("%d survivors reported their membership, want %d:\n%s", len(got), len(survivors), out)
+	}
+	var ms []string
+	for _, m := range recoveredLine.FindAllStringSubmatch(out, -1) {
+		ms = append(ms, "rank "+m[1]+": "+m[2]+" ms")
+	}
+	t.Logf("from the failure to the first collective on the shrunk communicator: %s", strings.Join(ms, ", "))
+}
+
+// Rank 5 of 8 is killed during an AllReduce: the 7 others shrink and run
+// every collective on the new communicator.
+func TestProcessShrinkKilled(t *testing.T) {
+	out, res := shrinkJob(t, 8, []int{5}, false)
+	checkSurvivors(t, out, res, []int{0, 1, 2, 3, 4, 6, 7})
+}
+
+// Rank 5 is killed, and rank 3 dies in the agreement, right after it
+// proposed: the 6 others agree without both.
+func TestProcessShrinkDeathDuringAgreement(t *testing.T) {
+	out, res := shrinkJob(t, 8, []int{5}, false, "OCCL_TEST_DIE_IN_SHRINK=3")
+	checkSurvivors(t, out, res, []int{0, 1, 2, 4, 6, 7})
+	if res[3].ExitCode != 3 {
+		t.Fatalf("rank 3 ended %+v, want exit code 3 after its proposal:\n%s", res[3], out)
+	}
+}
+
+// Ranks 0 (the control root and the first coordinator) and 6 are killed
+// at once.
+func TestProcessShrinkTwoKilled(t *testing.T) {
+	out, res := shrinkJob(t, 8, []int{0, 6}, false)
+	checkSurvivors(t, out, res, []int{1, 2, 3, 4, 5, 7})
+}
+
+// Rank 5 is stopped: the 7 others find it silent, exclude it alike and
+// carry on; continued, it gets ErrExcluded and joins nothing.
+func TestProcessShrinkStopped(t *testing.T) {
+	out, res := shrinkJob(t, 8, []int{5}, true)
+	checkSurvivors(t, out, res, []int{0, 1, 2, 3, 4, 6, 7})
+	if res[5].Err != nil || !strings.Contains(out, "[5] EXCLUDED") {
+		t.Fatalf("stopped rank: %+v:\n%s", res[5], out)
+	}
+}

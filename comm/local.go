@@ -4,7 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"slices"
 	"sync"
+	"time"
+
+	"github.com/occl/occl/internal/logx"
 
 	"github.com/occl/occl/transport"
 	"github.com/occl/occl/transport/emu"
@@ -81,6 +85,15 @@ type localGroup struct {
 	ctrl    *localControl
 	fabric  *emu.Fabric // emulated links, if any
 	nonce   [16]byte    // the job nonce of its communicators
+	shrunk  localShrink // the survivors of a Shrink meet here
+}
+
+// localShrink is where the ranks of an in-process group calling Shrink
+// meet, under the group's control lock.
+type localShrink struct {
+	callers map[int]bool
+	done    chan struct{}         // closed once decided
+	next    map[int]*Communicator // the new communicators, by old rank
 }
 
 func newLocalGroup(size int) *localGroup {
@@ -105,6 +118,89 @@ func (g *localGroup) member(pl placement, reg *localRegistry, cfg config) *Commu
 	g.ctrl.members[pl.rank] = c
 	g.ctrl.mu.Unlock()
 	return c
+}
+
+// shrink is Shrink for rank c of the group (see Communicator.Shrink): the
+// caller waits until every rank still alive (it has not closed or aborted
+// its communicator), not in exclude and not in suspects has called; the
+// last to arrive makes the communicators of the callers.
+func (g *localGroup) shrink(ctx context.Context, c *Communicator, exclude, suspects []int) (*Communicator, error) {
+	out := func(r int) bool { return slices.Contains(exclude, r) || slices.Contains(suspects, r) }
+	if out(c.rank) {
+		return nil, fmt.Errorf("%w: this rank is the one whose failure ended the communicator", ErrExcluded)
+	}
+	l := g.ctrl
+	s := &g.shrunk
+	l.mu.Lock()
+	if s.callers == nil {
+		s.callers, s.done = map[int]bool{}, make(chan struct{})
+	}
+	s.callers[c.rank] = true
+	done := s.done
+	l.mu.Unlock()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		l.mu.Lock()
+		if s.next == nil {
+			waiting := false
+			for r, m := range l.members {
+				if m != nil && !out(r) && !s.callers[r] {
+					waiting = true
+				}
+			}
+			if !waiting {
+				g.shrinkDecide(c, out)
+				close(s.done)
+			}
+		}
+		next := s.next
+		l.mu.Unlock()
+		if next != nil {
+			if nc := next[c.rank]; nc != nil {
+				return nc, nil
+			}
+			return nil, fmt.Errorf("%w: the survivors decided without this rank", ErrExcluded)
+		}
+		select {
+		case <-done:
+		case <-tick.C:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: the other ranks did not call Shrink before the deadline: %w", ErrExcluded, ctx.Err())
+		}
+	}
+}
+
+// shrinkDecide makes the communicators of the callers still alive, under
+// the control lock.
+func (g *localGroup) shrinkDecide(c *Communicator, out func(int) bool) {
+	s := &g.shrunk
+	var members []int
+	for r := range g.size {
+		if s.callers[r] && !out(r) {
+			members = append(members, r)
+		}
+	}
+	s.next = map[int]*Communicator{}
+	cfg := c.cfg
+	cfg.fabricRanks = nil
+	if cfg.topology != nil {
+		cfg.topology = cfg.topology.Subset(members)
+	}
+	id := childID(c.id, uint64(len(members)), -2)
+	ng := newLocalGroup(len(members))
+	if err := ng.emulate(cfg, id); err != nil {
+		logx.For(c.log, logx.Init).Warn("occl: shrink: emulation", "err", err)
+		return
+	}
+	hostIDs := make([]string, len(members))
+	for i, r := range members {
+		hostIDs[i] = c.hostIDOf(r)
+	}
+	reg := c.linker.(*localLinker).reg
+	for i, r := range members {
+		s.next[r] = ng.member(newPlacement(id, ng.nonce, i, hostIDs, c.groupFabricRanks(members)), reg, cfg)
+	}
 }
 
 // localLinker is the linker of an in-process communicator: Split meets the

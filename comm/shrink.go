@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -55,8 +54,9 @@ import (
 // the application kept about ranks (rank numbers, sizes, shards of data
 // held by the lost ranks) is its to recompute.
 //
-// In-process communicators (NewLocal) cannot shrink: Shrink returns an
-// error wrapping errors.ErrUnsupported.
+// In-process communicators (NewLocal) shrink the same way, except that
+// the survivors meet in the process: a rank is alive until it closes or
+// aborts its communicator, and no quorum is needed.
 func (c *Communicator) Shrink(ctx context.Context, exclude []int) (*Communicator, error) {
 	const name = "Shrink"
 	opErr := func(err error) error { return &OpError{Rank: c.rank, Op: name, Err: err} }
@@ -67,10 +67,6 @@ func (c *Communicator) Shrink(ctx context.Context, exclude []int) (*Communicator
 		if r == c.rank {
 			return nil, opErr(invalidf("rank %d excludes itself; excluded ranks do not call Shrink", r))
 		}
-	}
-	lk, ok := c.linker.(*tcpLinker)
-	if !ok {
-		return nil, opErr(fmt.Errorf("in-process communicators cannot shrink: %w", errors.ErrUnsupported))
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -92,6 +88,15 @@ func (c *Communicator) Shrink(ctx context.Context, exclude []int) (*Communicator
 	}
 	// The data listener serves the agreement until c is shut down.
 	defer c.shutdown(context.Background(), false)
+	if lk, ok := c.linker.(*localLinker); ok {
+		nc, err := lk.g.shrink(ctx, c, exclude, suspects)
+		if err != nil {
+			return nil, opErr(err)
+		}
+		nc.shrinks = c.shrinks + 1
+		return nc, nil
+	}
+	lk := c.linker.(*tcpLinker)
 
 	rec := newRecovery(ctx, c, lk, exclude, log)
 	defer rec.close()

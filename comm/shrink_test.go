@@ -106,11 +106,34 @@ func checkShrunk(t *testing.T, ncs map[int]*comm.Communicator, errs map[int]erro
 	}
 }
 
+// shrinkGroups makes the communicators the in-process tests shrink: over
+// TCP, and in-process.
+var shrinkGroups = []struct {
+	name string
+	make func(t *testing.T, n int) []*comm.Communicator
+}{
+	{"tcp", func(t *testing.T, n int) []*comm.Communicator {
+		return initTCPWith(t, n, comm.WithTransport(comm.TransportTCP), comm.WithHeartbeat(100*time.Millisecond, time.Second))
+	}},
+	{"local", func(t *testing.T, n int) []*comm.Communicator {
+		cs, err := comm.NewLocal(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cs
+	}},
+}
+
 // A rank aborts (its listener closes, as if it died); the others find its
 // operations fail, shrink without it, and reduce over the new
 // communicator.
 func TestShrinkAfterAbort(t *testing.T) {
-	comms := initTCPWith(t, 4, comm.WithTransport(comm.TransportTCP), comm.WithHeartbeat(100*time.Millisecond, time.Second))
+	for _, g := range shrinkGroups {
+		t.Run(g.name, func(t *testing.T) { testShrinkAfterAbort(t, g.make(t, 4)) })
+	}
+}
+
+func testShrinkAfterAbort(t *testing.T, comms []*comm.Communicator) {
 	comms[2].Abort()
 	survivors := []int{0, 1, 3}
 	for _, r := range survivors {
@@ -129,7 +152,12 @@ func TestShrinkAfterAbort(t *testing.T) {
 // A healthy communicator drops rank 1 on purpose; rank 1 calls nothing and
 // finds its communicator failed.
 func TestShrinkExclude(t *testing.T) {
-	comms := initTCPWith(t, 4, comm.WithTransport(comm.TransportTCP), comm.WithHeartbeat(100*time.Millisecond, time.Second))
+	for _, g := range shrinkGroups {
+		t.Run(g.name, func(t *testing.T) { testShrinkExclude(t, g.make(t, 4)) })
+	}
+}
+
+func testShrinkExclude(t *testing.T, comms []*comm.Communicator) {
 	defer comms[1].Close()
 	survivors := []int{0, 2, 3}
 	ncs, errs := shrinkAll(comms, survivors, []int{1})
@@ -150,9 +178,6 @@ func TestShrinkArguments(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer closeAll(local)
-	if _, err := local[0].Shrink(context.Background(), []int{1}); !errors.Is(err, errors.ErrUnsupported) {
-		t.Fatalf("in-process Shrink: %v", err)
-	}
 	for _, ex := range [][]int{{0}, {2}, {-1}} {
 		if _, err := local[0].Shrink(context.Background(), ex); !errors.Is(err, comm.ErrInvalidArgument) {
 			t.Fatalf("Shrink(%v): %v", ex, err)
@@ -163,10 +188,42 @@ func TestShrinkArguments(t *testing.T) {
 	}
 }
 
+// closeMap closes communicators concurrently, as their ranks would.
 func closeMap(m map[int]*comm.Communicator) {
+	var cs []*comm.Communicator
 	for _, c := range m {
-		if c != nil {
-			c.Close()
-		}
+		cs = append(cs, c)
+	}
+	closeAll(cs)
+}
+
+// A rank that is alive but calls Shrink late (it was busy elsewhere) is
+// waited for, not excluded.
+func TestShrinkWaitsForLateRank(t *testing.T) {
+	for _, g := range shrinkGroups {
+		t.Run(g.name, func(t *testing.T) {
+			comms := g.make(t, 4)
+			comms[3].Abort()
+			late := make(chan struct{})
+			var ncs map[int]*comm.Communicator
+			var errs map[int]error
+			go func() {
+				defer close(late)
+				ncs, errs = shrinkAll(comms, []int{0, 1}, nil)
+			}()
+			// Rank 2 is still busy while the others agree (five heartbeat
+			// timeouts of the TCP communicators).
+			time.Sleep(500 * time.Millisecond)
+			select {
+			case <-late:
+				t.Fatalf("ranks 0 and 1 shrank without rank 2: %v", errs)
+			default:
+			}
+			nc2, err := comms[2].Shrink(context.Background(), nil)
+			<-late
+			ncs[2], errs[2] = nc2, err
+			defer closeMap(ncs)
+			checkShrunk(t, ncs, errs, []int{0, 1, 2})
+		})
 	}
 }

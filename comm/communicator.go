@@ -11,8 +11,9 @@
 // Failures are shared: when a rank dies, hangs, aborts, times out or calls a
 // collective that does not match the others', every rank's pending and later
 // operations fail with the same *PeerError, within a few seconds and never
-// by hanging. A failed communicator cannot be used again; close it and make
-// a new one.
+// by hanging. A failed communicator cannot be used again: close it and make
+// a new one, or let the survivors Shrink it into one without the failed
+// ranks.
 //
 // Deadlines hold wherever an operation waits. An operation whose context
 // ends while it is still queued is withdrawn: it never starts, touches

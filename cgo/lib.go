@@ -315,6 +315,41 @@ func occlCommSplit(comm C.occlComm_t, color, key C.int, newcomm *C.occlComm_t) (
 	return k.create(newcomm, split)
 }
 
+// occlCommShrink replaces comm by a communicator of its survivors, without the excluded ranks. See occl.h.
+//
+//export occlCommShrink
+func occlCommShrink(comm C.occlComm_t, excludeRanks C.occlInternalConstInts, excludeCount C.int, newcomm *C.occlComm_t) (res C.occlResult_t) {
+	commH := handle(comm) // first: see handle
+	k := begin("occlCommShrink", &res)
+	defer k.end()
+	if newcomm == nil {
+		return k.fail(resInvalidArgument, "newcomm is NULL")
+	}
+	*newcomm = nil
+	_, c, r := k.comm(commH)
+	if r != resSuccess {
+		return r
+	}
+	if excludeCount < 0 || excludeCount > C.int(c.Size()) {
+		return k.fail(resInvalidArgument, "excludeCount %d out of range [0, %d]", int(excludeCount), c.Size())
+	}
+	if excludeCount > 0 && excludeRanks == nil {
+		return k.fail(resInvalidArgument, "excludeRanks is NULL with excludeCount %d", int(excludeCount))
+	}
+	var exclude []int
+	if excludeCount > 0 {
+		for _, x := range unsafe.Slice((*C.int)(unsafe.Pointer(excludeRanks)), int(excludeCount)) {
+			exclude = append(exclude, int(x))
+		}
+	}
+	return k.create(newcomm, shrinker(c, exclude))
+}
+
+// shrinker returns the maker of c.Shrink.
+func shrinker(c *comm.Communicator, exclude []int) maker {
+	return func(ctx context.Context) (*comm.Communicator, error) { return c.Shrink(ctx, exclude) }
+}
+
 // query is a call that stores a property of a communicator in *out (what
 // its occl.h parameter is called): it checks out, then the communicator,
 // and stores get's answer.

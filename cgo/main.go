@@ -298,6 +298,8 @@ func resultOf(err error) C.occlResult_t {
 		return resSuccess
 	case errors.Is(err, comm.ErrRewire):
 		return resSystemError
+	case errors.Is(err, comm.ErrExcluded):
+		return resRemoteError
 	case errors.Is(err, comm.ErrInvalidArgument):
 		return resInvalidArgument
 	case errors.Is(err, comm.ErrTimeout), errors.Is(err, context.DeadlineExceeded):

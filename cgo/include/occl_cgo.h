@@ -20,6 +20,7 @@ typedef const occlComm_t* occlInternalConstComms;
 typedef const occlConfig_t* occlInternalConstConfig;
 typedef const occlP2POp_t* occlInternalConstP2POps;
 typedef const double* occlInternalConstDoubles;
+typedef const int* occlInternalConstInts;
 
 /* Defined in cgo/internal.c, hidden: liboccl.so does not export them. */
 #define OCCL_INTERNAL __attribute__((visibility("hidden")))

@@ -6,6 +6,9 @@
 //           non-blocking calls, split, queries from other threads
 //   abort   a watchdog thread aborts one rank; the others see occlRemoteError
 //           and a flight record naming the failed all-reduce
+//   shrink  one rank aborts; the others see occlRemoteError, shrink without
+//           it and all-reduce on the new communicator; then they drop one
+//           more rank on purpose, which calls nothing
 //
 // Exits 0 if every check passed.
 
@@ -389,6 +392,86 @@ static void abort_test(void) {
   }
 }
 
+// ---- shrink ---------------------------------------------------------------
+
+struct shrink_arg {
+  occlUniqueId id;
+  int rank;
+  occlResult_t failed, bad;
+  int size1, rank1, size2, rank2;
+  float sum1, sum2;
+  occlComm_t left;  // rank 2's communicator after the first shrink
+};
+
+static void shrink_rank_body(struct shrink_arg* a) {
+  occlComm_t comm, comm1 = NULL, comm2 = NULL;
+  OK(occlCommInitRank(&comm, NR, a->id, a->rank));
+  if (a->rank == 1) {
+    // Dies: its communicator is gone.
+    OK(occlCommAbort(comm));
+    return;
+  }
+  float x = (float)a->rank;
+  a->failed = occlAllReduce(&x, &x, 1, occlFloat, occlSum, comm);
+  int bad = 7;
+  a->bad = occlCommShrink(comm, &bad, 1, &comm1);
+  OK(occlCommShrink(comm, NULL, 0, &comm1));
+  OK(occlCommDestroy(comm));
+  OK(occlCommCount(comm1, &a->size1));
+  OK(occlCommUserRank(comm1, &a->rank1));
+  a->sum1 = (float)a->rank;
+  OK(occlAllReduce(&a->sum1, &a->sum1, 1, occlFloat, occlSum, comm1));
+  // Old rank 2 (new rank 1) is dropped on purpose and calls nothing.
+  if (a->rank == 2) {
+    a->left = comm1;
+    return;
+  }
+  int drop = 1;
+  OK(occlCommShrink(comm1, &drop, 1, &comm2));
+  OK(occlCommDestroy(comm1));
+  OK(occlCommCount(comm2, &a->size2));
+  OK(occlCommUserRank(comm2, &a->rank2));
+  a->sum2 = (float)a->rank;
+  OK(occlAllReduce(&a->sum2, &a->sum2, 1, occlFloat, occlSum, comm2));
+  OK(occlCommDestroy(comm2));
+}
+
+static void* shrink_rank(void* p) {
+  shrink_rank_body(p);
+  return NULL;
+}
+
+static void shrink_test(void) {
+  struct shrink_arg args[NR];
+  pthread_t t[NR];
+  occlUniqueId id;
+  OK(occlGetUniqueId(&id));
+  for (int r = 0; r < NR; r++) memset(&args[r], 0, sizeof args[r]), args[r].id = id, args[r].rank = r;
+  for (int r = 0; r < NR; r++) pthread_create(&t[r], NULL, shrink_rank, &args[r]);
+  for (int r = 0; r < NR; r++) pthread_join(t[r], NULL);
+  // Survivors of the abort: old ranks 0, 2, 3, new ranks 0, 1, 2; the sum
+  // of their old ranks is 5. Then old ranks 0 and 3, new ranks 0 and 1.
+  const int survivors[] = {0, 2, 3};
+  for (int i = 0; i < 3; i++) {
+    struct shrink_arg* a = &args[survivors[i]];
+    CHECK(a->failed == occlRemoteError, "rank %d all-reduce with an aborted rank: %s", a->rank, occlGetErrorString(a->failed));
+    CHECK(a->bad == occlInvalidArgument, "rank %d shrink excluding rank 7: %s", a->rank, occlGetErrorString(a->bad));
+    CHECK(a->size1 == 3 && a->rank1 == i && a->sum1 == 5, "rank %d after the first shrink: rank %d of %d, sum %g", a->rank,
+          a->rank1, a->size1, a->sum1);
+  }
+  CHECK(args[0].size2 == 2 && args[0].rank2 == 0 && args[0].sum2 == 3, "rank 0 after the second shrink: rank %d of %d, sum %g",
+        args[0].rank2, args[0].size2, args[0].sum2);
+  CHECK(args[3].size2 == 2 && args[3].rank2 == 1 && args[3].sum2 == 3, "rank 3 after the second shrink: rank %d of %d, sum %g",
+        args[3].rank2, args[3].size2, args[3].sum2);
+  // The dropped rank's communicator failed.
+  if (args[2].left != NULL) {
+    float x = 1;
+    occlResult_t r = occlAllReduce(&x, &x, 1, occlFloat, occlSum, args[2].left);
+    CHECK(r == occlRemoteError, "dropped rank's all-reduce: %s", occlGetErrorString(r));
+    occlCommDestroy(args[2].left);
+  }
+}
+
 int main(int argc, char** argv) {
   int version = 0;
   occlGetVersion(&version);
@@ -397,6 +480,7 @@ int main(int argc, char** argv) {
   if (!strcmp(which, "all") || !strcmp(which, "single")) single();
   if (!strcmp(which, "all") || !strcmp(which, "threads")) threads();
   if (!strcmp(which, "all") || !strcmp(which, "abort")) abort_test();
+  if (!strcmp(which, "all") || !strcmp(which, "shrink")) shrink_test();
   if (failures) {
     fprintf(stderr, "%d checks failed\n", failures);
     return 1;

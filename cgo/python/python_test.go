@@ -115,3 +115,23 @@ func TestBackendFailure(t *testing.T) {
 		})
 	}
 }
+
+// TestShrink kills rank 2 of 4 in the middle of a job: the others catch
+// the error, Communicator.shrink without it, and reduce on the new
+// communicator of 3 ranks.
+func TestShrink(t *testing.T) {
+	python := venv.Python(t)
+	const victim = 2
+	j := job(python, "tests/check_shrink.py", "--victim", fmt.Sprint(victim))
+	j.KeepGoing, j.Limit = true, 2*time.Minute
+	j.Env = []string{"TMPDIR=" + t.TempDir()}
+	outs, errs := j.Run(t)
+	for r := range 4 {
+		if r == victim {
+			continue
+		}
+		if errs[r] != nil || !strings.Contains(outs[r], fmt.Sprintf("rank %d: raised", r)) || !strings.Contains(outs[r], fmt.Sprintf("rank %d: ok", r)) {
+			t.Errorf("rank %d: %v\n%s", r, errs[r], outs[r])
+		}
+	}
+}

@@ -113,6 +113,7 @@ _SIGNATURES = {
     "occlCommDestroy": [_c],
     "occlCommAbort": [_c],
     "occlCommSplit": [_c, _i, _i, ctypes.POINTER(_c)],
+    "occlCommShrink": [_c, ctypes.POINTER(_i), _i, ctypes.POINTER(_c)],
     "occlCommCount": [_c, ctypes.POINTER(_i)],
     "occlCommUserRank": [_c, ctypes.POINTER(_i)],
     "occlCommGetAsyncError": [_c, ctypes.POINTER(_i)],
@@ -474,6 +475,21 @@ class Communicator:
         color = SPLIT_NOCOLOR if color is None else int(color)
         _check(self._lib.occlCommSplit(h, color, self.rank if key is None else int(key), ctypes.byref(out)), h)
         return None if not out.value else Communicator(out.value)
+
+    def shrink(self, exclude=()):
+        """A communicator of the survivors, without the failed ranks and the
+        ranks in exclude (occlCommShrink). Every rank that is alive and not
+        in exclude calls it, after an operation raised (or to drop ranks on
+        purpose); its ranks are the survivors in their order here. This
+        communicator runs no more operations: destroy it. A rank the others
+        excluded gets an OcclError (occlRemoteError)."""
+        if not self._owned:
+            raise OcclError(5, "this communicator belongs to a torch.distributed group: destroy the group")
+        h = self._handle()
+        ex = [int(r) for r in exclude]
+        out = ctypes.c_void_p()
+        _check(self._lib.occlCommShrink(h, (_i * len(ex))(*ex) if ex else None, len(ex), ctypes.byref(out)), h)
+        return Communicator(out.value)
 
     # -- helpers
 

@@ -334,4 +334,26 @@ func TestProcessShrinkStopped(t *testing.T) {
 	if res[5].Err != nil || !strings.Contains(out, "[5] EXCLUDED") {
 		t.Fatalf("stopped rank: %+v:\n%s", res[5], out)
 	}
+	logLine(t, out, "[5] EXCLUDED")
+}
+
+// Rank 0, the control root and the first coordinator, is stopped: the
+// others blame it, agree under rank 1 and carry on; continued, it finds
+// itself alone and gets ErrExcluded.
+func TestProcessShrinkStoppedRoot(t *testing.T) {
+	out, res := shrinkJob(t, 8, []int{0}, true)
+	checkSurvivors(t, out, res, []int{1, 2, 3, 4, 5, 6, 7})
+	if res[0].Err != nil || !strings.Contains(out, "[0] EXCLUDED") {
+		t.Fatalf("stopped rank: %+v:\n%s", res[0], out)
+	}
+	logLine(t, out, "[0] EXCLUDED")
+}
+
+// logLine logs the line of out that starts with prefix.
+func logLine(t *testing.T, out, prefix string) {
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			t.Log(l)
+		}
+	}
 }

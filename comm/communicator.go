@@ -49,8 +49,10 @@ type Communicator struct {
 	// tune logs the choice of schedules (subsystem TUNE).
 	tune  *slog.Logger
 	epoch atomic.Uint32 // topology epoch, bumped by every rewire
-	// shrinks counts the Shrinks that led to this communicator.
-	shrinks int32
+	// shrinks counts the Shrinks that led to this communicator;
+	// shrinking says Shrink was called on it.
+	shrinks   int32
+	shrinking atomic.Bool
 
 	links  linkSet                // connections to the peers (links.go)
 	linker linker                 // opens new links: rewire, Split (bootstrap.go, local.go)

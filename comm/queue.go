@@ -282,6 +282,13 @@ func (q *opQueue) close() (already bool) {
 	return already
 }
 
+// closed says whether close was called.
+func (q *opQueue) closed() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.closing
+}
+
 // idle waits until every request issued has finished, or ctx ends.
 func (q *opQueue) idle(ctx context.Context) error {
 	done := make(chan struct{})

@@ -68,6 +68,9 @@ func (c *Communicator) Shrink(ctx context.Context, exclude []int) (*Communicator
 			return nil, opErr(invalidf("rank %d excludes itself; excluded ranks do not call Shrink", r))
 		}
 	}
+	if c.queue.closed() || c.shrinking.Swap(true) {
+		return nil, opErr(fmt.Errorf("%w: Shrink needs a communicator neither closed nor shrunk already", ErrClosed))
+	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.cfg.timeout)

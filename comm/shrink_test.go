@@ -186,6 +186,21 @@ func TestShrinkArguments(t *testing.T) {
 	if local[0].Err() != nil {
 		t.Fatalf("a refused Shrink failed the communicator: %v", local[0].Err())
 	}
+	// Closed, or shrunk already: refused.
+	local[1].Close()
+	if _, err := local[1].Shrink(context.Background(), nil); !errors.Is(err, comm.ErrClosed) {
+		t.Fatalf("Shrink of a closed communicator: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	alone, err := local[0].Shrink(ctx, nil)
+	if err != nil || alone.Size() != 1 {
+		t.Fatalf("Shrink of the last rank alive: %v", err)
+	}
+	defer alone.Close()
+	if _, err := local[0].Shrink(ctx, nil); !errors.Is(err, comm.ErrClosed) {
+		t.Fatalf("second Shrink: %v", err)
+	}
 }
 
 // closeMap closes communicators concurrently, as their ranks would.

@@ -272,7 +272,10 @@ func (r *recovery) agree(ctx context.Context, suspects []int, ballot uint32) (ag
 			r.apply(r.m.Step(agree.Event{Kind: agree.Propose, From: rank, Ballot: ic.prop.Ballot, Suspects: ic.prop.List}))
 		}
 	}
-	tick := time.NewTicker(c.cfg.heartbeat)
+	// Each check of a rank that has not proposed yet leaves a connection
+	// in its listener until it calls Shrink: check no more often than
+	// needed to find a stopped rank within about the heartbeat timeout.
+	tick := time.NewTicker(max(c.cfg.heartbeat, c.cfg.heartbeatTimeout/4))
 	defer tick.Stop()
 	r.detect()
 	for !r.m.Over() {

@@ -97,6 +97,7 @@ func (c *Communicator) Shrink(ctx context.Context, exclude []int) (*Communicator
 			return nil, opErr(err)
 		}
 		nc.shrinks = c.shrinks + 1
+		nc.inheritObserver(c)
 		return nc, nil
 	}
 	lk := c.linker.(*tcpLinker)
@@ -260,6 +261,7 @@ func (r *recovery) acceptLoop() {
 // decision if this rank is a member.
 func (r *recovery) agree(ctx context.Context, suspects []int, ballot uint32) (agree.Decision, error) {
 	c := r.c
+	r.dropOut() // the connection of an earlier round's proposal
 	r.m = agree.New(c.rank, c.size, r.exclude, suspects, ballot)
 	r.done, r.why = nil, ""
 	r.apply(r.m.Start())

@@ -63,13 +63,17 @@ func shrinkAll(comms []*comm.Communicator, survivors, exclude []int) (map[int]*c
 }
 
 // checkShrunk checks the new communicators of the survivors (old ranks,
-// ascending): sizes, ranks in old-rank order, one more shrink, and an
-// AllReduce of the old ranks whose result is computed here.
-func checkShrunk(t *testing.T, ncs map[int]*comm.Communicator, errs map[int]error, survivors []int) {
+// ascending) of the communicator old: sizes, ranks in old-rank order, one
+// more shrink, an identity of their own, and an AllReduce of the old ranks
+// whose result is computed here.
+func checkShrunk(t *testing.T, old uint64, ncs map[int]*comm.Communicator, errs map[int]error, survivors []int) {
 	t.Helper()
 	for _, r := range survivors {
 		if errs[r] != nil {
 			t.Fatalf("old rank %d: Shrink: %v", r, errs[r])
+		}
+		if id := ncs[r].ID(); id == old || id != ncs[survivors[0]].ID() {
+			t.Fatalf("old rank %d: new communicator id %016x (old %016x, rank %d's %016x)", r, id, old, survivors[0], ncs[survivors[0]].ID())
 		}
 	}
 	var wg sync.WaitGroup
@@ -146,7 +150,7 @@ func testShrinkAfterAbort(t *testing.T, comms []*comm.Communicator) {
 	ncs, errs := shrinkAll(comms, survivors, nil)
 	defer closeMap(ncs)
 	t.Logf("shrink took %v", time.Since(start))
-	checkShrunk(t, ncs, errs, survivors)
+	checkShrunk(t, comms[0].ID(), ncs, errs, survivors)
 }
 
 // A healthy communicator drops rank 1 on purpose; rank 1 calls nothing and
@@ -162,7 +166,7 @@ func testShrinkExclude(t *testing.T, comms []*comm.Communicator) {
 	survivors := []int{0, 2, 3}
 	ncs, errs := shrinkAll(comms, survivors, []int{1})
 	defer closeMap(ncs)
-	checkShrunk(t, ncs, errs, survivors)
+	checkShrunk(t, comms[0].ID(), ncs, errs, survivors)
 	if err := comms[1].Barrier(context.Background()); !errors.Is(err, comm.ErrAborted) {
 		t.Fatalf("excluded rank's Barrier: %v, want ErrAborted", err)
 	}
@@ -238,7 +242,7 @@ func TestShrinkWaitsForLateRank(t *testing.T) {
 			<-late
 			ncs[2], errs[2] = nc2, err
 			defer closeMap(ncs)
-			checkShrunk(t, ncs, errs, []int{0, 1, 2})
+			checkShrunk(t, comms[0].ID(), ncs, errs, []int{0, 1, 2})
 		})
 	}
 }

@@ -5,10 +5,12 @@
 // reads no clock and starts no goroutine. The driver owns the connections
 // and the failure detector.
 //
-// The protocol follows the agreement of MPI's fault-tolerance proposal
-// (ULFM: revoke, agree, shrink) with a rotating coordinator, as in
-// "Practical scalable consensus for pseudo-synchronous distributed
-// systems" (Herault et al., SC'15), section 3:
+// The semantics are those of MPI's fault-tolerance proposal (ULFM: revoke,
+// agree, shrink; "Post-failure recovery of MPI communication capability:
+// Design and rationale", Bland et al.); the protocol is the rotating
+// coordinator of "Unreliable Failure Detectors for Reliable Distributed
+// Systems" (Chandra and Toueg), its consensus with an eventually strong
+// failure detector, reduced to what a shrink needs:
 //
 //   - Every rank holds a suspect set S: the ranks excluded on purpose, the
 //     rank the communicator's failure named, and every coordinator it lost.
@@ -30,8 +32,12 @@
 //     coordinator is held there, not refused: that rank becomes the
 //     coordinator once it loses the ranks below it, and counts the proposals
 //     it holds.
+//   - The bootstrap of the new communicator commits a decision: it completes
+//     only if every member joins. If it does not (a member died after the
+//     decision, or took another one), the members agree again, starting at
+//     the next ballot with what they suspect.
 //
-// Two changes to the suggested protocol, and why:
+// Two choices beyond a plain rotating coordinator, and why:
 //
 //   - A coordinator does not wait a fixed time for silent ranks. It waits
 //     for every rank that the driver's failure detector still finds alive
@@ -41,7 +47,8 @@
 //     means.
 //   - A decision needs a quorum: more than half of the eligible ranks (those
 //     not excluded on purpose), or exactly half if the lowest eligible rank
-//     is among them. Without it a rank that was stopped (SIGSTOP) or cut off
+//     is among them (Chandra and Toueg's algorithm also needs a majority
+//     alive). Without it a rank that was stopped (SIGSTOP) or cut off
 //     while the others decided could, once it resumes, find everyone
 //     unreachable and form a communicator of its own. With it, two
 //     decisions' member sets always share a rank, and since a rank joins the

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/occl/occl/comm"
+	"github.com/occl/occl/transport/tcp"
 )
 
 // initTCPWith bootstraps n ranks over TCP on 127.0.0.1 in this process,
@@ -244,5 +245,56 @@ func TestShrinkWaitsForLateRank(t *testing.T) {
 			defer closeMap(ncs)
 			checkShrunk(t, comms[0].ID(), ncs, errs, []int{0, 1, 2})
 		})
+	}
+}
+
+// A failed communicator's data listener keeps answering recovery
+// connections, which Shrink's agreement needs, until the communicator is
+// closed; data connections of that communicator are refused from then on
+// like any other.
+func TestFailedListenerServesRecovery(t *testing.T) {
+	id, err := comm.NewUniqueIDAt("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	comms := make([]*comm.Communicator, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			comms[r], errs[r] = comm.Init(ctx, id, r, 2, comm.WithTransport(comm.TransportTCP))
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	addr := comm.DataListenAddr(comms[0])
+	comms[1].Abort()
+	if err := comms[0].Barrier(ctx); !errors.Is(err, comm.ErrAborted) {
+		t.Fatalf("Barrier after the peer aborted: %v", err)
+	}
+	hello := tcp.Hello{Purpose: tcp.PurposeRecovery, Comm: comms[0].ID(), From: 1, To: 0, NStreams: 1}
+	for _, h := range []tcp.Hello{hello, {Purpose: tcp.PurposeRecovery, Comm: comms[0].ID() + 1, From: 1, To: 0, NStreams: 1}} {
+		conn, err := tcp.DialOnce(ctx, addr, id.Secret[:], h)
+		if h.Comm == hello.Comm && err != nil {
+			t.Fatalf("recovery dial to a failed communicator: %v", err)
+		}
+		if h.Comm != hello.Comm && !errors.Is(err, tcp.ErrRejected) {
+			t.Fatalf("recovery dial for another communicator: %v", err)
+		}
+		if conn != nil {
+			conn.Close()
+		}
+	}
+	comms[0].Close()
+	if _, err := tcp.DialOnce(ctx, addr, id.Secret[:], hello); err == nil {
+		t.Fatal("recovery dial to a closed communicator succeeded")
 	}
 }

@@ -3,7 +3,6 @@ package shm
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -421,7 +420,7 @@ func (c *Conn) wait(ctx context.Context, w waitFor) error {
 			continue
 		}
 		if i < spinTight+spinYield {
-			runtime.Gosched()
+			pause(i)
 			continue
 		}
 		if c.spin > 0 {
@@ -432,7 +431,7 @@ func (c *Conn) wait(ctx context.Context, w waitFor) error {
 				spinUntil = time.Now().Add(c.spin)
 			}
 			if i%16 != 0 || time.Now().Before(spinUntil) {
-				runtime.Gosched()
+				pause(i)
 				continue
 			}
 		}

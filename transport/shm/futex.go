@@ -1,6 +1,7 @@
 package shm
 
 import (
+	"runtime"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -36,3 +37,25 @@ func bump(w *atomic.Uint32) {
 	w.Add(1)
 	futexWake(w)
 }
+
+// pause gives the CPU away for a moment in the i-th round of a polling
+// wait. Mostly it yields the thread to the kernel (sched_yield): that
+// lets the peer process run if it shares this core, and costs one system
+// call. runtime.Gosched would also run this process's other goroutines,
+// but on a thread locked to its goroutine (every call from C is) it hands
+// the P to another thread and sleeps until it gets one back: two futex
+// calls and two context switches per round. So the Go scheduler is asked
+// only every yieldEvery rounds, which keeps a goroutine of this process
+// that the wait depends on (one sending to this rank, say) from starving
+// when the process has a single P.
+func pause(i int) {
+	if i%yieldEvery == 0 {
+		runtime.Gosched()
+		return
+	}
+	unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+}
+
+// yieldEvery is how often pause asks the Go scheduler instead of the
+// kernel.
+const yieldEvery = 32

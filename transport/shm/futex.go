@@ -1,7 +1,6 @@
 package shm
 
 import (
-	"runtime"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -38,24 +37,37 @@ func bump(w *atomic.Uint32) {
 	futexWake(w)
 }
 
-// pause gives the CPU away for a moment in the i-th round of a polling
-// wait. Mostly it yields the thread to the kernel (sched_yield): that
-// lets the peer process run if it shares this core, and costs one system
-// call. runtime.Gosched would also run this process's other goroutines,
-// but on a thread locked to its goroutine (every call from C is) it hands
-// the P to another thread and sleeps until it gets one back: two futex
-// calls and two context switches per round. So the Go scheduler is asked
-// only every yieldEvery rounds, which keeps a goroutine of this process
-// that the wait depends on (one sending to this rank, say) from starving
-// when the process has a single P.
-func pause(i int) {
-	if i%yieldEvery == 0 {
-		runtime.Gosched()
-		return
+// yieldCore gives the calling thread's core away (sched_yield), so that a
+// process runnable on it, most likely the peer being waited for, runs now
+// instead of after a futex wake-up. It reports false, and gives nothing
+// away, while yielding is off: when a yield took longer than slowYield,
+// some process that does not wait for anyone (a computation, a build)
+// shares the core, and each yield would hand it a whole time slice, so
+// waits sleep at once for yieldBackoff.
+func yieldCore() bool {
+	now := time.Now()
+	if now.UnixNano() < yieldOff.Load() {
+		return false
 	}
 	unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+	if took := time.Since(now); took > slowYield {
+		yieldOff.Store(now.Add(took + yieldBackoff).UnixNano())
+		return false
+	}
+	return true
 }
 
-// yieldEvery is how often pause asks the Go scheduler instead of the
-// kernel.
-const yieldEvery = 32
+// yieldOff is the time (Unix nanoseconds) until which yieldCore does not
+// yield; shared by the process's connections.
+var yieldOff atomic.Int64
+
+const (
+	// yieldRounds bounds how many times one wait yields before it
+	// sleeps on the futex.
+	yieldRounds = 128
+	// slowYield is the longest a yield may take before yielding stops:
+	// far more than a peer's turn, far less than a time slice.
+	slowYield = 200 * time.Microsecond
+	// yieldBackoff is how long yielding stays off after a slow yield.
+	yieldBackoff = 100 * time.Millisecond
+)

@@ -420,7 +420,8 @@ func (t *Topology) allocate(xs, ys []int, failed []bool) (*Allocation, error) {
 
 // gridRing returns the flat ring of an allocation of grid b: a
 // Hamiltonian ring of the kept rows and columns, crossing between nodes
-// over b's circuits.
+// over b's circuits (or, on a grid without circuits, over the packet links
+// of rows and columns).
 func gridRing(b *Topology, xs, ys []int, a *Allocation) ([]int, error) {
 	at := map[[2]int]int{}
 	for h, x := range b.Hosts {
@@ -433,6 +434,16 @@ func gridRing(b *Topology, xs, ys []int, a *Allocation) ([]int, error) {
 	hosts := make([]int, len(cyc))
 	for i, v := range cyc {
 		hosts[i] = at[[2]int{xs[a.Cols[v%len(a.Cols)]], ys[a.Rows[v/len(a.Cols)]]}]
+	}
+	if len(b.Circuits) == 0 {
+		// A grid of packet links (GridOnly): hosts of a row or column
+		// reach each other directly, whatever ranks cross.
+		hr := b.HostRanks()
+		var ring []int
+		for _, h := range hosts {
+			ring = append(ring, hr[h]...)
+		}
+		return ring, nil
 	}
 	ring, err := HamiltonianRingOrder(b, hosts)
 	if err != nil {

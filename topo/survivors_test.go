@@ -350,3 +350,28 @@ func TestWithoutSplicesCircuits(t *testing.T) {
 		t.Fatalf("circuits %s, want %s", got, want)
 	}
 }
+
+// TestWithoutPacketGrid fails the centre of a 3x3 grid of packet links
+// (grid=, GridOnly): a row or column goes, and the ring steps only along
+// rows and columns.
+func TestWithoutPacketGrid(t *testing.T) {
+	top, err := FromSpec("hosts=9x2,grid=3x3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := top.Without([]int{8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSurvivors(t, top, []int{8}, s, true, func(a, b Host) bool { return false })
+	if len(s.Ranks) != 12 || len(s.Idle) != 5 {
+		t.Fatalf("%d survivors, %d idle: want 6 nodes of 2 ranks kept", len(s.Ranks), len(s.Idle))
+	}
+	ring := s.Topology.RingOrder()
+	for i, a := range ring {
+		b := ring[(i+1)%len(ring)]
+		if p := s.Topology.Path(a, b); p.Class == None {
+			t.Fatalf("ring %v: hop %d -> %d has no path", ring, a, b)
+		}
+	}
+}

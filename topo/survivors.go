@@ -186,6 +186,22 @@ func cutRing(ring []int, t *Topology, cut []bool) []int {
 	return append(out, tail...)
 }
 
+// KHopReach returns K if t is an InfinitePOD K-hop line, as BuildKRing
+// makes one: every host has one coordinate, its line position, and its OCS
+// ports are named "+d" and "-d" (the fibres to the nodes d positions ahead
+// and back), d up to K. Otherwise it returns 0.
+func (t *Topology) KHopReach() int {
+	ports, ok := t.kHopPorts()
+	if !ok {
+		return 0
+	}
+	k := 0
+	for p := range ports {
+		k = max(k, p.D, -p.D)
+	}
+	return k
+}
+
 // kHopPort names the port of host Host reaching D line positions ahead
 // (D > 0) or back (D < 0).
 type kHopPort struct{ Host, D int }

@@ -375,3 +375,25 @@ func TestWithoutPacketGrid(t *testing.T) {
 		}
 	}
 }
+
+func TestKHopReach(t *testing.T) {
+	kr, err := BuildKRing(KRingConfig{Nodes: 4, K: 3, GPUsPerNode: 4}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rx, _, err := BuildRailX(RailXConfig{X: 3, Y: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := Uniform(3, 2)
+	plain.AddPorts(2, false)
+	for _, c := range []struct {
+		name string
+		t    *Topology
+		want int
+	}{{"kring", kr, 3}, {"railx", rx, 0}, {"ports", plain, 0}, {"eps", Uniform(2, 2), 0}} {
+		if got := c.t.KHopReach(); got != c.want {
+			t.Errorf("%s: KHopReach %d, want %d", c.name, got, c.want)
+		}
+	}
+}

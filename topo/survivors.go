@@ -41,13 +41,15 @@ import (
 //     circuits are spliced around it, and the ring keeps its order.
 //
 // Splicing: the circuits of a removed host on one rail (NIC.Rail, its +
-// and - ports on a RailX rail; ports without a rail form one group, taken
-// in NIC order) are paired in port order, and the two peers of each pair
-// are joined directly, on the ports that went to the removed host. On a
-// rail ring u -> h -> w this gives u -> w: the ring closes over the
-// remaining nodes, on the same optical switch (a RailX rail's switch
-// serves one row or column), and no port gains a circuit. A pair whose
-// peers are on one host (a ring of two) is dropped.
+// and - ports on a RailX rail; ports without a rail form one group) are
+// taken in port order, each paired with the next unpaired one whose peer
+// is on another host, and the two peers of each pair are joined directly,
+// on the ports that went to the removed host. On a rail ring u -> h -> w
+// this gives u -> w: the ring closes over the remaining nodes, on the same
+// optical switch (a RailX rail's switch serves one row or column), and no
+// port gains a circuit. A peer left unpaired (a ring of two, an odd
+// number of circuits) keeps a free port, so a host whose only circuits
+// went to a removed hub can end up without one.
 
 // Survivors is what a fabric keeps after failures (Topology.Without).
 type Survivors struct {
@@ -361,14 +363,18 @@ func (t *Topology) splice(cut []bool) []Circuit {
 		}
 		for _, rail := range rails {
 			g := groups[rail]
-			for k := 0; k+1 < len(g.peers); k += 2 {
-				a, b := g.peers[k], g.peers[k+1]
-				if t.NICs[a].Host == t.NICs[b].Host {
-					continue
+			paired := make([]bool, len(g.peers))
+			for k, a := range g.peers {
+				for j := k + 1; j < len(g.peers) && !paired[k]; j++ {
+					b := g.peers[j]
+					if paired[j] || t.NICs[a].Host == t.NICs[b].Host {
+						continue
+					}
+					paired[k], paired[j] = true, true
+					peer[a], peer[b] = len(cs), len(cs)
+					cs = append(cs, Circuit{A: a, B: b, Bandwidth: t.spliceBandwidth(cs[g.circuits[k]], cs[g.circuits[j]])})
+					gone = append(gone, false)
 				}
-				peer[a], peer[b] = len(cs), len(cs)
-				cs = append(cs, Circuit{A: a, B: b, Bandwidth: t.spliceBandwidth(cs[g.circuits[k]], cs[g.circuits[k+1]])})
-				gone = append(gone, false)
 			}
 		}
 	}

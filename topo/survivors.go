@@ -28,12 +28,14 @@ import (
 //     failures). Every piece is an HB domain of its own; the flat ring
 //     folds through each (FoldedRingOrder) and crosses between them over
 //     the DCN, as BuildKRing does for several segments. A node with a
-//     failed GPU counts as failed (sec. 4.2), so its other ranks idle.
+//     failed GPU counts as failed (the paper's appendix A counts faults
+//     so), so its other ranks idle.
 //   - a RailX grid (BuildRailX): every host has two coordinates, and they
-//     fill a full grid. A failed node takes its row or column out, and
-//     LargestAllocation chooses which ("RailX: A Flexible, Scalable, and
-//     Low-Cost Network Architecture for Hyper-Scale LLM Training
-//     Systems", appendix A.5, Algorithm 2); the rings of every rail are
+//     fill a full grid. A failed node disconnects its row and column
+//     ("RailX: A Flexible, Scalable, and Low-Cost Network Architecture
+//     for Hyper-Scale LLM Training Systems", sec. 6.6), so one of them
+//     goes, and LargestAllocation chooses which (appendix A.5, Algorithm
+//     2), as does any node whose chip failed; the rings of every rail are
 //     rebuilt over the remaining nodes of each row and column (spliced,
 //     below), and the flat ring follows a Hamiltonian ring of the
 //     remaining grid (GridHamiltonianCycle, HamiltonianRingOrder).

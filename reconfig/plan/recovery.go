@@ -19,31 +19,33 @@ import (
 // (topo.Topology.Bypass): on an optical circuit switch the circuits a
 // failed host had on one rail are spliced, its neighbours joined to each
 // other on the ports that went to it, so a rail's ring closes over the
-// remaining hosts (RailX: "RailX: A Flexible, Scalable, and Low-Cost
-// Network Architecture for Hyper-Scale LLM Training Systems", "Reconfiguration
-// and faults"); on an InfinitePOD K-hop line the neighbours switch to the
-// backup fibre that reaches past it ("InfinitePOD: Building
-// Datacenter-Scale High-Bandwidth Domain for LLM with Optical Circuit
-// Switching Transceivers", sec. 4.2), and an HB domain splits where none
-// does.
+// remaining hosts ("RailX: A Flexible, Scalable, and Low-Cost Network
+// Architecture for Hyper-Scale LLM Training Systems", sec. 6.6: the
+// switches bypass a failed node); on an InfinitePOD K-hop line the
+// neighbours switch to the backup fibre that reaches past it
+// ("InfinitePOD: Building Datacenter-Scale High-Bandwidth Domain for LLM
+// with Optical Circuit Switching Transceivers", sec. 4.2), and an HB
+// domain splits where none does.
 //
 // With a spare host, the spare takes the place of failed[0]: every circuit
 // of that host moves, at the far end unchanged, to a free OCS port of the
 // spare (the port of the same name if free, else one of the same rail,
 // else the first free one), and the spare's ranks take the failed host's
 // places in the ring, by local rank; the other failed hosts are bypassed.
-// That is mFabric's model of the switch ("mFabric": any two ports of the
-// OCS can be joined): a fabric whose switches serve one row each (RailX)
-// needs a spare on the failed host's rails.
+// This takes the switch to join any two of its ports, as the mFabric
+// paper's does (on training Mixture-of-Experts models over a
+// reconfigurable optical fabric, sec. 5.2); a fabric whose switches serve
+// one row each (RailX) needs a spare on the failed host's rails.
 //
-// Hosts, ranks and NICs stay t's; no circuit touches a failed host, no
-// port carries two circuits, and circuits between healthy hosts stay as
-// they were. The failed hosts' ranks close the ring: narrow the target to
-// the survivors (and the spare's ranks once they joined) with Subset. It
-// is an error if t is invalid, a host is out of range, the spare failed,
-// has another number of ranks than the host it replaces or too few free
-// ports for its circuits, or t is a K-hop line, whose fibres join fixed
-// line neighbours and cannot reach a spare.
+// Hosts, ranks and NICs stay t's, so the switch ports keep their numbers;
+// no circuit touches a failed host, no port carries two circuits, and
+// circuits between healthy hosts stay as they were. The failed hosts'
+// ranks close the ring, so that the survivors' part of the target (Subset
+// of the survivors' ranks, and the spare's once they joined) rings over
+// them alone. It is an error if t is invalid, a host is out of range, the
+// spare failed, has another number of ranks than the host it replaces or
+// too few free ports for its circuits, or t is a K-hop line, whose fibres
+// join fixed line neighbours and cannot reach a spare.
 func RecoveryCircuits(t *topo.Topology, failed []int, spare int) (*topo.Topology, error) {
 	if t == nil {
 		return nil, fmt.Errorf("recovery circuits: nil topology")

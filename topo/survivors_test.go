@@ -232,6 +232,8 @@ func TestWithoutRailX(t *testing.T) {
 		{X: 5, Y: 1},
 		{Kind: RailXHyperX, X: 3, Y: 3},
 		{Kind: RailXHyperX, X: 5, Y: 3},
+		{Kind: RailXHyperX, X: 3, Y: 3, Mesh: 2, Rails: 2},
+		{X: 5, Y: 5},
 	} {
 		top, f, err := BuildRailX(cfg)
 		if err != nil {

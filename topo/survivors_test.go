@@ -399,3 +399,51 @@ func TestKHopReach(t *testing.T) {
 		}
 	}
 }
+
+// TestWithoutNothing: with no failure every fabric comes back as it was,
+// and a K-hop line deployed across ToRs bypasses by line position.
+func TestWithoutNothing(t *testing.T) {
+	kr, err := BuildKRing(KRingConfig{Nodes: 9, K: 2, GPUsPerNode: 2, Faults: []int{4, 5}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rx, _, err := BuildRailX(RailXConfig{X: 3, Y: 4, Mesh: 2, Rails: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := Uniform(3, 2)
+	plain.AddPorts(2, false)
+	if err := plain.Connect(0, 2, 0); err != nil {
+		t.Fatal(err)
+	}
+	for name, top := range map[string]*Topology{"kring": kr, "railx": rx, "ports": plain} {
+		s, err := top.Without(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := string(s.Topology.JSON()), string(top.JSON()); got != want {
+			t.Errorf("%s: Without(nil) changed the topology:\n%s\nwant\n%s", name, got, want)
+		}
+	}
+	deployed, err := BuildKRing(KRingConfig{Nodes: 8, K: 2, GPUsPerNode: 2, NodesPerToR: 2}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The host at line position 3 fails: positions 2 and 4 meet over +2.
+	var h3 int
+	for h, x := range deployed.Hosts {
+		if x.Coord[0] == 3 {
+			h3 = h
+		}
+	}
+	failed := deployed.HostRanks()[h3]
+	s, err := deployed.Without(failed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSurvivors(t, deployed, failed, s, true, func(a, b Host) bool { return a.HBDomain == b.HBDomain })
+	checkKHopCircuits(t, "deployed", s.Topology, 2)
+	if len(s.Topology.Circuits) != 6 {
+		t.Fatalf("%d circuits, want 6 joining the 7 remaining nodes", len(s.Topology.Circuits))
+	}
+}

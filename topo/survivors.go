@@ -71,10 +71,13 @@ type Survivors struct {
 // ranks keep working and their topology, whose ring order crosses between
 // hosts only over links the fabric has (see the top of survivors.go for
 // K-hop lines, RailX grids and other fabrics). Duplicate failed ranks
-// count once. It is an error if a failed rank is out of range or if
-// nothing survives, with the reason (every node failed, or no fault-free
-// sub-grid remains).
+// count once. It is an error if t is invalid, a failed rank is out of
+// range or nothing survives, with the reason (no rank survives, or no
+// fault-free sub-grid remains).
 func (t *Topology) Without(failed []int) (*Survivors, error) {
+	if err := t.Validate(); err != nil {
+		return nil, fmt.Errorf("fabric without ranks %v: %w", failed, err)
+	}
 	dead, err := t.failedRanks(failed)
 	if err != nil {
 		return nil, err
@@ -83,22 +86,28 @@ func (t *Topology) Without(failed []int) (*Survivors, error) {
 	xs, ys, grid := t.grid()
 	cut := make([]bool, len(t.Hosts))
 	for h, ranks := range t.HostRanks() {
-		all, any := true, false
+		all, some := true, false
 		for _, r := range ranks {
 			all = all && dead[r]
-			any = any || dead[r]
+			some = some || dead[r]
 		}
-		cut[h] = len(ranks) > 0 && all || any && (kline || grid)
+		// On a K-hop line or a grid a node with a failed rank is failed.
+		cut[h] = len(ranks) > 0 && all || some && (kline || grid)
 	}
 	var alloc *Allocation
 	if grid {
 		if alloc, err = t.allocate(xs, ys, cut); err != nil {
 			return nil, err
 		}
+		cols, rows := map[int]bool{}, map[int]bool{}
+		for _, i := range alloc.Cols {
+			cols[xs[i]] = true
+		}
+		for _, j := range alloc.Rows {
+			rows[ys[j]] = true
+		}
 		for h, x := range t.Hosts {
-			if !slices.Contains(alloc.Cols, slices.Index(xs, x.Coord[0])) || !slices.Contains(alloc.Rows, slices.Index(ys, x.Coord[1])) {
-				cut[h] = true
-			}
+			cut[h] = cut[h] || !cols[x.Coord[0]] || !rows[x.Coord[1]]
 		}
 	}
 	s := &Survivors{Ranks: []int{}, Idle: []int{}}
@@ -132,9 +141,12 @@ func (t *Topology) Without(failed []int) (*Survivors, error) {
 // links and HB domains split where none reaches, and the flat ring is
 // folded again; elsewhere their circuits are spliced and the ring keeps
 // its order. Hosts, ranks and NICs stay as they are; the bypassed hosts'
-// ranks close the ring, for Subset to drop. Duplicates count once; a host
-// out of range is an error.
+// ranks close the ring, for Subset to drop. Duplicates count once; an
+// invalid t or a host out of range is an error.
 func (t *Topology) Bypass(hosts []int) (*Topology, error) {
+	if err := t.Validate(); err != nil {
+		return nil, fmt.Errorf("bypass hosts %v: %w", hosts, err)
+	}
 	cut := make([]bool, len(t.Hosts))
 	for _, h := range hosts {
 		if h < 0 || h >= len(t.Hosts) {

@@ -447,3 +447,23 @@ func TestWithoutNothing(t *testing.T) {
 		t.Fatalf("%d circuits, want 6 joining the 7 remaining nodes", len(s.Topology.Circuits))
 	}
 }
+
+func TestWithoutErrors(t *testing.T) {
+	plain := Uniform(2, 2)
+	for _, c := range []struct {
+		name string
+		err  func() error
+		want string
+	}{
+		{"empty", func() error { _, err := (&Topology{}).Without(nil); return err }, "no ranks"},
+		{"rank out of range", func() error { _, err := plain.Without([]int{4}); return err }, "failed rank 4: outside the 4 ranks"},
+		{"negative rank", func() error { _, err := plain.Without([]int{-1}); return err }, "failed rank -1"},
+		{"all failed", func() error { _, err := plain.Without([]int{0, 1, 2, 3, 3}); return err }, "no rank survives (4 failed, 0 healthy"},
+		{"bypass out of range", func() error { _, err := plain.Bypass([]int{2}); return err }, "bypass host 2: outside the 2 hosts"},
+		{"bypass invalid", func() error { _, err := (&Topology{}).Bypass(nil); return err }, "no ranks"},
+	} {
+		if err := c.err(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: err %v, want %q", c.name, err, c.want)
+		}
+	}
+}

@@ -70,8 +70,10 @@ type Survivors struct {
 // Without returns the fabric left when the given ranks of t fail: which
 // ranks keep working and their topology, whose ring order crosses between
 // hosts only over links the fabric has (see the top of survivors.go for
-// K-hop lines, RailX grids and other fabrics). Duplicate failed ranks
-// count once. It is an error if t is invalid, a failed rank is out of
+// K-hop lines, RailX grids and other fabrics). A K-hop line that K or
+// more consecutive failures split is no error, unlike for KHopRing: each
+// piece becomes an HB domain, and the flat ring crosses between them over
+// the DCN. Duplicate failed ranks count once. It is an error if t is invalid, a failed rank is out of
 // range or nothing survives, with the reason (no rank survives, or no
 // fault-free sub-grid remains).
 func (t *Topology) Without(failed []int) (*Survivors, error) {

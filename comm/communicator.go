@@ -145,6 +145,7 @@ func (c *Communicator) shutdown(ctx context.Context, drain bool) error {
 	}
 	c.queue.stop()
 	c.worker.op.release()
+	c.stopWatchdog()
 	c.closeObserver()
 	// Anything issued concurrently with Close fails now.
 	for _, r := range c.queue.drain() {

@@ -1,0 +1,338 @@
+package comm_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/occl/occl/comm"
+	"github.com/occl/occl/transport/tcp"
+)
+
+// tcpGroup makes size communicators over TCP on the loopback, one per
+// goroutine of this process.
+func tcpGroup(t *testing.T, ctx context.Context, size int) []*comm.Communicator {
+	t.Helper()
+	id, err := comm.NewUniqueIDAt("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	comms := make([]*comm.Communicator, size)
+	errs := make([]error, size)
+	var wg sync.WaitGroup
+	for r := range size {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			comms[r], errs[r] = comm.Init(ctx, id, r, size, comm.WithTransport(comm.TransportTCP))
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+		t.Cleanup(func() { comms[r].Close() })
+	}
+	return comms
+}
+
+// onEach runs f on every communicator, each in its own goroutine, and
+// returns their errors by index.
+func onEach(comms []*comm.Communicator, f func(i int, c *comm.Communicator) error) []error {
+	errs := make([]error, len(comms))
+	var wg sync.WaitGroup
+	for i, c := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = f(i, c)
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+// grownChecks runs every kind of collective on one rank of a grown
+// communicator and checks the results against the reference.
+func grownChecks(ctx context.Context, c *comm.Communicator) error {
+	k := checker{ctx: ctx, c: c}
+	for _, n := range []int{1, 13, 1031} {
+		for _, dt := range []comm.DType{comm.Float32, comm.Int64} {
+			if err := k.allReduce(dt, comm.Sum, n, false); err != nil {
+				return err
+			}
+			if err := k.allReduce(dt, comm.Max, n, true); err != nil {
+				return err
+			}
+			if err := k.allGather(dt, n, false); err != nil {
+				return err
+			}
+			if err := k.allToAll(dt, n, false); err != nil {
+				return err
+			}
+			for root := range c.Size() {
+				if err := k.broadcast(dt, n, root, false); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return c.Barrier(ctx)
+}
+
+// grow runs Grow on every member and Join on each of joiners goroutines,
+// and returns the grown communicators, members first, then joiners in the
+// order of their ranks.
+func grow(t *testing.T, ctx context.Context, members []*comm.Communicator, joiners int) []*comm.Communicator {
+	t.Helper()
+	id, err := comm.NewUniqueIDAt("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := len(members)
+	grown := make([]*comm.Communicator, n+joiners)
+	joined := make([]*comm.Communicator, joiners)
+	errs := make([]error, n+joiners)
+	var wg sync.WaitGroup
+	for j := range joiners {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			joined[j], errs[n+j] = comm.Join(ctx, id, comm.WithTransport(comm.TransportTCP))
+		}()
+	}
+	for r, c := range members {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			grown[r], errs[r] = c.Grow(ctx, id, joiners)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("grow: %d: %v", i, err)
+		}
+	}
+	for r, g := range grown[:n] {
+		if g.Rank() != r || g.Size() != n+joiners {
+			t.Fatalf("member %d: rank %d of %d in the grown communicator", r, g.Rank(), g.Size())
+		}
+		t.Cleanup(func() { g.Close() })
+	}
+	seen := map[int]bool{}
+	for _, g := range joined {
+		if g.Rank() < n || g.Rank() >= n+joiners || seen[g.Rank()] || g.Size() != n+joiners {
+			t.Fatalf("joiner: rank %d of %d", g.Rank(), g.Size())
+		}
+		seen[g.Rank()] = true
+		grown[g.Rank()] = g
+		t.Cleanup(func() { g.Close() })
+	}
+	return grown
+}
+
+// TestGrowTCP grows communicators of 4 ranks by one and by two joiners
+// (in goroutines of this process, over TCP): every collective gives the
+// reference's results on the grown communicator, and the old one still
+// works.
+func TestGrowTCP(t *testing.T) {
+	for _, joiners := range []int{1, 2} {
+		t.Run(fmt.Sprintf("joiners=%d", joiners), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			old := tcpGroup(t, ctx, 4)
+			grown := grow(t, ctx, old, joiners)
+			for i, err := range onEach(grown, func(_ int, c *comm.Communicator) error { return grownChecks(ctx, c) }) {
+				if err != nil {
+					t.Fatalf("rank %d of the grown communicator: %v", i, err)
+				}
+			}
+			for i, err := range onEach(old, func(_ int, c *comm.Communicator) error { return grownChecks(ctx, c) }) {
+				if err != nil {
+					t.Fatalf("rank %d of the old communicator: %v", i, err)
+				}
+			}
+		})
+	}
+}
+
+// TestGrowNoJoiner: a Grow whose joiner never comes fails on every member
+// when the deadline nears, saying how many joiners arrived, and the old
+// communicator keeps working.
+func TestGrowNoJoiner(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	old := tcpGroup(t, ctx, 3)
+	id, err := comm.NewUniqueIDAt("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	errs := onEach(old, func(_ int, c *comm.Communicator) error {
+		gctx, gcancel := context.WithTimeout(ctx, 2*time.Second)
+		defer gcancel()
+		g, err := c.Grow(gctx, id, 1)
+		if err == nil {
+			g.Close()
+			return errors.New("grew without a joiner")
+		}
+		return err
+	})
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("Grow took %v with a 2 s deadline", d)
+	}
+	for r, err := range errs {
+		t.Logf("rank %d: %v", r, err)
+		if !errors.Is(err, comm.ErrGrow) || !strings.Contains(err.Error(), "0 of 1 joiners arrived") {
+			t.Errorf("rank %d: %v, want ErrGrow saying 0 of 1 joiners arrived", r, err)
+		}
+	}
+	for i, err := range onEach(old, func(_ int, c *comm.Communicator) error { return grownChecks(ctx, c) }) {
+		if err != nil {
+			t.Fatalf("rank %d of the old communicator after the failed grow: %v", i, err)
+		}
+	}
+}
+
+// TestGrowRefusesExtraJoiner: with room for one joiner and two waiting,
+// one joins and the other is refused, told that the place is taken.
+func TestGrowRefusesExtraJoiner(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	old := tcpGroup(t, ctx, 2)
+	id, err := comm.NewUniqueIDAt("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every rank of the grown communicator sums rank+1: 1+2+3.
+	sum := func(g *comm.Communicator) error {
+		defer g.Close()
+		x := []int32{int32(g.Rank() + 1)}
+		if err := comm.AllReduce(ctx, g, x, x, comm.Sum); err != nil {
+			return err
+		}
+		if x[0] != 6 || g.Size() != 3 {
+			return fmt.Errorf("rank %d of %d: AllReduce of 1, 2, 3 = %d", g.Rank(), g.Size(), x[0])
+		}
+		return nil
+	}
+	ranks := make([]int, 2)
+	jerrs := make([]error, 2)
+	var wg sync.WaitGroup
+	for j := range jerrs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			g, err := comm.Join(ctx, id, comm.WithTransport(comm.TransportTCP))
+			if err != nil {
+				jerrs[j] = err
+				return
+			}
+			ranks[j] = g.Rank()
+			jerrs[j] = sum(g)
+		}()
+	}
+	errs := onEach(old, func(r int, c *comm.Communicator) error {
+		if r == 1 {
+			// Rank 0 serves the rendezvous from its call of Grow, and
+			// accepts the joiners' connections (they retry every 200 ms
+			// at most) while it waits for rank 1: both joiners are
+			// there when the rendezvous starts, so that the second is
+			// refused rather than finding no one listening. The wait
+			// orders the events; nothing is timed.
+			time.Sleep(1500 * time.Millisecond)
+		}
+		g, err := c.Grow(ctx, id, 1)
+		if err != nil {
+			return err
+		}
+		return sum(g)
+	})
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("member %d: %v", r, err)
+		}
+	}
+	var in, out int
+	for j, err := range jerrs {
+		switch {
+		case err == nil && ranks[j] == 2:
+			in++
+		case err != nil && strings.Contains(err.Error(), "already has all 1 of its joiners"):
+			out++
+		default:
+			t.Errorf("joiner %d: rank %d, %v", j, ranks[j], err)
+		}
+	}
+	if in != 1 || out != 1 {
+		t.Errorf("%d joined and %d were refused, want 1 and 1", in, out)
+	}
+}
+
+// TestGrowWrongSecret: a joiner with the wrong secret is refused at the
+// handshake, and the grow completes with the right one.
+func TestGrowWrongSecret(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	old := tcpGroup(t, ctx, 2)
+	id, err := comm.NewUniqueIDAt("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := id
+	bad.Secret[3] ^= 1
+	grown := make([]*comm.Communicator, 3)
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	for r, c := range old {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			grown[r], errs[r] = c.Grow(ctx, id, 1)
+		}()
+	}
+	// The intruder retries until rank 0 serves the rendezvous, then fails
+	// its handshake; only then does the right joiner come.
+	if c, err := comm.Join(ctx, bad); !errors.Is(err, tcp.ErrAuth) {
+		if c != nil {
+			c.Close()
+		}
+		t.Fatalf("joiner with the wrong secret: %v, want tcp.ErrAuth", err)
+	}
+	grown[2], errs[2] = comm.Join(ctx, id, comm.WithTransport(comm.TransportTCP))
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+		defer grown[r].Close()
+	}
+	if grown[2].Rank() != 2 || grown[2].Size() != 3 {
+		t.Fatalf("joiner: rank %d of %d", grown[2].Rank(), grown[2].Size())
+	}
+	for i, err := range onEach(grown, func(_ int, c *comm.Communicator) error { return grownChecks(ctx, c) }) {
+		if err != nil {
+			t.Fatalf("rank %d of the grown communicator: %v", i, err)
+		}
+	}
+}
+
+// TestGrowLocal: in-process communicators cannot grow, and say so.
+func TestGrowLocal(t *testing.T) {
+	comms, err := comm.NewLocal(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeAll(comms)
+	id, _ := comm.NewUniqueIDAt("127.0.0.1:0")
+	if _, err := comms[0].Grow(context.Background(), id, 1); !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("Grow of NewLocal: %v, want errors.ErrUnsupported", err)
+	}
+}

@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/occl/occl/bench/launch"
 	"github.com/occl/occl/comm"
 	"github.com/occl/occl/transport/tcp"
 )
@@ -334,5 +338,181 @@ func TestGrowLocal(t *testing.T) {
 	id, _ := comm.NewUniqueIDAt("127.0.0.1:0")
 	if _, err := comms[0].Grow(context.Background(), id, 1); !errors.Is(err, errors.ErrUnsupported) {
 		t.Fatalf("Grow of NewLocal: %v, want errors.ErrUnsupported", err)
+	}
+}
+
+// Scenarios of the worker processes (see TestMain) for Grow: members
+// (OCCL_TEST_WORKER=grow, grow-none) made by InitFromEnv, and spares
+// (grow-spare, grow-intruder) that Join the id in OCCL_TEST_GROW_ID.
+
+// growSpare joins the grown communicator and runs the checks on it; a
+// grow-intruder holds the wrong secret and must be refused.
+func growSpare(ctx context.Context, name string, opts []comm.Option) error {
+	id, err := comm.ParseUniqueID(os.Getenv("OCCL_TEST_GROW_ID"))
+	if err != nil {
+		return err
+	}
+	g, err := comm.Join(ctx, id, opts...)
+	if name == "grow-intruder" {
+		if errors.Is(err, tcp.ErrAuth) {
+			fmt.Println("REFUSED", err)
+			return nil
+		}
+		if g != nil {
+			g.Close()
+		}
+		return fmt.Errorf("intruder joined or failed otherwise: %v", err)
+	}
+	if err != nil {
+		return err
+	}
+	defer g.Close()
+	fmt.Printf("JOINED rank %d of %d\n", g.Rank(), g.Size())
+	return grownChecks(ctx, g)
+}
+
+// growMember grows c by OCCL_TEST_GROW_N joiners, runs the checks on the
+// grown communicator, then on c again.
+func growMember(ctx context.Context, c *comm.Communicator) error {
+	id, err := comm.ParseUniqueID(os.Getenv("OCCL_TEST_GROW_ID"))
+	if err != nil {
+		return err
+	}
+	n, _ := strconv.Atoi(os.Getenv("OCCL_TEST_GROW_N"))
+	g, err := c.Grow(ctx, id, n)
+	if err != nil {
+		return err
+	}
+	defer g.Close()
+	if g.Rank() != c.Rank() || g.Size() != c.Size()+n {
+		return fmt.Errorf("rank %d of %d in the grown communicator, was %d of %d", g.Rank(), g.Size(), c.Rank(), c.Size())
+	}
+	if err := grownChecks(ctx, g); err != nil {
+		return fmt.Errorf("grown communicator: %w", err)
+	}
+	if err := grownChecks(ctx, c); err != nil {
+		return fmt.Errorf("old communicator after the grow: %w", err)
+	}
+	fmt.Printf("GREW rank %d of %d\n", g.Rank(), g.Size())
+	return nil
+}
+
+// growNone grows c by a joiner that never comes, with a deadline of 3 s:
+// Grow must fail saying no joiner arrived, and c must still work.
+func growNone(ctx context.Context, c *comm.Communicator) error {
+	id, err := comm.ParseUniqueID(os.Getenv("OCCL_TEST_GROW_ID"))
+	if err != nil {
+		return err
+	}
+	gctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	g, err := c.Grow(gctx, id, 1)
+	if err == nil {
+		g.Close()
+		return errors.New("grew without a joiner")
+	}
+	if !errors.Is(err, comm.ErrGrow) || !strings.Contains(err.Error(), "0 of 1 joiners arrived") {
+		return fmt.Errorf("Grow without a joiner: %v, want ErrGrow saying 0 of 1 joiners arrived", err)
+	}
+	fmt.Println("NOJOINER", err)
+	return grownChecks(ctx, c)
+}
+
+// growJob starts 4 member processes running scenario and the spares
+// (each one process running its scenario, one after the other, each
+// started when the one before it has ended or, for the last, with the
+// members still running), and returns the members' and the spares'
+// output.
+func growJob(t *testing.T, scenario string, n int, spares ...string) (string, []string) {
+	t.Helper()
+	id, err := comm.NewUniqueIDAt("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	env := []string{"OCCL_TEST_GROW_ID=" + id.String(), fmt.Sprintf("OCCL_TEST_GROW_N=%d", n)}
+	var out syncBuffer
+	j, err := launch.Start(ctx, launch.Spec{
+		NP: 4, Path: os.Args[0], Args: []string{"-test.run=^$"},
+		Env:    append([]string{"OCCL_TEST_WORKER=" + scenario}, env...),
+		Stdout: &out, Stderr: &out,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spareOut := make([]string, len(spares))
+	var wg sync.WaitGroup
+	run := func(i int) {
+		defer wg.Done()
+		s := spares[i]
+		growID := id.String()
+		if s == "grow-intruder" {
+			bad := id
+			bad.Secret[0] ^= 0xff
+			growID = bad.String()
+		}
+		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), "OCCL_TEST_WORKER="+s, "OCCL_TEST_GROW_ID="+growID)
+		b, err := cmd.CombinedOutput()
+		spareOut[i] = string(b)
+		if err != nil {
+			t.Errorf("%s: %v\n%s", s, err, b)
+		}
+	}
+	for i, s := range spares {
+		wg.Add(1)
+		if s == "grow-intruder" {
+			// Refused before any spare comes.
+			run(i)
+			continue
+		}
+		go run(i)
+	}
+	wg.Wait()
+	if _, err := j.Wait(); err != nil {
+		t.Fatalf("members: %v\n%s", err, out.String())
+	}
+	return out.String(), spareOut
+}
+
+// TestProcessGrow: 4 member processes grow by a spare process; a process
+// with the wrong secret comes first and is refused. Every collective on
+// the 5 ranks matches the reference, and the members' old communicator
+// works afterwards.
+func TestProcessGrow(t *testing.T) {
+	out, spares := growJob(t, "grow", 1, "grow-intruder", "grow-spare")
+	t.Logf("members:\n%s\nintruder:\n%s\nspare:\n%s", out, spares[0], spares[1])
+	if !strings.Contains(spares[0], "REFUSED") {
+		t.Errorf("intruder was not refused:\n%s", spares[0])
+	}
+	if !strings.Contains(spares[1], "JOINED rank 4 of 5") {
+		t.Errorf("spare:\n%s", spares[1])
+	}
+	if got := strings.Count(out, "GREW rank "); got != 4 {
+		t.Errorf("%d members grew, want 4:\n%s", got, out)
+	}
+}
+
+// TestProcessGrowTwo: 4 member processes grow by two spare processes at
+// once; the spares take ranks 4 and 5 in some order.
+func TestProcessGrowTwo(t *testing.T) {
+	out, spares := growJob(t, "grow", 2, "grow-spare", "grow-spare")
+	got := spares[0] + spares[1]
+	if !strings.Contains(got, "JOINED rank 4 of 6") || !strings.Contains(got, "JOINED rank 5 of 6") {
+		t.Errorf("spares:\n%s", got)
+	}
+	if n := strings.Count(out, "GREW rank "); n != 4 {
+		t.Errorf("%d members grew, want 4:\n%s", n, out)
+	}
+}
+
+// TestProcessGrowNoJoiner: 4 member processes grow by a spare that never
+// comes: every member fails at the deadline saying no joiner arrived, and
+// their communicator still works.
+func TestProcessGrowNoJoiner(t *testing.T) {
+	out, _ := growJob(t, "grow-none", 1)
+	if n := strings.Count(out, "NOJOINER "); n != 4 {
+		t.Errorf("%d members failed as expected, want 4:\n%s", n, out)
 	}
 }

@@ -14,12 +14,13 @@ import (
 
 	"github.com/occl/occl/bench/launch"
 	"github.com/occl/occl/comm"
+	"github.com/occl/occl/topo"
 	"github.com/occl/occl/transport/tcp"
 )
 
 // tcpGroup makes size communicators over TCP on the loopback, one per
 // goroutine of this process.
-func tcpGroup(t *testing.T, ctx context.Context, size int) []*comm.Communicator {
+func tcpGroup(t *testing.T, ctx context.Context, size int, opts ...comm.Option) []*comm.Communicator {
 	t.Helper()
 	id, err := comm.NewUniqueIDAt("127.0.0.1:0")
 	if err != nil {
@@ -32,7 +33,7 @@ func tcpGroup(t *testing.T, ctx context.Context, size int) []*comm.Communicator 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			comms[r], errs[r] = comm.Init(ctx, id, r, size, comm.WithTransport(comm.TransportTCP))
+			comms[r], errs[r] = comm.Init(ctx, id, r, size, append([]comm.Option{comm.WithTransport(comm.TransportTCP)}, opts...)...)
 		}()
 	}
 	wg.Wait()
@@ -320,6 +321,70 @@ func TestGrowWrongSecret(t *testing.T) {
 	}
 	if grown[2].Rank() != 2 || grown[2].Size() != 3 {
 		t.Fatalf("joiner: rank %d of %d", grown[2].Rank(), grown[2].Size())
+	}
+	for i, err := range onEach(grown, func(_ int, c *comm.Communicator) error { return grownChecks(ctx, c) }) {
+		if err != nil {
+			t.Fatalf("rank %d of the grown communicator: %v", i, err)
+		}
+	}
+}
+
+// TestGrowTopology: a communicator with a topology grows only with a
+// topology of the grown size; the joiners are placed on the hosts it
+// gives their ranks, and the members keep theirs.
+func TestGrowTopology(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	old := tcpGroup(t, ctx, 4, comm.WithTopology(topo.Uniform(2, 2)))
+	id, err := comm.NewUniqueIDAt("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old[0].Grow(ctx, id, 2); !errors.Is(err, comm.ErrInvalidArgument) || !strings.Contains(err.Error(), "topology describes 4 ranks") {
+		t.Fatalf("Grow without the grown topology: %v", err)
+	}
+	if _, err := old[0].Grow(ctx, id, 2, comm.WithTopology(topo.Uniform(5, 1))); !errors.Is(err, comm.ErrInvalidArgument) {
+		t.Fatalf("Grow with a topology of 5 ranks for 6: %v", err)
+	}
+	grownTopo := topo.Uniform(3, 2)
+	grown := make([]*comm.Communicator, 6)
+	errs := make([]error, 6)
+	var wg sync.WaitGroup
+	for r, c := range old {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			grown[r], errs[r] = c.Grow(ctx, id, 2, comm.WithTopology(grownTopo))
+		}()
+	}
+	for j := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			g, err := comm.Join(ctx, id, comm.WithTransport(comm.TransportTCP), comm.WithTopology(grownTopo))
+			if err != nil {
+				errs[4+j] = err
+				return
+			}
+			grown[g.Rank()] = g
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("%d: %v", r, err)
+		}
+	}
+	for r, g := range grown {
+		defer g.Close()
+		if g.NumHosts() != 3 {
+			t.Errorf("rank %d: %d hosts, want 3", r, g.NumHosts())
+		}
+		for q := range 6 {
+			if g.Host(q) != q/2 {
+				t.Errorf("rank %d: rank %d on host %d, want %d", r, q, g.Host(q), q/2)
+			}
+		}
 	}
 	for i, err := range onEach(grown, func(_ int, c *comm.Communicator) error { return grownChecks(ctx, c) }) {
 		if err != nil {

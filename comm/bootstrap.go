@@ -247,6 +247,9 @@ func (b *tcpBootstrap) rendezvous(ctx context.Context, rootLn *tcp.Listener) err
 	m, _, err := recvMsg(ctx, b.ctrlConn, nil)
 	received := time.Now()
 	if err != nil {
+		if rank == wire.AnyRank && ctx.Err() != nil {
+			return b.wrap("wait for the rank table from rank 0 (the grow had not completed: members or other joiners had not arrived)", err)
+		}
 		return b.wrap("wait for the rank table from rank 0", err)
 	}
 	switch {

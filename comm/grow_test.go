@@ -205,6 +205,85 @@ func TestGrowNoJoiner(t *testing.T) {
 	}
 }
 
+// TestGrowOneOfTwo: with room for two joiners and one coming, the grow
+// fails at the deadline on every member and on the joiner that came, each
+// saying that 1 of 2 joiners arrived.
+func TestGrowOneOfTwo(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	old := tcpGroup(t, ctx, 2)
+	id, err := comm.NewUniqueIDAt("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var joinErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// A longer deadline than the members': it hears rank 0 give up.
+		g, err := comm.Join(ctx, id, comm.WithTransport(comm.TransportTCP))
+		if g != nil {
+			g.Close()
+		}
+		joinErr = err
+	}()
+	errs := onEach(old, func(_ int, c *comm.Communicator) error {
+		gctx, gcancel := context.WithTimeout(ctx, 2*time.Second)
+		defer gcancel()
+		g, err := c.Grow(gctx, id, 2)
+		if g != nil {
+			g.Close()
+		}
+		return err
+	})
+	<-done
+	for r, err := range errs {
+		if !errors.Is(err, comm.ErrGrow) || !strings.Contains(err.Error(), "1 of 2 joiners arrived") {
+			t.Errorf("member %d: %v, want ErrGrow saying 1 of 2 joiners arrived", r, err)
+		}
+	}
+	if joinErr == nil || !strings.Contains(joinErr.Error(), "1 of 2 joiners arrived") {
+		t.Errorf("joiner: %v, want an error saying 1 of 2 joiners arrived", joinErr)
+	}
+}
+
+// TestJoinInit: a joiner at the rendezvous of Init (which takes none) is
+// refused, and the communicator is made without it.
+func TestJoinInit(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	id, err := comm.NewUniqueIDAt("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	comms := make([]*comm.Communicator, 2)
+	errs := make([]error, 2)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		comms[0], errs[0] = comm.Init(ctx, id, 0, 2, comm.WithTransport(comm.TransportTCP))
+	}()
+	// Rank 1 comes after the joiner's answer: the rendezvous is open.
+	g, err := comm.Join(ctx, id, comm.WithTransport(comm.TransportTCP))
+	if err == nil || !strings.Contains(err.Error(), "takes no joiners") {
+		if g != nil {
+			g.Close()
+		}
+		t.Errorf("Join at Init's rendezvous: %v", err)
+	}
+	comms[1], errs[1] = comm.Init(ctx, id, 1, 2, comm.WithTransport(comm.TransportTCP))
+	<-done
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+		defer comms[r].Close()
+	}
+	if comms[0].Size() != 2 {
+		t.Fatalf("size %d", comms[0].Size())
+	}
+}
+
 // TestGrowRefusesExtraJoiner: with room for one joiner and two waiting,
 // one joins and the other is refused, told that the place is taken.
 func TestGrowRefusesExtraJoiner(t *testing.T) {

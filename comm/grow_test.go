@@ -472,6 +472,44 @@ func TestGrowTopology(t *testing.T) {
 	}
 }
 
+// TestGrowMismatch: members that pass different numbers of joiners, or
+// different ids, fail with a mismatch instead of waiting for each other.
+func TestGrowMismatch(t *testing.T) {
+	ids := make([]comm.UniqueID, 2)
+	for i := range ids {
+		var err error
+		if ids[i], err = comm.NewUniqueIDAt("127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		id   func(r int) comm.UniqueID
+		n    func(r int) int
+	}{
+		{"joiners", func(int) comm.UniqueID { return ids[0] }, func(r int) int { return 1 + r }},
+		{"id", func(r int) comm.UniqueID { return ids[r] }, func(int) int { return 1 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			old := tcpGroup(t, ctx, 2)
+			errs := onEach(old, func(r int, c *comm.Communicator) error {
+				g, err := c.Grow(ctx, tc.id(r), tc.n(r))
+				if g != nil {
+					g.Close()
+				}
+				return err
+			})
+			for r, err := range errs {
+				if !errors.Is(err, comm.ErrMismatch) {
+					t.Errorf("rank %d: %v, want ErrMismatch", r, err)
+				}
+			}
+		})
+	}
+}
+
 // TestGrowLocal: in-process communicators cannot grow, and say so.
 func TestGrowLocal(t *testing.T) {
 	comms, err := comm.NewLocal(2)

@@ -10,6 +10,7 @@ import (
 	"github.com/occl/occl/algo"
 	"github.com/occl/occl/comm/internal/wire"
 	"github.com/occl/occl/internal/logx"
+	"github.com/occl/occl/transport"
 	"github.com/occl/occl/transport/tcp"
 )
 
@@ -48,20 +49,67 @@ var ErrGrow = errors.New("grow failed; the communicator keeps running")
 // ErrGrow and saying how many of the n joiners arrived (rank 0 stops
 // waiting shortly before the earliest member's deadline so that every
 // rank hears it), and c keeps running. In-process communicators (NewLocal)
-// cannot grow: Grow returns an error wrapping errors.ErrUnsupported.
+// grow with GrowLocal; Grow returns an error wrapping errors.ErrUnsupported
+// for them.
 func (c *Communicator) Grow(ctx context.Context, id UniqueID, n int, opts ...Option) (*Communicator, error) {
 	const name = "Grow"
-	fail := func(err error) (*Communicator, error) {
+	lk, ok := c.linker.(*tcpLinker)
+	if !ok {
+		return nil, &OpError{Rank: c.rank, Op: name, Err: fmt.Errorf("in-process communicators (NewLocal) grow with GrowLocal: %w", errors.ErrUnsupported)}
+	}
+	cfg, err := c.growConfig(n, opts)
+	if err != nil {
 		return nil, &OpError{Rank: c.rank, Op: name, Err: err}
 	}
-	lk, ok := c.linker.(*tcpLinker)
+	// The id's hash in the root field: members given different ids
+	// fail with a mismatch instead of waiting at different rendezvous.
+	hdr := collHeader(algo.OpGrow, 0, 0, 0, n)
+	hdr.Root = uint32(commIDOf(id))
+	return c.grow(ctx, name, hdr, func(ctx context.Context, p *opPeers) (*Communicator, error) {
+		return lk.grow(ctx, p, id, n, cfg)
+	})
+}
+
+// GrowLocal is Grow for in-process communicators (NewLocal): every rank
+// of c calls it with the same n, and gets its communicator of the grown
+// group, in which it keeps its rank; rank 0 also gets the joiners' n
+// communicators (ranks Size() to Size()+n-1), to drive from goroutines of
+// their own, as NewLocal's. Options and topology are as for Grow. On a
+// communicator made over TCP it returns an error wrapping
+// errors.ErrUnsupported: use Grow there.
+func (c *Communicator) GrowLocal(ctx context.Context, n int, opts ...Option) (grown *Communicator, joiners []*Communicator, err error) {
+	const name = "GrowLocal"
+	lk, ok := c.linker.(*localLinker)
+	if !ok {
+		return nil, nil, &OpError{Rank: c.rank, Op: name, Err: fmt.Errorf("communicators made over TCP grow with Grow and Join: %w", errors.ErrUnsupported)}
+	}
+	cfg, err := c.growConfig(n, opts)
+	if err != nil {
+		return nil, nil, &OpError{Rank: c.rank, Op: name, Err: err}
+	}
+	grown, err = c.grow(ctx, name, collHeader(algo.OpGrow, 0, 0, 0, n), func(ctx context.Context, p *opPeers) (*Communicator, error) {
+		var err error
+		var g *Communicator
+		g, joiners, err = lk.reg.grow(p, growID(c.id, p.hdr.Seq), n, cfg)
+		return g, err
+	})
+	if err != nil {
+		for _, j := range joiners {
+			j.Abort()
+		}
+		return nil, nil, err
+	}
+	return grown, joiners, nil
+}
+
+// growConfig checks the arguments of a grow by n ranks and returns the
+// grown communicator's configuration: c's, with opts applied over it.
+func (c *Communicator) growConfig(n int, opts []Option) (config, error) {
 	switch {
 	case n < 1 || c.size+n > wire.MaxRanks:
-		return fail(invalidf("%d joiners for a communicator of %d ranks", n, c.size))
+		return config{}, invalidf("%d joiners for a communicator of %d ranks", n, c.size)
 	case c.fabricRanks != nil:
-		return fail(invalidf("a communicator made for part of a fabric (Split, WithFabricRanks) cannot grow"))
-	case !ok:
-		return fail(fmt.Errorf("in-process communicators (NewLocal) cannot grow: %w", errors.ErrUnsupported))
+		return config{}, invalidf("a communicator made for part of a fabric (Split, WithFabricRanks) cannot grow")
 	}
 	cfg := c.cfg
 	if cfg.topology != nil {
@@ -72,15 +120,17 @@ func (c *Communicator) Grow(ctx context.Context, id UniqueID, n int, opts ...Opt
 		o(&cfg)
 	}
 	if err := cfg.checkTopology(c.size + n); err != nil {
-		return fail(fmt.Errorf("the grown communicator: %w", err))
+		return config{}, fmt.Errorf("the grown communicator: %w", err)
 	}
+	return cfg, nil
+}
+
+// grow runs mk as an operation of c and returns the communicator it
+// made, which inherits c's observer.
+func (c *Communicator) grow(ctx context.Context, name string, hdr transport.Header, mk func(context.Context, *opPeers) (*Communicator, error)) (*Communicator, error) {
 	var grown *Communicator
-	// The id's hash in the root field: members given different ids
-	// fail with a mismatch instead of waiting at different rendezvous.
-	hdr := collHeader(algo.OpGrow, 0, 0, 0, n)
-	hdr.Root = uint32(commIDOf(id))
 	r := c.submit(ctx, name, hdr, func(ctx context.Context, p *opPeers) error {
-		cc, err := lk.grow(ctx, p, id, n, cfg)
+		cc, err := mk(ctx, p)
 		if cc != nil {
 			cc.inheritObserver(c)
 		}
@@ -95,6 +145,9 @@ func (c *Communicator) Grow(ctx context.Context, id UniqueID, n int, opts ...Opt
 	}
 	return grown, nil
 }
+
+// growID names the communicator a GrowLocal makes.
+func growID(parent, seq uint64) uint64 { return childID(parent, seq, -2) }
 
 // growAgreement is what the members of a Grow exchange over the
 // communicator before they bootstrap the grown one: whether rank 0 serves

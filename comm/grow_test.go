@@ -510,16 +510,78 @@ func TestGrowMismatch(t *testing.T) {
 	}
 }
 
-// TestGrowLocal: in-process communicators cannot grow, and say so.
+// TestGrowLocal: in-process communicators grow with GrowLocal (rank 0
+// gets the joiners' communicators), not Grow; communicators over TCP with
+// Grow, not GrowLocal. Every collective on the grown communicator matches
+// the reference and the old one still works; under a topology the ranks
+// are on the hosts it gives them.
 func TestGrowLocal(t *testing.T) {
-	comms, err := comm.NewLocal(2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeAll(comms)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	id, _ := comm.NewUniqueIDAt("127.0.0.1:0")
-	if _, err := comms[0].Grow(context.Background(), id, 1); !errors.Is(err, errors.ErrUnsupported) {
-		t.Fatalf("Grow of NewLocal: %v, want errors.ErrUnsupported", err)
+	tcpComms := tcpGroup(t, ctx, 1)
+	if _, _, err := tcpComms[0].GrowLocal(ctx, 1); !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("GrowLocal over TCP: %v, want errors.ErrUnsupported", err)
+	}
+	for _, withTopo := range []bool{false, true} {
+		t.Run(fmt.Sprintf("topology=%v", withTopo), func(t *testing.T) {
+			var opts, growOpts []comm.Option
+			if withTopo {
+				opts = []comm.Option{comm.WithTopology(topo.Uniform(2, 2))}
+				growOpts = []comm.Option{comm.WithTopology(topo.Uniform(3, 2))}
+			}
+			old, err := comm.NewLocal(4, opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer closeAll(old)
+			if _, err := old[0].Grow(ctx, id, 1); !errors.Is(err, errors.ErrUnsupported) {
+				t.Fatalf("Grow of NewLocal: %v, want errors.ErrUnsupported", err)
+			}
+			grown := make([]*comm.Communicator, 6)
+			errs := onEach(old, func(r int, c *comm.Communicator) error {
+				g, joiners, err := c.GrowLocal(ctx, 2, growOpts...)
+				if err != nil {
+					return err
+				}
+				if (r == 0) != (len(joiners) == 2) {
+					return fmt.Errorf("rank %d got %d joiners", r, len(joiners))
+				}
+				grown[r] = g
+				for _, j := range joiners {
+					grown[j.Rank()] = j
+				}
+				return nil
+			})
+			for r, err := range errs {
+				if err != nil {
+					t.Fatalf("rank %d: %v", r, err)
+				}
+			}
+			for r, g := range grown {
+				if g == nil || g.Rank() != r || g.Size() != 6 {
+					t.Fatalf("grown communicator %d: %v", r, g)
+				}
+				defer g.Close()
+				if withTopo {
+					for q := range 6 {
+						if g.Host(q) != q/2 {
+							t.Errorf("rank %d: rank %d on host %d, want %d", r, q, g.Host(q), q/2)
+						}
+					}
+				}
+			}
+			for i, err := range onEach(grown, func(_ int, c *comm.Communicator) error { return grownChecks(ctx, c) }) {
+				if err != nil {
+					t.Fatalf("rank %d of the grown communicator: %v", i, err)
+				}
+			}
+			for i, err := range onEach(old, func(_ int, c *comm.Communicator) error { return grownChecks(ctx, c) }) {
+				if err != nil {
+					t.Fatalf("rank %d of the old communicator: %v", i, err)
+				}
+			}
+		})
 	}
 }
 

@@ -111,7 +111,7 @@ func (h *opHistory) init(n int) {
 func (h *opHistory) begin(r *Request, fp wire.Fingerprint, now time.Time) {
 	coll := r.hdr.Kind == transport.KindCollective
 	dt := algo.DType(r.hdr.DType)
-	hasDT := dt.Valid() && r.hdr.Op != uint8(algo.OpBarrier) && r.hdr.Op != uint8(algo.OpRewire) && r.hdr.Op != uint8(algo.OpSplit)
+	hasDT := dt.Valid() && r.hdr.Op != uint8(algo.OpBarrier) && r.hdr.Op != uint8(algo.OpRewire) && r.hdr.Op != uint8(algo.OpSplit) && r.hdr.Op != uint8(algo.OpGrow)
 	var bytes int64
 	if hasDT {
 		bytes = int64(r.hdr.Count) * int64(dt.Size())

@@ -160,7 +160,7 @@ func describeFingerprint(fp wire.Fingerprint) string {
 		return fmt.Sprintf("%s(count=%d, %s, %s, root=%d)", op, fp.Count, dt, algo.Op(fp.RedOp), fp.Root)
 	case algo.OpBroadcast, algo.OpGather, algo.OpScatter:
 		return fmt.Sprintf("%s(count=%d, %s, root=%d)", op, fp.Count, dt, fp.Root)
-	case algo.OpBarrier, algo.OpAllToAllV, algo.OpSplit:
+	case algo.OpBarrier, algo.OpAllToAllV, algo.OpSplit, algo.OpGrow:
 		return op.String()
 	case algo.OpSendRecv:
 		return fmt.Sprintf("%d %s elements", fp.Count, dt)

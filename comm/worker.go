@@ -102,9 +102,11 @@ func (c *Communicator) run(r *Request) (err error) {
 		}
 		return nil
 	}
-	if errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrRewire) {
-		// Discovered while running (e.g. a group's self send/recv pairing):
-		// nothing was sent, the communicator is fine.
+	if errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrRewire) || errors.Is(err, ErrGrow) {
+		// Discovered while running (e.g. a group's self send/recv pairing),
+		// or a failure that left the communicator's links idle (a rewire
+		// rolled back, a grow whose joiners did not come): the
+		// communicator is fine.
 		return &OpError{Rank: c.rank, Op: r.name, Seq: r.seq, Err: err}
 	}
 	return &OpError{Rank: c.rank, Op: r.name, Seq: r.seq, Err: c.classify(ctx, r, err, time.Since(start))}

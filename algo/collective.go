@@ -25,6 +25,7 @@ const (
 	OpSendRecv      Collective = 11
 	OpSplit         Collective = 12
 	OpRewire        Collective = 13
+	OpGrow          Collective = 14
 )
 
 var collectiveNames = [...]string{
@@ -41,6 +42,7 @@ var collectiveNames = [...]string{
 	OpSendRecv:      "SendRecv",
 	OpSplit:         "Split",
 	OpRewire:        "Rewire",
+	OpGrow:          "Grow",
 }
 
 // Valid reports whether c is a known collective.

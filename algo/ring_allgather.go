@@ -50,6 +50,23 @@ func allGatherRing(ctx context.Context, p Peers, data []byte, l layout, chunkByt
 		return nil
 	}
 	next, prev := mod(r+1, size), mod(r-1, size)
+	if ringInline(p, l, chunk, next) {
+		for s := 0; s < size-1; s++ {
+			b := mod(r-s, size)
+			if off, n := l.block(b, size); n > 0 {
+				if err := p.Send(ctx, next, base+uint32(s), data[off:off+n]); err != nil {
+					return fmt.Errorf("ring allgather: rank %d step %d: send block %d to rank %d: %w", r, s, b, next, err)
+				}
+			}
+			b = mod(r-s-1, size)
+			if off, n := l.block(b, size); n > 0 {
+				if err := p.Recv(ctx, prev, base+uint32(s), data[off:off+n]); err != nil {
+					return fmt.Errorf("ring allgather: rank %d step %d: recv block %d from rank %d: %w", r, s, b, prev, err)
+				}
+			}
+		}
+		return nil
+	}
 
 	g := newGroup(ctx)
 	defer g.cancel()

@@ -99,6 +99,27 @@ func (l layout) chunks(p, chunk int) (total, largest int) {
 	return total, largest
 }
 
+// largestBlock returns the length in bytes of the largest of the p blocks.
+func (l layout) largestBlock(p int) int {
+	largest := 0
+	for i := 0; i < p; i++ {
+		_, n := l.block(i, p)
+		largest = max(largest, n)
+	}
+	return largest
+}
+
+// ringInline reports whether a ring schedule over layout l can run on the
+// calling goroutine, each step sending before it receives: every block is
+// one chunk that the next rank's connection takes eagerly. A send then
+// waits at most for next to receive an earlier message, and next receives
+// step s before it sends step s+1, so the ring cannot deadlock; a sender
+// goroutine would only add a hand-off per operation.
+func ringInline(p Peers, l layout, chunk, next int) bool {
+	n := l.largestBlock(p.Size())
+	return n <= chunk && eagerTo(p, []int{next}, n)
+}
+
 // reduceScatterRing is ReduceScatterRing over any layout, with step labels
 // starting at base. A nil src means in place (src is data).
 func reduceScatterRing(ctx context.Context, p Peers, ws *Workspace, src, data []byte, dt DType, op Op, l layout, chunkBytes int, base uint32) error {
@@ -121,6 +142,35 @@ func reduceScatterRing(ctx context.Context, p Peers, ws *Workspace, src, data []
 	}
 	stage := ws.Get(SlotStage, largest)
 	next, prev := mod(r+1, size), mod(r-1, size)
+	if ringInline(p, l, chunk, next) {
+		for s := 0; s < size-1; s++ {
+			b := mod(r-s-1, size)
+			off, n := l.block(b, size)
+			from := data
+			if s == 0 {
+				from = src
+			}
+			if n > 0 {
+				if err := p.Send(ctx, next, base+uint32(s), from[off:off+n]); err != nil {
+					return fmt.Errorf("ring reduce-scatter: rank %d step %d: send segment %d to rank %d: %w", r, s, b, next, err)
+				}
+			}
+			b = mod(r-s-2, size)
+			if off, n = l.block(b, size); n == 0 {
+				continue
+			}
+			buf := stage[:n]
+			if err := p.Recv(ctx, prev, base+uint32(s), buf); err != nil {
+				return fmt.Errorf("ring reduce-scatter: rank %d step %d: recv segment %d from rank %d: %w", r, s, b, prev, err)
+			}
+			if inPlace {
+				ReduceInto(data[off:off+n], buf, dt, op)
+			} else {
+				Reduce3(data[off:off+n], src[off:off+n], buf, dt, op)
+			}
+		}
+		return nil
+	}
 
 	g := newGroup(ctx)
 	defer g.cancel()

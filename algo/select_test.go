@@ -72,16 +72,17 @@ func TestCollectiveNames(t *testing.T) {
 		OpAllGather: "AllGather", OpReduceScatter: "ReduceScatter", OpAllToAll: "AllToAll",
 		OpAllToAllV: "AllToAllV", OpGather: "Gather", OpScatter: "Scatter",
 		OpBarrier: "Barrier", OpSendRecv: "SendRecv", OpSplit: "Split", OpRewire: "Rewire",
+		OpGrow: "Grow",
 	}
 	for c, n := range want {
 		if c.String() != n || !c.Valid() {
 			t.Errorf("%d: String() = %q, want %q", uint8(c), c.String(), n)
 		}
 	}
-	if OpAllReduce != 1 || OpSplit != 12 || OpRewire != 13 {
+	if OpAllReduce != 1 || OpSplit != 12 || OpRewire != 13 || OpGrow != 14 {
 		t.Error("collective wire values changed")
 	}
-	for _, c := range []Collective{0, 14, 255} {
+	for _, c := range []Collective{0, 15, 255} {
 		if c.Valid() {
 			t.Errorf("collective %d is valid", uint8(c))
 		}

@@ -57,6 +57,10 @@ func BroadcastTree(ctx context.Context, p Peers, data []byte, root int, chunkByt
 		}
 	}
 
+	if nc == 1 && eagerTo(p, children[:nchild], len(data)) {
+		return broadcastTreeInline(ctx, p, data, v, root, children[:nchild])
+	}
+
 	g := newGroup(ctx)
 	defer g.cancel()
 	// One token channel per child: the receive loop posts a token per
@@ -102,6 +106,42 @@ func BroadcastTree(ctx context.Context, p Peers, data []byte, root int, chunkByt
 		<-done
 	}
 	return g.err
+}
+
+// broadcastTreeInline is BroadcastTree for a message that is one chunk and
+// fits every child's eager limit: receive it from the parent, then send it
+// to each child in turn on the calling goroutine (no send waits for its
+// receiver, so nothing is gained by sending concurrently, and a goroutine
+// per child costs more than the copies).
+func broadcastTreeInline(ctx context.Context, p Peers, data []byte, v, root int, children []int) error {
+	r, size := p.Rank(), p.Size()
+	if v != 0 {
+		parent := mod(v-lowBit(v)+root, size)
+		if err := p.Recv(ctx, parent, 0, data); err != nil {
+			return fmt.Errorf("tree broadcast: rank %d: recv chunk 0 from rank %d: %w", r, parent, err)
+		}
+	}
+	for _, child := range children {
+		if err := p.Send(ctx, child, 0, data); err != nil {
+			return fmt.Errorf("tree broadcast: rank %d: send chunk 0 to rank %d: %w", r, child, err)
+		}
+	}
+	return nil
+}
+
+// eagerTo reports whether a message of n bytes fits the eager limit of
+// every peer in peers and eagerBlock.
+func eagerTo(p Peers, peers []int, n int) bool {
+	ep, ok := p.(EagerPeers)
+	if !ok || n > eagerBlock {
+		return false
+	}
+	for _, to := range peers {
+		if n > ep.EagerLimit(to) {
+			return false
+		}
+	}
+	return true
 }
 
 // lowBit returns the lowest set bit of v (0 for v == 0).

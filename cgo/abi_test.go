@@ -122,13 +122,13 @@ func TestHeaderMatchesExports(t *testing.T) {
 
 // TestInProcess runs testdata/inprocess.c: one thread driving every rank
 // with groups, one thread per rank through every collective, type and
-// non-blocking call while another thread queries, an abort, and shrinks
-// after an abort and on purpose.
+// non-blocking call while another thread queries, an abort, shrinks
+// after an abort and on purpose, and a grow.
 func TestInProcess(t *testing.T) {
 	dir := buildLib(t)
 	bin := filepath.Join(t.TempDir(), "inprocess")
 	cc(t, dir, bin, "testdata/inprocess.c")
-	for _, part := range []string{"single", "threads", "abort", "shrink"} {
+	for _, part := range []string{"single", "threads", "abort", "shrink", "grow"} {
 		t.Run(part, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()

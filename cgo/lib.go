@@ -350,6 +350,58 @@ func shrinker(c *comm.Communicator, exclude []int) maker {
 	return func(ctx context.Context) (*comm.Communicator, error) { return c.Shrink(ctx, exclude) }
 }
 
+// occlCommGrow creates the communicator of comm's ranks and njoin processes that call occlJoin. See occl.h.
+//
+//export occlCommGrow
+func occlCommGrow(comm C.occlComm_t, growId C.occlUniqueId, njoin C.int, newcomm *C.occlComm_t) (res C.occlResult_t) {
+	commH := handle(comm) // first: see handle
+	k := begin("occlCommGrow", &res)
+	defer k.end()
+	if newcomm == nil {
+		return k.fail(resInvalidArgument, "newcomm is NULL")
+	}
+	*newcomm = nil
+	_, c, r := k.comm(commH)
+	if r != resSuccess {
+		return r
+	}
+	if njoin < 1 {
+		return k.fail(resInvalidArgument, "njoin %d is not positive", int(njoin))
+	}
+	id, r := k.uniqueID(&growId)
+	if r != resSuccess {
+		return r
+	}
+	return k.create(newcomm, grower(c, id, int(njoin)))
+}
+
+// occlJoin joins, as a new rank, the communicator that the ranks of a running one create with occlCommGrow. See occl.h.
+//
+//export occlJoin
+func occlJoin(comm *C.occlComm_t, growId C.occlUniqueId) (res C.occlResult_t) {
+	k := begin("occlJoin", &res)
+	defer k.end()
+	if comm == nil {
+		return k.fail(resInvalidArgument, "comm is NULL")
+	}
+	*comm = nil
+	id, r := k.uniqueID(&growId)
+	if r != resSuccess {
+		return r
+	}
+	return k.create(comm, joiner(id))
+}
+
+// grower returns the maker of c.Grow.
+func grower(c *comm.Communicator, id comm.UniqueID, n int) maker {
+	return func(ctx context.Context) (*comm.Communicator, error) { return c.Grow(ctx, id, n) }
+}
+
+// joiner returns the maker of comm.Join.
+func joiner(id comm.UniqueID) maker {
+	return func(ctx context.Context) (*comm.Communicator, error) { return comm.Join(ctx, id) }
+}
+
 // query is a call that stores a property of a communicator in *out (what
 // its occl.h parameter is called): it checks out, then the communicator,
 // and stores get's answer.

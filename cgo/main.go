@@ -296,10 +296,12 @@ func resultOf(err error) C.occlResult_t {
 	switch {
 	case err == nil:
 		return resSuccess
-	case errors.Is(err, comm.ErrRewire):
+	case errors.Is(err, comm.ErrRewire), errors.Is(err, comm.ErrGrow):
 		return resSystemError
 	case errors.Is(err, comm.ErrExcluded):
 		return resRemoteError
+	case errors.Is(err, errors.ErrUnsupported):
+		return resInvalidUsage
 	case errors.Is(err, comm.ErrInvalidArgument):
 		return resInvalidArgument
 	case errors.Is(err, comm.ErrTimeout), errors.Is(err, context.DeadlineExceeded):

@@ -80,6 +80,11 @@ func initTCP(ctx context.Context, id UniqueID, rank, size int, cfg config, rootL
 		}
 		return nil, err
 	}
+	return b.run(ctx, rootLn, fabricRanks)
+}
+
+// run runs the steps of the bootstrap b (see initTCP).
+func (b *tcpBootstrap) run(ctx context.Context, rootLn *tcp.Listener, fabricRanks []int) (c *Communicator, err error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, b.cfg.timeout)
@@ -104,9 +109,20 @@ func initTCP(ctx context.Context, id UniqueID, rank, size int, cfg config, rootL
 // records what it opened; abandon releases it all if a later step fails,
 // and start hands it to the communicator.
 type tcpBootstrap struct {
-	id         UniqueID
-	commID     uint64
+	id     UniqueID
+	commID uint64
+	// rank and size are -1 and 0 for a joiner until rank 0's table
+	// assigns them.
 	rank, size int
+	// members is the number of ranks that join by number (0..members-1);
+	// the ranks from members to size-1 go to joiners in the order they
+	// arrive (Grow). It is size for Init.
+	members int
+	// rvEnd, if set, is when rank 0 gives up waiting for the ranks to
+	// join: a Grow ends its rendezvous before any member's deadline, so
+	// that every rank hears how many joiners came.
+	rvEnd      time.Time
+	what       string // "init", "grow" or "join", for errors
 	cfg        config
 	listenHost string       // the data listener's host, if configured
 	base       *slog.Logger // the communicator's logger
@@ -143,16 +159,46 @@ func newTCPBootstrap(id UniqueID, rank, size int, cfg config) (*tcpBootstrap, er
 	if cfg.topology != nil {
 		cfg.hostID = virtualHostID(cfg.hostID, cfg.topology, rank)
 	}
-	b := &tcpBootstrap{id: id, commID: commIDOf(id), rank: rank, size: size, cfg: cfg, listenHost: listenHost}
-	b.base = cfg.log.With("rank", rank, "size", size, "comm", fmt.Sprintf("%016x", b.commID))
-	b.log = logx.For(b.base, logx.Init)
+	b := &tcpBootstrap{id: id, commID: commIDOf(id), rank: rank, size: size, members: size, what: "init", cfg: cfg, listenHost: listenHost}
+	b.setLog()
 	return b, nil
+}
+
+// newJoinBootstrap prepares the bootstrap of a joiner (Join): its rank and
+// size come with rank 0's table.
+func newJoinBootstrap(id UniqueID, cfg config) (*tcpBootstrap, error) {
+	if cfg.fabricRanks != nil {
+		return nil, invalidf("join: fabric ranks are not supported for a joiner")
+	}
+	listenHost, err := cfg.listenAddr()
+	if err != nil {
+		return nil, fmt.Errorf("occl: joiner: %w", err)
+	}
+	b := &tcpBootstrap{id: id, commID: commIDOf(id), rank: wire.AnyRank, what: "join", cfg: cfg, listenHost: listenHost}
+	b.setLog()
+	return b, nil
+}
+
+func (b *tcpBootstrap) setLog() {
+	b.base = b.cfg.log.With("rank", b.rank, "size", b.size, "comm", fmt.Sprintf("%016x", b.commID))
+	b.log = logx.For(b.base, logx.Init)
 }
 
 // wrap says that step what of the bootstrap failed with e.
 func (b *tcpBootstrap) wrap(what string, e error) error {
-	return fmt.Errorf("occl: rank %d: init: %s: %w", b.rank, what, e)
+	switch {
+	case b.what == "grow":
+		// Wrapped in the OpError of Grow, which names the rank.
+		return fmt.Errorf("%s: %w", what, e)
+	case b.rank == wire.AnyRank:
+		return fmt.Errorf("occl: joiner: join: %s: %w", what, e)
+	}
+	return fmt.Errorf("occl: rank %d: %s: %s: %w", b.rank, b.what, what, e)
 }
+
+// joinerHello is the rank a joiner claims in its rendezvous handshake,
+// before it has one: no rank can be this large.
+const joinerHello = wire.MaxRanks
 
 // rendezvous joins rank 0 (serving the rendezvous on rank 0): it connects
 // to rank 0, opens the data listener on the interface that reached rank 0,
@@ -173,10 +219,14 @@ func (b *tcpBootstrap) rendezvous(ctx context.Context, rootLn *tcp.Listener) err
 				return b.wrap("serve rendezvous", err)
 			}
 		}
-		b.rv = startRendezvous(ctx, ln, size, log)
+		b.rv = startRendezvous(ctx, ln, rendezvousSpec{size: size, members: b.members, end: b.rvEnd, place: b.placeJoiner}, log)
 	}
 
-	tc, err := tcp.Dial(ctx, id.Addr, secret, tcp.Hello{Purpose: tcp.PurposeRendezvous, Comm: b.commID, From: rank, To: 0, NStreams: 1})
+	from := rank
+	if rank == wire.AnyRank {
+		from = joinerHello
+	}
+	tc, err := tcp.Dial(ctx, id.Addr, secret, tcp.Hello{Purpose: tcp.PurposeRendezvous, Comm: b.commID, From: from, To: 0, NStreams: 1})
 	if err != nil {
 		return b.wrap("rendezvous with rank 0", err)
 	}
@@ -200,13 +250,21 @@ func (b *tcpBootstrap) rendezvous(ctx context.Context, rootLn *tcp.Listener) err
 	m, _, err := recvMsg(ctx, b.ctrlConn, nil)
 	received := time.Now()
 	if err != nil {
+		if rank == wire.AnyRank && ctx.Err() != nil {
+			return b.wrap("wait for the rank table from rank 0 (the grow had not completed: members or other joiners had not arrived)", err)
+		}
 		return b.wrap("wait for the rank table from rank 0", err)
 	}
 	switch {
 	case m.Type == wire.Reject:
 		return b.wrap("rank 0 refused the join", errors.New(m.Text))
-	case m.Type != wire.Table || len(m.Ranks) != size:
-		return b.wrap("rendezvous", fmt.Errorf("unexpected reply (type %d, %d ranks)", m.Type, len(m.Ranks)))
+	case m.Type != wire.Table || len(m.Ranks) == 0 || (rank != wire.AnyRank && (len(m.Ranks) != size || m.Rank != rank)):
+		return b.wrap("rendezvous", fmt.Errorf("unexpected reply (type %d, %d ranks, rank %d)", m.Type, len(m.Ranks), m.Rank))
+	case rank == wire.AnyRank:
+		if err := b.assigned(m.Rank, len(m.Ranks), m.Ranks[m.Rank].HostID); err != nil {
+			return err
+		}
+		size = b.size
 	}
 	b.nonce = m.Nonce
 	b.clockOffset = time.Duration(m.Clock - received.UnixNano())
@@ -217,6 +275,28 @@ func (b *tcpBootstrap) rendezvous(ctx context.Context, rootLn *tcp.Listener) err
 		b.addrs[r] = info.Addr
 	}
 	return nil
+}
+
+// assigned takes the rank and size rank 0's table gave a joiner, and the
+// host identity rank 0 recorded for it (virtual under a topology).
+func (b *tcpBootstrap) assigned(rank, size int, hostID string) error {
+	b.rank, b.size, b.members = rank, size, size
+	b.cfg.hostID = hostID
+	b.setLog()
+	if err := b.cfg.checkTopology(size); err != nil {
+		return b.wrap("the communicator joined", err)
+	}
+	b.log.Info("occl: joined", "rank", rank, "size", size)
+	return nil
+}
+
+// placeJoiner returns the host identity of a joiner given rank rank whose
+// own is hostID: under a topology, the virtual host of that rank.
+func (b *tcpBootstrap) placeJoiner(rank int, hostID string) string {
+	if b.cfg.topology == nil {
+		return hostID
+	}
+	return virtualHostID(hostID, b.cfg.topology, rank)
 }
 
 // placeProcess binds this process to its share of the machine's CPUs if
@@ -332,12 +412,28 @@ func bindLocal(local, n int, log *slog.Logger) {
 
 // rendezvous is rank 0's side of the bootstrap: it collects one join from
 // every rank, checks them, and answers each with the table of all ranks.
+// Ranks below spec.members join by number; a join with wire.AnyRank (a
+// joiner, see Join) gets the next of the ranks from spec.members up, and
+// is refused once they are all taken.
 type rendezvous struct {
 	ln     *tcp.Listener
-	size   int
+	spec   rendezvousSpec
 	result chan rendezvousResult
 	cancel context.CancelFunc
 }
+
+// rendezvousSpec is what a rendezvous expects.
+type rendezvousSpec struct {
+	size    int
+	members int       // ranks that join by number; the rest are joiners'
+	end     time.Time // if set, when to stop waiting (else the context's deadline)
+	// place returns the host identity to record for a joiner given rank
+	// rank whose own is hostID (nil: keep it).
+	place func(rank int, hostID string) string
+}
+
+// refuseTimeout bounds the sending of a refusal to a rank.
+const refuseTimeout = time.Second
 
 type rendezvousResult struct {
 	conns []*tcp.Conn
@@ -350,24 +446,39 @@ type joinReq struct {
 	err  error
 }
 
-func startRendezvous(ctx context.Context, ln *tcp.Listener, size int, log interface {
+func startRendezvous(ctx context.Context, ln *tcp.Listener, spec rendezvousSpec, log interface {
 	Warn(string, ...any)
 }) *rendezvous {
-	ctx, cancel := context.WithCancel(ctx)
-	rv := &rendezvous{ln: ln, size: size, result: make(chan rendezvousResult, 1), cancel: cancel}
+	var cancel context.CancelFunc
+	if spec.end.IsZero() {
+		ctx, cancel = context.WithCancel(ctx)
+	} else {
+		ctx, cancel = context.WithDeadline(ctx, spec.end)
+	}
+	rv := &rendezvous{ln: ln, spec: spec, result: make(chan rendezvousResult, 1), cancel: cancel}
 	go rv.run(ctx, log)
 	return rv
 }
 
 func (rv *rendezvous) run(ctx context.Context, log interface{ Warn(string, ...any) }) {
 	defer rv.ln.Close()
-	conns := make([]*tcp.Conn, rv.size)
-	infos := make([]wire.RankInfo, rv.size)
+	size, members := rv.spec.size, rv.spec.members
+	conns := make([]*tcp.Conn, size)
+	infos := make([]wire.RankInfo, size)
 	joins := make(chan joinReq)
 	joined := 0
+	next := members // the rank the next joiner gets
+	// over is closed when the rendezvous has succeeded; late then says
+	// why a join that comes after is refused.
+	over := make(chan struct{})
+	var late string
 	refuse := func(conn *tcp.Conn, why string) {
 		log.Warn("occl: rendezvous refused a rank", "reason", why)
-		sendMsg(ctx, conn, &wire.Msg{Type: wire.Reject, Text: why})
+		// The refusal says why the rendezvous ended, so it is sent
+		// even when the rendezvous ended because its context did.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), refuseTimeout)
+		sendMsg(sctx, conn, &wire.Msg{Type: wire.Reject, Text: why})
+		cancel()
 		conn.Close()
 	}
 	fail := func(err error) {
@@ -396,36 +507,66 @@ func (rv *rendezvous) run(ctx context.Context, log interface{ Warn(string, ...an
 				if err == nil && m.Type != wire.Join {
 					err = fmt.Errorf("expected a join, got message type %d", m.Type)
 				}
-				if err == nil && m.Rank != a.Hello.From {
+				if err == nil && m.Rank != a.Hello.From && (m.Rank != wire.AnyRank || a.Hello.From != joinerHello) {
 					err = fmt.Errorf("joined as rank %d but authenticated as rank %d", m.Rank, a.Hello.From)
 				}
 				select {
 				case joins <- joinReq{conn: conn, msg: m, err: err}:
+				case <-over:
+					switch {
+					case err != nil:
+						refuse(conn, err.Error())
+					case m.Rank == wire.AnyRank:
+						refuse(conn, fmt.Sprintf("%s (pid %d came after them)", late, m.Info.PID))
+					default:
+						refuse(conn, fmt.Sprintf("rank %d: %s", m.Rank, late))
+					}
 				case <-ctx.Done():
 					conn.Close()
 				}
 			}()
 		}
 	}()
-	for joined < rv.size {
+	for joined < size {
 		select {
 		case <-ctx.Done():
 			var missing []int
-			for r, conn := range conns {
+			for r, conn := range conns[:members] {
 				if conn == nil {
 					missing = append(missing, r)
 				}
 			}
-			fail(fmt.Errorf("rendezvous did not complete: ranks %v did not join: %w", missing, ctx.Err()))
+			switch {
+			case members == size:
+				fail(fmt.Errorf("rendezvous did not complete: ranks %v did not join: %w", missing, ctx.Err()))
+			case len(missing) == 0:
+				fail(fmt.Errorf("rendezvous did not complete: %d of %d joiners arrived: %w", next-members, size-members, ctx.Err()))
+			default:
+				fail(fmt.Errorf("rendezvous did not complete: %d of %d joiners arrived, and members %v did not join: %w", next-members, size-members, missing, ctx.Err()))
+			}
 			return
 		case j := <-joins:
 			switch {
 			case j.err != nil:
 				refuse(j.conn, j.err.Error())
-			case j.msg.Size != rv.size:
-				refuse(j.conn, fmt.Sprintf("rank %d says the communicator has %d ranks, rank 0 says %d", j.msg.Rank, j.msg.Size, rv.size))
-			case j.msg.Rank < 0 || j.msg.Rank >= rv.size:
-				refuse(j.conn, fmt.Sprintf("rank %d out of range for size %d", j.msg.Rank, rv.size))
+			case j.msg.Rank == wire.AnyRank && members == size:
+				refuse(j.conn, fmt.Sprintf("this communicator of %d ranks takes no joiners", size))
+			case j.msg.Rank == wire.AnyRank && next == size:
+				refuse(j.conn, fmt.Sprintf("the communicator already has all %d of its joiners (pid %d came after them)", size-members, j.msg.Info.PID))
+			case j.msg.Rank == wire.AnyRank && j.msg.Size != 0:
+				refuse(j.conn, fmt.Sprintf("a joiner says the communicator has %d ranks; it cannot know", j.msg.Size))
+			case j.msg.Rank == wire.AnyRank:
+				if rv.spec.place != nil {
+					j.msg.Info.HostID = rv.spec.place(next, j.msg.Info.HostID)
+				}
+				conns[next] = j.conn
+				infos[next] = j.msg.Info
+				next++
+				joined++
+			case j.msg.Size != size:
+				refuse(j.conn, fmt.Sprintf("rank %d says the communicator has %d ranks, rank 0 says %d", j.msg.Rank, j.msg.Size, size))
+			case j.msg.Rank < 0 || j.msg.Rank >= members:
+				refuse(j.conn, fmt.Sprintf("rank %d out of range for %d ranks joining by number", j.msg.Rank, members))
 			case conns[j.msg.Rank] != nil:
 				refuse(j.conn, fmt.Sprintf("rank %d joined twice (pids %d and %d)", j.msg.Rank, infos[j.msg.Rank].PID, j.msg.Info.PID))
 			default:
@@ -444,6 +585,7 @@ func (rv *rendezvous) run(ctx context.Context, log interface{ Warn(string, ...an
 		return
 	}
 	for r, conn := range conns {
+		table.Rank = r
 		table.Clock = time.Now().UnixNano()
 		if err := sendMsg(ctx, conn, &table); err != nil {
 			for _, conn := range conns {
@@ -453,7 +595,16 @@ func (rv *rendezvous) run(ctx context.Context, log interface{ Warn(string, ...an
 			return
 		}
 	}
+	// Joins accepted meanwhile get an answer too: a joiner too many is
+	// refused instead of waiting for a table that will not come. Their
+	// goroutines end within the handshake timeout; then the context goes.
+	late = "the rendezvous is complete"
+	if members < size {
+		late = fmt.Sprintf("the communicator already has all %d of its joiners", size-members)
+	}
+	close(over)
 	rv.result <- rendezvousResult{conns: conns}
+	time.AfterFunc(tcp.HandshakeTimeout, rv.cancel)
 }
 
 // wait returns the control connections to every rank once all have joined.

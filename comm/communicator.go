@@ -6,7 +6,9 @@
 // InitFromEnv (under torchrun, mpirun or Slurm) or NewLocal (all ranks in
 // this process, for tests). Operations are queued in issue order and run one
 // at a time, like work on a CUDA stream; every blocking method has an Async
-// form that returns a Request. Split makes sub-communicators.
+// form that returns a Request. Split makes sub-communicators; Grow makes a
+// communicator of c's ranks and processes that Join it (a spare replacing
+// a failed rank, or more ranks for a running job).
 //
 // Failures are shared: when a rank dies, hangs, aborts, times out or calls a
 // collective that does not match the others', every rank's pending and later
@@ -150,6 +152,7 @@ func (c *Communicator) shutdown(ctx context.Context, drain bool) error {
 	}
 	c.queue.stop()
 	c.worker.op.release()
+	c.stopWatchdog()
 	c.closeObserver()
 	// Anything issued concurrently with Close fails now.
 	for _, r := range c.queue.drain() {

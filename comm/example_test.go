@@ -63,6 +63,57 @@ func ExampleCommunicator_Split() {
 	// Output: [2 2 2 2]
 }
 
+// A spare process joins a running job of 3 ranks: the ranks call Grow, the
+// spare calls Join with the same id (made on rank 0's host and handed to
+// it), and all 4 continue on the grown communicator. Here the ranks and
+// the spare are goroutines, over TCP on the loopback.
+func ExampleCommunicator_Grow() {
+	ctx := context.Background()
+	id, _ := comm.NewUniqueIDAt("127.0.0.1:0")
+	old := make([]*comm.Communicator, 3)
+	var wg sync.WaitGroup
+	for r := range old {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			old[r], _ = comm.Init(ctx, id, r, len(old))
+		}()
+	}
+	wg.Wait()
+
+	growID, _ := comm.NewUniqueIDAt("127.0.0.1:0")
+	sums := make([]int32, 4)
+	run := func(g *comm.Communicator) {
+		defer g.Close()
+		x := []int32{int32(g.Rank())}
+		comm.AllReduce(ctx, g, x, x, comm.Sum)
+		sums[g.Rank()] = x[0]
+	}
+	for _, c := range old {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer c.Close()
+			g, err := c.Grow(ctx, growID, 1)
+			if err != nil {
+				panic(err)
+			}
+			run(g)
+		}()
+	}
+	spare, err := comm.Join(ctx, growID)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("the spare is rank", spare.Rank(), "of", spare.Size())
+	run(spare)
+	wg.Wait()
+	fmt.Println(sums)
+	// Output:
+	// the spare is rank 3 of 4
+	// [6 6 6 6]
+}
+
 // Post a ring exchange as one group so the sends and receives progress
 // together.
 func ExampleGroup() {

@@ -107,16 +107,15 @@ func (h *opHistory) init(n int) {
 	h.waiting.Store(-1)
 }
 
-// begin records that r starts now. The worker calls it.
-func (h *opHistory) begin(r *Request, fp wire.Fingerprint) {
+// begin records that r starts at now. The worker calls it.
+func (h *opHistory) begin(r *Request, fp wire.Fingerprint, now time.Time) {
 	coll := r.hdr.Kind == transport.KindCollective
 	dt := algo.DType(r.hdr.DType)
-	hasDT := dt.Valid() && r.hdr.Op != uint8(algo.OpBarrier) && r.hdr.Op != uint8(algo.OpRewire) && r.hdr.Op != uint8(algo.OpSplit)
+	hasDT := dt.Valid() && r.hdr.Op != uint8(algo.OpBarrier) && r.hdr.Op != uint8(algo.OpRewire) && r.hdr.Op != uint8(algo.OpSplit) && r.hdr.Op != uint8(algo.OpGrow)
 	var bytes int64
 	if hasDT {
 		bytes = int64(r.hdr.Count) * int64(dt.Size())
 	}
-	now := time.Now()
 	h.waiting.Store(-1)
 	h.mu.Lock()
 	e := &h.ring[h.n%uint64(len(h.ring))]

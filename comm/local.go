@@ -306,3 +306,54 @@ func (reg *localRegistry) split(ctx context.Context, p *opPeers, childID uint64,
 	}
 	return g.member(newPlacement(childID, g.nonce, self, hostIDs, c.groupFabricRanks(group)), reg, cfg), nil
 }
+
+// grow makes this rank's communicator of a GrowLocal, and on rank 0 the
+// joiners': the members of c meet in the registry by the grown group's id,
+// as Split's groups do; the first to come makes the group of c's size plus
+// n ranks. Members keep their ranks and hosts; joiners are on this
+// process's host (or the topology's hosts for their ranks).
+func (reg *localRegistry) grow(p *opPeers, id uint64, n int, cfg config) (*Communicator, []*Communicator, error) {
+	c := p.c
+	size := c.size + n
+	reg.mu.Lock()
+	g := reg.groups[id]
+	if g == nil {
+		g = newLocalGroup(size)
+		if err := g.emulate(cfg, id); err != nil {
+			reg.mu.Unlock()
+			return nil, nil, err
+		}
+		reg.groups[id] = g
+		if reg.joined == nil {
+			reg.joined = map[uint64]int{}
+		}
+	}
+	reg.joined[id]++
+	if reg.joined[id] == c.size {
+		delete(reg.groups, id)
+		delete(reg.joined, id)
+	}
+	reg.mu.Unlock()
+	if g.size != size {
+		return nil, nil, fmt.Errorf("grow: group %016x has %d ranks here and %d elsewhere", id, size, g.size)
+	}
+	hostIDs := make([]string, size)
+	for r := range size {
+		hostIDs[r] = cfg.hostID
+		if r < c.size {
+			hostIDs[r] = machineIDs([]string{c.hostIDOf(r)})[0]
+		}
+		if cfg.topology != nil {
+			hostIDs[r] = virtualHostID(hostIDs[r], cfg.topology, r)
+		} else if r < c.size {
+			hostIDs[r] = c.hostIDOf(r)
+		}
+	}
+	var joiners []*Communicator
+	if c.rank == 0 {
+		for r := c.size; r < size; r++ {
+			joiners = append(joiners, g.member(newPlacement(id, g.nonce, r, hostIDs, nil), reg, cfg))
+		}
+	}
+	return g.member(newPlacement(id, g.nonce, c.rank, hostIDs, nil), reg, cfg), joiners, nil
+}

@@ -289,30 +289,33 @@ func TestMismatchLocal(t *testing.T) {
 // with each other: only the stall probe can tell them apart from a slow
 // rank, and it must do so long before the timeout.
 func TestMismatchProbe(t *testing.T) {
+	testMismatchProbe(t, 0)
+}
+
+// TestMismatchProbeAfterOperations is TestMismatchProbe after a run of
+// collectives, so that the mismatched pair starts while the stall timer
+// armed by an earlier collective is still pending: the probe must still
+// come one stall interval after the pair started.
+func TestMismatchProbeAfterOperations(t *testing.T) {
+	testMismatchProbe(t, 50, comm.WithStallTimeout(300*time.Millisecond))
+}
+
+func testMismatchProbe(t *testing.T, before int, opts ...comm.Option) {
 	start := time.Now()
 	errs := runLocal(t, 4, func(ctx context.Context, c *comm.Communicator) error {
 		x := make([]float32, 10)
+		for range before {
+			if err := comm.AllReduce(ctx, c, x, x, comm.Sum); err != nil {
+				return err
+			}
+		}
 		root := c.Rank() / 2 // ranks 0,1 use root 0; ranks 2,3 use root 1
 		if err := comm.Broadcast(ctx, c, x, x, root); err != nil {
 			return err
 		}
 		// Ranks whose broadcast completed learn of the failure too.
-		select {
-		case <-time.After(15 * time.Second):
-			return errors.New("no failure reported")
-		case <-func() chan struct{} {
-			ch := make(chan struct{})
-			go func() {
-				for c.Err() == nil {
-					time.Sleep(10 * time.Millisecond)
-				}
-				close(ch)
-			}()
-			return ch
-		}():
-			return c.Err()
-		}
-	}, comm.WithTimeout(time.Minute))
+		return awaitFailure(c, 15*time.Second)
+	}, append([]comm.Option{comm.WithTimeout(time.Minute)}, opts...)...)
 	for r, err := range errs {
 		if !errors.Is(err, comm.ErrMismatch) || !strings.Contains(err.Error(), "root=1") {
 			t.Errorf("rank %d: %v, want ErrMismatch describing both calls", r, err)
@@ -321,6 +324,18 @@ func TestMismatchProbe(t *testing.T) {
 	if d := time.Since(start); d > 20*time.Second {
 		t.Errorf("mismatch found after %v", d)
 	}
+}
+
+// awaitFailure returns c's failure once it has one, or an error after d.
+func awaitFailure(c *comm.Communicator, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for c.Err() == nil {
+		if time.Now().After(deadline) {
+			return errors.New("no failure reported")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return c.Err()
 }
 
 func TestAbortUnblocks(t *testing.T) {

@@ -138,8 +138,9 @@ const DefaultSpin = 500 * time.Microsecond
 // the machine has at least one core per local rank. Polling keeps small
 // operations' latency low and stable (a sleeping waiter costs tens of
 // microseconds to wake on a virtual machine); with more local ranks than
-// cores waits poll only briefly whatever this says, since a polling rank
-// would take the core from the rank it waits for. 0 polls only briefly.
+// cores waits do not poll whatever this says, since a polling rank would
+// take the core from the rank it waits for: they yield the core a few
+// times, then sleep. 0 does the same on any machine.
 func WithSpin(d time.Duration) Option { return func(c *config) { c.spin = d } }
 
 // WithStallTimeout sets how long a collective may run on a rank before the
@@ -182,7 +183,7 @@ func (c *config) tcpOptions() tcp.Options {
 	return o
 }
 
-// shmSpin returns how long shared-memory waits poll beyond the fixed spin.
+// shmSpin returns how long shared-memory waits poll (0: they yield).
 func (c *config) shmSpin() time.Duration {
 	if c.oversubscribed {
 		return 0

@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/occl/occl/algo"
@@ -63,30 +64,58 @@ func (c *config) stallInterval() time.Duration {
 
 const maxStallInterval = 30 * time.Second
 
-// watchdog arms the stall check for the collective seq that is starting.
+// watchdog asks for a probe when a collective runs longer than the stall
+// interval. Arming it costs an operation two atomic stores: its timer is
+// set only when none is pending, and when it fires it looks at what is
+// running then (a collective that started later is given the rest of its
+// interval).
 type watchdog struct {
-	mu    sync.Mutex
-	timer *time.Timer
-	seq   uint64
-	next  time.Duration
+	seq   atomic.Uint64 // the collective running, 0 between collectives
+	start atomic.Int64  // when it started, in Unix nanoseconds
+	armed atomic.Bool   // the timer is pending
+
+	mu       sync.Mutex
+	timer    *time.Timer
+	reported uint64        // the collective due and next are about
+	due      time.Time     // when it is next reported as stalled
+	next     time.Duration // the interval after that report
 }
 
-func (c *Communicator) armWatchdog(seq uint64) {
+// armWatchdog starts watching the collective seq, which started at start.
+func (c *Communicator) armWatchdog(seq uint64, start time.Time) {
 	w := &c.watch
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.seq, w.next = seq, c.cfg.stallInterval()
-	if w.timer == nil {
-		w.timer = time.AfterFunc(w.next, c.onStall)
-	} else {
-		w.timer.Reset(w.next)
+	w.start.Store(start.UnixNano())
+	w.seq.Store(seq)
+	// onStall clears armed before it reads seq, and this reads armed after
+	// storing seq: one of the two sees the other, so the collective is
+	// never left without a pending timer.
+	if !w.armed.Load() {
+		w.mu.Lock()
+		w.arm(c.cfg.stallInterval(), c.onStall)
+		w.mu.Unlock()
 	}
 }
 
-func (c *Communicator) disarmWatchdog() {
+// arm sets the timer to fire after d unless it is pending; w.mu is held.
+func (w *watchdog) arm(d time.Duration, f func()) {
+	if w.armed.Load() {
+		return
+	}
+	w.armed.Store(true)
+	if w.timer == nil {
+		w.timer = time.AfterFunc(d, f)
+	} else {
+		w.timer.Reset(d)
+	}
+}
+
+// disarmWatchdog ends the watch of the running collective.
+func (c *Communicator) disarmWatchdog() { c.watch.seq.Store(0) }
+
+// stopWatchdog stops the timer for good (the communicator is closing).
+func (c *Communicator) stopWatchdog() {
 	w := &c.watch
 	w.mu.Lock()
-	w.seq = 0
 	if w.timer != nil {
 		w.timer.Stop()
 	}
@@ -96,13 +125,26 @@ func (c *Communicator) disarmWatchdog() {
 func (c *Communicator) onStall() {
 	w := &c.watch
 	w.mu.Lock()
-	seq := w.seq
+	w.armed.Store(false)
+	seq := w.seq.Load()
 	if seq == 0 || seq != c.hist.current() {
+		// Nothing is running: the next collective arms the timer.
+		w.mu.Unlock()
+		return
+	}
+	now := time.Now()
+	if w.reported != seq {
+		w.reported, w.next = seq, c.cfg.stallInterval()
+		w.due = time.Unix(0, w.start.Load()).Add(w.next)
+	}
+	if now.Before(w.due) {
+		w.arm(w.due.Sub(now), c.onStall)
 		w.mu.Unlock()
 		return
 	}
 	w.next = min(2*w.next, maxStallInterval)
-	w.timer.Reset(w.next)
+	w.due = now.Add(w.next)
+	w.arm(w.next, c.onStall)
 	w.mu.Unlock()
 	logx.For(c.log, logx.Coll).Info("occl: operation stalled; asking every rank what it is running", "seq", seq)
 	c.ctrl.stalled(seq)
@@ -118,7 +160,7 @@ func describeFingerprint(fp wire.Fingerprint) string {
 		return fmt.Sprintf("%s(count=%d, %s, %s, root=%d)", op, fp.Count, dt, algo.Op(fp.RedOp), fp.Root)
 	case algo.OpBroadcast, algo.OpGather, algo.OpScatter:
 		return fmt.Sprintf("%s(count=%d, %s, root=%d)", op, fp.Count, dt, fp.Root)
-	case algo.OpBarrier, algo.OpAllToAllV, algo.OpSplit:
+	case algo.OpBarrier, algo.OpAllToAllV, algo.OpSplit, algo.OpGrow:
 		return op.String()
 	case algo.OpSendRecv:
 		return fmt.Sprintf("%d %s elements", fp.Count, dt)

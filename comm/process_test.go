@@ -72,6 +72,12 @@ func worker(name string) int {
 	if d, err := time.ParseDuration(os.Getenv("OCCL_TEST_JOIN_DELAY")); err == nil {
 		time.Sleep(d)
 	}
+	if name == "grow-spare" || name == "grow-intruder" {
+		if err := growSpare(ctx, name, opts); err != nil {
+			return fail("%s: %v", name, err)
+		}
+		return 0
+	}
 	if name == "intruder" {
 		_, err := comm.InitFromEnv(ctx, opts...)
 		if errors.Is(err, tcp.ErrAuth) {
@@ -120,6 +126,14 @@ func worker(name string) int {
 		}
 	case "rewire", "rewire-kill":
 		if err := rewireWorker(ctx, c, name == "rewire-kill"); err != nil {
+			return fail("%v", err)
+		}
+	case "grow":
+		if err := growMember(ctx, c); err != nil {
+			return fail("%v", err)
+		}
+	case "grow-none":
+		if err := growNone(ctx, c); err != nil {
 			return fail("%v", err)
 		}
 	case "hosts":

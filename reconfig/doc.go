@@ -23,4 +23,27 @@
 // none is dropped. On any failure every rank gets the same error
 // (comm.ErrRewire), the previous circuits are restored if they had been
 // switched, and the communicators keep working on the previous topology.
+//
+// # After a host fails
+//
+// A recovery composes the pieces in three steps:
+//
+//  1. the survivors agree on the failed ranks and build a communicator of
+//     their own (shrinking the old one);
+//  2. s, err := t.Without(failed) (topo) says what the fabric t still
+//     carries: s.Ranks keep working, s.Idle are healthy ranks it cannot
+//     use any more (the other GPUs of a failed InfinitePOD node, the rest
+//     of a disabled RailX row or column: exclude them with the failed
+//     ones), and s.Topology, the survivors' topology, has a ring that
+//     crosses only existing links. On an optical circuit switch,
+//     plan.RecoveryCircuits(t, failedHosts, spare) plans the circuits
+//     instead: the failed hosts bypassed, or a spare host switched into
+//     the place of one (its ranks join the survivors' communicator);
+//  3. Reconfigure switches the fabric to the new circuits and rewires the
+//     communicators onto them, through a communicator that spans its
+//     target (fabric ranks 0..n-1 of it). The switch numbers its ports
+//     over the OCS NICs of the topology it is given, so the circuits must
+//     come from a topology that keeps every port of the fabric, as
+//     RecoveryCircuits' target does; Subset and Without drop the failed
+//     hosts' ports and renumber the rest.
 package reconfig

@@ -58,6 +58,20 @@
 // HamiltonianRingOrder and FoldedRingOrder turn a ring of hosts into a
 // Topology.Ring; GridHamiltonianCycle finds one through a 2D grid.
 //
+// # After failures
+//
+// Without gives the survivors of failed ranks a topology whose ring and
+// circuits use only links the fabric has: on an InfinitePOD K-hop line
+// (KHopReach) a failed node's neighbours switch to the backup link past
+// it and HB domains split where none reaches; on a RailX grid the largest
+// fault-free allocation stays (LargestAllocation) and every rail's rings
+// close over its remaining nodes; elsewhere a host's circuits are spliced
+// around it. It also names the healthy ranks left idle (the other GPUs of
+// a failed node, the disabled rows or columns). Bypass does the rewiring
+// alone, keeping every rank. Subset, by contrast, only drops ranks: the
+// survivors' ring would step from a failed host's neighbour to the other
+// over a circuit that went to the failed host.
+//
 // # The local machine
 //
 // LocalHostID identifies the machine a process runs on (OCCL_HOSTID

@@ -52,12 +52,12 @@
  *    occlCommFlightRecord, occlCommAbort, and occlTest / occlWait / occlRequestFree on different
  *    requests (also from threads other than the one that issued them).
  *  - Operations (collectives, occlSend/occlRecv, occlBarrier, occlCommSplit,
- *    occlCommReconfigure, occlCommTrafficMatrix) may be issued from several
- *    threads without corrupting anything, but they run in the order they
- *    were issued, and every rank must issue the same sequence of collectives
- *    on a communicator. As with NCCL, issue them from one thread at a time
- *    (or order the threads yourself) so that the order is the same on every
- *    rank. Different communicators are independent.
+ *    occlCommGrow, occlCommReconfigure, occlCommTrafficMatrix) may be issued
+ *    from several threads without corrupting anything, but they run in the
+ *    order they were issued, and every rank must issue the same sequence of
+ *    collectives on a communicator. As with NCCL, issue them from one thread
+ *    at a time (or order the threads yourself) so that the order is the same
+ *    on every rank. Different communicators are independent.
  *  - occlCommDestroy must not race with operations on the same communicator:
  *    a call that loses the race returns occlInvalidArgument (unknown
  *    communicator) or occlInvalidUsage (communicator closed); none crashes.
@@ -89,9 +89,10 @@ extern "C" {
  * counterpart); occlTimeout is occl's own. */
 typedef enum {
   occlSuccess = 0,
-  /* An operating system, network or OCS controller call failed, or a
+  /* An operating system, network or OCS controller call failed, a
    * reconfiguration failed (the communicator then keeps working on its
-   * previous topology). */
+   * previous topology), or a grow failed (the communicator keeps
+   * working). */
   occlSystemError = 2,
   /* A bug in occl, including a recovered panic. */
   occlInternalError = 3,
@@ -277,6 +278,33 @@ occlResult_t occlCommSplit(occlComm_t comm, int color, int key, occlComm_t* newc
  * occlCommInitRank. */
 occlResult_t occlCommShrink(occlComm_t comm, const int* excludeRanks, int excludeCount, occlComm_t* newcomm);
 
+/* Creates the communicator of comm's ranks and njoin processes that call
+ * occlJoin with growId, like comm.Grow: a spare process replaces a failed
+ * rank or adds capacity to a running job. Every rank of comm calls it with
+ * the same growId and njoin; it is an operation of comm, run after those
+ * issued before it. Rank 0 of comm serves the rendezvous at growId's
+ * address: make growId on rank 0's host (occlGetUniqueId) and hand it to
+ * the joiners (a file, a store, the launcher). The members keep their ranks
+ * 0..n-1 in *newcomm; the joiners get n..n+njoin-1 in the order they
+ * arrive. A process without growId's secret is refused without taking a
+ * joiner's place. comm stays usable (destroy it once done with it). If the
+ * joiners do not all arrive before the timeout, every member returns
+ * occlSystemError with a message saying how many came, and comm keeps
+ * working. A communicator with a topology (OCCL_TOPO) or made with
+ * fabricRanks cannot grow through this call (occlInvalidArgument). Inside
+ * a group it only reserves *newcomm, like occlCommInitRank. */
+occlResult_t occlCommGrow(occlComm_t comm, occlUniqueId growId, int njoin, occlComm_t* newcomm);
+
+/* Joins, as a new rank, the communicator that the ranks of a running one
+ * create with occlCommGrow(comm, growId, njoin, ...): presents growId's
+ * secret like any rank and learns its rank and size (occlCommUserRank,
+ * occlCommCount). It may be called before the members call occlCommGrow: it
+ * retries until rank 0 serves the rendezvous. Fails with occlSystemError
+ * when rank 0 refuses it (every joiner's place is taken, or the grow gave
+ * up), or after the timeout. Inside a group it only reserves *comm, like
+ * occlCommInitRank. */
+occlResult_t occlJoin(occlComm_t* comm, occlUniqueId growId);
+
 /* Stores the number of ranks of comm in *count. */
 occlResult_t occlCommCount(occlComm_t comm, int* count);
 
@@ -365,11 +393,12 @@ occlResult_t occlRecv(void* recvbuff, size_t count, occlDataType_t datatype, int
  * occlGroupEnd closes it). Until then, the blocking calls of this thread only
  * check their arguments and are recorded (they return occlSuccess or an
  * argument error); their buffers must stay valid until occlGroupEnd returns.
- * The creation calls (occlCommInitRank, occlCommInitFromEnv, occlCommSplit)
- * only reserve the new handle, usable once occlGroupEnd has returned;
- * occlCommDestroy invalidates the handle at once and destroys the
- * communicator in occlGroupEnd. Non-blocking calls, occlCommReconfigure
- * and occlCommTrafficMatrix are rejected with occlInvalidUsage. */
+ * The creation calls (occlCommInitRank, occlCommInitFromEnv, occlCommSplit,
+ * occlCommGrow, occlJoin) only reserve the new handle, usable once
+ * occlGroupEnd has returned; occlCommDestroy invalidates the handle at once
+ * and destroys the communicator in occlGroupEnd. Non-blocking calls,
+ * occlCommReconfigure and occlCommTrafficMatrix are rejected with
+ * occlInvalidUsage. */
 occlResult_t occlGroupStart(void);
 
 /* Closes the calling thread's group and runs what was recorded, like

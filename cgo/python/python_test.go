@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/occl/occl/comm"
 	"github.com/occl/occl/internal/pyvenv"
 )
 
@@ -72,6 +73,29 @@ func TestBackendInitMethods(t *testing.T) {
 		file := filepath.Join(t.TempDir(), "rendezvous")
 		checkOK(t, job(python, "tests/check_backend.py", "--init", "file", "--file", file).MustRun(t))
 	})
+}
+
+// TestGrow runs tests/check_grow.py: 4 processes make a communicator and
+// grow it by a fifth process that joins; all check every kind of
+// collective on the 5 ranks, and the 4 their old communicator.
+func TestGrow(t *testing.T) {
+	python := venv.Python(t)
+	id, err := comm.NewUniqueIDAt("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	growID, err := comm.NewUniqueIDAt("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := pyvenv.Job{Python: python, NP: 5, Args: []string{"tests/check_grow.py"}, Limit: 2 * time.Minute,
+		Env: []string{"OCCL_TEST_ID=" + id.String(), "OCCL_TEST_GROW_ID=" + growID.String()}}
+	out := j.MustRun(t)
+	for r := range 5 {
+		if !strings.Contains(out, fmt.Sprintf("rank %d: ok", r)) {
+			t.Errorf("rank %d did not finish:\n%s", r, out)
+		}
+	}
 }
 
 // TestBackendFailure kills a rank, and stalls one, in the middle of a job:

@@ -9,6 +9,8 @@
 //   shrink  one rank aborts; the others see occlRemoteError, shrink without
 //           it and all-reduce on the new communicator; then they drop one
 //           more rank on purpose, which calls nothing
+//   grow    one thread grows a communicator of 3 ranks by 2 joiners, in a
+//           group, and runs collectives on both communicators
 //
 // Exits 0 if every check passed.
 
@@ -472,6 +474,71 @@ static void shrink_test(void) {
   }
 }
 
+// ---- grow: 3 members and 2 joiners, one thread -------------------------
+
+static void grow(void) {
+  enum { M = 3, J = 2, N = M + J };
+  occlUniqueId id, growId;
+  OK(occlGetUniqueId(&id));
+  OK(occlGetUniqueId(&growId));
+  occlComm_t old[M], grown[N];
+  OK(occlGroupStart());
+  for (int r = 0; r < M; r++) OK(occlCommInitRank(&old[r], M, id, r));
+  OK(occlGroupEnd());
+  occlComm_t none = (occlComm_t)1;
+  CHECK(occlCommGrow(old[0], growId, 0, &none) == occlInvalidArgument && none == NULL, "grow by 0");
+  CHECK(occlJoin(NULL, growId) == occlInvalidArgument, "join into NULL");
+
+  // The members grow and the joiners join in one group: occlGroupEnd
+  // creates them all at once.
+  OK(occlGroupStart());
+  for (int r = 0; r < M; r++) OK(occlCommGrow(old[r], growId, J, &grown[r]));
+  for (int j = 0; j < J; j++) OK(occlJoin(&grown[M + j], growId));
+  OK(occlGroupEnd());
+  int seen = 0;
+  for (int i = 0; i < N; i++) {
+    int n = 0, rank = -1;
+    OK(occlCommCount(grown[i], &n));
+    OK(occlCommUserRank(grown[i], &rank));
+    CHECK(n == N, "grown count %d", n);
+    if (i < M) CHECK(rank == i, "member %d has rank %d", i, rank);
+    else CHECK(rank >= M && rank < N && !(seen & (1 << rank)), "joiner has rank %d", rank);
+    seen |= 1 << rank;
+  }
+
+  // AllReduce and AllGather on the grown communicator, then AllReduce on
+  // the old one.
+  int32_t x[N][4], y[N], g[N][N];
+  for (int i = 0; i < N; i++) {
+    int rank = -1;
+    OK(occlCommUserRank(grown[i], &rank));
+    for (int k = 0; k < 4; k++) x[i][k] = 10 * rank + k;
+    y[i] = 7 * rank + 1;
+  }
+  OK(occlGroupStart());
+  for (int i = 0; i < N; i++) {
+    OK(occlAllReduce(x[i], x[i], 4, occlInt32, occlSum, grown[i]));
+    OK(occlAllGather(&y[i], g[i], 1, occlInt32, grown[i]));
+  }
+  OK(occlGroupEnd());
+  for (int i = 0; i < N; i++) {
+    for (int k = 0; k < 4; k++) CHECK(x[i][k] == 10 * (N * (N - 1) / 2) + N * k, "grown allreduce %d [%d] = %d", i, k, x[i][k]);
+    for (int q = 0; q < N; q++) CHECK(g[i][q] == 7 * q + 1, "grown allgather %d [%d] = %d", i, q, g[i][q]);
+  }
+  int32_t v[M];
+  OK(occlGroupStart());
+  for (int r = 0; r < M; r++) {
+    v[r] = r + 1;
+    OK(occlAllReduce(&v[r], &v[r], 1, occlInt32, occlSum, old[r]));
+  }
+  OK(occlGroupEnd());
+  for (int r = 0; r < M; r++) CHECK(v[r] == M * (M + 1) / 2, "old allreduce rank %d = %d", r, v[r]);
+  OK(occlGroupStart());
+  for (int i = 0; i < N; i++) OK(occlCommDestroy(grown[i]));
+  for (int r = 0; r < M; r++) OK(occlCommDestroy(old[r]));
+  OK(occlGroupEnd());
+}
+
 int main(int argc, char** argv) {
   int version = 0;
   occlGetVersion(&version);
@@ -481,6 +548,7 @@ int main(int argc, char** argv) {
   if (!strcmp(which, "all") || !strcmp(which, "threads")) threads();
   if (!strcmp(which, "all") || !strcmp(which, "abort")) abort_test();
   if (!strcmp(which, "all") || !strcmp(which, "shrink")) shrink_test();
+  if (!strcmp(which, "all") || !strcmp(which, "grow")) grow();
   if (failures) {
     fprintf(stderr, "%d checks failed\n", failures);
     return 1;

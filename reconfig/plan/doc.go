@@ -24,6 +24,11 @@
 //     connects, several circuits between two servers spread over different
 //     NUMA nodes (Algorithm 1 line 16, permuteLinks); TopologyCircuits does
 //     the same for a topo.Topology whose OCS NICs are the ports.
+//   - Recovery: RecoveryCircuits plans the circuits after hosts failed,
+//     bypassing them (each failed host's neighbours on a rail joined to
+//     each other, on the ports that went to it; K-hop lines switch to
+//     their backup links) or switching a spare into the place of one,
+//     with only the ports that lost a circuit changed.
 //   - Prediction of the first forward all-to-all of a layer (App. B):
 //     PreviousLayer, MovingAverage, and Transition, the weighted
 //     least-squares estimate of a column-stochastic transition matrix

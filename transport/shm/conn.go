@@ -23,13 +23,19 @@ const (
 	// consumer reads it. 256 KiB measured best among 64 KiB to 512 KiB.
 	chunk = 256 << 10
 	// spinTight is how many times a waiting side re-reads the shared
-	// counter in a tight loop, and spinYield how many more times it yields
-	// to other goroutines in between, before it sleeps on the futex:
-	// some 10 to 30 µs in all, enough to keep a ping-pong between two
-	// processes out of the futex, short enough not to starve other
-	// processes when they outnumber the cores.
+	// counter before it looks at the clock. Then it keeps polling for the
+	// connection's spin time (none when the processes outnumber the
+	// cores: the one awaited may need this core) before it sleeps on the
+	// futex.
 	spinTight = 64
-	spinYield = 128
+	// yieldEvery is how often a polling wait lets the other goroutines of
+	// this process run (runtime.Gosched), so that one the wait depends on
+	// (one sending to the peer, say) is not kept from running when the
+	// process has a single P. Not more often: on a thread locked to its
+	// goroutine, as every call from C is, a Gosched hands the P to another
+	// thread and sleeps until it gets one back, two futex calls and two
+	// context switches.
+	yieldEvery = 20 * time.Microsecond
 	// sleepSlice bounds a single futex sleep, so that cancellation of a
 	// context without a deadline and a dead peer that nobody reported are
 	// noticed within that time even without a wake-up.
@@ -54,8 +60,8 @@ type Conn struct {
 	inM   *mapping
 	eager int
 	peer  int
-	// spin is how long a wait keeps polling before it sleeps, beyond the
-	// short fixed spin (Config.Spin).
+	// spin is how long a wait keeps polling before it sleeps
+	// (Config.Spin); 0 yields the core instead.
 	spin time.Duration
 
 	// Single-copy transfers: payloads of at least cmaOutMin bytes that
@@ -398,8 +404,8 @@ func (c *Conn) wait(ctx context.Context, w waitFor) error {
 		seqw, flag, peerClosed, peerErr = c.out.doneSeq, c.out.doneWaiting, c.out.consClosed, errPeerClosedSend
 	}
 	var (
-		done      <-chan struct{}
-		spinUntil time.Time
+		done               <-chan struct{}
+		spinUntil, yielded time.Time
 	)
 	for i := 0; ; i++ {
 		ok, err := c.ready(w)
@@ -420,21 +426,30 @@ func (c *Conn) wait(ctx context.Context, w waitFor) error {
 		if i < spinTight {
 			continue
 		}
-		if i < spinTight+spinYield {
-			runtime.Gosched()
-			continue
-		}
-		if c.spin > 0 {
-			// Keep polling for up to c.spin in all before sleeping: a
-			// futex wake-up costs tens of microseconds on a virtual
-			// machine, far more than the wait it ends.
-			if i == spinTight+spinYield {
-				spinUntil = time.Now().Add(c.spin)
-			}
-			if i%16 != 0 || time.Now().Before(spinUntil) {
-				runtime.Gosched()
+		if c.spin == 0 {
+			// The processes outnumber the cores: give this core to the
+			// one awaited, if it is runnable here, rather than poll.
+			if i < spinTight+yieldRounds && yieldCore() {
 				continue
 			}
+		} else if i%16 != 0 {
+			continue
+		}
+		// Keep polling for the spin time before sleeping: a futex
+		// wake-up costs tens of microseconds on a virtual machine, far
+		// more than the wait it ends.
+		now := time.Now()
+		if c.spin == 0 {
+			spinUntil = now
+		} else if spinUntil.IsZero() {
+			spinUntil, yielded = now.Add(c.spin), now
+		}
+		if now.Before(spinUntil) {
+			if now.Sub(yielded) >= yieldEvery {
+				runtime.Gosched()
+				yielded = now
+			}
+			continue
 		}
 		if done == nil {
 			done = ctx.Done()

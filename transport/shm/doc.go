@@ -119,10 +119,17 @@
 // # Waiting
 //
 // A side that cannot make progress re-reads the shared counter a few dozen
-// times, then yields to other goroutines about a hundred times (10 to 30 µs
-// in all: the host may run more processes than cores, so spinning is kept
-// short), then sleeps with FUTEX_WAIT on its ring's futex word (the shared,
-// not the process-private, futex operations, since the word lives in memory
+// times. Then, if every process has a core (Config.Spin > 0), it keeps
+// polling for the spin time, letting the process's other goroutines run
+// every 20 µs (not more often: from a thread locked to its goroutine, as
+// calls from C are, each such yield costs two context switches); if the
+// processes outnumber the cores it instead gives its core away with
+// sched_yield up to 128 times, so that the peer it waits for runs at once
+// if it shares the core, and stops yielding for a while when a yield took
+// long (a process that waits for no one shares the core and would get a
+// whole time slice each time). After that it sleeps with FUTEX_WAIT on its
+// ring's futex word (the shared, not the process-private, futex
+// operations, since the word lives in memory
 // shared between processes). It announces the sleep in a flag; the other
 // side issues FUTEX_WAKE only when that flag is set, and clears it as it
 // does, so the fast path makes no system call and one sleep costs one

@@ -50,12 +50,14 @@ type Config struct {
 	// peer cannot read this process.
 	CMAThreshold int
 	// Spin is how long a side that waits for the peer keeps polling
-	// before it sleeps on the futex, beyond a short fixed spin of some
-	// 10 to 30 µs. Polling longer keeps latency low and stable when every
-	// process has a core of its own (a futex wake-up costs tens of
-	// microseconds on a virtual machine); it takes the core from other
-	// processes when they outnumber the cores, so the default, 0, polls
-	// only for the fixed spin.
+	// before it sleeps on the futex. Polling keeps latency low and stable
+	// when every process has a core of its own (a futex wake-up costs tens
+	// of microseconds on a virtual machine); it takes the core from other
+	// processes when they outnumber the cores. With the default, 0, a
+	// waiter instead gives its core away (sched_yield) a bounded number of
+	// times, so that the peer it waits for runs at once if it shares the
+	// core, and sleeps after that; while yields take long (a process that
+	// waits for no one shares the core) it sleeps at once.
 	Spin time.Duration
 }
 

@@ -114,6 +114,8 @@ _SIGNATURES = {
     "occlCommAbort": [_c],
     "occlCommSplit": [_c, _i, _i, ctypes.POINTER(_c)],
     "occlCommShrink": [_c, ctypes.POINTER(_i), _i, ctypes.POINTER(_c)],
+    "occlCommGrow": [_c, UniqueId, _i, ctypes.POINTER(_c)],
+    "occlJoin": [ctypes.POINTER(_c), UniqueId],
     "occlCommCount": [_c, ctypes.POINTER(_i)],
     "occlCommUserRank": [_c, ctypes.POINTER(_i)],
     "occlCommGetAsyncError": [_c, ctypes.POINTER(_i)],
@@ -425,6 +427,18 @@ class Communicator:
         _check(library().occlCommInitRank(ctypes.byref(h), int(nranks), unique_id, int(rank)))
         return cls(h.value)
 
+    @classmethod
+    def join(cls, unique_id):
+        """Joins, as a new rank, the communicator the ranks of a running one
+        make with grow(unique_id, njoin) (occlJoin): rank and size come from
+        rank 0, the joiners taking the ranks after the members' in the order
+        they arrive. It may be called before the members call grow."""
+        if not isinstance(unique_id, UniqueId):
+            unique_id = UniqueId.from_string(unique_id)
+        h = ctypes.c_void_p()
+        _check(library().occlJoin(ctypes.byref(h), unique_id))
+        return cls(h.value)
+
     # -- life
 
     def _handle(self):
@@ -489,6 +503,21 @@ class Communicator:
         ex = [int(r) for r in exclude]
         out = ctypes.c_void_p()
         _check(self._lib.occlCommShrink(h, (_i * len(ex))(*ex) if ex else None, len(ex), ctypes.byref(out)), h)
+        return Communicator(out.value)
+
+    def grow(self, unique_id, njoin):
+        """A communicator of this one's ranks (keeping their ranks) and njoin
+        processes that call Communicator.join(unique_id) (occlCommGrow).
+        Collective: every rank calls it with the same unique_id, made on rank
+        0's host (get_unique_id) and handed to the joiners. This communicator
+        stays usable. Raises OcclError (occlSystemError) on every member,
+        saying how many joiners came, if they do not all arrive before the
+        timeout; this communicator then keeps working."""
+        if not isinstance(unique_id, UniqueId):
+            unique_id = UniqueId.from_string(unique_id)
+        h = self._handle()
+        out = ctypes.c_void_p()
+        _check(self._lib.occlCommGrow(h, unique_id, int(njoin), ctypes.byref(out)), h)
         return Communicator(out.value)
 
     # -- helpers

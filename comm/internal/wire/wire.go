@@ -26,7 +26,7 @@ type Type uint8
 
 // Message types.
 const (
-	Join        Type = 1  // rank -> root: who I am
+	Join        Type = 1  // rank -> root: who I am (a joiner: rank AnyRank, size 0)
 	Table       Type = 2  // root -> rank: every rank's info
 	Reject      Type = 3  // root -> rank: join refused
 	Heartbeat   Type = 4  // both ways: still alive
@@ -66,6 +66,11 @@ const (
 	MaxMessage = 64 << 20
 )
 
+// AnyRank in a Join asks the root for the next free rank of a communicator
+// that takes joiners (comm.Join); such a join carries size 0, as the joiner
+// learns the size from the Table.
+const AnyRank = -1
+
 // RankInfo is what the rendezvous learns about one rank.
 type RankInfo struct {
 	HostID string // host identity (equal ids share a host)
@@ -76,10 +81,11 @@ type RankInfo struct {
 // Msg is one control message. Only the fields of its Type are encoded.
 type Msg struct {
 	Type Type
-	// Join; RewireStatus, RewireVerdict: the rank where a step failed;
+	// Join: the sender's rank, or AnyRank; Table: the receiver's rank;
+	// RewireStatus, RewireVerdict: the rank where a step failed;
 	// LinkCheck: the sender.
 	Rank int
-	// Join
+	// Join: the number of ranks, or 0 from a joiner (Rank AnyRank).
 	Size int
 	Info RankInfo
 	// Table: every rank's info, the job nonce rank 0 chose, and rank 0's
@@ -154,6 +160,7 @@ func (m *Msg) Append(b []byte) []byte {
 		}
 		b = append(b, m.Nonce[:]...)
 		b = binary.AppendVarint(b, m.Clock)
+		b = binary.AppendVarint(b, int64(m.Rank))
 	case Reject:
 		b = appendString(b, m.Text)
 	case Report, Verdict:
@@ -288,8 +295,8 @@ func decode(b []byte) (Msg, []byte, error) {
 	m.Type = Type(t)
 	switch m.Type {
 	case Join:
-		m.Rank = d.int(-1, MaxRanks)
-		m.Size = d.int(1, MaxRanks)
+		m.Rank = d.int(AnyRank, MaxRanks)
+		m.Size = d.int(0, MaxRanks)
 		m.Info = d.info()
 	case Table:
 		n := d.int(0, MaxRanks)
@@ -305,6 +312,10 @@ func decode(b []byte) (Msg, []byte, error) {
 		}
 		d.fixed(m.Nonce[:])
 		m.Clock = int64(d.int(math.MinInt, math.MaxInt))
+		m.Rank = d.int(0, MaxRanks)
+		if d.err == nil && m.Rank >= max(len(m.Ranks), 1) {
+			d.fail("receiver rank %d of a table of %d ranks", m.Rank, len(m.Ranks))
+		}
 	case Reject:
 		m.Text = d.string()
 	case Report, Verdict:

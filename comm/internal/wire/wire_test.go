@@ -12,6 +12,8 @@ func samples() []Msg {
 		{Type: Join, Rank: 3, Size: 8, Info: RankInfo{HostID: "h/boot", Addr: "127.0.0.1:4000", PID: 1234}},
 		{Type: Table, Ranks: []RankInfo{{HostID: "a", Addr: "x:1", PID: 1}, {HostID: "b", Addr: "y:2", PID: 2}}, Nonce: [16]byte{1, 2, 15: 16}, Clock: 1_700_000_000_123_456_789},
 		{Type: Table, Ranks: []RankInfo{}},
+		{Type: Join, Rank: AnyRank, Size: 0, Info: RankInfo{HostID: "spare", Addr: "10.0.0.9:4100", PID: 99}},
+		{Type: Table, Ranks: []RankInfo{{HostID: "a", Addr: "x:1", PID: 1}, {HostID: "b", Addr: "y:2", PID: 2}, {HostID: "c", Addr: "z:3", PID: 3}}, Nonce: [16]byte{7}, Clock: 5, Rank: 2},
 		{Type: Reject, Text: "rank 3 joined twice"},
 		{Type: Heartbeat},
 		{Type: Report, Kind: 2, Peer: -1, Reporter: 4, Text: "mismatch"},
@@ -58,12 +60,14 @@ func TestRejects(t *testing.T) {
 		append((&Msg{Type: Heartbeat}).Append(nil), 0),
 		{byte(Table), 0xff, 0xff, 0xff, 0x7f},                   // huge count, no data
 		{byte(Reject), 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 'x'}, // huge string
-		{byte(Join), 0x80},                                 // truncated varint
-		{byte(RewireVerdict), 1, 0x08, 0, 0, 0},            // unknown flag
-		{byte(LinkCheck), 2, 0xff, 0xff, 0xff, 0xff, 0x1f}, // epoch above 32 bits
-		{byte(ShrinkPropose), 2, 1, 0xff, 0xff, 0x3f},      // huge list, no data
-		{byte(ShrinkPropose), 2, 1, 2, 5, 3},               // ranks not ascending
-		{byte(ShrinkPropose), 1, 1, 0},                     // proposer rank -1
+		{byte(Join), 0x80},                                                  // truncated varint
+		{byte(RewireVerdict), 1, 0x08, 0, 0, 0},                             // unknown flag
+		{byte(LinkCheck), 2, 0xff, 0xff, 0xff, 0xff, 0x1f},                  // epoch above 32 bits
+		{byte(ShrinkPropose), 2, 1, 0xff, 0xff, 0x3f},                       // huge list, no data
+		{byte(ShrinkPropose), 2, 1, 2, 5, 3},                                // ranks not ascending
+		{byte(ShrinkPropose), 1, 1, 0},                                      // proposer rank -1
+		{byte(Join), 3, 0, 0, 0, 2},                                         // rank -2
+		(&Msg{Type: Table, Ranks: []RankInfo{{}, {}}, Rank: 2}).Append(nil), // receiver beyond the table
 	}
 	for _, b := range bad {
 		if _, err := Decode(b); !errors.Is(err, ErrMalformed) {

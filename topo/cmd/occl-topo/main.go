@@ -8,11 +8,12 @@
 //	occl-topo hamiltonian -n 9
 //	occl-topo alloc -x 8 -y 8 -faults 1:2,3:4
 //	occl-topo show FILE|SPEC
+//	occl-topo without -failed 4,5 [-topology] FILE|SPEC
 //	occl-topo discover
 //
-// The builders (railx, kring, railonly, railopt) take -topology to print
-// the full topology instead, in the format OCCL_TOPO=FILE reads. They and
-// show take -dot to print the topology as a Graphviz graph (dot.go), and
+// The builders (railx, kring, railonly, railopt) and without take
+// -topology to print the full topology instead, in the format
+// OCCL_TOPO=FILE reads. They and show take -dot to print the topology as a Graphviz graph (dot.go), and
 // -svg FILE to render that graph with Graphviz's dot into an SVG file. Exit
 // status: 0 on success, 1 when the arguments are well formed but invalid
 // (the error says why), 2 on a usage error (unknown subcommand or flag).
@@ -47,10 +48,11 @@ commands:
   hamiltonian  Hamiltonian decomposition of the complete graph K_n / K*_n
   alloc        largest fault-free allocation of a RailX grid (Alg. 2)
   show FILE|SPEC  load and validate a topology file or spec, print a summary
+  without      the survivors of failed ranks: ranks kept, idle, their ring
   discover     describe this machine (NUMA nodes, NICs, RDMA devices)
 
-Builders take -topology to print the whole topology (for OCCL_TOPO=FILE).
-Builders and show take -dot to print it as a Graphviz graph, and -svg FILE
+Builders and without take -topology to print the whole topology (for
+OCCL_TOPO=FILE). Builders, show and without take -dot to print it as a Graphviz graph, and -svg FILE
 to render that graph into an SVG file (needs Graphviz's dot).
 Run 'occl-topo <command> -h' for a command's flags.
 Exit status: 0 ok, 1 invalid arguments, 2 usage error.
@@ -68,6 +70,7 @@ var commands = map[string]command{
 	"hamiltonian": hamiltonianCmd,
 	"alloc":       allocCmd,
 	"show":        showCmd,
+	"without":     withoutCmd,
 	"discover":    discoverCmd,
 }
 
@@ -653,6 +656,63 @@ validate it and print a summary: counts, link classes and the ring order.
 				out.OCSPorts++
 			}
 		}
+		return out, nil
+	}
+}
+
+// without
+
+type withoutOut struct {
+	Ranks     []int `json:"ranks"`
+	Idle      []int `json:"idle"`
+	Hosts     int   `json:"hosts"`
+	HBDomains int   `json:"hb_domains"`
+	Circuits  int   `json:"circuits"`
+	Ring      []int `json:"ring,omitempty"`
+}
+
+func withoutCmd(fs *flag.FlagSet) func([]string) (any, error) {
+	setUsage(fs, "-failed R,R,... [-topology | -dot | -svg FILE.svg] FILE|SPEC", `Load a topology file or spec and print what survives the failed ranks
+(Topology.Without): the ranks that keep working, numbered as in the file, the
+healthy ranks left idle, and the survivors' topology (a summary, or whole with
+-topology): a K-hop line bypasses failed nodes over backup links, a RailX grid
+keeps its largest fault-free allocation.
+`)
+	failed := fs.String("failed", "", "failed ranks, e.g. 4,5")
+	full := fs.Bool("topology", false, "print the survivors' whole topology")
+	pf := addPictureFlags(fs)
+	return func(args []string) (any, error) {
+		if len(args) != 1 {
+			return nil, usageError{"want exactly one FILE or SPEC"}
+		}
+		ranks, err := parseInts("failed", *failed)
+		if err != nil {
+			return nil, err
+		}
+		t, err := topo.FromSpec(args[0])
+		if err != nil {
+			return nil, err
+		}
+		s, err := t.Without(ranks)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case pf.wanted():
+			return pf.render(s.Topology)
+		case *full:
+			return rawJSON(s.Topology.JSON()), nil
+		}
+		out := withoutOut{Ranks: s.Ranks, Idle: s.Idle, Hosts: len(s.Topology.Hosts), Circuits: len(s.Topology.Circuits), Ring: s.Topology.Ring}
+		domains := map[int]bool{}
+		for h, host := range s.Topology.Hosts {
+			if host.HBDomain >= 0 {
+				domains[host.HBDomain] = true
+			} else {
+				domains[-1-h] = true
+			}
+		}
+		out.HBDomains = len(domains)
 		return out, nil
 	}
 }

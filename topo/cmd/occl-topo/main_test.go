@@ -440,3 +440,65 @@ func itoa(n int) string {
 	b, _ := json.Marshal(n)
 	return string(b)
 }
+
+func TestWithout(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name string, args ...string) string {
+		var stdout, stderr bytes.Buffer
+		if code := run(append(args, "-topology"), &stdout, &stderr); code != 0 {
+			t.Fatal(stderr.String())
+		}
+		file := filepath.Join(dir, name)
+		if err := os.WriteFile(file, stdout.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return file
+	}
+	type summary struct {
+		Ranks     []int `json:"ranks"`
+		Idle      []int `json:"idle"`
+		Hosts     int   `json:"hosts"`
+		HBDomains int   `json:"hb_domains"`
+		Circuits  int   `json:"circuits"`
+		Ring      []int `json:"ring"`
+	}
+	// node2 of a 6-node line fails (ranks 4 and 5, one is enough): with
+	// K = 2 its neighbours meet over the backup link, with K = 1 the line
+	// splits in two.
+	for _, c := range []struct {
+		k                 string
+		domains, circuits int
+		failed            string
+	}{{"2", 1, 4, "5"}, {"1", 2, 3, "4,5"}} {
+		file := write("kring"+c.k+".json", "kring", "-nodes", "6", "-k", c.k, "-gpus-per-node", "2")
+		var out summary
+		runJSON(t, &out, "without", "-failed", c.failed, file)
+		if len(out.Ranks) != 10 || out.Hosts != 5 || out.HBDomains != c.domains || out.Circuits != c.circuits || len(out.Ring) != 10 {
+			t.Fatalf("K=%s: %+v", c.k, out)
+		}
+		if c.failed == "5" && (len(out.Idle) != 1 || out.Idle[0] != 4) {
+			t.Fatalf("K=%s: idle %v, want node2's other rank 4", c.k, out.Idle)
+		}
+	}
+	// The centre of a 3x3 RailX torus: a row or column goes.
+	grid := write("railx.json", "railx", "-nodes", "3", "-dims", "2")
+	var out summary
+	runJSON(t, &out, "without", "-failed", "4", grid)
+	if len(out.Ranks) != 6 || len(out.Idle) != 2 || out.Hosts != 6 {
+		t.Fatalf("railx: %+v", out)
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"without", "-failed", "4", "-topology", grid}, &stdout, &stderr); code != 0 {
+		t.Fatal(stderr.String())
+	}
+	if top, err := topo.Parse(stdout.Bytes()); err != nil || len(top.Ranks) != 6 {
+		t.Fatalf("railx -topology: %v", err)
+	}
+	if s := runErr(t, 1, "without", "-failed", "9", grid); !strings.Contains(s, "failed rank 9") {
+		t.Fatalf("rank out of range: %s", s)
+	}
+	if s := runErr(t, 1, "without", "-failed", "x", grid); !strings.Contains(s, "-failed") {
+		t.Fatalf("bad list: %s", s)
+	}
+	runErr(t, 2, "without")
+}

@@ -1,0 +1,79 @@
+package reconfig_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/occl/occl/comm"
+	"github.com/occl/occl/reconfig"
+	"github.com/occl/occl/reconfig/plan"
+)
+
+// TestRecoveryTarget switches a fabric to the circuits RecoveryCircuits
+// plans when host 1 of a ring of four hosts fails and spare host 4 takes
+// its place: the switch is asked for the ring with the spare where host 1
+// was, and the survivors with the spare run collectives on their part of
+// the target. (In one process the failed host's ranks still run; here
+// they only hold the fabric's ports.)
+func TestRecoveryTarget(t *testing.T) {
+	fabric := spec(t, "hosts=5x2,nics=host,ocs_ports=2,hbd=8GB/s,eps=1GB/s,ocs=1GB/s,circuits=0-1/1-2/2-3/3-0")
+	target, err := plan.RecoveryCircuits(fabric, []int{1}, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	comms, err := comm.NewLocal(10, comm.WithTopology(fabric), comm.WithEmulation(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, c := range comms {
+			c.Close()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ctl := &fakeController{}
+	if _, err := reconfig.Reconfigure(ctx, comms, target, reconfig.WithController(ctl)); err != nil {
+		t.Fatal(err)
+	}
+	// Switch port p is on host p/2 (two OCS ports per host).
+	var hops []string
+	for _, c := range ctl.sets[0] {
+		hops = append(hops, fmt.Sprintf("%d-%d", c.A/2, c.B/2))
+	}
+	if got, want := fmt.Sprint(hops), "[0-4 0-3 2-4 2-3]"; got != want {
+		t.Fatalf("switched host pairs %s, want %s (circuits %v)", got, want, ctl.sets[0])
+	}
+	kept := []int{0, 1, 4, 5, 6, 7, 8, 9}
+	part := target.Subset(kept)
+	sub, err := comm.NewLocal(len(kept), comm.WithTopology(part), comm.WithEmulation(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, c := range sub {
+			c.Close()
+		}
+	}()
+	eachRank(t, sub, func(r int, c *comm.Communicator) error {
+		x := make([]float64, 1000)
+		for i := range x {
+			x[i] = float64(r*1000 + i)
+		}
+		if err := comm.AllReduce(ctx, c, x, x, comm.Sum); err != nil {
+			return err
+		}
+		for i, v := range x {
+			// sum over r of r*1000 + i
+			if want := float64(1000*len(kept)*(len(kept)-1)/2 + len(kept)*i); v != want {
+				return fmt.Errorf("element %d = %v, want %v", i, v, want)
+			}
+		}
+		if n := len(c.Topology().Circuits); n != 4 {
+			return fmt.Errorf("%d circuits in the survivors' part, want 4", n)
+		}
+		return nil
+	})
+}

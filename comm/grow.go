@@ -41,7 +41,9 @@ var ErrGrow = errors.New("grow failed; the communicator keeps running")
 // Size()+n ranks, in which the members keep their places); a topology of
 // the wrong size fails at once. Joiners must be given the same topology.
 // Grow on a communicator made for part of a fabric (Split,
-// WithFabricRanks) is not supported.
+// WithFabricRanks) is not supported; one made by Shrink grows (a spare
+// taking a failed rank's place), and the grown communicator spans the
+// topology given, as one made by Init does.
 //
 // c stays usable, as after Split: the caller usually moves to the new
 // communicator and closes c. If the joiners do not all arrive before the
@@ -108,7 +110,7 @@ func (c *Communicator) growConfig(n int, opts []Option) (config, error) {
 	switch {
 	case n < 1 || c.size+n > wire.MaxRanks:
 		return config{}, invalidf("%d joiners for a communicator of %d ranks", n, c.size)
-	case c.fabricRanks != nil:
+	case c.fabricRanks != nil && c.shrinks == 0:
 		return config{}, invalidf("a communicator made for part of a fabric (Split, WithFabricRanks) cannot grow")
 	}
 	cfg := c.cfg

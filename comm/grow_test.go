@@ -760,3 +760,78 @@ func TestProcessGrowNoJoiner(t *testing.T) {
 		t.Errorf("%d members failed as expected, want 4:\n%s", n, out)
 	}
 }
+
+// TestGrowAfterShrink: a communicator made by Shrink, whose ranks are
+// ranks of the fabric it came from, grows with the grown topology (a spare
+// taking the dropped rank's place); the grown communicator spans that
+// topology. One made by Split still cannot grow.
+func TestGrowAfterShrink(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	fabric := topo.Uniform(2, 2)
+	old, err := comm.NewLocal(4, comm.WithTopology(fabric))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeAll(old)
+	survivors := []*comm.Communicator{old[0], old[2], old[3]}
+	shrunk := make([]*comm.Communicator, 3)
+	for i, err := range onEach(survivors, func(i int, c *comm.Communicator) error {
+		var err error
+		shrunk[i], err = c.Shrink(ctx, []int{1})
+		return err
+	}) {
+		if err != nil {
+			t.Fatalf("shrink, old rank %d: %v", []int{0, 2, 3}[i], err)
+		}
+	}
+	defer closeAll(shrunk)
+	if got := fmt.Sprint(shrunk[0].FabricRanks()); got != "[0 2 3]" {
+		t.Fatalf("shrunk fabric ranks %s, want [0 2 3]", got)
+	}
+	grown := make([]*comm.Communicator, 4)
+	for r, err := range onEach(shrunk, func(r int, c *comm.Communicator) error {
+		g, joiners, err := c.GrowLocal(ctx, 1, comm.WithTopology(fabric))
+		if err != nil {
+			return err
+		}
+		grown[r] = g
+		for _, j := range joiners {
+			grown[j.Rank()] = j
+		}
+		return nil
+	}) {
+		if err != nil {
+			t.Fatalf("grow, rank %d: %v", r, err)
+		}
+	}
+	defer closeAll(grown)
+	for r, g := range grown {
+		if g == nil || g.Size() != 4 || g.Rank() != r {
+			t.Fatalf("grown rank %d: %v", r, g)
+		}
+		if got := fmt.Sprint(g.FabricRanks()); got != "[0 1 2 3]" {
+			t.Errorf("grown rank %d: fabric ranks %s, want [0 1 2 3]", r, got)
+		}
+	}
+	for i, err := range onEach(grown, func(_ int, c *comm.Communicator) error { return grownChecks(ctx, c) }) {
+		if err != nil {
+			t.Fatalf("rank %d of the grown communicator: %v", i, err)
+		}
+	}
+	// A Split of the shrunk communicator is part of a fabric again.
+	split := make([]*comm.Communicator, 3)
+	for i, err := range onEach(shrunk, func(i int, c *comm.Communicator) error {
+		var err error
+		split[i], err = c.Split(ctx, 0, i)
+		return err
+	}) {
+		if err != nil {
+			t.Fatalf("split, rank %d: %v", i, err)
+		}
+	}
+	defer closeAll(split)
+	if _, _, err := split[0].GrowLocal(ctx, 1, comm.WithTopology(fabric)); !errors.Is(err, comm.ErrInvalidArgument) {
+		t.Fatalf("GrowLocal of a Split: %v, want ErrInvalidArgument", err)
+	}
+}

@@ -123,7 +123,11 @@ func (h *Handle) Wait(ctx context.Context) (Result, error) {
 // the fabric (all ranks of them for in-process communicators): the ones
 // Init or NewLocal made, whose topology is the fabric's and whose rewire
 // switches it, and any sub-communicators made from them by Split, which
-// are rewired onto their part of target once the switch is done.
+// are rewired onto their part of target once the switch is done. A
+// communicator made by Shrink spans the survivors' fabric: given a target
+// of as many ranks as it has (rank i of the target being its rank i, as in
+// topo.Topology.Without's survivors' topology), it switches it like one
+// made by Init.
 func Reconfigure(ctx context.Context, comms []*comm.Communicator, target *topo.Topology, opts ...Option) (Result, error) {
 	return ReconfigureAsync(ctx, comms, target, opts...).Wait(ctx)
 }
@@ -178,6 +182,14 @@ func ReconfigureAsync(ctx context.Context, comms []*comm.Communicator, target *t
 	for i, c := range comms {
 		fr := c.FabricRanks()
 		spans[i] = len(fr) == len(target.Ranks)
+		if spans[i] && c.Shrinks() > 0 {
+			// The survivors' fabric, numbered as the communicator.
+			parts[i] = target
+			if first < 0 {
+				first = i
+			}
+			continue
+		}
 		for r, f := range fr {
 			if f < 0 || f >= len(target.Ranks) {
 				return fail(fmt.Errorf("reconfig: communicator %016x: its rank %d is rank %d of the fabric; the target has %d ranks",

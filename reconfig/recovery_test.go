@@ -77,3 +77,73 @@ func TestRecoveryTarget(t *testing.T) {
 		return nil
 	})
 }
+
+// TestReconfigureShrunk: the survivors of a failed host shrink, and the
+// communicator Shrink made switches the survivors' fabric
+// (Topology.Without) like one made by Init: the controller is asked for
+// the target's circuits once, every survivor runs on them, and collectives
+// work.
+func TestReconfigureShrunk(t *testing.T) {
+	fabric := spec(t, base+",circuits=0-1/1-2/2-3/3-0")
+	comms, err := comm.NewLocal(8, comm.WithTopology(fabric), comm.WithEmulation(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, c := range comms {
+			c.Close()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// Host 1 (ranks 2 and 3) fails.
+	comms[2].Abort()
+	comms[3].Abort()
+	kept := []int{0, 1, 4, 5, 6, 7}
+	surv, err := fabric.Without([]int{2, 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(surv.Ranks) != fmt.Sprint(kept) {
+		t.Fatalf("survivors %v, want %v", surv.Ranks, kept)
+	}
+	target := surv.Topology
+	shrunk := make([]*comm.Communicator, len(kept))
+	eachRank(t, shrunk, func(i int, _ *comm.Communicator) error {
+		var err error
+		shrunk[i], err = comms[kept[i]].Shrink(ctx, nil)
+		return err
+	})
+	defer func() {
+		for _, c := range shrunk {
+			c.Close()
+		}
+	}()
+	if before := shrunk[0].Topology(); len(before.Circuits) == len(target.Circuits) {
+		t.Fatalf("the shrunk topology already has the target's %d circuits", len(target.Circuits))
+	}
+	ctl := &fakeController{}
+	if _, err := reconfig.Reconfigure(ctx, shrunk, target, reconfig.WithController(ctl)); err != nil {
+		t.Fatal(err)
+	}
+	want, err := target.SwitchCircuits()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ctl.sets) != 1 || fmt.Sprint(ctl.sets[0]) != fmt.Sprint(want) {
+		t.Fatalf("switched %v, want once %v", ctl.sets, want)
+	}
+	eachRank(t, shrunk, func(r int, c *comm.Communicator) error {
+		if got := fmt.Sprint(c.Topology().Circuits); got != fmt.Sprint(target.Circuits) {
+			return fmt.Errorf("circuits %s, want %s", got, fmt.Sprint(target.Circuits))
+		}
+		x := []int64{int64(kept[r]), 1}
+		if err := comm.AllReduce(ctx, c, x, x, comm.Sum); err != nil {
+			return err
+		}
+		if x[0] != 23 || x[1] != int64(len(kept)) {
+			return fmt.Errorf("AllReduce gave %v, want [23 %d]", x, len(kept))
+		}
+		return nil
+	})
+}

@@ -23,6 +23,20 @@
 // reconfigured), each layer in them and the phases of the layer that the
 // table times: attention, reconf wait, dispatch, experts and combine.
 // "occl-trace merge DIR -o job.json" puts the ranks on one clock.
+//
+// With -kill-rank R -at-layer L the example runs the reconfigured pass
+// only, and rank R kills itself (SIGKILL) in the middle of layer L's
+// dispatch all-to-all. The survivors see the all-to-all fail with a
+// *comm.PeerError naming R, shrink the communicator (Communicator.Shrink),
+// narrow the fabric to the survivors (topo.Topology.Without), give R's
+// experts to a survivor, and run layers L and on again, reconfiguring
+// the circuits for the new membership before each. With -spare, one
+// more process is started as a spare: it joins (comm.Join) when the
+// survivors grow the shrunk communicator by one (Communicator.Grow),
+// takes R's place on the fabric and R's experts, and the run finishes on
+// as many ranks as it started with. The report gives the detection time
+// (fault to error), the recovery time (error to the first successful
+// collective on the new communicator) and the layers after it.
 package main
 
 import (
@@ -52,7 +66,25 @@ type config struct {
 	delay   time.Duration
 	skew    float64
 	spec    string
+	np      int
+	// killRank, if not negative, kills itself in layer killLayer's
+	// dispatch; spare starts a process that joins the survivors.
+	killRank, killLayer int
+	spare               bool
+	dir                 string // where the ranks and the spare share files
 }
+
+// Environment of the launched processes in a run with -kill-rank.
+const (
+	dirEnv   = "MOE_DIR"   // the directory the launcher made
+	spareEnv = "MOE_SPARE" // set for the spare
+)
+
+// Files in that directory.
+const (
+	faultFile  = "fault"   // Unix nanoseconds at which the killed rank died
+	growIDFile = "grow-id" // the id the survivors grow with, for the spare
+)
 
 func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("moe", flag.ContinueOnError)
@@ -65,6 +97,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.delay, "switch-delay", 25*time.Millisecond, "switching time of the emulated optical switch")
 	fs.Float64Var(&cfg.skew, "skew", 1.2, "Zipf exponent of expert popularity")
 	fs.StringVar(&cfg.spec, "topo", "hosts=4x2,nics=host,ocs_ports=2,hbd=2GB/s,eps=100MB/s,ocs=100MB/s", "emulated fabric (OCCL_TOPO spec)")
+	fs.IntVar(&cfg.killRank, "kill-rank", -1, "this rank kills itself in the dispatch all-to-all of -at-layer; the others recover (-1: none)")
+	fs.IntVar(&cfg.killLayer, "at-layer", 0, "the layer in which -kill-rank dies")
+	fs.BoolVar(&cfg.spare, "spare", false, "with -kill-rank: start a spare process that joins the survivors and takes the dead rank's place")
 	traceDir := fs.String("trace", "", "write every rank's timeline, occl's operations and the layers' phases, to this directory (sets "+comm.TraceEnv+")")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -81,6 +116,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "moe: layers must be positive; bytes, compute and skew not negative")
 		return 2
 	}
+	cfg.np = *np
+	if cfg.killRank >= 0 && (*np < 2 || cfg.killRank >= *np || cfg.killLayer < 0 || cfg.killLayer >= cfg.layers) {
+		fmt.Fprintln(stderr, "moe: -kill-rank needs -np of at least 2 and a rank below it, and -at-layer below -layers")
+		return 2
+	}
+	if cfg.spare && cfg.killRank < 0 {
+		fmt.Fprintln(stderr, "moe: -spare needs -kill-rank")
+		return 2
+	}
 	if *np > 0 && os.Getenv("OCCL_RANK") == "" {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
@@ -89,8 +133,27 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "moe:", err)
 			return 1
 		}
+		if cfg.killRank >= 0 {
+			if err := launchKill(ctx, cfg, self, args, stdout, stderr); err != nil {
+				fmt.Fprintln(stderr, "moe:", err)
+				return 1
+			}
+			return 0
+		}
 		if _, err := launch.Run(ctx, launch.Spec{NP: *np, Path: self, Args: args, Stdout: stdout, Stderr: stderr, RawStdout: true}); err != nil {
 			fmt.Fprintln(stderr, "moe:", err)
+			return 1
+		}
+		return 0
+	}
+	cfg.dir = os.Getenv(dirEnv)
+	if cfg.killRank >= 0 && cfg.dir == "" {
+		fmt.Fprintln(stderr, "moe: -kill-rank runs under the example's own launcher (-np)")
+		return 2
+	}
+	if os.Getenv(spareEnv) != "" {
+		if err := spareWorker(cfg); err != nil {
+			fmt.Fprintln(stderr, "moe: spare:", err)
 			return 1
 		}
 		return 0
@@ -134,18 +197,16 @@ func worker(cfg config, stdout io.Writer) error {
 		return err
 	}
 	defer c.Close()
-	if c.Rank() != 0 {
-		stdout = io.Discard
-	}
-	var ctl reconfig.Controller
+	sw := &switcher{delay: cfg.delay}
+	defer sw.close()
 	if c.Rank() == 0 {
-		e, err := reconfig.StartEmulated(ctx, len(reconfig.Ports(base)), cfg.delay, "")
-		if err != nil {
+		if err := sw.start(ctx, base); err != nil {
 			return err
 		}
-		defer e.Close()
-		ctl = e
+	} else {
+		stdout = io.Discard
 	}
+	ctl := sw.controller()
 	n := c.Size()
 	demands := make([][][]int, cfg.layers)
 	targets := make([]*topo.Topology, cfg.layers)
@@ -162,14 +223,17 @@ func worker(cfg config, stdout io.Writer) error {
 		return err
 	}
 	// Warm up connections and buffers, untimed.
-	if _, err := pass(ctx, c, "warm-up", cfg, demands[:1], nil, ctl); err != nil {
+	if _, err := pass(ctx, c, "warm-up", cfg, demands[:1], nil, ctl, 0, -1); err != nil {
 		return err
 	}
-	static, err := pass(ctx, c, "static", cfg, demands, nil, ctl)
+	if cfg.killRank >= 0 {
+		return killRun(ctx, cfg, c, base, demands, targets, sw, stdout)
+	}
+	static, err := pass(ctx, c, "static", cfg, demands, nil, ctl, 0, -1)
 	if err != nil {
 		return err
 	}
-	dynamic, err := pass(ctx, c, "reconfigured", cfg, demands, targets, ctl)
+	dynamic, err := pass(ctx, c, "reconfigured", cfg, demands, targets, ctl, 0, -1)
 	if err != nil {
 		return err
 	}
@@ -198,20 +262,35 @@ func hot(l, n int) int { return (3 * l) % n }
 // gate returns layer l's demand in bytes: every rank sends rank d a share
 // of cfg.bytes proportional to 1/(k+1)^skew, k being d's popularity rank
 // (the hot expert first).
-func gate(n, l int, cfg config) [][]int {
-	w := make([]float64, n)
+func gate(n, l int, cfg config) [][]int { return gateOn(identity(n), n, l, cfg) }
+
+// gateOn is gate for experts placed on ranks: expert e (one per rank the
+// job started with) runs on rank owner[e] of a communicator of n ranks,
+// which receives the tokens of every expert it holds.
+func gateOn(owner []int, n, l int, cfg config) [][]int {
+	e := len(owner)
+	w := make([]float64, e)
 	sum := 0.0
-	for d := 0; d < n; d++ {
-		k := (d - hot(l, n) + n) % n
-		w[d] = 1 / math.Pow(float64(k+1), cfg.skew)
-		sum += w[d]
+	for x := range e {
+		k := (x - hot(l, e) + e) % e
+		w[x] = 1 / math.Pow(float64(k+1), cfg.skew)
+		sum += w[x]
 	}
 	out := make([][]int, n)
 	for s := range out {
 		out[s] = make([]int, n)
-		for d := range out[s] {
-			out[s][d] = int(w[d]/sum*float64(cfg.bytes)) / 4 * 4
+		for x, d := range owner {
+			out[s][d] += int(w[x]/sum*float64(cfg.bytes)) / 4 * 4
 		}
+	}
+	return out
+}
+
+// identity returns 0..n-1.
+func identity(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
 	}
 	return out
 }
@@ -234,8 +313,10 @@ func plan(base *topo.Topology, demand [][]int) (*topo.Topology, error) {
 // while the layer's experts compute. With a timeline (c.Timeline), it
 // records the pass, each layer in it, and the layer's phases on the
 // application thread; a layer's dispatch and combine slices are exactly
-// what its all-to-all time adds up.
-func pass(ctx context.Context, c *comm.Communicator, name string, cfg config, demands [][][]int, targets []*topo.Topology, ctl reconfig.Controller) ([]layerStats, error) {
+// what its all-to-all time adds up. demands[i] is layer from+i; if kill
+// is such a layer, this rank dies in its dispatch all-to-all (see die). A
+// layer's failure is a *layerError.
+func pass(ctx context.Context, c *comm.Communicator, name string, cfg config, demands [][][]int, targets []*topo.Topology, ctl reconfig.Controller, from, kill int) ([]layerStats, error) {
 	n, rank := c.Size(), c.Rank()
 	stats := make([]layerStats, len(demands))
 	clocks := make([]layerClock, len(demands))
@@ -245,23 +326,24 @@ func pass(ctx context.Context, c *comm.Communicator, name string, cfg config, de
 			Args: map[string]any{"pass": name, "layer": l}})
 	}
 	passStart := time.Now()
-	for l, dem := range demands {
+	for i, dem := range demands {
+		l := from + i
 		var h *reconfig.Handle
 		call := time.Now()
 		if targets != nil {
-			h = reconfig.ReconfigureAsync(ctx, []*comm.Communicator{c}, targets[l], reconfig.WithController(ctl))
+			h = reconfig.ReconfigureAsync(ctx, []*comm.Communicator{c}, targets[i], reconfig.WithController(ctl))
 		}
 		time.Sleep(cfg.compute) // the previous layer's experts, or attention
 		ready := time.Now()
 		if h != nil {
 			res, err := h.Wait(ctx)
 			if err != nil {
-				return nil, fmt.Errorf("layer %d: %w", l, err)
+				return nil, &layerError{l, "reconfiguration", err}
 			}
 			resumed := time.Now()
-			clocks[l] = layerClock{call: call.UnixNano(), end: call.Add(res.Times[0].Total).UnixNano(),
+			clocks[i] = layerClock{call: call.UnixNano(), end: call.Add(res.Times[0].Total).UnixNano(),
 				ready: ready.UnixNano(), resumed: resumed.UnixNano()}
-			stats[l].switchT = res.Switch
+			stats[i].switchT = res.Switch
 			span("reconf wait", l, ready, resumed)
 		}
 		span("attention", l, call, ready)
@@ -272,17 +354,25 @@ func pass(ctx context.Context, c *comm.Communicator, name string, cfg config, de
 		}
 		recv := make([]float32, sum(rc))
 		t0 := time.Now()
+		if l == kill {
+			go comm.AllToAllV(ctx, c, send, sc, sd, recv, rc, rd)
+			time.Sleep(time.Millisecond)
+			die(cfg.dir)
+		}
 		if err := comm.AllToAllV(ctx, c, send, sc, sd, recv, rc, rd); err != nil {
-			return nil, fmt.Errorf("layer %d dispatch: %w", l, err)
+			return nil, &layerError{l, "dispatch", err}
 		}
 		d1 := time.Since(t0)
 		span("dispatch", l, t0, t0.Add(d1))
 		for src := 0; src < n; src++ {
 			for _, v := range recv[rd[src] : rd[src]+rc[src]] {
 				if v != float32(src) {
-					return nil, fmt.Errorf("layer %d: token from rank %d carries %v", l, src, v)
+					return nil, fmt.Errorf("layer %d (%s pass): token from rank %d carries %v", l, name, src, v)
 				}
 			}
+		}
+		for i := range send {
+			send[i] = -1 // the combine brings every token back here
 		}
 		experts := time.Now()
 		time.Sleep(cfg.compute) // this layer's experts
@@ -290,11 +380,16 @@ func pass(ctx context.Context, c *comm.Communicator, name string, cfg config, de
 		span("experts", l, experts, t1)
 		// Combine: the tokens go back, the transposed exchange.
 		if err := comm.AllToAllV(ctx, c, recv, rc, rd, send, sc, sd); err != nil {
-			return nil, fmt.Errorf("layer %d combine: %w", l, err)
+			return nil, &layerError{l, "combine", err}
 		}
 		d2 := time.Since(t1)
 		span("combine", l, t1, t1.Add(d2))
-		stats[l].a2a = d1 + d2
+		for _, v := range send {
+			if v != float32(rank) {
+				return nil, fmt.Errorf("layer %d (%s pass): a token came back to rank %d carrying %v", l, name, rank, v)
+			}
+		}
+		stats[i].a2a = d1 + d2
 		span(fmt.Sprintf("layer %d (%s)", l, name), l, call, t1.Add(d2))
 	}
 	tl.Span(trace.Span{Name: name + " pass", Cat: "moe", Start: passStart, End: time.Now(), Tid: trace.App,

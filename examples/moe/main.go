@@ -197,6 +197,7 @@ func worker(cfg config, stdout io.Writer) error {
 		return err
 	}
 	defer c.Close()
+	out := stdout // after a failure, the new rank 0 prints
 	sw := &switcher{delay: cfg.delay}
 	defer sw.close()
 	if c.Rank() == 0 {
@@ -227,7 +228,7 @@ func worker(cfg config, stdout io.Writer) error {
 		return err
 	}
 	if cfg.killRank >= 0 {
-		return killRun(ctx, cfg, c, base, demands, targets, sw, stdout)
+		return killRun(ctx, cfg, c, base, demands, targets, sw, out)
 	}
 	static, err := pass(ctx, c, "static", cfg, demands, nil, ctl, 0, -1)
 	if err != nil {
@@ -355,8 +356,10 @@ func pass(ctx context.Context, c *comm.Communicator, name string, cfg config, de
 		recv := make([]float32, sum(rc))
 		t0 := time.Now()
 		if l == kill {
+			// Dies once its all-to-all is under way, before the
+			// others' tokens could all have arrived.
 			go comm.AllToAllV(ctx, c, send, sc, sd, recv, rc, rd)
-			time.Sleep(time.Millisecond)
+			time.Sleep(100 * time.Microsecond)
 			die(cfg.dir)
 		}
 		if err := comm.AllToAllV(ctx, c, send, sc, sd, recv, rc, rd); err != nil {

@@ -14,6 +14,16 @@ import (
 	"github.com/occl/occl/trace"
 )
 
+// build builds the example.
+func build(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "moe")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	return bin
+}
+
 // TestMoE runs three layers across 4 processes on a small emulated fabric
 // with -trace and checks the report (every token is checked by the program
 // itself) and the merged timeline against it: every rank has, in each
@@ -22,10 +32,7 @@ import (
 // dispatch plus combine over the ranks of each layer is the table's
 // all-to-all time, the largest reconfiguration wait its max wait.
 func TestMoE(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "moe")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := build(t)
 	dir := t.TempDir()
 	const np, layers = 4, 3
 	cmd := exec.Command(bin, "-np", strconv.Itoa(np), "-layers", strconv.Itoa(layers), "-bytes", "65536", "-compute", "5ms", "-switch-delay", "2ms",
@@ -160,5 +167,102 @@ func TestMoE(t *testing.T) {
 				t.Errorf("layer %d: %s %.4f ms in the timeline, %.3f ms in the table", l, c.what, c.got, c.table)
 			}
 		}
+	}
+}
+
+// TestMoEKill kills a rank of 4 in the dispatch of a layer (rank 0, the
+// one that serves the switch and prints, and another) and checks that the
+// run finishes: the failure detected and recovered from, the layers from
+// the failed one on run again (every token checked by the program, which
+// fails otherwise) on 3 ranks, or on 4 with the spare that joined.
+func TestMoEKill(t *testing.T) {
+	bin := build(t)
+	const np, layers = 4, 4
+	for _, c := range []struct {
+		kill, at int
+		spare    bool
+	}{{2, 1, false}, {0, 2, false}, {1, 1, true}, {0, 2, true}} {
+		t.Run(fmt.Sprintf("kill=%d,at=%d,spare=%v", c.kill, c.at, c.spare), func(t *testing.T) {
+			args := []string{"-np", strconv.Itoa(np), "-layers", strconv.Itoa(layers), "-bytes", "65536", "-compute", "5ms", "-switch-delay", "2ms",
+				"-topo", "hosts=2x2,nics=host,ocs_ports=2,hbd=4GB/s,eps=1GB/s,ocs=1GB/s",
+				"-kill-rank", strconv.Itoa(c.kill), "-at-layer", strconv.Itoa(c.at)}
+			if c.spare {
+				args = append(args, "-spare")
+			}
+			cmd := exec.Command(bin, args...)
+			cmd.Env = append(os.Environ(), "OCCL_RANK=", "OCCL_TRACE=")
+			var out, errOut bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &errOut
+			if err := cmd.Run(); err != nil {
+				t.Fatalf("%v\n%s\n%s", err, out.String(), errOut.String())
+			}
+			text := out.String()
+			ranks := np - 1
+			if c.spare {
+				ranks = np
+			}
+			var detect, recovered, joined float64
+			var rows [][]float64
+			var doneLayers, doneRanks int
+			for _, line := range strings.Split(text, "\n") {
+				switch {
+				case strings.HasPrefix(line, "# detected in "):
+					fmt.Sscanf(line, "# detected in %f ms", &detect)
+					if !strings.Contains(line, fmt.Sprintf("naming rank %d", c.kill)) {
+						t.Errorf("detection names another rank: %q", line)
+					}
+				case strings.HasPrefix(line, "# recovered in "):
+					fmt.Sscanf(line, "# recovered in %f ms", &recovered)
+					if !strings.Contains(line, fmt.Sprintf("shrunk communicator of %d ranks", np-1)) {
+						t.Errorf("recovery line %q", line)
+					}
+				case strings.HasPrefix(line, "# spare joined in "):
+					fmt.Sscanf(line, "# spare joined in %f ms", &joined)
+				case strings.HasPrefix(line, "# after recovery: ") && strings.Contains(line, "every token verified"):
+					fmt.Sscanf(line, "# after recovery: %d layers on %d ranks", &doneLayers, &doneRanks)
+				case line == "" || strings.HasPrefix(line, "#"):
+				default:
+					var row []float64
+					for _, f := range strings.Fields(line) {
+						v, err := strconv.ParseFloat(f, 64)
+						if err != nil {
+							t.Fatalf("row %q: %v", line, err)
+						}
+						row = append(row, v)
+					}
+					if len(row) != 9 {
+						t.Fatalf("row %q: %d columns, want 9", line, len(row))
+					}
+					rows = append(rows, row)
+				}
+			}
+			if detect <= 0 || recovered <= 0 || c.spare != (joined > 0) || c.spare && joined < recovered {
+				t.Errorf("detected in %v ms, recovered in %v ms, spare joined in %v ms:\n%s", detect, recovered, joined, text)
+			}
+			if doneLayers != layers-c.at || doneRanks != ranks || len(rows) != layers-c.at {
+				t.Fatalf("want layers %d to %d on %d ranks:\n%s", c.at, layers-1, ranks, text)
+			}
+			for i, row := range rows {
+				if int(row[0]) != c.at+i || int(row[3]) != ranks || row[4] <= 0 {
+					t.Errorf("row %v: want layer %d on %d ranks", row, c.at+i, ranks)
+				}
+				// The hot expert's rank: the dead rank's expert went to the
+				// spare (the last rank) or to the survivor that took its
+				// number; the others follow their ranks.
+				e := int(row[1])
+				want := e
+				switch {
+				case e == c.kill && c.spare:
+					want = np - 1
+				case e == c.kill:
+					want = c.kill % (np - 1)
+				case e > c.kill:
+					want = e - 1
+				}
+				if int(row[2]) != want {
+					t.Errorf("layer %d: hot expert %d on rank %d, want %d", int(row[0]), e, int(row[2]), want)
+				}
+			}
+		})
 	}
 }

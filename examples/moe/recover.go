@@ -167,7 +167,8 @@ func agreeRecovery(ctx context.Context, c *comm.Communicator, from int, errAt, s
 // killRun runs the reconfigured pass in which cfg.killRank dies. The
 // survivors shrink, narrow the fabric and the expert placement to
 // themselves (and the spare, if any), and finish the pass from the layer
-// that failed on the new communicator.
+// that failed on the new communicator. stdout is the process's: the rank
+// 0 of the communicator the run ends on prints.
 func killRun(ctx context.Context, cfg config, c *comm.Communicator, base *topo.Topology, demands [][][]int, targets []*topo.Topology,
 	sw *switcher, stdout io.Writer) error {
 	n, dead := c.Size(), cfg.killRank
@@ -179,7 +180,9 @@ func killRun(ctx context.Context, cfg config, c *comm.Communicator, base *topo.T
 	if cfg.spare {
 		spare = "; a spare waits to join"
 	}
-	fmt.Fprintf(stdout, "# fault: rank %d dies (SIGKILL) in the dispatch all-to-all of layer %d%s\n", dead, cfg.killLayer, spare)
+	if c.Rank() == 0 {
+		fmt.Fprintf(stdout, "# fault: rank %d dies (SIGKILL) in the dispatch all-to-all of layer %d%s\n", dead, cfg.killLayer, spare)
+	}
 	_, err := pass(ctx, c, "reconfigured", cfg, demands, targets, sw.controller(), 0, kill)
 	errAt := time.Now()
 	var pe *comm.PeerError

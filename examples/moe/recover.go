@@ -368,8 +368,8 @@ func resume(ctx context.Context, cfg config, c *comm.Communicator, fabric *topo.
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "# layer  hot  on  ranks  a2a reconf  reconf total  switch  exposed  max wait\n")
-	fmt.Fprintf(stdout, "#                          (ms)          (ms)    (ms)     (ms)      (ms)\n")
+	fmt.Fprintf(stdout, "# layer  hot  on  ranks         a2a  reconf total  switch  exposed  max wait\n")
+	fmt.Fprintf(stdout, "#                              (ms)          (ms)    (ms)     (ms)      (ms)\n")
 	var sum, exposed time.Duration
 	for i, s := range stats {
 		l := rec.from + i

@@ -240,7 +240,10 @@ func killRun(ctx context.Context, cfg config, c *comm.Communicator, base *topo.T
 			return err
 		}
 		fabric = spareTopology(base, dead)
-		grown, err := shrunk.Grow(ctx, id, 1, comm.WithTopology(fabric))
+		// A spare that does not come fails the run within a minute.
+		gctx, cancel := context.WithTimeout(ctx, time.Minute)
+		grown, err := shrunk.Grow(gctx, id, 1, comm.WithTopology(fabric))
+		cancel()
 		if err != nil {
 			return fmt.Errorf("rank %d: grow by the spare: %w", shrunk.Rank(), err)
 		}
@@ -252,6 +255,7 @@ func killRun(ctx context.Context, cfg config, c *comm.Communicator, base *topo.T
 		}
 		grownAt = time.Now()
 		cur = grown
+		shrunk.Close() // the run goes on without it
 	}
 	rec, err := agreeRecovery(ctx, cur, from, errAt, shrunkAt, grownAt)
 	if err != nil {
@@ -293,7 +297,9 @@ func spareWorker(cfg config) error {
 		return err
 	}
 	fabric := spareTopology(base, cfg.killRank)
-	c, err := comm.Join(ctx, id, comm.WithTopology(fabric), comm.WithEmulation(true))
+	jctx, jcancel := context.WithTimeout(ctx, time.Minute)
+	c, err := comm.Join(jctx, id, comm.WithTopology(fabric), comm.WithEmulation(true))
+	jcancel()
 	if err != nil {
 		return fmt.Errorf("join: %w", err)
 	}

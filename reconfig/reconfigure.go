@@ -127,7 +127,8 @@ func (h *Handle) Wait(ctx context.Context) (Result, error) {
 // communicator made by Shrink spans the survivors' fabric: given a target
 // of as many ranks as it has (rank i of the target being its rank i, as in
 // topo.Topology.Without's survivors' topology), it switches it like one
-// made by Init.
+// made by Init, and the communicators split from it are rewired onto
+// their part of that target.
 func Reconfigure(ctx context.Context, comms []*comm.Communicator, target *topo.Topology, opts ...Option) (Result, error) {
 	return ReconfigureAsync(ctx, comms, target, opts...).Wait(ctx)
 }
@@ -179,6 +180,18 @@ func ReconfigureAsync(ctx context.Context, comms []*comm.Communicator, target *t
 	spans := make([]bool, len(comms))
 	parts := make([]*topo.Topology, len(comms))
 	first := -1
+	// A communicator made by Shrink numbers the survivors' fabric: the
+	// fabric ranks of those split from it are renumbered so.
+	var survivor map[int]int
+	for _, c := range comms {
+		if fr := c.FabricRanks(); c.Shrinks() > 0 && len(fr) == len(target.Ranks) {
+			survivor = make(map[int]int, len(fr))
+			for r, f := range fr {
+				survivor[f] = r
+			}
+			break
+		}
+	}
 	for i, c := range comms {
 		fr := c.FabricRanks()
 		spans[i] = len(fr) == len(target.Ranks)
@@ -191,6 +204,14 @@ func ReconfigureAsync(ctx context.Context, comms []*comm.Communicator, target *t
 			continue
 		}
 		for r, f := range fr {
+			if survivor != nil {
+				s, ok := survivor[f]
+				if !ok {
+					return fail(fmt.Errorf("reconfig: communicator %016x: its rank %d is rank %d of the fabric, which the shrunk communicator does not have",
+						c.ID(), r, f))
+				}
+				fr[r], f = s, s
+			}
 			if f < 0 || f >= len(target.Ranks) {
 				return fail(fmt.Errorf("reconfig: communicator %016x: its rank %d is rank %d of the fabric; the target has %d ranks",
 					c.ID(), r, f, len(target.Ranks)))

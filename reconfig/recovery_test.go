@@ -82,7 +82,7 @@ func TestRecoveryTarget(t *testing.T) {
 // communicator Shrink made switches the survivors' fabric
 // (Topology.Without) like one made by Init: the controller is asked for
 // the target's circuits once, every survivor runs on them, and collectives
-// work.
+// work; groups split from it run on their part of the target.
 func TestReconfigureShrunk(t *testing.T) {
 	fabric := spec(t, base+",circuits=0-1/1-2/2-3/3-0")
 	comms, err := comm.NewLocal(8, comm.WithTopology(fabric), comm.WithEmulation(true))
@@ -122,8 +122,20 @@ func TestReconfigureShrunk(t *testing.T) {
 	if before := shrunk[0].Topology(); len(before.Circuits) == len(target.Circuits) {
 		t.Fatalf("the shrunk topology already has the target's %d circuits", len(target.Circuits))
 	}
+	// Groups split from the shrunk communicator: its even and odd ranks.
+	split := make([]*comm.Communicator, len(kept))
+	eachRank(t, shrunk, func(r int, c *comm.Communicator) error {
+		var err error
+		split[r], err = c.Split(ctx, r%2, r)
+		return err
+	})
+	defer func() {
+		for _, c := range split {
+			c.Close()
+		}
+	}()
 	ctl := &fakeController{}
-	if _, err := reconfig.Reconfigure(ctx, shrunk, target, reconfig.WithController(ctl)); err != nil {
+	if _, err := reconfig.Reconfigure(ctx, append(append([]*comm.Communicator(nil), shrunk...), split...), target, reconfig.WithController(ctl)); err != nil {
 		t.Fatal(err)
 	}
 	want, err := target.SwitchCircuits()
@@ -143,6 +155,25 @@ func TestReconfigureShrunk(t *testing.T) {
 		}
 		if x[0] != 23 || x[1] != int64(len(kept)) {
 			return fmt.Errorf("AllReduce gave %v, want [23 %d]", x, len(kept))
+		}
+		return nil
+	})
+	// Each group runs on its part of the target, in the shrunk
+	// communicator's numbering: old ranks 0, 4, 6 and 1, 5, 7.
+	eachRank(t, split, func(r int, c *comm.Communicator) error {
+		part := target.Subset([]int{r % 2, r%2 + 2, r%2 + 4})
+		if len(part.Circuits) == 0 {
+			return fmt.Errorf("group %d: no circuit in its part of the target", r%2)
+		}
+		if got := fmt.Sprint(c.Topology().Circuits); got != fmt.Sprint(part.Circuits) {
+			return fmt.Errorf("group %d: circuits %s, want %s", r%2, got, fmt.Sprint(part.Circuits))
+		}
+		x := []int64{int64(kept[r])}
+		if err := comm.AllReduce(ctx, c, x, x, comm.Sum); err != nil {
+			return err
+		}
+		if want := []int64{10, 13}[r%2]; x[0] != want {
+			return fmt.Errorf("group %d: AllReduce gave %d, want %d", r%2, x[0], want)
 		}
 		return nil
 	})

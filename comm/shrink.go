@@ -152,9 +152,11 @@ var afterPropose func()
 // recovery runs one rank's side of a shrink's agreement (package agree)
 // over recovery connections through the data listeners: a proposer dials
 // its coordinator's, the coordinator answers on that connection. The
-// failure detector dials the ranks the machine watches: a rank whose
-// listener is gone refuses at once, a stopped one does not finish the
-// handshake within the heartbeat timeout.
+// failure detector probes the ranks the machine watches, every heartbeat
+// interval (tcp.PurposeProbe, answered by the listener's handshake, so
+// that it works before the rank calls Shrink and leaves nothing behind):
+// a rank whose listener is gone refuses at once, a stopped one does not
+// finish the handshake within the heartbeat timeout.
 type recovery struct {
 	c       *Communicator
 	lk      *tcpLinker
@@ -289,10 +291,7 @@ func (r *recovery) agree(ctx context.Context, suspects []int, ballot uint32) (ag
 			r.apply(r.m.Step(agree.Event{Kind: agree.Propose, From: rank, Ballot: ic.prop.Ballot, Suspects: ic.prop.List}))
 		}
 	}
-	// Each check of a rank that has not proposed yet leaves a connection
-	// in its listener until it calls Shrink: check no more often than
-	// needed to find a stopped rank within about the heartbeat timeout.
-	tick := time.NewTicker(max(c.cfg.heartbeat, c.cfg.heartbeatTimeout/4))
+	tick := time.NewTicker(c.cfg.heartbeat)
 	defer tick.Stop()
 	r.detect()
 	for !r.m.Over() {
@@ -360,7 +359,9 @@ func (r *recovery) detect() {
 			defer r.wg.Done()
 			ctx, cancel := context.WithTimeout(r.ctx, r.c.cfg.heartbeatTimeout)
 			defer cancel()
-			tc, err := tcp.DialOnce(ctx, r.lk.addrs[w], r.lk.secret[:], r.hello(w))
+			h := r.hello(w)
+			h.Purpose = tcp.PurposeProbe
+			tc, err := tcp.DialOnce(ctx, r.lk.addrs[w], r.lk.secret[:], h)
 			if err == nil {
 				tc.Close()
 			} else if r.ctx.Err() != nil {

@@ -51,10 +51,11 @@ func commIDOf(id UniqueID) uint64 {
 
 // listenFilter accepts the hellos of communicator comm for purpose p. A
 // data listener (p is tcp.PurposeData) also serves a shrink's recovery
-// connections.
+// connections and probes.
 func listenFilter(p tcp.Purpose, comm uint64) func(tcp.Hello) error {
 	return func(h tcp.Hello) error {
-		if h.Purpose != p && !(p == tcp.PurposeData && h.Purpose == tcp.PurposeRecovery) {
+		recovery := h.Purpose == tcp.PurposeRecovery || h.Purpose == tcp.PurposeProbe
+		if h.Purpose != p && !(p == tcp.PurposeData && recovery) {
 			return fmt.Errorf("purpose %d, this listener serves %d", h.Purpose, p)
 		}
 		if h.Comm != comm {

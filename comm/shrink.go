@@ -26,9 +26,13 @@ import (
 // healthy communicator to drop ranks on purpose. The ranks in exclude do
 // not call it (their communicator fails; they close it).
 //
-// Shrink ends c at once: the operations in flight or queued on it fail
-// (with ErrAborted, as with NCCL_SHRINK_ABORT), and so does any later
-// operation; their buffers hold undefined data. The survivors then agree
+// Shrink first lets the operations this rank issued on c finish, as
+// ncclCommShrink does by default: on a failed c they have failed already
+// (their buffers hold undefined data); on a healthy c they complete, so
+// that a collective followed by Shrink is not lost on a slower rank. Issue
+// nothing on c once Shrink is called. Once the survivors have agreed, c
+// ends on every rank (as with NCCL_SHRINK_ABORT): the excluded ranks'
+// operations, and any later one, fail with ErrAborted. The survivors agree
 // on who is left: the ranks named by c's failure, those in exclude and
 // those that cannot be reached are out, and a rank that is alive is waited
 // for until it calls Shrink (or ctx ends). The agreement needs more than
@@ -80,20 +84,29 @@ func (c *Communicator) Shrink(ctx context.Context, exclude []int) (*Communicator
 	start := time.Now()
 	log := logx.For(c.log, logx.Init)
 
-	// End c: what is queued or running fails, on every rank.
+	// c ends on every rank once the survivors agreed (or this rank gave
+	// up); its data listener serves the agreement until then.
+	end := func() {
+		if c.failure.err() == nil {
+			pe := &PeerError{Peer: c.rank, Reporter: c.rank, Kind: ErrAborted, Reason: "shrinking the communicator"}
+			c.ctrl.report(pe)
+			c.fail(pe)
+		}
+	}
+	defer c.shutdown(context.Background(), false)
+	defer end()
 	if c.failure.err() == nil {
-		pe := &PeerError{Peer: c.rank, Reporter: c.rank, Kind: ErrAborted, Reason: "shrinking the communicator"}
-		c.ctrl.report(pe)
-		c.fail(pe)
+		if err := c.queue.idle(ctx); err != nil {
+			return nil, opErr(fmt.Errorf("%w: the operations issued before Shrink did not finish: %w", ErrExcluded, err))
+		}
 	}
 	var suspects []int
-	if pe := c.failure.err(); pe.Kind == ErrPeerFailed && pe.Peer >= 0 {
+	if pe := c.failure.err(); pe != nil && pe.Kind == ErrPeerFailed && pe.Peer >= 0 {
 		suspects = []int{pe.Peer}
 	}
-	// The data listener serves the agreement until c is shut down.
-	defer c.shutdown(context.Background(), false)
 	if lk, ok := c.linker.(*localLinker); ok {
 		nc, err := lk.g.shrink(ctx, c, exclude, suspects)
+		end()
 		if err != nil {
 			return nil, opErr(err)
 		}
@@ -108,6 +121,7 @@ func (c *Communicator) Shrink(ctx context.Context, exclude []int) (*Communicator
 	ballot := uint32(1)
 	for {
 		d, err := rec.agree(ctx, suspects, ballot)
+		end()
 		if err != nil {
 			return nil, opErr(err)
 		}
@@ -138,9 +152,11 @@ var afterPropose func()
 // recovery runs one rank's side of a shrink's agreement (package agree)
 // over recovery connections through the data listeners: a proposer dials
 // its coordinator's, the coordinator answers on that connection. The
-// failure detector dials the ranks the machine watches: a rank whose
-// listener is gone refuses at once, a stopped one does not finish the
-// handshake within the heartbeat timeout.
+// failure detector probes the ranks the machine watches, every heartbeat
+// interval (tcp.PurposeProbe, answered by the listener's handshake, so
+// that it works before the rank calls Shrink and leaves nothing behind):
+// a rank whose listener is gone refuses at once, a stopped one does not
+// finish the handshake within the heartbeat timeout.
 type recovery struct {
 	c       *Communicator
 	lk      *tcpLinker
@@ -275,10 +291,7 @@ func (r *recovery) agree(ctx context.Context, suspects []int, ballot uint32) (ag
 			r.apply(r.m.Step(agree.Event{Kind: agree.Propose, From: rank, Ballot: ic.prop.Ballot, Suspects: ic.prop.List}))
 		}
 	}
-	// Each check of a rank that has not proposed yet leaves a connection
-	// in its listener until it calls Shrink: check no more often than
-	// needed to find a stopped rank within about the heartbeat timeout.
-	tick := time.NewTicker(max(c.cfg.heartbeat, c.cfg.heartbeatTimeout/4))
+	tick := time.NewTicker(c.cfg.heartbeat)
 	defer tick.Stop()
 	r.detect()
 	for !r.m.Over() {
@@ -346,7 +359,9 @@ func (r *recovery) detect() {
 			defer r.wg.Done()
 			ctx, cancel := context.WithTimeout(r.ctx, r.c.cfg.heartbeatTimeout)
 			defer cancel()
-			tc, err := tcp.DialOnce(ctx, r.lk.addrs[w], r.lk.secret[:], r.hello(w))
+			h := r.hello(w)
+			h.Purpose = tcp.PurposeProbe
+			tc, err := tcp.DialOnce(ctx, r.lk.addrs[w], r.lk.secret[:], h)
 			if err == nil {
 				tc.Close()
 			} else if r.ctx.Err() != nil {

@@ -260,16 +260,16 @@ occlResult_t occlCommAbort(occlComm_t comm);
 occlResult_t occlCommSplit(occlComm_t comm, int color, int key, occlComm_t* newcomm);
 
 /* Replaces comm by a communicator without its failed ranks and without the
- * excludeCount ranks of excludeRanks, like ncclCommShrink (with
- * NCCL_SHRINK_ABORT). Every rank of comm that is alive and not excluded must
- * call it, with the same list, typically after a call returned
- * occlRemoteError or occlTimeout, or on a healthy comm to drop ranks on
- * purpose; the excluded ranks do not call it. Operations pending on comm
- * fail at once (occlRemoteError). The survivors agree on who is left (the
- * ranks the failure named and those unreachable are out; a rank alive but
- * not calling yet is waited for, up to comm's timeout) and make *newcomm:
- * its ranks are the survivors in their order in comm, with comm's
- * options. comm can no longer be used for operations; free it with
+ * excludeCount ranks of excludeRanks, like ncclCommShrink. Every rank of
+ * comm that is alive and not excluded must call it, with the same list,
+ * typically after a call returned occlRemoteError or occlTimeout, or on a
+ * healthy comm to drop ranks on purpose; the excluded ranks do not call it.
+ * The operations issued on comm finish first (on a failed comm they have
+ * failed already); comm then ends on every rank once the survivors agree on
+ * who is left (the ranks the failure named and those unreachable are out; a
+ * rank alive but not calling yet is waited for, up to comm's timeout) and
+ * make *newcomm: its ranks are the survivors in their order in comm, with
+ * comm's options. comm can no longer be used for operations; free it with
  * occlCommDestroy as usual. A rank the others excluded, or that finds too
  * few ranks to go on (half of them or more lost at once), gets
  * *newcomm = NULL and occlRemoteError. Communicators split from comm are

@@ -83,6 +83,7 @@ func FuzzDecodeHello(f *testing.F) {
 		{Purpose: PurposeRendezvous, Comm: 0x10ca1, From: 3, To: 0, NStreams: 1},
 		{Purpose: PurposeData, Comm: 1 << 63, Epoch: 7, From: 1, To: 5, Stream: 3, NStreams: 4},
 		{Purpose: PurposeRecovery, Comm: 0xfeed, From: 6, To: 1, NStreams: 1},
+		{Purpose: PurposeProbe, Comm: 0xfeed, From: 2, To: 7, NStreams: 1},
 	} {
 		b := make([]byte, helloSize)
 		h.encode(b, bytes.Repeat([]byte{0xa5}, nonceSize))
@@ -94,7 +95,7 @@ func FuzzDecodeHello(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if h.Purpose != PurposeRendezvous && h.Purpose != PurposeData && h.Purpose != PurposeRecovery {
+		if h.Purpose != PurposeRendezvous && h.Purpose != PurposeData && h.Purpose != PurposeRecovery && h.Purpose != PurposeProbe {
 			t.Fatalf("accepted purpose %d", h.Purpose)
 		}
 		if h.From < 0 || h.To < 0 || h.NStreams < 1 || h.Stream < 0 || h.Stream >= h.NStreams {

@@ -26,6 +26,9 @@ const (
 	// goes to the data listener, which keeps serving until the
 	// communicator is closed.
 	PurposeRecovery Purpose = 3
+	// PurposeProbe checks that a rank is alive: the listener completes the
+	// handshake, then closes the connection instead of handing it out.
+	PurposeProbe Purpose = 4
 )
 
 // Hello is what a connecting rank says about itself. It is authenticated
@@ -83,7 +86,7 @@ func decodeHello(b []byte) (Hello, error) {
 	h.To = int(int32(binary.LittleEndian.Uint32(b[25:])))
 	h.Stream = int(binary.LittleEndian.Uint16(b[29:]))
 	h.NStreams = int(binary.LittleEndian.Uint16(b[31:]))
-	if h.Purpose != PurposeRendezvous && h.Purpose != PurposeData && h.Purpose != PurposeRecovery {
+	if h.Purpose < PurposeRendezvous || h.Purpose > PurposeProbe {
 		return h, fmt.Errorf("unknown purpose %d", h.Purpose)
 	}
 	if h.From < 0 || h.To < 0 || h.NStreams < 1 || h.Stream >= h.NStreams {

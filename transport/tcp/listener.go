@@ -148,6 +148,11 @@ func (l *Listener) handshake(c *net.TCPConn) {
 		c.Close()
 		return
 	}
+	if h.Purpose == PurposeProbe {
+		// Answered by the handshake itself.
+		c.Close()
+		return
+	}
 	c.SetDeadline(time.Time{})
 	select {
 	case l.ready <- Accepted{Conn: c, Hello: h}:

@@ -167,3 +167,35 @@ func TestDialOnceDoesNotRetry(t *testing.T) {
 		t.Fatalf("DialOnce to a closed port: %v (context: %v)", err, ctx.Err())
 	}
 }
+
+// A probe completes its handshake (so the dialler knows the listener's
+// process is alive and holds the secret) but never reaches Accept, so
+// probes do not pile up in a listener nobody accepts from.
+func TestProbeNotHandedOut(t *testing.T) {
+	ln, err := Listen("127.0.0.1:0", testSecret, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for range 3 {
+		tc, err := DialOnce(ctx, ln.Addr().String(), testSecret, Hello{Purpose: PurposeProbe, From: 1, NStreams: 1})
+		if err != nil {
+			t.Fatalf("probe: %v", err)
+		}
+		tc.Close()
+	}
+	if _, err := DialOnce(ctx, ln.Addr().String(), []byte("fedcba9876543210"), Hello{Purpose: PurposeProbe, From: 1, NStreams: 1}); !errors.Is(err, ErrAuth) {
+		t.Fatalf("probe with a wrong secret: %v", err)
+	}
+	go DialOnce(ctx, ln.Addr().String(), testSecret, Hello{Purpose: PurposeData, From: 9, NStreams: 1})
+	a, err := ln.Accept(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Conn.Close()
+	if a.Hello.Purpose != PurposeData || a.Hello.From != 9 {
+		t.Fatalf("accepted %+v, want the data connection after the probes", a.Hello)
+	}
+}

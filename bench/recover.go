@@ -77,7 +77,9 @@ type RecoverConfig struct {
 	// RecoverChild (occl-bench does with -op recover).
 	Path string
 	Args []string
-	// Env is added to the processes' environment.
+	// Env is added to the processes' environment. Their TMPDIR is a
+	// directory of the run's, removed at its end, where their flight
+	// records go unless OCCL_TRACE names a directory.
 	Env []string
 	// Transport is reported with the result (the processes choose it
 	// from Args or Env).
@@ -177,6 +179,15 @@ func RunRecover(ctx context.Context, cfg RecoverConfig) (RecoverResult, error) {
 		return res, err
 	}
 	res.HeartbeatTimeoutMS = float64(cfg.HeartbeatTimeout) / 1e6
+	// Every survivor writes its failed communicator's flight record, as
+	// by default, into a directory of the run's (not the temporary
+	// directory's top, trial after trial); OCCL_TRACE keeps them.
+	tmp, err := os.MkdirTemp("", "occl-bench-recover-")
+	if err != nil {
+		return res, fmt.Errorf("bench: recover: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	cfg.Env = append([]string{"TMPDIR=" + tmp}, cfg.Env...)
 	var detect, recov, total []float64
 	for t := range cfg.Trials {
 		if err := ctx.Err(); err != nil {

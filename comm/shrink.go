@@ -40,7 +40,8 @@ import (
 // the agreement, so nothing sent in c can reach it, its connections are
 // new, and it has c's options, c's topology narrowed to the survivors and
 // their fabric ranks. If a survivor dies during the bootstrap, the
-// agreement runs again without it. Shrinks counts the shrinks since Init.
+// bootstrap fails (within twice the heartbeat timeout, at least 5 s) and
+// the agreement runs again without it. Shrinks counts the shrinks since Init.
 // c is closed when Shrink returns; closing it again is harmless.
 //
 // A rank the others excluded, that the communicator's failure names (a

@@ -23,16 +23,19 @@ import (
 // kills or stops the ranks in OCCL_TEST_VICTIMS meanwhile), then the
 // survivors shrink and check every collective on the new communicator.
 // Rank OCCL_TEST_DIE_IN_SHRINK exits as soon as it has proposed in the
-// agreement. A stopped victim, once continued, must be refused.
+// agreement. A stopped victim, once continued, must be refused. With
+// OCCL_TEST_EXCLUDE, the healthy communicator is shrunk on purpose without
+// those ranks, which call nothing and find their communicator aborted.
 func shrinkWorker(ctx context.Context, c *comm.Communicator) error {
 	victims := ranksOf(os.Getenv("OCCL_TEST_VICTIMS"))
+	exclude := ranksOf(os.Getenv("OCCL_TEST_EXCLUDE"))
 	dier := -1
 	if v := os.Getenv("OCCL_TEST_DIE_IN_SHRINK"); v != "" {
 		dier, _ = strconv.Atoi(v)
 	}
 	x := make([]float32, 64<<10)
-	var failed time.Time
-	for i := 0; ; i++ {
+	failed := time.Now()
+	for i := 0; exclude == nil; i++ {
 		if err := comm.AllReduce(ctx, c, x, x, comm.Sum); err != nil {
 			failed = time.Now()
 			var pe *comm.PeerError
@@ -47,6 +50,23 @@ func shrinkWorker(ctx context.Context, c *comm.Communicator) error {
 		}
 	}
 	me, size := c.Rank(), c.Size()
+	if exclude != nil {
+		fmt.Println("READY")
+		if slices.Contains(exclude, me) {
+			// The survivors shrink at once: this rank's operations fail
+			// (perhaps already this one).
+			err := comm.AllReduce(ctx, c, x, x, comm.Sum)
+			if err == nil {
+				err = c.Barrier(ctx)
+			}
+			if !errors.Is(err, comm.ErrAborted) {
+				return fmt.Errorf("the excluded rank's operations: %v, want ErrAborted", err)
+			}
+			fmt.Println("DROPPED")
+			return nil
+		}
+		failed = time.Now()
+	}
 	if slices.Contains(victims, me) {
 		// A stopped rank, continued after the others shrank.
 		nc, err := c.Shrink(ctx, nil)
@@ -63,14 +83,14 @@ func shrinkWorker(ctx context.Context, c *comm.Communicator) error {
 	if me == dier {
 		comm.AfterShrinkProposal(func() { os.Exit(3) })
 	}
-	nc, err := c.Shrink(ctx, nil)
+	nc, err := c.Shrink(ctx, exclude)
 	if err != nil {
 		return fmt.Errorf("Shrink: %v", err)
 	}
 	defer nc.Close()
 	var members []int
 	for r := range size {
-		if !slices.Contains(victims, r) && r != dier {
+		if !slices.Contains(victims, r) && !slices.Contains(exclude, r) && r != dier {
 			members = append(members, r)
 		}
 	}
@@ -213,8 +233,11 @@ func shrinkJob(t *testing.T, np int, victims []int, stop bool, env ...string) (s
 		if strings.HasPrefix(e, "OCCL_TEST_DIE_IN_SHRINK=") {
 			survivors--
 		}
+		if v, ok := strings.CutPrefix(e, "OCCL_TEST_EXCLUDE="); ok {
+			survivors -= len(ranksOf(v))
+		}
 	}
-	ready, done := make(chan bool, 1), make(chan bool, 1)
+	ready, done := make(chan bool, 2), make(chan bool, 2)
 	go func() {
 		sc := bufio.NewScanner(pr)
 		nReady, nDone := 0, 0
@@ -233,8 +256,16 @@ func shrinkJob(t *testing.T, np int, victims []int, stop bool, env ...string) (s
 		ready <- false
 		done <- false
 	}()
+	var res []launch.Result
+	exited := make(chan struct{})
+	go func() {
+		res, _ = j.Wait()
+		pw.Close()
+		close(exited)
+	}()
 	if !<-ready {
-		t.Fatalf("workers ended before they were ready:\n%s", all.String())
+		<-exited
+		t.Fatalf("workers ended before they were ready (%+v):\n%s", res, all.String())
 	}
 	time.Sleep(100 * time.Millisecond) // inside a later AllReduce
 	for _, v := range victims {
@@ -254,12 +285,11 @@ func shrinkJob(t *testing.T, np int, victims []int, stop bool, env ...string) (s
 		}
 		if !ok {
 			j.KillAll()
-			res, _ := j.Wait()
+			<-exited
 			t.Fatalf("survivors did not finish (%+v):\n%s", res, all.String())
 		}
 	}
-	res, _ := j.Wait()
-	pw.Close()
+	<-exited
 	return all.String(), res
 }
 
@@ -324,6 +354,18 @@ func TestProcessShrinkDeathDuringAgreement(t *testing.T) {
 func TestProcessShrinkTwoKilled(t *testing.T) {
 	out, res := shrinkJob(t, 8, []int{0, 6}, false)
 	checkSurvivors(t, out, res, []int{1, 2, 3, 4, 5, 7})
+}
+
+// A healthy communicator of 8 drops ranks 3 and 6 on purpose; they call
+// nothing, and their next operation fails.
+func TestProcessShrinkExclude(t *testing.T) {
+	out, res := shrinkJob(t, 8, nil, false, "OCCL_TEST_EXCLUDE=3,6")
+	checkSurvivors(t, out, res, []int{0, 1, 2, 4, 5, 7})
+	for _, r := range []int{3, 6} {
+		if res[r].Err != nil || !strings.Contains(out, fmt.Sprintf("[%d] DROPPED", r)) {
+			t.Fatalf("excluded rank %d: %+v:\n%s", r, res[r], out)
+		}
+	}
 }
 
 // Rank 5 is stopped: the 7 others find it silent, exclude it alike and

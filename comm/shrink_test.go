@@ -298,3 +298,54 @@ func TestFailedListenerServesRecovery(t *testing.T) {
 		t.Fatal("recovery dial to a closed communicator succeeded")
 	}
 }
+
+// A communicator made by Split shrinks like any other, and its parent is
+// not affected.
+func TestShrinkSplitChild(t *testing.T) {
+	for _, g := range shrinkGroups {
+		t.Run(g.name, func(t *testing.T) {
+			parent := g.make(t, 6)
+			defer closeAll(parent)
+			children := make([]*comm.Communicator, 6)
+			errs := make([]error, 6)
+			var wg sync.WaitGroup
+			for r := range parent {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					children[r], errs[r] = parent[r].Split(context.Background(), r%2, r)
+				}()
+			}
+			wg.Wait()
+			for r, err := range errs {
+				if err != nil {
+					t.Fatalf("rank %d: Split: %v", r, err)
+				}
+			}
+			// Even ranks: child ranks 0, 1, 2. Parent rank 4 (child rank
+			// 2) aborts its child; parent ranks 0 and 2 shrink it.
+			children[4].Abort()
+			ncs, serrs := shrinkAll(children, []int{0, 2}, nil)
+			defer closeMap(ncs)
+			checkShrunk(t, children[0].ID(), ncs, serrs, []int{0, 2})
+			var odd []*comm.Communicator
+			for _, r := range []int{1, 3, 5} {
+				odd = append(odd, children[r])
+			}
+			closeAll(odd)
+			for r := range parent {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					errs[r] = parent[r].Barrier(context.Background())
+				}()
+			}
+			wg.Wait()
+			for r, err := range errs {
+				if err != nil {
+					t.Fatalf("parent rank %d after its child shrank: %v", r, err)
+				}
+			}
+		})
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -82,7 +83,8 @@ type RecoverConfig struct {
 	// records go unless OCCL_TRACE names a directory.
 	Env []string
 	// Transport is reported with the result (the processes choose it
-	// from Args or Env).
+	// from Args or Env); the result's Links says what the shrunk
+	// communicators used.
 	Transport string
 	// Stderr receives the processes' standard error, each line prefixed
 	// with its rank; nil keeps only the last of it for error messages.
@@ -106,6 +108,8 @@ type RecoverSurvivor struct {
 	RecoverUS float64 `json:"recover_us"`
 	// Wrong counts the wrong elements of that AllReduce.
 	Wrong int64 `json:"wrong"`
+	// Links is the shrunk communicator's TransportName.
+	Links string `json:"links"`
 }
 
 // RecoverTrial is one trial: a job of NP processes, one of which (the
@@ -130,6 +134,7 @@ type RecoverResult struct {
 	NP                 int            `json:"np"`
 	Fault              string         `json:"fault"`
 	Transport          string         `json:"transport"`
+	Links              string         `json:"links"`
 	HeartbeatTimeoutMS float64        `json:"heartbeat_timeout_ms"`
 	Trials             int            `json:"trials"`
 	Failed             int            `json:"failed"`
@@ -189,6 +194,7 @@ func RunRecover(ctx context.Context, cfg RecoverConfig) (RecoverResult, error) {
 	defer os.RemoveAll(tmp)
 	cfg.Env = append([]string{"TMPDIR=" + tmp}, cfg.Env...)
 	var detect, recov, total []float64
+	var links []string
 	for t := range cfg.Trials {
 		if err := ctx.Err(); err != nil {
 			return res, err
@@ -202,6 +208,9 @@ func RunRecover(ctx context.Context, cfg RecoverConfig) (RecoverResult, error) {
 		}
 		for _, s := range tr.Survivors {
 			res.Wrong += s.Wrong
+			if !slices.Contains(links, s.Links) {
+				links = append(links, s.Links)
+			}
 		}
 		res.Records = append(res.Records, tr)
 		if cfg.Progress != nil {
@@ -211,6 +220,7 @@ func RunRecover(ctx context.Context, cfg RecoverConfig) (RecoverResult, error) {
 	for _, s := range [][]float64{detect, recov, total} {
 		sort.Float64s(s)
 	}
+	res.Links = strings.Join(links, ",")
 	res.DetectP50US, res.DetectP99US = quantile(detect, 0.5), quantile(detect, 0.99)
 	res.RecoverP50US, res.RecoverP99US = quantile(recov, 0.5), quantile(recov, 0.99)
 	res.TotalP50US, res.TotalP99US = quantile(total, 0.5), quantile(total, 0.99)
@@ -407,7 +417,7 @@ func scanRecoverEvents(r io.Reader, events chan<- recoverEvent) {
 			ev.at, _ = strconv.ParseInt(f[3], 10, 64)
 		}
 		if ev.kind == recoverRecovered {
-			if _, err := fmt.Sscanf(strings.Join(f[4:], " "), "new_rank=%d new_size=%d wrong=%d", &ev.s.NewRank, &ev.s.NewSize, &ev.s.Wrong); err != nil {
+			if _, err := fmt.Sscanf(strings.Join(f[4:], " "), "new_rank=%d new_size=%d wrong=%d links=%s", &ev.s.NewRank, &ev.s.NewSize, &ev.s.Wrong, &ev.s.Links); err != nil {
 				ev.kind = "printed a malformed line " + strconv.Quote(line)
 			}
 		}
@@ -504,8 +514,8 @@ func RecoverChild(ctx context.Context, out io.Writer, opts ...comm.Option) error
 	if err != nil {
 		return fmt.Errorf("bench: recover child: rank %d (now %d of %d): AllReduce on the shrunk communicator: %w", me, nc.Rank(), nc.Size(), err)
 	}
-	fmt.Fprintf(out, "%s %s %d new_rank=%d new_size=%d wrong=%d\n", recoverTag, recoverRecovered, done.UnixNano(),
-		nc.Rank(), nc.Size(), wrongRecover(x, nc.Size()))
+	fmt.Fprintf(out, "%s %s %d new_rank=%d new_size=%d wrong=%d links=%s\n", recoverTag, recoverRecovered, done.UnixNano(),
+		nc.Rank(), nc.Size(), wrongRecover(x, nc.Size()), nc.TransportName())
 	// Leave together, so that no rank closes while another still reduces.
 	return nc.Barrier(ctx)
 }
@@ -545,8 +555,8 @@ func WriteRecover(w io.Writer, r RecoverResult, asJSON bool) error {
 	fmt.Fprintf(w, "#                                   (ms)        (ms)         (ms)         (ms)        (ms)        (ms)\n")
 	fmt.Fprintf(w, "%5d %6s %7d %6d %12.1f %11.1f %12.1f %12.1f %11.1f %11.1f %7d\n", r.NP, r.Fault, r.Trials, r.Failed,
 		r.DetectP50US/1e3, r.DetectP99US/1e3, r.RecoverP50US/1e3, r.RecoverP99US/1e3, r.TotalP50US/1e3, r.TotalP99US/1e3, r.Wrong)
-	fmt.Fprintf(w, "# detect: from the signal to the survivor's failed AllReduce (heartbeat timeout %v, transport %s)\n",
-		time.Duration(r.HeartbeatTimeoutMS*1e6), r.Transport)
+	fmt.Fprintf(w, "# detect: from the signal to the survivor's failed AllReduce (heartbeat timeout %v, transport %s: %s)\n",
+		time.Duration(r.HeartbeatTimeoutMS*1e6), r.Transport, r.Links)
 	fmt.Fprintf(w, "# recover: from there to the return of its first AllReduce on the shrunk communicator (Shrink included)\n")
 	fmt.Fprintf(w, "# a trial's value is its slowest survivor's; p50 and p99 over the trials that succeeded\n")
 	for _, tr := range r.Records {

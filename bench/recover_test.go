@@ -33,8 +33,8 @@ func runRecoverTest(t *testing.T, fault string, trials int) RecoverResult {
 	const np, hb, deadline = 4, time.Second, 45 * time.Second
 	res, err := RunRecover(context.Background(), RecoverConfig{
 		NP: np, Trials: trials, Fault: fault, HeartbeatTimeout: hb, Deadline: deadline,
-		Path: os.Args[0], Args: []string{"-test.run=^$"}, Env: []string{recoverWorkerEnv + "=1"},
-		Transport: "auto",
+		Path: os.Args[0], Args: []string{"-test.run=^$"}, Env: []string{recoverWorkerEnv + "=1", "OCCL_TRANSPORT=shm"},
+		Transport: "shm",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -58,8 +58,8 @@ func runRecoverTest(t *testing.T, fault string, trials int) RecoverResult {
 			if j >= tr.Victim {
 				wantOld++
 			}
-			if s.Rank != wantOld || s.NewRank != j || s.NewSize != np-1 || s.Wrong != 0 {
-				t.Fatalf("trial %d: survivor %+v, want old rank %d, new rank %d of %d, nothing wrong", i, s, wantOld, j, np-1)
+			if s.Rank != wantOld || s.NewRank != j || s.NewSize != np-1 || s.Wrong != 0 || s.Links != "shm" {
+				t.Fatalf("trial %d: survivor %+v, want old rank %d, new rank %d of %d over shm, nothing wrong", i, s, wantOld, j, np-1)
 			}
 			if s.DetectUS <= 0 || s.RecoverUS <= 0 || s.DetectUS >= float64(deadline/time.Microsecond) {
 				t.Fatalf("trial %d: survivor %d detected in %.0f us and recovered in %.0f us", i, s.Rank, s.DetectUS, s.RecoverUS)

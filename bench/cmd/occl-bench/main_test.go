@@ -116,6 +116,7 @@ func TestRecoverOp(t *testing.T) {
 		NP        int     `json:"np"`
 		Fault     string  `json:"fault"`
 		Transport string  `json:"transport"`
+		Links     string  `json:"links"`
 		Trials    int     `json:"trials"`
 		Failed    int     `json:"failed"`
 		Heartbeat float64 `json:"heartbeat_timeout_ms"`
@@ -132,7 +133,7 @@ func TestRecoverOp(t *testing.T) {
 	if err := json.Unmarshal([]byte(strings.TrimSpace(string(out))), &r); err != nil {
 		t.Fatalf("not one JSON line: %v\n%s", err, out)
 	}
-	if r.Op != "recover" || r.NP != 3 || r.Fault != "kill" || r.Transport != "tcp" || r.Trials != 3 || r.Failed != 0 ||
+	if r.Op != "recover" || r.NP != 3 || r.Fault != "kill" || r.Transport != "tcp" || r.Links != "tcp" || r.Trials != 3 || r.Failed != 0 ||
 		r.Heartbeat != 1000 || r.Detect <= 0 || r.Recover <= 0 || len(r.Records) != 3 {
 		t.Fatalf("result %+v", r)
 	}

@@ -61,9 +61,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.Var(&maxBytes, "e", "maximum size in bytes")
 	fs.Var(&stepBytes, "i", "increment between sizes instead of a factor")
 	var (
-		opName    = fs.String("op", "allreduce", "operation: "+opList()+", reconfig")
+		opName    = fs.String("op", "allreduce", "operation: "+opList()+", reconfig, recover")
 		factor    = fs.Int("f", 2, "multiplication factor between sizes")
-		iters     = fs.Int("n", 20, "timed iterations per size")
+		iters     = fs.Int("n", 20, "timed iterations per size (-op recover: trials, default 30)")
 		warmup    = fs.Int("w", 5, "warmup iterations per size")
 		check     = fs.Int("c", 1, "check results (1) or not (0)")
 		blocking  = fs.Int("z", 0, "1: wait for each operation before issuing the next (blocking calls); 0: issue a size's iterations, then wait")
@@ -87,6 +87,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		swDelay   = fs.Duration("switch-delay", 25*time.Millisecond, "-op reconfig: switching time of the emulated optical switch (25ms: piezo OCS; 1ms: transceiver)")
 		ocsAddr   = fs.String("ocs", "", "-op reconfig: address of an occl-ocsd controller to use instead of an emulated one (token from OCCL_OCS_TOKEN)")
 		circuits  = fs.String("circuits", "", "with -topo: 'auto' installs optical circuits on the host pairs with the most -skew demand (the topology's free OCS ports)")
+		fault     = fs.String("fault", bench.FaultKill, "-op recover: how a rank is hit, kill (SIGKILL) or stop (SIGSTOP, continued and killed after the trial)")
+		hbTimeout = fs.Duration("heartbeat-timeout", time.Second, "-op recover: silence after which a rank is declared failed (the heartbeat interval is a fifth of it)")
+		trialTO   = fs.Duration("trial-timeout", time.Minute, "-op recover: deadline of each trial; processes still running then are killed")
 	)
 	fs.Var(&chunk, "chunk", "pipelining chunk size (0: default)")
 	if err := fs.Parse(args); err != nil {
@@ -96,8 +99,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "occl-bench: "+format+"\n", a...)
 		return 1
 	}
-	op := bench.Reconfig
-	if *opName != string(bench.Reconfig) {
+	op := bench.Op(*opName)
+	if op != bench.Reconfig && op != bench.Recover {
 		var err error
 		if op, err = bench.ParseOp(*opName); err != nil {
 			return fail("%v", err)
@@ -174,6 +177,22 @@ func run(args []string, stdout, stderr io.Writer) int {
 		opts = append(opts, comm.WithEmulation(true))
 	}
 	// Everything above is checked before any process starts.
+	if op == bench.Recover {
+		if os.Getenv("OCCL_RANK") != "" {
+			if err := bench.RecoverChild(ctx, stdout, opts...); err != nil {
+				return fail("%v", err)
+			}
+			return 0
+		}
+		trials := 30
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == "n" {
+				trials = *iters
+			}
+		})
+		return runRecover(ctx, bench.RecoverConfig{NP: *np, Trials: trials, Fault: *fault, HeartbeatTimeout: *hbTimeout,
+			Deadline: *trialTO, Args: args, Transport: *transp}, *jsonOut, *noProgres, stdout, stderr, fail)
+	}
 	if *np > 0 && os.Getenv("OCCL_RANK") == "" {
 		return launchLocal(*np, args, stdout, stderr)
 	}
@@ -311,6 +330,48 @@ func runReconfig(ctx context.Context, c *comm.Communicator, iters, warmup int, c
 	}
 	bench.WriteReconfig(stdout, res, asJSON)
 	if res.Wrong > 0 {
+		return 1
+	}
+	return 0
+}
+
+// runRecover runs -op recover from the launching process: trials of np
+// processes of this program, each hit once.
+func runRecover(ctx context.Context, cfg bench.RecoverConfig, asJSON, quiet bool, stdout, stderr io.Writer, fail func(string, ...any) int) int {
+	if cfg.NP == 0 {
+		return fail("-op recover needs -np: it starts and hits its own processes")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return fail("%v", err)
+	}
+	cfg.Path = self
+	if os.Getenv("OCCL_DEBUG") != "" {
+		// The processes' logs, asked for; otherwise only a failed trial's
+		// are shown, with its error.
+		cfg.Stderr = stderr
+	}
+	start := time.Now()
+	if !quiet {
+		cfg.Progress = func(t bench.RecoverTrial) {
+			status := fmt.Sprintf("detection %.1f ms, recovery %.1f ms", t.DetectUS/1e3, t.RecoverUS/1e3)
+			if t.Err != "" {
+				status = "FAILED: " + t.Err
+			}
+			fmt.Fprintf(stderr, "# progress: recover trial %d/%d, rank %d hit (%s): %s (%.1fs)\n", t.Trial+1, cfg.Trials, t.Victim, cfg.Fault,
+				status, time.Since(start).Seconds())
+		}
+	}
+	if !asJSON {
+		fmt.Fprintf(stdout, "# occl-bench op recover nranks %d trials %d fault %s heartbeat timeout %v trial deadline %v transport %s\n",
+			cfg.NP, cfg.Trials, cfg.Fault, cfg.HeartbeatTimeout, cfg.Deadline, cfg.Transport)
+	}
+	res, err := bench.RunRecover(ctx, cfg)
+	if err != nil {
+		return fail("%v", err)
+	}
+	bench.WriteRecover(stdout, res, asJSON)
+	if res.Failed > 0 || res.Wrong > 0 {
 		return 1
 	}
 	return 0

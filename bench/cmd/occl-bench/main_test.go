@@ -98,10 +98,63 @@ func TestReconfigOp(t *testing.T) {
 	}
 }
 
+// TestRecoverOp runs -op recover over TCP with 3 processes: each of 3
+// trials hits another rank, and the 2 survivors recover every time.
+func TestRecoverOp(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "occl-bench")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin, "-np", "3", "-op", "recover", "-n", "3", "-transport", "tcp", "-json", "-quiet")
+	cmd.Env = append(os.Environ(), "OCCL_RANK=")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	var r struct {
+		Op        string  `json:"op"`
+		NP        int     `json:"np"`
+		Fault     string  `json:"fault"`
+		Transport string  `json:"transport"`
+		Links     string  `json:"links"`
+		Trials    int     `json:"trials"`
+		Failed    int     `json:"failed"`
+		Heartbeat float64 `json:"heartbeat_timeout_ms"`
+		Detect    float64 `json:"detect_p50_us"`
+		Recover   float64 `json:"recover_p99_us"`
+		Records   []struct {
+			Victim    int `json:"victim"`
+			Survivors []struct {
+				Rank    int `json:"rank"`
+				NewSize int `json:"new_size"`
+			} `json:"survivors"`
+		} `json:"records"`
+	}
+	if err := json.Unmarshal([]byte(strings.TrimSpace(string(out))), &r); err != nil {
+		t.Fatalf("not one JSON line: %v\n%s", err, out)
+	}
+	if r.Op != "recover" || r.NP != 3 || r.Fault != "kill" || r.Transport != "tcp" || r.Links != "tcp" || r.Trials != 3 || r.Failed != 0 ||
+		r.Heartbeat != 1000 || r.Detect <= 0 || r.Recover <= 0 || len(r.Records) != 3 {
+		t.Fatalf("result %+v", r)
+	}
+	for i, tr := range r.Records {
+		if tr.Victim != i || len(tr.Survivors) != 2 {
+			t.Fatalf("trial %d: %+v", i, tr)
+		}
+		for _, s := range tr.Survivors {
+			if s.Rank == i || s.NewSize != 2 {
+				t.Fatalf("trial %d: survivor %+v", i, s)
+			}
+		}
+	}
+}
+
 func TestBadFlags(t *testing.T) {
 	for _, args := range [][]string{{"-op", "nope"}, {"-d", "float128"}, {"-b", "1X"}, {"-transport", "carrier-pigeon"}, {"-b", "64", "-e", "8"},
 		{"-np", "2", "-op", "alltoallv", "-skew", "zipf:x"}, {"-np", "2", "-circuits", "auto"},
-		{"-topo", "hosts=2x1", "-circuits", "auto"}, {"-topo", "hosts=2x1,ocs_ports=1", "-circuits", "manual"}} {
+		{"-topo", "hosts=2x1", "-circuits", "auto"}, {"-topo", "hosts=2x1,ocs_ports=1", "-circuits", "manual"},
+		{"-op", "recover"}, {"-op", "recover", "-np", "4", "-fault", "nope"}, {"-op", "recover", "-np", "2"},
+		{"-op", "recover", "-np", "4", "-heartbeat-timeout", "2m", "-trial-timeout", "1m"}} {
 		if code := run(args, os.Stdout, os.Stderr); code == 0 {
 			t.Errorf("%v accepted", args)
 		}

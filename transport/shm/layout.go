@@ -216,7 +216,12 @@ func createRing(dir string, comm uint64, from, to int, epoch uint32, capacity ui
 			return nil, &os.PathError{Op: "truncate", Path: path, Err: err}
 		}
 	}
-	b, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
+	// No MAP_POPULATE: pages are mapped as they are first touched. Every
+	// pair of local ranks has a ring each way, and populating them all up
+	// front (42 rings of 4 MiB for 7 ranks) took most of the time a
+	// communicator needs to start, or to recover after a Shrink, while a
+	// small collective touches a few pages of each.
+	b, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		return nil, &os.PathError{Op: "mmap", Path: path, Err: err}
 	}
@@ -257,7 +262,7 @@ func openRing(path string, capacity uint64, nonce [nonceSize]byte) (m *mapping, 
 	case st.Size != size:
 		return nil, fmt.Errorf("%s has %d bytes, expected %d", path, st.Size, size)
 	}
-	b, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
+	b, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		return nil, &os.PathError{Op: "mmap", Path: path, Err: err}
 	}

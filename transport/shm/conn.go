@@ -427,9 +427,10 @@ func (c *Conn) wait(ctx context.Context, w waitFor) error {
 			continue
 		}
 		if c.spin == 0 {
-			// The processes outnumber the cores: give this core to the
-			// one awaited, if it is runnable here, rather than poll.
-			if i < spinTight+yieldRounds && yieldCore() {
+			// The processes outnumber the cores: let the one awaited
+			// run, if it is runnable here, rather than poll.
+			if i < spinTight+yieldRounds {
+				giveWay()
 				continue
 			}
 		} else if i%16 != 0 {

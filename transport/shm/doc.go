@@ -123,11 +123,12 @@
 // polling for the spin time, letting the process's other goroutines run
 // every 20 µs (not more often: from a thread locked to its goroutine, as
 // calls from C are, each such yield costs two context switches); if the
-// processes outnumber the cores it instead gives its core away with
-// sched_yield up to 128 times, so that the peer it waits for runs at once
-// if it shares the core, and stops yielding for a while when a yield took
-// long (a process that waits for no one shares the core and would get a
-// whole time slice each time). After that it sleeps with FUTEX_WAIT on its
+// processes outnumber the cores it instead lets others run up to 128
+// times, the process's other goroutines and, with sched_yield, the
+// processes sharing its core, so that the peer it waits for runs at once
+// if it shares the core; it stops yielding the core for a while when a
+// yield took long (a process that waits for no one shares the core and
+// would get a whole time slice each time). After that it sleeps with FUTEX_WAIT on its
 // ring's futex word (the shared, not the process-private, futex
 // operations, since the word lives in memory
 // shared between processes). It announces the sleep in a flag; the other

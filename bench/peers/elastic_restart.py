@@ -11,8 +11,9 @@ cgo/python), from the repository root:
     venv/bin/python bench/peers/elastic_restart.py --table FILE      # print the table again
 
 Each trial runs a small data-parallel training job under torchrun
-(torch.distributed.run with --standalone --nproc_per_node N
---max_restarts 1 and its default --monitor_interval of 5 s): a 3-layer MLP
+(torch.distributed.run with --nproc_per_node N --max_restarts 1, its
+default --monitor_interval of 5 s and --standalone's c10d rendezvous on a
+free port): a 3-layer MLP
 whose ranks exchange their batches with all_to_all_single and average
 their gradients with all_reduce every step. Rank 0 saves the model and
 optimizer state_dict to a checkpoint every step (written to a temporary
@@ -62,6 +63,7 @@ import json
 import math
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -263,12 +265,22 @@ def replay(world, steps, lr):
     return torch.cat([p.detach().reshape(-1) for p in params]).tolist(), losses
 
 
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def trial(args, backend, np_, n, reference):
     """Runs one trial and returns its record."""
     load = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="elastic-restart-") as d:
         agent_log = os.path.join(d, "agent.jsonl")
-        cmd = [sys.executable, SCRIPT, "--agent", agent_log, "--standalone", "--nproc_per_node", str(np_), "--max_restarts", "1",
+        # --standalone's rendezvous, on a free port rather than its fixed
+        # 29400, so that other jobs on the machine do not collide with it.
+        cmd = [sys.executable, SCRIPT, "--agent", agent_log, "--nnodes", "1", "--rdzv_backend", "c10d",
+               "--rdzv_endpoint", "127.0.0.1:%d" % free_port(), "--rdzv_id", "elastic-restart-%d-%d" % (os.getpid(), n),
+               "--nproc_per_node", str(np_), "--max_restarts", "1",
                "--monitor_interval", str(args.monitor_interval), SCRIPT, "--worker", "--dir", d, "--backend", backend,
                "--steps", str(args.steps), "--kill-step", str(args.kill_step), "--lr", str(args.lr)]
         env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")

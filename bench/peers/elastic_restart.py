@@ -401,6 +401,7 @@ def main():
     ap.add_argument("--np", default="4,8", help="process counts, comma-separated")
     ap.add_argument("--backends", default="occl", help="occl, gloo or both, comma-separated")
     ap.add_argument("--trials", type=int, default=30, help="trials per backend and process count")
+    ap.add_argument("--first-trial", type=int, default=0, help="number of the first trial (to add trials to a file)")
     ap.add_argument("--steps", type=int, default=12, help="training steps of the job")
     ap.add_argument("--kill-step", type=int, default=6, help="the last rank dies after this step")
     ap.add_argument("--lr", type=float, default=0.05)
@@ -421,7 +422,7 @@ def main():
     rows, failed = [], 0
     # Interleaved: every configuration once per round, so that a noisy
     # moment of the shared machine hits them alike.
-    for n in range(args.trials):
+    for n in range(args.first_trial, args.first_trial + args.trials):
         for np_ in nps:
             if np_ not in references:
                 references[np_] = replay(np_, args.steps, args.lr)

@@ -291,11 +291,7 @@ func occlCommSplit(comm C.occlComm_t, color, key C.int, newcomm *C.occlComm_t) (
 	commH := handle(comm) // first: see handle
 	k := begin("occlCommSplit", &res)
 	defer k.end()
-	if newcomm == nil {
-		return k.fail(resInvalidArgument, "newcomm is NULL")
-	}
-	*newcomm = nil
-	_, c, r := k.comm(commH)
+	c, r := k.parent(commH, newcomm)
 	if r != resSuccess {
 		return r
 	}
@@ -322,11 +318,7 @@ func occlCommShrink(comm C.occlComm_t, excludeRanks C.occlInternalConstInts, exc
 	commH := handle(comm) // first: see handle
 	k := begin("occlCommShrink", &res)
 	defer k.end()
-	if newcomm == nil {
-		return k.fail(resInvalidArgument, "newcomm is NULL")
-	}
-	*newcomm = nil
-	_, c, r := k.comm(commH)
+	c, r := k.parent(commH, newcomm)
 	if r != resSuccess {
 		return r
 	}
@@ -357,11 +349,7 @@ func occlCommGrow(comm C.occlComm_t, growId C.occlUniqueId, njoin C.int, newcomm
 	commH := handle(comm) // first: see handle
 	k := begin("occlCommGrow", &res)
 	defer k.end()
-	if newcomm == nil {
-		return k.fail(resInvalidArgument, "newcomm is NULL")
-	}
-	*newcomm = nil
-	_, c, r := k.comm(commH)
+	c, r := k.parent(commH, newcomm)
 	if r != resSuccess {
 		return r
 	}

@@ -291,6 +291,17 @@ func (k *call) comm(h uintptr) (*commEntry, *comm.Communicator, C.occlResult_t) 
 	return ce, c, resSuccess
 }
 
+// parent resolves the communicator a new one is made from (Split, Shrink,
+// Grow) after checking and clearing the new handle's destination.
+func (k *call) parent(h uintptr, newcomm *C.occlComm_t) (*comm.Communicator, C.occlResult_t) {
+	if newcomm == nil {
+		return nil, k.fail(resInvalidArgument, "newcomm is NULL")
+	}
+	*newcomm = nil
+	_, c, r := k.comm(h)
+	return c, r
+}
+
 // resultOf maps an error of package comm (or reconfig) to a result code.
 func resultOf(err error) C.occlResult_t {
 	switch {

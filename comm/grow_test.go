@@ -153,16 +153,8 @@ func TestGrowTCP(t *testing.T) {
 			defer cancel()
 			old := tcpGroup(t, ctx, 4)
 			grown := grow(t, ctx, old, joiners)
-			for i, err := range onEach(grown, func(_ int, c *comm.Communicator) error { return grownChecks(ctx, c) }) {
-				if err != nil {
-					t.Fatalf("rank %d of the grown communicator: %v", i, err)
-				}
-			}
-			for i, err := range onEach(old, func(_ int, c *comm.Communicator) error { return grownChecks(ctx, c) }) {
-				if err != nil {
-					t.Fatalf("rank %d of the old communicator: %v", i, err)
-				}
-			}
+			checkGrown(t, ctx, grown, "grown communicator")
+			checkGrown(t, ctx, old, "old communicator")
 		})
 	}
 }
@@ -198,11 +190,7 @@ func TestGrowNoJoiner(t *testing.T) {
 			t.Errorf("rank %d: %v, want ErrGrow saying 0 of 1 joiners arrived", r, err)
 		}
 	}
-	for i, err := range onEach(old, func(_ int, c *comm.Communicator) error { return grownChecks(ctx, c) }) {
-		if err != nil {
-			t.Fatalf("rank %d of the old communicator after the failed grow: %v", i, err)
-		}
-	}
+	checkGrown(t, ctx, old, "old communicator after the failed grow")
 }
 
 // TestGrowOneOfTwo: with room for two joiners and one coming, the grow
@@ -401,11 +389,7 @@ func TestGrowWrongSecret(t *testing.T) {
 	if grown[2].Rank() != 2 || grown[2].Size() != 3 {
 		t.Fatalf("joiner: rank %d of %d", grown[2].Rank(), grown[2].Size())
 	}
-	for i, err := range onEach(grown, func(_ int, c *comm.Communicator) error { return grownChecks(ctx, c) }) {
-		if err != nil {
-			t.Fatalf("rank %d of the grown communicator: %v", i, err)
-		}
-	}
+	checkGrown(t, ctx, grown, "grown communicator")
 }
 
 // TestGrowTopology: a communicator with a topology grows only with a
@@ -465,11 +449,7 @@ func TestGrowTopology(t *testing.T) {
 			}
 		}
 	}
-	for i, err := range onEach(grown, func(_ int, c *comm.Communicator) error { return grownChecks(ctx, c) }) {
-		if err != nil {
-			t.Fatalf("rank %d of the grown communicator: %v", i, err)
-		}
-	}
+	checkGrown(t, ctx, grown, "grown communicator")
 }
 
 // TestGrowMismatch: members that pass different numbers of joiners, or
@@ -571,16 +551,8 @@ func TestGrowLocal(t *testing.T) {
 					}
 				}
 			}
-			for i, err := range onEach(grown, func(_ int, c *comm.Communicator) error { return grownChecks(ctx, c) }) {
-				if err != nil {
-					t.Fatalf("rank %d of the grown communicator: %v", i, err)
-				}
-			}
-			for i, err := range onEach(old, func(_ int, c *comm.Communicator) error { return grownChecks(ctx, c) }) {
-				if err != nil {
-					t.Fatalf("rank %d of the old communicator: %v", i, err)
-				}
-			}
+			checkGrown(t, ctx, grown, "grown communicator")
+			checkGrown(t, ctx, old, "old communicator")
 		})
 	}
 }
@@ -814,11 +786,7 @@ func TestGrowAfterShrink(t *testing.T) {
 			t.Errorf("grown rank %d: fabric ranks %s, want [0 1 2 3]", r, got)
 		}
 	}
-	for i, err := range onEach(grown, func(_ int, c *comm.Communicator) error { return grownChecks(ctx, c) }) {
-		if err != nil {
-			t.Fatalf("rank %d of the grown communicator: %v", i, err)
-		}
-	}
+	checkGrown(t, ctx, grown, "grown communicator")
 	// A Split of the shrunk communicator is part of a fabric again.
 	split := make([]*comm.Communicator, 3)
 	for i, err := range onEach(shrunk, func(i int, c *comm.Communicator) error {
@@ -833,5 +801,16 @@ func TestGrowAfterShrink(t *testing.T) {
 	defer closeAll(split)
 	if _, _, err := split[0].GrowLocal(ctx, 1, comm.WithTopology(fabric)); !errors.Is(err, comm.ErrInvalidArgument) {
 		t.Fatalf("GrowLocal of a Split: %v, want ErrInvalidArgument", err)
+	}
+}
+
+// checkGrown runs grownChecks on every communicator of comms (what names
+// them in a failure) and fails the test if any rank fails.
+func checkGrown(t *testing.T, ctx context.Context, comms []*comm.Communicator, what string) {
+	t.Helper()
+	for i, err := range onEach(comms, func(_ int, c *comm.Communicator) error { return grownChecks(ctx, c) }) {
+		if err != nil {
+			t.Fatalf("rank %d of the %s: %v", i, what, err)
+		}
 	}
 }

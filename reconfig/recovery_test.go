@@ -2,7 +2,11 @@ package reconfig_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -174,6 +178,170 @@ func TestReconfigureShrunk(t *testing.T) {
 		}
 		if want := []int64{10, 13}[r%2]; x[0] != want {
 			return fmt.Errorf("group %d: AllReduce gave %d, want %d", r%2, x[0], want)
+		}
+		return nil
+	})
+}
+
+// TestRecover: host 1 of a ring of four hosts fails (its ranks abort), and
+// every survivor calls Recover: each gets a communicator of the six
+// survivors running on the fabric without host 1, which the controller
+// was asked once to switch to, and collectives on it add up. With a
+// controller that fails, every survivor gets the same error, wrapping
+// comm.ErrRewire, and a communicator that still works on its part of the
+// old fabric.
+func TestRecover(t *testing.T) {
+	for _, failing := range []bool{false, true} {
+		t.Run(fmt.Sprintf("controller_fails=%v", failing), func(t *testing.T) {
+			fabric := spec(t, base+",circuits=0-1/1-2/2-3/3-0")
+			comms, err := comm.NewLocal(8, comm.WithTopology(fabric), comm.WithEmulation(true))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				for _, c := range comms {
+					c.Close()
+				}
+			}()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			comms[2].Abort()
+			comms[3].Abort()
+			kept := []int{0, 1, 4, 5, 6, 7}
+			surv, err := fabric.Without([]int{2, 3})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := surv.Topology.Circuits
+			if failing {
+				want = fabric.Subset(kept).Circuits
+			}
+			ctl := &fakeController{}
+			if failing {
+				ctl.err = errors.New("switch refused")
+			}
+			recovered := make([]*comm.Communicator, len(kept))
+			errs := make([]error, len(kept))
+			eachRank(t, recovered, func(i int, _ *comm.Communicator) error {
+				recovered[i], _, errs[i] = reconfig.Recover(ctx, comms[kept[i]], nil, reconfig.WithController(ctl))
+				if recovered[i] == nil {
+					return fmt.Errorf("no communicator: %v", errs[i])
+				}
+				return nil
+			})
+			defer func() {
+				for _, c := range recovered {
+					c.Close()
+				}
+			}()
+			for i, err := range errs {
+				switch {
+				case !failing && err != nil:
+					t.Errorf("survivor %d: %v", i, err)
+				case failing && (!errors.Is(err, comm.ErrRewire) || !strings.Contains(err.Error(), "switch refused")):
+					t.Errorf("survivor %d: %v, want the controller's failure wrapping ErrRewire", i, err)
+				case failing && cause(err) != cause(errs[0]):
+					t.Errorf("survivor %d: %v, survivor 0: %v", i, err, errs[0])
+				}
+			}
+			// Once to switch, and once more to restore when that failed.
+			if n, want := len(ctl.calls), map[bool]int{false: 1, true: 2}[failing]; n != want {
+				t.Fatalf("controller asked %d times (%v), want %d", n, ctl.calls, want)
+			}
+			eachRank(t, recovered, func(r int, c *comm.Communicator) error {
+				if c.Size() != len(kept) || c.Rank() != r {
+					return fmt.Errorf("rank %d of %d, want %d of %d", c.Rank(), c.Size(), r, len(kept))
+				}
+				if got := fmt.Sprint(c.Topology().Circuits); got != fmt.Sprint(want) {
+					return fmt.Errorf("circuits %s, want %s", got, fmt.Sprint(want))
+				}
+				x := []int64{int64(kept[r]), 1}
+				if err := comm.AllReduce(ctx, c, x, x, comm.Sum); err != nil {
+					return err
+				}
+				if x[0] != 23 || x[1] != int64(len(kept)) {
+					return fmt.Errorf("AllReduce gave %v, want [23 %d]", x, len(kept))
+				}
+				return nil
+			})
+		})
+	}
+}
+
+// cause is what a survivor's Recover error says after the part that names
+// the rank.
+func cause(err error) string {
+	_, after, _ := strings.Cut(err.Error(), "Rewire (seq ")
+	return after
+}
+
+// TestRecoverIdle fails rank 8 of a 3x3 grid of two-rank nodes: the
+// survivors' fabric gives up a row or column, so five healthy ranks are
+// left idle. Recover drops them: they get ErrExcluded, and the twelve
+// others a communicator of twelve on which an AllReduce adds up.
+func TestRecoverIdle(t *testing.T) {
+	fabric := spec(t, "hosts=9x2,grid=3x3")
+	comms, err := comm.NewLocal(18, comm.WithTopology(fabric))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, c := range comms {
+			c.Close()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	comms[8].Abort()
+	surv, err := fabric.Without([]int{8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	alive := slices.Delete(slices.Clone(comms), 8, 9)
+	recovered := make([]*comm.Communicator, len(alive))
+	errs := make([]error, len(alive))
+	var wg sync.WaitGroup
+	for i, c := range alive {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			recovered[i], _, errs[i] = reconfig.Recover(ctx, c, nil)
+		}()
+	}
+	wg.Wait()
+	var kept []*comm.Communicator
+	for i, c := range alive {
+		old := c.Rank()
+		switch idle := slices.Contains(surv.Idle, old); {
+		case idle && !errors.Is(errs[i], comm.ErrExcluded):
+			t.Errorf("idle rank %d: %v, want ErrExcluded", old, errs[i])
+		case !idle && errs[i] != nil:
+			t.Errorf("rank %d: %v", old, errs[i])
+		case !idle:
+			kept = append(kept, recovered[i])
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+	defer func() {
+		for _, c := range kept {
+			c.Close()
+		}
+	}()
+	if len(kept) != len(surv.Ranks) {
+		t.Fatalf("%d recovered, want %d", len(kept), len(surv.Ranks))
+	}
+	eachRank(t, kept, func(r int, c *comm.Communicator) error {
+		if c.Size() != len(kept) {
+			return fmt.Errorf("size %d, want %d", c.Size(), len(kept))
+		}
+		x := []int64{1}
+		if err := comm.AllReduce(ctx, c, x, x, comm.Sum); err != nil {
+			return err
+		}
+		if x[0] != int64(len(kept)) {
+			return fmt.Errorf("AllReduce gave %d, want %d", x[0], len(kept))
 		}
 		return nil
 	})

@@ -331,7 +331,7 @@ func (b *tcpBootstrap) connect(ctx context.Context) error {
 		Mesh: tcp.MeshConfig{Self: rank, Comm: b.commID, Epoch: 0, Secret: b.id.Secret[:],
 			Streams: cfg.streams, Options: cfg.tcpOptions(), Listener: b.dataLn},
 		SameHost:     func(r int) bool { return hostIDs[r] == hostIDs[rank] },
-		CMAThreshold: cfg.cmaThreshold, ShmSpin: cfg.shmSpin(), Log: b.log}, peers)
+		CMAThreshold: cfg.cmaThreshold, ShmSpin: cfg.shmSpin(), ShmLazy: cfg.lazyRings, Log: b.log}, peers)
 	if err != nil {
 		return b.wrap("connect", err)
 	}

@@ -34,6 +34,7 @@ type config struct {
 	streams          int
 	sockBuf          int
 	oversubscribed   bool // more local ranks than CPUs: waits do not poll
+	lazyRings        bool // shm rings are mapped as first touched (a communicator made by Shrink)
 	hostID           string
 	listenHost       string
 	socketIface      string // OCCL_SOCKET_IFNAME; listenHost wins

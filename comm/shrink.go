@@ -536,6 +536,9 @@ func (r *recovery) bootstrap(ctx context.Context, d agree.Decision) (*Communicat
 	}
 	cfg := c.cfg
 	cfg.fabricRanks = nil // given apart: the topology is subset already
+	// Survivors waiting to recover should not wait for every new ring to
+	// be populated: its pages are mapped as they are first touched.
+	cfg.lazyRings = true
 	if c.cfg.topology != nil {
 		cfg.topology = c.cfg.topology.Subset(d.Members)
 	}

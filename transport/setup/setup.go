@@ -68,6 +68,9 @@ type Config struct {
 	CMAThreshold int
 	// ShmSpin is how long shm's waits poll before they sleep (shm.Config.Spin).
 	ShmSpin time.Duration
+	// ShmLazy maps shm rings page by page as they are first touched
+	// (shm.Config.Lazy).
+	ShmLazy bool
 	// Emulation, if set, shapes every connection (it keeps ownership of
 	// none: the returned connections own what they wrap).
 	Emulation *emu.Fabric
@@ -188,7 +191,7 @@ func connectSHM(ctx context.Context, cfg *Config, mesh map[int]*tcp.Conn, peers 
 	}
 	return each(peers, func(r int) (transport.Conn, error) {
 		sc, err := shm.Connect(ctx, mesh[r], shm.Config{Comm: cfg.Mesh.Comm, Epoch: cfg.Mesh.Epoch, Self: cfg.Mesh.Self, Peer: r,
-			NoCMA: cfg.CMAThreshold == 0, CMAThreshold: cfg.CMAThreshold, Spin: cfg.ShmSpin})
+			NoCMA: cfg.CMAThreshold == 0, CMAThreshold: cfg.CMAThreshold, Spin: cfg.ShmSpin, Lazy: cfg.ShmLazy})
 		switch {
 		case err == nil:
 			return sc, nil

@@ -185,7 +185,7 @@ func creatorPID(name string) (int, bool) {
 // opened exclusively and flock'ed until the caller unmaps or closes the
 // descriptor, so that CleanStale never removes a file whose creator is
 // still setting it up. On error nothing is left behind.
-func createRing(dir string, comm uint64, from, to int, epoch uint32, capacity uint64) (m *mapping, err error) {
+func createRing(dir string, comm uint64, from, to int, epoch uint32, capacity uint64, populate bool) (m *mapping, err error) {
 	var rnd [8]byte
 	if _, err := rand.Read(rnd[:]); err != nil {
 		return nil, err
@@ -216,12 +216,7 @@ func createRing(dir string, comm uint64, from, to int, epoch uint32, capacity ui
 			return nil, &os.PathError{Op: "truncate", Path: path, Err: err}
 		}
 	}
-	// No MAP_POPULATE: pages are mapped as they are first touched. Every
-	// pair of local ranks has a ring each way, and populating them all up
-	// front (42 rings of 4 MiB for 7 ranks) took most of the time a
-	// communicator needs to start, or to recover after a Shrink, while a
-	// small collective touches a few pages of each.
-	b, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	b, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, mapFlags(populate))
 	if err != nil {
 		return nil, &os.PathError{Op: "mmap", Path: path, Err: err}
 	}
@@ -240,7 +235,7 @@ func createRing(dir string, comm uint64, from, to int, epoch uint32, capacity ui
 // openRing maps a ring file created by the peer and checks that it is the
 // file the peer described: a regular file of ours, of the announced size,
 // with the right magic, version, capacity and nonce.
-func openRing(path string, capacity uint64, nonce [nonceSize]byte) (m *mapping, err error) {
+func openRing(path string, capacity uint64, nonce [nonceSize]byte, populate bool) (m *mapping, err error) {
 	if !validCapacity(capacity) {
 		return nil, fmt.Errorf("peer announced an invalid ring capacity %d", capacity)
 	}
@@ -262,7 +257,7 @@ func openRing(path string, capacity uint64, nonce [nonceSize]byte) (m *mapping, 
 	case st.Size != size:
 		return nil, fmt.Errorf("%s has %d bytes, expected %d", path, st.Size, size)
 	}
-	b, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	b, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, mapFlags(populate))
 	if err != nil {
 		return nil, &os.PathError{Op: "mmap", Path: path, Err: err}
 	}
@@ -283,6 +278,16 @@ func openRing(path string, capacity uint64, nonce [nonceSize]byte) (m *mapping, 
 		return nil, err
 	}
 	return m, nil
+}
+
+// mapFlags returns the flags that map a ring: shared, and populated up
+// front (so the first pass through the ring takes no page faults) unless
+// the connection is lazy (Config.Lazy).
+func mapFlags(populate bool) int {
+	if populate {
+		return unix.MAP_SHARED | unix.MAP_POPULATE
+	}
+	return unix.MAP_SHARED
 }
 
 // Little-endian helpers for the setup messages.

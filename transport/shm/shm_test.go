@@ -114,6 +114,12 @@ func TestConformanceSmallRingNoCMA(t *testing.T) {
 	runConformance(t, false, func(c *shm.Config) { c.Capacity, c.NoCMA = 16<<10, true })
 }
 
+// Rings mapped page by page as they are first touched (Lazy) carry the
+// same traffic.
+func TestConformanceLazy(t *testing.T) {
+	runConformance(t, false, func(c *shm.Config) { c.Lazy, c.NoCMA = true, true })
+}
+
 func TestConnectBadCapacity(t *testing.T) {
 	ca, cb := configs(0, "")
 	ca.Capacity = 12345

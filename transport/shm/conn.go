@@ -28,14 +28,6 @@ const (
 	// cores: the one awaited may need this core) before it sleeps on the
 	// futex.
 	spinTight = 64
-	// yieldEvery is how often a polling wait lets the other goroutines of
-	// this process run (runtime.Gosched), so that one the wait depends on
-	// (one sending to the peer, say) is not kept from running when the
-	// process has a single P. Not more often: on a thread locked to its
-	// goroutine, as every call from C is, a Gosched hands the P to another
-	// thread and sleeps until it gets one back, two futex calls and two
-	// context switches.
-	yieldEvery = 20 * time.Microsecond
 	// sleepSlice bounds a single futex sleep, so that cancellation of a
 	// context without a deadline and a dead peer that nobody reported are
 	// noticed within that time even without a wake-up.
@@ -404,8 +396,8 @@ func (c *Conn) wait(ctx context.Context, w waitFor) error {
 		seqw, flag, peerClosed, peerErr = c.out.doneSeq, c.out.doneWaiting, c.out.consClosed, errPeerClosedSend
 	}
 	var (
-		done               <-chan struct{}
-		spinUntil, yielded time.Time
+		done      <-chan struct{}
+		spinUntil time.Time
 	)
 	for i := 0; ; i++ {
 		ok, err := c.ready(w)
@@ -439,17 +431,19 @@ func (c *Conn) wait(ctx context.Context, w waitFor) error {
 		// Keep polling for the spin time before sleeping: a futex
 		// wake-up costs tens of microseconds on a virtual machine, far
 		// more than the wait it ends.
+		// Every 16th round: let the process's other goroutines run (one
+		// may be sending what this wait is for), and look at the clock.
+		// Not every round: from a thread locked to its goroutine, as
+		// every call from C is, a Gosched hands the P to another thread
+		// and back, two futex calls.
 		now := time.Now()
 		if c.spin == 0 {
 			spinUntil = now
 		} else if spinUntil.IsZero() {
-			spinUntil, yielded = now.Add(c.spin), now
+			spinUntil = now.Add(c.spin)
 		}
 		if now.Before(spinUntil) {
-			if now.Sub(yielded) >= yieldEvery {
-				runtime.Gosched()
-				yielded = now
-			}
+			runtime.Gosched()
 			continue
 		}
 		if done == nil {

@@ -121,8 +121,9 @@
 // A side that cannot make progress re-reads the shared counter a few dozen
 // times. Then, if every process has a core (Config.Spin > 0), it keeps
 // polling for the spin time, letting the process's other goroutines run
-// every 20 µs (not more often: from a thread locked to its goroutine, as
-// calls from C are, each such yield costs two context switches); if the
+// every 16th round (not every round: from a thread locked to its
+// goroutine, as calls from C are, each such yield costs two context
+// switches); if the
 // processes outnumber the cores it instead lets others run up to 128
 // times, the process's other goroutines and, with sched_yield, the
 // processes sharing its core, so that the peer it waits for runs at once

@@ -140,8 +140,8 @@ const DefaultSpin = 500 * time.Microsecond
 // operations' latency low and stable (a sleeping waiter costs tens of
 // microseconds to wake on a virtual machine); with more local ranks than
 // cores waits do not poll whatever this says, since a polling rank would
-// take the core from the rank it waits for: they yield the core a few
-// times, then sleep. 0 does the same on any machine.
+// take the core from the rank it waits for: they poll briefly, yielding
+// to other goroutines, then sleep. 0 does the same on any machine.
 func WithSpin(d time.Duration) Option { return func(c *config) { c.spin = d } }
 
 // WithStallTimeout sets how long a collective may run on a rank before the

@@ -13,6 +13,7 @@ import (
 	"github.com/occl/occl/comm"
 	"github.com/occl/occl/reconfig"
 	"github.com/occl/occl/reconfig/plan"
+	"github.com/occl/occl/topo"
 )
 
 // TestRecoveryTarget switches a fabric to the circuits RecoveryCircuits
@@ -88,29 +89,10 @@ func TestRecoveryTarget(t *testing.T) {
 // the target's circuits once, every survivor runs on them, and collectives
 // work; groups split from it run on their part of the target.
 func TestReconfigureShrunk(t *testing.T) {
-	fabric := spec(t, base+",circuits=0-1/1-2/2-3/3-0")
-	comms, err := comm.NewLocal(8, comm.WithTopology(fabric), comm.WithEmulation(true))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		for _, c := range comms {
-			c.Close()
-		}
-	}()
+	_, comms, surv := hostOneFailed(t)
+	kept := surv.Ranks
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	// Host 1 (ranks 2 and 3) fails.
-	comms[2].Abort()
-	comms[3].Abort()
-	kept := []int{0, 1, 4, 5, 6, 7}
-	surv, err := fabric.Without([]int{2, 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if fmt.Sprint(surv.Ranks) != fmt.Sprint(kept) {
-		t.Fatalf("survivors %v, want %v", surv.Ranks, kept)
-	}
 	target := surv.Topology
 	shrunk := make([]*comm.Communicator, len(kept))
 	eachRank(t, shrunk, func(i int, _ *comm.Communicator) error {
@@ -153,14 +135,7 @@ func TestReconfigureShrunk(t *testing.T) {
 		if got := fmt.Sprint(c.Topology().Circuits); got != fmt.Sprint(target.Circuits) {
 			return fmt.Errorf("circuits %s, want %s", got, fmt.Sprint(target.Circuits))
 		}
-		x := []int64{int64(kept[r]), 1}
-		if err := comm.AllReduce(ctx, c, x, x, comm.Sum); err != nil {
-			return err
-		}
-		if x[0] != 23 || x[1] != int64(len(kept)) {
-			return fmt.Errorf("AllReduce gave %v, want [23 %d]", x, len(kept))
-		}
-		return nil
+		return sumsSurvivors(ctx, c, kept[r], len(kept))
 	})
 	// Each group runs on its part of the target, in the shrunk
 	// communicator's numbering: old ranks 0, 4, 6 and 1, 5, 7.
@@ -193,25 +168,10 @@ func TestReconfigureShrunk(t *testing.T) {
 func TestRecover(t *testing.T) {
 	for _, failing := range []bool{false, true} {
 		t.Run(fmt.Sprintf("controller_fails=%v", failing), func(t *testing.T) {
-			fabric := spec(t, base+",circuits=0-1/1-2/2-3/3-0")
-			comms, err := comm.NewLocal(8, comm.WithTopology(fabric), comm.WithEmulation(true))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() {
-				for _, c := range comms {
-					c.Close()
-				}
-			}()
+			fabric, comms, surv := hostOneFailed(t)
+			kept := surv.Ranks
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			comms[2].Abort()
-			comms[3].Abort()
-			kept := []int{0, 1, 4, 5, 6, 7}
-			surv, err := fabric.Without([]int{2, 3})
-			if err != nil {
-				t.Fatal(err)
-			}
 			want := surv.Topology.Circuits
 			if failing {
 				want = fabric.Subset(kept).Circuits
@@ -255,17 +215,52 @@ func TestRecover(t *testing.T) {
 				if got := fmt.Sprint(c.Topology().Circuits); got != fmt.Sprint(want) {
 					return fmt.Errorf("circuits %s, want %s", got, fmt.Sprint(want))
 				}
-				x := []int64{int64(kept[r]), 1}
-				if err := comm.AllReduce(ctx, c, x, x, comm.Sum); err != nil {
-					return err
-				}
-				if x[0] != 23 || x[1] != int64(len(kept)) {
-					return fmt.Errorf("AllReduce gave %v, want [23 %d]", x, len(kept))
-				}
-				return nil
+				return sumsSurvivors(ctx, c, kept[r], len(kept))
 			})
 		})
 	}
+}
+
+// hostOneFailed makes 8 in-process ranks on a ring of four two-rank hosts
+// with emulated links, and fails host 1 (ranks 2 and 3 abort). It returns
+// the fabric, the communicators (closed when the test ends) and what
+// survives: ranks 0, 1 and 4 to 7.
+func hostOneFailed(t *testing.T) (*topo.Topology, []*comm.Communicator, topo.Survivors) {
+	t.Helper()
+	fabric := spec(t, base+",circuits=0-1/1-2/2-3/3-0")
+	comms, err := comm.NewLocal(8, comm.WithTopology(fabric), comm.WithEmulation(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, c := range comms {
+			c.Close()
+		}
+	})
+	comms[2].Abort()
+	comms[3].Abort()
+	surv, err := fabric.Without([]int{2, 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(surv.Ranks) != "[0 1 4 5 6 7]" {
+		t.Fatalf("survivors %v, want [0 1 4 5 6 7]", surv.Ranks)
+	}
+	return fabric, comms, *surv
+}
+
+// sumsSurvivors runs an AllReduce of (old rank, 1) on c, a communicator
+// of the survivors of hostOneFailed, and checks that it adds up the
+// survivors' old ranks (0+1+4+5+6+7) and counts n ranks.
+func sumsSurvivors(ctx context.Context, c *comm.Communicator, old, n int) error {
+	x := []int64{int64(old), 1}
+	if err := comm.AllReduce(ctx, c, x, x, comm.Sum); err != nil {
+		return err
+	}
+	if x[0] != 23 || x[1] != int64(n) {
+		return fmt.Errorf("AllReduce gave %v, want [23 %d]", x, n)
+	}
+	return nil
 }
 
 // cause is what a survivor's Recover error says after the part that names

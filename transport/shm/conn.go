@@ -28,6 +28,9 @@ const (
 	// cores: the one awaited may need this core) before it sleeps on the
 	// futex.
 	spinTight = 64
+	// spinYield is how many more rounds a wait yields to other goroutines
+	// before it sleeps when the processes outnumber the cores.
+	spinYield = 128
 	// sleepSlice bounds a single futex sleep, so that cancellation of a
 	// context without a deadline and a dead peer that nobody reported are
 	// noticed within that time even without a wake-up.
@@ -419,10 +422,14 @@ func (c *Conn) wait(ctx context.Context, w waitFor) error {
 			continue
 		}
 		if c.spin == 0 {
-			// The processes outnumber the cores: let the one awaited
-			// run, if it is runnable here, rather than poll.
-			if i < spinTight+yieldRounds {
-				giveWay()
+			// The processes outnumber the cores: poll only briefly,
+			// letting the process's other goroutines run between polls
+			// (from a thread locked to its goroutine, as a call from C
+			// is, a Gosched also puts the thread to sleep until the
+			// scheduler hands it back, which lets the other processes
+			// run), then sleep.
+			if i < spinTight+spinYield {
+				runtime.Gosched()
 				continue
 			}
 		} else if i%16 != 0 {

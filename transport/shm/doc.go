@@ -123,15 +123,12 @@
 // polling for the spin time, letting the process's other goroutines run
 // every 16th round (not every round: from a thread locked to its
 // goroutine, as calls from C are, each such yield costs two context
-// switches); if the
-// processes outnumber the cores it instead lets others run up to 128
-// times, the process's other goroutines and, with sched_yield, the
-// processes sharing its core, so that the peer it waits for runs at once
-// if it shares the core; it stops yielding the core for a while when a
-// yield took long (a process that waits for no one shares the core and
-// would get a whole time slice each time). After that it sleeps with FUTEX_WAIT on its
-// ring's futex word (the shared, not the process-private, futex
-// operations, since the word lives in memory
+// switches); if the processes outnumber the cores it yields to other
+// goroutines up to 128 times instead (from a locked thread each yield also
+// lets other processes run), since polling would take the core from the
+// peer it waits for. After that it sleeps with FUTEX_WAIT on its ring's
+// futex word (the shared, not the process-private, futex operations, since
+// the word lives in memory
 // shared between processes). It announces the sleep in a flag; the other
 // side issues FUTEX_WAKE only when that flag is set, and clears it as it
 // does, so the fast path makes no system call and one sleep costs one

@@ -1,7 +1,6 @@
 package shm
 
 import (
-	"runtime"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -36,50 +35,4 @@ func futexWake(w *atomic.Uint32) {
 func bump(w *atomic.Uint32) {
 	w.Add(1)
 	futexWake(w)
-}
-
-// yieldCore gives the calling thread's core away (sched_yield), so that a
-// process runnable on it, most likely the peer being waited for, runs now
-// instead of after a futex wake-up. It reports false, and gives nothing
-// away, while yielding is off: when a yield took longer than slowYield,
-// some process that does not wait for anyone (a computation, a build)
-// shares the core, and each yield would hand it a whole time slice, so
-// waits sleep at once for yieldBackoff.
-func yieldCore() bool {
-	now := time.Now()
-	if now.UnixNano() < yieldOff.Load() {
-		return false
-	}
-	unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
-	if took := time.Since(now); took > slowYield {
-		yieldOff.Store(now.Add(took + yieldBackoff).UnixNano())
-		return false
-	}
-	return true
-}
-
-// yieldOff is the time (Unix nanoseconds) until which yieldCore does not
-// yield; shared by the process's connections.
-var yieldOff atomic.Int64
-
-const (
-	// yieldRounds bounds how many times one wait yields before it
-	// sleeps on the futex.
-	yieldRounds = 128
-	// slowYield is the longest a yield may take before yielding stops:
-	// far more than a peer's turn, far less than a time slice.
-	slowYield = 200 * time.Microsecond
-	// yieldBackoff is how long yielding stays off after a slow yield.
-	yieldBackoff = 100 * time.Millisecond
-)
-
-// giveWay lets others run for a moment in a wait while the processes
-// outnumber the cores: this process's other goroutines (runtime.Gosched;
-// from a thread locked to its goroutine, as a call from C is, that also
-// puts the thread to sleep until the scheduler hands it back, which
-// measured best for 4 ranks on 2 cores through torch.distributed) and the
-// processes sharing the core (yieldCore).
-func giveWay() {
-	runtime.Gosched()
-	yieldCore()
 }

@@ -54,10 +54,8 @@ type Config struct {
 	// when every process has a core of its own (a futex wake-up costs tens
 	// of microseconds on a virtual machine); it takes the core from other
 	// processes when they outnumber the cores. With the default, 0, a
-	// waiter instead gives its core away (sched_yield) a bounded number of
-	// times, so that the peer it waits for runs at once if it shares the
-	// core, and sleeps after that; while yields take long (a process that
-	// waits for no one shares the core) it sleeps at once.
+	// waiter polls only briefly, yielding to other goroutines, and then
+	// sleeps.
 	Spin time.Duration
 	// Lazy maps the rings without populating them: their pages are
 	// mapped as they are first touched. The connection is up sooner,

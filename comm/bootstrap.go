@@ -91,6 +91,34 @@ func (b *tcpBootstrap) run(ctx context.Context, rootLn *tcp.Listener, fabricRank
 		ctx, cancel = context.WithTimeout(ctx, b.cfg.timeout)
 		defer cancel()
 	}
+	if b.gone != nil {
+		// The bootstrap of a shrunk communicator ends as soon as a member
+		// is found gone, with the error naming it.
+		outer := ctx
+		wctx, cancel := context.WithCancelCause(ctx)
+		ctx = wctx
+		watched := make(chan struct{})
+		go func() {
+			defer close(watched)
+			b.gone.watch(wctx, cancel)
+		}()
+		defer func() {
+			cancel(nil)
+			<-watched
+			if err == nil {
+				return
+			}
+			pe, ok := context.Cause(wctx).(*PeerError)
+			if !ok && outer.Err() == nil {
+				// It failed on its own (rank 0 refused the join, a
+				// connection broke): a member gone is the likely cause.
+				pe = b.gone.check(outer, goneCheckTimeout)
+			}
+			if pe != nil {
+				err = fmt.Errorf("%w (the bootstrap stopped: %v)", pe, err)
+			}
+		}()
+	}
 	defer func() {
 		if err != nil {
 			b.abandon()
@@ -139,6 +167,10 @@ type tcpBootstrap struct {
 	// table's one-way latency (for timelines).
 	clockOffset time.Duration
 	addrs       []string // every rank's data listener
+
+	// gone, if set, watches the members of a shrunk communicator for
+	// processes that are gone.
+	gone *goneWatch
 
 	// connect
 	links  map[int]transport.Conn // by peer rank
@@ -193,6 +225,8 @@ func (b *tcpBootstrap) wrap(what string, e error) error {
 		return fmt.Errorf("%s: %w", what, e)
 	case b.rank == wire.AnyRank:
 		return fmt.Errorf("occl: joiner: join: %s: %w", what, e)
+	case b.what == "shrink":
+		return fmt.Errorf("occl: new rank %d: shrink: %s: %w", b.rank, what, e)
 	}
 	return fmt.Errorf("occl: rank %d: %s: %s: %w", b.rank, b.what, what, e)
 }
@@ -274,6 +308,9 @@ func (b *tcpBootstrap) rendezvous(ctx context.Context, rootLn *tcp.Listener) err
 	for r, info := range m.Ranks {
 		b.hostIDs[r] = info.HostID
 		b.addrs[r] = info.Addr
+	}
+	if b.gone != nil {
+		b.gone.known(b.commID, secret, b.addrs)
 	}
 	return nil
 }

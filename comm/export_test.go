@@ -51,3 +51,8 @@ func DataListenAddr(c *Communicator) string {
 // AfterShrinkProposal makes f run whenever a rank of this process has sent
 // its proposal in a Shrink's agreement.
 func AfterShrinkProposal(f func()) { afterPropose = f }
+
+// AfterShrinkDecision makes f run whenever the agreement of a Shrink
+// decided that a rank of this process is a member, before the new
+// communicator's bootstrap.
+func AfterShrinkDecision(f func()) { afterDecision = f }

@@ -66,8 +66,12 @@ func worker(name string) int {
 		opts = append(opts, comm.WithStreams(n))
 	}
 	if name == "shrink" {
-		// Stopped ranks are found within 2 s.
-		opts = append(opts, comm.WithHeartbeat(200*time.Millisecond, 2*time.Second))
+		// Stopped ranks are found within 2 s (OCCL_TEST_HEARTBEAT_TIMEOUT).
+		hbTimeout := 2 * time.Second
+		if d, err := time.ParseDuration(os.Getenv("OCCL_TEST_HEARTBEAT_TIMEOUT")); err == nil {
+			hbTimeout = d
+		}
+		opts = append(opts, comm.WithHeartbeat(200*time.Millisecond, hbTimeout))
 	}
 	if d, err := time.ParseDuration(os.Getenv("OCCL_TEST_JOIN_DELAY")); err == nil {
 		time.Sleep(d)

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -43,9 +44,14 @@ import (
 // lowest survivor), its identity and secret are derived from c's and from
 // the agreement, so nothing sent in c can reach it, its connections are
 // new, and it has c's options, c's topology narrowed to the survivors and
-// their fabric ranks. If a survivor dies during the bootstrap, the
-// bootstrap fails (within twice the heartbeat timeout, at least 5 s) and
-// the agreement runs again without it. Shrinks counts the shrinks since Init.
+// their fabric ranks. If a survivor's process dies after the agreement
+// decided, the others find it gone during the bootstrap (connecting to its
+// listeners is refused; they check every 100 ms), the bootstrap fails at
+// once with a *PeerError naming it, and the agreement runs again without
+// it, well within a second. A survivor that stops answering without
+// going away (a stopped process, a host cut off) is waited for: the
+// bootstrap fails within twice the heartbeat timeout, at least 5 s, and
+// the agreement runs again. Shrinks counts the shrinks since Init.
 // c is closed when Shrink returns; closing it again is harmless.
 //
 // A rank the others excluded, that the communicator's failure names (a
@@ -126,6 +132,9 @@ func (c *Communicator) Shrink(ctx context.Context, exclude []int) (*Communicator
 			return nil, opErr(err)
 		}
 		log.Info("occl: survivors agreed", "members", d.Members, "coordinator", d.Coordinator, "ballot", d.Ballot)
+		if afterDecision != nil {
+			afterDecision()
+		}
 		nc, err := rec.bootstrap(ctx, d)
 		if err == nil {
 			nc.shrinks = c.shrinks + 1
@@ -139,6 +148,10 @@ func (c *Communicator) Shrink(ctx context.Context, exclude []int) (*Communicator
 		}
 		log.Warn("occl: the shrunk communicator did not form; agreeing again", "members", d.Members, "err", err)
 		suspects, ballot = rec.m.Suspects(), rec.m.Ballot()+1
+		if pe := (*PeerError)(nil); errors.As(err, &pe) && pe.Kind == ErrPeerFailed && d.Has(pe.Peer) && !slices.Contains(suspects, pe.Peer) {
+			// A member whose process is gone: the others find it too.
+			suspects = append(suspects, pe.Peer)
+		}
 	}
 }
 
@@ -148,6 +161,10 @@ func (c *Communicator) Shrinks() int { return int(c.shrinks) }
 
 // afterPropose, if set (by tests), runs once this rank's proposal is sent.
 var afterPropose func()
+
+// afterDecision, if set (by tests), runs once the agreement decided that
+// this rank is a member, before the bootstrap of the new communicator.
+var afterDecision func()
 
 // recovery runs one rank's side of a shrink's agreement (package agree)
 // over recovery connections through the data listeners: a proposer dials
@@ -544,5 +561,15 @@ func (r *recovery) bootstrap(ctx context.Context, d agree.Decision) (*Communicat
 	}
 	bctx, cancel := context.WithTimeout(ctx, max(2*c.cfg.heartbeatTimeout, 5*time.Second))
 	defer cancel()
-	return initTCP(bctx, id, self, len(d.Members), cfg, rootLn, c.groupFabricRanks(d.Members))
+	b, err := newTCPBootstrap(id, self, len(d.Members), cfg)
+	if err != nil {
+		if rootLn != nil {
+			rootLn.Close()
+		}
+		return nil, err
+	}
+	b.what = "shrink"
+	b.gone = &goneWatch{self: self, members: d.Members, oldRank: c.rank, oldComm: c.id,
+		oldSecret: r.lk.secret[:], oldAddrs: r.lk.addrs, timeout: c.cfg.heartbeatTimeout, interval: goneProbeInterval}
+	return b.run(bctx, rootLn, c.groupFabricRanks(d.Members))
 }

@@ -23,15 +23,25 @@ import (
 // kills or stops the ranks in OCCL_TEST_VICTIMS meanwhile), then the
 // survivors shrink and check every collective on the new communicator.
 // Rank OCCL_TEST_DIE_IN_SHRINK exits as soon as it has proposed in the
-// agreement. A stopped victim, once continued, must be refused. With
+// agreement, rank OCCL_TEST_DIE_AFTER_DECISION as soon as the agreement
+// decided that it is a member; rank OCCL_TEST_STOP_AFTER_DECISION stops
+// itself then (SIGSTOP), and once continued must be refused. With OCCL_TEST_SHRINK_DEADLINE, Shrink must
+// return before that deadline. A stopped victim, once continued, must be
+// refused. With
 // OCCL_TEST_EXCLUDE, the healthy communicator is shrunk on purpose without
 // those ranks, which call nothing and find their communicator aborted.
 func shrinkWorker(ctx context.Context, c *comm.Communicator) error {
 	victims := ranksOf(os.Getenv("OCCL_TEST_VICTIMS"))
 	exclude := ranksOf(os.Getenv("OCCL_TEST_EXCLUDE"))
-	dier := -1
+	dier, lateDier := -1, -1
 	if v := os.Getenv("OCCL_TEST_DIE_IN_SHRINK"); v != "" {
 		dier, _ = strconv.Atoi(v)
+	}
+	if v := os.Getenv("OCCL_TEST_DIE_AFTER_DECISION"); v != "" {
+		lateDier, _ = strconv.Atoi(v)
+	}
+	if v := os.Getenv("OCCL_TEST_STOP_AFTER_DECISION"); v != "" {
+		lateDier, _ = strconv.Atoi(v)
 	}
 	x := make([]float32, 64<<10)
 	failed := time.Now()
@@ -83,14 +93,39 @@ func shrinkWorker(ctx context.Context, c *comm.Communicator) error {
 	if me == dier {
 		comm.AfterShrinkProposal(func() { os.Exit(3) })
 	}
-	nc, err := c.Shrink(ctx, exclude)
+	lateStop := os.Getenv("OCCL_TEST_STOP_AFTER_DECISION") != ""
+	if me == lateDier && lateStop {
+		comm.AfterShrinkDecision(func() { syscall.Kill(os.Getpid(), syscall.SIGSTOP) })
+	} else if me == lateDier {
+		comm.AfterShrinkDecision(func() { os.Exit(3) })
+	}
+	sctx := ctx
+	if d, err := time.ParseDuration(os.Getenv("OCCL_TEST_SHRINK_DEADLINE")); err == nil {
+		var cancel context.CancelFunc
+		sctx, cancel = context.WithTimeout(ctx, d)
+		defer cancel()
+	}
+	nc, err := c.Shrink(sctx, exclude)
+	if me == lateDier && lateStop {
+		// Continued after the others shrank without it.
+		if nc != nil {
+			nc.Close()
+			return fmt.Errorf("the rank stopped after the decision joined a communicator of %d ranks", nc.Size())
+		}
+		if !errors.Is(err, comm.ErrExcluded) {
+			return fmt.Errorf("the rank stopped after the decision: Shrink: %v, want ErrExcluded", err)
+		}
+		fmt.Println("EXCLUDED", err)
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("Shrink: %v", err)
 	}
 	defer nc.Close()
+	fmt.Printf("SHRUNK ms=%d\n", time.Since(failed).Milliseconds())
 	var members []int
 	for r := range size {
-		if !slices.Contains(victims, r) && !slices.Contains(exclude, r) && r != dier {
+		if !slices.Contains(victims, r) && !slices.Contains(exclude, r) && r != dier && r != lateDier {
 			members = append(members, r)
 		}
 	}
@@ -229,9 +264,17 @@ func shrinkJob(t *testing.T, np int, victims []int, stop bool, env ...string) (s
 		t.Fatal(err)
 	}
 	survivors := np - len(victims)
+	var cont []int // ranks to continue once the survivors are done
+	if stop {
+		cont = victims
+	}
 	for _, e := range env {
-		if strings.HasPrefix(e, "OCCL_TEST_DIE_IN_SHRINK=") {
+		if strings.HasPrefix(e, "OCCL_TEST_DIE_IN_SHRINK=") || strings.HasPrefix(e, "OCCL_TEST_DIE_AFTER_DECISION=") {
 			survivors--
+		}
+		if v, ok := strings.CutPrefix(e, "OCCL_TEST_STOP_AFTER_DECISION="); ok {
+			survivors--
+			cont = append(slices.Clone(cont), ranksOf(v)...)
 		}
 		if v, ok := strings.CutPrefix(e, "OCCL_TEST_EXCLUDE="); ok {
 			survivors -= len(ranksOf(v))
@@ -278,9 +321,9 @@ func shrinkJob(t *testing.T, np int, victims []int, stop bool, env ...string) (s
 			t.Fatal(err)
 		}
 	}
-	if stop {
+	if len(cont) > 0 {
 		ok := <-done
-		for _, v := range victims {
+		for _, v := range cont {
 			syscall.Kill(j.Pid(v), syscall.SIGCONT)
 		}
 		if !ok {
@@ -347,6 +390,65 @@ func TestProcessShrinkDeathDuringAgreement(t *testing.T) {
 	if res[3].ExitCode != 3 {
 		t.Fatalf("rank 3 ended %+v, want exit code 3 after its proposal:\n%s", res[3], out)
 	}
+}
+
+// Rank 5 is killed, and rank 3 dies right after the agreement decided
+// that it is a member: the others find its process gone during the
+// bootstrap and agree again without it, long before the bootstrap would
+// give up on a silent member (twice the heartbeat timeout of 30 s here,
+// longer than the 20 s Shrink may take).
+func TestProcessShrinkDeathAfterDecision(t *testing.T) {
+	out, res := shrinkJob(t, 8, []int{5}, false, "OCCL_TEST_DIE_AFTER_DECISION=3",
+		"OCCL_TEST_HEARTBEAT_TIMEOUT=30s", "OCCL_TEST_SHRINK_DEADLINE=20s")
+	checkSurvivors(t, out, res, []int{0, 1, 2, 4, 6, 7})
+	if res[3].ExitCode != 3 {
+		t.Fatalf("rank 3 ended %+v, want exit code 3 after the decision:\n%s", res[3], out)
+	}
+	logShrunk(t, out)
+}
+
+// Rank 5 is killed, and rank 0, the coordinator serving the new
+// communicator's rendezvous, dies right after it decided: the others
+// find it gone and agree again under rank 1.
+func TestProcessShrinkCoordinatorDeathAfterDecision(t *testing.T) {
+	out, res := shrinkJob(t, 8, []int{5}, false, "OCCL_TEST_DIE_AFTER_DECISION=0",
+		"OCCL_TEST_HEARTBEAT_TIMEOUT=30s", "OCCL_TEST_SHRINK_DEADLINE=20s")
+	checkSurvivors(t, out, res, []int{1, 2, 3, 4, 6, 7})
+	if res[0].ExitCode != 3 {
+		t.Fatalf("rank 0 ended %+v, want exit code 3 after the decision:\n%s", res[0], out)
+	}
+	logShrunk(t, out)
+}
+
+// Rank 5 is killed, and rank 3 stops right after the agreement decided
+// that it is a member: a stopped rank is not gone (its listeners still
+// accept), so the others wait for it until the bootstrap gives up (twice
+// the heartbeat timeout, at least 5 s), then agree again without it;
+// continued, it gets ErrExcluded.
+func TestProcessShrinkStoppedAfterDecision(t *testing.T) {
+	out, res := shrinkJob(t, 8, []int{5}, false, "OCCL_TEST_STOP_AFTER_DECISION=3")
+	checkSurvivors(t, out, res, []int{0, 1, 2, 4, 6, 7})
+	if res[3].Err != nil || !strings.Contains(out, "[3] EXCLUDED") {
+		t.Fatalf("rank stopped after the decision: %+v:\n%s", res[3], out)
+	}
+	logLine(t, out, "[3] EXCLUDED")
+	logShrunk(t, out)
+	// The bootstrap gave up on rank 3 (it is not gone), and the
+	// survivors agreed again.
+	if strings.Contains(out, "its process is gone") || !strings.Contains(out, "agreeing again") {
+		t.Fatalf("want the bootstrap to time out on the stopped rank, not to find it gone:\n%s", out)
+	}
+}
+
+var shrunkLine = regexp.MustCompile(`(?m)^\[(\d+)\] SHRUNK ms=(\d+)$`)
+
+// logShrunk logs how long each survivor's Shrink took, from the failure.
+func logShrunk(t *testing.T, out string) {
+	var ms []string
+	for _, m := range shrunkLine.FindAllStringSubmatch(out, -1) {
+		ms = append(ms, "rank "+m[1]+": "+m[2]+" ms")
+	}
+	t.Logf("from the failure to the end of Shrink: %s", strings.Join(ms, ", "))
 }
 
 // Ranks 0 (the control root and the first coordinator) and 6 are killed

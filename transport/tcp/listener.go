@@ -296,7 +296,17 @@ func dial(ctx context.Context, addr string, secret []byte, h Hello) (*net.TCPCon
 	} else {
 		tc.SetDeadline(time.Now().Add(HandshakeTimeout))
 	}
-	if err := clientHandshake(tc, secret, h); err != nil {
+	// The handshake ends when ctx does, not only at its deadline.
+	stop := context.AfterFunc(ctx, func() { tc.SetDeadline(time.Now()) })
+	err = clientHandshake(tc, secret, h)
+	if !stop() {
+		if err == nil {
+			err = ctx.Err()
+		} else {
+			err = fmt.Errorf("%w (%v)", ctx.Err(), err)
+		}
+	}
+	if err != nil {
 		tc.Close()
 		return nil, true, fmt.Errorf("tcp: handshake with %s: %w", addr, err)
 	}

@@ -199,3 +199,34 @@ func TestProbeNotHandedOut(t *testing.T) {
 		t.Fatalf("accepted %+v, want the data connection after the probes", a.Hello)
 	}
 }
+
+// A handshake with a listener that never answers (its process is
+// stopped: the kernel accepts, nobody reads) ends when the dial's context
+// is cancelled, not at the context's deadline.
+func TestDialOnceHandshakeEndsWithContext(t *testing.T) {
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	connected := make(chan struct{})
+	go func() {
+		defer close(connected)
+		c, err := silent.Accept()
+		if err != nil {
+			cancel()
+			return
+		}
+		defer c.Close()
+		// The hello arrived: the dialler waits in its handshake.
+		io.ReadFull(c, make([]byte, helloSize))
+		cancel()
+		io.Copy(io.Discard, c)
+	}()
+	_, err = DialOnce(ctx, silent.Addr().String(), testSecret, Hello{Purpose: PurposeProbe, From: 1, NStreams: 1})
+	<-connected
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("DialOnce to a listener that does not answer, cancelled in its handshake: %v, want context.Canceled", err)
+	}
+}

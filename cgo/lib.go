@@ -5,10 +5,12 @@ import "C"
 
 import (
 	"context"
+	"strings"
 	"time"
 	"unsafe"
 
 	"github.com/occl/occl/comm"
+	"github.com/occl/occl/topo"
 )
 
 // This file: the library-level calls and the life of communicators.
@@ -165,13 +167,6 @@ func (k *call) initRank(out *C.occlComm_t, nranks C.int, commID *C.occlUniqueId,
 	}
 	var opts []comm.Option
 	if configured {
-		if config == nil {
-			return k.fail(resInvalidArgument, "config is NULL (use OCCL_CONFIG_INITIALIZER)")
-		}
-		if config.size < C.size_t(unsafe.Sizeof(*config)) {
-			return k.fail(resInvalidArgument, "config.size %d is smaller than occlConfig_t (%d bytes): start from OCCL_CONFIG_INITIALIZER",
-				int(config.size), int(unsafe.Sizeof(*config)))
-		}
 		var r C.occlResult_t
 		if opts, r = k.configOptions(config, int(nranks)); r != resSuccess {
 			return r
@@ -184,14 +179,34 @@ func (k *call) initRank(out *C.occlComm_t, nranks C.int, commID *C.occlUniqueId,
 	return k.create(out, initRank(id, int(rank), int(nranks), opts...))
 }
 
-// configOptions turns an occlConfig_t into Init's options.
+// The sizes of the versions of occlConfig_t: a program built against an
+// older occl.h passes a smaller size, and gets the defaults of the fields
+// added since.
+var (
+	configFirstSize    = C.size_t(unsafe.Offsetof(C.occlConfig_t{}.topology)) // size, timeoutMs, fabricRanks
+	configTopologySize = C.size_t(unsafe.Offsetof(C.occlConfig_t{}.topology) + unsafe.Sizeof(C.occlConfig_t{}.topology))
+)
+
+// configOptions checks an occlConfig_t and turns it into options. nranks
+// is the size of the communicator fabricRanks describes, 0 if the call
+// takes no fabricRanks (a grow or a join).
 func (k *call) configOptions(config C.occlInternalConstConfig, nranks int) ([]comm.Option, C.occlResult_t) {
+	if config == nil {
+		return nil, k.fail(resInvalidArgument, "config is NULL (use OCCL_CONFIG_INITIALIZER)")
+	}
+	if config.size < configFirstSize {
+		return nil, k.fail(resInvalidArgument, "config.size %d is smaller than occlConfig_t (%d bytes): start from OCCL_CONFIG_INITIALIZER",
+			int(config.size), int(unsafe.Sizeof(*config)))
+	}
 	var opts []comm.Option
 	if config.timeoutMs < 0 {
 		return nil, k.fail(resInvalidArgument, "config.timeoutMs %d is negative", int64(config.timeoutMs))
 	}
 	if config.timeoutMs > 0 {
 		opts = append(opts, comm.WithTimeout(time.Duration(config.timeoutMs)*time.Millisecond))
+	}
+	if config.fabricRanks != nil && nranks == 0 {
+		return nil, k.fail(resInvalidArgument, "config.fabricRanks must be NULL for %s", k.name)
 	}
 	if config.fabricRanks != nil {
 		fr := unsafe.Slice((*C.int)(config.fabricRanks), nranks)
@@ -201,7 +216,24 @@ func (k *call) configOptions(config C.occlInternalConstConfig, nranks int) ([]co
 		}
 		opts = append(opts, comm.WithFabricRanks(ranks))
 	}
+	if config.size >= configTopologySize && config.topology != nil {
+		t, err := parseTopology(C.GoString(config.topology))
+		if err != nil {
+			return nil, k.fail(resInvalidArgument, "config.topology: %v", err)
+		}
+		opts = append(opts, comm.WithTopology(t))
+	}
 	return opts, resSuccess
+}
+
+// parseTopology reads a topology given as OCCL_TOPO takes it (a spec such
+// as hosts=2x2,nics=host, or the path of a topology file) or as the
+// topology itself in occl's JSON format.
+func parseTopology(s string) (*topo.Topology, error) {
+	if strings.HasPrefix(strings.TrimSpace(s), "{") {
+		return topo.Parse([]byte(s))
+	}
+	return topo.FromSpec(s)
 }
 
 // maker creates a communicator. Functions return them because the
@@ -349,6 +381,22 @@ func occlCommGrow(comm C.occlComm_t, growId C.occlUniqueId, njoin C.int, newcomm
 	commH := handle(comm) // first: see handle
 	k := begin("occlCommGrow", &res)
 	defer k.end()
+	return k.grow(commH, &growId, njoin, newcomm, false, nil)
+}
+
+// occlCommGrowConfig is occlCommGrow with options for the grown communicator (its topology). See occl.h.
+//
+//export occlCommGrowConfig
+func occlCommGrowConfig(comm C.occlComm_t, growId C.occlUniqueId, njoin C.int, newcomm *C.occlComm_t, config C.occlInternalConstConfig) (res C.occlResult_t) {
+	commH := handle(comm) // first: see handle
+	k := begin("occlCommGrowConfig", &res)
+	defer k.end()
+	return k.grow(commH, &growId, njoin, newcomm, true, config)
+}
+
+// grow checks the arguments of occlCommGrow (and, if configured,
+// occlCommGrowConfig's config) and creates the grown communicator.
+func (k *call) grow(commH uintptr, growID *C.occlUniqueId, njoin C.int, newcomm *C.occlComm_t, configured bool, config C.occlInternalConstConfig) C.occlResult_t {
 	c, r := k.parent(commH, newcomm)
 	if r != resSuccess {
 		return r
@@ -356,11 +404,17 @@ func occlCommGrow(comm C.occlComm_t, growId C.occlUniqueId, njoin C.int, newcomm
 	if njoin < 1 {
 		return k.fail(resInvalidArgument, "njoin %d is not positive", int(njoin))
 	}
-	id, r := k.uniqueID(&growId)
+	var opts []comm.Option
+	if configured {
+		if opts, r = k.configOptions(config, 0); r != resSuccess {
+			return r
+		}
+	}
+	id, r := k.uniqueID(growID)
 	if r != resSuccess {
 		return r
 	}
-	return k.create(newcomm, grower(c, id, int(njoin)))
+	return k.create(newcomm, grower(c, id, int(njoin), opts...))
 }
 
 // occlJoin joins, as a new rank, the communicator that the ranks of a running one create with occlCommGrow. See occl.h.
@@ -369,25 +423,47 @@ func occlCommGrow(comm C.occlComm_t, growId C.occlUniqueId, njoin C.int, newcomm
 func occlJoin(comm *C.occlComm_t, growId C.occlUniqueId) (res C.occlResult_t) {
 	k := begin("occlJoin", &res)
 	defer k.end()
-	if comm == nil {
+	return k.join(comm, &growId, false, nil)
+}
+
+// occlJoinConfig is occlJoin with options (the grown communicator's topology). See occl.h.
+//
+//export occlJoinConfig
+func occlJoinConfig(comm *C.occlComm_t, growId C.occlUniqueId, config C.occlInternalConstConfig) (res C.occlResult_t) {
+	k := begin("occlJoinConfig", &res)
+	defer k.end()
+	return k.join(comm, &growId, true, config)
+}
+
+// join checks the arguments of occlJoin (and, if configured,
+// occlJoinConfig's config) and joins.
+func (k *call) join(out *C.occlComm_t, growID *C.occlUniqueId, configured bool, config C.occlInternalConstConfig) C.occlResult_t {
+	if out == nil {
 		return k.fail(resInvalidArgument, "comm is NULL")
 	}
-	*comm = nil
-	id, r := k.uniqueID(&growId)
+	*out = nil
+	var opts []comm.Option
+	if configured {
+		var r C.occlResult_t
+		if opts, r = k.configOptions(config, 0); r != resSuccess {
+			return r
+		}
+	}
+	id, r := k.uniqueID(growID)
 	if r != resSuccess {
 		return r
 	}
-	return k.create(comm, joiner(id))
+	return k.create(out, joiner(id, opts...))
 }
 
 // grower returns the maker of c.Grow.
-func grower(c *comm.Communicator, id comm.UniqueID, n int) maker {
-	return func(ctx context.Context) (*comm.Communicator, error) { return c.Grow(ctx, id, n) }
+func grower(c *comm.Communicator, id comm.UniqueID, n int, opts ...comm.Option) maker {
+	return func(ctx context.Context) (*comm.Communicator, error) { return c.Grow(ctx, id, n, opts...) }
 }
 
 // joiner returns the maker of comm.Join.
-func joiner(id comm.UniqueID) maker {
-	return func(ctx context.Context) (*comm.Communicator, error) { return comm.Join(ctx, id) }
+func joiner(id comm.UniqueID, opts ...comm.Option) maker {
+	return func(ctx context.Context) (*comm.Communicator, error) { return comm.Join(ctx, id, opts...) }
 }
 
 // query is a call that stores a property of a communicator in *out (what

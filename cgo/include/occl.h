@@ -211,23 +211,33 @@ const char* occlGetLastError(occlComm_t comm);
  * created in the group: one thread can then create several ranks. */
 occlResult_t occlCommInitRank(occlComm_t* comm, int nranks, occlUniqueId commId, int rank);
 
-/* Options of occlCommInitRankConfig. Start from OCCL_CONFIG_INITIALIZER so
- * that fields added later keep their defaults. */
+/* Options of occlCommInitRankConfig, occlCommGrowConfig and occlJoinConfig.
+ * Start from OCCL_CONFIG_INITIALIZER so that fields added later keep their
+ * defaults (a program built against an older occl.h passes a smaller size
+ * and gets them too). */
 typedef struct {
   size_t size;            /* sizeof(occlConfig_t), set by the initializer */
   long long timeoutMs;    /* > 0: the communicator's timeout (else OCCL_TIMEOUT or 10 minutes) */
   const int* fabricRanks; /* NULL, or nranks entries: rank r of the new
                            * communicator is rank fabricRanks[r] of the
-                           * communicator that spans the fabric (see below) */
+                           * communicator that spans the fabric (see below);
+                           * NULL for a grow or a join */
+  const char* topology;   /* NULL (OCCL_TOPO applies), or the new
+                           * communicator's topology, one rank per rank:
+                           * what OCCL_TOPO takes (a spec such as
+                           * "hosts=2x2,nics=host", or a topology file's
+                           * path) or the topology itself in occl's JSON
+                           * format, as occlCommTopology writes it. Read
+                           * during the call. */
 } occlConfig_t;
-#define OCCL_CONFIG_INITIALIZER {sizeof(occlConfig_t), 0, NULL}
+#define OCCL_CONFIG_INITIALIZER {sizeof(occlConfig_t), 0, NULL, NULL}
 
 /* Like occlCommInitRank, with options. With fabricRanks the new
  * communicator is a group of the fabric-wide one made among its members
- * only (occlCommSplit needs every rank of the parent): the topology of
- * OCCL_TOPO, which describes the whole fabric, is narrowed to these ranks,
- * and occlCommReconfigureMany rewires it as a sub-communicator. The array is
- * copied during the call. */
+ * only (occlCommSplit needs every rank of the parent): the topology
+ * (config.topology or OCCL_TOPO), which then describes the whole fabric,
+ * is narrowed to these ranks, and occlCommReconfigureMany rewires it as a
+ * sub-communicator. The array is copied during the call. */
 occlResult_t occlCommInitRankConfig(occlComm_t* comm, int nranks, occlUniqueId commId, int rank,
                                     const occlConfig_t* config);
 
@@ -290,10 +300,29 @@ occlResult_t occlCommShrink(occlComm_t comm, const int* excludeRanks, int exclud
  * joiner's place. comm stays usable (destroy it once done with it). If the
  * joiners do not all arrive before the timeout, every member returns
  * occlSystemError with a message saying how many came, and comm keeps
- * working. A communicator with a topology (OCCL_TOPO) or made with
- * fabricRanks cannot grow through this call (occlInvalidArgument). Inside
- * a group it only reserves *newcomm, like occlCommInitRank. */
+ * working. A communicator with a topology (OCCL_TOPO, or config.topology)
+ * grows with occlCommGrowConfig, which is given the grown one; through
+ * this call it gets occlInvalidArgument, as does one made with
+ * fabricRanks (it cannot grow). Inside a group it only reserves *newcomm,
+ * like occlCommInitRank. */
 occlResult_t occlCommGrow(occlComm_t comm, occlUniqueId growId, int njoin, occlComm_t* newcomm);
+
+/* occlCommGrow with options for the grown communicator, like comm.Grow's:
+ * config->topology is its topology, of comm's ranks plus njoin (the members
+ * keep their places in it, the joiners take the ranks after them), given
+ * to every member and to every joiner (occlJoinConfig); a topology of
+ * another size fails at once (occlInvalidArgument). config->timeoutMs, if
+ * set, is its timeout; config->fabricRanks must be NULL. Otherwise the
+ * grown communicator has comm's options. For example, 4 ranks on 2
+ * emulated hosts (OCCL_TOPO=hosts=2x2) grown by 2 spares on a third host:
+ *
+ *   occlConfig_t config = OCCL_CONFIG_INITIALIZER;
+ *   config.topology = "hosts=3x2";
+ *   occlCommGrowConfig(comm, growId, 2, &grown, &config);   // the members
+ *   occlJoinConfig(&grown, growId, &config);                // each spare
+ */
+occlResult_t occlCommGrowConfig(occlComm_t comm, occlUniqueId growId, int njoin, occlComm_t* newcomm,
+                                const occlConfig_t* config);
 
 /* Joins, as a new rank, the communicator that the ranks of a running one
  * create with occlCommGrow(comm, growId, njoin, ...): presents growId's
@@ -304,6 +333,12 @@ occlResult_t occlCommGrow(occlComm_t comm, occlUniqueId growId, int njoin, occlC
  * up), or after the timeout. Inside a group it only reserves *comm, like
  * occlCommInitRank. */
 occlResult_t occlJoin(occlComm_t* comm, occlUniqueId growId);
+
+/* occlJoin with options: config->topology is the grown communicator's, the
+ * one its members pass to occlCommGrowConfig; config->timeoutMs, if set,
+ * bounds the join and is the communicator's timeout; config->fabricRanks
+ * must be NULL. */
+occlResult_t occlJoinConfig(occlComm_t* comm, occlUniqueId growId, const occlConfig_t* config);
 
 /* Stores the number of ranks of comm in *count. */
 occlResult_t occlCommCount(occlComm_t comm, int* count);

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/occl/occl/bench/launch"
+	"github.com/occl/occl/comm"
 	"github.com/occl/occl/internal/clib"
 	"github.com/occl/occl/reconfig"
 	"github.com/occl/occl/topo"
@@ -35,7 +37,7 @@ import (
 var build = clib.Lib{Root: "../..", Pattern: "occl-c", Then: compile}
 
 // programs are the C programs of this directory.
-var programs = []string{"allreduce", "alltoallv", "errors", "reconfigure", "bench"}
+var programs = []string{"allreduce", "alltoallv", "errors", "reconfigure", "grow", "bench"}
 
 // binaries builds the library and the programs once and returns the
 // directory holding them; it skips the test without gcc.
@@ -202,6 +204,39 @@ func TestReconfigure(t *testing.T) {
 	slices.SortFunc(pairs, func(a, b [2]int) int { return a[0] - b[0] })
 	if !slices.Equal(pairs, want) {
 		t.Fatalf("switch holds %v, want the target's %v", pairs, want)
+	}
+}
+
+// TestGrowTopology: 4 processes make a communicator on 2 emulated hosts
+// (hosts=2x2, given in occlCommInitRankConfig's config) and grow it by 2
+// spares into one on 3 hosts (hosts=3x2, given to occlCommGrowConfig and
+// occlJoinConfig); plain occlCommGrow refuses to grow it. Every rank of the
+// grown communicator checks an all-reduce on it and prints its topology,
+// which must have the 6 ranks on 3 hosts, 2 by 2.
+func TestGrowTopology(t *testing.T) {
+	growID, err := comm.NewUniqueIDAt("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := job(t, 6, "grow", nil, growID.String(), "4", "hosts=2x2", "hosts=3x2")
+	okLines(t, out, 6)
+	lines := regexp.MustCompile(`(?m)rank (\d+): topology (.*)$`).FindAllStringSubmatch(out, -1)
+	if len(lines) != 6 {
+		t.Fatalf("%d ranks printed their topology, want 6:\n%s", len(lines), out)
+	}
+	for _, l := range lines {
+		tp, err := topo.Parse([]byte(l[2]))
+		if err != nil {
+			t.Fatalf("rank %s: topology %q: %v", l[1], l[2], err)
+		}
+		if len(tp.Ranks) != 6 || len(tp.Hosts) != 3 {
+			t.Fatalf("rank %s: the grown topology has %d ranks on %d hosts, want 6 on 3:\n%s", l[1], len(tp.Ranks), len(tp.Hosts), l[2])
+		}
+		for r, rk := range tp.Ranks {
+			if rk.Host != r/2 {
+				t.Fatalf("rank %s: rank %d of the grown topology is on host %d, want %d", l[1], r, rk.Host, r/2)
+			}
+		}
 	}
 }
 

@@ -7,6 +7,7 @@
 // crash or disturb the communicator. One process, a communicator of one rank.
 // Exits non-zero if any check fails.
 
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -97,6 +98,44 @@ int main(void) {
   INVALID(occlSend, x, 8, occlFloat, 1, comm);
   INVALID(occlRecv, y, 8, occlFloat, -1, comm);
   INVALID(occlCommSplit, comm, -2, 0, &dead);
+
+  // Configurations: NULL, too small, a topology that is not one, fabric
+  // ranks for a grow or a join, a grown topology of the wrong size.
+  occlComm_t none = (occlComm_t)1;
+  occlConfig_t config = OCCL_CONFIG_INITIALIZER;
+  INVALID(occlCommInitRankConfig, &other, 1, id, 0, NULL);
+  config.size = sizeof(size_t);
+  INVALID(occlCommInitRankConfig, &other, 1, id, 0, &config);
+  config.size = sizeof config;
+  config.topology = "hosts=many";
+  INVALID(occlCommInitRankConfig, &other, 1, id, 0, &config);
+  INVALID(occlJoinConfig, &other, id, &config);
+  INVALID(occlCommGrowConfig, comm, id, 1, &none, &config);
+  if (none != NULL) fprintf(stderr, "FAIL: newcomm not cleared\n"), failed++;
+  config.topology = "hosts=1x1";  // one rank: the grown communicator has two
+  INVALID(occlCommGrowConfig, comm, id, 1, &none, &config);
+  config.topology = NULL;
+  int fabric[2] = {0, 1};
+  config.fabricRanks = fabric;
+  INVALID(occlCommGrowConfig, comm, id, 1, &none, &config);
+  INVALID(occlJoinConfig, &other, id, &config);
+  config.fabricRanks = NULL;
+  INVALID(occlCommGrowConfig, comm, id, 1, &none, NULL);
+  INVALID(occlCommGrowConfig, comm, id, 0, &none, &config);
+  INVALID(occlCommGrowConfig, comm, id, 1, NULL, &config);
+  INVALID(occlJoinConfig, NULL, id, &config);
+  INVALID(occlJoinConfig, &other, id, NULL);
+  // A program built against the occl.h whose occlConfig_t ended with
+  // fabricRanks passes that size: accepted, with no topology.
+  {
+    occlUniqueId id1;
+    OCCLCHECK(occlGetUniqueId(&id1));
+    occlConfig_t first = OCCL_CONFIG_INITIALIZER;
+    first.size = offsetof(occlConfig_t, topology);
+    first.topology = "hosts=many";  // beyond its size: not read
+    OCCLCHECK(occlCommInitRankConfig(&other, 1, id1, 0, &first));
+    OCCLCHECK(occlCommDestroy(other));
+  }
 
   // A topology that is not JSON; a traffic buffer too small.
   INVALID(occlCommReconfigure, comm, "{not json");

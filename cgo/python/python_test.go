@@ -98,6 +98,32 @@ func TestGrow(t *testing.T) {
 	}
 }
 
+// TestGrowTopology runs tests/check_grow.py with topologies: 4 processes
+// make a communicator on 2 emulated hosts (hosts=2x2), which grow refuses
+// to grow without the grown topology, then grow it by 2 spares into one on
+// 3 hosts (hosts=3x2, given to grow and join); every rank checks the grown
+// communicator's topology (6 ranks, 2 to a host) and every kind of
+// collective on it.
+func TestGrowTopology(t *testing.T) {
+	python := venv.Python(t)
+	id, err := comm.NewUniqueIDAt("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	growID, err := comm.NewUniqueIDAt("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := pyvenv.Job{Python: python, NP: 6, Args: []string{"tests/check_grow.py", "--topology", "hosts=2x2", "hosts=3x2"},
+		Limit: 2 * time.Minute, Env: []string{"OCCL_TEST_ID=" + id.String(), "OCCL_TEST_GROW_ID=" + growID.String()}}
+	out := j.MustRun(t)
+	for r := range 6 {
+		if !strings.Contains(out, fmt.Sprintf("rank %d: ok", r)) {
+			t.Errorf("rank %d did not finish:\n%s", r, out)
+		}
+	}
+}
+
 // TestBackendFailure kills a rank, and stalls one, in the middle of a job:
 // every other rank raises a RuntimeError, and later operations raise too.
 // For a dead rank the error names it. For a stall it names the rank each

@@ -99,6 +99,30 @@ class UniqueId(ctypes.Structure):
         return uid
 
 
+class _Config(ctypes.Structure):
+    """occlConfig_t."""
+
+    _fields_ = [
+        ("size", ctypes.c_size_t),
+        ("timeoutMs", ctypes.c_longlong),
+        ("fabricRanks", ctypes.POINTER(ctypes.c_int)),
+        ("topology", ctypes.c_char_p),
+    ]
+
+
+def _config(topology):
+    """An occlConfig_t with topology: an OCCL_TOPO spec (such as
+    "hosts=2x2,nics=host") or a topology file's path, JSON text, or a dict
+    in occl's topology format (as Communicator.topology returns)."""
+    c = _Config()
+    c.size = ctypes.sizeof(_Config)
+    if topology is not None:
+        if isinstance(topology, dict):
+            topology = json.dumps(topology)
+        c.topology = topology.encode() if isinstance(topology, str) else bytes(topology)
+    return c
+
+
 _lib = None
 _lib_lock = threading.Lock()
 _c = ctypes.c_void_p
@@ -109,13 +133,16 @@ _SIGNATURES = {
     "occlGetVersion": [ctypes.POINTER(_i)],
     "occlGetUniqueId": [ctypes.POINTER(UniqueId)],
     "occlCommInitRank": [ctypes.POINTER(_c), _i, UniqueId, _i],
+    "occlCommInitRankConfig": [ctypes.POINTER(_c), _i, UniqueId, _i, ctypes.POINTER(_Config)],
     "occlCommInitFromEnv": [ctypes.POINTER(_c)],
     "occlCommDestroy": [_c],
     "occlCommAbort": [_c],
     "occlCommSplit": [_c, _i, _i, ctypes.POINTER(_c)],
     "occlCommShrink": [_c, ctypes.POINTER(_i), _i, ctypes.POINTER(_c)],
     "occlCommGrow": [_c, UniqueId, _i, ctypes.POINTER(_c)],
+    "occlCommGrowConfig": [_c, UniqueId, _i, ctypes.POINTER(_c), ctypes.POINTER(_Config)],
     "occlJoin": [ctypes.POINTER(_c), UniqueId],
+    "occlJoinConfig": [ctypes.POINTER(_c), UniqueId, ctypes.POINTER(_Config)],
     "occlCommCount": [_c, ctypes.POINTER(_i)],
     "occlCommUserRank": [_c, ctypes.POINTER(_i)],
     "occlCommGetAsyncError": [_c, ctypes.POINTER(_i)],
@@ -418,25 +445,38 @@ class Communicator:
         return cls(h.value)
 
     @classmethod
-    def init_rank(cls, nranks, unique_id, rank):
+    def init_rank(cls, nranks, unique_id, rank, topology=None):
         """Joins the communicator unique_id (a UniqueId or its string) as
-        rank of nranks (occlCommInitRank)."""
+        rank of nranks (occlCommInitRank). topology, if given, is its
+        topology instead of OCCL_TOPO's: a spec such as "hosts=2x2", a
+        topology file's path, JSON text or a dict in occl's topology format
+        (occlCommInitRankConfig)."""
         if not isinstance(unique_id, UniqueId):
             unique_id = UniqueId.from_string(unique_id)
         h = ctypes.c_void_p()
-        _check(library().occlCommInitRank(ctypes.byref(h), int(nranks), unique_id, int(rank)))
+        if topology is None:
+            _check(library().occlCommInitRank(ctypes.byref(h), int(nranks), unique_id, int(rank)))
+        else:
+            config = _config(topology)
+            _check(library().occlCommInitRankConfig(ctypes.byref(h), int(nranks), unique_id, int(rank), ctypes.byref(config)))
         return cls(h.value)
 
     @classmethod
-    def join(cls, unique_id):
+    def join(cls, unique_id, topology=None):
         """Joins, as a new rank, the communicator the ranks of a running one
         make with grow(unique_id, njoin) (occlJoin): rank and size come from
         rank 0, the joiners taking the ranks after the members' in the order
-        they arrive. It may be called before the members call grow."""
+        they arrive. It may be called before the members call grow.
+        topology, if the members grow with one, must be the same: the grown
+        communicator's (occlJoinConfig; forms as for init_rank)."""
         if not isinstance(unique_id, UniqueId):
             unique_id = UniqueId.from_string(unique_id)
         h = ctypes.c_void_p()
-        _check(library().occlJoin(ctypes.byref(h), unique_id))
+        if topology is None:
+            _check(library().occlJoin(ctypes.byref(h), unique_id))
+        else:
+            config = _config(topology)
+            _check(library().occlJoinConfig(ctypes.byref(h), unique_id, ctypes.byref(config)))
         return cls(h.value)
 
     # -- life
@@ -505,19 +545,26 @@ class Communicator:
         _check(self._lib.occlCommShrink(h, (_i * len(ex))(*ex) if ex else None, len(ex), ctypes.byref(out)), h)
         return Communicator(out.value)
 
-    def grow(self, unique_id, njoin):
+    def grow(self, unique_id, njoin, topology=None):
         """A communicator of this one's ranks (keeping their ranks) and njoin
         processes that call Communicator.join(unique_id) (occlCommGrow).
         Collective: every rank calls it with the same unique_id, made on rank
         0's host (get_unique_id) and handed to the joiners. This communicator
         stays usable. Raises OcclError (occlSystemError) on every member,
         saying how many joiners came, if they do not all arrive before the
-        timeout; this communicator then keeps working."""
+        timeout; this communicator then keeps working. A communicator with a
+        topology grows only given the grown one, of size + njoin ranks in
+        which the members keep their places (occlCommGrowConfig; forms as
+        for init_rank); the joiners pass the same to join."""
         if not isinstance(unique_id, UniqueId):
             unique_id = UniqueId.from_string(unique_id)
         h = self._handle()
         out = ctypes.c_void_p()
-        _check(self._lib.occlCommGrow(h, unique_id, int(njoin), ctypes.byref(out)), h)
+        if topology is None:
+            _check(self._lib.occlCommGrow(h, unique_id, int(njoin), ctypes.byref(out)), h)
+        else:
+            config = _config(topology)
+            _check(self._lib.occlCommGrowConfig(h, unique_id, int(njoin), ctypes.byref(out), ctypes.byref(config)), h)
         return Communicator(out.value)
 
     # -- helpers

@@ -540,8 +540,9 @@ func (r *recovery) newID(d agree.Decision, nonce [16]byte, addr string) UniqueID
 }
 
 // bootstrap makes the new communicator of d's members, as Init does, its
-// rendezvous served by the coordinator. A member that does not join makes
-// it fail within the bootstrap timeout.
+// rendezvous served by the coordinator. A member whose process is gone
+// makes it fail at once, with a *PeerError naming it (goneWatch); one that
+// does not join otherwise, within the bootstrap timeout.
 func (r *recovery) bootstrap(ctx context.Context, d agree.Decision) (*Communicator, error) {
 	c := r.c
 	self, _ := slices.BinarySearch(d.Members, c.rank)

@@ -404,6 +404,7 @@ func TestProcessShrinkDeathAfterDecision(t *testing.T) {
 	if res[3].ExitCode != 3 {
 		t.Fatalf("rank 3 ended %+v, want exit code 3 after the decision:\n%s", res[3], out)
 	}
+	wantGone(t, out, 3)
 	logShrunk(t, out)
 }
 
@@ -417,7 +418,17 @@ func TestProcessShrinkCoordinatorDeathAfterDecision(t *testing.T) {
 	if res[0].ExitCode != 3 {
 		t.Fatalf("rank 0 ended %+v, want exit code 3 after the decision:\n%s", res[0], out)
 	}
+	wantGone(t, out, 0)
 	logShrunk(t, out)
+}
+
+// wantGone checks that the bootstrap of a survivor failed with the error
+// naming rank as gone (its log says so as it agrees again).
+func wantGone(t *testing.T, out string, rank int) {
+	t.Helper()
+	if !strings.Contains(out, fmt.Sprintf("peer failed: rank %d: its process is gone during the bootstrap", rank)) {
+		t.Fatalf("no survivor found rank %d gone in the bootstrap:\n%s", rank, out)
+	}
 }
 
 // Rank 5 is killed, and rank 3 stops right after the agreement decided

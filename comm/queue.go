@@ -38,6 +38,10 @@ type opQueue struct {
 	mu      sync.Mutex
 	seq     uint64 // collectives pushed (less those withdrawn)
 	pending []*Request
+	// slots is the array pending starts at when the queue is empty again,
+	// so that a queue that empties after every operation (blocking calls)
+	// reuses its array instead of growing a new one as its head advances.
+	slots   []*Request
 	closing bool
 	wake    chan struct{} // a request was pushed
 	// exec is held by whoever runs requests: the worker, or a caller
@@ -193,7 +197,13 @@ func (q *opQueue) push(r *Request) bool {
 		q.seq++
 		r.seq = q.seq
 	}
+	if len(q.pending) == 0 {
+		q.pending = q.slots[:0]
+	}
 	q.pending = append(q.pending, r)
+	if cap(q.pending) > cap(q.slots) {
+		q.slots = q.pending[:0]
+	}
 	q.mu.Unlock()
 	return true
 }

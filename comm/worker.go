@@ -77,7 +77,7 @@ func (c *Communicator) run(r *Request) (err error) {
 	fp.Target = r.target
 	// One clock reading serves the history, the deadline and the
 	// watchdog: on a virtual machine each costs tens of nanoseconds.
-	start := time.Now()
+	start := now()
 	c.hist.begin(r, fp, start)
 	defer func() { c.endOp(err) }()
 	if pe := c.failure.err(); pe != nil {

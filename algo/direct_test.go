@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -269,5 +270,56 @@ func TestSendRecvError(t *testing.T) {
 	}
 	if len(nw.Errors()) != 1 {
 		t.Fatalf("network recorded %d errors, want 1", len(nw.Errors()))
+	}
+}
+
+// sendsFirst records, for an all-to-all on one rank, how many sends had
+// completed when its first receive started.
+type sendsFirst struct {
+	Peers
+	sent, atFirstRecv int
+	recvs             int
+}
+
+func (s *sendsFirst) EagerLimit(peer int) int { return s.Peers.(EagerPeers).EagerLimit(peer) }
+
+func (s *sendsFirst) Send(ctx context.Context, peer int, step uint32, buf []byte) error {
+	err := s.Peers.Send(ctx, peer, step, buf)
+	s.sent++
+	return err
+}
+
+func (s *sendsFirst) Recv(ctx context.Context, peer int, step uint32, buf []byte) error {
+	if s.recvs == 0 {
+		s.atFirstRecv = s.sent
+	}
+	s.recvs++
+	return s.Peers.Recv(ctx, peer, step, buf)
+}
+
+// TestAllToAllOneProcessorInline: in a process with one processor, an
+// all-to-all whose blocks are above 64 KiB but fit the connections' eager
+// limit sends them all inline before it receives (no goroutine, which
+// could not overlap the copies there); the result is checked as for every
+// all-to-all.
+func TestAllToAllOneProcessorInline(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	const p, per = 4, 200 << 10
+	size := make([][]int, p)
+	for a := range size {
+		size[a] = make([]int, p)
+		for b := range size[a] {
+			size[a][b] = per
+		}
+	}
+	rec := make([]*sendsFirst, p)
+	checkAllToAll(t, size, fakepeers.Options{EagerLimit: 1 << 20}, func(ctx context.Context, rank int, peers Peers, b *a2aBufs) error {
+		rec[rank] = &sendsFirst{Peers: peers}
+		return AllToAllPairwise(ctx, rec[rank], b.send, b.sOffs, b.sLens, b.recv, b.rOffs, b.rLens)
+	})
+	for r, s := range rec {
+		if s.atFirstRecv != p-1 {
+			t.Errorf("rank %d: %d of %d sends done when the first receive started, want all (inline)", r, s.atFirstRecv, p-1)
+		}
 	}
 }

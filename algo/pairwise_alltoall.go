@@ -3,6 +3,8 @@ package algo
 import (
 	"context"
 	"fmt"
+	"math"
+	"runtime"
 )
 
 // AllToAllPairwise sends send[sendOffs[i]:sendOffs[i]+sendLens[i]] to rank
@@ -29,7 +31,8 @@ import (
 // Empty blocks are skipped by both sides: a block is skipped by its sender
 // exactly when its receiver skips it, as the block sizes agree.
 // When every block this rank sends fits in its connection's eager limit
-// (and is at most 64 KiB), the sends are made inline first and the
+// (and is at most 64 KiB, unless the process has one processor), the
+// sends are made inline first and the
 // receives follow, on the caller's goroutine: no send waits for its
 // receiver, so this cannot deadlock either, and a small all-to-all costs
 // no goroutine.
@@ -113,19 +116,30 @@ func AllToAllPairwise(ctx context.Context, p Peers, send []byte, sendOffs, sendL
 }
 
 // eagerBlock is the largest block an all-to-all sends inline, before its
-// receives: above it, sending from a goroutine while receiving overlaps
-// the two copies.
+// receives, when the process can run more than one thread at a time:
+// above it, sending from a goroutine while receiving overlaps the two
+// copies. A process with one processor (GOMAXPROCS 1, as occl sets it
+// when it binds each of a host's ranks to one CPU) cannot overlap them,
+// and a goroutine there only adds switches (from a thread locked to its
+// goroutine, as a call from C is, each one hands the processor to another
+// thread and back): it sends inline every block that fits in its
+// connection's eager limit.
 const eagerBlock = 64 << 10
 
 // eagerAllToAll reports whether every block this rank sends fits in its
-// connection's eager limit and eagerBlock.
+// connection's eager limit and, unless the process has one processor,
+// eagerBlock.
 func eagerAllToAll(p Peers, sendLens []int) bool {
 	ep, ok := p.(EagerPeers)
 	if !ok {
 		return false
 	}
+	most := eagerBlock
+	if runtime.GOMAXPROCS(0) == 1 {
+		most = math.MaxInt
+	}
 	for to, n := range sendLens {
-		if to != p.Rank() && n > 0 && (n > eagerBlock || n > ep.EagerLimit(to)) {
+		if to != p.Rank() && n > 0 && (n > most || n > ep.EagerLimit(to)) {
 			return false
 		}
 	}

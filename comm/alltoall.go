@@ -15,11 +15,16 @@ const slotCounts = algo.SlotCaller
 // block j of recv. send and recv have the same length, a multiple of
 // Size(). Passing the same buffer twice is allowed (in place).
 func (c *Communicator) AllToAll(ctx context.Context, send, recv Buffer) error {
-	return wait(c.AllToAllAsync(ctx, send, recv))
+	return wait(c.postAllToAll(ctx, send, recv))
 }
 
 // AllToAllAsync is the non-blocking form of AllToAll.
 func (c *Communicator) AllToAllAsync(ctx context.Context, send, recv Buffer) *Request {
+	return c.wake(c.postAllToAll(ctx, send, recv))
+}
+
+// postAllToAll queues AllToAll for a caller that waits for it (see post).
+func (c *Communicator) postAllToAll(ctx context.Context, send, recv Buffer) *Request {
 	const name = "AllToAll"
 	err := checkPair(send, recv)
 	if err == nil && (len(send.b) != len(recv.b) || send.Len()%c.size != 0) {
@@ -33,7 +38,7 @@ func (c *Communicator) AllToAllAsync(ctx context.Context, send, recv Buffer) *Re
 	}
 	nb := len(send.b) / c.size
 	c.traffic.record(TrafficTag(ctx), c.size, nil, nb)
-	return c.submit(ctx, name, collHeader(algo.OpAllToAll, send.dt, 0, 0, send.Len()/c.size), func(ctx context.Context, p *opPeers) error {
+	return c.post(ctx, name, collHeader(algo.OpAllToAll, send.dt, 0, 0, send.Len()/c.size), func(ctx context.Context, p *opPeers) error {
 		offs, lens := c.blocks(nb)
 		return c.allToAll(ctx, p, send.b, offs, lens, recv.b, offs, lens, nb)
 	})
@@ -44,11 +49,16 @@ func (c *Communicator) AllToAllAsync(ctx context.Context, send, recv Buffer) *Re
 // and recvCounts[j] elements from rank j land at recv[recvDispls[j]:].
 // recvCounts[j] on this rank must equal sendCounts[this rank] on rank j.
 func (c *Communicator) AllToAllV(ctx context.Context, send Buffer, sendCounts, sendDispls []int, recv Buffer, recvCounts, recvDispls []int) error {
-	return wait(c.AllToAllVAsync(ctx, send, sendCounts, sendDispls, recv, recvCounts, recvDispls))
+	return wait(c.postAllToAllV(ctx, send, sendCounts, sendDispls, recv, recvCounts, recvDispls))
 }
 
 // AllToAllVAsync is the non-blocking form of AllToAllV.
 func (c *Communicator) AllToAllVAsync(ctx context.Context, send Buffer, sendCounts, sendDispls []int, recv Buffer, recvCounts, recvDispls []int) *Request {
+	return c.wake(c.postAllToAllV(ctx, send, sendCounts, sendDispls, recv, recvCounts, recvDispls))
+}
+
+// postAllToAllV queues AllToAllV for a caller that waits for it (see post).
+func (c *Communicator) postAllToAllV(ctx context.Context, send Buffer, sendCounts, sendDispls []int, recv Buffer, recvCounts, recvDispls []int) *Request {
 	const name = "AllToAllV"
 	err := checkPair(send, recv)
 	var soffs, slens, roffs, rlens []int
@@ -65,7 +75,7 @@ func (c *Communicator) AllToAllVAsync(ctx context.Context, send Buffer, sendCoun
 		return c.failedRequest(name, err)
 	}
 	c.traffic.record(TrafficTag(ctx), c.size, slens, 0)
-	return c.submit(ctx, name, collHeader(algo.OpAllToAllV, send.dt, 0, 0, 0), func(ctx context.Context, p *opPeers) error {
+	return c.post(ctx, name, collHeader(algo.OpAllToAllV, send.dt, 0, 0, 0), func(ctx context.Context, p *opPeers) error {
 		return c.allToAll(ctx, p, send.b, soffs, slens, recv.b, roffs, rlens, -1)
 	})
 }

@@ -69,11 +69,16 @@ func wait(r *Request) error {
 // AllReduce reduces send across all ranks with op and leaves the result in
 // recv on every rank. send and recv have the same length and type.
 func (c *Communicator) AllReduce(ctx context.Context, send, recv Buffer, op Op) error {
-	return wait(c.AllReduceAsync(ctx, send, recv, op))
+	return wait(c.postAllReduce(ctx, send, recv, op))
 }
 
 // AllReduceAsync is the non-blocking form of AllReduce.
 func (c *Communicator) AllReduceAsync(ctx context.Context, send, recv Buffer, op Op) *Request {
+	return c.wake(c.postAllReduce(ctx, send, recv, op))
+}
+
+// postAllReduce queues AllReduce for a caller that waits for it (see post).
+func (c *Communicator) postAllReduce(ctx context.Context, send, recv Buffer, op Op) *Request {
 	const name = "AllReduce"
 	err := checkPair(send, recv)
 	if err == nil {
@@ -89,7 +94,7 @@ func (c *Communicator) AllReduceAsync(ctx context.Context, send, recv Buffer, op
 		return c.failedRequest(name, err)
 	}
 	dt, n := send.dt, send.Len()
-	return c.submit(ctx, name, collHeader(algo.OpAllReduce, dt, op, 0, n), func(ctx context.Context, p *opPeers) error {
+	return c.post(ctx, name, collHeader(algo.OpAllReduce, dt, op, 0, n), func(ctx context.Context, p *opPeers) error {
 		err := c.runSchedule(ctx, algo.OpAllReduce, len(recv.b), algo.Args{Peers: p, Src: send.b, Dst: recv.b, DType: dt, Op: op.Combiner()})
 		if err != nil {
 			return err
@@ -123,11 +128,16 @@ func (c *Communicator) runSchedule(ctx context.Context, op algo.Collective, byte
 // pass an empty Buffer). Pass the same buffer as send and recv on the root
 // for in-place operation.
 func (c *Communicator) Broadcast(ctx context.Context, send, recv Buffer, root int) error {
-	return wait(c.BroadcastAsync(ctx, send, recv, root))
+	return wait(c.postBroadcast(ctx, send, recv, root))
 }
 
 // BroadcastAsync is the non-blocking form of Broadcast.
 func (c *Communicator) BroadcastAsync(ctx context.Context, send, recv Buffer, root int) *Request {
+	return c.wake(c.postBroadcast(ctx, send, recv, root))
+}
+
+// postBroadcast queues Broadcast for a caller that waits for it (see post).
+func (c *Communicator) postBroadcast(ctx context.Context, send, recv Buffer, root int) *Request {
 	const name = "Broadcast"
 	err := c.checkRoot(root)
 	if err == nil {
@@ -146,7 +156,7 @@ func (c *Communicator) BroadcastAsync(ctx context.Context, send, recv Buffer, ro
 	if err != nil {
 		return c.failedRequest(name, err)
 	}
-	return c.submit(ctx, name, collHeader(algo.OpBroadcast, recv.dt, 0, root, recv.Len()), func(ctx context.Context, p *opPeers) error {
+	return c.post(ctx, name, collHeader(algo.OpBroadcast, recv.dt, 0, root, recv.Len()), func(ctx context.Context, p *opPeers) error {
 		return c.runSchedule(ctx, algo.OpBroadcast, len(recv.b), algo.Args{Peers: p, Src: send.b, Dst: recv.b, Root: root})
 	})
 }
@@ -154,11 +164,16 @@ func (c *Communicator) BroadcastAsync(ctx context.Context, send, recv Buffer, ro
 // Reduce reduces send across all ranks with op into recv on root. recv is
 // used on the root only (other ranks may pass an empty Buffer).
 func (c *Communicator) Reduce(ctx context.Context, send, recv Buffer, op Op, root int) error {
-	return wait(c.ReduceAsync(ctx, send, recv, op, root))
+	return wait(c.postReduce(ctx, send, recv, op, root))
 }
 
 // ReduceAsync is the non-blocking form of Reduce.
 func (c *Communicator) ReduceAsync(ctx context.Context, send, recv Buffer, op Op, root int) *Request {
+	return c.wake(c.postReduce(ctx, send, recv, op, root))
+}
+
+// postReduce queues Reduce for a caller that waits for it (see post).
+func (c *Communicator) postReduce(ctx context.Context, send, recv Buffer, op Op, root int) *Request {
 	const name = "Reduce"
 	err := c.checkRoot(root)
 	if err == nil {
@@ -181,7 +196,7 @@ func (c *Communicator) ReduceAsync(ctx context.Context, send, recv Buffer, op Op
 		return c.failedRequest(name, err)
 	}
 	dt, n := send.dt, send.Len()
-	return c.submit(ctx, name, collHeader(algo.OpReduce, dt, op, root, n), func(ctx context.Context, p *opPeers) error {
+	return c.post(ctx, name, collHeader(algo.OpReduce, dt, op, root, n), func(ctx context.Context, p *opPeers) error {
 		err := c.runSchedule(ctx, algo.OpReduce, len(send.b), algo.Args{Peers: p, Src: send.b, Dst: recv.b, DType: dt, Op: op.Combiner(), Root: root})
 		if err != nil {
 			return err
@@ -207,11 +222,16 @@ func (c *Communicator) blocks(blockBytes int) (offs, lens []int) {
 // rank order. recv holds Size() times the elements of send. In-place: send
 // is rank's block of recv.
 func (c *Communicator) AllGather(ctx context.Context, send, recv Buffer) error {
-	return wait(c.AllGatherAsync(ctx, send, recv))
+	return wait(c.postAllGather(ctx, send, recv))
 }
 
 // AllGatherAsync is the non-blocking form of AllGather.
 func (c *Communicator) AllGatherAsync(ctx context.Context, send, recv Buffer) *Request {
+	return c.wake(c.postAllGather(ctx, send, recv))
+}
+
+// postAllGather queues AllGather for a caller that waits for it (see post).
+func (c *Communicator) postAllGather(ctx context.Context, send, recv Buffer) *Request {
 	const name = "AllGather"
 	err := checkPair(send, recv)
 	nb := len(send.b)
@@ -228,7 +248,7 @@ func (c *Communicator) AllGatherAsync(ctx context.Context, send, recv Buffer) *R
 	if err != nil {
 		return c.failedRequest(name, err)
 	}
-	return c.submit(ctx, name, collHeader(algo.OpAllGather, send.dt, 0, 0, send.Len()), func(ctx context.Context, p *opPeers) error {
+	return c.post(ctx, name, collHeader(algo.OpAllGather, send.dt, 0, 0, send.Len()), func(ctx context.Context, p *opPeers) error {
 		return c.runSchedule(ctx, algo.OpAllGather, len(recv.b), algo.Args{Peers: p, Src: send.b, Dst: recv.b, Block: nb})
 	})
 }
@@ -237,11 +257,16 @@ func (c *Communicator) AllGatherAsync(ctx context.Context, send, recv Buffer) *R
 // of the result in recv. send holds Size() times the elements of recv.
 // In-place: recv is rank's block of send (the rest of send is overwritten).
 func (c *Communicator) ReduceScatter(ctx context.Context, send, recv Buffer, op Op) error {
-	return wait(c.ReduceScatterAsync(ctx, send, recv, op))
+	return wait(c.postReduceScatter(ctx, send, recv, op))
 }
 
 // ReduceScatterAsync is the non-blocking form of ReduceScatter.
 func (c *Communicator) ReduceScatterAsync(ctx context.Context, send, recv Buffer, op Op) *Request {
+	return c.wake(c.postReduceScatter(ctx, send, recv, op))
+}
+
+// postReduceScatter queues ReduceScatter for a caller that waits for it (see post).
+func (c *Communicator) postReduceScatter(ctx context.Context, send, recv Buffer, op Op) *Request {
 	const name = "ReduceScatter"
 	err := checkPair(send, recv)
 	if err == nil {
@@ -262,7 +287,7 @@ func (c *Communicator) ReduceScatterAsync(ctx context.Context, send, recv Buffer
 		return c.failedRequest(name, err)
 	}
 	dt, n := recv.dt, recv.Len()
-	return c.submit(ctx, name, collHeader(algo.OpReduceScatter, dt, op, 0, n), func(ctx context.Context, p *opPeers) error {
+	return c.post(ctx, name, collHeader(algo.OpReduceScatter, dt, op, 0, n), func(ctx context.Context, p *opPeers) error {
 		err := c.runSchedule(ctx, algo.OpReduceScatter, len(send.b), algo.Args{Peers: p, Src: send.b, Dst: recv.b, DType: dt, Op: op.Combiner(), Block: nb})
 		if err != nil {
 			return err
@@ -292,11 +317,16 @@ func (c *Communicator) vLayout(what string, b Buffer, counts, displs []int) (off
 // Gather collects every rank's send buffer into recv on root, in rank
 // order. recv (root only) holds Size() times the elements of send.
 func (c *Communicator) Gather(ctx context.Context, send, recv Buffer, root int) error {
-	return wait(c.GatherAsync(ctx, send, recv, root))
+	return wait(c.postGather(ctx, send, recv, root))
 }
 
 // GatherAsync is the non-blocking form of Gather.
 func (c *Communicator) GatherAsync(ctx context.Context, send, recv Buffer, root int) *Request {
+	return c.wake(c.postGather(ctx, send, recv, root))
+}
+
+// postGather queues Gather for a caller that waits for it (see post).
+func (c *Communicator) postGather(ctx context.Context, send, recv Buffer, root int) *Request {
 	const name = "Gather"
 	err := c.checkRoot(root)
 	if err == nil {
@@ -316,7 +346,7 @@ func (c *Communicator) GatherAsync(ctx context.Context, send, recv Buffer, root 
 	if err != nil {
 		return c.failedRequest(name, err)
 	}
-	return c.submit(ctx, name, collHeader(algo.OpGather, send.dt, 0, root, send.Len()), func(ctx context.Context, p *opPeers) error {
+	return c.post(ctx, name, collHeader(algo.OpGather, send.dt, 0, root, send.Len()), func(ctx context.Context, p *opPeers) error {
 		return c.runSchedule(ctx, algo.OpGather, nb, algo.Args{Peers: p, Src: send.b, Dst: recv.b, Root: root, Block: nb})
 	})
 }
@@ -324,11 +354,16 @@ func (c *Communicator) GatherAsync(ctx context.Context, send, recv Buffer, root 
 // Scatter sends block j of root's send buffer to rank j's recv. send (root
 // only) holds Size() times the elements of recv.
 func (c *Communicator) Scatter(ctx context.Context, send, recv Buffer, root int) error {
-	return wait(c.ScatterAsync(ctx, send, recv, root))
+	return wait(c.postScatter(ctx, send, recv, root))
 }
 
 // ScatterAsync is the non-blocking form of Scatter.
 func (c *Communicator) ScatterAsync(ctx context.Context, send, recv Buffer, root int) *Request {
+	return c.wake(c.postScatter(ctx, send, recv, root))
+}
+
+// postScatter queues Scatter for a caller that waits for it (see post).
+func (c *Communicator) postScatter(ctx context.Context, send, recv Buffer, root int) *Request {
 	const name = "Scatter"
 	err := c.checkRoot(root)
 	if err == nil {
@@ -348,19 +383,24 @@ func (c *Communicator) ScatterAsync(ctx context.Context, send, recv Buffer, root
 	if err != nil {
 		return c.failedRequest(name, err)
 	}
-	return c.submit(ctx, name, collHeader(algo.OpScatter, recv.dt, 0, root, recv.Len()), func(ctx context.Context, p *opPeers) error {
+	return c.post(ctx, name, collHeader(algo.OpScatter, recv.dt, 0, root, recv.Len()), func(ctx context.Context, p *opPeers) error {
 		return c.runSchedule(ctx, algo.OpScatter, nb, algo.Args{Peers: p, Src: send.b, Dst: recv.b, Root: root, Block: nb})
 	})
 }
 
 // Barrier returns once every rank has called it.
 func (c *Communicator) Barrier(ctx context.Context) error {
-	return wait(c.BarrierAsync(ctx))
+	return wait(c.postBarrier(ctx))
 }
 
 // BarrierAsync is the non-blocking form of Barrier.
 func (c *Communicator) BarrierAsync(ctx context.Context) *Request {
-	return c.submit(ctx, "Barrier", collHeader(algo.OpBarrier, 0, 0, 0, 0), func(ctx context.Context, p *opPeers) error {
+	return c.wake(c.postBarrier(ctx))
+}
+
+// postBarrier queues Barrier for a caller that waits for it (see post).
+func (c *Communicator) postBarrier(ctx context.Context) *Request {
+	return c.post(ctx, "Barrier", collHeader(algo.OpBarrier, 0, 0, 0, 0), func(ctx context.Context, p *opPeers) error {
 		return c.runSchedule(ctx, algo.OpBarrier, 0, algo.Args{Peers: p})
 	})
 }

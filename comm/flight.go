@@ -142,14 +142,14 @@ func (h *opHistory) chose(a algo.Algorithm, bytes int, predicted time.Duration) 
 // end records that the running operation ended with err and returns its
 // entry.
 func (h *opHistory) end(err error) opEntry {
-	now := time.Now()
+	end := now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	e := h.cur
 	if e == nil {
 		return opEntry{}
 	}
-	e.end = now
+	e.end = end
 	if err == nil {
 		e.state, e.err, e.peer = OpDone, "", -1
 	} else {

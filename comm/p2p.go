@@ -54,10 +54,14 @@ func (g *Group) add(send bool, buf Buffer, peer int) *Group {
 }
 
 // Run starts the group and waits for all of its operations.
-func (g *Group) Run(ctx context.Context) error { return wait(g.Start(ctx)) }
+func (g *Group) Run(ctx context.Context) error { return wait(g.post(ctx)) }
 
 // Start queues the group on its communicator and returns its Request.
-func (g *Group) Start(ctx context.Context) *Request {
+func (g *Group) Start(ctx context.Context) *Request { return g.c.wake(g.post(ctx)) }
+
+// post queues the group for a caller that waits for it (see
+// Communicator.post).
+func (g *Group) post(ctx context.Context) *Request {
 	const name = "Group"
 	c := g.c
 	if g.err != nil {
@@ -86,7 +90,7 @@ func (g *Group) Start(ctx context.Context) *Request {
 	ops := g.ops
 	g.ops = nil
 	hdr := transport.Header{Kind: transport.KindP2P, Op: uint8(algo.OpSendRecv)}
-	return c.submit(ctx, name, hdr, func(ctx context.Context, p *opPeers) error {
+	return c.post(ctx, name, hdr, func(ctx context.Context, p *opPeers) error {
 		for i := range selfSend {
 			copy(selfRecv[i].b, selfSend[i].b)
 		}

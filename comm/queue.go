@@ -38,6 +38,10 @@ type opQueue struct {
 	mu      sync.Mutex
 	seq     uint64 // collectives pushed (less those withdrawn)
 	pending []*Request
+	// slots is the array pending starts at when the queue is empty again,
+	// so that a queue that empties after every operation (blocking calls)
+	// reuses its array instead of growing a new one as its head advances.
+	slots   []*Request
 	closing bool
 	wake    chan struct{} // a request was pushed
 	// exec is held by whoever runs requests: the worker, or a caller
@@ -136,15 +140,32 @@ func (r *Request) withdrawn() error {
 	return &OpError{Rank: r.c.rank, Op: r.name, Err: fmt.Errorf("withdrawn before it started: %w", r.ctx.Err())}
 }
 
-// submit queues an operation. hdr is the frame header template: Kind, Op,
-// DType, RedOp, Root and Count; the worker fills in communicator, epoch and
+// submit queues an operation and wakes the worker to run it: the form of
+// every Async method. hdr is the frame header template: Kind, Op, DType,
+// RedOp, Root and Count; the worker fills in communicator, epoch and
 // sequence.
 func (c *Communicator) submit(ctx context.Context, name string, hdr transport.Header, fn func(ctx context.Context, p *opPeers) error) *Request {
+	return c.wake(c.post(ctx, name, hdr, fn))
+}
+
+// post queues an operation without waking the worker, for a blocking call:
+// its caller waits for it at once (wait), runs it itself when it is at the
+// head of the queue and nothing runs, and wakes the worker otherwise. A
+// blocking call that ran its operation itself thus costs no wake-up of the
+// worker, which would find nothing to do: two goroutine switches, and on a
+// thread locked to its goroutine (a call from C) two futex calls.
+func (c *Communicator) post(ctx context.Context, name string, hdr transport.Header, fn func(ctx context.Context, p *opPeers) error) *Request {
 	return c.enqueue(&Request{c: c, name: name, hdr: hdr, ctx: ctx, fn: fn, done: make(chan struct{})})
 }
 
-// enqueue queues r, built by submit or by an operation that sets more of
-// it.
+// wake wakes the worker for r, queued by post or enqueue, and returns r.
+func (c *Communicator) wake(r *Request) *Request {
+	c.queue.kick()
+	return r
+}
+
+// enqueue queues r, built by post or by an operation that sets more of
+// it, without waking the worker (see post and wake).
 func (c *Communicator) enqueue(r *Request) *Request {
 	if !c.queue.push(r) {
 		r.finish(&OpError{Rank: c.rank, Op: r.name, Err: ErrClosed})
@@ -161,9 +182,10 @@ func (c *Communicator) failedRequest(name string, err error) *Request {
 	return r
 }
 
-// push queues r, numbering it if it is a collective, and wakes the worker.
-// It reports false, leaving r to be finished by the caller, once the queue
-// is closed.
+// push queues r, numbering it if it is a collective; the caller wakes the
+// worker (kick) unless it waits for r itself (see Communicator.post). It
+// reports false, leaving r to be finished by the caller, once the queue is
+// closed.
 func (q *opQueue) push(r *Request) bool {
 	q.out.Add(1)
 	q.mu.Lock()
@@ -175,9 +197,14 @@ func (q *opQueue) push(r *Request) bool {
 		q.seq++
 		r.seq = q.seq
 	}
+	if len(q.pending) == 0 {
+		q.pending = q.slots[:0]
+	}
 	q.pending = append(q.pending, r)
+	if cap(q.pending) > cap(q.slots) {
+		q.slots = q.pending[:0]
+	}
 	q.mu.Unlock()
-	q.kick()
 	return true
 }
 

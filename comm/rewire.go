@@ -222,6 +222,7 @@ func (c *Communicator) RewireAsync(ctx context.Context, rw Rewire) *RewireReques
 			c.traceRewire(called, times)
 			return err
 		}})
+	c.wake(req)
 	return &RewireRequest{req: req, times: times}
 }
 

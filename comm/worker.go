@@ -48,7 +48,9 @@ func (c *Communicator) serve() {
 // per operation (and, for a caller from C, the hand-off of its thread to
 // the Go scheduler). A request queued behind others is left to the
 // worker, so that a blocking call never runs (and waits on) an operation
-// issued before it, and its deadline holds while it is queued.
+// issued before it, and its deadline holds while it is queued. Whatever
+// help leaves queued, r included (it may have been posted without waking
+// the worker), it wakes the worker for.
 func (c *Communicator) help(r *Request) {
 	select {
 	case <-r.done:
@@ -56,15 +58,15 @@ func (c *Communicator) help(r *Request) {
 	default:
 	}
 	q := &c.queue
-	if !q.exec.TryLock() {
-		return
+	if q.exec.TryLock() {
+		if q.takeHead(r) {
+			r.finish(c.run(r))
+		}
+		q.exec.Unlock()
 	}
-	if q.takeHead(r) {
-		r.finish(c.run(r))
-	}
-	q.exec.Unlock()
 	if q.queued() {
-		// The worker may have been woken for these while exec was held.
+		// Left to the worker, which holds exec or was not woken for
+		// them.
 		q.kick()
 	}
 }
@@ -75,7 +77,7 @@ func (c *Communicator) run(r *Request) (err error) {
 	fp.Target = r.target
 	// One clock reading serves the history, the deadline and the
 	// watchdog: on a virtual machine each costs tens of nanoseconds.
-	start := time.Now()
+	start := now()
 	c.hist.begin(r, fp, start)
 	defer func() { c.endOp(err) }()
 	if pe := c.failure.err(); pe != nil {

@@ -28,6 +28,7 @@ const (
 	envCap   = "OCCL_SHM_TEST_CAPACITY"
 	envNoCMA = "OCCL_SHM_TEST_NOCMA"
 	envThr   = "OCCL_SHM_TEST_CMA_THRESHOLD"
+	envSpin  = "OCCL_SHM_TEST_SPIN"
 )
 
 // childConfig is the part of the child's shm.Config that tests choose; the
@@ -36,10 +37,11 @@ type childConfig struct {
 	capacity  int
 	noCMA     bool
 	threshold int
+	spin      time.Duration
 }
 
 func (cc childConfig) apply(c *shm.Config) {
-	c.Capacity, c.NoCMA, c.CMAThreshold = cc.capacity, cc.noCMA, cc.threshold
+	c.Capacity, c.NoCMA, c.CMAThreshold, c.Spin = cc.capacity, cc.noCMA, cc.threshold, cc.spin
 }
 
 // procCfg is the configuration of the original cross-process tests: a
@@ -81,8 +83,12 @@ func child(mode string) error {
 	if err != nil {
 		return err
 	}
+	spin, err := time.ParseDuration(os.Getenv(envSpin))
+	if err != nil {
+		return err
+	}
 	cfg := shm.Config{Comm: comm, Epoch: 1, Self: 1, Peer: 0}
-	childConfig{capacity: capacity, noCMA: os.Getenv(envNoCMA) == "1", threshold: threshold}.apply(&cfg)
+	childConfig{capacity: capacity, noCMA: os.Getenv(envNoCMA) == "1", threshold: threshold, spin: spin}.apply(&cfg)
 	c, err := shm.Connect(ctx, ctl, cfg)
 	if err != nil {
 		return err
@@ -131,6 +137,8 @@ func child(mode string) error {
 		time.Sleep(time.Hour)
 	case "sink":
 		return sink(ctx, c, comm)
+	case "echo":
+		return echo(ctx, c, comm)
 	}
 	return fmt.Errorf("unknown mode %q", mode)
 }
@@ -157,7 +165,8 @@ func startChildWith(t testing.TB, mode string, cc childConfig) (*shm.Conn, *exec
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	ctl, cmd := proctest.StartChild(ctx, t, testSecret, envAddr, envChild+"="+mode, envComm+"="+strconv.FormatUint(comm, 16),
-		envCap+"="+strconv.Itoa(cc.capacity), envNoCMA+"="+noCMA, envThr+"="+strconv.Itoa(cc.threshold))
+		envCap+"="+strconv.Itoa(cc.capacity), envNoCMA+"="+noCMA, envThr+"="+strconv.Itoa(cc.threshold),
+		envSpin+"="+cc.spin.String())
 	cfg := shm.Config{Comm: comm, Epoch: 1, Self: 0, Peer: 1}
 	cc.apply(&cfg)
 	c, err := shm.Connect(ctx, ctl, cfg)
@@ -359,6 +368,86 @@ func sink(ctx context.Context, c *shm.Conn, comm uint64) error {
 		}
 	}
 }
+
+// echo sends every frame it receives back, until an empty one.
+func echo(ctx context.Context, c *shm.Conn, comm uint64) error {
+	buf := make([]byte, echoMax)
+	for seq := uint64(1); ; seq++ {
+		h := transport.Header{Kind: transport.KindP2P, Comm: comm, Seq: seq}
+		n, err := recvAny(ctx, c, h, buf)
+		if err != nil || n == 0 {
+			return err
+		}
+		if err := c.Send(ctx, h, buf[:n]); err != nil {
+			return err
+		}
+	}
+}
+
+// echoMax is the largest frame the echo child returns.
+const echoMax = 64 << 10
+
+// recvAny receives the frame h, whose length is given by the first 4
+// bytes of its payload (little endian) if it has one, into buf.
+func recvAny(ctx context.Context, c *shm.Conn, h transport.Header, buf []byte) (int, error) {
+	var size [4]byte
+	if err := c.Recv(ctx, h, size[:]); err != nil {
+		return 0, err
+	}
+	n := int(binary.LittleEndian.Uint32(size[:]))
+	if n == 0 {
+		return 0, nil
+	}
+	h.Step = 1
+	return n, c.Recv(ctx, h, buf[:n])
+}
+
+// BenchmarkTwoProcessesLatency measures the round trip of small messages
+// to another process and back through the rings, with both sides polling
+// (the spin of a job that has a core per process): the floor of a small
+// collective's time on shared memory. Half the round trip is reported as
+// ns/op; allocations are this process's per round trip.
+func BenchmarkTwoProcessesLatency(b *testing.B) {
+	c, cmd, comm := startChildWith(b, "echo", childConfig{noCMA: true, spin: time.Second})
+	defer c.Close()
+	ctx := context.Background()
+	for _, size := range []int{8, 64, 1 << 10, 16 << 10} {
+		b.Run(sizeName(size), func(b *testing.B) {
+			buf, back := make([]byte, size), make([]byte, size)
+			var hdr [4]byte
+			binary.LittleEndian.PutUint32(hdr[:], uint32(size))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				seqEcho++
+				h := transport.Header{Kind: transport.KindP2P, Comm: comm, Seq: seqEcho}
+				if err := c.Send(ctx, h, hdr[:]); err != nil {
+					b.Fatal(err)
+				}
+				h.Step = 1
+				if err := c.Send(ctx, h, buf); err != nil {
+					b.Fatal(err)
+				}
+				h.Step = 0
+				if err := c.Recv(ctx, h, back); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(2*b.N), "ns/one-way")
+		})
+	}
+	seqEcho++
+	if err := c.Send(ctx, transport.Header{Kind: transport.KindP2P, Comm: comm, Seq: seqEcho}, make([]byte, 4)); err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		b.Fatalf("child: %v", err)
+	}
+}
+
+// seqEcho numbers the frames sent to the echo child.
+var seqEcho uint64
 
 // BenchmarkTwoProcesses measures one-way throughput from this process to
 // another through the rings (ring) and by descriptor (cma: a threshold of

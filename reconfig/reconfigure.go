@@ -53,6 +53,10 @@ type Result struct {
 	Switch time.Duration
 	// RequestID is the id the switch was applied under.
 	RequestID string
+	// Joined are the spare's communicators that a Recover with WithSpare
+	// made in this process (in-process communicators, on the survivors'
+	// rank 0), with their reconfigurations' outcomes.
+	Joined []Joined
 }
 
 // Overhead is the runtime's own time for communicator i: the whole
@@ -68,6 +72,7 @@ type options struct {
 	ctl          Controller
 	id           string
 	applyTimeout time.Duration
+	spare        *Spare // Recover only
 }
 
 // WithController sets the controller that switches the circuits. Without

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,7 +47,8 @@ func TestRecoverTraffic(t *testing.T) {
 				}
 			}()
 			moved := collectiveTraffic(t, ctx, next, kept)
-			err := avoidsHost(fabric, 1, next[0].Topology(), moved)
+			top := next[0].Topology()
+			err := errors.Join(avoidsHost(top, fabric.Hosts[1].Name, moved), bypassed(fabric, 1, top, moved))
 			switch {
 			case recover && err != nil:
 				t.Fatalf("after Recover: %v", err)
@@ -117,18 +119,16 @@ func end(t *topo.Topology, l emu.Link, i int) string {
 	return t.Hosts[t.NICs[i].Host].Name + ":" + t.NICs[i].Name
 }
 
-// avoidsHost checks the traffic moved on top (the survivors' topology,
-// numbered as their communicator) after host failed of fabric was lost:
-// no link with traffic has an end on the failed host, every circuit of top
-// carried bytes, and so did a circuit joining the ports at the far ends of
-// the failed host's circuits in fabric (its bypass).
-func avoidsHost(fabric *topo.Topology, failed int, top *topo.Topology, moved emu.Stats) error {
-	lost := fabric.Hosts[failed].Name
+// avoidsHost checks the traffic moved on top (the topology of the
+// communicator that moved it) after host lost failed: no link with
+// traffic has an end on the failed host (by name), and every circuit of
+// top carried bytes.
+func avoidsHost(top *topo.Topology, lost string, moved emu.Stats) error {
 	var errs []error
 	for l, b := range moved.Links {
 		a, z := end(top, l, l.A), end(top, l, l.B)
 		for _, e := range []string{a, z} {
-			if e == lost || len(e) > len(lost) && e[:len(lost)+1] == lost+":" {
+			if e == lost || strings.HasPrefix(e, lost+":") {
 				errs = append(errs, fmt.Errorf("%s link %s-%s, on failed %s, carried %d bytes", l.Class, a, z, lost, b))
 			}
 		}
@@ -136,10 +136,33 @@ func avoidsHost(fabric *topo.Topology, failed int, top *topo.Topology, moved emu
 	for _, c := range top.Circuits {
 		c = c.Normalize()
 		if moved.Links[emu.Link{Class: topo.OCS, A: c.A, B: c.B}] == 0 {
-			errs = append(errs, fmt.Errorf("circuit %s-%s carried nothing", end(top, emu.Link{}, c.A), end(top, emu.Link{}, c.B)))
+			errs = append(errs, fmt.Errorf("circuit %s carried nothing", circuitName(top, c)))
 		}
 	}
-	// The bypass: the ports that went to the failed host, joined.
+	return errors.Join(errs...)
+}
+
+// circuitName names circuit c of t by its ports' names, in order.
+func circuitName(t *topo.Topology, c topo.Circuit) string {
+	pair := []string{end(t, emu.Link{}, c.A), end(t, emu.Link{}, c.B)}
+	slices.Sort(pair)
+	return pair[0] + "-" + pair[1]
+}
+
+// circuitNames names the circuits of t, sorted.
+func circuitNames(t *topo.Topology) []string {
+	var out []string
+	for _, c := range t.Circuits {
+		out = append(out, circuitName(t, c))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// bypassed checks the traffic moved on top after host failed of fabric
+// was lost: a circuit joining the ports at the far ends of the failed
+// host's circuits in fabric (its bypass) carried bytes.
+func bypassed(fabric *topo.Topology, failed int, top *topo.Topology, moved emu.Stats) error {
 	var ends []string
 	for _, c := range fabric.Circuits {
 		switch failed {
@@ -150,16 +173,11 @@ func avoidsHost(fabric *topo.Topology, failed int, top *topo.Topology, moved emu
 		}
 	}
 	slices.Sort(ends)
-	found := false
+	want := strings.Join(ends, "-")
 	for l, b := range moved.Links {
-		pair := []string{end(top, l, l.A), end(top, l, l.B)}
-		slices.Sort(pair)
-		if l.Class == topo.OCS && slices.Equal(pair, ends) && b > 0 {
-			found = true
+		if l.Class == topo.OCS && b > 0 && circuitName(top, topo.Circuit{A: l.A, B: l.B}) == want {
+			return nil
 		}
 	}
-	if !found {
-		errs = append(errs, fmt.Errorf("no circuit joining %v (the ports that went to %s) carried bytes", ends, lost))
-	}
-	return errors.Join(errs...)
+	return fmt.Errorf("no circuit %s (joining the ports that went to %s) carried bytes", want, fabric.Hosts[failed].Name)
 }

@@ -1,0 +1,176 @@
+package reconfig_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/occl/occl/comm"
+	"github.com/occl/occl/reconfig"
+	"github.com/occl/occl/reconfig/plan"
+	"github.com/occl/occl/topo"
+)
+
+// spareHost is a host like those of hostOneFailed's fabric (two ranks,
+// one packet NIC, two OCS ports each driven by one rank), named "spare".
+func spareHost(t *testing.T) *topo.Topology {
+	t.Helper()
+	s := spec(t, strings.Replace(base, "hosts=4x2", "hosts=1x2", 1))
+	s.Hosts[0].Name = "spare"
+	return s
+}
+
+// TestRecoverSpare: host 1 of the ring of four hosts fails, and Recover
+// with a spare host brings the survivors and the spare's two ranks onto
+// one communicator of eight. The controller is asked once for the
+// circuits plan.RecoveryCircuits gives when the spare takes host 1's place
+// (compared by port names with those of a five-host fabric whose fifth
+// host is the spare), every rank runs on them, collectives on the grown
+// communicator add up, and the emulated fabric's counters show the
+// spare's circuits carrying traffic and nothing on host 1. With a
+// controller that fails, every rank, the spare's included, gets the same
+// error wrapping comm.ErrRewire, and the grown communicator still works
+// on the circuits it had (none to the spare).
+func TestRecoverSpare(t *testing.T) {
+	whole := spec(t, strings.Replace(base, "hosts=4x2", "hosts=5x2", 1)+",circuits=0-1/1-2/2-3/3-0")
+	whole.Hosts[4].Name = "spare"
+	moved, err := plan.RecoveryCircuits(whole, []int{1}, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantMoved := circuitNames(moved)
+	for _, failing := range []bool{false, true} {
+		t.Run(fmt.Sprintf("controller_fails=%v", failing), func(t *testing.T) {
+			_, comms, surv := hostOneFailed(t)
+			kept := surv.Ranks
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			ctl := &fakeController{}
+			if failing {
+				ctl.err = errors.New("switch refused")
+			}
+			spare := reconfig.Spare{Host: spareHost(t)}
+			grown := make([]*comm.Communicator, len(kept)+2)
+			errs := make([]error, len(grown))
+			var joined []reconfig.Joined
+			eachRank(t, grown[:len(kept)], func(i int, _ *comm.Communicator) error {
+				var res reconfig.Result
+				grown[i], res, errs[i] = reconfig.Recover(ctx, comms[kept[i]], nil, reconfig.WithController(ctl), reconfig.WithSpare(spare))
+				if grown[i] == nil {
+					return fmt.Errorf("no communicator: %v", errs[i])
+				}
+				if i == 0 {
+					joined = res.Joined
+				} else if len(res.Joined) > 0 {
+					return fmt.Errorf("survivor %d got %d spare communicators", i, len(res.Joined))
+				}
+				return nil
+			})
+			if len(joined) != 2 {
+				t.Fatalf("survivor 0 got %d spare communicators, want 2", len(joined))
+			}
+			for i, j := range joined {
+				grown[len(kept)+i], errs[len(kept)+i] = j.Comm, j.Err
+			}
+			defer func() {
+				for _, c := range grown {
+					c.Close()
+				}
+			}()
+			for r, err := range errs {
+				switch {
+				case !failing && err != nil:
+					t.Errorf("rank %d: %v", r, err)
+				case failing && (!errors.Is(err, comm.ErrRewire) || !strings.Contains(err.Error(), "switch refused")):
+					t.Errorf("rank %d: %v, want the controller's failure wrapping ErrRewire", r, err)
+				case failing && cause(err) != cause(errs[0]):
+					t.Errorf("rank %d: %v, rank 0: %v", r, err, errs[0])
+				}
+			}
+			if n, want := len(ctl.calls), map[bool]int{false: 1, true: 2}[failing]; n != want {
+				t.Fatalf("controller asked %d times (%v), want %d", n, ctl.calls, want)
+			}
+			top := grown[0].Topology()
+			got := circuitNames(top)
+			if failing {
+				// The circuits between survivors, as they were.
+				want := []string{"host2:ocs1-host3:ocs0", "host0:ocs1-host3:ocs1"}
+				slices.Sort(want)
+				if !slices.Equal(got, want) {
+					t.Fatalf("circuits after the failed switch %v, want %v", got, want)
+				}
+			} else {
+				if !slices.Equal(got, wantMoved) {
+					t.Fatalf("circuits %v, want RecoveryCircuits' %v", got, wantMoved)
+				}
+				switched, err := top.SwitchCircuits()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if fmt.Sprint(ctl.sets[0]) != fmt.Sprint(switched) {
+					t.Fatalf("switched %v, want %v", ctl.sets[0], switched)
+				}
+			}
+			for r, c := range grown {
+				if c.Size() != 8 || c.Rank() != r || fmt.Sprint(circuitNames(c.Topology())) != fmt.Sprint(got) {
+					t.Fatalf("rank %d: rank %d of %d on circuits %v, want %d of 8 on %v", r, c.Rank(), c.Size(), circuitNames(c.Topology()), r, got)
+				}
+			}
+			// Contributions: the survivors' old ranks, then 8 and 9 for
+			// the spare's ranks.
+			traffic := collectiveTraffic(t, ctx, grown, append(slices.Clone(kept), 8, 9))
+			if err := avoidsHost(top, "host1", traffic); err != nil {
+				t.Fatal(err)
+			}
+			onSpare := 0
+			for _, c := range top.Circuits {
+				if strings.Contains(circuitName(top, c), "spare:") {
+					onSpare++ // avoidsHost saw it carry bytes
+				}
+			}
+			if want := map[bool]int{false: 2, true: 0}[failing]; onSpare != want {
+				t.Fatalf("%d circuits of the spare carried traffic, want %d: %v", onSpare, want, traffic.Links)
+			}
+			t.Logf("links that carried the collectives: %v", traffic.Links)
+		})
+	}
+}
+
+// TestPlanSpare: the plan of a spare for a failed rank of a host keeps
+// the other ranks, drops the failed host's healthy rank and puts the
+// spare's ranks last; it is an error without a lost rank, with a spare of
+// another size or of several hosts.
+func TestPlanSpare(t *testing.T) {
+	fabric := spec(t, base+",circuits=0-1/1-2/2-3/3-0")
+	p, err := reconfig.PlanSpare(fabric, []int{3}, spareHost(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Replaced != 1 || fmt.Sprint(p.Kept) != "[0 1 4 5 6 7]" || fmt.Sprint(p.Drop) != "[2]" {
+		t.Fatalf("replaced %d, kept %v, drop %v", p.Replaced, p.Kept, p.Drop)
+	}
+	for _, top := range []*topo.Topology{p.Grown, p.Target} {
+		if len(top.Ranks) != 8 || top.Hosts[top.Ranks[6].Host].Name != "spare" || top.Hosts[top.Ranks[7].Host].Name != "spare" {
+			t.Fatalf("ranks 6 and 7 are not the spare's: %+v", top.Ranks)
+		}
+	}
+	if got := fmt.Sprint(circuitNames(p.Grown)); got != "[host0:ocs1-host3:ocs1 host2:ocs1-host3:ocs0]" {
+		t.Errorf("grown circuits %s", got)
+	}
+	if got := fmt.Sprint(circuitNames(p.Target)); got != "[host0:ocs0-spare:ocs0 host0:ocs1-host3:ocs1 host2:ocs0-spare:ocs1 host2:ocs1-host3:ocs0]" {
+		t.Errorf("target circuits %s", got)
+	}
+	if _, err := reconfig.PlanSpare(fabric, nil, spareHost(t)); err == nil {
+		t.Error("a plan without a lost rank")
+	}
+	if _, err := reconfig.PlanSpare(fabric, []int{2}, spec(t, strings.Replace(base, "hosts=4x2", "hosts=1x3", 1))); err == nil {
+		t.Error("a spare of three ranks replaced a host of two")
+	}
+	if _, err := reconfig.PlanSpare(fabric, []int{2}, spec(t, strings.Replace(base, "hosts=4x2", "hosts=2x2", 1))); err == nil {
+		t.Error("a spare of two hosts")
+	}
+}

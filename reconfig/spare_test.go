@@ -174,3 +174,81 @@ func TestPlanSpare(t *testing.T) {
 		t.Error("a spare of two hosts")
 	}
 }
+
+// TestRecoverSpareTCP: the same recovery between communicators made over
+// TCP (one per goroutine, as processes would be): the survivors Recover
+// with the spare's grow rendezvous, the spare's two ranks call JoinSpare
+// with the plan of the lost ranks, and all eight end up on the circuits
+// RecoveryCircuits moves to the spare, where an AllReduce adds up.
+func TestRecoverSpareTCP(t *testing.T) {
+	if testing.Short() {
+		t.Skip("bootstraps three communicators of eight ranks over TCP")
+	}
+	fabric := spec(t, base+",circuits=0-1/1-2/2-3/3-0")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	opts := []comm.Option{comm.WithTransport(comm.TransportTCP), comm.WithEmulation(true)}
+	id, err := comm.NewUniqueIDAt("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	comms := make([]*comm.Communicator, 8)
+	eachRank(t, comms, func(r int, _ *comm.Communicator) error {
+		var err error
+		comms[r], err = comm.Init(ctx, id, r, 8, append(slices.Clone(opts), comm.WithTopology(fabric))...)
+		return err
+	})
+	defer func() {
+		for _, c := range comms {
+			c.Close()
+		}
+	}()
+	comms[2].Abort()
+	comms[3].Abort()
+	growID, err := comm.NewUniqueIDAt("127.0.0.1:0") // rank 0 survives
+	if err != nil {
+		t.Fatal(err)
+	}
+	spare := reconfig.Spare{Host: spareHost(t), ID: growID}
+	p, err := reconfig.PlanSpare(fabric, []int{2, 3}, spare.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctl := &fakeController{}
+	kept := []int{0, 1, 4, 5, 6, 7}
+	grown := make([]*comm.Communicator, 8)
+	defer func() {
+		for _, c := range grown {
+			if c != nil {
+				c.Close()
+			}
+		}
+	}()
+	eachRank(t, grown, func(r int, _ *comm.Communicator) error {
+		var err error
+		if r < len(kept) {
+			grown[r], _, err = reconfig.Recover(ctx, comms[kept[r]], nil, reconfig.WithController(ctl), reconfig.WithSpare(spare))
+		} else {
+			grown[r], _, err = reconfig.JoinSpare(ctx, growID, p, opts, reconfig.WithController(ctl))
+		}
+		return err
+	})
+	if len(ctl.calls) != 1 {
+		t.Fatalf("controller asked %d times, want once", len(ctl.calls))
+	}
+	want := fmt.Sprint(circuitNames(p.Target))
+	x := make([][]int64, 8)
+	eachRank(t, grown, func(r int, c *comm.Communicator) error {
+		if got := fmt.Sprint(circuitNames(c.Topology())); c.Size() != 8 || got != want {
+			return fmt.Errorf("size %d on circuits %s, want 8 on %s", c.Size(), got, want)
+		}
+		x[c.Rank()] = []int64{int64(c.Rank()), 1}
+		if err := comm.AllReduce(ctx, c, x[c.Rank()], x[c.Rank()], comm.Sum); err != nil {
+			return err
+		}
+		if fmt.Sprint(x[c.Rank()]) != "[28 8]" {
+			return fmt.Errorf("AllReduce gave %v, want [28 8]", x[c.Rank()])
+		}
+		return nil
+	})
+}

@@ -252,3 +252,76 @@ func TestRecoverSpareTCP(t *testing.T) {
 		return nil
 	})
 }
+
+// TestRecoverSpareDrop: only rank 3 of host 1 fails. The spare takes the
+// whole host's place, so its healthy rank 2 gets ErrExcluded, and the six
+// ranks of the other hosts grow with the spare's two into a communicator
+// of eight on which an AllReduce adds up.
+func TestRecoverSpareDrop(t *testing.T) {
+	fabric := spec(t, base+",circuits=0-1/1-2/2-3/3-0")
+	comms, err := comm.NewLocal(8, comm.WithTopology(fabric), comm.WithEmulation(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, c := range comms {
+			c.Close()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	comms[3].Abort()
+	alive := []int{0, 1, 2, 4, 5, 6, 7}
+	out := make([]*comm.Communicator, len(alive))
+	errs := make([]error, len(alive))
+	var joined []reconfig.Joined
+	eachRank(t, out, func(i int, _ *comm.Communicator) error {
+		var res reconfig.Result
+		out[i], res, errs[i] = reconfig.Recover(ctx, comms[alive[i]], nil, reconfig.WithController(&fakeController{}), reconfig.WithSpare(reconfig.Spare{Host: spareHost(t)}))
+		if len(res.Joined) > 0 {
+			joined = res.Joined
+		}
+		return nil
+	})
+	var grown []*comm.Communicator
+	for i, r := range alive {
+		switch {
+		case r == 2 && (!errors.Is(errs[i], comm.ErrExcluded) || out[i] != nil):
+			t.Errorf("rank 2 of the replaced host: %v, want ErrExcluded and no communicator", errs[i])
+		case r != 2 && errs[i] != nil:
+			t.Errorf("rank %d: %v", r, errs[i])
+		case r != 2:
+			grown = append(grown, out[i])
+		}
+	}
+	for _, j := range joined {
+		if j.Err != nil {
+			t.Errorf("spare rank %d: %v", j.Comm.Rank(), j.Err)
+		}
+		grown = append(grown, j.Comm)
+	}
+	defer func() {
+		for _, c := range grown {
+			c.Close()
+		}
+	}()
+	if t.Failed() {
+		t.FailNow()
+	}
+	if len(grown) != 8 {
+		t.Fatalf("%d ranks after the recovery, want 8", len(grown))
+	}
+	eachRank(t, grown, func(r int, c *comm.Communicator) error {
+		if c.Rank() != r || c.Size() != 8 {
+			return fmt.Errorf("rank %d of %d, want %d of 8", c.Rank(), c.Size(), r)
+		}
+		x := []int64{int64(r)}
+		if err := comm.AllReduce(ctx, c, x, x, comm.Sum); err != nil {
+			return err
+		}
+		if x[0] != 28 {
+			return fmt.Errorf("AllReduce gave %d, want 28", x[0])
+		}
+		return nil
+	})
+}

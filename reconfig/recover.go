@@ -53,9 +53,11 @@ import (
 // still returns the survivors' communicator (the grown one with a spare)
 // running on its part of the old fabric together with the error, which
 // wraps comm.ErrRewire; the caller may retry the reconfiguration with
-// Reconfigure. A grow that fails returns the survivors' communicator and
-// an error wrapping comm.ErrGrow on every survivor. When step 1 or 2
-// fails otherwise there is no communicator.
+// Reconfigure. A grow that fails returns the survivors' communicator
+// with Grow's error (one wrapping comm.ErrGrow if the spare did not come
+// in time). A spare that is not one host without circuits fails at once,
+// before the Shrink. When step 1 or 2 fails otherwise there is no
+// communicator.
 func Recover(ctx context.Context, c *comm.Communicator, exclude []int, opts ...Option) (*comm.Communicator, Result, error) {
 	var o options
 	for _, f := range opts {
@@ -66,6 +68,12 @@ func Recover(ctx context.Context, c *comm.Communicator, exclude []int, opts ...O
 		return nil, Result{}, fmt.Errorf("reconfig: recover: rank %d: the communicator has no topology; Shrink is all a recovery needs", c.Rank())
 	}
 	rank, fabricRanks := c.Rank(), c.FabricRanks()
+	if o.spare != nil {
+		// Before the Shrink, so that a wrong spare costs nothing.
+		if err := checkSpare(o.spare.Host); err != nil {
+			return nil, Result{}, fmt.Errorf("reconfig: recover: rank %d: %w", rank, err)
+		}
+	}
 	nc, err := c.Shrink(ctx, exclude)
 	if err != nil {
 		return nil, Result{}, fmt.Errorf("reconfig: recover: rank %d: %w", rank, err)

@@ -76,15 +76,10 @@ func PlanSpare(top *topo.Topology, lost []int, spare *topo.Topology) (*SparePlan
 	if err := top.Validate(); err != nil {
 		return nil, fmt.Errorf("plan spare: the fabric: %w", err)
 	}
-	if err := spare.Validate(); err != nil {
-		return nil, fmt.Errorf("plan spare: the spare host: %w", err)
+	if err := checkSpare(spare); err != nil {
+		return nil, fmt.Errorf("plan spare: %w", err)
 	}
-	switch {
-	case len(spare.Hosts) != 1:
-		return nil, fmt.Errorf("plan spare: the spare has %d hosts, want 1", len(spare.Hosts))
-	case len(spare.Circuits) > 0:
-		return nil, fmt.Errorf("plan spare: the spare host has circuits %v", spare.Circuits)
-	case len(lost) == 0:
+	if len(lost) == 0 {
 		return nil, errors.New("plan spare: no rank was lost, so no host to replace")
 	}
 	n := len(top.Ranks)
@@ -123,6 +118,23 @@ func PlanSpare(top *topo.Topology, lost []int, spare *topo.Topology) (*SparePlan
 	p.Grown = full.Subset(members)
 	p.Target = target.Subset(members)
 	return p, nil
+}
+
+// checkSpare checks that spare describes one host without circuits.
+func checkSpare(spare *topo.Topology) error {
+	if spare == nil {
+		return errors.New("no spare host")
+	}
+	if err := spare.Validate(); err != nil {
+		return fmt.Errorf("the spare host: %w", err)
+	}
+	switch {
+	case len(spare.Hosts) != 1:
+		return fmt.Errorf("the spare has %d hosts, want 1", len(spare.Hosts))
+	case len(spare.Circuits) > 0:
+		return fmt.Errorf("the spare host has circuits %v", spare.Circuits)
+	}
+	return nil
 }
 
 // withHost returns top with the host of spare added after its own: its

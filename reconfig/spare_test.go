@@ -325,3 +325,36 @@ func TestRecoverSpareDrop(t *testing.T) {
 		return nil
 	})
 }
+
+// TestRecoverWrongSpare: a spare described by two hosts fails Recover at
+// once, before the Shrink, so the communicator is not touched: an
+// AllReduce on it still adds up.
+func TestRecoverWrongSpare(t *testing.T) {
+	fabric := spec(t, base+",circuits=0-1/1-2/2-3/3-0")
+	comms, err := comm.NewLocal(8, comm.WithTopology(fabric))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, c := range comms {
+			c.Close()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	two := spec(t, strings.Replace(base, "hosts=4x2", "hosts=2x2", 1))
+	eachRank(t, comms, func(r int, c *comm.Communicator) error {
+		nc, _, err := reconfig.Recover(ctx, c, nil, reconfig.WithSpare(reconfig.Spare{Host: two}))
+		if nc != nil || err == nil || !strings.Contains(err.Error(), "2 hosts") {
+			return fmt.Errorf("Recover with a spare of two hosts: %v, %v", nc, err)
+		}
+		x := []int64{int64(r)}
+		if err := comm.AllReduce(ctx, c, x, x, comm.Sum); err != nil {
+			return err
+		}
+		if x[0] != 28 {
+			return fmt.Errorf("AllReduce gave %d, want 28", x[0])
+		}
+		return nil
+	})
+}

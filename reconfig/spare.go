@@ -16,8 +16,13 @@ import (
 type Spare struct {
 	// Host describes the spare host as a topology of that one host: its
 	// ranks (one per process that joins), NICs and OCS ports, and no
-	// circuits. It needs as many ranks as the host it replaces. Its link
-	// classes are not used (the fabric's apply).
+	// circuits. It needs as many ranks as the host it replaces. Every OCS
+	// port names the port of the fabric's switch it is cabled to
+	// (topo.NIC.SwitchPort; switch_ports= in a spec, such as
+	// "hosts=1x2,nics=host,ocs_ports=2,switch_ports=8/9"), which no port
+	// of the fabric has: the switch numbers its ports once for the whole
+	// fabric, and the spare's own numbering would name other hosts' ports.
+	// Its link classes are not used (the fabric's apply).
 	Host *topo.Topology
 	// ID is the rendezvous of the Grow by which the spare's processes
 	// join (comm.Communicator.Grow), for communicators made over TCP: an
@@ -120,7 +125,8 @@ func PlanSpare(top *topo.Topology, lost []int, spare *topo.Topology) (*SparePlan
 	return p, nil
 }
 
-// checkSpare checks that spare describes one host without circuits.
+// checkSpare checks that spare describes one host without circuits whose
+// OCS ports name their switch ports.
 func checkSpare(spare *topo.Topology) error {
 	if spare == nil {
 		return errors.New("no spare host")
@@ -134,12 +140,17 @@ func checkSpare(spare *topo.Topology) error {
 	case len(spare.Circuits) > 0:
 		return fmt.Errorf("the spare host has circuits %v", spare.Circuits)
 	}
+	for _, i := range spare.SwitchPorts() {
+		if spare.NICs[i].SwitchPort == nil {
+			return fmt.Errorf("the spare host's OCS port %d (%q) does not say which switch port it is cabled to (NIC.SwitchPort, switch_ports= in a spec)", i, spare.NICs[i].Name)
+		}
+	}
 	return nil
 }
 
 // withHost returns top with the host of spare added after its own: its
-// NICs after top's, its ranks after top's (and after them in the ring, if
-// top has one).
+// NICs after top's (its OCS ports keep the switch ports they name), its
+// ranks after top's (and after them in the ring, if top has one).
 func withHost(top, spare *topo.Topology) *topo.Topology {
 	out := *top
 	h, nics, n := len(top.Hosts), len(top.NICs), len(top.Ranks)

@@ -16,10 +16,12 @@ import (
 )
 
 // spareHost is a host like those of hostOneFailed's fabric (two ranks,
-// one packet NIC, two OCS ports each driven by one rank), named "spare".
+// one packet NIC, two OCS ports each driven by one rank), named "spare",
+// whose OCS ports are cabled to switch ports 8 and 9 (those a fifth host
+// of the fabric would have).
 func spareHost(t *testing.T) *topo.Topology {
 	t.Helper()
-	s := spec(t, strings.Replace(base, "hosts=4x2", "hosts=1x2", 1))
+	s := spec(t, strings.Replace(base, "hosts=4x2", "hosts=1x2", 1)+",switch_ports=8/9")
 	s.Hosts[0].Name = "spare"
 	return s
 }
@@ -167,11 +169,19 @@ func TestPlanSpare(t *testing.T) {
 	if _, err := reconfig.PlanSpare(fabric, nil, spareHost(t)); err == nil {
 		t.Error("a plan without a lost rank")
 	}
-	if _, err := reconfig.PlanSpare(fabric, []int{2}, spec(t, strings.Replace(base, "hosts=4x2", "hosts=1x3", 1))); err == nil {
-		t.Error("a spare of three ranks replaced a host of two")
+	if _, err := reconfig.PlanSpare(fabric, []int{2}, spec(t, strings.Replace(base, "hosts=4x2", "hosts=1x3", 1)+",switch_ports=8/9")); err == nil || !strings.Contains(err.Error(), "3 ranks") {
+		t.Errorf("a spare of three ranks replaced a host of two: %v", err)
 	}
-	if _, err := reconfig.PlanSpare(fabric, []int{2}, spec(t, strings.Replace(base, "hosts=4x2", "hosts=2x2", 1))); err == nil {
-		t.Error("a spare of two hosts")
+	if _, err := reconfig.PlanSpare(fabric, []int{2}, spec(t, strings.Replace(base, "hosts=4x2", "hosts=2x2", 1)+",switch_ports=8-11")); err == nil || !strings.Contains(err.Error(), "2 hosts") {
+		t.Errorf("a spare of two hosts: %v", err)
+	}
+	// The spare must say which switch ports it is cabled to, and they must
+	// be free on the fabric's switch.
+	if _, err := reconfig.PlanSpare(fabric, []int{2}, spec(t, strings.Replace(base, "hosts=4x2", "hosts=1x2", 1))); err == nil || !strings.Contains(err.Error(), "switch port") {
+		t.Errorf("a spare without switch ports: %v", err)
+	}
+	if _, err := reconfig.PlanSpare(fabric, []int{2}, spec(t, strings.Replace(base, "hosts=4x2", "hosts=1x2", 1)+",switch_ports=7/8")); err == nil || !strings.Contains(err.Error(), "switch port 7") {
+		t.Errorf("a spare on host 3's switch port 7: %v", err)
 	}
 }
 

@@ -55,8 +55,9 @@ import (
 // wraps comm.ErrRewire; the caller may retry the reconfiguration with
 // Reconfigure. A grow that fails returns the survivors' communicator
 // with Grow's error (one wrapping comm.ErrGrow if the spare did not come
-// in time). A spare that is not one host without circuits fails at once,
-// before the Shrink. When step 1 or 2 fails otherwise there is no
+// in time). A spare that is not one host without circuits, or whose OCS
+// ports do not name switch ports of their own (none of the fabric's),
+// fails at once, before the Shrink. When step 1 or 2 fails otherwise there is no
 // communicator.
 func Recover(ctx context.Context, c *comm.Communicator, exclude []int, opts ...Option) (*comm.Communicator, Result, error) {
 	var o options
@@ -70,7 +71,7 @@ func Recover(ctx context.Context, c *comm.Communicator, exclude []int, opts ...O
 	rank, fabricRanks := c.Rank(), c.FabricRanks()
 	if o.spare != nil {
 		// Before the Shrink, so that a wrong spare costs nothing.
-		if err := checkSpare(o.spare.Host); err != nil {
+		if err := checkSpareOn(top, o.spare.Host); err != nil {
 			return nil, Result{}, fmt.Errorf("reconfig: recover: rank %d: %w", rank, err)
 		}
 	}

@@ -81,7 +81,7 @@ func PlanSpare(top *topo.Topology, lost []int, spare *topo.Topology) (*SparePlan
 	if err := top.Validate(); err != nil {
 		return nil, fmt.Errorf("plan spare: the fabric: %w", err)
 	}
-	if err := checkSpare(spare); err != nil {
+	if err := checkSpareOn(top, spare); err != nil {
 		return nil, fmt.Errorf("plan spare: %w", err)
 	}
 	if len(lost) == 0 {
@@ -144,6 +144,18 @@ func checkSpare(spare *topo.Topology) error {
 		if spare.NICs[i].SwitchPort == nil {
 			return fmt.Errorf("the spare host's OCS port %d (%q) does not say which switch port it is cabled to (NIC.SwitchPort, switch_ports= in a spec)", i, spare.NICs[i].Name)
 		}
+	}
+	return nil
+}
+
+// checkSpareOn checks spare (checkSpare) and that its OCS ports are
+// switch ports that none of top's is.
+func checkSpareOn(top, spare *topo.Topology) error {
+	if err := checkSpare(spare); err != nil {
+		return err
+	}
+	if err := withHost(top, spare).Validate(); err != nil {
+		return fmt.Errorf("the fabric with the spare host: %w", err)
 	}
 	return nil
 }

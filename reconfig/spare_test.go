@@ -336,9 +336,10 @@ func TestRecoverSpareDrop(t *testing.T) {
 	})
 }
 
-// TestRecoverWrongSpare: a spare described by two hosts fails Recover at
-// once, before the Shrink, so the communicator is not touched: an
-// AllReduce on it still adds up.
+// TestRecoverWrongSpare: a spare described by two hosts, one whose OCS
+// ports do not say which switch ports they are cabled to, and one on a
+// switch port of host 3 fail Recover at once, before the Shrink, so the
+// communicator is not touched: an AllReduce on it still adds up.
 func TestRecoverWrongSpare(t *testing.T) {
 	fabric := spec(t, base+",circuits=0-1/1-2/2-3/3-0")
 	comms, err := comm.NewLocal(8, comm.WithTopology(fabric))
@@ -352,19 +353,25 @@ func TestRecoverWrongSpare(t *testing.T) {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	two := spec(t, strings.Replace(base, "hosts=4x2", "hosts=2x2", 1))
-	eachRank(t, comms, func(r int, c *comm.Communicator) error {
-		nc, _, err := reconfig.Recover(ctx, c, nil, reconfig.WithSpare(reconfig.Spare{Host: two}))
-		if nc != nil || err == nil || !strings.Contains(err.Error(), "2 hosts") {
-			return fmt.Errorf("Recover with a spare of two hosts: %v, %v", nc, err)
-		}
-		x := []int64{int64(r)}
-		if err := comm.AllReduce(ctx, c, x, x, comm.Sum); err != nil {
-			return err
-		}
-		if x[0] != 28 {
-			return fmt.Errorf("AllReduce gave %d, want 28", x[0])
-		}
-		return nil
-	})
+	for _, wrong := range []struct{ spec, says string }{
+		{strings.Replace(base, "hosts=4x2", "hosts=2x2", 1) + ",switch_ports=8-11", "2 hosts"},
+		{strings.Replace(base, "hosts=4x2", "hosts=1x2", 1), "does not say which switch port"},
+		{strings.Replace(base, "hosts=4x2", "hosts=1x2", 1) + ",switch_ports=8/7", "both switch port 7"},
+	} {
+		spare := spec(t, wrong.spec)
+		eachRank(t, comms, func(r int, c *comm.Communicator) error {
+			nc, _, err := reconfig.Recover(ctx, c, nil, reconfig.WithSpare(reconfig.Spare{Host: spare}))
+			if nc != nil || err == nil || !strings.Contains(err.Error(), wrong.says) {
+				return fmt.Errorf("Recover with the spare %s: %v, %v; want an error saying %q", wrong.spec, nc, err, wrong.says)
+			}
+			x := []int64{int64(r)}
+			if err := comm.AllReduce(ctx, c, x, x, comm.Sum); err != nil {
+				return err
+			}
+			if x[0] != 28 {
+				return fmt.Errorf("AllReduce gave %d, want 28", x[0])
+			}
+			return nil
+		})
+	}
 }

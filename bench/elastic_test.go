@@ -60,12 +60,15 @@ func TestElasticRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := filepath.Join(t.TempDir(), "elastic.jsonl")
+	// The flight records of the communicators the kills fail go to the
+	// processes' temporary directory: the test's own.
+	tmp := t.TempDir()
 	run := func(args ...string) string {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
 		cmd := exec.CommandContext(ctx, python, append([]string{script}, args...)...)
-		cmd.Env = append(os.Environ(), "OCCL_LIB=", "OCCL_TIMEOUT=60s", "PYTHONDONTWRITEBYTECODE=1")
+		cmd.Env = append(os.Environ(), "OCCL_LIB=", "OCCL_TIMEOUT=60s", "PYTHONDONTWRITEBYTECODE=1", "TMPDIR="+tmp)
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		if err := cmd.Run(); err != nil {
@@ -91,6 +94,11 @@ func TestElasticRestart(t *testing.T) {
 	}
 	if len(recs) != 2 {
 		t.Fatalf("%d records, want 2:\n%s", len(recs), b)
+	}
+	// Rank 0 finds its peer killed in a collective well before torchrun's
+	// monitor does, so its communicator fails and leaves a flight record.
+	if flights, _ := filepath.Glob(filepath.Join(tmp, "occl-flight-*.json")); len(flights) == 0 {
+		t.Errorf("no flight record in the test's temporary directory")
 	}
 	phases := []string{"detect", "teardown", "rendezvous", "spawn", "import", "init", "load", "collective"}
 	for i, r := range recs {

@@ -70,7 +70,8 @@ var ErrNotSwitched = errors.New("the fabric was not switched")
 // Rewire describes one change of the fabric under a communicator.
 type Rewire struct {
 	// Target is the topology after the change: the same hosts, ranks and
-	// NICs as the current one, other circuits.
+	// NICs as the current one (OCS ports with the same numbers on the
+	// switch, topo.Topology.SwitchPort), other circuits.
 	Target *topo.Topology
 	// Apply switches the fabric and returns once the new circuits are up.
 	// Only rank 0 calls it, while every rank is paused; its error reaches
@@ -422,6 +423,14 @@ func (c *Communicator) rewirePlan(cur, next *topo.Topology) ([]int, error) {
 	for r := range next.Ranks {
 		if next.Ranks[r].Host != cur.Ranks[r].Host {
 			return nil, fmt.Errorf("target puts rank %d on host %d, the fabric on host %d", r, next.Ranks[r].Host, cur.Ranks[r].Host)
+		}
+	}
+	// The controller switches the target's circuits by their ports'
+	// numbers on the switch: a target that numbers them otherwise would
+	// switch other ports than the ones its circuits name here.
+	for i := range next.NICs {
+		if p, q := next.SwitchPort(i), cur.SwitchPort(i); p != q {
+			return nil, fmt.Errorf("target numbers NIC %d as switch port %d, the fabric as %d", i, p, q)
 		}
 	}
 	var changed []int

@@ -124,6 +124,18 @@ func TestRewireFailures(t *testing.T) {
 		if _, err := c.Rewire(ctx, comm.Rewire{Target: bad}); !errors.Is(err, comm.ErrRewire) {
 			return fmt.Errorf("mismatched target: %v", err)
 		}
+		// A target whose OCS ports are other ports of the switch: the
+		// controller would switch ports the fabric does not have here.
+		renumbered := mustTopo(t, rewireBase+",circuits=0-1/2-3,switch_ports=8-15")
+		_, err = c.Rewire(ctx, comm.Rewire{Target: renumbered, Apply: func(context.Context) error {
+			return errors.New("switched a renumbered target")
+		}})
+		if !errors.Is(err, comm.ErrRewire) || !strings.Contains(err.Error(), "switch port 8, the fabric as 0") {
+			return fmt.Errorf("target with other switch ports: %v", err)
+		}
+		if err := keptTopology(c); err != nil {
+			return err
+		}
 		// A controller slower than its deadline.
 		_, err = c.Rewire(ctx, comm.Rewire{Target: target, ApplyTimeout: 20e6, Apply: func(ctx context.Context) error {
 			<-ctx.Done()

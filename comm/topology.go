@@ -24,6 +24,28 @@ func WithTopology(t *topo.Topology) Option { return func(c *config) { c.topology
 // benchmarks. It needs WithTopology.
 func WithEmulation(on bool) Option { return func(c *config) { c.emulate = on } }
 
+// FabricStats returns the counters of the emulated fabric that shapes the
+// communicator's connections (WithEmulation), and false if there is none.
+// Stats.Links says which emulated links its traffic crossed, in indices of
+// Topology() (hosts and NICs; a rewire keeps them): a test can check that
+// after a reconfiguration the new circuits carry the traffic and no frame
+// crosses a port it should avoid. The counters run from when the
+// communicator was made and only grow; take one Stats before and use
+// emu.Stats.Since for what moved in between.
+//
+// The in-process communicators of one NewLocal, Split, Shrink or GrowLocal
+// share one fabric, so each reports the frames of all their ranks; a
+// communicator of its own process counts the frames this process's ranks
+// of it sent. Communicators made from it (Split, Shrink, Grow) have fabrics
+// of their own.
+func (c *Communicator) FabricStats() (emu.Stats, bool) {
+	f := c.linker.emulator()
+	if f == nil {
+		return emu.Stats{}, false
+	}
+	return f.Stats(), true
+}
+
 // emulate makes the emulated fabric under key when the configuration asks
 // for one (nil if not emulating); package setup wraps the connections in
 // it.

@@ -7,8 +7,10 @@
 // The controller is anything that implements Controller; the gRPC client of
 // reconfig/ocs does, against occl-ocsd and its switch drivers. A topology
 // names a circuit's ports by NIC index (topo.Circuit); the switch numbers
-// its ports over the OCS NICs of the topology in NIC order: switch port i
-// is the i-th NIC of class ocs (topo.Topology.SwitchPorts), and the
+// its ports once for the whole fabric: in a fabric described whole, switch
+// port i is the i-th NIC of class ocs in NIC order, and a topology derived
+// from it (Subset, Without, a shrunk or split communicator's) keeps each
+// port's number (topo.NIC.SwitchPort, topo.Topology.SwitchPort). The
 // controller is given the target's circuits in switch ports
 // (topo.Topology.SwitchCircuits).
 //
@@ -41,9 +43,10 @@
 //     the place of one (its ranks join the survivors' communicator);
 //  3. Reconfigure switches the fabric to the new circuits and rewires the
 //     communicators onto them, through a communicator that spans its
-//     target (fabric ranks 0..n-1 of it). The switch numbers its ports
-//     over the OCS NICs of the topology it is given, so the circuits must
-//     come from a topology that keeps every port of the fabric, as
-//     RecoveryCircuits' target does; Subset and Without drop the failed
-//     hosts' ports and renumber the rest.
+//     target (fabric ranks 0..n-1 of it). The controller gets the
+//     switch's own port numbers, those of the whole fabric, whether the
+//     target keeps every port (RecoveryCircuits') or only the survivors'
+//     (Without's, Subset's): the ports they keep keep their numbers. A
+//     spare host, described apart, names the switch ports it is cabled
+//     to (Spare.Host).
 package reconfig

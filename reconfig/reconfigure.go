@@ -14,19 +14,20 @@ import (
 )
 
 // Controller switches an optical circuit switch to a complete set of
-// cross-connects, in switch ports (Topology.SwitchCircuits), and returns
-// once the circuits are up, with the time the switching took. Applying the
-// same request id twice must not switch twice. An error wrapping
-// comm.ErrNotSwitched says that nothing was switched; after any other error
-// the outcome is unknown, and the previous circuits are applied again (under
-// the request id with "/rollback" appended). The OCS controller's client
-// (OCS) implements it.
+// cross-connects, in the switch's own port numbers, those of the whole
+// fabric (Topology.SwitchCircuits), and returns once the circuits are up,
+// with the time the switching took. Applying the same request id twice
+// must not switch twice. An error wrapping comm.ErrNotSwitched says that
+// nothing was switched; after any other error the outcome is unknown, and
+// the previous circuits are applied again (under the request id with
+// "/rollback" appended). The OCS controller's client (OCS) implements it.
 type Controller interface {
 	Apply(ctx context.Context, requestID string, circuits []topo.Circuit) (time.Duration, error)
 }
 
-// Ports returns the switch ports of a topology: port i is the NIC index of
-// the i-th NIC of class ocs, in NIC order (Topology.SwitchPorts).
+// Ports returns the NIC indices of a topology's OCS ports, in NIC order
+// (Topology.SwitchPorts); Topology.SwitchPort gives each one's number on
+// the switch, and Topology.SwitchSize the ports a switch needs for them.
 func Ports(t *topo.Topology) []int { return t.SwitchPorts() }
 
 // CrossConnects returns the circuits of t as pairs of switch ports (the
@@ -53,6 +54,10 @@ type Result struct {
 	Switch time.Duration
 	// RequestID is the id the switch was applied under.
 	RequestID string
+	// Joined are the spare's communicators that a Recover with WithSpare
+	// made in this process (in-process communicators, on the survivors'
+	// rank 0), with their reconfigurations' outcomes.
+	Joined []Joined
 }
 
 // Overhead is the runtime's own time for communicator i: the whole
@@ -68,6 +73,7 @@ type options struct {
 	ctl          Controller
 	id           string
 	applyTimeout time.Duration
+	spare        *Spare // Recover only
 }
 
 // WithController sets the controller that switches the circuits. Without
@@ -128,7 +134,9 @@ func (h *Handle) Wait(ctx context.Context) (Result, error) {
 // of as many ranks as it has (rank i of the target being its rank i, as in
 // topo.Topology.Without's survivors' topology), it switches it like one
 // made by Init, and the communicators split from it are rewired onto
-// their part of that target.
+// their part of that target. Such a target has only the survivors' OCS
+// ports, which keep the whole fabric's switch ports (topo.NIC.SwitchPort):
+// the controller is asked for those.
 func Reconfigure(ctx context.Context, comms []*comm.Communicator, target *topo.Topology, opts ...Option) (Result, error) {
 	return ReconfigureAsync(ctx, comms, target, opts...).Wait(ctx)
 }

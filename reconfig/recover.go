@@ -28,20 +28,53 @@ import (
 //     comm.ErrExcluded.
 //  3. Reconfigure onto that fabric through the controller of
 //     WithController, if any: the circuits that went to the lost ranks
-//     are re-planned, and the communicator rewires onto the new ones.
+//     are re-planned (on an optical switch, the failed host's neighbours
+//     are joined to each other on the ports that went to it), and the
+//     communicator rewires onto the new ones.
 //
-// Step 3 is all or nothing, with the same error on every survivor, as
-// Reconfigure is: when it fails, Recover still returns the survivors'
-// communicator (running on its part of the old fabric) together with the
-// error, which wraps comm.ErrRewire; the caller may retry the
-// reconfiguration with Reconfigure. When step 1 or 2 fails there is no
+// With WithSpare, a spare host takes the place of the lowest host that
+// lost a rank (PlanSpare), and steps 2 and 3 become:
+//
+//  2. The healthy ranks of the replaced host are dropped by a second
+//     Shrink (they get comm.ErrExcluded), and the survivors grow by the
+//     spare's ranks (comm.Communicator.GrowLocal in process, Grow at
+//     Spare.ID over TCP, where the spare's processes call JoinSpare):
+//     the grown communicator has the survivors as ranks 0 to k-1 and the
+//     spare's ranks after them, on SparePlan.Grown.
+//  3. Reconfigure the grown communicator onto SparePlan.Target through
+//     the controller: the replaced host's circuits move to the spare's
+//     ports (plan.RecoveryCircuits), other failed hosts are bypassed.
+//     The spare's ranks take part (in process, Recover on the survivors'
+//     rank 0 runs their part and returns their communicators in
+//     Result.Joined).
+//
+// Step 3 is all or nothing, with the same error on every survivor (and
+// every rank of the spare), as Reconfigure is: when it fails, Recover
+// still returns the survivors' communicator (the grown one with a spare)
+// running on its part of the old fabric together with the error, which
+// wraps comm.ErrRewire; the caller may retry the reconfiguration with
+// Reconfigure. A grow that fails returns the survivors' communicator
+// with Grow's error (one wrapping comm.ErrGrow if the spare did not come
+// in time). A spare that is not one host without circuits, or whose OCS
+// ports do not name switch ports of their own (none of the fabric's),
+// fails at once, before the Shrink. When step 1 or 2 fails otherwise there is no
 // communicator.
 func Recover(ctx context.Context, c *comm.Communicator, exclude []int, opts ...Option) (*comm.Communicator, Result, error) {
+	var o options
+	for _, f := range opts {
+		f(&o)
+	}
 	top := c.Topology()
 	if top == nil {
 		return nil, Result{}, fmt.Errorf("reconfig: recover: rank %d: the communicator has no topology; Shrink is all a recovery needs", c.Rank())
 	}
 	rank, fabricRanks := c.Rank(), c.FabricRanks()
+	if o.spare != nil {
+		// Before the Shrink, so that a wrong spare costs nothing.
+		if err := checkSpareOn(top, o.spare.Host); err != nil {
+			return nil, Result{}, fmt.Errorf("reconfig: recover: rank %d: %w", rank, err)
+		}
+	}
 	nc, err := c.Shrink(ctx, exclude)
 	if err != nil {
 		return nil, Result{}, fmt.Errorf("reconfig: recover: rank %d: %w", rank, err)
@@ -54,13 +87,16 @@ func Recover(ctx context.Context, c *comm.Communicator, exclude []int, opts ...O
 			lost = append(lost, r)
 		}
 	}
+	if o.spare != nil {
+		return recoverSpare(ctx, top, rank, fabricRanks, nc, lost, &o, opts)
+	}
 	surv, err := top.Without(lost)
 	if err != nil {
 		nc.Abort()
 		return nil, Result{}, fmt.Errorf("reconfig: recover: rank %d: the fabric without ranks %v: %w", rank, lost, err)
 	}
 	if len(surv.Idle) > 0 {
-		if nc, err = dropIdle(ctx, nc, rank, fabricRanks, surv.Idle); err != nil {
+		if nc, err = dropRanks(ctx, nc, rank, fabricRanks, surv.Idle, "the survivors' fabric leaves it idle"); err != nil {
 			return nil, Result{}, err
 		}
 	}
@@ -71,24 +107,24 @@ func Recover(ctx context.Context, c *comm.Communicator, exclude []int, opts ...O
 	return nc, res, nil
 }
 
-// dropIdle shrinks nc, the survivors' communicator, by the ranks of c
-// (this rank was rank of c, whose ranks had fabricRanks) that the
-// survivors' fabric leaves idle. An idle rank aborts nc and gets an error
-// wrapping comm.ErrExcluded.
-func dropIdle(ctx context.Context, nc *comm.Communicator, rank int, fabricRanks, idle []int) (*comm.Communicator, error) {
-	if slices.Contains(idle, rank) {
+// dropRanks shrinks nc, the survivors' communicator, by the ranks drop
+// of c (this rank was rank of c, whose ranks had fabricRanks), for the
+// reason given. A dropped rank aborts nc and gets an error wrapping
+// comm.ErrExcluded.
+func dropRanks(ctx context.Context, nc *comm.Communicator, rank int, fabricRanks, drop []int, reason string) (*comm.Communicator, error) {
+	if slices.Contains(drop, rank) {
 		nc.Abort()
-		return nil, fmt.Errorf("reconfig: recover: rank %d: %w: the survivors' fabric leaves it idle", rank, comm.ErrExcluded)
+		return nil, fmt.Errorf("reconfig: recover: rank %d: %w: %s", rank, comm.ErrExcluded, reason)
 	}
-	var drop []int
-	for _, r := range idle {
+	var out []int
+	for _, r := range drop {
 		if i := slices.Index(nc.FabricRanks(), fabricRanks[r]); i >= 0 {
-			drop = append(drop, i)
+			out = append(out, i)
 		}
 	}
-	nc2, err := nc.Shrink(ctx, drop)
+	nc2, err := nc.Shrink(ctx, out)
 	if err != nil {
-		return nil, fmt.Errorf("reconfig: recover: rank %d: dropping the idle ranks %v: %w", rank, idle, err)
+		return nil, fmt.Errorf("reconfig: recover: rank %d: dropping ranks %v (%s): %w", rank, drop, reason, err)
 	}
 	return nc2, nil
 }

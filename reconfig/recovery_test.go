@@ -85,11 +85,13 @@ func TestRecoveryTarget(t *testing.T) {
 
 // TestReconfigureShrunk: the survivors of a failed host shrink, and the
 // communicator Shrink made switches the survivors' fabric
-// (Topology.Without) like one made by Init: the controller is asked for
-// the target's circuits once, every survivor runs on them, and collectives
-// work; groups split from it run on their part of the target.
+// (Topology.Without) like one made by Init: the controller is asked once
+// for the target's circuits in the switch's ports, numbered over the
+// whole fabric (host 1's ports 2 and 3 included, not the survivors' ports
+// renumbered), every survivor runs on them, and collectives work; groups
+// split from it run on their part of the target.
 func TestReconfigureShrunk(t *testing.T) {
-	_, comms, surv := hostOneFailed(t)
+	fabric, comms, surv := hostOneFailed(t)
 	kept := surv.Ranks
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -124,9 +126,16 @@ func TestReconfigureShrunk(t *testing.T) {
 	if _, err := reconfig.Reconfigure(ctx, append(append([]*comm.Communicator(nil), shrunk...), split...), target, reconfig.WithController(ctl)); err != nil {
 		t.Fatal(err)
 	}
-	want, err := target.SwitchCircuits()
+	// The bypass of host 1 on the whole fabric's switch: host 0's first
+	// port (switch port 0) joined to host 2's first (4), the ports that
+	// went to host 1, the other circuits as they were.
+	bypassed, err := fabric.Bypass([]int{1})
 	if err != nil {
 		t.Fatal(err)
+	}
+	want := switchNumbers(t, fabric, bypassed.Circuits)
+	if fmt.Sprint(want) != "[0-4 1-7 5-6]" {
+		t.Fatalf("the fabric's bypass of host 1 is %v, want [0-4 1-7 5-6]", want)
 	}
 	if len(ctl.sets) != 1 || fmt.Sprint(ctl.sets[0]) != fmt.Sprint(want) {
 		t.Fatalf("switched %v, want once %v", ctl.sets, want)

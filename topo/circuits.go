@@ -18,8 +18,9 @@ import (
 // circuits for a demand matrix.
 
 // SwitchPorts returns the NIC index of every port of the optical circuit
-// switch: the NICs of class OCS, in NIC order, so that switch port p is NIC
-// SwitchPorts()[p].
+// switch that t has: the NICs of class OCS, in NIC order. SwitchPort gives
+// each one's number on the switch; in a fabric described whole, without
+// switch ports set, switch port p is NIC SwitchPorts()[p].
 func (t *Topology) SwitchPorts() []int {
 	var out []int
 	for i, n := range t.NICs {
@@ -30,15 +31,85 @@ func (t *Topology) SwitchPorts() []int {
 	return out
 }
 
+// SwitchPort returns the number of OCS NIC nic on the optical circuit
+// switch: its NIC.SwitchPort if set, else its place among t's NICs of
+// class OCS in NIC order. It returns -1 if nic is not an OCS NIC of t.
+func (t *Topology) SwitchPort(nic int) int {
+	if nic < 0 || nic >= len(t.NICs) || t.NICs[nic].Class != OCS {
+		return -1
+	}
+	if p := t.NICs[nic].SwitchPort; p != nil {
+		return *p
+	}
+	k := 0
+	for _, n := range t.NICs[:nic] {
+		if n.Class == OCS {
+			k++
+		}
+	}
+	return k
+}
+
+// switchPortMap returns the switch port of every OCS NIC of t, by NIC
+// index.
+func (t *Topology) switchPortMap() map[int]int {
+	port := map[int]int{}
+	k := 0
+	for i, n := range t.NICs {
+		if n.Class != OCS {
+			continue
+		}
+		port[i] = k
+		if n.SwitchPort != nil {
+			port[i] = *n.SwitchPort
+		}
+		k++
+	}
+	return port
+}
+
+// SwitchSize returns the fewest ports a switch needs to hold t's OCS
+// ports: one more than the highest switch port (0 without OCS ports).
+func (t *Topology) SwitchSize() int {
+	n := 0
+	for _, p := range t.switchPortMap() {
+		n = max(n, p+1)
+	}
+	return n
+}
+
+// validateSwitchPorts checks that only OCS NICs set a switch port, and
+// that the switch ports of t's OCS NICs are non-negative and distinct.
+func (t *Topology) validateSwitchPorts() error {
+	owner := map[int]int{}
+	for i, n := range t.NICs {
+		if n.SwitchPort == nil {
+			continue
+		}
+		if n.Class != OCS {
+			return fmt.Errorf("NIC %d of class %s has switch port %d: only OCS NICs are switch ports", i, n.Class, *n.SwitchPort)
+		}
+		if *n.SwitchPort < 0 {
+			return fmt.Errorf("NIC %d: negative switch port %d", i, *n.SwitchPort)
+		}
+	}
+	port := t.switchPortMap()
+	for _, i := range t.SwitchPorts() {
+		p := port[i]
+		if o, dup := owner[p]; dup {
+			return fmt.Errorf("NICs %d and %d are both switch port %d", o, i, p)
+		}
+		owner[p] = i
+	}
+	return nil
+}
+
 // SwitchCircuits returns t's circuits with their ends as switch ports (see
-// SwitchPorts), normalized and sorted, without bandwidths: the
+// SwitchPort), normalized and sorted, without bandwidths: the
 // cross-connects the switch holds for t. It fails if a circuit joins a NIC
 // that is not an OCS port.
 func (t *Topology) SwitchCircuits() ([]Circuit, error) {
-	port := map[int]int{}
-	for p, nic := range t.SwitchPorts() {
-		port[nic] = p
-	}
+	port := t.switchPortMap()
 	out := make([]Circuit, 0, len(t.Circuits))
 	for _, c := range t.Circuits {
 		a, okA := port[c.A]

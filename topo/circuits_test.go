@@ -1,6 +1,7 @@
 package topo
 
 import (
+	"fmt"
 	"reflect"
 	"testing"
 )
@@ -214,5 +215,105 @@ func TestCircuitNormalizeString(t *testing.T) {
 	}
 	if s := c.String(); s != "7-3" {
 		t.Fatalf("String = %q", s)
+	}
+}
+
+// TestSwitchPortsKept: the survivors' topology of a failed host
+// (Without) and a subset of ranks keep the switch's numbering of every
+// OCS port they keep: a port has the number of the fabric's port of the
+// same host and name, the survivors' circuits are the bypassed fabric's
+// in switch ports, and a JSON round trip keeps them.
+func TestSwitchPortsKept(t *testing.T) {
+	fabric, err := FromSpec("hosts=4x2,nics=host,ocs_ports=2,circuits=0-1/1-2/2-3/3-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	surv, err := fabric.Without([]int{2, 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bypassed, err := fabric.Bypass([]int{1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := bypassed.SwitchCircuits()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Host 1's ports 2 and 3 are gone; the bypass joins hosts 0 and 2 on
+	// the ports that went to it: switch ports 0-4 (host 0's ocs0, host 2's
+	// ocs0), as the fabric numbers them.
+	if fmt.Sprint(want) != "[0-4 1-7 5-6]" {
+		t.Fatalf("bypassed fabric's cross-connects %v", want)
+	}
+	byName := map[string]int{}
+	for _, i := range fabric.SwitchPorts() {
+		n := fabric.NICs[i]
+		byName[fabric.Hosts[n.Host].Name+":"+n.Name] = fabric.SwitchPort(i)
+	}
+	roundTrip, err := Parse(surv.Topology.JSON())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, top := range map[string]*Topology{
+		"survivors":            surv.Topology,
+		"survivors round trip": roundTrip,
+		"subset":               fabric.Subset([]int{7, 6, 0, 1}),
+	} {
+		for _, i := range top.SwitchPorts() {
+			n := top.NICs[i]
+			if got, want := top.SwitchPort(i), byName[top.Hosts[n.Host].Name+":"+n.Name]; got != want {
+				t.Errorf("%s: NIC %d (%s:%s) is switch port %d, want the fabric's %d", name, i, top.Hosts[n.Host].Name, n.Name, got, want)
+			}
+		}
+		if name == "subset" {
+			continue
+		}
+		got, err := top.SwitchCircuits()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: SwitchCircuits = %v, want the fabric's %v", name, got, want)
+		}
+		if n := top.SwitchSize(); n != 8 {
+			t.Errorf("%s: SwitchSize = %d, want 8", name, n)
+		}
+	}
+	// A subset that keeps the first hosts needs no number of its own.
+	for _, n := range fabric.Subset([]int{0, 1, 2, 3}).NICs {
+		if n.SwitchPort != nil {
+			t.Errorf("NIC %s has switch port %d set where the NIC order gives it", n.Name, *n.SwitchPort)
+		}
+	}
+}
+
+// TestSwitchPortsSpec: switch_ports= numbers a host's OCS ports as the
+// switch does, and Validate refuses a switch port twice or on a packet
+// NIC.
+func TestSwitchPortsSpec(t *testing.T) {
+	spare, err := FromSpec("hosts=1x2,nics=host,ocs_ports=2,switch_ports=8/9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []int
+	for _, i := range spare.SwitchPorts() {
+		got = append(got, spare.SwitchPort(i))
+	}
+	if fmt.Sprint(got) != "[8 9]" || spare.SwitchSize() != 10 {
+		t.Fatalf("switch ports %v, size %d; want [8 9], 10", got, spare.SwitchSize())
+	}
+	if top, err := FromSpec("hosts=2x1,ocs_ports=2,switch_ports=3/10-12"); err != nil || top.SwitchPort(3) != 10 || top.SwitchPort(5) != 12 {
+		t.Fatalf("switch_ports=3/10-12: %v", err)
+	}
+	for _, bad := range []string{"switch_ports=8", "switch_ports=8/8", "switch_ports=9-8", "switch_ports=x/1", "switch_ports=-1/2"} {
+		if _, err := FromSpec("hosts=1x2,ocs_ports=2," + bad); err == nil {
+			t.Errorf("%s accepted", bad)
+		}
+	}
+	p := 3
+	spare.NICs[0].SwitchPort = &p // the packet NIC
+	if err := spare.Validate(); err == nil {
+		t.Error("a packet NIC with a switch port validated")
 	}
 }

@@ -48,10 +48,11 @@
 // # Optical ports and circuits
 //
 // AddPorts gives hosts OCS ports; FreePorts, Connect and ConnectFor place
-// circuits on them (PlaceCircuits for a demand matrix alone); SwitchPorts
-// numbers the ports as the optical switch does and SwitchCircuits gives
-// the cross-connects it holds; PortOwner names the rank that drives a
-// port.
+// circuits on them (PlaceCircuits for a demand matrix alone); SwitchPort
+// gives a port's number on the optical switch, which numbers its ports
+// once for the whole fabric (NIC.SwitchPort, kept by Subset and Without),
+// and SwitchCircuits gives the cross-connects it holds; PortOwner names
+// the rank that drives a port.
 //
 // # Rings
 //

@@ -84,6 +84,17 @@ type NIC struct {
 	Class LinkClass `json:"class"`
 	// Bandwidth in bytes per second (0: the class default).
 	Bandwidth float64 `json:"bandwidth,omitempty"`
+	// SwitchPort is the number of an OCS port on the optical circuit
+	// switch, which numbers its ports once for the whole fabric. Unset
+	// (nil), it is the port's place among the NICs of class OCS in NIC
+	// order, as in a fabric described whole; Subset (and so Without and
+	// a shrunk or split communicator's topology) sets it on the ports it
+	// keeps wherever that order no longer gives it, so that every
+	// topology derived from a fabric names the switch's own ports. A host
+	// described apart from its fabric (a spare) sets it to the switch
+	// ports it is cabled to. Only OCS NICs have one (see
+	// Topology.SwitchPort).
+	SwitchPort *int `json:"switch_port,omitempty"`
 }
 
 // Circuit is an optical circuit, or a cross-connect to make, between two
@@ -92,9 +103,9 @@ type NIC struct {
 // switch (package reconfig/ocs), which converts it to its wire format.
 //
 // A port is named by its NIC index (in Topology.NICs) everywhere but at
-// the switch, which numbers its own ports: switch port p is the NIC
-// SwitchPorts()[p], and SwitchCircuits gives a topology's circuits in
-// switch ports.
+// the switch, which numbers its own ports once for the whole fabric:
+// Topology.SwitchPort gives a NIC's number there (NIC.SwitchPort), and
+// SwitchCircuits gives a topology's circuits in switch ports.
 type Circuit struct {
 	A int `json:"a"`
 	B int `json:"b"`
@@ -214,6 +225,9 @@ func (t *Topology) Validate() error {
 		if n.Class != EPS && n.Class != OCS {
 			return fmt.Errorf("NIC %d: class %q, want eps or ocs", i, n.Class)
 		}
+	}
+	if err := t.validateSwitchPorts(); err != nil {
+		return err
 	}
 	used := map[int]bool{}
 	for i, c := range t.Circuits {
@@ -401,7 +415,10 @@ func (t *Topology) JSON() []byte {
 // Subset returns the topology of the given ranks of t, renumbered in the
 // order given (rank i of the result is ranks[i] of t): hosts that keep no
 // rank are dropped, local ranks are renumbered in order, NICs of dropped
-// hosts and circuits touching them go away. A sub-communicator uses it.
+// hosts and circuits touching them go away. The OCS ports it keeps keep
+// their numbers on the switch (NIC.SwitchPort), so that the circuits of
+// the result name the same switch ports as t's. A sub-communicator uses
+// it.
 func (t *Topology) Subset(ranks []int) *Topology {
 	out := &Topology{Name: t.Name, RailOnly: t.RailOnly, GridOnly: t.GridOnly, Classes: map[LinkClass]LinkParams{}}
 	for c, p := range t.Classes {
@@ -420,6 +437,8 @@ func (t *Topology) Subset(ranks []int) *Topology {
 		keep[r] = true
 	}
 	nicMap := map[int]int{}
+	switchPort := t.switchPortMap()
+	ocs := 0 // OCS ports kept so far
 	for i, n := range t.NICs {
 		if o := t.PortOwner(i); o >= 0 && !keep[o] {
 			continue // nobody left to drive it
@@ -427,6 +446,13 @@ func (t *Topology) Subset(ranks []int) *Topology {
 		if nh, ok := hostMap[n.Host]; ok {
 			nicMap[i] = len(out.NICs)
 			n.Host = nh
+			if n.Class == OCS {
+				// The port keeps its number on the switch.
+				if p := switchPort[i]; n.SwitchPort != nil || p != ocs {
+					n.SwitchPort = &p
+				}
+				ocs++
+			}
 			out.NICs = append(out.NICs, n)
 		}
 	}

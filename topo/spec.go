@@ -25,6 +25,12 @@ import (
 //	              local rank i mod R (ocs_shared=1: usable by every rank)
 //	circuits=L    circuits between hosts, L a list such as 0-1/1-2/0-1
 //	              (a pair may repeat), each on free ports of both hosts
+//	switch_ports=L
+//	              the OCS ports' numbers on the optical switch, in NIC
+//	              order (host by host, port by port), L a list such as
+//	              8/9 or 16-23/40-47 (ranges inclusive); default 0, 1, ...
+//	              in that order. A host described apart from its fabric
+//	              (a spare) names the switch ports it is cabled to so.
 //
 // For example "hosts=4x2,hbd=8GB/s,eps=1GB/s" emulates four hosts of two
 // ranks whose intra-host links are eight times faster than the network.
@@ -88,7 +94,7 @@ func FromSpec(spec string) (*Topology, error) {
 				t.Hosts[hi].Coord = []int{hi % max(x, 1), hi / max(x, 1)}
 			}
 			t.GridOnly = true
-		case "ocs_ports", "ocs_shared", "circuits":
+		case "ocs_ports", "ocs_shared", "circuits", "switch_ports":
 			// Applied below, once NICs are settled.
 		default:
 			err = fmt.Errorf("unknown key %q", k)
@@ -115,6 +121,11 @@ func (t *Topology) specCircuits(kv map[string]string) error {
 		}
 		t.AddPorts(n, kv["ocs_shared"] == "1" || kv["ocs_shared"] == "true")
 	}
+	if v, ok := kv["switch_ports"]; ok {
+		if err := t.setSwitchPorts(v); err != nil {
+			return err
+		}
+	}
 	v, ok := kv["circuits"]
 	if !ok || v == "" {
 		return nil
@@ -129,6 +140,35 @@ func (t *Topology) specCircuits(kv map[string]string) error {
 		if err := t.Connect(ha, hb, 0); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// setSwitchPorts applies switch_ports=v: the switch ports of t's OCS NICs
+// in NIC order.
+func (t *Topology) setSwitchPorts(v string) error {
+	var ports []int
+	for _, item := range strings.Split(v, "/") {
+		a, b, isRange := strings.Cut(item, "-")
+		lo, err1 := strconv.Atoi(a)
+		hi, err2 := lo, error(nil)
+		if isRange {
+			hi, err2 = strconv.Atoi(b)
+		}
+		if err1 != nil || err2 != nil || lo < 0 || hi < lo {
+			return fmt.Errorf("switch_ports=%s: %q is not a port or an ascending range of ports", v, item)
+		}
+		for p := lo; p <= hi; p++ {
+			ports = append(ports, p)
+		}
+	}
+	nics := t.SwitchPorts()
+	if len(ports) != len(nics) {
+		return fmt.Errorf("switch_ports=%s: %d ports for %d OCS NICs", v, len(ports), len(nics))
+	}
+	for k, i := range nics {
+		p := ports[k]
+		t.NICs[i].SwitchPort = &p
 	}
 	return nil
 }

@@ -178,7 +178,7 @@ func TestReconfigure(t *testing.T) {
 	}
 	ctx := context.Background()
 	const token = "c-abi-test"
-	ctl, err := reconfig.StartEmulated(ctx, len(reconfig.Ports(base)), 2*time.Millisecond, token)
+	ctl, err := reconfig.StartEmulated(ctx, base.SwitchSize(), 2*time.Millisecond, token)
 	if err != nil {
 		t.Fatal(err)
 	}

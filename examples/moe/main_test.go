@@ -190,11 +190,17 @@ func TestMoEKill(t *testing.T) {
 				args = append(args, "-spare")
 			}
 			cmd := exec.Command(bin, args...)
-			cmd.Env = append(os.Environ(), "OCCL_RANK=", "OCCL_TRACE=")
+			// The survivors' failed communicators write flight records
+			// to the temporary directory: the test's own.
+			tmp := t.TempDir()
+			cmd.Env = append(os.Environ(), "OCCL_RANK=", "OCCL_TRACE=", "TMPDIR="+tmp)
 			var out, errOut bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &out, &errOut
 			if err := cmd.Run(); err != nil {
 				t.Fatalf("%v\n%s\n%s", err, out.String(), errOut.String())
+			}
+			if recs, _ := filepath.Glob(filepath.Join(tmp, "occl-flight-*.json")); len(recs) != np-1 {
+				t.Errorf("%d flight records in the test's temporary directory, want one per survivor (%d): %v", len(recs), np-1, recs)
 			}
 			text := out.String()
 			ranks := np - 1

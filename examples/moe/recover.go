@@ -37,10 +37,11 @@ type switcher struct {
 	e     *reconfig.Emulated
 }
 
-// start serves a switch with the ports of t, closing the previous one.
+// start serves a switch with the ports of t (by their numbers on the
+// switch, which a survivors' fabric keeps), closing the previous one.
 func (s *switcher) start(ctx context.Context, t *topo.Topology) error {
 	s.close()
-	e, err := reconfig.StartEmulated(ctx, len(reconfig.Ports(t)), s.delay, "")
+	e, err := reconfig.StartEmulated(ctx, t.SwitchSize(), s.delay, "")
 	if err != nil {
 		return fmt.Errorf("emulated switch: %w", err)
 	}

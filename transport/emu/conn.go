@@ -83,6 +83,7 @@ type resources struct {
 	linkNs, txNs, rxNs float64
 	lat                int64
 	unrouted           bool
+	bytes              *atomic.Int64 // the byte counter of the path's link
 }
 
 // maxDur bounds the time one frame books on a resource (13 days), so that
@@ -103,6 +104,7 @@ func (c *Conn) resolve(v *view) {
 		linkNs:   nsPerByte(p.Bandwidth),
 		lat:      int64(max(p.Latency, 0) * 1e9),
 		unrouted: unrouted,
+		bytes:    c.f.linkCounter(pathLink(v.topo, c.self, c.peer, p)),
 	}
 	if p.Class == topo.EPS || p.Class == topo.OCS {
 		// A packet-network NIC runs at its own rate; an optical port
@@ -221,6 +223,7 @@ func (c *Conn) Send(ctx context.Context, h transport.Header, payload []byte) err
 
 	c.f.frames.Add(1)
 	c.f.bytes.Add(int64(n))
+	c.res.bytes.Add(int64(n))
 	c.f.held.Add(max(end-now, 0))
 	if c.res.unrouted {
 		c.f.unrouted.Add(1)

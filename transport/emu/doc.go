@@ -27,6 +27,14 @@
 // carried as packet-network traffic between the two ranks' NICs and counted
 // in Stats.Unrouted.
 //
+// Stats.Links counts the bytes that crossed each link: a host's (or HB
+// domain's) HBD links, each optical circuit by its two ports, the packet
+// network by the NICs of the two ranks. A test reads from them which links
+// a job's traffic took, for instance that no frame crossed a port of a
+// failed host after the circuits were switched around it. A Send adds to
+// one counter that its Conn looked up when it resolved its path, so the
+// count costs one atomic add per frame.
+//
 // Each resource has a next-free time, and serves frames in the order they
 // are booked: a frame ready at t starts on a NIC side at max(t, next free)
 // and advances the next-free time with a compare-and-swap loop (lock free,

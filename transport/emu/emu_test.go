@@ -3,8 +3,11 @@ package emu_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -329,8 +332,94 @@ func TestRailOnlyUnrouted(t *testing.T) {
 	}
 	a, b := pipe(t, f, 0, 3, 0)
 	stream(t, a, b, 4096, 4096)
-	if n := f.Stats().Unrouted; n != 1 {
-		t.Errorf("Unrouted = %d, want 1", n)
+	st := f.Stats()
+	if st.Unrouted != 1 {
+		t.Errorf("Unrouted = %d, want 1", st.Unrouted)
+	}
+	// Counted on the packet network between the two ranks' NICs.
+	want := map[emu.Link]int64{{Class: topo.EPS, A: 0, B: 3}: 4096 + transport.HeaderSize}
+	if !maps.Equal(st.Links, want) {
+		t.Errorf("Links = %v, want %v", st.Links, want)
+	}
+}
+
+// TestLinkStats: every frame is counted on the link its path crosses (a
+// host's HBD link, the optical circuit by its ports, the packet network by
+// the ranks' NICs), in both directions, and after SetTopology on the links
+// of the new circuits; Since gives what moved in between.
+func TestLinkStats(t *testing.T) {
+	// Three hosts of two ranks; local rank 0 drives its host's one OCS
+	// port (NICs 3, 4 and 5), both ranks share the host's packet NIC
+	// (NICs 0, 1 and 2). One circuit: hosts 0 and 1.
+	const spec = "hosts=3x2,nics=host,ocs_ports=1,hbd=100GB/s,eps=100GB/s,ocs=100GB/s,circuits=0-1"
+	tp := mustSpec(t, spec)
+	if tp.NICs[3].Host != 0 || tp.NICs[5].Host != 2 || fmt.Sprint(tp.Circuits) != "[3-4]" {
+		t.Fatalf("unexpected topology: NICs %+v, circuits %v", tp.NICs, tp.Circuits)
+	}
+	f := newFabric(t, tp, emu.Config{Local: true})
+	conns := map[[2]int][2]*emu.Conn{}
+	send := func(a, b, n int) {
+		t.Helper()
+		k := [2]int{min(a, b), max(a, b)}
+		c, ok := conns[k]
+		if !ok {
+			x, y := pipe(t, f, k[0], k[1], 0)
+			c = [2]*emu.Conn{x, y}
+			conns[k] = c
+		}
+		if a == k[0] {
+			stream(t, c[0], c[1], n, n)
+		} else {
+			stream(t, c[1], c[0], n, n)
+		}
+	}
+	frame := func(n int) int64 { return int64(n + transport.HeaderSize) }
+	hbd := func(h int) emu.Link { return emu.Link{Class: topo.HBD, A: h, B: h} }
+	ocs := func(a, b int) emu.Link { return emu.Link{Class: topo.OCS, A: a, B: b} }
+	eps := func(a, b int) emu.Link { return emu.Link{Class: topo.EPS, A: a, B: b} }
+
+	send(0, 1, 1000) // inside host 0
+	send(0, 2, 2000) // over the circuit: rank 0 and 2 drive its ports
+	send(2, 0, 3000) // the other way, the same circuit
+	send(1, 2, 4000) // rank 1 drives no port: packet network
+	send(4, 0, 5000) // no circuit between hosts 2 and 0
+	want := map[emu.Link]int64{
+		hbd(0):    frame(1000),
+		ocs(3, 4): frame(2000) + frame(3000),
+		eps(0, 1): frame(4000),
+		eps(0, 2): frame(5000),
+	}
+	before := f.Stats()
+	if !maps.Equal(before.Links, want) {
+		t.Fatalf("Links = %v, want %v", before.Links, want)
+	}
+	if !ocs(3, 4).Touches(4) || ocs(3, 4).Touches(5) || hbd(0).Touches(0) || !eps(0, 2).Touches(0) {
+		t.Error("Touches gives the wrong ends")
+	}
+
+	// The circuit moves to hosts 0 and 2.
+	next := mustSpec(t, strings.Replace(spec, "circuits=0-1", "circuits=0-2", 1))
+	if err := f.SetTopology(next); err != nil {
+		t.Fatal(err)
+	}
+	send(0, 4, 6000) // over the new circuit
+	send(0, 2, 7000) // packet network now
+	send(3, 2, 8000) // inside host 1
+	d := f.Stats().Since(before)
+	want = map[emu.Link]int64{
+		ocs(3, 5): frame(6000),
+		eps(0, 1): frame(7000),
+		hbd(1):    frame(8000),
+	}
+	if !maps.Equal(d.Links, want) {
+		t.Fatalf("Links since the switch = %v, want %v", d.Links, want)
+	}
+	if d.Frames != 3 || d.Bytes != frame(6000)+frame(7000)+frame(8000) {
+		t.Errorf("since the switch: %d frames, %d bytes", d.Frames, d.Bytes)
+	}
+	// Counters only grow: the old circuit keeps what it carried.
+	if n := f.Stats().Links[ocs(3, 4)]; n != frame(2000)+frame(3000) {
+		t.Errorf("old circuit: %d bytes, want %d", n, frame(2000)+frame(3000))
 	}
 }
 

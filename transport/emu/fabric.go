@@ -76,6 +76,12 @@ type Fabric struct {
 	bytes    atomic.Int64
 	held     atomic.Int64
 	unrouted atomic.Int64
+
+	// links are the byte counters of the links frames crossed, made when a
+	// Conn first resolves a path over the link; a Send adds to the counter
+	// its Conn holds, without a lookup.
+	linksMu sync.Mutex
+	links   map[Link]*atomic.Int64
 }
 
 // view is one topology version with what Sends derive from it.
@@ -295,6 +301,66 @@ func (f *Fabric) release() error {
 	return nil
 }
 
+// Link names a link of the emulated fabric in Stats.Links. Its fields are
+// indices of the Fabric's topology (which SetTopology keeps: the same
+// hosts' ranks and NICs), the lower first, and a link counts the bytes of
+// both directions.
+type Link struct {
+	// Class is topo.HBD for the links inside a host or HB domain, topo.OCS
+	// for an optical circuit and topo.EPS for the packet network
+	// (including the pairs that the topology gives no direct path, see
+	// Stats.Unrouted).
+	Class topo.LinkClass
+	// A and B are, for topo.OCS, the circuit's two ports and, for
+	// topo.EPS, the NICs of the two ranks (indices in topo.Topology.NICs,
+	// -1 for a rank without a NIC); for topo.HBD, the two ranks' hosts
+	// (indices in topo.Topology.Hosts, equal inside a host).
+	A, B int
+}
+
+// String formats l as "class:A-B".
+func (l Link) String() string { return fmt.Sprintf("%s:%d-%d", l.Class, l.A, l.B) }
+
+// Touches reports whether l has nic as one of its ends: an OCS port or an
+// EPS NIC (HBD links have hosts for ends, never NICs).
+func (l Link) Touches(nic int) bool {
+	return l.Class != topo.HBD && (l.A == nic || l.B == nic)
+}
+
+// pathLink returns the link a frame from rank a to b crosses on path p of
+// topology t.
+func pathLink(t *topo.Topology, a, b int, p topo.Path) Link {
+	var l Link
+	switch p.Class {
+	case topo.HBD:
+		l = Link{Class: topo.HBD, A: t.Ranks[a].Host, B: t.Ranks[b].Host}
+	case topo.OCS:
+		l = Link{Class: topo.OCS, A: p.SrcNIC, B: p.DstNIC}
+	default:
+		l = Link{Class: topo.EPS, A: p.SrcNIC, B: p.DstNIC}
+	}
+	if l.A > l.B {
+		l.A, l.B = l.B, l.A
+	}
+	return l
+}
+
+// linkCounter returns the byte counter of link l, making it the first
+// time.
+func (f *Fabric) linkCounter(l Link) *atomic.Int64 {
+	f.linksMu.Lock()
+	defer f.linksMu.Unlock()
+	ctr := f.links[l]
+	if ctr == nil {
+		if f.links == nil {
+			f.links = make(map[Link]*atomic.Int64)
+		}
+		ctr = new(atomic.Int64)
+		f.links[l] = ctr
+	}
+	return ctr
+}
+
 // Stats are counters of a Fabric since it was made.
 type Stats struct {
 	// Frames and Bytes count the frames sent through the Fabric's Conns
@@ -308,14 +374,50 @@ type Stats struct {
 	// direct path (topo.None); they were carried as packet-network
 	// traffic.
 	Unrouted int64
+	// Links are the bytes (payload plus frame header) that crossed each
+	// link, on whatever topology the Fabric had when they were sent: an
+	// optical circuit keeps its counter (the same two ports) when
+	// SetTopology drops it and when a later one brings it back. Links no
+	// frame crossed are absent. Only the frames sent through this Fabric's
+	// Conns count: in a job of several processes, each process's Fabric
+	// counts its own ranks' sends.
+	Links map[Link]int64
 }
 
 // Stats returns the Fabric's counters.
 func (f *Fabric) Stats() Stats {
-	return Stats{
+	s := Stats{
 		Frames:   f.frames.Load(),
 		Bytes:    f.bytes.Load(),
 		Held:     time.Duration(f.held.Load()),
 		Unrouted: f.unrouted.Load(),
 	}
+	f.linksMu.Lock()
+	s.Links = make(map[Link]int64, len(f.links))
+	for l, ctr := range f.links {
+		if n := ctr.Load(); n > 0 {
+			s.Links[l] = n
+		}
+	}
+	f.linksMu.Unlock()
+	return s
+}
+
+// Since returns the counters that grew from prev, an earlier Stats of the
+// same Fabric, to s: what the Fabric carried in between. Links that
+// carried nothing in between are absent.
+func (s Stats) Since(prev Stats) Stats {
+	d := Stats{
+		Frames:   s.Frames - prev.Frames,
+		Bytes:    s.Bytes - prev.Bytes,
+		Held:     s.Held - prev.Held,
+		Unrouted: s.Unrouted - prev.Unrouted,
+		Links:    make(map[Link]int64, len(s.Links)),
+	}
+	for l, n := range s.Links {
+		if n -= prev.Links[l]; n > 0 {
+			d.Links[l] = n
+		}
+	}
+	return d
 }

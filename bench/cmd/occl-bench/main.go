@@ -309,7 +309,7 @@ func runReconfig(ctx context.Context, c *comm.Communicator, iters, warmup int, c
 			defer cl.Close()
 			cfg.Controller = reconfig.OCS{Client: cl}
 		default:
-			e, err := reconfig.StartEmulated(ctx, len(reconfig.Ports(base)), delay, "")
+			e, err := reconfig.StartEmulated(ctx, base.SwitchSize(), delay, "")
 			if err != nil {
 				return fail("%v", err)
 			}

@@ -327,20 +327,49 @@ func (s *ctrlServer) handle(ev ctrlEvent) {
 		}
 	}
 	s.mu.Unlock()
+	// A verdict reaches rank 0, this process, after it has been written
+	// to every other rank: rank 0's operations fail when it arrives, and
+	// a process that exits on its failure at once would otherwise take
+	// the verdict to the others with it, leaving them to blame rank 0.
+	var others sync.WaitGroup
+	var own *ctrlAction
 	for _, a := range acts {
 		switch a.Kind {
 		case actSend:
+			if a.Msg.Type == wire.Verdict {
+				if a.To == 0 {
+					own = &a
+					continue
+				}
+				others.Add(1)
+			}
 			go func() {
 				defer s.sending.Done()
-				if err := s.send(a.To, &a.Msg); err != nil {
-					s.log.Debug("occl: control message not delivered", "to", a.To, "msg", describeMsg(&a.Msg), "err", err)
+				if a.Msg.Type == wire.Verdict {
+					defer others.Done()
 				}
+				s.deliver(a)
 			}()
 		case actDeclare:
 			s.log.Warn("occl: communicator failed", "peer", a.Msg.Peer, "reporter", a.Msg.Reporter, "reason", a.Msg.Text)
 		case actAllLeft:
 			close(s.allLeft)
 		}
+	}
+	if own != nil {
+		go func() {
+			defer s.sending.Done()
+			others.Wait()
+			s.deliver(*own)
+		}()
+	}
+}
+
+// deliver sends a's message; one that cannot be delivered is logged (its
+// rank is gone or going, which the state machine learns on its own).
+func (s *ctrlServer) deliver(a ctrlAction) {
+	if err := s.send(a.To, &a.Msg); err != nil {
+		s.log.Debug("occl: control message not delivered", "to", a.To, "msg", describeMsg(&a.Msg), "err", err)
 	}
 }
 

@@ -185,3 +185,29 @@ func TestShrink(t *testing.T) {
 		}
 	}
 }
+
+// TestTorchShrink kills rank 2 of 4 with SIGKILL while its all_reduce is in
+// flight: the other 3 raise a RuntimeError naming rank 2, make the group of
+// the survivors with occl.torch.shrink and check all_reduce,
+// all_to_all_single with uneven split sizes, broadcast and barrier on it
+// against values each computes alone, then exit normally.
+func TestTorchShrink(t *testing.T) {
+	python := venv.Python(t)
+	const victim = 2
+	j := job(python, "tests/check_torch_shrink.py", "--victim", fmt.Sprint(victim))
+	j.KeepGoing, j.Limit = true, 2*time.Minute
+	j.Env = []string{"TMPDIR=" + t.TempDir()}
+	outs, errs := j.Run(t)
+	raised := regexp.MustCompile(`rank [0-9]: raised: .*rank 2: process exited`)
+	for r := range 4 {
+		if r == victim {
+			if errs[r] == nil {
+				t.Errorf("rank %d was not killed:\n%s", r, outs[r])
+			}
+			continue
+		}
+		if errs[r] != nil || !raised.MatchString(outs[r]) || !strings.Contains(outs[r], fmt.Sprintf("rank %d: ok", r)) {
+			t.Errorf("rank %d: %v\n%s", r, errs[r], outs[r])
+		}
+	}
+}

@@ -11,7 +11,8 @@ barrier, send/recv/isend/irecv and batch_isend_irecv, on CPU tensors of
 float16, bfloat16, float32, float64, int8, uint8, int32 and int64 (bool
 where nothing is reduced). ``new_group(ranks)`` makes an occl communicator
 among the group's members that knows their place on the fabric, so
-``reconfigure`` can move it with the world group.
+``reconfigure`` can move it with the world group. After a rank died,
+``shrink(group)`` gives the survivors a new group in place.
 
 Rank 0 of each group makes occl's unique id (a rendezvous address and a
 random secret) and shares it through the store torch gives the backend, as
@@ -35,7 +36,7 @@ import torch.distributed as dist
 import occl
 from . import _C
 
-__all__ = ["reconfigure", "set_traffic_tag", "traffic_matrix", "topology", "plan", "communicator", "Reconfiguration"]
+__all__ = ["shrink", "reconfigure", "set_traffic_tag", "traffic_matrix", "topology", "plan", "communicator", "Reconfiguration"]
 
 _C.load(occl.library_path())
 
@@ -85,6 +86,26 @@ def communicator(group=None):
     """The occl.Communicator of a group (the world group if None), borrowed:
     it lives as long as the group."""
     return occl.Communicator(_group(group).handle, owned=False)
+
+
+def shrink(group=None, exclude=()):
+    """A new process group of the survivors of group (the world group if
+    None), without its failed ranks and the ranks in exclude (group ranks),
+    made in place by occl's Shrink: no process restarts. Every rank of group
+    that is alive and not in exclude calls it, typically after an operation
+    on group raised a RuntimeError naming a dead rank; the excluded ranks do
+    not. Its ranks are the survivors in their order in group (rank() and
+    size() give this rank's place); group runs no more operations.
+
+    Pass it as group= to the torch.distributed calls that take no rank:
+    all_reduce, all_gather(_into_tensor), reduce_scatter(_tensor),
+    all_to_all(_single), barrier, get_world_size. torch 1.13 translates
+    the ranks given to the others (broadcast's src, reduce's dst, gather,
+    scatter, send, recv, get_rank) through the groups new_group registered,
+    which this one is not: call the group's own methods with ranks of the
+    new group there, e.g. pg.broadcast(t, root).wait() or
+    pg.send([t], dst, 0).wait()."""
+    return _group(group).shrink([int(r) for r in exclude])
 
 
 def set_traffic_tag(tag, group=None):

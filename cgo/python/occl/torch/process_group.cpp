@@ -34,6 +34,9 @@ namespace occl_torch {
   X(occlCommInitRankConfig)                                                                       \
   X(occlCommDestroy)                                                                              \
   X(occlCommAbort)                                                                                \
+  X(occlCommShrink)                                                                               \
+  X(occlCommCount)                                                                                \
+  X(occlCommUserRank)                                                                             \
   X(occlAllReduceAsync)                                                                           \
   X(occlBroadcastAsync)                                                                           \
   X(occlReduceAsync)                                                                              \
@@ -384,6 +387,11 @@ class ProcessGroupOccl : public c10d::ProcessGroup {
     check(lib.occlCommInitRankConfig(&comm_, size, id, rank, &cfg), "init");
   }
 
+  // Takes over comm, a communicator made by occl (occlCommShrink): rank and
+  // size are its own.
+  ProcessGroupOccl(occlComm_t comm, int rank, int size)
+      : c10d::ProcessGroup(rank, size), comm_(comm), completer_(std::make_shared<Completer>()) {}
+
   ~ProcessGroupOccl() override {
     completer_.reset();  // waits for what it holds
     if (comm_ != nullptr) lib.occlCommDestroy(comm_);
@@ -398,6 +406,25 @@ class ProcessGroupOccl : public c10d::ProcessGroup {
   // abort fails the communicator at once on this rank (occlCommAbort).
   void abort() {
     if (comm_ != nullptr) lib.occlCommAbort(comm_);
+  }
+
+  // shrink makes a process group of the survivors (occlCommShrink): every
+  // rank that is alive and not in exclude calls it, typically after an
+  // operation raised because a rank died. This group runs no more
+  // operations; the new one has the survivors' ranks in their order here.
+  c10::intrusive_ptr<ProcessGroupOccl> shrink(const std::vector<int>& exclude) {
+    TORCH_CHECK(comm_ != nullptr, "occl: shrink of an aborted group");
+    occlComm_t nc = nullptr;
+    check(lib.occlCommShrink(comm_, exclude.empty() ? nullptr : exclude.data(), static_cast<int>(exclude.size()),
+                             &nc),
+          "shrink");
+    int rank = 0, size = 0;
+    if (lib.occlCommUserRank(nc, &rank) != occlSuccess || lib.occlCommCount(nc, &size) != occlSuccess) {
+      std::string err = lastError();
+      lib.occlCommDestroy(nc);
+      TORCH_CHECK(false, "occl shrink: the new communicator: ", err);
+    }
+    return c10::make_intrusive<ProcessGroupOccl>(nc, rank, size);
   }
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
@@ -802,5 +829,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("handle", &occl_torch::ProcessGroupOccl::handle,
                              "The occlComm_t of this group, as an integer.")
-      .def("abort", &occl_torch::ProcessGroupOccl::abort, py::call_guard<py::gil_scoped_release>());
+      .def("abort", &occl_torch::ProcessGroupOccl::abort, py::call_guard<py::gil_scoped_release>())
+      .def("shrink", &occl_torch::ProcessGroupOccl::shrink, py::arg("exclude"),
+           py::call_guard<py::gil_scoped_release>(),
+           "A process group of the survivors, without the failed ranks and those of exclude (occlCommShrink).");
 }

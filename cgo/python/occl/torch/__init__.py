@@ -169,15 +169,15 @@ class Reconfiguration:
         return True
 
 
-def reconfigure(topology, groups=(), async_op=False):
-    """Rewires the world group and groups (made by new_group, of which this
-    rank is a member) onto topology: a dict, JSON text or the path of a JSON
+def reconfigure(topology, groups=(), async_op=False, group=None):
+    """Rewires group (the world group if None; a group made by shrink
+    rewires the survivors' fabric) and groups (made by new_group, of which
+    this rank is a member) onto topology: a dict, JSON text or the path of a JSON
     file in occl's topology format (what occl-topo writes). The OCS
     controller at OCCL_OCS_ADDR switches the circuits once; every group then
     opens, checks and agrees on its new links. All or nothing: on failure
     every rank raises the same occl.OcclError and the groups keep working on
-    their previous topology. Collective on the world group and on each of
-    groups.
+    their previous topology. Collective on group and on each of groups.
 
     With async_op=True it returns a Reconfiguration at once, so that the
     switch overlaps with computation (expert compute between all-to-alls);
@@ -191,7 +191,7 @@ def reconfigure(topology, groups=(), async_op=False):
             text = f.read()
     else:
         text = topology
-    world = communicator(None)
+    world = communicator(group)
     subs = [communicator(g) for g in groups]
     run = lambda: world.reconfigure(text, subs)
     if not async_op:

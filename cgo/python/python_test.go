@@ -189,7 +189,8 @@ func TestShrink(t *testing.T) {
 // TestTorchShrink kills rank 2 of 4 with SIGKILL while its all_reduce is in
 // flight: the other 3 raise a RuntimeError naming rank 2, make the group of
 // the survivors with occl.torch.shrink and check all_reduce,
-// all_to_all_single with uneven split sizes, broadcast and barrier on it
+// all_to_all_single with uneven split sizes, broadcast, send and recv and
+// barrier on it
 // against values each computes alone, then exit normally.
 func TestTorchShrink(t *testing.T) {
 	python := venv.Python(t)

@@ -1,8 +1,8 @@
 """In-place recovery under the occl backend: rank VICTIM is killed with
 SIGKILL in the middle of an all_reduce; every other rank gets a
 RuntimeError naming it, calls occl.torch.shrink and checks all_reduce,
-all_to_all_single with uneven split sizes and broadcast on the group of
-the survivors against values computed here. Each surviving rank prints
+all_to_all_single with uneven split sizes, broadcast, send and recv on
+the group of the survivors against values computed here. Each surviving rank prints
 "rank R: raised: <message>" and "rank R: ok" (R its rank in the world
 group).
 """
@@ -83,6 +83,14 @@ def main():
         raise AssertionError("torch translated src for an unregistered group")
     except RuntimeError as e:
         assert "not registered" in str(e), e
+
+    # send and recv, through the group too: new rank 0 to the last one.
+    if me == 0:
+        pg.send([torch.arange(10, dtype=torch.int32) * rank], n - 1, 0).wait()
+    elif me == n - 1:
+        r = torch.zeros(10, dtype=torch.int32)
+        pg.recv([r], 0, 0).wait()
+        assert torch.equal(r, torch.arange(10, dtype=torch.int32) * survivors[0]), r
 
     # A barrier, then the same reduction again: the group keeps working.
     dist.barrier(group=pg)

@@ -37,10 +37,14 @@ trained are lost with it), run the interrupted step again and train on,
 with circuits re-planned for the survivors' traffic; every all-to-all of
 tokens after the failure, forward and backward, is checked against
 checksums its senders exchange first. It prints the time to detect the
-failure, to recover, and each later layer's all-to-all time.
+failure, to recover, and each later layer's all-to-all time. With --spare
+one more process starts and waits; after the shrink it joins the survivors
+(occl.torch.grow and occl.torch.join) in the dead rank's place in the
+fabric and holds its experts.
 """
 
 import argparse
+import json
 import os
 import signal
 import socket
@@ -67,6 +71,7 @@ def parse_args():
     ap.add_argument("--kill-rank", type=int, default=None,
                     help="this rank dies (SIGKILL) after the first phase; the others shrink and train on (needs --nproc)")
     ap.add_argument("--at-layer", type=int, default=0, help="the layer in whose dispatch --kill-rank dies")
+    ap.add_argument("--spare", action="store_true", help="with --kill-rank: one more process joins in its place")
     ap.add_argument("--time-limit", type=float, default=600, help="seconds --nproc waits for its processes")
     return ap.parse_args()
 
@@ -76,6 +81,28 @@ def free_port():
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def spare_topology(t, dead):
+    """Topology t (a dict) with rank dead moved to the end, where the spare
+    takes its place, and no circuits: the grown group's."""
+    t = json.loads(json.dumps(t))
+    ranks = [t["ranks"][r] for r in range(len(t["ranks"])) if r != dead] + [t["ranks"][dead]]
+    local = {}
+    for rk in ranks:
+        rk["local_rank"] = local.get(rk["host"], 0)
+        local[rk["host"]] = rk["local_rank"] + 1
+    t["ranks"] = ranks
+    t.pop("circuits", None)
+    return t
+
+
+def publish(name, text):
+    """Writes a file of the run's directory at once (a rename)."""
+    d = os.environ["OCCL_MOE_DIR"]
+    with open(os.path.join(d, name + ".tmp"), "w") as f:
+        f.write(text)
+    os.rename(os.path.join(d, name + ".tmp"), os.path.join(d, name))
 
 
 def launch(args):
@@ -91,6 +118,8 @@ def launch(args):
         env["OCCL_MOE_DIR"] = d
         procs = [subprocess.Popen([sys.executable] + sys.argv, env=dict(env, RANK=str(r), LOCAL_RANK=str(r)))
                  for r in range(n)]
+        if args.spare:
+            procs.append(subprocess.Popen([sys.executable] + sys.argv, env=dict(env, OCCL_MOE_SPARE="1")))
         deadline = time.monotonic() + args.time_limit
         bad = None
         while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
@@ -122,6 +151,8 @@ def main():
     args = parse_args()
     if args.nproc > 0 and "OCCL_MOE_LAUNCHED" not in os.environ:
         sys.exit(launch(args))
+    if args.spare and args.kill_rank is None:
+        sys.exit("moe_train: --spare needs --kill-rank")
     if args.kill_rank is not None and "OCCL_MOE_LAUNCHED" not in os.environ:
         sys.exit("moe_train: --kill-rank needs --nproc N: torchrun stops every worker when one dies")
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -139,8 +170,13 @@ def main():
     import occl.torch
 
     torch.set_num_threads(1)
-    dist.init_process_group("occl")
-    rank, n = dist.get_rank(), dist.get_world_size()
+    is_spare = "OCCL_MOE_SPARE" in os.environ
+    if is_spare:
+        # The spare stands in for the rank that dies: its experts' seed.
+        rank, n = args.kill_rank, int(os.environ["WORLD_SIZE"])
+    else:
+        dist.init_process_group("occl")
+        rank, n = dist.get_rank(), dist.get_world_size()
     kill = args.kill_rank
     if kill is not None and not (0 <= kill < n and 0 <= args.at_layer < args.layers and n >= 3):
         sys.exit("moe_train: --kill-rank must be a rank of %d (3 or more) and --at-layer a layer of %d" % (n, args.layers))
@@ -287,16 +323,18 @@ def main():
         opt.step()
         return loss.item()
 
-    def survive(targets, losses):
+    def survive(targets, losses, world_topology):
         """The reconfigured pass in which rank kill dies in the dispatch of
-        layer --at-layer: the survivors shrink, re-place its experts, run
-        the interrupted step again and train on, verifying every
+        layer --at-layer: the survivors shrink, re-place its experts (on a
+        survivor, or with --spare on a process that joins in its place),
+        run the interrupted step again and train on, verifying every
         all-to-all of tokens."""
         nonlocal opt
         dead = kill
         if rank == 0:
             print("# moe_train: %d ranks, %s, %d layers, %d tokens x %d per rank" % (n, os.environ["OCCL_TOPO"], args.layers, args.tokens, args.dim))
-            print("# fault: rank %d dies (SIGKILL) in the dispatch of layer %d, in the first step after %d warm-up steps" % (dead, args.at_layer, args.warmup_steps), flush=True)
+            print("# fault: rank %d dies (SIGKILL) in the dispatch of layer %d, in the first step after %d warm-up steps%s"
+                  % (dead, args.at_layer, args.warmup_steps, "; a spare waits to join" if args.spare else ""), flush=True)
         if rank == dead:
             run.die_at = args.at_layer
         try:
@@ -318,26 +356,94 @@ def main():
         report = torch.tensor([err_at, -err_at, int(recovered * 1e9)], dtype=torch.int64)
         dist.all_reduce(report, op=dist.ReduceOp.MAX, group=pg)
         last_err, first_err, recovered = report[0].item(), -report[1].item(), report[2].item() / 1e9
-        # Rank e > dead is now e - 1; the survivor that took the dead rank's
-        # number holds its experts too, re-initialised from their seed.
-        run.group, run.size, run.me, run.verify = pg, m, me, True
+        # Rank e > dead is now e - 1.
+        owner = [e if e < dead else e - 1 for e in range(n)]
+        lines = []
+        if me == 0:
+            with open(os.path.join(os.environ["OCCL_MOE_DIR"], "fault")) as f:
+                fault = int(f.read())
+            lines.append("# detected in %.2f ms (fault -> the dispatch raised a RuntimeError naming rank %d on the last survivor; first survivor %.2f ms)"
+                         % ((last_err - fault) / 1e6, dead, (first_err - fault) / 1e6))
+            lines.append("# recovered in %.2f ms (error -> first collective on the group of %d survivors made by occl.torch.shrink)" % (recovered * 1e3, m))
+        if args.spare:
+            # The spare joins in the dead rank's place in the fabric, as the
+            # last rank of the grown group, and holds its experts.
+            topology = spare_topology(world_topology, dead)
+            if me == 0:
+                publish("spare_topology", json.dumps(topology))
+                publish("grow_id", str(occl.get_unique_id()))
+            dist.barrier(group=pg)
+            with open(os.path.join(os.environ["OCCL_MOE_DIR"], "grow_id")) as f:
+                grow_id = f.read()
+            grown = occl.torch.grow(grow_id, 1, group=pg, topology=topology)
+            dist.all_reduce(first, group=grown)  # the first collective with the spare
+            if occl.torch.topology(grown)["ranks"][n - 1]["host"] != world_topology["ranks"][dead]["host"]:
+                raise RuntimeError("rank %d: the spare is not on rank %d's host" % (rank, dead))
+            joined = torch.tensor([int((time.perf_counter() - t_err) * 1e9)], dtype=torch.int64)
+            welcome(grown, joined)
+            owner[dead] = n - 1
+            if me == 0:
+                lines.append("# spare joined in %.2f ms (error -> first collective on the grown group of %d ranks made by occl.torch.grow)" % (joined.item() / 1e6, n))
+                lines.append("# expert %d of every layer now on rank %d (the spare, in rank %d's place in the fabric), re-initialised; the interrupted step runs again" % (dead, n - 1, dead))
+            train_on(grown, owner, losses, lines, "none yet (grown group)")
+            return
+        # The survivor that took the dead rank's number holds its experts
+        # too, re-initialised from their seed.
         heir = dead % m
-        run.owner = [e if e < dead else e - 1 for e in range(n)]
-        run.owner[dead] = heir
+        owner[dead] = heir
         if me == heir:
             with torch.random.fork_rng():
                 torch.manual_seed(100 + dead)
                 for l, ex in enumerate(make_experts()):
                     experts[l][dead] = ex
             opt = optimizer()
-        # The interrupted step again, on the circuits in place; then
-        # circuits planned for the survivors' traffic, before every layer.
+        if me == 0:
+            lines.append("# expert %d of every layer now on rank %d of the survivors (was rank %d), re-initialised; the interrupted step runs again" % (dead, heir, heir if heir < dead else heir + 1))
+        train_on(pg, owner, losses, lines, "as at the failure")
+
+    def welcome(grown, joined):
+        """The grown group's first steps: the gates (replicated) go from
+        rank 0 to the spare, and the time the spare took to join becomes
+        the slowest member's."""
+        for p in gate_params:
+            grown.broadcast(p.data, 0).wait()
+        dist.all_reduce(joined, op=dist.ReduceOp.MAX, group=grown)
+
+    def spare():
+        """The spare process: it waits for the grow id, joins the survivors
+        in the dead rank's place and trains on with them."""
+        d = os.environ["OCCL_MOE_DIR"]
+        deadline = time.monotonic() + args.time_limit
+        while not os.path.exists(os.path.join(d, "grow_id")):
+            if time.monotonic() > deadline:
+                raise RuntimeError("spare: no grow id after %.0f s" % args.time_limit)
+            time.sleep(0.01)
+        with open(os.path.join(d, "grow_id")) as f:
+            grow_id = f.read()
+        with open(os.path.join(d, "spare_topology")) as f:
+            topology = f.read()
+        grown = occl.torch.join(grow_id, topology=topology)
+        if (grown.rank(), grown.size()) != (n - 1, n):
+            raise RuntimeError("spare: rank %d of %d, want %d of %d" % (grown.rank(), grown.size(), n - 1, n))
+        dist.all_reduce(torch.ones(1), group=grown)
+        welcome(grown, torch.zeros(1, dtype=torch.int64))
+        owner = [e if e < kill else e - 1 for e in range(n)]
+        owner[kill] = n - 1
+        train_on(grown, owner, [], [], "")
+
+    def train_on(group, owner, losses, lines, circuits):
+        """Training after the failure on group: the interrupted step again,
+        on the circuits in place (described by circuits), then steps with circuits planned for the
+        group's own traffic before every layer, every all-to-all of tokens
+        verified. Rank 0 prints lines, then each layer's times."""
+        m, me = group.size(), group.rank()
+        run.group, run.size, run.me, run.owner, run.verify = group, m, me, owner, True
         a2a_time[:] = [0.0] * args.layers
         times = []
         losses.append(step(timed=True))
         times.append(list(a2a_time))
-        fabric = occl.torch.topology(pg)
-        replanned = [occl.torch.plan(occl.torch.traffic_matrix(pg, tag="layer%d" % l), fabric) for l in range(args.layers)]
+        fabric = occl.torch.topology(group)
+        replanned = [occl.torch.plan(occl.torch.traffic_matrix(group, tag="layer%d" % l), fabric) for l in range(args.layers)]
         for _ in range(max(args.steps - 1, 1)):
             a2a_time[:] = [0.0] * args.layers
             losses.append(step(timed=True, targets=replanned))
@@ -346,24 +452,22 @@ def main():
         # dispatch: its tokens are the input, which needs no gradient.
         want = (4 * args.layers - 1) * len(times)
         if run.verified != want:
-            raise RuntimeError("rank %d: %d all-to-alls verified, want %d" % (rank, run.verified, want))
+            raise RuntimeError("rank %d: %d all-to-alls verified, want %d" % (me, run.verified, want))
         t = torch.tensor(times, dtype=torch.float64)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=pg)  # the slowest rank's
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)  # the slowest rank's
         if me == 0:
-            with open(os.path.join(os.environ["OCCL_MOE_DIR"], "fault")) as f:
-                fault = int(f.read())
-            print("# detected in %.2f ms (fault -> the dispatch raised a RuntimeError naming rank %d on the last survivor; first survivor %.2f ms)"
-                  % ((last_err - fault) / 1e6, dead, (first_err - fault) / 1e6))
-            print("# recovered in %.2f ms (error -> first collective on the group of %d survivors made by occl.torch.shrink)" % (recovered * 1e3, m))
-            print("# expert %d of every layer now on rank %d of the survivors (was rank %d), re-initialised; the interrupted step runs again" % (dead, heir, heir if heir < dead else heir + 1))
+            for line in lines:
+                print(line)
             print("# step  layer  ranks  a2a (ms)  circuits")
             for s, row in enumerate(times):
                 for l, v in enumerate(row):
-                    print("%6d %6d %6d %9.2f  %s" % (s + 1, l, m, v * 1e3, "re-planned for %d ranks" % m if s > 0 else "as at the failure"))
+                    print("%6d %6d %6d %9.2f  %s" % (s + 1, l, m, v * 1e3, "re-planned for %d ranks" % m if s > 0 else circuits))
             print("# after recovery: %d steps x %d layers on %d ranks, %d all-to-alls of tokens (forward and backward), every one verified against its senders' checksums; loss %.4f -> %.4f"
                   % (len(times), args.layers, m, want, losses[0], losses[-1]), flush=True)
-        dist.barrier(group=pg)
-
+        dist.barrier(group=group)
+    if is_spare:
+        spare()
+        return
     # A round trip through dispatch and combine returns every token: check it.
     x = torch.randn(64, args.dim)
     send = [(64 * (d + rank)) // (2 * n) % 17 for d in range(n)]
@@ -381,12 +485,13 @@ def main():
     dist.all_to_all_single(back, got, output_split_sizes=send, input_split_sizes=recv)
     assert torch.equal(back, x), "dispatch + combine did not return the tokens"
 
+    world_topology = occl.torch.topology()
     losses = [step() for _ in range(args.warmup_steps)]
     # Each layer's traffic, as every rank saw it, and circuits planned for it.
     base = occl.torch.topology()
     targets = [occl.torch.plan(occl.torch.traffic_matrix(tag="layer%d" % l), base) for l in range(args.layers)]
     if kill is not None:
-        survive(targets, losses)
+        survive(targets, losses, world_topology)
         return
     occl.torch.reconfigure(targets[0])
     static = []

@@ -12,7 +12,8 @@ float16, bfloat16, float32, float64, int8, uint8, int32 and int64 (bool
 where nothing is reduced). ``new_group(ranks)`` makes an occl communicator
 among the group's members that knows their place on the fabric, so
 ``reconfigure`` can move it with the world group. After a rank died,
-``shrink(group)`` gives the survivors a new group in place.
+``shrink(group)`` gives the survivors a new group in place, which
+``grow`` and ``join`` can extend with spare processes.
 
 Rank 0 of each group makes occl's unique id (a rendezvous address and a
 random secret) and shares it through the store torch gives the backend, as
@@ -36,7 +37,7 @@ import torch.distributed as dist
 import occl
 from . import _C
 
-__all__ = ["shrink", "reconfigure", "set_traffic_tag", "traffic_matrix", "topology", "plan", "communicator", "Reconfiguration"]
+__all__ = ["shrink", "grow", "join", "reconfigure", "set_traffic_tag", "traffic_matrix", "topology", "plan", "communicator", "Reconfiguration"]
 
 _C.load(occl.library_path())
 
@@ -106,6 +107,36 @@ def shrink(group=None, exclude=()):
     new group there, e.g. pg.broadcast(t, root).wait() or
     pg.send([t], dst, 0).wait()."""
     return _group(group).shrink([int(r) for r in exclude])
+
+
+def _topology_text(topology):
+    if topology is None:
+        return ""
+    if isinstance(topology, dict):
+        return json.dumps(topology)
+    return topology.decode() if isinstance(topology, bytes) else topology
+
+
+def grow(unique_id, njoin, group=None, topology=None):
+    """A new process group of group's ranks (the world group if None), which
+    keep their ranks, and njoin processes that call join(unique_id), which
+    take the ranks after them (occl's Grow): a spare takes a dead rank's
+    place, e.g. in a group made by shrink. Every rank of group calls it with
+    the same unique_id (occl.get_unique_id() on group's rank 0, handed to
+    the joiners); group stays usable. A group with a topology (OCCL_TOPO)
+    grows only given the grown one, of size() + njoin ranks in which the
+    members keep their places (a dict, JSON text, a spec or a file); the
+    joiners pass the same. Use the new group as shrink's (group=, or its
+    own methods for calls that name a rank)."""
+    return _group(group).grow(str(unique_id), int(njoin), _topology_text(topology))
+
+
+def join(unique_id, topology=None):
+    """Joins, as a new rank, the process group that the ranks of a running
+    one make with grow(unique_id, njoin): no init_process_group is needed.
+    It may be called before they grow. topology: the grown group's, as the
+    members give it."""
+    return _C.ProcessGroupOccl.join(str(unique_id), _topology_text(topology))
 
 
 def set_traffic_tag(tag, group=None):

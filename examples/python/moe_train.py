@@ -106,9 +106,10 @@ def publish(name, text):
 
 
 def launch(args):
-    """Runs the script on args.nproc processes with env:// variables and
-    waits for them: every process must succeed but --kill-rank, which must
-    die of SIGKILL. Returns the exit status."""
+    """Runs the script on args.nproc processes with env:// variables (and,
+    with --spare, one more process, the spare) and waits for them: every
+    process must succeed but --kill-rank, which must die of SIGKILL.
+    Returns the exit status."""
     n = args.nproc
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(n),
                LOCAL_WORLD_SIZE=str(n), OMP_NUM_THREADS="1", OCCL_MOE_LAUNCHED="1")
@@ -120,6 +121,7 @@ def launch(args):
                  for r in range(n)]
         if args.spare:
             procs.append(subprocess.Popen([sys.executable] + sys.argv, env=dict(env, OCCL_MOE_SPARE="1")))
+        name = lambda r: "rank %d" % r if r < n else "the spare"
         deadline = time.monotonic() + args.time_limit
         bad = None
         while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
@@ -127,7 +129,7 @@ def launch(args):
                 code = p.poll()
                 want = -signal.SIGKILL if r == args.kill_rank else 0
                 if code is not None and code != want and bad is None:
-                    bad = "rank %d exited with %d" % (r, code)
+                    bad = "%s exited with %d" % (name(r), code)
             if bad is not None:
                 break
             time.sleep(0.05)
@@ -139,7 +141,7 @@ def launch(args):
             for r, p in enumerate(procs):
                 want = -signal.SIGKILL if r == args.kill_rank else 0
                 if p.returncode != want:
-                    bad = "rank %d exited with %d" % (r, p.returncode)
+                    bad = "%s exited with %d" % (name(r), p.returncode)
                     break
     if bad is not None:
         print("moe_train: %s" % bad, file=sys.stderr)
@@ -149,10 +151,10 @@ def launch(args):
 
 def main():
     args = parse_args()
-    if args.nproc > 0 and "OCCL_MOE_LAUNCHED" not in os.environ:
-        sys.exit(launch(args))
     if args.spare and args.kill_rank is None:
         sys.exit("moe_train: --spare needs --kill-rank")
+    if args.nproc > 0 and "OCCL_MOE_LAUNCHED" not in os.environ:
+        sys.exit(launch(args))
     if args.kill_rank is not None and "OCCL_MOE_LAUNCHED" not in os.environ:
         sys.exit("moe_train: --kill-rank needs --nproc N: torchrun stops every worker when one dies")
     world = int(os.environ.get("WORLD_SIZE", "1"))

@@ -185,3 +185,40 @@ func TestShrink(t *testing.T) {
 		}
 	}
 }
+
+// TestTorchShrink kills rank 2 of 4 with SIGKILL while its all_reduce is in
+// flight: the other 3 raise a RuntimeError naming rank 2, make the group of
+// the survivors with occl.torch.shrink and check all_reduce,
+// all_to_all_single with uneven split sizes, broadcast, send and recv and
+// barrier on it against values each computes alone, then exit normally.
+// In "spare", a fifth process joins (occl.torch.join) the group the
+// survivors grow from theirs (occl.torch.grow), and the 4 check the same
+// on it.
+func TestTorchShrink(t *testing.T) {
+	python := venv.Python(t)
+	const victim = 2
+	for _, spare := range []bool{false, true} {
+		name, np, args := "shrink", 4, []string{"tests/check_torch_shrink.py", "--victim", fmt.Sprint(victim)}
+		if spare {
+			name, np, args = "spare", 5, append(args, "--spare")
+		}
+		t.Run(name, func(t *testing.T) {
+			j := pyvenv.Job{Python: python, NP: np, Args: args, KeepGoing: true, Limit: 2 * time.Minute,
+				Env: []string{"TMPDIR=" + t.TempDir()}}
+			outs, errs := j.Run(t)
+			raised := regexp.MustCompile(`rank [0-9]: raised: .*rank 2: process exited`)
+			for r := range np {
+				switch {
+				case r == victim:
+					if errs[r] == nil {
+						t.Errorf("rank %d was not killed:\n%s", r, outs[r])
+					}
+				case errs[r] != nil || !strings.Contains(outs[r], fmt.Sprintf("rank %d: ok", r)):
+					t.Errorf("rank %d: %v\n%s", r, errs[r], outs[r])
+				case r < 4 && !raised.MatchString(outs[r]):
+					t.Errorf("rank %d did not raise an error naming rank %d:\n%s", r, victim, outs[r])
+				}
+			}
+		})
+	}
+}

@@ -11,7 +11,9 @@ barrier, send/recv/isend/irecv and batch_isend_irecv, on CPU tensors of
 float16, bfloat16, float32, float64, int8, uint8, int32 and int64 (bool
 where nothing is reduced). ``new_group(ranks)`` makes an occl communicator
 among the group's members that knows their place on the fabric, so
-``reconfigure`` can move it with the world group.
+``reconfigure`` can move it with the world group. After a rank died,
+``shrink(group)`` gives the survivors a new group in place, which
+``grow`` and ``join`` can extend with spare processes.
 
 Rank 0 of each group makes occl's unique id (a rendezvous address and a
 random secret) and shares it through the store torch gives the backend, as
@@ -35,7 +37,7 @@ import torch.distributed as dist
 import occl
 from . import _C
 
-__all__ = ["reconfigure", "set_traffic_tag", "traffic_matrix", "topology", "plan", "communicator", "Reconfiguration"]
+__all__ = ["shrink", "grow", "join", "reconfigure", "set_traffic_tag", "traffic_matrix", "topology", "plan", "communicator", "Reconfiguration"]
 
 _C.load(occl.library_path())
 
@@ -85,6 +87,56 @@ def communicator(group=None):
     """The occl.Communicator of a group (the world group if None), borrowed:
     it lives as long as the group."""
     return occl.Communicator(_group(group).handle, owned=False)
+
+
+def shrink(group=None, exclude=()):
+    """A new process group of the survivors of group (the world group if
+    None), without its failed ranks and the ranks in exclude (group ranks),
+    made in place by occl's Shrink: no process restarts. Every rank of group
+    that is alive and not in exclude calls it, typically after an operation
+    on group raised a RuntimeError naming a dead rank; the excluded ranks do
+    not. Its ranks are the survivors in their order in group (rank() and
+    size() give this rank's place); group runs no more operations.
+
+    Pass it as group= to the torch.distributed calls that take no rank:
+    all_reduce, all_gather(_into_tensor), reduce_scatter(_tensor),
+    all_to_all(_single), barrier, get_world_size. torch 1.13 translates
+    the ranks given to the others (broadcast's src, reduce's dst, gather,
+    scatter, send, recv, get_rank) through the groups new_group registered,
+    which this one is not: call the group's own methods with ranks of the
+    new group there, e.g. pg.broadcast(t, root).wait() or
+    pg.send([t], dst, 0).wait()."""
+    return _group(group).shrink([int(r) for r in exclude])
+
+
+def _topology_text(topology):
+    if topology is None:
+        return ""
+    if isinstance(topology, dict):
+        return json.dumps(topology)
+    return topology.decode() if isinstance(topology, bytes) else topology
+
+
+def grow(unique_id, njoin, group=None, topology=None):
+    """A new process group of group's ranks (the world group if None), which
+    keep their ranks, and njoin processes that call join(unique_id), which
+    take the ranks after them (occl's Grow): a spare takes a dead rank's
+    place, e.g. in a group made by shrink. Every rank of group calls it with
+    the same unique_id (occl.get_unique_id() on group's rank 0, handed to
+    the joiners); group stays usable. A group with a topology (OCCL_TOPO)
+    grows only given the grown one, of size() + njoin ranks in which the
+    members keep their places (a dict, JSON text, a spec or a file); the
+    joiners pass the same. Use the new group as shrink's (group=, or its
+    own methods for calls that name a rank)."""
+    return _group(group).grow(str(unique_id), int(njoin), _topology_text(topology))
+
+
+def join(unique_id, topology=None):
+    """Joins, as a new rank, the process group that the ranks of a running
+    one make with grow(unique_id, njoin): no init_process_group is needed.
+    It may be called before they grow. topology: the grown group's, as the
+    members give it."""
+    return _C.ProcessGroupOccl.join(str(unique_id), _topology_text(topology))
 
 
 def set_traffic_tag(tag, group=None):
@@ -148,15 +200,15 @@ class Reconfiguration:
         return True
 
 
-def reconfigure(topology, groups=(), async_op=False):
-    """Rewires the world group and groups (made by new_group, of which this
-    rank is a member) onto topology: a dict, JSON text or the path of a JSON
+def reconfigure(topology, groups=(), async_op=False, group=None):
+    """Rewires group (the world group if None; a group made by shrink
+    rewires the survivors' fabric) and groups (made by new_group, of which
+    this rank is a member) onto topology: a dict, JSON text or the path of a JSON
     file in occl's topology format (what occl-topo writes). The OCS
     controller at OCCL_OCS_ADDR switches the circuits once; every group then
     opens, checks and agrees on its new links. All or nothing: on failure
     every rank raises the same occl.OcclError and the groups keep working on
-    their previous topology. Collective on the world group and on each of
-    groups.
+    their previous topology. Collective on group and on each of groups.
 
     With async_op=True it returns a Reconfiguration at once, so that the
     switch overlaps with computation (expert compute between all-to-alls);
@@ -170,7 +222,7 @@ def reconfigure(topology, groups=(), async_op=False):
             text = f.read()
     else:
         text = topology
-    world = communicator(None)
+    world = communicator(group)
     subs = [communicator(g) for g in groups]
     run = lambda: world.reconfigure(text, subs)
     if not async_op:

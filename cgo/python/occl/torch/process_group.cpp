@@ -34,6 +34,11 @@ namespace occl_torch {
   X(occlCommInitRankConfig)                                                                       \
   X(occlCommDestroy)                                                                              \
   X(occlCommAbort)                                                                                \
+  X(occlCommShrink)                                                                               \
+  X(occlCommCount)                                                                                \
+  X(occlCommUserRank)                                                                             \
+  X(occlCommGrowConfig)                                                                           \
+  X(occlJoinConfig)                                                                               \
   X(occlAllReduceAsync)                                                                           \
   X(occlBroadcastAsync)                                                                           \
   X(occlReduceAsync)                                                                              \
@@ -362,6 +367,15 @@ struct P2P {
   int peer;
 };
 
+// parseId makes an occlUniqueId of its text form (occl.UniqueId's str).
+occlUniqueId parseId(const std::string& text) {
+  occlUniqueId id;
+  TORCH_CHECK(text.size() < sizeof(id.internal), "occl: unique id too long");
+  memset(&id, 0, sizeof(id));
+  memcpy(id.internal, text.data(), text.size());
+  return id;
+}
+
 class ProcessGroupOccl : public c10d::ProcessGroup {
  public:
   // Joins the occl communicator whose id rank 0 made (see occl/torch).
@@ -370,10 +384,7 @@ class ProcessGroupOccl : public c10d::ProcessGroup {
   ProcessGroupOccl(int rank, int size, const std::string& uniqueId, std::chrono::milliseconds timeout,
                    std::vector<int> fabricRanks)
       : c10d::ProcessGroup(rank, size), completer_(std::make_shared<Completer>()) {
-    occlUniqueId id;
-    TORCH_CHECK(uniqueId.size() < sizeof(id.internal), "occl: unique id too long");
-    memset(&id, 0, sizeof(id));
-    memcpy(id.internal, uniqueId.data(), uniqueId.size());
+    occlUniqueId id = parseId(uniqueId);
     occlConfig_t cfg = OCCL_CONFIG_INITIALIZER;
     cfg.timeoutMs = timeout.count();
     if (!fabricRanks.empty()) {
@@ -383,6 +394,11 @@ class ProcessGroupOccl : public c10d::ProcessGroup {
     }
     check(lib.occlCommInitRankConfig(&comm_, size, id, rank, &cfg), "init");
   }
+
+  // Takes over comm, a communicator made by occl (occlCommShrink): rank and
+  // size are its own.
+  ProcessGroupOccl(occlComm_t comm, int rank, int size)
+      : c10d::ProcessGroup(rank, size), comm_(comm), completer_(std::make_shared<Completer>()) {}
 
   ~ProcessGroupOccl() override {
     completer_.reset();  // waits for what it holds
@@ -398,6 +414,56 @@ class ProcessGroupOccl : public c10d::ProcessGroup {
   // abort fails the communicator at once on this rank (occlCommAbort).
   void abort() {
     if (comm_ != nullptr) lib.occlCommAbort(comm_);
+  }
+
+  // adopt makes a process group of comm, a communicator occl just made.
+  static c10::intrusive_ptr<ProcessGroupOccl> adopt(occlComm_t comm, const char* what) {
+    int rank = 0, size = 0;
+    if (lib.occlCommUserRank(comm, &rank) != occlSuccess || lib.occlCommCount(comm, &size) != occlSuccess) {
+      std::string err = lastError();
+      lib.occlCommDestroy(comm);
+      TORCH_CHECK(false, "occl ", what, ": the new communicator: ", err);
+    }
+    return c10::make_intrusive<ProcessGroupOccl>(comm, rank, size);
+  }
+
+  // join makes the process group that the ranks of a running group make
+  // with grow(growId, njoin, ...), as one of its joiners (occlJoinConfig):
+  // topology is the grown group's, as its members give it, or empty.
+  static c10::intrusive_ptr<ProcessGroupOccl> join(const std::string& growId, const std::string& topology) {
+    occlUniqueId id = parseId(growId);
+    occlConfig_t cfg = OCCL_CONFIG_INITIALIZER;
+    if (!topology.empty()) cfg.topology = topology.c_str();
+    occlComm_t nc = nullptr;
+    check(lib.occlJoinConfig(&nc, id, &cfg), "join");
+    return adopt(nc, "join");
+  }
+
+  // grow makes a process group of this group's ranks (keeping their ranks)
+  // and njoin processes that call join(growId) (occlCommGrowConfig): every
+  // rank calls it; this group stays usable. topology is the grown group's
+  // (needed when this group has one), or empty.
+  c10::intrusive_ptr<ProcessGroupOccl> grow(const std::string& growId, int njoin, const std::string& topology) {
+    TORCH_CHECK(comm_ != nullptr, "occl: grow of an aborted group");
+    occlUniqueId id = parseId(growId);
+    occlConfig_t cfg = OCCL_CONFIG_INITIALIZER;
+    if (!topology.empty()) cfg.topology = topology.c_str();
+    occlComm_t nc = nullptr;
+    check(lib.occlCommGrowConfig(comm_, id, njoin, &nc, &cfg), "grow");
+    return adopt(nc, "grow");
+  }
+
+  // shrink makes a process group of the survivors (occlCommShrink): every
+  // rank that is alive and not in exclude calls it, typically after an
+  // operation raised because a rank died. This group runs no more
+  // operations; the new one has the survivors' ranks in their order here.
+  c10::intrusive_ptr<ProcessGroupOccl> shrink(const std::vector<int>& exclude) {
+    TORCH_CHECK(comm_ != nullptr, "occl: shrink of an aborted group");
+    occlComm_t nc = nullptr;
+    check(lib.occlCommShrink(comm_, exclude.empty() ? nullptr : exclude.data(), static_cast<int>(exclude.size()),
+                             &nc),
+          "shrink");
+    return adopt(nc, "shrink");
   }
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
@@ -802,5 +868,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("handle", &occl_torch::ProcessGroupOccl::handle,
                              "The occlComm_t of this group, as an integer.")
-      .def("abort", &occl_torch::ProcessGroupOccl::abort, py::call_guard<py::gil_scoped_release>());
+      .def("abort", &occl_torch::ProcessGroupOccl::abort, py::call_guard<py::gil_scoped_release>())
+      .def("shrink", &occl_torch::ProcessGroupOccl::shrink, py::arg("exclude"),
+           py::call_guard<py::gil_scoped_release>(),
+           "A process group of the survivors, without the failed ranks and those of exclude (occlCommShrink).")
+      .def("grow", &occl_torch::ProcessGroupOccl::grow, py::arg("unique_id"), py::arg("njoin"), py::arg("topology"),
+           py::call_guard<py::gil_scoped_release>(),
+           "A process group of this group's ranks and njoin joiners (occlCommGrowConfig).")
+      .def_static("join", &occl_torch::ProcessGroupOccl::join, py::arg("unique_id"), py::arg("topology"),
+                  py::call_guard<py::gil_scoped_release>(),
+                  "Joins, as a new rank, the process group the members make with grow (occlJoinConfig).");
 }

@@ -77,6 +77,9 @@ func grownChecks(ctx context.Context, c *comm.Communicator) error {
 			if err := k.allGather(dt, n, false); err != nil {
 				return err
 			}
+			if err := k.reduceScatter(dt, comm.Sum, n, false); err != nil {
+				return err
+			}
 			if err := k.allToAll(dt, n, false); err != nil {
 				return err
 			}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"regexp"
 	"slices"
 	"strconv"
@@ -27,7 +28,8 @@ import (
 // decided that it is a member; rank OCCL_TEST_STOP_AFTER_DECISION stops
 // itself then (SIGSTOP), and once continued must be refused. With OCCL_TEST_SHRINK_DEADLINE, Shrink must
 // return before that deadline. A stopped victim, once continued, must be
-// refused. With
+// refused. With OCCL_TEST_GROW_ID, the survivors then grow the shrunk
+// communicator by OCCL_TEST_GROW_N spares (see growMember). With
 // OCCL_TEST_EXCLUDE, the healthy communicator is shrunk on purpose without
 // those ranks, which call nothing and find their communicator aborted.
 func shrinkWorker(ctx context.Context, c *comm.Communicator) error {
@@ -141,6 +143,15 @@ func shrinkWorker(ctx context.Context, c *comm.Communicator) error {
 		}
 	}); err != nil {
 		return err
+	}
+	if os.Getenv("OCCL_TEST_GROW_ID") != "" {
+		// The survivors grow the shrunk communicator by a spare process
+		// (see growMember); a spare that never comes fails them in 30 s.
+		gctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if err := growMember(gctx, nc); err != nil {
+			return fmt.Errorf("grow of the shrunk communicator: %w", err)
+		}
 	}
 	fmt.Println("DONE")
 	return nil
@@ -321,6 +332,28 @@ func shrinkJob(t *testing.T, np int, victims []int, stop bool, env ...string) (s
 			t.Fatal(err)
 		}
 	}
+	// With OCCL_TEST_GROW_ID, a spare process joins the communicator the
+	// survivors grow; its output goes to the rest with the prefix [spare].
+	spareCtx, spareCancel := context.WithCancel(ctx)
+	defer spareCancel()
+	spareDone := make(chan struct{})
+	go func() {
+		defer close(spareDone)
+		if !slices.ContainsFunc(env, func(e string) bool { return strings.HasPrefix(e, "OCCL_TEST_GROW_ID=") }) {
+			return
+		}
+		cmd := exec.CommandContext(spareCtx, os.Args[0], "-test.run=^$")
+		cmd.Env = append(append(os.Environ(), "OCCL_TEST_WORKER=grow-spare", "OCCL_TRANSPORT=tcp"), env...)
+		b, err := cmd.CombinedOutput()
+		for _, l := range strings.SplitAfter(string(b), "\n") {
+			if l != "" {
+				fmt.Fprintf(&all, "[spare] %s", strings.TrimSuffix(l, "\n")+"\n")
+			}
+		}
+		if err != nil {
+			fmt.Fprintf(&all, "[spare] ended: %v\n", err)
+		}
+	}()
 	if len(cont) > 0 {
 		ok := <-done
 		for _, v := range cont {
@@ -333,6 +366,13 @@ func shrinkJob(t *testing.T, np int, victims []int, stop bool, env ...string) (s
 		}
 	}
 	<-exited
+	select {
+	case <-spareDone:
+	case <-time.After(10 * time.Second):
+		// The members are gone: a spare still waiting to join never will.
+		spareCancel()
+		<-spareDone
+	}
 	return all.String(), res
 }
 
@@ -420,6 +460,38 @@ func TestProcessShrinkCoordinatorDeathAfterDecision(t *testing.T) {
 	}
 	wantGone(t, out, 0)
 	logShrunk(t, out)
+}
+
+// Of 8 member processes, one is killed during an AllReduce (rank 5, and
+// rank 0, the control root); the 7 survivors shrink, then grow the shrunk
+// communicator by a spare process that joins it. The survivors keep their
+// shrunk ranks, the spare takes rank 7, and every collective on the 8
+// ranks matches the reference (see growMember and growSpare).
+func TestProcessShrinkThenGrow(t *testing.T) {
+	for _, victim := range []int{5, 0} {
+		t.Run(fmt.Sprintf("killed=%d", victim), func(t *testing.T) {
+			id, err := comm.NewUniqueIDAt("127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, res := shrinkJob(t, 8, []int{victim}, false, "OCCL_TEST_GROW_ID="+id.String(), "OCCL_TEST_GROW_N=1")
+			var survivors []int
+			for r := range 8 {
+				if r != victim {
+					survivors = append(survivors, r)
+				}
+			}
+			checkSurvivors(t, out, res, survivors)
+			for i, r := range survivors {
+				if !strings.Contains(out, fmt.Sprintf("[%d] GREW rank %d of 8\n", r, i)) {
+					t.Fatalf("survivor %d did not grow as rank %d of 8:\n%s", r, i, out)
+				}
+			}
+			if !strings.Contains(out, "[spare] JOINED rank 7 of 8\n") || strings.Contains(out, "[spare] ended: ") {
+				t.Fatalf("the spare did not join as rank 7 of 8 and finish:\n%s", out)
+			}
+		})
+	}
 }
 
 // wantGone checks that the bootstrap of a survivor failed with the error

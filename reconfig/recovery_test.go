@@ -203,20 +203,7 @@ func TestRecover(t *testing.T) {
 					c.Close()
 				}
 			}()
-			for i, err := range errs {
-				switch {
-				case !failing && err != nil:
-					t.Errorf("survivor %d: %v", i, err)
-				case failing && (!errors.Is(err, comm.ErrRewire) || !strings.Contains(err.Error(), "switch refused")):
-					t.Errorf("survivor %d: %v, want the controller's failure wrapping ErrRewire", i, err)
-				case failing && cause(err) != cause(errs[0]):
-					t.Errorf("survivor %d: %v, survivor 0: %v", i, err, errs[0])
-				}
-			}
-			// Once to switch, and once more to restore when that failed.
-			if n, want := len(ctl.calls), map[bool]int{false: 1, true: 2}[failing]; n != want {
-				t.Fatalf("controller asked %d times (%v), want %d", n, ctl.calls, want)
-			}
+			checkRecovered(t, errs, ctl, failing)
 			eachRank(t, recovered, func(r int, c *comm.Communicator) error {
 				if c.Size() != len(kept) || c.Rank() != r {
 					return fmt.Errorf("rank %d of %d, want %d of %d", c.Rank(), c.Size(), r, len(kept))
@@ -270,6 +257,28 @@ func sumsSurvivors(ctx context.Context, c *comm.Communicator, old, n int) error 
 		return fmt.Errorf("AllReduce gave %v, want [23 %d]", x, n)
 	}
 	return nil
+}
+
+// checkRecovered checks what every rank's Recover returned (errs, by
+// rank) and how often ctl was asked: with a controller that does not fail,
+// no error and one switch; with one that fails (saying "switch refused"),
+// the same failure wrapping ErrRewire on every rank, and a second call to
+// restore the old circuits.
+func checkRecovered(t *testing.T, errs []error, ctl *fakeController, failing bool) {
+	t.Helper()
+	for r, err := range errs {
+		switch {
+		case !failing && err != nil:
+			t.Errorf("rank %d: %v", r, err)
+		case failing && (!errors.Is(err, comm.ErrRewire) || !strings.Contains(err.Error(), "switch refused")):
+			t.Errorf("rank %d: %v, want the controller's failure wrapping ErrRewire", r, err)
+		case failing && cause(err) != cause(errs[0]):
+			t.Errorf("rank %d: %v, rank 0: %v", r, err, errs[0])
+		}
+	}
+	if n, want := len(ctl.calls), map[bool]int{false: 1, true: 2}[failing]; n != want {
+		t.Fatalf("controller asked %d times (%v), want %d", n, ctl.calls, want)
+	}
 }
 
 // cause is what a survivor's Recover error says after the part that names

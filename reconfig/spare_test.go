@@ -83,19 +83,7 @@ func TestRecoverSpare(t *testing.T) {
 					c.Close()
 				}
 			}()
-			for r, err := range errs {
-				switch {
-				case !failing && err != nil:
-					t.Errorf("rank %d: %v", r, err)
-				case failing && (!errors.Is(err, comm.ErrRewire) || !strings.Contains(err.Error(), "switch refused")):
-					t.Errorf("rank %d: %v, want the controller's failure wrapping ErrRewire", r, err)
-				case failing && cause(err) != cause(errs[0]):
-					t.Errorf("rank %d: %v, rank 0: %v", r, err, errs[0])
-				}
-			}
-			if n, want := len(ctl.calls), map[bool]int{false: 1, true: 2}[failing]; n != want {
-				t.Fatalf("controller asked %d times (%v), want %d", n, ctl.calls, want)
-			}
+			checkRecovered(t, errs, ctl, failing)
 			top := grown[0].Topology()
 			got := circuitNames(top)
 			if failing {

@@ -22,7 +22,12 @@ import (
 // the tree as a pipeline: a rank receives chunk k from its parent directly
 // into place while one sender goroutine per child forwards the chunks
 // already received, so forwarding chunk k overlaps receiving chunk k+1.
-// Children are fed independently, the largest subtree first.
+// Children are fed independently, the largest subtree first. A rank that
+// only sends (the root of a tree with one child, as with 2 ranks) or only
+// receives (a leaf) does so on the calling goroutine: with nothing to
+// overlap, a sender goroutine would only add switches (from a thread
+// locked to its goroutine, as a call from C is, each one hands the
+// processor to another thread and back).
 //
 // Communication steps: ceil(log2 p) tree levels; with c chunks the last
 // rank receives the last chunk after about ceil(log2 p) + c - 1 chunk
@@ -59,6 +64,16 @@ func BroadcastTree(ctx context.Context, p Peers, data []byte, root int, chunkByt
 
 	if nc == 1 && eagerTo(p, children[:nchild], len(data)) {
 		return broadcastTreeInline(ctx, p, data, v, root, children[:nchild])
+	}
+	if v == 0 && nchild == 1 {
+		// A root with one child only sends: no receive to overlap.
+		for k := 0; k < nc; k++ {
+			lo, hi := chunkAt(0, len(data), chunk, k)
+			if err := p.Send(ctx, children[0], uint32(k), data[lo:hi]); err != nil {
+				return fmt.Errorf("tree broadcast: rank %d: send chunk %d to rank %d: %w", r, k, children[0], err)
+			}
+		}
+		return nil
 	}
 
 	g := newGroup(ctx)

@@ -1,9 +1,14 @@
 package algo
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"runtime"
+	"strings"
 	"testing"
+
+	"github.com/occl/occl/algo/internal/fakepeers"
 )
 
 func TestBroadcastTree(t *testing.T) {
@@ -132,5 +137,49 @@ func TestLarge(t *testing.T) {
 		if d := firstDiff(bcast[r], want, 4); d != "" {
 			t.Fatalf("broadcast rank %d: %s", r, d)
 		}
+	}
+}
+
+// sendsFromCaller records whether every Send ran on the goroutine of the
+// function that called the schedule (named caller), by its stack.
+type sendsFromCaller struct {
+	Peers
+	caller string
+	sends  int
+	other  bool // a Send ran on another goroutine
+}
+
+func (s *sendsFromCaller) Send(ctx context.Context, peer int, step uint32, buf []byte) error {
+	stack := make([]byte, 8<<10)
+	if !strings.Contains(string(stack[:runtime.Stack(stack, false)]), s.caller) {
+		s.other = true
+	}
+	s.sends++
+	return s.Peers.Send(ctx, peer, step, buf)
+}
+
+// TestBroadcastTreeRootInline: the root of a tree with one child (2 ranks)
+// sends every chunk of a pipelined broadcast on its own goroutine, with
+// nothing to overlap; the result is checked.
+func TestBroadcastTreeRootInline(t *testing.T) {
+	const n, chunk = 10000, 1024
+	want := make([]byte, n)
+	for i := range want {
+		want[i] = byte(i*7 + 3)
+	}
+	bufs := [][]byte{append([]byte(nil), want...), make([]byte, n)}
+	root := &sendsFromCaller{caller: "algo.TestBroadcastTreeRootInline.func1"}
+	runRanks(t, 2, fakepeers.Options{EagerLimit: -1}, func(ctx context.Context, rank int, p Peers) error {
+		if rank == 0 {
+			root.Peers = p
+			p = root
+		}
+		return BroadcastTree(ctx, p, bufs[rank], 0, chunk)
+	})
+	if !bytes.Equal(bufs[1], want) {
+		t.Fatal("rank 1 did not receive the root's data")
+	}
+	if root.sends != (n+chunk-1)/chunk || root.other {
+		t.Fatalf("root made %d sends (want %d), on another goroutine: %v", root.sends, (n+chunk-1)/chunk, root.other)
 	}
 }

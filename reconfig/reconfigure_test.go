@@ -68,15 +68,7 @@ func TestCrossConnects(t *testing.T) {
 // TestReconfigure switches the circuits through a controller while
 // computation overlaps, then checks the communicators run on them.
 func TestReconfigure(t *testing.T) {
-	comms, err := comm.NewLocal(8, comm.WithTopology(spec(t, base)), comm.WithEmulation(true))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		for _, c := range comms {
-			c.Close()
-		}
-	}()
+	comms := localComms(t, 8, comm.WithTopology(spec(t, base)), comm.WithEmulation(true))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	ctl := &fakeController{delay: 5 * time.Millisecond}
@@ -131,15 +123,7 @@ func TestSoak(t *testing.T) {
 		spec(t, base+",circuits=0-1/1-2/2-3/0-3"),
 		spec(t, base),
 	}
-	comms, err := comm.NewLocal(8, comm.WithTopology(spec(t, base)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		for _, c := range comms {
-			c.Close()
-		}
-	}()
+	comms := localComms(t, 8, comm.WithTopology(spec(t, base)))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	ctl := &fakeController{}
@@ -291,6 +275,22 @@ func checkedAllToAll(ctx context.Context, c *comm.Communicator) error {
 		}
 	}
 	return nil
+}
+
+// localComms makes n in-process communicators with opts, closed when the
+// test ends.
+func localComms(t *testing.T, n int, opts ...comm.Option) []*comm.Communicator {
+	t.Helper()
+	comms, err := comm.NewLocal(n, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, c := range comms {
+			c.Close()
+		}
+	})
+	return comms
 }
 
 // eachRank runs fn for every rank of an in-process communicator, each on

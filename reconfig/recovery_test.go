@@ -28,15 +28,7 @@ func TestRecoveryTarget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	comms, err := comm.NewLocal(10, comm.WithTopology(fabric), comm.WithEmulation(true))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		for _, c := range comms {
-			c.Close()
-		}
-	}()
+	comms := localComms(t, 10, comm.WithTopology(fabric), comm.WithEmulation(true))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	ctl := &fakeController{}
@@ -53,15 +45,7 @@ func TestRecoveryTarget(t *testing.T) {
 	}
 	kept := []int{0, 1, 4, 5, 6, 7, 8, 9}
 	part := target.Subset(kept)
-	sub, err := comm.NewLocal(len(kept), comm.WithTopology(part), comm.WithEmulation(true))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		for _, c := range sub {
-			c.Close()
-		}
-	}()
+	sub := localComms(t, len(kept), comm.WithTopology(part), comm.WithEmulation(true))
 	eachRank(t, sub, func(r int, c *comm.Communicator) error {
 		x := make([]float64, 1000)
 		for i := range x {
@@ -224,15 +208,7 @@ func TestRecover(t *testing.T) {
 func hostOneFailed(t *testing.T) (*topo.Topology, []*comm.Communicator, topo.Survivors) {
 	t.Helper()
 	fabric := spec(t, base+",circuits=0-1/1-2/2-3/3-0")
-	comms, err := comm.NewLocal(8, comm.WithTopology(fabric), comm.WithEmulation(true))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		for _, c := range comms {
-			c.Close()
-		}
-	})
+	comms := localComms(t, 8, comm.WithTopology(fabric), comm.WithEmulation(true))
 	comms[2].Abort()
 	comms[3].Abort()
 	surv, err := fabric.Without([]int{2, 3})
@@ -294,15 +270,7 @@ func cause(err error) string {
 // others a communicator of twelve on which an AllReduce adds up.
 func TestRecoverIdle(t *testing.T) {
 	fabric := spec(t, "hosts=9x2,grid=3x3")
-	comms, err := comm.NewLocal(18, comm.WithTopology(fabric))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		for _, c := range comms {
-			c.Close()
-		}
-	}()
+	comms := localComms(t, 18, comm.WithTopology(fabric))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	comms[8].Abort()

@@ -56,15 +56,7 @@ func TestReconfigureUnknownOutcome(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer em.Close()
-			comms, err := comm.NewLocal(8, comm.WithTopology(spec(t, base)), comm.WithEmulation(true))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() {
-				for _, c := range comms {
-					c.Close()
-				}
-			}()
+			comms := localComms(t, 8, comm.WithTopology(spec(t, base)), comm.WithEmulation(true))
 			ctl := &lateController{next: em.OCS, failRestore: failRestore}
 			target := spec(t, base+",circuits=0-1/2-3")
 			_, err = reconfig.Reconfigure(ctx, comms, target, reconfig.WithController(ctl),
@@ -127,15 +119,7 @@ func TestRefusalNotUndone(t *testing.T) {
 	if err := em.Switch.FailPort(0); err != nil {
 		t.Fatal(err)
 	}
-	comms, err := comm.NewLocal(8, comm.WithTopology(spec(t, base)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		for _, c := range comms {
-			c.Close()
-		}
-	}()
+	comms := localComms(t, 8, comm.WithTopology(spec(t, base)))
 	ctl := &lateController{next: em.OCS}
 	_, err = reconfig.Reconfigure(ctx, comms, spec(t, base+",circuits=0-1/2-3"), reconfig.WithController(ctl))
 	var re *comm.RewireError

@@ -257,15 +257,7 @@ func TestRecoverSpareTCP(t *testing.T) {
 // of eight on which an AllReduce adds up.
 func TestRecoverSpareDrop(t *testing.T) {
 	fabric := spec(t, base+",circuits=0-1/1-2/2-3/3-0")
-	comms, err := comm.NewLocal(8, comm.WithTopology(fabric), comm.WithEmulation(true))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		for _, c := range comms {
-			c.Close()
-		}
-	}()
+	comms := localComms(t, 8, comm.WithTopology(fabric), comm.WithEmulation(true))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	comms[3].Abort()
@@ -330,15 +322,7 @@ func TestRecoverSpareDrop(t *testing.T) {
 // communicator is not touched: an AllReduce on it still adds up.
 func TestRecoverWrongSpare(t *testing.T) {
 	fabric := spec(t, base+",circuits=0-1/1-2/2-3/3-0")
-	comms, err := comm.NewLocal(8, comm.WithTopology(fabric))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		for _, c := range comms {
-			c.Close()
-		}
-	}()
+	comms := localComms(t, 8, comm.WithTopology(fabric))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for _, wrong := range []struct{ spec, says string }{

@@ -3,7 +3,6 @@ package algo
 import (
 	"context"
 	"fmt"
-	"math"
 	"runtime"
 )
 
@@ -134,14 +133,15 @@ func eagerAllToAll(p Peers, sendLens []int) bool {
 	if !ok {
 		return false
 	}
-	most := eagerBlock
-	if runtime.GOMAXPROCS(0) == 1 {
-		most = math.MaxInt
-	}
+	large := false
 	for to, n := range sendLens {
-		if to != p.Rank() && n > 0 && (n > most || n > ep.EagerLimit(to)) {
-			return false
+		if to != p.Rank() && n > 0 {
+			if n > ep.EagerLimit(to) {
+				return false
+			}
+			large = large || n > eagerBlock
 		}
 	}
-	return true
+	// Asked only for large blocks: GOMAXPROCS takes the scheduler's lock.
+	return !large || runtime.GOMAXPROCS(0) == 1
 }

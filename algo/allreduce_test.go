@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 
 	"github.com/occl/occl/algo/internal/fakepeers"
@@ -194,4 +195,32 @@ func TestAllReduceDetectsMismatch(t *testing.T) {
 		t.Fatal("mismatched algorithms ran without error")
 	}
 	t.Log(err)
+}
+
+// TestRingOneProcessorInline: in a process with one processor, a ring
+// allreduce whose blocks are above 64 KiB and several chunks long, but fit
+// the next rank's eager limit, sends every chunk of a step before it
+// receives any (no sender goroutine, which could not overlap the copies
+// there); the result is checked against the serial reference.
+func TestRingOneProcessorInline(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	const p, chunk = 4, 64 << 10
+	const count = p * 200 << 10 / 4 // float32: 200 KiB blocks, 4 chunks each
+	in := rankInputs(Float32, Sum, p, count)
+	want := serialReduce(Float32, Sum, in)
+	rec := make([]*sendsFirst, p)
+	got := make([][]byte, p)
+	runRanks(t, p, fakepeers.Options{EagerLimit: 1 << 20}, func(ctx context.Context, rank int, peers Peers) error {
+		got[rank] = append([]byte(nil), in[rank]...)
+		rec[rank] = &sendsFirst{Peers: peers}
+		return AllReduceRing(ctx, rec[rank], new(Workspace), got[rank], Float32, Sum, chunk)
+	})
+	for r := range got {
+		if d := firstDiff(got[r], want, 4); d != "" {
+			t.Fatalf("rank %d: %s", r, d)
+		}
+		if s := rec[r]; s.atFirstRecv != 4 {
+			t.Errorf("rank %d: %d of 4 chunks of step 0 sent when the first receive started, want all (inline)", r, s.atFirstRecv)
+		}
+	}
 }

@@ -3,7 +3,6 @@ package algo
 import (
 	"context"
 	"fmt"
-	"runtime"
 )
 
 // AllToAllPairwise sends send[sendOffs[i]:sendOffs[i]+sendLens[i]] to rank
@@ -112,36 +111,4 @@ func AllToAllPairwise(ctx context.Context, p Peers, send []byte, sendOffs, sendL
 		<-done
 	}
 	return g.err
-}
-
-// eagerBlock is the largest block an all-to-all sends inline, before its
-// receives, when the process can run more than one thread at a time:
-// above it, sending from a goroutine while receiving overlaps the two
-// copies. A process with one processor (GOMAXPROCS 1, as occl sets it
-// when it binds each of a host's ranks to one CPU) cannot overlap them,
-// and a goroutine there only adds switches (from a thread locked to its
-// goroutine, as a call from C is, each one hands the processor to another
-// thread and back): it sends inline every block that fits in its
-// connection's eager limit.
-const eagerBlock = 64 << 10
-
-// eagerAllToAll reports whether every block this rank sends fits in its
-// connection's eager limit and, unless the process has one processor,
-// eagerBlock.
-func eagerAllToAll(p Peers, sendLens []int) bool {
-	ep, ok := p.(EagerPeers)
-	if !ok {
-		return false
-	}
-	large := false
-	for to, n := range sendLens {
-		if to != p.Rank() && n > 0 {
-			if n > ep.EagerLimit(to) {
-				return false
-			}
-			large = large || n > eagerBlock
-		}
-	}
-	// Asked only for large blocks: GOMAXPROCS takes the scheduler's lock.
-	return !large || runtime.GOMAXPROCS(0) == 1
 }

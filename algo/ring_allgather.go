@@ -50,18 +50,22 @@ func allGatherRing(ctx context.Context, p Peers, data []byte, l layout, chunkByt
 		return nil
 	}
 	next, prev := mod(r+1, size), mod(r-1, size)
-	if ringInline(p, l, chunk, next) {
+	if ringInline(p, l, next) {
 		for s := 0; s < size-1; s++ {
 			b := mod(r-s, size)
-			if off, n := l.block(b, size); n > 0 {
-				if err := p.Send(ctx, next, base+uint32(s), data[off:off+n]); err != nil {
-					return fmt.Errorf("ring allgather: rank %d step %d: send block %d to rank %d: %w", r, s, b, next, err)
+			off, n := l.block(b, size)
+			for k, nc := 0, numChunks(n, chunk); k < nc; k++ {
+				lo, hi := chunkAt(off, n, chunk, k)
+				if err := p.Send(ctx, next, base+uint32(s), data[lo:hi]); err != nil {
+					return fmt.Errorf("ring allgather: rank %d step %d: send chunk %d of block %d to rank %d: %w", r, s, k, b, next, err)
 				}
 			}
 			b = mod(r-s-1, size)
-			if off, n := l.block(b, size); n > 0 {
-				if err := p.Recv(ctx, prev, base+uint32(s), data[off:off+n]); err != nil {
-					return fmt.Errorf("ring allgather: rank %d step %d: recv block %d from rank %d: %w", r, s, b, prev, err)
+			off, n = l.block(b, size)
+			for k, nc := 0, numChunks(n, chunk); k < nc; k++ {
+				lo, hi := chunkAt(off, n, chunk, k)
+				if err := p.Recv(ctx, prev, base+uint32(s), data[lo:hi]); err != nil {
+					return fmt.Errorf("ring allgather: rank %d step %d: recv chunk %d of block %d from rank %d: %w", r, s, k, b, prev, err)
 				}
 			}
 		}

@@ -110,14 +110,16 @@ func (l layout) largestBlock(p int) int {
 }
 
 // ringInline reports whether a ring schedule over layout l can run on the
-// calling goroutine, each step sending before it receives: every block is
-// one chunk that the next rank's connection takes eagerly. A send then
-// waits at most for next to receive an earlier message, and next receives
+// calling goroutine, each step sending all its chunks before it receives
+// any: every block fits the next rank's eager limit (see eagerTo), so a
+// step's messages all fit its connection's buffer at once. A send then
+// waits at most for next to receive an earlier step, and next receives
 // step s before it sends step s+1, so the ring cannot deadlock; a sender
-// goroutine would only add a hand-off per operation.
-func ringInline(p Peers, l layout, chunk, next int) bool {
-	n := l.largestBlock(p.Size())
-	return n <= chunk && eagerTo(p, []int{next}, n)
+// goroutine would only add a hand-off per chunk. The messages are the same
+// chunks as with a sender goroutine, so ranks that decide differently (one
+// processor or several) still agree on every message.
+func ringInline(p Peers, l layout, next int) bool {
+	return eagerTo(p, []int{next}, l.largestBlock(p.Size()))
 }
 
 // reduceScatterRing is ReduceScatterRing over any layout, with step labels
@@ -142,7 +144,7 @@ func reduceScatterRing(ctx context.Context, p Peers, ws *Workspace, src, data []
 	}
 	stage := ws.Get(SlotStage, largest)
 	next, prev := mod(r+1, size), mod(r-1, size)
-	if ringInline(p, l, chunk, next) {
+	if ringInline(p, l, next) {
 		for s := 0; s < size-1; s++ {
 			b := mod(r-s-1, size)
 			off, n := l.block(b, size)
@@ -150,23 +152,25 @@ func reduceScatterRing(ctx context.Context, p Peers, ws *Workspace, src, data []
 			if s == 0 {
 				from = src
 			}
-			if n > 0 {
-				if err := p.Send(ctx, next, base+uint32(s), from[off:off+n]); err != nil {
-					return fmt.Errorf("ring reduce-scatter: rank %d step %d: send segment %d to rank %d: %w", r, s, b, next, err)
+			for k, nc := 0, numChunks(n, chunk); k < nc; k++ {
+				lo, hi := chunkAt(off, n, chunk, k)
+				if err := p.Send(ctx, next, base+uint32(s), from[lo:hi]); err != nil {
+					return fmt.Errorf("ring reduce-scatter: rank %d step %d: send chunk %d of segment %d to rank %d: %w", r, s, k, b, next, err)
 				}
 			}
 			b = mod(r-s-2, size)
-			if off, n = l.block(b, size); n == 0 {
-				continue
-			}
-			buf := stage[:n]
-			if err := p.Recv(ctx, prev, base+uint32(s), buf); err != nil {
-				return fmt.Errorf("ring reduce-scatter: rank %d step %d: recv segment %d from rank %d: %w", r, s, b, prev, err)
-			}
-			if inPlace {
-				ReduceInto(data[off:off+n], buf, dt, op)
-			} else {
-				Reduce3(data[off:off+n], src[off:off+n], buf, dt, op)
+			off, n = l.block(b, size)
+			for k, nc := 0, numChunks(n, chunk); k < nc; k++ {
+				lo, hi := chunkAt(off, n, chunk, k)
+				buf := stage[:hi-lo]
+				if err := p.Recv(ctx, prev, base+uint32(s), buf); err != nil {
+					return fmt.Errorf("ring reduce-scatter: rank %d step %d: recv chunk %d of segment %d from rank %d: %w", r, s, k, b, prev, err)
+				}
+				if inPlace {
+					ReduceInto(data[lo:hi], buf, dt, op)
+				} else {
+					Reduce3(data[lo:hi], src[lo:hi], buf, dt, op)
+				}
 			}
 		}
 		return nil

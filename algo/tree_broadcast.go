@@ -144,20 +144,5 @@ func broadcastTreeInline(ctx context.Context, p Peers, data []byte, v, root int,
 	return nil
 }
 
-// eagerTo reports whether a message of n bytes fits the eager limit of
-// every peer in peers and eagerBlock.
-func eagerTo(p Peers, peers []int, n int) bool {
-	ep, ok := p.(EagerPeers)
-	if !ok || n > eagerBlock {
-		return false
-	}
-	for _, to := range peers {
-		if n > ep.EagerLimit(to) {
-			return false
-		}
-	}
-	return true
-}
-
 // lowBit returns the lowest set bit of v (0 for v == 0).
 func lowBit(v int) int { return v & -v }

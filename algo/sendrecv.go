@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"sync"
+
+	"github.com/occl/occl/transport"
 )
 
 // EagerPeers is implemented by Peers whose transport buffers small messages.
@@ -85,7 +87,9 @@ type group struct {
 
 func newGroup(ctx context.Context) *group {
 	g := &group{}
-	g.ctx, g.cancel = context.WithCancel(ctx)
+	// Its goroutines wait on each other's progress: their transport
+	// waits must let the others run.
+	g.ctx, g.cancel = context.WithCancel(transport.WithYield(ctx))
 	return g
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"sync"
+
+	"github.com/occl/occl/transport"
 )
 
 // AllReduce2D reduces data over every rank of grid with op's combiner.
@@ -123,7 +125,7 @@ func AllReduce2D(ctx context.Context, p Peers, ws *Workspace, src, data []byte, 
 // failure cancels the other, whose error (usually the cancellation it
 // caused) is dropped.
 func both(ctx context.Context, f, g func(ctx context.Context) error) error {
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := context.WithCancel(transport.WithYield(ctx))
 	defer cancel()
 	var (
 		once  sync.Once

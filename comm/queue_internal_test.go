@@ -5,6 +5,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/occl/occl/transport"
 )
 
 // TestBlockingCallWakesNoWorker: a blocking call runs its operation on the
@@ -96,5 +98,26 @@ func TestConcurrentBlockingCalls(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Fatal(err)
+	}
+}
+
+// TestScheduleContext: a schedule runs under the shared default-timeout
+// context's twin that tells polling transports not to yield; a caller's own
+// context (it has a deadline) is passed through unchanged.
+func TestScheduleContext(t *testing.T) {
+	var o opContext
+	defer o.release()
+	ctx := o.get(context.Background(), time.Minute, time.Now())
+	s := o.schedule(ctx)
+	if transport.Yields(s) {
+		t.Error("schedule context of the shared context yields")
+	}
+	if dl, _ := s.Deadline(); !dl.Equal(o.deadline) {
+		t.Errorf("schedule context deadline %v, want the shared one %v", dl, o.deadline)
+	}
+	own, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if got := o.schedule(o.get(own, time.Minute, time.Now())); got != own {
+		t.Error("a caller's own context was replaced")
 	}
 }

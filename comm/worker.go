@@ -120,8 +120,16 @@ func (c *Communicator) run(r *Request) (err error) {
 // time, so one derived context is shared by the operations that start
 // within a short window: each still gets at least the full timeout, and at
 // most timeout/64 more.
+//
+// The shared context has a twin for schedules (alone): the same context,
+// telling polling transports not to let other goroutines run while they
+// wait, since the schedule's calling goroutine is the only one of the
+// operation (a schedule that starts more goroutines undoes it for them,
+// see transport.WithYield). Made once per window, it costs operations no
+// allocation.
 type opContext struct {
 	ctx      context.Context
+	alone    context.Context
 	cancel   context.CancelFunc
 	parent   <-chan struct{}
 	deadline time.Time
@@ -138,14 +146,26 @@ func (o *opContext) get(user context.Context, timeout time.Duration, now time.Ti
 	o.release()
 	o.deadline = now.Add(timeout + timeout/64)
 	o.ctx, o.cancel = context.WithDeadline(user, o.deadline)
+	o.alone = transport.WithoutYield(o.ctx)
 	o.parent = user.Done()
 	return o.ctx
+}
+
+// schedule returns the context a schedule runs under for an operation that
+// runs under ctx: the shared context's twin that does not yield (see
+// opContext), or ctx itself if it is the caller's own (which has a
+// deadline, and keeps the default).
+func (o *opContext) schedule(ctx context.Context) context.Context {
+	if ctx == o.ctx && ctx != nil {
+		return o.alone
+	}
+	return ctx
 }
 
 func (o *opContext) release() {
 	if o.cancel != nil {
 		o.cancel()
-		o.ctx, o.cancel = nil, nil
+		o.ctx, o.alone, o.cancel = nil, nil, nil
 	}
 }
 

@@ -3,6 +3,7 @@ package shm
 import (
 	"context"
 	"fmt"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -58,6 +59,9 @@ type Conn struct {
 	// spin is how long a wait keeps polling before it sleeps
 	// (Config.Spin); 0 yields the core instead.
 	spin time.Duration
+	// local: the peer is in this process (both rings were made here), so
+	// a wait always lets other goroutines run: the peer is one of them.
+	local bool
 
 	// Single-copy transfers: payloads of at least cmaOutMin bytes that
 	// this side sends, and of at least cmaInMin bytes that it receives,
@@ -68,6 +72,9 @@ type Conn struct {
 	// pieceHook, if set (by tests), runs between the pieces of a
 	// cross-memory read with the number of bytes copied so far.
 	pieceHook func(done int)
+	// yieldHook, if set (by tests), runs whenever a polling wait lets
+	// other goroutines run.
+	yieldHook func()
 
 	_ pad
 	// Producer state, used only by Send.
@@ -121,6 +128,8 @@ func newConn(out, in *mapping, peer int, ctl transport.Conn, want transport.Head
 	c.cmaOut, c.cmaOutMin = cma.out && cma.outMin > 0, cma.outMin
 	c.cmaIn, c.cmaInMin = cma.in && cma.inMin > 0, cma.inMin
 	c.reader = cma.reader
+	pid := uint32(os.Getpid())
+	c.local = out.creatorID.Load() == pid && in.creatorID.Load() == pid
 	if !c.cmaIn {
 		c.reader.close()
 	}
@@ -401,6 +410,9 @@ func (c *Conn) wait(ctx context.Context, w waitFor) error {
 	var (
 		done      <-chan struct{}
 		spinUntil time.Time
+		// yield: let other goroutines run between polls (see
+		// transport.WithoutYield); decided once it is first asked.
+		yield, decided bool
 	)
 	for i := 0; ; i++ {
 		ok, err := c.ready(w)
@@ -450,7 +462,12 @@ func (c *Conn) wait(ctx context.Context, w waitFor) error {
 			spinUntil = now.Add(c.spin)
 		}
 		if now.Before(spinUntil) {
-			runtime.Gosched()
+			if !decided {
+				yield, decided = c.local || transport.Yields(ctx), true
+			}
+			if yield {
+				c.yieldProcessor()
+			}
 			continue
 		}
 		if done == nil {
@@ -486,6 +503,14 @@ func (c *Conn) wait(ctx context.Context, w waitFor) error {
 		}
 		flag.Store(0)
 	}
+}
+
+// yieldProcessor lets the process's other goroutines run during a wait.
+func (c *Conn) yieldProcessor() {
+	if c.yieldHook != nil {
+		c.yieldHook()
+	}
+	runtime.Gosched()
 }
 
 // peerErr returns the reason the peer is gone.

@@ -6,3 +6,13 @@ func SetPieceHook(c *Conn, f func(done int)) { c.pieceHook = f }
 
 // PieceSize is the most one process_vm_readv call copies.
 const PieceSize = cmaPiece
+
+// SetYieldHook makes c call f whenever a polling wait lets other
+// goroutines run.
+func SetYieldHook(c *Conn, f func()) { c.yieldHook = f }
+
+// SetLocal sets whether c takes its peer to be in this process.
+func SetLocal(c *Conn, local bool) { c.local = local }
+
+// Local reports whether c takes its peer to be in this process.
+func Local(c *Conn) bool { return c.local }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -478,5 +479,52 @@ func sizeName(n int) string {
 		return fmt.Sprintf("%dKiB", n>>10)
 	default:
 		return fmt.Sprintf("%dB", n)
+	}
+}
+
+// TestWaitYields: a polling wait lets other goroutines run unless its
+// context says it need not (transport.WithoutYield) and the peer is in
+// another process; a peer in this process is always let run.
+func TestWaitYields(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		local     bool
+		noYield   bool
+		wantYield bool
+	}{
+		{"default", false, false, true},
+		{"without yield", false, true, false},
+		{"without yield, peer here", true, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := pairWith(t, func(c *shm.Config) { c.Spin = time.Minute })
+			defer a.Close()
+			defer b.Close()
+			if !shm.Local(a) {
+				t.Fatal("a pair made in one process does not see its peer as local")
+			}
+			shm.SetLocal(a, tc.local)
+			var yields atomic.Int64
+			shm.SetYieldHook(a, func() { yields.Add(1) })
+			ctx := context.Background()
+			if tc.noYield {
+				ctx = transport.WithoutYield(ctx)
+			}
+			h := transport.Header{Kind: transport.KindCollective, Seq: 1, Len: 8}
+			sent := make(chan error, 1)
+			go func() {
+				time.Sleep(5 * time.Millisecond)
+				sent <- b.Send(ctx, h, make([]byte, 8))
+			}()
+			if err := a.Recv(ctx, h, make([]byte, 8)); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-sent; err != nil {
+				t.Fatal(err)
+			}
+			if got := yields.Load() > 0; got != tc.wantYield {
+				t.Errorf("yielded %d times during a 5 ms wait, want yields: %v", yields.Load(), tc.wantYield)
+			}
+		})
 	}
 }

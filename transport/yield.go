@@ -1,0 +1,41 @@
+package transport
+
+import "context"
+
+// A transport that polls while it waits (shm) normally lets the process's
+// other goroutines run between polls, since one of them may be producing
+// what the wait is for: a schedule's sender goroutine, or a peer rank in the
+// same process. For a caller that is the only goroutine of its operation
+// this is pure cost, and from a thread locked to its goroutine (every call
+// from C is one) each hand-off is two thread switches: the processor goes to
+// another thread, which finds only the locked goroutine to run and hands it
+// back. The operation's context says which case applies.
+
+// yieldKey is the context key of the yield setting.
+type yieldKey struct{}
+
+// WithoutYield returns a copy of ctx under which a polling transport does
+// not hand the processor to other goroutines while it waits for a peer in
+// another process: the caller promises that nothing it waits for depends
+// on another goroutine of this process. Waits still sleep once their
+// polling time is over, and still yield for a peer in this process.
+func WithoutYield(ctx context.Context) context.Context {
+	return context.WithValue(ctx, yieldKey{}, false)
+}
+
+// WithYield returns a copy of ctx under which a polling transport lets
+// other goroutines run while it waits (the default), for goroutines that
+// work beside others of the same operation.
+func WithYield(ctx context.Context) context.Context {
+	if Yields(ctx) {
+		return ctx
+	}
+	return context.WithValue(ctx, yieldKey{}, true)
+}
+
+// Yields reports whether waits under ctx may let other goroutines run
+// (true unless WithoutYield set it off).
+func Yields(ctx context.Context) bool {
+	v, ok := ctx.Value(yieldKey{}).(bool)
+	return !ok || v
+}

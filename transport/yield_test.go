@@ -1,0 +1,28 @@
+package transport
+
+import (
+	"context"
+	"testing"
+)
+
+func TestYields(t *testing.T) {
+	bg := context.Background()
+	if !Yields(bg) {
+		t.Error("a plain context does not yield, want the default (yield)")
+	}
+	off := WithoutYield(bg)
+	if Yields(off) {
+		t.Error("WithoutYield context yields")
+	}
+	if !Yields(WithYield(off)) {
+		t.Error("WithYield under WithoutYield does not yield")
+	}
+	if WithYield(bg) != bg {
+		t.Error("WithYield on a context that already yields made a new context")
+	}
+	child, cancel := context.WithCancel(off)
+	defer cancel()
+	if Yields(child) {
+		t.Error("a child of a WithoutYield context yields")
+	}
+}

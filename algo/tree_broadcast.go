@@ -65,12 +65,23 @@ func BroadcastTree(ctx context.Context, p Peers, data []byte, root int, chunkByt
 	if nc == 1 && eagerTo(p, children[:nchild], len(data)) {
 		return broadcastTreeInline(ctx, p, data, v, root, children[:nchild])
 	}
-	if v == 0 && nchild == 1 {
+	switch {
+	case v == 0 && nchild == 1:
 		// A root with one child only sends: no receive to overlap.
 		for k := 0; k < nc; k++ {
 			lo, hi := chunkAt(0, len(data), chunk, k)
 			if err := p.Send(ctx, children[0], uint32(k), data[lo:hi]); err != nil {
 				return fmt.Errorf("tree broadcast: rank %d: send chunk %d to rank %d: %w", r, k, children[0], err)
+			}
+		}
+		return nil
+	case nchild == 0:
+		// A leaf only receives.
+		parent := mod(v-lowBit(v)+root, size)
+		for k := 0; k < nc; k++ {
+			lo, hi := chunkAt(0, len(data), chunk, k)
+			if err := p.Recv(ctx, parent, uint32(k), data[lo:hi]); err != nil {
+				return fmt.Errorf("tree broadcast: rank %d: recv chunk %d from rank %d: %w", r, k, parent, err)
 			}
 		}
 		return nil

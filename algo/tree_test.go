@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/occl/occl/algo/internal/fakepeers"
+	"github.com/occl/occl/transport"
 )
 
 func TestBroadcastTree(t *testing.T) {
@@ -181,5 +183,49 @@ func TestBroadcastTreeRootInline(t *testing.T) {
 	}
 	if root.sends != (n+chunk-1)/chunk || root.other {
 		t.Fatalf("root made %d sends (want %d), on another goroutine: %v", root.sends, (n+chunk-1)/chunk, root.other)
+	}
+}
+
+// yieldRecorder records whether any Send or Recv ran under a context that
+// lets polling transports yield.
+type yieldRecorder struct {
+	Peers
+	yielded atomic.Bool
+}
+
+func (y *yieldRecorder) Send(ctx context.Context, peer int, step uint32, buf []byte) error {
+	y.yielded.CompareAndSwap(false, transport.Yields(ctx))
+	return y.Peers.Send(ctx, peer, step, buf)
+}
+
+func (y *yieldRecorder) Recv(ctx context.Context, peer int, step uint32, buf []byte) error {
+	y.yielded.CompareAndSwap(false, transport.Yields(ctx))
+	return y.Peers.Recv(ctx, peer, step, buf)
+}
+
+// TestBroadcastTreeLeafInline: a leaf receives every chunk of a pipelined
+// broadcast on the calling goroutine, under the caller's context (which
+// here tells transports not to yield: nothing else of the operation runs
+// in the process); the result is checked.
+func TestBroadcastTreeLeafInline(t *testing.T) {
+	const n, chunk = 10000, 1024
+	want := make([]byte, n)
+	for i := range want {
+		want[i] = byte(i*5 + 1)
+	}
+	bufs := [][]byte{append([]byte(nil), want...), make([]byte, n)}
+	leaf := &yieldRecorder{}
+	runRanks(t, 2, fakepeers.Options{EagerLimit: -1}, func(ctx context.Context, rank int, p Peers) error {
+		if rank == 1 {
+			leaf.Peers = p
+			p = leaf
+		}
+		return BroadcastTree(transport.WithoutYield(ctx), p, bufs[rank], 0, chunk)
+	})
+	if !bytes.Equal(bufs[1], want) {
+		t.Fatal("rank 1 did not receive the root's data")
+	}
+	if leaf.yielded.Load() {
+		t.Fatal("the leaf received under a context that yields (a goroutine group's)")
 	}
 }

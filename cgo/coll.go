@@ -85,7 +85,7 @@ func addr[P unsafe.Pointer | C.occlInternalConstBuf | C.occlInternalConstCounts 
 // page, not wrapping around. It returns the call's outcome so far.
 func (k *call) address(what string, p, n uintptr) C.occlResult_t {
 	switch {
-	case k.failed():
+	case k.failed() || validAddress(p, n):
 	case p == 0:
 		k.fail(resInvalidArgument, "%s is NULL", what)
 	case p < minAddress:
@@ -96,6 +96,9 @@ func (k *call) address(what string, p, n uintptr) C.occlResult_t {
 	return k.r
 }
 
+// validAddress reports whether n bytes at p pass address's checks.
+func validAddress(p, n uintptr) bool { return p >= minAddress && p <= math.MaxUint64-n }
+
 // buffer makes a Buffer over n elements of dt at p, in place, without
 // copying. A null p is accepted for 0 elements.
 func (k *call) buffer(what string, p uintptr, n int, dt comm.DType) comm.Buffer {
@@ -103,7 +106,9 @@ func (k *call) buffer(what string, p uintptr, n int, dt comm.DType) comm.Buffer 
 	if bytes == 0 || k.failed() {
 		return comm.Raw(nil, dt)
 	}
-	if k.address(fmt.Sprintf("%s (of %d elements)", what, n), p, bytes) != resSuccess {
+	// The label is formatted only for a failure: every call checks its
+	// buffers, and formatting costs more than the rest of the check.
+	if !validAddress(p, bytes) && k.address(fmt.Sprintf("%s (of %d elements)", what, n), p, bytes) != resSuccess {
 		return comm.Buffer{}
 	}
 	return comm.Raw(unsafe.Slice((*byte)(C.occlInternalPointer(C.uintptr_t(p))), bytes), dt)
@@ -117,6 +122,10 @@ func (k *call) counts(what string, p uintptr, n int, dt comm.DType) []int {
 	src := unsafe.Slice((*C.size_t)(C.occlInternalPointer(C.uintptr_t(p))), n)
 	out := make([]int, n)
 	for i, v := range src {
+		if n := uint64(v); !k.failed() && n <= uint64(maxBytes/dt.Size()) {
+			out[i] = int(n) // what elems checks, without formatting its label
+			continue
+		}
 		out[i] = k.elems(fmt.Sprintf("%s[%d]", what, i), v, 1, dt)
 	}
 	return out

@@ -224,3 +224,36 @@ func TestRingOneProcessorInline(t *testing.T) {
 		}
 	}
 }
+
+// TestRingOneProcessorWindows: in a process with one processor, ring
+// schedules whose blocks exceed the eager limit still run inline, in
+// windows of as many chunks as the limit holds (here 4 of 16 KiB in 64
+// KiB): every rank has sent one window when it first receives. Uneven
+// counts and rank numbers are checked against the serial reference.
+func TestRingOneProcessorWindows(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	const chunk = 16 << 10
+	for _, p := range []int{2, 3, 5} {
+		for _, count := range []int{p * 50000, p*50000 + 7, 123457} {
+			t.Run(fmt.Sprintf("p%d/n%d", p, count), func(t *testing.T) {
+				in := rankInputs(Float32, Sum, p, count)
+				want := serialReduce(Float32, Sum, in)
+				rec := make([]*sendsFirst, p)
+				got := make([][]byte, p)
+				runRanks(t, p, fakepeers.Options{EagerLimit: 64 << 10}, func(ctx context.Context, rank int, peers Peers) error {
+					got[rank] = append([]byte(nil), in[rank]...)
+					rec[rank] = &sendsFirst{Peers: peers}
+					return AllReduceRing(ctx, rec[rank], new(Workspace), got[rank], Float32, Sum, chunk)
+				})
+				for r := range got {
+					if d := firstDiff(got[r], want, 4); d != "" {
+						t.Fatalf("rank %d: %s", r, d)
+					}
+					if s := rec[r]; s.atFirstRecv != 4 {
+						t.Errorf("rank %d: %d chunks sent when the first receive started, want one window of 4", r, s.atFirstRecv)
+					}
+				}
+			})
+		}
+	}
+}

@@ -50,22 +50,24 @@ func allGatherRing(ctx context.Context, p Peers, data []byte, l layout, chunkByt
 		return nil
 	}
 	next, prev := mod(r+1, size), mod(r-1, size)
-	if ringInline(p, l, next) {
+	if win := ringWindow(p, l, chunk, total, next); win > 0 {
 		for s := 0; s < size-1; s++ {
-			b := mod(r-s, size)
-			off, n := l.block(b, size)
-			for k, nc := 0, numChunks(n, chunk); k < nc; k++ {
-				lo, hi := chunkAt(off, n, chunk, k)
-				if err := p.Send(ctx, next, base+uint32(s), data[lo:hi]); err != nil {
-					return fmt.Errorf("ring allgather: rank %d step %d: send chunk %d of block %d to rank %d: %w", r, s, k, b, next, err)
+			sb, rb := mod(r-s, size), mod(r-s-1, size)
+			soff, sn := l.block(sb, size)
+			roff, rn := l.block(rb, size)
+			snc, rnc := numChunks(sn, chunk), numChunks(rn, chunk)
+			for w := 0; w < max(snc, rnc); w += win {
+				for k := w; k < windowEnd(w, win, snc); k++ {
+					lo, hi := chunkAt(soff, sn, chunk, k)
+					if err := p.Send(ctx, next, base+uint32(s), data[lo:hi]); err != nil {
+						return fmt.Errorf("ring allgather: rank %d step %d: send chunk %d of block %d to rank %d: %w", r, s, k, sb, next, err)
+					}
 				}
-			}
-			b = mod(r-s-1, size)
-			off, n = l.block(b, size)
-			for k, nc := 0, numChunks(n, chunk); k < nc; k++ {
-				lo, hi := chunkAt(off, n, chunk, k)
-				if err := p.Recv(ctx, prev, base+uint32(s), data[lo:hi]); err != nil {
-					return fmt.Errorf("ring allgather: rank %d step %d: recv chunk %d of block %d from rank %d: %w", r, s, k, b, prev, err)
+				for k := w; k < windowEnd(w, win, rnc); k++ {
+					lo, hi := chunkAt(roff, rn, chunk, k)
+					if err := p.Recv(ctx, prev, base+uint32(s), data[lo:hi]); err != nil {
+						return fmt.Errorf("ring allgather: rank %d step %d: recv chunk %d of block %d from rank %d: %w", r, s, k, rb, prev, err)
+					}
 				}
 			}
 		}

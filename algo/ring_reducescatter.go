@@ -109,18 +109,39 @@ func (l layout) largestBlock(p int) int {
 	return largest
 }
 
-// ringInline reports whether a ring schedule over layout l can run on the
-// calling goroutine, each step sending all its chunks before it receives
-// any: every block fits the next rank's eager limit (see eagerTo), so a
-// step's messages all fit its connection's buffer at once. A send then
-// waits at most for next to receive an earlier step, and next receives
-// step s before it sends step s+1, so the ring cannot deadlock; a sender
-// goroutine would only add a hand-off per chunk. The messages are the same
-// chunks as with a sender goroutine, so ranks that decide differently (one
-// processor or several) still agree on every message.
-func ringInline(p Peers, l layout, next int) bool {
-	return eagerTo(p, []int{next}, l.largestBlock(p.Size()))
+// ringWindow says whether a ring schedule over layout l, cut into chunks
+// of chunk bytes, runs on the calling goroutine, and how: it returns the
+// number of chunks a rank sends before it receives as many, 0 for a
+// sender goroutine instead.
+//
+// Inline, each step sends the chunks of a window, then receives the chunks
+// of the same window, window after window. A window fits the next rank's
+// eager limit, so it fits its connection's buffer at once: a send waits at
+// most for next to receive an earlier window, and next receives a window
+// before it sends the following one, so the ring cannot deadlock. The
+// messages are the same chunks as with a sender goroutine, so ranks that
+// decide differently still agree on every message.
+//
+// A whole step is one window when every block fits the eager limit (see
+// eagerTo). A process with one processor (GOMAXPROCS 1) runs every ring
+// inline, in windows of as many chunks as the eager limit holds: a sender
+// goroutine there cannot overlap its copies with the receives, and only
+// adds a hand-off per chunk (from a thread locked to its goroutine, as a
+// call from C is, two thread switches).
+func ringWindow(p Peers, l layout, chunk, total, next int) int {
+	if eagerTo(p, []int{next}, l.largestBlock(p.Size())) {
+		return total
+	}
+	ep, ok := p.(EagerPeers)
+	if !ok || chunk > ep.EagerLimit(next) || !oneProcessor() {
+		return 0
+	}
+	return ep.EagerLimit(next) / chunk
 }
+
+// windowEnd returns the end of the window of k chunks starting at chunk w,
+// for a block of n chunks.
+func windowEnd(w, k, n int) int { return min(n, w+k) }
 
 // reduceScatterRing is ReduceScatterRing over any layout, with step labels
 // starting at base. A nil src means in place (src is data).
@@ -144,32 +165,34 @@ func reduceScatterRing(ctx context.Context, p Peers, ws *Workspace, src, data []
 	}
 	stage := ws.Get(SlotStage, largest)
 	next, prev := mod(r+1, size), mod(r-1, size)
-	if ringInline(p, l, next) {
+	if win := ringWindow(p, l, chunk, total, next); win > 0 {
 		for s := 0; s < size-1; s++ {
-			b := mod(r-s-1, size)
-			off, n := l.block(b, size)
+			sb, rb := mod(r-s-1, size), mod(r-s-2, size)
+			soff, sn := l.block(sb, size)
+			roff, rn := l.block(rb, size)
+			snc, rnc := numChunks(sn, chunk), numChunks(rn, chunk)
 			from := data
 			if s == 0 {
 				from = src
 			}
-			for k, nc := 0, numChunks(n, chunk); k < nc; k++ {
-				lo, hi := chunkAt(off, n, chunk, k)
-				if err := p.Send(ctx, next, base+uint32(s), from[lo:hi]); err != nil {
-					return fmt.Errorf("ring reduce-scatter: rank %d step %d: send chunk %d of segment %d to rank %d: %w", r, s, k, b, next, err)
+			for w := 0; w < max(snc, rnc); w += win {
+				for k := w; k < windowEnd(w, win, snc); k++ {
+					lo, hi := chunkAt(soff, sn, chunk, k)
+					if err := p.Send(ctx, next, base+uint32(s), from[lo:hi]); err != nil {
+						return fmt.Errorf("ring reduce-scatter: rank %d step %d: send chunk %d of segment %d to rank %d: %w", r, s, k, sb, next, err)
+					}
 				}
-			}
-			b = mod(r-s-2, size)
-			off, n = l.block(b, size)
-			for k, nc := 0, numChunks(n, chunk); k < nc; k++ {
-				lo, hi := chunkAt(off, n, chunk, k)
-				buf := stage[:hi-lo]
-				if err := p.Recv(ctx, prev, base+uint32(s), buf); err != nil {
-					return fmt.Errorf("ring reduce-scatter: rank %d step %d: recv chunk %d of segment %d from rank %d: %w", r, s, k, b, prev, err)
-				}
-				if inPlace {
-					ReduceInto(data[lo:hi], buf, dt, op)
-				} else {
-					Reduce3(data[lo:hi], src[lo:hi], buf, dt, op)
+				for k := w; k < windowEnd(w, win, rnc); k++ {
+					lo, hi := chunkAt(roff, rn, chunk, k)
+					buf := stage[:hi-lo]
+					if err := p.Recv(ctx, prev, base+uint32(s), buf); err != nil {
+						return fmt.Errorf("ring reduce-scatter: rank %d step %d: recv chunk %d of segment %d from rank %d: %w", r, s, k, rb, prev, err)
+					}
+					if inPlace {
+						ReduceInto(data[lo:hi], buf, dt, op)
+					} else {
+						Reduce3(data[lo:hi], src[lo:hi], buf, dt, op)
+					}
 				}
 			}
 		}

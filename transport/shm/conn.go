@@ -29,9 +29,19 @@ const (
 	// cores: the one awaited may need this core) before it sleeps on the
 	// futex.
 	spinTight = 64
-	// spinYield is how many more rounds a wait yields to other goroutines
-	// before it sleeps when the processes outnumber the cores.
-	spinYield = 128
+	// spinYield is how many more rounds a wait yields before it sleeps
+	// when the processes outnumber the cores: to the process's other
+	// goroutines and, with sched_yield, to the other processes on its
+	// core (one of them may be the peer it waits for).
+	spinYield = 512
+	// coreYieldSlow is how long a sched_yield may keep a wait away from
+	// its core before the wait concludes that what runs there is not a
+	// peer answering it (a peer hands the core back within microseconds;
+	// another program keeps it for its whole time slice, milliseconds).
+	// The connection then stops yielding its core for coreYieldBackoff
+	// and only sleeps, which a peer's wake-up ends at once.
+	coreYieldSlow    = time.Millisecond
+	coreYieldBackoff = time.Second
 	// sleepSlice bounds a single futex sleep, so that cancellation of a
 	// context without a deadline and a dead peer that nobody reported are
 	// noticed within that time even without a wake-up.
@@ -73,8 +83,11 @@ type Conn struct {
 	// cross-memory read with the number of bytes copied so far.
 	pieceHook func(done int)
 	// yieldHook, if set (by tests), runs whenever a polling wait lets
-	// other goroutines run.
-	yieldHook func()
+	// other goroutines run; coreYieldHook after every sched_yield.
+	yieldHook, coreYieldHook func()
+	// coreYieldOff: the monotonic time (see monotonic) until which waits
+	// do not yield their core (see coreYieldSlow).
+	coreYieldOff atomic.Int64
 
 	_ pad
 	// Producer state, used only by Send.
@@ -436,12 +449,16 @@ func (c *Conn) wait(ctx context.Context, w waitFor) error {
 		if c.spin == 0 {
 			// The processes outnumber the cores: poll only briefly,
 			// letting the process's other goroutines run between polls
-			// (from a thread locked to its goroutine, as a call from C
-			// is, a Gosched also puts the thread to sleep until the
-			// scheduler hands it back, which lets the other processes
-			// run), then sleep.
+			// (see transport.WithoutYield) and the other processes on
+			// this core, then sleep.
 			if i < spinTight+spinYield {
-				runtime.Gosched()
+				if !decided {
+					yield, decided = c.local || transport.Yields(ctx), true
+				}
+				if yield {
+					c.yieldProcessor()
+				}
+				c.yieldCore()
 				continue
 			}
 		} else if i%16 != 0 {
@@ -504,6 +521,29 @@ func (c *Conn) wait(ctx context.Context, w waitFor) error {
 		flag.Store(0)
 	}
 }
+
+// yieldCore gives this thread's core to the other processes that wait for
+// it (sched_yield), unless a recent yield found it taken by a program that
+// keeps it for a whole time slice (see coreYieldSlow).
+func (c *Conn) yieldCore() {
+	start := monotonic()
+	if start < c.coreYieldOff.Load() {
+		return
+	}
+	unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+	if c.coreYieldHook != nil {
+		c.coreYieldHook()
+	}
+	if end := monotonic(); end-start > int64(coreYieldSlow) {
+		c.coreYieldOff.Store(end + int64(coreYieldBackoff))
+	}
+}
+
+// clockBase is the origin of monotonic.
+var clockBase = time.Now()
+
+// monotonic reads the monotonic clock, in nanoseconds since clockBase.
+func monotonic() int64 { return int64(time.Since(clockBase)) }
 
 // yieldProcessor lets the process's other goroutines run during a wait.
 func (c *Conn) yieldProcessor() {

@@ -16,3 +16,6 @@ func SetLocal(c *Conn, local bool) { c.local = local }
 
 // Local reports whether c takes its peer to be in this process.
 func Local(c *Conn) bool { return c.local }
+
+// SetCoreYieldHook makes c call f after every sched_yield of a wait.
+func SetCoreYieldHook(c *Conn, f func()) { c.coreYieldHook = f }

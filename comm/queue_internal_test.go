@@ -101,23 +101,32 @@ func TestConcurrentBlockingCalls(t *testing.T) {
 	}
 }
 
-// TestScheduleContext: a schedule runs under the shared default-timeout
-// context's twin that tells polling transports not to yield; a caller's own
-// context (it has a deadline) is passed through unchanged.
+// TestScheduleContext: a schedule runs under a twin of the shared
+// default-timeout context that tells polling transports not to yield, and
+// for a small operation to give the core away; a caller's own context (it
+// has a deadline) is passed through unchanged.
 func TestScheduleContext(t *testing.T) {
 	var o opContext
 	defer o.release()
 	ctx := o.get(context.Background(), time.Minute, time.Now())
-	s := o.schedule(ctx)
-	if transport.Yields(s) {
-		t.Error("schedule context of the shared context yields")
-	}
-	if dl, _ := s.Deadline(); !dl.Equal(o.deadline) {
-		t.Errorf("schedule context deadline %v, want the shared one %v", dl, o.deadline)
+	for _, tc := range []struct {
+		bytes int
+		core  bool
+	}{{8, true}, {shortOp, true}, {shortOp + 1, false}, {64 << 20, false}} {
+		s := o.schedule(ctx, tc.bytes)
+		if transport.Yields(s) {
+			t.Errorf("%d bytes: schedule context of the shared context yields", tc.bytes)
+		}
+		if got := transport.CoreYields(s); got != tc.core {
+			t.Errorf("%d bytes: schedule context gives the core away: %v, want %v", tc.bytes, got, tc.core)
+		}
+		if dl, _ := s.Deadline(); !dl.Equal(o.deadline) {
+			t.Errorf("%d bytes: schedule context deadline %v, want the shared one %v", tc.bytes, dl, o.deadline)
+		}
 	}
 	own, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if got := o.schedule(o.get(own, time.Minute, time.Now())); got != own {
+	if got := o.schedule(o.get(own, time.Minute, time.Now()), 8); got != own {
 		t.Error("a caller's own context was replaced")
 	}
 }

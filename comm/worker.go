@@ -121,15 +121,18 @@ func (c *Communicator) run(r *Request) (err error) {
 // within a short window: each still gets at least the full timeout, and at
 // most timeout/64 more.
 //
-// The shared context has a twin for schedules (alone): the same context,
+// The shared context has twins for schedules (alone): the same context,
 // telling polling transports not to let other goroutines run while they
 // wait, since the schedule's calling goroutine is the only one of the
 // operation (a schedule that starts more goroutines undoes it for them,
-// see transport.WithYield). Made once per window, it costs operations no
-// allocation.
+// see transport.WithYield); and for small operations (short), which also
+// lets waits give the core to the other processes when the processes
+// outnumber the cores (transport.WithCoreYield). Made once per window,
+// they cost operations no allocation.
 type opContext struct {
 	ctx      context.Context
 	alone    context.Context
+	short    context.Context
 	cancel   context.CancelFunc
 	parent   <-chan struct{}
 	deadline time.Time
@@ -147,25 +150,34 @@ func (o *opContext) get(user context.Context, timeout time.Duration, now time.Ti
 	o.deadline = now.Add(timeout + timeout/64)
 	o.ctx, o.cancel = context.WithDeadline(user, o.deadline)
 	o.alone = transport.WithoutYield(o.ctx)
+	o.short = transport.WithCoreYield(o.alone)
 	o.parent = user.Done()
 	return o.ctx
 }
 
-// schedule returns the context a schedule runs under for an operation that
-// runs under ctx: the shared context's twin that does not yield (see
+// shortOp is the most bytes an operation may move for its waits to give
+// the core away (transport.WithCoreYield): up to it an operation's time is
+// its peers' answers; above it, copies.
+const shortOp = 64 << 10
+
+// schedule returns the context a schedule runs under for an operation of
+// bytes bytes that runs under ctx: a twin of the shared context (see
 // opContext), or ctx itself if it is the caller's own (which has a
-// deadline, and keeps the default).
-func (o *opContext) schedule(ctx context.Context) context.Context {
-	if ctx == o.ctx && ctx != nil {
-		return o.alone
+// deadline, and keeps the defaults).
+func (o *opContext) schedule(ctx context.Context, bytes int) context.Context {
+	switch {
+	case ctx != o.ctx || ctx == nil:
+		return ctx
+	case bytes <= shortOp:
+		return o.short
 	}
-	return ctx
+	return o.alone
 }
 
 func (o *opContext) release() {
 	if o.cancel != nil {
 		o.cancel()
-		o.ctx, o.alone, o.cancel = nil, nil, nil
+		o.ctx, o.alone, o.short, o.cancel = nil, nil, nil, nil
 	}
 }
 

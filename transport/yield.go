@@ -39,3 +39,24 @@ func Yields(ctx context.Context) bool {
 	v, ok := ctx.Value(yieldKey{}).(bool)
 	return !ok || v
 }
+
+// coreYieldKey is the context key of the core-yield setting.
+type coreYieldKey struct{}
+
+// WithCoreYield returns a copy of ctx under which a polling transport,
+// when the processes of its host outnumber the cores, gives the core to
+// the other processes between polls (sched_yield) for a while before it
+// sleeps: one of them may be the peer it waits for, and waking a sleeper
+// costs tens of microseconds on a virtual machine. For operations whose
+// time is the peers' answers (small messages); during large transfers a
+// core kept busy polling slows the copies of its neighbours, so they poll
+// briefly and sleep.
+func WithCoreYield(ctx context.Context) context.Context {
+	return context.WithValue(ctx, coreYieldKey{}, true)
+}
+
+// CoreYields reports whether ctx was made by WithCoreYield.
+func CoreYields(ctx context.Context) bool {
+	v, _ := ctx.Value(coreYieldKey{}).(bool)
+	return v
+}

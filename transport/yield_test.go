@@ -26,3 +26,15 @@ func TestYields(t *testing.T) {
 		t.Error("a child of a WithoutYield context yields")
 	}
 }
+
+func TestCoreYields(t *testing.T) {
+	bg := context.Background()
+	if CoreYields(bg) {
+		t.Error("a plain context gives the core away")
+	}
+	child, cancel := context.WithCancel(WithCoreYield(WithoutYield(bg)))
+	defer cancel()
+	if !CoreYields(child) || Yields(child) {
+		t.Error("a child of WithCoreYield(WithoutYield(...)) lost a setting")
+	}
+}

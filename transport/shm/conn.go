@@ -29,11 +29,14 @@ const (
 	// cores: the one awaited may need this core) before it sleeps on the
 	// futex.
 	spinTight = 64
-	// spinYield is how many more rounds a wait yields before it sleeps
-	// when the processes outnumber the cores: to the process's other
-	// goroutines and, with sched_yield, to the other processes on its
-	// core (one of them may be the peer it waits for).
-	spinYield = 512
+	// spinYield is how many more rounds a wait yields to other goroutines
+	// before it sleeps when the processes outnumber the cores.
+	spinYield = 128
+	// coreYields is how many rounds a wait under transport.WithCoreYield
+	// gives its core to the other processes on it (sched_yield; one of
+	// them may be the peer it waits for) before it sleeps, when the
+	// processes outnumber the cores.
+	coreYields = 512
 	// coreYieldSlow is how long a sched_yield may keep a wait away from
 	// its core before the wait concludes that what runs there is not a
 	// peer answering it (a peer hands the core back within microseconds;
@@ -424,8 +427,9 @@ func (c *Conn) wait(ctx context.Context, w waitFor) error {
 		done      <-chan struct{}
 		spinUntil time.Time
 		// yield: let other goroutines run between polls (see
-		// transport.WithoutYield); decided once it is first asked.
-		yield, decided bool
+		// transport.WithoutYield); core: give the core to other
+		// processes (transport.WithCoreYield). Decided when first asked.
+		yield, core, decided bool
 	)
 	for i := 0; ; i++ {
 		ok, err := c.ready(w)
@@ -449,16 +453,25 @@ func (c *Conn) wait(ctx context.Context, w waitFor) error {
 		if c.spin == 0 {
 			// The processes outnumber the cores: poll only briefly,
 			// letting the process's other goroutines run between polls
-			// (see transport.WithoutYield) and the other processes on
-			// this core, then sleep.
-			if i < spinTight+spinYield {
-				if !decided {
-					yield, decided = c.local || transport.Yields(ctx), true
-				}
+			// (from a thread locked to its goroutine, as a call from C
+			// is, a Gosched also puts the thread to sleep until the
+			// scheduler hands it back, which lets the other processes
+			// run), then sleep. A small operation's wait gives the core
+			// to the other processes instead (transport.WithCoreYield),
+			// and the processor to its own goroutines only if it must
+			// (transport.WithoutYield).
+			if !decided {
+				yield, core, decided = c.local || transport.Yields(ctx), transport.CoreYields(ctx), true
+			}
+			if core && i < spinTight+coreYields {
 				if yield {
 					c.yieldProcessor()
 				}
 				c.yieldCore()
+				continue
+			}
+			if i < spinTight+spinYield {
+				c.yieldProcessor()
 				continue
 			}
 		} else if i%16 != 0 {

@@ -530,14 +530,16 @@ func TestWaitYields(t *testing.T) {
 }
 
 // TestWaitYieldsCore: when the processes outnumber the cores (Spin 0) a
-// wait gives its core to the other processes between polls, and stops
-// doing so, sleeping instead, once a yield kept it away for a time slice
-// (another program holds the core, not a peer that answers at once).
+// wait under transport.WithCoreYield gives its core to the other processes
+// between polls, and stops doing so, sleeping instead, once a yield kept
+// it away for a time slice (another program holds the core, not a peer
+// that answers at once); a wait without it never does.
 func TestWaitYieldsCore(t *testing.T) {
 	for _, tc := range []struct {
 		name string
+		core bool // transport.WithCoreYield
 		slow bool // every yield takes 2 ms
-	}{{"fast yields", false}, {"slow yield", true}} {
+	}{{"fast yields", true, false}, {"slow yield", true, true}, {"large operation", false, false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			a, b := pairWith(t, func(c *shm.Config) { c.Spin = 0 })
 			defer a.Close()
@@ -549,6 +551,10 @@ func TestWaitYieldsCore(t *testing.T) {
 					time.Sleep(2 * time.Millisecond)
 				}
 			})
+			ctx := context.Background()
+			if tc.core {
+				ctx = transport.WithCoreYield(ctx)
+			}
 			h := transport.Header{Kind: transport.KindCollective, Seq: 1, Len: 8}
 			for i := 0; i < 3; i++ {
 				sent := make(chan error, 1)
@@ -556,18 +562,19 @@ func TestWaitYieldsCore(t *testing.T) {
 					time.Sleep(10 * time.Millisecond)
 					sent <- b.Send(context.Background(), h, make([]byte, 8))
 				}()
-				if err := a.Recv(context.Background(), h, make([]byte, 8)); err != nil {
+				if err := a.Recv(ctx, h, make([]byte, 8)); err != nil {
 					t.Fatal(err)
 				}
 				if err := <-sent; err != nil {
 					t.Fatal(err)
 				}
 			}
-			n := yields.Load()
-			if tc.slow && n != 1 {
+			switch n := yields.Load(); {
+			case !tc.core && n != 0:
+				t.Errorf("%d core yields without WithCoreYield, want none", n)
+			case tc.slow && n != 1:
 				t.Errorf("%d core yields over 3 waits after the first took 2 ms, want 1 (then sleep)", n)
-			}
-			if !tc.slow && n == 0 {
+			case tc.core && n == 0:
 				// (How many depends on what else runs: a busy machine
 				// can make a yield slow too.)
 				t.Error("no core yield over 3 waits of 10 ms")

@@ -223,7 +223,8 @@ func soakWorker() error {
 // too) across 4 processes: every result must match the reference, and
 // after the first quarter of the operations (the warm-up, which starts
 // with the largest operations) each process's resident memory may grow by
-// less than 10%, its open files and goroutines by no more than a few,
+// less than 10% (or soakSlack), its open files and goroutines by no more
+// than a few,
 // comparing the most measured in the warm-up's second half with the most
 // measured in the last eighth of the run. Usage is measured after a
 // garbage collection that returns free memory to the system, and the free
@@ -232,6 +233,13 @@ func soakWorker() error {
 // memory grows with every allocation). 1,000 operations by default; OCCL_SOAK_OPS sets
 // the count (the long form is OCCL_SOAK_OPS=10000) and OCCL_SOAK_SEED the
 // seed (default: random, logged).
+// soakSlack is the growth of resident memory TestSoak always accepts:
+// how much more fragmented the Go heap is after the warm-up varies by a
+// few MiB from run to run (up to 12% of a 29 MiB rank, with no operation
+// leaking anything), while a leak of 6 KiB per operation of a default run
+// still exceeds it.
+const soakSlack = 4 << 20
+
 func TestSoak(t *testing.T) {
 	total := 1000
 	if v := os.Getenv("OCCL_SOAK_OPS"); v != "" {
@@ -282,7 +290,7 @@ func TestSoak(t *testing.T) {
 		if ops != total || w.live <= 0 {
 			t.Errorf("rank %d: %q", rank, line)
 		}
-		if float64(e.live) >= 1.10*float64(w.live) && !raceEnabled {
+		if e.live-w.live >= max(w.live/10, soakSlack) && !raceEnabled {
 			t.Errorf("rank %d: resident memory (less the Go heap's free pages) grew from %d to %d KiB after the warm-up (%.1f%%)",
 				rank, w.live>>10, e.live>>10, 100*float64(e.live-w.live)/float64(w.live))
 		}

@@ -198,62 +198,43 @@ func TestAllReduceDetectsMismatch(t *testing.T) {
 }
 
 // TestRingOneProcessorInline: in a process with one processor, a ring
-// allreduce whose blocks are above 64 KiB and several chunks long, but fit
-// the next rank's eager limit, sends every chunk of a step before it
-// receives any (no sender goroutine, which could not overlap the copies
-// there); the result is checked against the serial reference.
+// allreduce whose blocks are above 64 KiB and several chunks long runs on
+// the calling goroutine (no sender goroutine, which could not overlap the
+// copies there): each step sends a window of chunks before it receives,
+// the whole step when a block fits the next rank's eager limit, else as
+// many chunks as the limit holds. Every rank has sent one window (4
+// chunks) when it first receives; uneven counts and rank numbers are
+// checked against the serial reference.
 func TestRingOneProcessorInline(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	const p, chunk = 4, 64 << 10
-	const count = p * 200 << 10 / 4 // float32: 200 KiB blocks, 4 chunks each
-	in := rankInputs(Float32, Sum, p, count)
-	want := serialReduce(Float32, Sum, in)
-	rec := make([]*sendsFirst, p)
-	got := make([][]byte, p)
-	runRanks(t, p, fakepeers.Options{EagerLimit: 1 << 20}, func(ctx context.Context, rank int, peers Peers) error {
-		got[rank] = append([]byte(nil), in[rank]...)
-		rec[rank] = &sendsFirst{Peers: peers}
-		return AllReduceRing(ctx, rec[rank], new(Workspace), got[rank], Float32, Sum, chunk)
-	})
-	for r := range got {
-		if d := firstDiff(got[r], want, 4); d != "" {
-			t.Fatalf("rank %d: %s", r, d)
-		}
-		if s := rec[r]; s.atFirstRecv != 4 {
-			t.Errorf("rank %d: %d of 4 chunks of step 0 sent when the first receive started, want all (inline)", r, s.atFirstRecv)
-		}
-	}
-}
-
-// TestRingOneProcessorWindows: in a process with one processor, ring
-// schedules whose blocks exceed the eager limit still run inline, in
-// windows of as many chunks as the limit holds (here 4 of 16 KiB in 64
-// KiB): every rank has sent one window when it first receives. Uneven
-// counts and rank numbers are checked against the serial reference.
-func TestRingOneProcessorWindows(t *testing.T) {
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	const chunk = 16 << 10
-	for _, p := range []int{2, 3, 5} {
-		for _, count := range []int{p * 50000, p*50000 + 7, 123457} {
-			t.Run(fmt.Sprintf("p%d/n%d", p, count), func(t *testing.T) {
-				in := rankInputs(Float32, Sum, p, count)
-				want := serialReduce(Float32, Sum, in)
-				rec := make([]*sendsFirst, p)
-				got := make([][]byte, p)
-				runRanks(t, p, fakepeers.Options{EagerLimit: 64 << 10}, func(ctx context.Context, rank int, peers Peers) error {
-					got[rank] = append([]byte(nil), in[rank]...)
-					rec[rank] = &sendsFirst{Peers: peers}
-					return AllReduceRing(ctx, rec[rank], new(Workspace), got[rank], Float32, Sum, chunk)
-				})
-				for r := range got {
-					if d := firstDiff(got[r], want, 4); d != "" {
-						t.Fatalf("rank %d: %s", r, d)
-					}
-					if s := rec[r]; s.atFirstRecv != 4 {
-						t.Errorf("rank %d: %d chunks sent when the first receive started, want one window of 4", r, s.atFirstRecv)
-					}
-				}
+	for _, tc := range []struct {
+		name         string
+		chunk, eager int
+		p, count     int
+	}{
+		{"whole step", 64 << 10, 1 << 20, 4, 4 * 200 << 10 / 4}, // 200 KiB blocks: 4 chunks
+		{"windows", 16 << 10, 64 << 10, 2, 2 * 50000},           // 200 KB blocks: windows of 4 chunks
+		{"windows", 16 << 10, 64 << 10, 3, 3*50000 + 7},
+		{"windows", 16 << 10, 64 << 10, 5, 123457},
+	} {
+		t.Run(fmt.Sprintf("%s/p%d/n%d", tc.name, tc.p, tc.count), func(t *testing.T) {
+			in := rankInputs(Float32, Sum, tc.p, tc.count)
+			want := serialReduce(Float32, Sum, in)
+			rec := make([]*sendsFirst, tc.p)
+			got := make([][]byte, tc.p)
+			runRanks(t, tc.p, fakepeers.Options{EagerLimit: tc.eager}, func(ctx context.Context, rank int, peers Peers) error {
+				got[rank] = append([]byte(nil), in[rank]...)
+				rec[rank] = &sendsFirst{Peers: peers}
+				return AllReduceRing(ctx, rec[rank], new(Workspace), got[rank], Float32, Sum, tc.chunk)
 			})
-		}
+			for r := range got {
+				if d := firstDiff(got[r], want, 4); d != "" {
+					t.Fatalf("rank %d: %s", r, d)
+				}
+				if s := rec[r]; s.atFirstRecv != 4 {
+					t.Errorf("rank %d: %d chunks sent when the first receive started, want one window of 4", r, s.atFirstRecv)
+				}
+			}
+		})
 	}
 }

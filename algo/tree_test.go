@@ -160,32 +160,6 @@ func (s *sendsFromCaller) Send(ctx context.Context, peer int, step uint32, buf [
 	return s.Peers.Send(ctx, peer, step, buf)
 }
 
-// TestBroadcastTreeRootInline: the root of a tree with one child (2 ranks)
-// sends every chunk of a pipelined broadcast on its own goroutine, with
-// nothing to overlap; the result is checked.
-func TestBroadcastTreeRootInline(t *testing.T) {
-	const n, chunk = 10000, 1024
-	want := make([]byte, n)
-	for i := range want {
-		want[i] = byte(i*7 + 3)
-	}
-	bufs := [][]byte{append([]byte(nil), want...), make([]byte, n)}
-	root := &sendsFromCaller{caller: "algo.TestBroadcastTreeRootInline.func1"}
-	runRanks(t, 2, fakepeers.Options{EagerLimit: -1}, func(ctx context.Context, rank int, p Peers) error {
-		if rank == 0 {
-			root.Peers = p
-			p = root
-		}
-		return BroadcastTree(ctx, p, bufs[rank], 0, chunk)
-	})
-	if !bytes.Equal(bufs[1], want) {
-		t.Fatal("rank 1 did not receive the root's data")
-	}
-	if root.sends != (n+chunk-1)/chunk || root.other {
-		t.Fatalf("root made %d sends (want %d), on another goroutine: %v", root.sends, (n+chunk-1)/chunk, root.other)
-	}
-}
-
 // yieldRecorder records whether any Send or Recv ran under a context that
 // lets polling transports yield.
 type yieldRecorder struct {
@@ -203,29 +177,38 @@ func (y *yieldRecorder) Recv(ctx context.Context, peer int, step uint32, buf []b
 	return y.Peers.Recv(ctx, peer, step, buf)
 }
 
-// TestBroadcastTreeLeafInline: a leaf receives every chunk of a pipelined
-// broadcast on the calling goroutine, under the caller's context (which
-// here tells transports not to yield: nothing else of the operation runs
-// in the process); the result is checked.
-func TestBroadcastTreeLeafInline(t *testing.T) {
+// TestBroadcastTreeTwoRanksInline: with 2 ranks the root (a tree of one
+// child) sends every chunk of a pipelined broadcast on its own goroutine,
+// and the leaf receives them on its own, both under the caller's context
+// (which here tells transports not to yield: nothing else of the
+// operation runs in the process); the result is checked.
+func TestBroadcastTreeTwoRanksInline(t *testing.T) {
 	const n, chunk = 10000, 1024
 	want := make([]byte, n)
 	for i := range want {
-		want[i] = byte(i*5 + 1)
+		want[i] = byte(i*7 + 3)
 	}
 	bufs := [][]byte{append([]byte(nil), want...), make([]byte, n)}
-	leaf := &yieldRecorder{}
+	rec := []*yieldRecorder{{}, {}}
+	root := &sendsFromCaller{caller: "algo.TestBroadcastTreeTwoRanksInline.func1"}
 	runRanks(t, 2, fakepeers.Options{EagerLimit: -1}, func(ctx context.Context, rank int, p Peers) error {
-		if rank == 1 {
-			leaf.Peers = p
-			p = leaf
+		rec[rank].Peers = p
+		p = rec[rank]
+		if rank == 0 {
+			root.Peers = p
+			p = root
 		}
 		return BroadcastTree(transport.WithoutYield(ctx), p, bufs[rank], 0, chunk)
 	})
 	if !bytes.Equal(bufs[1], want) {
 		t.Fatal("rank 1 did not receive the root's data")
 	}
-	if leaf.yielded.Load() {
-		t.Fatal("the leaf received under a context that yields (a goroutine group's)")
+	if root.sends != (n+chunk-1)/chunk || root.other {
+		t.Fatalf("root made %d sends (want %d), on another goroutine: %v", root.sends, (n+chunk-1)/chunk, root.other)
+	}
+	for r, y := range rec {
+		if y.yielded.Load() {
+			t.Errorf("rank %d sent or received under a context that yields (a goroutine group's)", r)
+		}
 	}
 }

@@ -27,7 +27,9 @@ import (
 // same kind must not overlap: the communicator serialises all sends to a peer
 // and all receives from it. Every call honours ctx's deadline and
 // cancellation; a call that fails leaves the stream in an undefined state, so
-// the caller must close the Conn after any error.
+// the caller must close the Conn after any error. ctx may also carry hints
+// for transports that poll while they wait (WithoutYield, WithCoreYield):
+// they change how a wait spends its time, never what a call does.
 type Conn interface {
 	// Send writes one frame carrying payload. h.Len is set from
 	// len(payload). It returns once payload may be reused.

@@ -3,7 +3,9 @@ package comm
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"syscall"
 	"testing"
 	"time"
 
@@ -20,14 +22,23 @@ import (
 func TestGoneWatch(t *testing.T) {
 	oldSecret, newSecret := []byte("0123456789abcdef"), []byte("fedcba9876543210")
 	const oldComm, newComm = 11, 22
+	// An address nothing listens at, whose port stays taken (bound, not
+	// listening: connections are refused) so that no other test's
+	// listener can get it while this one runs.
 	closed := func() string {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		addr := ln.Addr().String()
-		ln.Close()
-		return addr
+		t.Cleanup(func() { syscall.Close(fd) })
+		if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+			t.Fatal(err)
+		}
+		sa, err := syscall.Getsockname(fd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprintf("127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
 	}
 	listen := func(secret []byte, comm uint64) string {
 		ln, err := tcp.Listen("127.0.0.1:0", secret, listenFilter(tcp.PurposeData, comm), nil)
@@ -87,7 +98,11 @@ func TestGoneWatch(t *testing.T) {
 		defer close(done)
 		w.watch(wctx, wcancel)
 	}()
-	<-wctx.Done()
+	select {
+	case <-wctx.Done():
+	case <-time.After(time.Minute):
+		t.Fatal("the watch did not find old rank 2 gone within a minute")
+	}
 	if pe, ok := context.Cause(wctx).(*PeerError); !ok || pe.Peer != 2 {
 		t.Fatalf("the watch ended with %v, want old rank 2 gone", context.Cause(wctx))
 	}

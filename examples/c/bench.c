@@ -4,19 +4,22 @@
 // occl-bench) do, so that the C ABI's cost can be compared with the Go
 // API's in the same run:
 //
-//   bench [-b BYTES] [-n ITERS] [-w WARMUP] [-c CHECK] [-a ALIGN]
+//   bench [-b BYTES] [-n ITERS] [-w WARMUP] [-c CHECK] [-a ALIGN] [-B BLOCKING]
 //
 // float32 sum, BYTES per rank (default 64 MiB), in buffers aligned to ALIGN
 // bytes (default 4096, like the Go heap's large objects; 0: plain malloc,
 // which offsets large blocks 16 bytes from a page). Each variant (out of place,
 // in place) issues WARMUP operations, a barrier, then ITERS non-blocking
 // operations back to back and waits for the last (operations complete in
-// order), like nccl-tests synchronising its stream once per batch. The time
+// order), like nccl-tests synchronising its stream once per batch; with
+// -B 1, ITERS blocking calls one after the other instead (occl-bench -z 1,
+// and what torch.distributed does for a call without async_op). The time
 // is the maximum over ranks of each rank's average; algbw = bytes / time,
 // busbw = algbw * 2(n-1)/n as nccl-tests defines it for all-reduce. Rank 0
-// prints a line of the nccl-tests table and a machine-readable line:
+// prints a line of the nccl-tests table and two machine-readable lines:
 //
 //   busbw_GBps <out-of-place> <in-place>
+//   time_us <out-of-place> <in-place>
 
 #include <stdint.h>
 #include <string.h>
@@ -44,11 +47,17 @@ static size_t parse_size(const char* s) {
 // run times iters all-reduces of send into recv and returns the maximum
 // over ranks of the average time in seconds.
 static double run(occlComm_t comm, const float* send, float* recv, size_t count, int iters, int warmup,
-                  occlRequest_t* reqs) {
+                  occlRequest_t* reqs, int blocking) {
   for (int i = 0; i < warmup; i++) OCCLCHECK(occlAllReduceAsync(send, recv, count, occlFloat, occlSum, comm, &reqs[i]));
   for (int i = 0; i < warmup; i++) OCCLCHECK(occlRequestFree(reqs[i]));
   OCCLCHECK(occlBarrier(comm));  // also waits for the warmup (issue order)
   double t0 = now();
+  if (blocking) {
+    for (int i = 0; i < iters; i++) OCCLCHECK(occlAllReduce(send, recv, count, occlFloat, occlSum, comm));
+    double avg = (now() - t0) / iters;
+    OCCLCHECK(occlAllReduce(&avg, &avg, 1, occlDouble, occlMax, comm));
+    return avg;
+  }
   for (int i = 0; i < iters; i++) OCCLCHECK(occlAllReduceAsync(send, recv, count, occlFloat, occlSum, comm, &reqs[i]));
   OCCLCHECK(occlWait(reqs[iters - 1]));
   double avg = (now() - t0) / iters;
@@ -81,7 +90,7 @@ static long check(occlComm_t comm, float* send, float* recv, size_t count, int r
 
 int main(int argc, char** argv) {
   size_t bytes = 64 << 20;
-  int iters = 20, warmup = 5, docheck = 1;
+  int iters = 20, warmup = 5, docheck = 1, blocking = 0;
   size_t align = 4096;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "-b")) bytes = parse_size(argv[i + 1]);
@@ -89,8 +98,9 @@ int main(int argc, char** argv) {
     else if (!strcmp(argv[i], "-w")) warmup = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "-c")) docheck = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "-a")) align = parse_size(argv[i + 1]);
+    else if (!strcmp(argv[i], "-B")) blocking = atoi(argv[i + 1]);
     else {
-      fprintf(stderr, "usage: bench [-b BYTES] [-n ITERS] [-w WARMUP] [-c 0|1] [-a ALIGN]\n");
+      fprintf(stderr, "usage: bench [-b BYTES] [-n ITERS] [-w WARMUP] [-c 0|1] [-a ALIGN] [-B 0|1]\n");
       return 2;
     }
   }
@@ -115,9 +125,9 @@ int main(int argc, char** argv) {
   long wrong = 0, wrongIn = 0;
   if (docheck) wrong = check(comm, send, recv, count, rank, n);
   for (size_t i = 0; i < count; i++) send[i] = 1, recv[i] = 0;  // touch every page
-  double t = run(comm, send, recv, count, iters, warmup, reqs);
+  double t = run(comm, send, recv, count, iters, warmup, reqs, blocking);
   if (docheck) wrongIn = check(comm, send, send, count, rank, n);
-  double tin = run(comm, send, send, count, iters, warmup, reqs);
+  double tin = run(comm, send, send, count, iters, warmup, reqs, blocking);
   double factor = 2.0 * (n - 1) / n;
   double alg = (double)bytes / t / 1e9, algIn = (double)bytes / tin / 1e9;
   if (rank == 0) {
@@ -126,6 +136,7 @@ int main(int argc, char** argv) {
     printf("%12zu  %12zu   float     sum      -1  %7.0f  %6.2f  %6.2f  %5ld  %7.0f  %6.2f  %6.2f  %5ld\n", bytes, count,
            t * 1e6, alg, alg * factor, docheck ? wrong : -1L, tin * 1e6, algIn, algIn * factor, docheck ? wrongIn : -1L);
     printf("busbw_GBps %.4f %.4f\n", alg * factor, algIn * factor);
+    printf("time_us %.3f %.3f\n", t * 1e6, tin * 1e6);
   }
   OCCLCHECK(occlCommDestroy(comm));
   free(send);

@@ -115,8 +115,10 @@ func (l layout) largestBlock(p int) int {
 // sender goroutine instead.
 //
 // Inline, each step sends the chunks of a window, then receives the chunks
-// of the same window, window after window. A window fits the next rank's
-// eager limit, so it fits its connection's buffer at once: a send waits at
+// of the same window, window after window. A window's payloads fit the
+// next rank's eager limit, so the window fits its connection's buffer at
+// once (the transports keep four times the limit, which covers the frames'
+// headers): a send waits at
 // most for next to receive an earlier window, and next receives a window
 // before it sends the following one, so the ring cannot deadlock. The
 // messages are the same chunks as with a sender goroutine, so ranks that

@@ -38,10 +38,14 @@ func (c *Communicator) postAllToAll(ctx context.Context, send, recv Buffer) *Req
 	}
 	nb := len(send.b) / c.size
 	c.traffic.record(TrafficTag(ctx), c.size, nil, nb)
-	return c.post(ctx, name, collHeader(algo.OpAllToAll, send.dt, 0, 0, send.Len()/c.size), func(ctx context.Context, p *opPeers) error {
-		offs, lens := c.blocks(nb)
-		return c.allToAll(ctx, p, send.b, offs, lens, recv.b, offs, lens, nb)
-	})
+	return c.post(ctx, name, collHeader(algo.OpAllToAll, send.dt, 0, 0, send.Len()/c.size), allToAllOp, opArgs{send: send, recv: recv})
+}
+
+func allToAllOp(ctx context.Context, p *opPeers, a *opArgs) error {
+	c := p.c
+	nb := len(a.send.b) / c.size
+	offs, lens := c.worker.blocks(c.size, nb)
+	return c.allToAll(ctx, p, a.send.b, offs, lens, a.recv.b, offs, lens, nb)
 }
 
 // AllToAllV is AllToAll with a count and displacement per peer, in
@@ -75,9 +79,9 @@ func (c *Communicator) postAllToAllV(ctx context.Context, send Buffer, sendCount
 		return c.failedRequest(name, err)
 	}
 	c.traffic.record(TrafficTag(ctx), c.size, slens, 0)
-	return c.post(ctx, name, collHeader(algo.OpAllToAllV, send.dt, 0, 0, 0), func(ctx context.Context, p *opPeers) error {
+	return c.post(ctx, name, collHeader(algo.OpAllToAllV, send.dt, 0, 0, 0), callOp, opArgs{call: func(ctx context.Context, p *opPeers) error {
 		return c.allToAll(ctx, p, send.b, soffs, slens, recv.b, roffs, rlens, -1)
-	})
+	}})
 }
 
 // allToAll runs the exchange: the pairwise exchange, or the route the

@@ -54,16 +54,22 @@ func checkPair(send, recv Buffer) error {
 // wherever the request is. It does not return before the request
 // completes, since the request's buffers are in use until then.
 func wait(r *Request) error {
-	r.c.help(r)
-	select {
-	case <-r.done:
-	case <-r.ctxDone():
-		// Withdrawn if still queued; a running operation honours its
-		// context itself.
-		r.c.queue.withdraw(r)
-		<-r.done
+	c := r.c
+	c.help(r)
+	if !r.finished.Load() {
+		done := r.Done()
+		select {
+		case <-done:
+		case <-r.ctxDone():
+			// Withdrawn if still queued; a running operation honours
+			// its context itself.
+			c.queue.withdraw(r)
+			<-done
+		}
 	}
-	return r.err
+	err := r.err
+	r.recycle()
+	return err
 }
 
 // AllReduce reduces send across all ranks with op and leaves the result in
@@ -93,15 +99,17 @@ func (c *Communicator) postAllReduce(ctx context.Context, send, recv Buffer, op 
 	if err != nil {
 		return c.failedRequest(name, err)
 	}
-	dt, n := send.dt, send.Len()
-	return c.post(ctx, name, collHeader(algo.OpAllReduce, dt, op, 0, n), func(ctx context.Context, p *opPeers) error {
-		err := c.runSchedule(ctx, algo.OpAllReduce, len(recv.b), algo.Args{Peers: p, Src: send.b, Dst: recv.b, DType: dt, Op: op.Combiner()})
-		if err != nil {
-			return err
-		}
-		algo.Finalize(recv.b, dt, op, c.size)
-		return nil
-	})
+	return c.post(ctx, name, collHeader(algo.OpAllReduce, send.dt, op, 0, send.Len()), allReduceOp, opArgs{send: send, recv: recv, op: op})
+}
+
+func allReduceOp(ctx context.Context, p *opPeers, a *opArgs) error {
+	dt := a.send.dt
+	err := p.c.runSchedule(ctx, algo.OpAllReduce, len(a.recv.b), algo.Args{Peers: p, Src: a.send.b, Dst: a.recv.b, DType: dt, Op: a.op.Combiner()})
+	if err != nil {
+		return err
+	}
+	algo.Finalize(a.recv.b, dt, a.op, p.c.size)
+	return nil
 }
 
 // runSchedule runs collective op on bytes bytes with the schedule
@@ -156,9 +164,11 @@ func (c *Communicator) postBroadcast(ctx context.Context, send, recv Buffer, roo
 	if err != nil {
 		return c.failedRequest(name, err)
 	}
-	return c.post(ctx, name, collHeader(algo.OpBroadcast, recv.dt, 0, root, recv.Len()), func(ctx context.Context, p *opPeers) error {
-		return c.runSchedule(ctx, algo.OpBroadcast, len(recv.b), algo.Args{Peers: p, Src: send.b, Dst: recv.b, Root: root})
-	})
+	return c.post(ctx, name, collHeader(algo.OpBroadcast, recv.dt, 0, root, recv.Len()), broadcastOp, opArgs{send: send, recv: recv, root: root})
+}
+
+func broadcastOp(ctx context.Context, p *opPeers, a *opArgs) error {
+	return p.c.runSchedule(ctx, algo.OpBroadcast, len(a.recv.b), algo.Args{Peers: p, Src: a.send.b, Dst: a.recv.b, Root: a.root})
 }
 
 // Reduce reduces send across all ranks with op into recv on root. recv is
@@ -195,27 +205,19 @@ func (c *Communicator) postReduce(ctx context.Context, send, recv Buffer, op Op,
 	if err != nil {
 		return c.failedRequest(name, err)
 	}
-	dt, n := send.dt, send.Len()
-	return c.post(ctx, name, collHeader(algo.OpReduce, dt, op, root, n), func(ctx context.Context, p *opPeers) error {
-		err := c.runSchedule(ctx, algo.OpReduce, len(send.b), algo.Args{Peers: p, Src: send.b, Dst: recv.b, DType: dt, Op: op.Combiner(), Root: root})
-		if err != nil {
-			return err
-		}
-		if isRoot {
-			algo.Finalize(recv.b, dt, op, c.size)
-		}
-		return nil
-	})
+	return c.post(ctx, name, collHeader(algo.OpReduce, send.dt, op, root, send.Len()), reduceOp, opArgs{send: send, recv: recv, op: op, root: root})
 }
 
-// blocks returns per-rank byte offsets and lengths for equal blocks of
-// blockBytes.
-func (c *Communicator) blocks(blockBytes int) (offs, lens []int) {
-	offs, lens = make([]int, c.size), make([]int, c.size)
-	for i := range offs {
-		offs[i], lens[i] = i*blockBytes, blockBytes
+func reduceOp(ctx context.Context, p *opPeers, a *opArgs) error {
+	dt := a.send.dt
+	err := p.c.runSchedule(ctx, algo.OpReduce, len(a.send.b), algo.Args{Peers: p, Src: a.send.b, Dst: a.recv.b, DType: dt, Op: a.op.Combiner(), Root: a.root})
+	if err != nil {
+		return err
 	}
-	return offs, lens
+	if p.c.rank == a.root {
+		algo.Finalize(a.recv.b, dt, a.op, p.c.size)
+	}
+	return nil
 }
 
 // AllGather gathers every rank's send buffer into recv on every rank, in
@@ -248,9 +250,11 @@ func (c *Communicator) postAllGather(ctx context.Context, send, recv Buffer) *Re
 	if err != nil {
 		return c.failedRequest(name, err)
 	}
-	return c.post(ctx, name, collHeader(algo.OpAllGather, send.dt, 0, 0, send.Len()), func(ctx context.Context, p *opPeers) error {
-		return c.runSchedule(ctx, algo.OpAllGather, len(recv.b), algo.Args{Peers: p, Src: send.b, Dst: recv.b, Block: nb})
-	})
+	return c.post(ctx, name, collHeader(algo.OpAllGather, send.dt, 0, 0, send.Len()), allGatherOp, opArgs{send: send, recv: recv})
+}
+
+func allGatherOp(ctx context.Context, p *opPeers, a *opArgs) error {
+	return p.c.runSchedule(ctx, algo.OpAllGather, len(a.recv.b), algo.Args{Peers: p, Src: a.send.b, Dst: a.recv.b, Block: len(a.send.b)})
 }
 
 // ReduceScatter reduces send across ranks with op and leaves block Rank()
@@ -286,15 +290,17 @@ func (c *Communicator) postReduceScatter(ctx context.Context, send, recv Buffer,
 	if err != nil {
 		return c.failedRequest(name, err)
 	}
-	dt, n := recv.dt, recv.Len()
-	return c.post(ctx, name, collHeader(algo.OpReduceScatter, dt, op, 0, n), func(ctx context.Context, p *opPeers) error {
-		err := c.runSchedule(ctx, algo.OpReduceScatter, len(send.b), algo.Args{Peers: p, Src: send.b, Dst: recv.b, DType: dt, Op: op.Combiner(), Block: nb})
-		if err != nil {
-			return err
-		}
-		algo.Finalize(recv.b, dt, op, c.size)
-		return nil
-	})
+	return c.post(ctx, name, collHeader(algo.OpReduceScatter, recv.dt, op, 0, recv.Len()), reduceScatterOp, opArgs{send: send, recv: recv, op: op})
+}
+
+func reduceScatterOp(ctx context.Context, p *opPeers, a *opArgs) error {
+	dt := a.recv.dt
+	err := p.c.runSchedule(ctx, algo.OpReduceScatter, len(a.send.b), algo.Args{Peers: p, Src: a.send.b, Dst: a.recv.b, DType: dt, Op: a.op.Combiner(), Block: len(a.recv.b)})
+	if err != nil {
+		return err
+	}
+	algo.Finalize(a.recv.b, dt, a.op, p.c.size)
+	return nil
 }
 
 // vLayout checks per-peer counts and displacements (in elements) against a
@@ -346,9 +352,12 @@ func (c *Communicator) postGather(ctx context.Context, send, recv Buffer, root i
 	if err != nil {
 		return c.failedRequest(name, err)
 	}
-	return c.post(ctx, name, collHeader(algo.OpGather, send.dt, 0, root, send.Len()), func(ctx context.Context, p *opPeers) error {
-		return c.runSchedule(ctx, algo.OpGather, nb, algo.Args{Peers: p, Src: send.b, Dst: recv.b, Root: root, Block: nb})
-	})
+	return c.post(ctx, name, collHeader(algo.OpGather, send.dt, 0, root, send.Len()), gatherOp, opArgs{send: send, recv: recv, root: root})
+}
+
+func gatherOp(ctx context.Context, p *opPeers, a *opArgs) error {
+	nb := len(a.send.b)
+	return p.c.runSchedule(ctx, algo.OpGather, nb, algo.Args{Peers: p, Src: a.send.b, Dst: a.recv.b, Root: a.root, Block: nb})
 }
 
 // Scatter sends block j of root's send buffer to rank j's recv. send (root
@@ -383,9 +392,12 @@ func (c *Communicator) postScatter(ctx context.Context, send, recv Buffer, root 
 	if err != nil {
 		return c.failedRequest(name, err)
 	}
-	return c.post(ctx, name, collHeader(algo.OpScatter, recv.dt, 0, root, recv.Len()), func(ctx context.Context, p *opPeers) error {
-		return c.runSchedule(ctx, algo.OpScatter, nb, algo.Args{Peers: p, Src: send.b, Dst: recv.b, Root: root, Block: nb})
-	})
+	return c.post(ctx, name, collHeader(algo.OpScatter, recv.dt, 0, root, recv.Len()), scatterOp, opArgs{send: send, recv: recv, root: root})
+}
+
+func scatterOp(ctx context.Context, p *opPeers, a *opArgs) error {
+	nb := len(a.recv.b)
+	return p.c.runSchedule(ctx, algo.OpScatter, nb, algo.Args{Peers: p, Src: a.send.b, Dst: a.recv.b, Root: a.root, Block: nb})
 }
 
 // Barrier returns once every rank has called it.
@@ -400,7 +412,9 @@ func (c *Communicator) BarrierAsync(ctx context.Context) *Request {
 
 // postBarrier queues Barrier for a caller that waits for it (see post).
 func (c *Communicator) postBarrier(ctx context.Context) *Request {
-	return c.post(ctx, "Barrier", collHeader(algo.OpBarrier, 0, 0, 0, 0), func(ctx context.Context, p *opPeers) error {
-		return c.runSchedule(ctx, algo.OpBarrier, 0, algo.Args{Peers: p})
-	})
+	return c.post(ctx, "Barrier", collHeader(algo.OpBarrier, 0, 0, 0, 0), barrierOp, opArgs{})
+}
+
+func barrierOp(ctx context.Context, p *opPeers, _ *opArgs) error {
+	return p.c.runSchedule(ctx, algo.OpBarrier, 0, algo.Args{Peers: p})
 }

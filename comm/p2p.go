@@ -90,12 +90,12 @@ func (g *Group) post(ctx context.Context) *Request {
 	ops := g.ops
 	g.ops = nil
 	hdr := transport.Header{Kind: transport.KindP2P, Op: uint8(algo.OpSendRecv)}
-	return c.post(ctx, name, hdr, func(ctx context.Context, p *opPeers) error {
+	return c.post(ctx, name, hdr, callOp, opArgs{call: func(ctx context.Context, p *opPeers) error {
 		for i := range selfSend {
 			copy(selfRecv[i].b, selfSend[i].b)
 		}
 		return c.runP2P(ctx, p, ops)
-	})
+	}})
 }
 
 // runP2P runs the remote operations of a group: one goroutine per peer and

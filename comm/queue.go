@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/occl/occl/transport"
 )
@@ -64,6 +65,11 @@ func (q *opQueue) init() {
 
 // Request is an operation issued with an Async method. The buffers it was
 // given belong to it until it completes.
+//
+// A request allocates nothing beyond itself: the common operations are
+// static functions of their arguments (opFunc, opArgs), and the channel
+// Done returns is made only for a caller that blocks on it. The requests
+// of blocking calls, which no caller ever sees, are recycled (see wait).
 type Request struct {
 	c    *Communicator
 	name string
@@ -72,10 +78,42 @@ type Request struct {
 	// target is a rewire's target digest, part of its fingerprint.
 	target uint64
 	ctx    context.Context
-	fn     func(ctx context.Context, p *opPeers) error
-	done   chan struct{}
-	err    error
+	fn     opFunc
+	args   opArgs
+	// finished is set when the operation has completed, after err; mu
+	// orders it with the making of done, which finish closes.
+	finished atomic.Bool
+	mu       sync.Mutex
+	done     chan struct{}
+	err      error
 }
+
+// opFunc runs an operation on its arguments.
+type opFunc func(ctx context.Context, p *opPeers, a *opArgs) error
+
+// opArgs are an operation's arguments, kept in its Request so that issuing
+// one of the common operations allocates no closure. The others bind
+// theirs in call (see callOp).
+type opArgs struct {
+	send, recv Buffer
+	op         Op
+	root       int
+	call       func(ctx context.Context, p *opPeers) error
+}
+
+// callOp runs an operation whose arguments are bound in a closure.
+func callOp(ctx context.Context, p *opPeers, a *opArgs) error { return a.call(ctx, p) }
+
+// requests recycles the requests of blocking calls.
+var requests = sync.Pool{New: func() any { return new(Request) }}
+
+// closed is the Done channel of a request that completed before anyone
+// asked for one.
+var closed = func() chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}()
 
 // Wait blocks until the operation completes and returns its error. If ctx
 // ends first, Wait returns ctx's error and the operation goes on.
@@ -86,10 +124,13 @@ func (r *Request) Wait(ctx context.Context) error {
 		// to return while the operation goes on.
 		r.c.help(r)
 	}
-	own := r.ctxDone()
+	if r.finished.Load() {
+		return r.err
+	}
+	done, own := r.Done(), r.ctxDone()
 	for {
 		select {
-		case <-r.done:
+		case <-done:
 			return r.err
 		case <-ctx.Done():
 			return fmt.Errorf("occl: rank %d: waiting for %s: %w", r.c.rank, r.name, ctx.Err())
@@ -116,22 +157,49 @@ func (r *Request) Test() (bool, error) {
 	if r.ctx != nil && r.ctx.Err() != nil {
 		r.c.queue.withdraw(r)
 	}
-	select {
-	case <-r.done:
+	if r.finished.Load() {
 		return true, r.err
-	default:
-		return false, nil
 	}
+	return false, nil
 }
 
 // Done returns a channel closed when the operation completes.
-func (r *Request) Done() <-chan struct{} { return r.done }
+func (r *Request) Done() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case r.done != nil:
+	case r.finished.Load():
+		return closed
+	default:
+		r.done = make(chan struct{})
+	}
+	return r.done
+}
 
+// finish completes the request with err. Once finished is set, the request
+// may be recycled (see wait): finish touches nothing of it after that.
 func (r *Request) finish(err error) {
+	q := &r.c.queue
 	r.err = err
-	r.fn = nil
-	close(r.done)
-	r.c.queue.out.Done()
+	r.fn, r.args = nil, opArgs{}
+	r.mu.Lock()
+	r.finished.Store(true)
+	done := r.done
+	r.mu.Unlock()
+	if done != nil {
+		close(done)
+	}
+	q.out.Done()
+}
+
+// recycle returns the request of a blocking call, completed and seen by its
+// only caller, to the pool.
+func (r *Request) recycle() {
+	r.mu.Lock()   // finish may not have released it yet
+	r.mu.Unlock() //nolint:staticcheck // only waits for finish
+	*r = Request{}
+	requests.Put(r)
 }
 
 // withdrawn is the error of a request whose context ended before it
@@ -140,22 +208,25 @@ func (r *Request) withdrawn() error {
 	return &OpError{Rank: r.c.rank, Op: r.name, Err: fmt.Errorf("withdrawn before it started: %w", r.ctx.Err())}
 }
 
-// submit queues an operation and wakes the worker to run it: the form of
-// every Async method. hdr is the frame header template: Kind, Op, DType,
-// RedOp, Root and Count; the worker fills in communicator, epoch and
-// sequence.
+// submit queues an operation bound in a closure and wakes the worker to
+// run it: the form of the operations that are not on a hot path (Split,
+// Grow). hdr is the frame header template: Kind, Op, DType, RedOp, Root and
+// Count; the worker fills in communicator, epoch and sequence.
 func (c *Communicator) submit(ctx context.Context, name string, hdr transport.Header, fn func(ctx context.Context, p *opPeers) error) *Request {
-	return c.wake(c.post(ctx, name, hdr, fn))
+	return c.wake(c.post(ctx, name, hdr, callOp, opArgs{call: fn}))
 }
 
-// post queues an operation without waking the worker, for a blocking call:
-// its caller waits for it at once (wait), runs it itself when it is at the
-// head of the queue and nothing runs, and wakes the worker otherwise. A
-// blocking call that ran its operation itself thus costs no wake-up of the
-// worker, which would find nothing to do: two goroutine switches, and on a
-// thread locked to its goroutine (a call from C) two futex calls.
-func (c *Communicator) post(ctx context.Context, name string, hdr transport.Header, fn func(ctx context.Context, p *opPeers) error) *Request {
-	return c.enqueue(&Request{c: c, name: name, hdr: hdr, ctx: ctx, fn: fn, done: make(chan struct{})})
+// post queues operation fn on args without waking the worker, for a
+// blocking call: its caller waits for it at once (wait), runs it itself
+// when it is at the head of the queue and nothing runs, and wakes the
+// worker otherwise. A blocking call that ran its operation itself thus
+// costs no wake-up of the worker, which would find nothing to do: two
+// goroutine switches, and on a thread locked to its goroutine (a call from
+// C) two futex calls. The Async forms wake the worker (wake).
+func (c *Communicator) post(ctx context.Context, name string, hdr transport.Header, fn opFunc, args opArgs) *Request {
+	r := requests.Get().(*Request)
+	r.c, r.name, r.hdr, r.ctx, r.fn, r.args = c, name, hdr, ctx, fn, args
+	return c.enqueue(r)
 }
 
 // wake wakes the worker for r, queued by post or enqueue, and returns r.
@@ -176,7 +247,7 @@ func (c *Communicator) enqueue(r *Request) *Request {
 // failedRequest returns a completed request carrying err, for arguments
 // rejected before anything was queued.
 func (c *Communicator) failedRequest(name string, err error) *Request {
-	r := &Request{c: c, name: name, done: make(chan struct{})}
+	r := &Request{c: c, name: name}
 	c.queue.out.Add(1)
 	r.finish(&OpError{Rank: c.rank, Op: name, Err: err})
 	return r

@@ -216,13 +216,13 @@ func (c *Communicator) RewireAsync(ctx context.Context, rw Rewire) *RewireReques
 	// ErrMismatch (from a probe, if they wait for links their peers will
 	// not open) instead of timing out.
 	req := c.enqueue(&Request{c: c, name: name, hdr: collHeader(algo.OpRewire, 0, 0, 0, 0), target: digest, ctx: ctx,
-		done: make(chan struct{}), fn: func(ctx context.Context, p *opPeers) error {
+		fn: callOp, args: opArgs{call: func(ctx context.Context, p *opPeers) error {
 			times.Pause = time.Since(called)
 			err := c.rewire(ctx, p, rw, digest, times)
 			times.Total = time.Since(called)
 			c.traceRewire(called, times)
 			return err
-		}})
+		}}})
 	c.wake(req)
 	return &RewireRequest{req: req, times: times}
 }

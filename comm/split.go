@@ -86,6 +86,6 @@ func allGatherBytes(ctx context.Context, p *opPeers, mine, all []byte) error {
 	if c.size == 1 {
 		return nil
 	}
-	offs, lens := c.blocks(n)
+	offs, lens := c.worker.blocks(c.size, n)
 	return algo.AllGatherRing(ctx, p, all, offs, lens, 0)
 }

@@ -18,6 +18,21 @@ type workerState struct {
 	peers opPeers
 	p2pTx []uint64 // messages sent, by peer
 	p2pRx []uint64 // messages received, by peer
+	// offs and lens are the last layout blocks made.
+	offs, lens []int
+}
+
+// blocks returns per-rank byte offsets and lengths for n equal blocks of
+// blockBytes. The slices are the worker's, made again only when the layout
+// changes: the caller only reads them, until its operation ends.
+func (w *workerState) blocks(n, blockBytes int) (offs, lens []int) {
+	if len(w.offs) != n || n > 0 && w.lens[0] != blockBytes {
+		w.offs, w.lens = make([]int, n), make([]int, n)
+		for i := range w.offs {
+			w.offs[i], w.lens[i] = i*blockBytes, blockBytes
+		}
+	}
+	return w.offs, w.lens
 }
 
 // serve is the worker: it runs the queued requests one at a time, in
@@ -52,10 +67,8 @@ func (c *Communicator) serve() {
 // help leaves queued, r included (it may have been posted without waking
 // the worker), it wakes the worker for.
 func (c *Communicator) help(r *Request) {
-	select {
-	case <-r.done:
+	if r.finished.Load() {
 		return
-	default:
 	}
 	q := &c.queue
 	if q.exec.TryLock() {
@@ -93,7 +106,7 @@ func (c *Communicator) run(r *Request) (err error) {
 		c.armWatchdog(r.seq, start)
 		defer c.disarmWatchdog()
 	}
-	err = r.fn(ctx, p)
+	err = r.fn(ctx, p, &r.args)
 	if err == nil {
 		if pe := c.failure.err(); pe != nil {
 			// The operation completed locally, but the communicator

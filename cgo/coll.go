@@ -262,6 +262,11 @@ type operands struct {
 	send, recv comm.Buffer
 	red        comm.Op
 	root       int
+	// counts are AllToAllv's send counts and displacements, then its
+	// receive counts and displacements.
+	counts [4][]int
+	// group is SendRecv's operations.
+	group *comm.Group
 }
 
 // collective describes a collective of the C ABI: its arguments, checked
@@ -272,7 +277,7 @@ type collective struct {
 	reduces    bool   // takes a reduction
 	rooted     bool   // takes a root
 	send, recv extentOf
-	issue      func(ctx context.Context, c *comm.Communicator, x operands) *comm.Request
+	issue      func(ctx context.Context, c *comm.Communicator, x *operands) *comm.Request
 }
 
 // with returns the preparation of a call of d with a.
@@ -282,7 +287,7 @@ func (d *collective) with(a args) prepare {
 		if c == nil {
 			return nil
 		}
-		var x operands
+		x := &o.x
 		dt := k.dtype(a.dtype)
 		if d.reduces {
 			x.red = k.redop(a.op)
@@ -304,7 +309,7 @@ func (d *collective) with(a args) prepare {
 		if used(d.recv) {
 			x.recv = k.buffer("recvbuff", a.recv, n[b2i(d.recv.perRank)], dt)
 		}
-		o.issue = func(ctx context.Context) *comm.Request { return d.issue(ctx, c, x) }
+		o.issue = d.issue
 		return o
 	}
 }
@@ -319,35 +324,35 @@ func b2i(b bool) int {
 // The collectives. Counts and extents are those of occl.h.
 var (
 	allReduce = collective{count: "count", reduces: true,
-		issue: func(ctx context.Context, c *comm.Communicator, x operands) *comm.Request {
+		issue: func(ctx context.Context, c *comm.Communicator, x *operands) *comm.Request {
 			return c.AllReduceAsync(ctx, x.send, x.recv, x.red)
 		}}
 	broadcast = collective{count: "count", rooted: true, send: extentOf{rootOnly: true},
-		issue: func(ctx context.Context, c *comm.Communicator, x operands) *comm.Request {
+		issue: func(ctx context.Context, c *comm.Communicator, x *operands) *comm.Request {
 			return c.BroadcastAsync(ctx, x.send, x.recv, x.root)
 		}}
 	reduce = collective{count: "count", reduces: true, rooted: true, recv: extentOf{rootOnly: true},
-		issue: func(ctx context.Context, c *comm.Communicator, x operands) *comm.Request {
+		issue: func(ctx context.Context, c *comm.Communicator, x *operands) *comm.Request {
 			return c.ReduceAsync(ctx, x.send, x.recv, x.red, x.root)
 		}}
 	allGather = collective{count: "sendcount", recv: extentOf{perRank: true},
-		issue: func(ctx context.Context, c *comm.Communicator, x operands) *comm.Request {
+		issue: func(ctx context.Context, c *comm.Communicator, x *operands) *comm.Request {
 			return c.AllGatherAsync(ctx, x.send, x.recv)
 		}}
 	reduceScatter = collective{count: "recvcount", reduces: true, send: extentOf{perRank: true},
-		issue: func(ctx context.Context, c *comm.Communicator, x operands) *comm.Request {
+		issue: func(ctx context.Context, c *comm.Communicator, x *operands) *comm.Request {
 			return c.ReduceScatterAsync(ctx, x.send, x.recv, x.red)
 		}}
 	gather = collective{count: "sendcount", rooted: true, recv: extentOf{perRank: true, rootOnly: true},
-		issue: func(ctx context.Context, c *comm.Communicator, x operands) *comm.Request {
+		issue: func(ctx context.Context, c *comm.Communicator, x *operands) *comm.Request {
 			return c.GatherAsync(ctx, x.send, x.recv, x.root)
 		}}
 	scatter = collective{count: "recvcount", rooted: true, send: extentOf{perRank: true, rootOnly: true},
-		issue: func(ctx context.Context, c *comm.Communicator, x operands) *comm.Request {
+		issue: func(ctx context.Context, c *comm.Communicator, x *operands) *comm.Request {
 			return c.ScatterAsync(ctx, x.send, x.recv, x.root)
 		}}
 	allToAll = collective{count: "count", send: extentOf{perRank: true}, recv: extentOf{perRank: true},
-		issue: func(ctx context.Context, c *comm.Communicator, x operands) *comm.Request {
+		issue: func(ctx context.Context, c *comm.Communicator, x *operands) *comm.Request {
 			return c.AllToAllAsync(ctx, x.send, x.recv)
 		}}
 )
@@ -488,10 +493,15 @@ func allToAllv(a vargs) prepare {
 		rc := k.counts("recvcounts", a.recvcounts, n, dt)
 		rd := k.counts("rdispls", a.rdispls, n, dt)
 		sn, rn := k.extent("sendbuff", sc, sd, dt), k.extent("recvbuff", rc, rd, dt)
-		send, recv := k.buffer("sendbuff", a.send, sn, dt), k.buffer("recvbuff", a.recv, rn, dt)
-		o.issue = func(ctx context.Context) *comm.Request { return c.AllToAllVAsync(ctx, send, sc, sd, recv, rc, rd) }
+		o.x.send, o.x.recv = k.buffer("sendbuff", a.send, sn, dt), k.buffer("recvbuff", a.recv, rn, dt)
+		o.x.counts = [4][]int{sc, sd, rc, rd}
+		o.issue = issueAllToAllv
 		return o
 	}
+}
+
+func issueAllToAllv(ctx context.Context, c *comm.Communicator, x *operands) *comm.Request {
+	return c.AllToAllVAsync(ctx, x.send, x.counts[0], x.counts[1], x.recv, x.counts[2], x.counts[3])
 }
 
 // occlAllToAllv is occlAllToAll with a count and displacement per peer. See occl.h.
@@ -515,10 +525,14 @@ func barrier(h uintptr) prepare {
 	return func(k *call) *groupOp {
 		o, c := k.op(h)
 		if c != nil {
-			o.issue = c.BarrierAsync
+			o.issue = issueBarrier
 		}
 		return o
 	}
+}
+
+func issueBarrier(ctx context.Context, c *comm.Communicator, _ *operands) *comm.Request {
+	return c.BarrierAsync(ctx)
 }
 
 // occlBarrier returns once every rank of comm has called it. See occl.h.
@@ -616,9 +630,13 @@ func sendRecv(ops uintptr, nops C.int, h uintptr) prepare {
 				g.Recv(one.buf, one.peer)
 			}
 		}
-		o.issue = g.Start
+		o.x.group, o.issue = g, issueGroup
 		return o
 	}
+}
+
+func issueGroup(ctx context.Context, _ *comm.Communicator, x *operands) *comm.Request {
+	return x.group.Start(ctx)
 }
 
 // occlSendRecvAsync posts sends and receives as one group. See occl.h.

@@ -31,14 +31,17 @@ type pendingCreate struct {
 	mk   func(ctx context.Context) (*comm.Communicator, error)
 }
 
-// groupOp is one operation: a collective (issue) or a send or receive.
+// groupOp is one operation: a collective (issue, on x) or a send or
+// receive. issue is a static function of the operands, so that preparing an
+// operation allocates nothing but the groupOp.
 type groupOp struct {
 	name string
 	ce   *commEntry
 	c    *comm.Communicator
 	ctx  context.Context
 
-	issue func(ctx context.Context) *comm.Request
+	issue func(ctx context.Context, c *comm.Communicator, x *operands) *comm.Request
+	x     operands
 
 	send bool
 	buf  comm.Buffer
@@ -49,7 +52,7 @@ type groupOp struct {
 func (o *groupOp) start() *comm.Request {
 	switch {
 	case o.issue != nil:
-		return o.issue(o.ctx)
+		return o.issue(o.ctx, o.c, &o.x)
 	case o.send:
 		return o.c.SendAsync(o.ctx, o.buf, o.peer)
 	default:

@@ -20,10 +20,11 @@ type Config struct {
 	Iters  int  // timed iterations per size
 	Warmup int  // untimed iterations before them
 	Check  bool // verify one more run of each size against the reference
-	// Blocking waits for each operation before issuing the next (as
-	// nccl-tests' -z 1 does, and as a blocking call from a training
-	// framework does); otherwise a size's iterations are all issued, then
-	// the last is waited for.
+	// Blocking runs each operation with the blocking form of the API
+	// before issuing the next (as nccl-tests' -z 1 does, and as a training
+	// loop that waits for each operation does); otherwise a size's
+	// iterations are all issued with the Async forms, then the last is
+	// waited for.
 	Blocking bool
 	// Demand shapes AllToAllV (nil: uniform).
 	Demand *Demand
@@ -246,7 +247,7 @@ func (r *Runner) measure(ctx context.Context, l Layout, inPlace bool) (float64, 
 func (r *Runner) loop(ctx context.Context, send, recv []byte, iters int) error {
 	if r.cfg.Blocking {
 		for i := 0; i < iters; i++ {
-			if err := r.issue(ctx, send, recv).Wait(ctx); err != nil {
+			if err := r.call(ctx, send, recv); err != nil {
 				return err
 			}
 		}
@@ -330,6 +331,38 @@ func (r *Runner) issue(ctx context.Context, send, recv []byte) *comm.Request {
 		return c.NewGroup().Send(s, (rank+1)%n).Recv(d, (rank+n-1)%n).Start(ctx)
 	}
 	return c.BarrierAsync(ctx)
+}
+
+// call runs one operation with the blocking form of the API, as a training
+// loop that waits for each operation calls it.
+func (r *Runner) call(ctx context.Context, send, recv []byte) error {
+	c, cfg := r.c, r.cfg
+	s, d := comm.Raw(send, cfg.DType), comm.Raw(recv, cfg.DType)
+	switch cfg.Op {
+	case AllReduce:
+		return c.AllReduce(ctx, s, d, cfg.RedOp)
+	case Reduce:
+		return c.Reduce(ctx, s, d, cfg.RedOp, cfg.Root)
+	case Broadcast:
+		return c.Broadcast(ctx, s, d, cfg.Root)
+	case AllGather:
+		return c.AllGather(ctx, s, d)
+	case ReduceScatter:
+		return c.ReduceScatter(ctx, s, d, cfg.RedOp)
+	case AllToAll:
+		return c.AllToAll(ctx, s, d)
+	case AllToAllV:
+		v := r.v
+		return c.AllToAllV(ctx, s, v.sc, v.sd, d, v.rc, v.rd)
+	case Gather:
+		return c.Gather(ctx, s, d, cfg.Root)
+	case Scatter:
+		return c.Scatter(ctx, s, d, cfg.Root)
+	case SendRecv:
+		n, rank := c.Size(), c.Rank()
+		return c.NewGroup().Send(s, (rank+1)%n).Recv(d, (rank+n-1)%n).Run(ctx)
+	}
+	return c.Barrier(ctx)
 }
 
 // fill writes this rank's reference input into the send buffer.

@@ -111,7 +111,7 @@ func (k *call) buffer(what string, p uintptr, n int, dt comm.DType) comm.Buffer 
 	if !validAddress(p, bytes) && k.address(fmt.Sprintf("%s (of %d elements)", what, n), p, bytes) != resSuccess {
 		return comm.Buffer{}
 	}
-	return comm.Raw(unsafe.Slice((*byte)(C.occlInternalPointer(C.uintptr_t(p))), bytes), dt)
+	return comm.Raw(unsafe.Slice((*byte)(pointer(p)), bytes), dt)
 }
 
 // counts copies an array of nranks size_t counts or displacements.
@@ -119,7 +119,7 @@ func (k *call) counts(what string, p uintptr, n int, dt comm.DType) []int {
 	if k.address(what, p, uintptr(n)*unsafe.Sizeof(C.size_t(0))) != resSuccess {
 		return nil
 	}
-	src := unsafe.Slice((*C.size_t)(C.occlInternalPointer(C.uintptr_t(p))), n)
+	src := unsafe.Slice((*C.size_t)(pointer(p)), n)
 	out := make([]int, n)
 	for i, v := range src {
 		if n := uint64(v); !k.failed() && n <= uint64(maxBytes/dt.Size()) {
@@ -171,19 +171,16 @@ func opCtx(ce *commEntry) context.Context {
 	return comm.WithTrafficTag(context.Background(), tag)
 }
 
-// op is the first check of every operation: the communicator, and the
-// groupOp for it (nil if the communicator is not usable).
-func (k *call) op(h uintptr) (*groupOp, *comm.Communicator) {
+// op is the first check of every operation: the communicator, which it
+// records in o (nil if the communicator is not usable).
+func (k *call) op(o *groupOp, h uintptr) *comm.Communicator {
 	ce, c, r := k.comm(h)
 	if r != resSuccess {
-		return nil, nil
+		return nil
 	}
-	return &groupOp{name: k.name, ce: ce, c: c, ctx: opCtx(ce)}, c
+	*o = groupOp{name: k.name, ce: ce, c: c, ctx: opCtx(ce)}
+	return c
 }
-
-// prepare checks the arguments of an operation and returns it ready to
-// issue.
-type prepare func(k *call) *groupOp
 
 // blocking is the request argument of a blocking call: the blocking form
 // of an operation is its Async form waited for (or recorded in the open
@@ -196,24 +193,28 @@ var blocking = new(C.occlRequest_t)
 // it starts it and returns its request in *request (which must not be
 // NULL, and is cleared first). name is the blocking form's; the Async
 // form's adds "Async".
-func enqueue(name string, request *C.occlRequest_t, prep prepare) (res C.occlResult_t) {
+//
+// The call and the operation live on the stack, and every function they
+// pass through is called directly: a blocking call allocates nothing here.
+func enqueue(name string, request *C.occlRequest_t, d *operation, a args) (res C.occlResult_t) {
 	async := request != blocking
 	if async {
 		name += "Async"
 	}
-	k := begin(name, &res)
-	defer k.end()
-	return k.enqueue(async, request, prep)
+	k := call{name: name}
+	defer k.end(&res)
+	return k.enqueue(async, request, d, &a)
 }
 
-func (k *call) enqueue(async bool, request *C.occlRequest_t, prep prepare) C.occlResult_t {
+func (k *call) enqueue(async bool, request *C.occlRequest_t, d *operation, a *args) C.occlResult_t {
 	if async {
 		if request == nil {
 			return k.fail(resInvalidArgument, "request is NULL")
 		}
 		*request = nil
 	}
-	o := prep(k)
+	var o groupOp
+	d.prepare(k, &o, a)
 	if k.failed() {
 		return k.r
 	}
@@ -223,7 +224,7 @@ func (k *call) enqueue(async bool, request *C.occlRequest_t, prep prepare) C.occ
 		g.ops = append(g.ops, o)
 		return resSuccess
 	case !async:
-		return k.failErr(o.start().Wait(context.Background()))
+		return k.failErr(o.call())
 	case g != nil:
 		return k.fail(resInvalidUsage, "non-blocking calls are not allowed inside a group; use the blocking form (occlGroupEnd waits)")
 	}
@@ -239,7 +240,7 @@ func (k *call) enqueue(async bool, request *C.occlRequest_t, prep prepare) C.occ
 
 // ---- Collectives --------------------------------------------------------
 
-// args are a collective's arguments as the C caller passed them (root is
+// args are an operation's arguments as the C caller passed them (root is
 // the peer of a send or receive).
 type args struct {
 	send, recv uintptr
@@ -248,6 +249,12 @@ type args struct {
 	op         C.occlRedOp_t
 	root       C.int
 	comm       uintptr
+	// counts are occlAllToAllv's sendcounts, sdispls, recvcounts and
+	// rdispls.
+	counts [4]uintptr
+	// ops and nops are occlSendRecvAsync's.
+	ops  uintptr
+	nops C.int
 }
 
 // extentOf says how many elements one buffer of a collective holds and
@@ -269,23 +276,64 @@ type operands struct {
 	group *comm.Group
 }
 
-// collective describes a collective of the C ABI: its arguments, checked
-// in this order (communicator, data type, reduction, root, count, send
-// buffer, receive buffer), and how to issue it.
-type collective struct {
+// kind says how an operation's arguments are checked.
+type kind uint8
+
+const (
+	// kindCollective: as its operation entry describes them, in this
+	// order: communicator, data type, reduction, root, count, send
+	// buffer, receive buffer.
+	kindCollective kind = iota
+	kindAllToAllv
+	kindBarrier
+	kindSend
+	kindRecv
+	kindSendRecv
+)
+
+// operation describes an operation of the C ABI: how its arguments are
+// checked, and for a collective its arguments and how to issue it. An
+// operation is a value of the table below, so that checking a call's
+// arguments calls no function value (through which the call's state would
+// escape to the heap).
+type operation struct {
+	kind       kind
 	count      string // the count argument's name in occl.h
 	reduces    bool   // takes a reduction
 	rooted     bool   // takes a root
 	send, recv extentOf
-	issue      func(ctx context.Context, c *comm.Communicator, x *operands) *comm.Request
+	issue      func(ctx context.Context, c *comm.Communicator, x operands) *comm.Request // the Async form
+	run        func(ctx context.Context, c *comm.Communicator, x operands) error         // the blocking form
 }
 
-// with returns the preparation of a call of d with a.
-func (d *collective) with(a args) prepare {
-	return func(k *call) *groupOp {
-		o, c := k.op(a.comm)
+// prepare checks the arguments a of a call of d and makes o ready to
+// issue.
+func (d *operation) prepare(k *call, o *groupOp, a *args) {
+	switch d.kind {
+	case kindCollective:
+		d.prepareCollective(k, o, a)
+	case kindAllToAllv:
+		prepareAllToAllv(k, o, a)
+	case kindBarrier:
+		if k.op(o, a.comm) != nil {
+			o.issue, o.run = issueBarrier, runBarrier
+		}
+	case kindSend, kindRecv:
+		if c := k.op(o, a.comm); c != nil {
+			prepareP2P(k, o, c, d.kind == kindSend, a)
+		}
+	case kindSendRecv:
+		prepareSendRecv(k, o, a)
+	}
+}
+
+// prepareCollective checks the arguments of a collective as d describes
+// them.
+func (d *operation) prepareCollective(k *call, o *groupOp, a *args) {
+	{
+		c := k.op(o, a.comm)
 		if c == nil {
-			return nil
+			return
 		}
 		x := &o.x
 		dt := k.dtype(a.dtype)
@@ -309,8 +357,7 @@ func (d *collective) with(a args) prepare {
 		if used(d.recv) {
 			x.recv = k.buffer("recvbuff", a.recv, n[b2i(d.recv.perRank)], dt)
 		}
-		o.issue = d.issue
-		return o
+		o.issue, o.run = d.issue, d.run
 	}
 }
 
@@ -321,39 +368,69 @@ func b2i(b bool) int {
 	return 0
 }
 
-// The collectives. Counts and extents are those of occl.h.
+// The operations. Counts and extents are those of occl.h.
 var (
-	allReduce = collective{count: "count", reduces: true,
-		issue: func(ctx context.Context, c *comm.Communicator, x *operands) *comm.Request {
+	allToAllv  = operation{kind: kindAllToAllv}
+	barrier    = operation{kind: kindBarrier}
+	send       = operation{kind: kindSend}
+	recv       = operation{kind: kindRecv}
+	sendRecvOp = operation{kind: kindSendRecv}
+
+	allReduce = operation{count: "count", reduces: true,
+		issue: func(ctx context.Context, c *comm.Communicator, x operands) *comm.Request {
 			return c.AllReduceAsync(ctx, x.send, x.recv, x.red)
+		},
+		run: func(ctx context.Context, c *comm.Communicator, x operands) error {
+			return c.AllReduce(ctx, x.send, x.recv, x.red)
 		}}
-	broadcast = collective{count: "count", rooted: true, send: extentOf{rootOnly: true},
-		issue: func(ctx context.Context, c *comm.Communicator, x *operands) *comm.Request {
+	broadcast = operation{count: "count", rooted: true, send: extentOf{rootOnly: true},
+		issue: func(ctx context.Context, c *comm.Communicator, x operands) *comm.Request {
 			return c.BroadcastAsync(ctx, x.send, x.recv, x.root)
+		},
+		run: func(ctx context.Context, c *comm.Communicator, x operands) error {
+			return c.Broadcast(ctx, x.send, x.recv, x.root)
 		}}
-	reduce = collective{count: "count", reduces: true, rooted: true, recv: extentOf{rootOnly: true},
-		issue: func(ctx context.Context, c *comm.Communicator, x *operands) *comm.Request {
+	reduce = operation{count: "count", reduces: true, rooted: true, recv: extentOf{rootOnly: true},
+		issue: func(ctx context.Context, c *comm.Communicator, x operands) *comm.Request {
 			return c.ReduceAsync(ctx, x.send, x.recv, x.red, x.root)
+		},
+		run: func(ctx context.Context, c *comm.Communicator, x operands) error {
+			return c.Reduce(ctx, x.send, x.recv, x.red, x.root)
 		}}
-	allGather = collective{count: "sendcount", recv: extentOf{perRank: true},
-		issue: func(ctx context.Context, c *comm.Communicator, x *operands) *comm.Request {
+	allGather = operation{count: "sendcount", recv: extentOf{perRank: true},
+		issue: func(ctx context.Context, c *comm.Communicator, x operands) *comm.Request {
 			return c.AllGatherAsync(ctx, x.send, x.recv)
+		},
+		run: func(ctx context.Context, c *comm.Communicator, x operands) error {
+			return c.AllGather(ctx, x.send, x.recv)
 		}}
-	reduceScatter = collective{count: "recvcount", reduces: true, send: extentOf{perRank: true},
-		issue: func(ctx context.Context, c *comm.Communicator, x *operands) *comm.Request {
+	reduceScatter = operation{count: "recvcount", reduces: true, send: extentOf{perRank: true},
+		issue: func(ctx context.Context, c *comm.Communicator, x operands) *comm.Request {
 			return c.ReduceScatterAsync(ctx, x.send, x.recv, x.red)
+		},
+		run: func(ctx context.Context, c *comm.Communicator, x operands) error {
+			return c.ReduceScatter(ctx, x.send, x.recv, x.red)
 		}}
-	gather = collective{count: "sendcount", rooted: true, recv: extentOf{perRank: true, rootOnly: true},
-		issue: func(ctx context.Context, c *comm.Communicator, x *operands) *comm.Request {
+	gather = operation{count: "sendcount", rooted: true, recv: extentOf{perRank: true, rootOnly: true},
+		issue: func(ctx context.Context, c *comm.Communicator, x operands) *comm.Request {
 			return c.GatherAsync(ctx, x.send, x.recv, x.root)
+		},
+		run: func(ctx context.Context, c *comm.Communicator, x operands) error {
+			return c.Gather(ctx, x.send, x.recv, x.root)
 		}}
-	scatter = collective{count: "recvcount", rooted: true, send: extentOf{perRank: true, rootOnly: true},
-		issue: func(ctx context.Context, c *comm.Communicator, x *operands) *comm.Request {
+	scatter = operation{count: "recvcount", rooted: true, send: extentOf{perRank: true, rootOnly: true},
+		issue: func(ctx context.Context, c *comm.Communicator, x operands) *comm.Request {
 			return c.ScatterAsync(ctx, x.send, x.recv, x.root)
+		},
+		run: func(ctx context.Context, c *comm.Communicator, x operands) error {
+			return c.Scatter(ctx, x.send, x.recv, x.root)
 		}}
-	allToAll = collective{count: "count", send: extentOf{perRank: true}, recv: extentOf{perRank: true},
-		issue: func(ctx context.Context, c *comm.Communicator, x *operands) *comm.Request {
+	allToAll = operation{count: "count", send: extentOf{perRank: true}, recv: extentOf{perRank: true},
+		issue: func(ctx context.Context, c *comm.Communicator, x operands) *comm.Request {
 			return c.AllToAllAsync(ctx, x.send, x.recv)
+		},
+		run: func(ctx context.Context, c *comm.Communicator, x operands) error {
+			return c.AllToAll(ctx, x.send, x.recv)
 		}}
 )
 
@@ -361,281 +438,257 @@ var (
 //
 //export occlAllReduce
 func occlAllReduce(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, count C.size_t, datatype C.occlDataType_t, op C.occlRedOp_t, comm C.occlComm_t) C.occlResult_t {
-	return enqueue("occlAllReduce", blocking, allReduce.with(args{send: addr(sendbuff), recv: addr(recvbuff), count: count, dtype: datatype, op: op, comm: handle(comm)})) // arguments first: see addr
+	return enqueue("occlAllReduce", blocking, &allReduce, args{send: addr(sendbuff), recv: addr(recvbuff), count: count, dtype: datatype, op: op, comm: handle(comm)}) // arguments first: see addr
 }
 
 // occlAllReduceAsync is the non-blocking occlAllReduce. See occl.h.
 //
 //export occlAllReduceAsync
 func occlAllReduceAsync(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, count C.size_t, datatype C.occlDataType_t, op C.occlRedOp_t, comm C.occlComm_t, request *C.occlRequest_t) C.occlResult_t {
-	return enqueue("occlAllReduce", request, allReduce.with(args{send: addr(sendbuff), recv: addr(recvbuff), count: count, dtype: datatype, op: op, comm: handle(comm)})) // arguments first: see addr
+	return enqueue("occlAllReduce", request, &allReduce, args{send: addr(sendbuff), recv: addr(recvbuff), count: count, dtype: datatype, op: op, comm: handle(comm)}) // arguments first: see addr
 }
 
 // occlBroadcast copies count elements of root's sendbuff into recvbuff on every rank. See occl.h.
 //
 //export occlBroadcast
 func occlBroadcast(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, count C.size_t, datatype C.occlDataType_t, root C.int, comm C.occlComm_t) C.occlResult_t {
-	return enqueue("occlBroadcast", blocking, broadcast.with(args{send: addr(sendbuff), recv: addr(recvbuff), count: count, dtype: datatype, root: root, comm: handle(comm)})) // arguments first: see addr
+	return enqueue("occlBroadcast", blocking, &broadcast, args{send: addr(sendbuff), recv: addr(recvbuff), count: count, dtype: datatype, root: root, comm: handle(comm)}) // arguments first: see addr
 }
 
 // occlBroadcastAsync is the non-blocking occlBroadcast. See occl.h.
 //
 //export occlBroadcastAsync
 func occlBroadcastAsync(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, count C.size_t, datatype C.occlDataType_t, root C.int, comm C.occlComm_t, request *C.occlRequest_t) C.occlResult_t {
-	return enqueue("occlBroadcast", request, broadcast.with(args{send: addr(sendbuff), recv: addr(recvbuff), count: count, dtype: datatype, root: root, comm: handle(comm)})) // arguments first: see addr
+	return enqueue("occlBroadcast", request, &broadcast, args{send: addr(sendbuff), recv: addr(recvbuff), count: count, dtype: datatype, root: root, comm: handle(comm)}) // arguments first: see addr
 }
 
 // occlReduce reduces count elements across ranks into recvbuff on root. See occl.h.
 //
 //export occlReduce
 func occlReduce(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, count C.size_t, datatype C.occlDataType_t, op C.occlRedOp_t, root C.int, comm C.occlComm_t) C.occlResult_t {
-	return enqueue("occlReduce", blocking, reduce.with(args{send: addr(sendbuff), recv: addr(recvbuff), count: count, dtype: datatype, op: op, root: root, comm: handle(comm)})) // arguments first: see addr
+	return enqueue("occlReduce", blocking, &reduce, args{send: addr(sendbuff), recv: addr(recvbuff), count: count, dtype: datatype, op: op, root: root, comm: handle(comm)}) // arguments first: see addr
 }
 
 // occlReduceAsync is the non-blocking occlReduce. See occl.h.
 //
 //export occlReduceAsync
 func occlReduceAsync(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, count C.size_t, datatype C.occlDataType_t, op C.occlRedOp_t, root C.int, comm C.occlComm_t, request *C.occlRequest_t) C.occlResult_t {
-	return enqueue("occlReduce", request, reduce.with(args{send: addr(sendbuff), recv: addr(recvbuff), count: count, dtype: datatype, op: op, root: root, comm: handle(comm)})) // arguments first: see addr
+	return enqueue("occlReduce", request, &reduce, args{send: addr(sendbuff), recv: addr(recvbuff), count: count, dtype: datatype, op: op, root: root, comm: handle(comm)}) // arguments first: see addr
 }
 
 // occlAllGather gathers sendcount elements of every rank into recvbuff on every rank. See occl.h.
 //
 //export occlAllGather
 func occlAllGather(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, sendcount C.size_t, datatype C.occlDataType_t, comm C.occlComm_t) C.occlResult_t {
-	return enqueue("occlAllGather", blocking, allGather.with(args{send: addr(sendbuff), recv: addr(recvbuff), count: sendcount, dtype: datatype, comm: handle(comm)})) // arguments first: see addr
+	return enqueue("occlAllGather", blocking, &allGather, args{send: addr(sendbuff), recv: addr(recvbuff), count: sendcount, dtype: datatype, comm: handle(comm)}) // arguments first: see addr
 }
 
 // occlAllGatherAsync is the non-blocking occlAllGather. See occl.h.
 //
 //export occlAllGatherAsync
 func occlAllGatherAsync(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, sendcount C.size_t, datatype C.occlDataType_t, comm C.occlComm_t, request *C.occlRequest_t) C.occlResult_t {
-	return enqueue("occlAllGather", request, allGather.with(args{send: addr(sendbuff), recv: addr(recvbuff), count: sendcount, dtype: datatype, comm: handle(comm)})) // arguments first: see addr
+	return enqueue("occlAllGather", request, &allGather, args{send: addr(sendbuff), recv: addr(recvbuff), count: sendcount, dtype: datatype, comm: handle(comm)}) // arguments first: see addr
 }
 
 // occlReduceScatter reduces nranks*recvcount elements and leaves this rank's block in recvbuff. See occl.h.
 //
 //export occlReduceScatter
 func occlReduceScatter(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, recvcount C.size_t, datatype C.occlDataType_t, op C.occlRedOp_t, comm C.occlComm_t) C.occlResult_t {
-	return enqueue("occlReduceScatter", blocking, reduceScatter.with(args{send: addr(sendbuff), recv: addr(recvbuff), count: recvcount, dtype: datatype, op: op, comm: handle(comm)})) // arguments first: see addr
+	return enqueue("occlReduceScatter", blocking, &reduceScatter, args{send: addr(sendbuff), recv: addr(recvbuff), count: recvcount, dtype: datatype, op: op, comm: handle(comm)}) // arguments first: see addr
 }
 
 // occlReduceScatterAsync is the non-blocking occlReduceScatter. See occl.h.
 //
 //export occlReduceScatterAsync
 func occlReduceScatterAsync(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, recvcount C.size_t, datatype C.occlDataType_t, op C.occlRedOp_t, comm C.occlComm_t, request *C.occlRequest_t) C.occlResult_t {
-	return enqueue("occlReduceScatter", request, reduceScatter.with(args{send: addr(sendbuff), recv: addr(recvbuff), count: recvcount, dtype: datatype, op: op, comm: handle(comm)})) // arguments first: see addr
+	return enqueue("occlReduceScatter", request, &reduceScatter, args{send: addr(sendbuff), recv: addr(recvbuff), count: recvcount, dtype: datatype, op: op, comm: handle(comm)}) // arguments first: see addr
 }
 
 // occlGather gathers sendcount elements of every rank into recvbuff on root. See occl.h.
 //
 //export occlGather
 func occlGather(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, sendcount C.size_t, datatype C.occlDataType_t, root C.int, comm C.occlComm_t) C.occlResult_t {
-	return enqueue("occlGather", blocking, gather.with(args{send: addr(sendbuff), recv: addr(recvbuff), count: sendcount, dtype: datatype, root: root, comm: handle(comm)})) // arguments first: see addr
+	return enqueue("occlGather", blocking, &gather, args{send: addr(sendbuff), recv: addr(recvbuff), count: sendcount, dtype: datatype, root: root, comm: handle(comm)}) // arguments first: see addr
 }
 
 // occlGatherAsync is the non-blocking occlGather. See occl.h.
 //
 //export occlGatherAsync
 func occlGatherAsync(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, sendcount C.size_t, datatype C.occlDataType_t, root C.int, comm C.occlComm_t, request *C.occlRequest_t) C.occlResult_t {
-	return enqueue("occlGather", request, gather.with(args{send: addr(sendbuff), recv: addr(recvbuff), count: sendcount, dtype: datatype, root: root, comm: handle(comm)})) // arguments first: see addr
+	return enqueue("occlGather", request, &gather, args{send: addr(sendbuff), recv: addr(recvbuff), count: sendcount, dtype: datatype, root: root, comm: handle(comm)}) // arguments first: see addr
 }
 
 // occlScatter sends block j of root's sendbuff to rank j's recvbuff. See occl.h.
 //
 //export occlScatter
 func occlScatter(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, recvcount C.size_t, datatype C.occlDataType_t, root C.int, comm C.occlComm_t) C.occlResult_t {
-	return enqueue("occlScatter", blocking, scatter.with(args{send: addr(sendbuff), recv: addr(recvbuff), count: recvcount, dtype: datatype, root: root, comm: handle(comm)})) // arguments first: see addr
+	return enqueue("occlScatter", blocking, &scatter, args{send: addr(sendbuff), recv: addr(recvbuff), count: recvcount, dtype: datatype, root: root, comm: handle(comm)}) // arguments first: see addr
 }
 
 // occlScatterAsync is the non-blocking occlScatter. See occl.h.
 //
 //export occlScatterAsync
 func occlScatterAsync(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, recvcount C.size_t, datatype C.occlDataType_t, root C.int, comm C.occlComm_t, request *C.occlRequest_t) C.occlResult_t {
-	return enqueue("occlScatter", request, scatter.with(args{send: addr(sendbuff), recv: addr(recvbuff), count: recvcount, dtype: datatype, root: root, comm: handle(comm)})) // arguments first: see addr
+	return enqueue("occlScatter", request, &scatter, args{send: addr(sendbuff), recv: addr(recvbuff), count: recvcount, dtype: datatype, root: root, comm: handle(comm)}) // arguments first: see addr
 }
 
 // occlAllToAll sends block j (count elements) of sendbuff to rank j and receives rank j's block. See occl.h.
 //
 //export occlAllToAll
 func occlAllToAll(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, count C.size_t, datatype C.occlDataType_t, comm C.occlComm_t) C.occlResult_t {
-	return enqueue("occlAllToAll", blocking, allToAll.with(args{send: addr(sendbuff), recv: addr(recvbuff), count: count, dtype: datatype, comm: handle(comm)})) // arguments first: see addr
+	return enqueue("occlAllToAll", blocking, &allToAll, args{send: addr(sendbuff), recv: addr(recvbuff), count: count, dtype: datatype, comm: handle(comm)}) // arguments first: see addr
 }
 
 // occlAllToAllAsync is the non-blocking occlAllToAll. See occl.h.
 //
 //export occlAllToAllAsync
 func occlAllToAllAsync(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, count C.size_t, datatype C.occlDataType_t, comm C.occlComm_t, request *C.occlRequest_t) C.occlResult_t {
-	return enqueue("occlAllToAll", request, allToAll.with(args{send: addr(sendbuff), recv: addr(recvbuff), count: count, dtype: datatype, comm: handle(comm)})) // arguments first: see addr
+	return enqueue("occlAllToAll", request, &allToAll, args{send: addr(sendbuff), recv: addr(recvbuff), count: count, dtype: datatype, comm: handle(comm)}) // arguments first: see addr
 }
 
 // ---- AllToAllv ----------------------------------------------------------
 
-// vargs are occlAllToAllv's arguments as the C caller passed them.
-type vargs struct {
-	send, sendcounts, sdispls, recv, recvcounts, rdispls uintptr
-	dtype                                                C.occlDataType_t
-	comm                                                 uintptr
-}
-
-// allToAllv checks the arguments of occlAllToAllv, copies its counts and
-// displacements, and prepares it.
-func allToAllv(a vargs) prepare {
-	return func(k *call) *groupOp {
-		o, c := k.op(a.comm)
-		if c == nil {
-			return nil
-		}
-		dt := k.dtype(a.dtype)
-		n := c.Size()
-		sc := k.counts("sendcounts", a.sendcounts, n, dt)
-		sd := k.counts("sdispls", a.sdispls, n, dt)
-		rc := k.counts("recvcounts", a.recvcounts, n, dt)
-		rd := k.counts("rdispls", a.rdispls, n, dt)
-		sn, rn := k.extent("sendbuff", sc, sd, dt), k.extent("recvbuff", rc, rd, dt)
-		o.x.send, o.x.recv = k.buffer("sendbuff", a.send, sn, dt), k.buffer("recvbuff", a.recv, rn, dt)
-		o.x.counts = [4][]int{sc, sd, rc, rd}
-		o.issue = issueAllToAllv
-		return o
+// prepareAllToAllv checks the arguments of occlAllToAllv and copies its
+// counts and displacements.
+func prepareAllToAllv(k *call, o *groupOp, a *args) {
+	c := k.op(o, a.comm)
+	if c == nil {
+		return
 	}
+	dt := k.dtype(a.dtype)
+	n := c.Size()
+	for i, what := range [4]string{"sendcounts", "sdispls", "recvcounts", "rdispls"} {
+		o.x.counts[i] = k.counts(what, a.counts[i], n, dt)
+	}
+	sc, sd, rc, rd := o.x.counts[0], o.x.counts[1], o.x.counts[2], o.x.counts[3]
+	sn, rn := k.extent("sendbuff", sc, sd, dt), k.extent("recvbuff", rc, rd, dt)
+	o.x.send, o.x.recv = k.buffer("sendbuff", a.send, sn, dt), k.buffer("recvbuff", a.recv, rn, dt)
+	o.issue, o.run = issueAllToAllv, runAllToAllv
 }
 
-func issueAllToAllv(ctx context.Context, c *comm.Communicator, x *operands) *comm.Request {
+func issueAllToAllv(ctx context.Context, c *comm.Communicator, x operands) *comm.Request {
 	return c.AllToAllVAsync(ctx, x.send, x.counts[0], x.counts[1], x.recv, x.counts[2], x.counts[3])
+}
+
+func runAllToAllv(ctx context.Context, c *comm.Communicator, x operands) error {
+	return c.AllToAllV(ctx, x.send, x.counts[0], x.counts[1], x.recv, x.counts[2], x.counts[3])
 }
 
 // occlAllToAllv is occlAllToAll with a count and displacement per peer. See occl.h.
 //
 //export occlAllToAllv
 func occlAllToAllv(sendbuff C.occlInternalConstBuf, sendcounts, sdispls C.occlInternalConstCounts, recvbuff unsafe.Pointer, recvcounts, rdispls C.occlInternalConstCounts, datatype C.occlDataType_t, comm C.occlComm_t) C.occlResult_t {
-	return enqueue("occlAllToAllv", blocking, allToAllv(vargs{addr(sendbuff), addr(sendcounts), addr(sdispls), addr(recvbuff), addr(recvcounts), addr(rdispls), datatype, handle(comm)})) // arguments first: see addr
+	return enqueue("occlAllToAllv", blocking, &allToAllv, args{send: addr(sendbuff), recv: addr(recvbuff), counts: [4]uintptr{addr(sendcounts), addr(sdispls), addr(recvcounts), addr(rdispls)}, dtype: datatype, comm: handle(comm)}) // arguments first: see addr
 }
 
 // occlAllToAllvAsync is the non-blocking occlAllToAllv. See occl.h.
 //
 //export occlAllToAllvAsync
 func occlAllToAllvAsync(sendbuff C.occlInternalConstBuf, sendcounts, sdispls C.occlInternalConstCounts, recvbuff unsafe.Pointer, recvcounts, rdispls C.occlInternalConstCounts, datatype C.occlDataType_t, comm C.occlComm_t, request *C.occlRequest_t) C.occlResult_t {
-	return enqueue("occlAllToAllv", request, allToAllv(vargs{addr(sendbuff), addr(sendcounts), addr(sdispls), addr(recvbuff), addr(recvcounts), addr(rdispls), datatype, handle(comm)})) // arguments first: see addr
+	return enqueue("occlAllToAllv", request, &allToAllv, args{send: addr(sendbuff), recv: addr(recvbuff), counts: [4]uintptr{addr(sendcounts), addr(sdispls), addr(recvcounts), addr(rdispls)}, dtype: datatype, comm: handle(comm)}) // arguments first: see addr
 }
 
 // ---- Barrier ------------------------------------------------------------
 
-// barrier prepares occlBarrier.
-func barrier(h uintptr) prepare {
-	return func(k *call) *groupOp {
-		o, c := k.op(h)
-		if c != nil {
-			o.issue = issueBarrier
-		}
-		return o
-	}
-}
-
-func issueBarrier(ctx context.Context, c *comm.Communicator, _ *operands) *comm.Request {
+func issueBarrier(ctx context.Context, c *comm.Communicator, _ operands) *comm.Request {
 	return c.BarrierAsync(ctx)
 }
+
+func runBarrier(ctx context.Context, c *comm.Communicator, _ operands) error { return c.Barrier(ctx) }
 
 // occlBarrier returns once every rank of comm has called it. See occl.h.
 //
 //export occlBarrier
 func occlBarrier(comm C.occlComm_t) C.occlResult_t {
-	return enqueue("occlBarrier", blocking, barrier(handle(comm))) // arguments first: see addr
+	return enqueue("occlBarrier", blocking, &barrier, args{comm: handle(comm)}) // arguments first: see addr
 }
 
 // occlBarrierAsync is the non-blocking occlBarrier. See occl.h.
 //
 //export occlBarrierAsync
 func occlBarrierAsync(comm C.occlComm_t, request *C.occlRequest_t) C.occlResult_t {
-	return enqueue("occlBarrier", request, barrier(handle(comm))) // arguments first: see addr
+	return enqueue("occlBarrier", request, &barrier, args{comm: handle(comm)}) // arguments first: see addr
 }
 
 // ---- Send, Recv ---------------------------------------------------------
 
-// p2p checks the arguments of occlSend (send) or occlRecv, a.send or
-// a.recv being the buffer and a.root the peer, and prepares it.
-func p2p(send bool, a args) prepare {
-	return func(k *call) *groupOp {
-		o, c := k.op(a.comm)
-		if c == nil {
-			return nil
-		}
-		dt := k.dtype(a.dtype)
-		peer := k.rank("peer", a.root, c)
-		n := k.elems("count", a.count, 1, dt)
-		what, buf := "recvbuff", a.recv
-		if send {
-			what, buf = "sendbuff", a.send
-		}
-		o.send, o.buf, o.peer = send, k.buffer(what, buf, n, dt), peer
-		return o
+// prepareP2P checks the arguments of occlSend (send) or occlRecv on c,
+// a.send or a.recv being the buffer and a.root the peer.
+func prepareP2P(k *call, o *groupOp, c *comm.Communicator, send bool, a *args) {
+	dt := k.dtype(a.dtype)
+	peer := k.rank("peer", a.root, c)
+	n := k.elems("count", a.count, 1, dt)
+	what, buf := "recvbuff", a.recv
+	if send {
+		what, buf = "sendbuff", a.send
 	}
+	o.send, o.buf, o.peer = send, k.buffer(what, buf, n, dt), peer
 }
 
 // occlSend sends count elements to peer (recorded until occlGroupEnd inside a group). See occl.h.
 //
 //export occlSend
 func occlSend(sendbuff C.occlInternalConstBuf, count C.size_t, datatype C.occlDataType_t, peer C.int, comm C.occlComm_t) C.occlResult_t {
-	return enqueue("occlSend", blocking, p2p(true, args{send: addr(sendbuff), count: count, dtype: datatype, root: peer, comm: handle(comm)})) // arguments first: see addr
+	return enqueue("occlSend", blocking, &send, args{send: addr(sendbuff), count: count, dtype: datatype, root: peer, comm: handle(comm)}) // arguments first: see addr
 }
 
 // occlSendAsync is the non-blocking occlSend. See occl.h.
 //
 //export occlSendAsync
 func occlSendAsync(sendbuff C.occlInternalConstBuf, count C.size_t, datatype C.occlDataType_t, peer C.int, comm C.occlComm_t, request *C.occlRequest_t) C.occlResult_t {
-	return enqueue("occlSend", request, p2p(true, args{send: addr(sendbuff), count: count, dtype: datatype, root: peer, comm: handle(comm)})) // arguments first: see addr
+	return enqueue("occlSend", request, &send, args{send: addr(sendbuff), count: count, dtype: datatype, root: peer, comm: handle(comm)}) // arguments first: see addr
 }
 
 // occlRecv receives count elements from peer (recorded until occlGroupEnd inside a group). See occl.h.
 //
 //export occlRecv
 func occlRecv(recvbuff unsafe.Pointer, count C.size_t, datatype C.occlDataType_t, peer C.int, comm C.occlComm_t) C.occlResult_t {
-	return enqueue("occlRecv", blocking, p2p(false, args{recv: addr(recvbuff), count: count, dtype: datatype, root: peer, comm: handle(comm)})) // arguments first: see addr
+	return enqueue("occlRecv", blocking, &recv, args{recv: addr(recvbuff), count: count, dtype: datatype, root: peer, comm: handle(comm)}) // arguments first: see addr
 }
 
 // occlRecvAsync is the non-blocking occlRecv. See occl.h.
 //
 //export occlRecvAsync
 func occlRecvAsync(recvbuff unsafe.Pointer, count C.size_t, datatype C.occlDataType_t, peer C.int, comm C.occlComm_t, request *C.occlRequest_t) C.occlResult_t {
-	return enqueue("occlRecv", request, p2p(false, args{recv: addr(recvbuff), count: count, dtype: datatype, root: peer, comm: handle(comm)})) // arguments first: see addr
+	return enqueue("occlRecv", request, &recv, args{recv: addr(recvbuff), count: count, dtype: datatype, root: peer, comm: handle(comm)}) // arguments first: see addr
 }
 
-// sendRecv checks nops operations at ops and prepares them as one group.
-func sendRecv(ops uintptr, nops C.int, h uintptr) prepare {
-	return func(k *call) *groupOp {
-		if nops < 0 {
-			k.fail(resInvalidArgument, "nops %d is negative", int(nops))
-			return nil
-		}
-		var list []C.occlP2POp_t
-		if nops > 0 {
-			if k.address("ops", ops, uintptr(nops)*unsafe.Sizeof(C.occlP2POp_t{})) != resSuccess {
-				return nil
-			}
-			list = unsafe.Slice((*C.occlP2POp_t)(C.occlInternalPointer(C.uintptr_t(ops))), int(nops))
-		}
-		o, c := k.op(h)
-		if c == nil {
-			return nil
-		}
-		g := c.NewGroup()
-		for _, p := range list {
-			a := args{send: addr(p.buff), recv: addr(p.buff), count: p.count, dtype: p.datatype, root: p.peer, comm: h}
-			one := p2p(p.isSend != 0, a)(k)
-			switch {
-			case k.failed():
-				return nil
-			case one.send:
-				g.Send(one.buf, one.peer)
-			default:
-				g.Recv(one.buf, one.peer)
-			}
-		}
-		o.x.group, o.issue = g, issueGroup
-		return o
+// prepareSendRecv checks a.nops operations at a.ops and prepares them as
+// one group.
+func prepareSendRecv(k *call, o *groupOp, a *args) {
+	if a.nops < 0 {
+		k.fail(resInvalidArgument, "nops %d is negative", int(a.nops))
+		return
 	}
+	var list []C.occlP2POp_t
+	if a.nops > 0 {
+		if k.address("ops", a.ops, uintptr(a.nops)*unsafe.Sizeof(C.occlP2POp_t{})) != resSuccess {
+			return
+		}
+		list = unsafe.Slice((*C.occlP2POp_t)(pointer(a.ops)), int(a.nops))
+	}
+	c := k.op(o, a.comm)
+	if c == nil {
+		return
+	}
+	g := c.NewGroup()
+	for _, p := range list {
+		pa := args{send: addr(p.buff), recv: addr(p.buff), count: p.count, dtype: p.datatype, root: p.peer, comm: a.comm}
+		var one groupOp
+		prepareP2P(k, &one, c, p.isSend != 0, &pa)
+		switch {
+		case k.failed():
+			return
+		case one.send:
+			g.Send(one.buf, one.peer)
+		default:
+			g.Recv(one.buf, one.peer)
+		}
+	}
+	o.x.group, o.issue = g, issueGroup
 }
 
-func issueGroup(ctx context.Context, _ *comm.Communicator, x *operands) *comm.Request {
+func issueGroup(ctx context.Context, _ *comm.Communicator, x operands) *comm.Request {
 	return x.group.Start(ctx)
 }
 
@@ -643,5 +696,5 @@ func issueGroup(ctx context.Context, _ *comm.Communicator, x *operands) *comm.Re
 //
 //export occlSendRecvAsync
 func occlSendRecvAsync(ops C.occlInternalConstP2POps, nops C.int, comm C.occlComm_t, request *C.occlRequest_t) C.occlResult_t {
-	return enqueue("occlSendRecv", request, sendRecv(addr(ops), nops, handle(comm))) // arguments first: see addr
+	return enqueue("occlSendRecv", request, &sendRecvOp, args{ops: addr(ops), nops: nops, comm: handle(comm)}) // arguments first: see addr
 }

@@ -6,6 +6,7 @@ import "C"
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"github.com/occl/occl/comm"
 )
@@ -19,7 +20,7 @@ import (
 // occlGroupStart.
 type groupState struct {
 	creates  []pendingCreate
-	ops      []*groupOp
+	ops      []groupOp
 	destroys []*comm.Communicator
 }
 
@@ -31,16 +32,17 @@ type pendingCreate struct {
 	mk   func(ctx context.Context) (*comm.Communicator, error)
 }
 
-// groupOp is one operation: a collective (issue, on x) or a send or
-// receive. issue is a static function of the operands, so that preparing an
-// operation allocates nothing but the groupOp.
+// groupOp is one operation: a collective (issue or run, on x) or a send or
+// receive. issue and run are static functions of the operands, so that
+// preparing an operation allocates nothing but the groupOp.
 type groupOp struct {
 	name string
 	ce   *commEntry
 	c    *comm.Communicator
 	ctx  context.Context
 
-	issue func(ctx context.Context, c *comm.Communicator, x *operands) *comm.Request
+	issue func(ctx context.Context, c *comm.Communicator, x operands) *comm.Request
+	run   func(ctx context.Context, c *comm.Communicator, x operands) error // issue's blocking form
 	x     operands
 
 	send bool
@@ -52,7 +54,7 @@ type groupOp struct {
 func (o *groupOp) start() *comm.Request {
 	switch {
 	case o.issue != nil:
-		return o.issue(o.ctx, o.c, &o.x)
+		return o.issue(o.ctx, o.c, o.x)
 	case o.send:
 		return o.c.SendAsync(o.ctx, o.buf, o.peer)
 	default:
@@ -60,15 +62,37 @@ func (o *groupOp) start() *comm.Request {
 	}
 }
 
-// groups holds the open group of every thread that has one, by id.
+// call runs the operation to completion on its own. The blocking forms of
+// the Go API run it on the calling thread without waking the
+// communicator's worker, and recycle its request.
+func (o *groupOp) call() error {
+	switch {
+	case o.run != nil:
+		return o.run(o.ctx, o.c, o.x)
+	case o.issue != nil:
+		return o.start().Wait(context.Background())
+	case o.send:
+		return o.c.Send(o.ctx, o.buf, o.peer)
+	default:
+		return o.c.Recv(o.ctx, o.buf, o.peer)
+	}
+}
+
+// groups holds the open group of every thread that has one, by id. open
+// counts them: while no thread has one, an operation need not ask C for its
+// thread's (a call into C costs as much as the rest of the lookup).
 var groups = struct {
 	sync.Mutex
 	next uint64
 	m    map[uint64]*groupState
+	open atomic.Int64
 }{m: map[uint64]*groupState{}}
 
 // openGroup returns the calling thread's open group, nil if none.
 func openGroup() *groupState {
+	if groups.open.Load() == 0 {
+		return nil
+	}
 	var depth C.int
 	id := uint64(C.occlInternalGroup(&depth))
 	if id == 0 {
@@ -83,8 +107,8 @@ func openGroup() *groupState {
 //
 //export occlGroupStart
 func occlGroupStart() (res C.occlResult_t) {
-	k := begin("occlGroupStart", &res)
-	defer k.end()
+	k := begin("occlGroupStart")
+	defer k.end(&res)
 	var depth C.int
 	id := uint64(C.occlInternalGroup(&depth))
 	if id == 0 {
@@ -92,6 +116,7 @@ func occlGroupStart() (res C.occlResult_t) {
 		groups.next++
 		id = groups.next
 		groups.m[id] = &groupState{}
+		groups.open.Add(1)
 		groups.Unlock()
 	}
 	C.occlInternalSetGroup(C.uint64_t(id), depth+1)
@@ -102,8 +127,8 @@ func occlGroupStart() (res C.occlResult_t) {
 //
 //export occlGroupEnd
 func occlGroupEnd() (res C.occlResult_t) {
-	k := begin("occlGroupEnd", &res)
-	defer k.end()
+	k := begin("occlGroupEnd")
+	defer k.end(&res)
 	var depth C.int
 	id := uint64(C.occlInternalGroup(&depth))
 	if id == 0 {
@@ -116,7 +141,10 @@ func occlGroupEnd() (res C.occlResult_t) {
 	C.occlInternalSetGroup(0, 0)
 	groups.Lock()
 	g := groups.m[id]
-	delete(groups.m, id)
+	if g != nil {
+		delete(groups.m, id)
+		groups.open.Add(-1)
+	}
 	groups.Unlock()
 	if g == nil {
 		return resSuccess

@@ -53,13 +53,12 @@ HIDDEN void* occlInternalHandle(uint64_t id) {
   return (void*)(handle_base + 8 * id);
 }
 
-// occlInternalHandleID returns the id of handle u, or 0 if u is not a
-// handle.
-HIDDEN uint64_t occlInternalHandleID(uintptr_t u) {
+// occlInternalHandleBase returns the address the handle range starts at (0
+// if it could not be reserved). Go finds a handle's id from it without a
+// call into C (see handleID).
+HIDDEN uintptr_t occlInternalHandleBase(void) {
   pthread_once(&handle_once, handle_init);
-  if (handle_base == 0 || u <= handle_base || (u - handle_base) % 8 != 0) return 0;
-  uint64_t id = (u - handle_base) / 8;
-  return id <= handle_cap ? id : 0;
+  return handle_base;
 }
 
 // ---- Per-thread state -------------------------------------------------
@@ -155,7 +154,3 @@ HIDDEN const char* occlInternalResultString(int r) {
   return "unknown result";
 }
 
-// occlInternalPointer returns u as a pointer: Go checks buffer addresses as
-// integers and turns them into pointers only once they are known to be
-// plausible (see addr in coll.go).
-HIDDEN void* occlInternalPointer(uintptr_t u) { return (void*)u; }

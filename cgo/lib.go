@@ -19,8 +19,8 @@ import (
 //
 //export occlGetVersion
 func occlGetVersion(version *C.int) (res C.occlResult_t) {
-	k := begin("occlGetVersion", &res)
-	defer k.end()
+	k := begin("occlGetVersion")
+	defer k.end(&res)
 	if version == nil {
 		return k.fail(resInvalidArgument, "version is NULL")
 	}
@@ -32,8 +32,8 @@ func occlGetVersion(version *C.int) (res C.occlResult_t) {
 //
 //export occlGetUniqueId
 func occlGetUniqueId(uniqueId *C.occlUniqueId) (res C.occlResult_t) {
-	k := begin("occlGetUniqueId", &res)
-	defer k.end()
+	k := begin("occlGetUniqueId")
+	defer k.end(&res)
 	if uniqueId == nil {
 		return k.fail(resInvalidArgument, "uniqueId is NULL")
 	}
@@ -138,8 +138,8 @@ func (k *call) create(out *C.occlComm_t, mk maker) C.occlResult_t {
 //
 //export occlCommInitRank
 func occlCommInitRank(comm *C.occlComm_t, nranks C.int, commId C.occlUniqueId, rank C.int) (res C.occlResult_t) {
-	k := begin("occlCommInitRank", &res)
-	defer k.end()
+	k := begin("occlCommInitRank")
+	defer k.end(&res)
 	return k.initRank(comm, nranks, &commId, rank, false, nil)
 }
 
@@ -147,8 +147,8 @@ func occlCommInitRank(comm *C.occlComm_t, nranks C.int, commId C.occlUniqueId, r
 //
 //export occlCommInitRankConfig
 func occlCommInitRankConfig(comm *C.occlComm_t, nranks C.int, commId C.occlUniqueId, rank C.int, config C.occlInternalConstConfig) (res C.occlResult_t) {
-	k := begin("occlCommInitRankConfig", &res)
-	defer k.end()
+	k := begin("occlCommInitRankConfig")
+	defer k.end(&res)
 	return k.initRank(comm, nranks, &commId, rank, true, config)
 }
 
@@ -254,8 +254,8 @@ func splitter(c *comm.Communicator, color, key int) maker {
 //
 //export occlCommInitFromEnv
 func occlCommInitFromEnv(comm *C.occlComm_t) (res C.occlResult_t) {
-	k := begin("occlCommInitFromEnv", &res)
-	defer k.end()
+	k := begin("occlCommInitFromEnv")
+	defer k.end(&res)
 	if comm == nil {
 		return k.fail(resInvalidArgument, "comm is NULL")
 	}
@@ -282,8 +282,8 @@ func initFromEnv(ctx context.Context) (*comm.Communicator, error) { return comm.
 //export occlCommDestroy
 func occlCommDestroy(comm C.occlComm_t) (res C.occlResult_t) {
 	commH := handle(comm) // first: see handle
-	k := begin("occlCommDestroy", &res)
-	defer k.end()
+	k := begin("occlCommDestroy")
+	defer k.end(&res)
 	return k.free(commH, false)
 }
 
@@ -292,8 +292,8 @@ func occlCommDestroy(comm C.occlComm_t) (res C.occlResult_t) {
 //export occlCommAbort
 func occlCommAbort(comm C.occlComm_t) (res C.occlResult_t) {
 	commH := handle(comm) // first: see handle
-	k := begin("occlCommAbort", &res)
-	defer k.end()
+	k := begin("occlCommAbort")
+	defer k.end(&res)
 	return k.free(commH, true)
 }
 
@@ -321,8 +321,8 @@ func (k *call) free(h uintptr, abort bool) C.occlResult_t {
 //export occlCommSplit
 func occlCommSplit(comm C.occlComm_t, color, key C.int, newcomm *C.occlComm_t) (res C.occlResult_t) {
 	commH := handle(comm) // first: see handle
-	k := begin("occlCommSplit", &res)
-	defer k.end()
+	k := begin("occlCommSplit")
+	defer k.end(&res)
 	c, r := k.parent(commH, newcomm)
 	if r != resSuccess {
 		return r
@@ -348,8 +348,8 @@ func occlCommSplit(comm C.occlComm_t, color, key C.int, newcomm *C.occlComm_t) (
 //export occlCommShrink
 func occlCommShrink(comm C.occlComm_t, excludeRanks C.occlInternalConstInts, excludeCount C.int, newcomm *C.occlComm_t) (res C.occlResult_t) {
 	commH := handle(comm) // first: see handle
-	k := begin("occlCommShrink", &res)
-	defer k.end()
+	k := begin("occlCommShrink")
+	defer k.end(&res)
 	c, r := k.parent(commH, newcomm)
 	if r != resSuccess {
 		return r
@@ -379,8 +379,8 @@ func shrinker(c *comm.Communicator, exclude []int) maker {
 //export occlCommGrow
 func occlCommGrow(comm C.occlComm_t, growId C.occlUniqueId, njoin C.int, newcomm *C.occlComm_t) (res C.occlResult_t) {
 	commH := handle(comm) // first: see handle
-	k := begin("occlCommGrow", &res)
-	defer k.end()
+	k := begin("occlCommGrow")
+	defer k.end(&res)
 	return k.grow(commH, &growId, njoin, newcomm, false, nil)
 }
 
@@ -389,8 +389,8 @@ func occlCommGrow(comm C.occlComm_t, growId C.occlUniqueId, njoin C.int, newcomm
 //export occlCommGrowConfig
 func occlCommGrowConfig(comm C.occlComm_t, growId C.occlUniqueId, njoin C.int, newcomm *C.occlComm_t, config C.occlInternalConstConfig) (res C.occlResult_t) {
 	commH := handle(comm) // first: see handle
-	k := begin("occlCommGrowConfig", &res)
-	defer k.end()
+	k := begin("occlCommGrowConfig")
+	defer k.end(&res)
 	return k.grow(commH, &growId, njoin, newcomm, true, config)
 }
 
@@ -421,8 +421,8 @@ func (k *call) grow(commH uintptr, growID *C.occlUniqueId, njoin C.int, newcomm 
 //
 //export occlJoin
 func occlJoin(comm *C.occlComm_t, growId C.occlUniqueId) (res C.occlResult_t) {
-	k := begin("occlJoin", &res)
-	defer k.end()
+	k := begin("occlJoin")
+	defer k.end(&res)
 	return k.join(comm, &growId, false, nil)
 }
 
@@ -430,8 +430,8 @@ func occlJoin(comm *C.occlComm_t, growId C.occlUniqueId) (res C.occlResult_t) {
 //
 //export occlJoinConfig
 func occlJoinConfig(comm *C.occlComm_t, growId C.occlUniqueId, config C.occlInternalConstConfig) (res C.occlResult_t) {
-	k := begin("occlJoinConfig", &res)
-	defer k.end()
+	k := begin("occlJoinConfig")
+	defer k.end(&res)
 	return k.join(comm, &growId, true, config)
 }
 
@@ -470,8 +470,8 @@ func joiner(id comm.UniqueID, opts ...comm.Option) maker {
 // its occl.h parameter is called): it checks out, then the communicator,
 // and stores get's answer.
 func query[T any](name string, h uintptr, what string, out *T, get func(k *call, c *comm.Communicator) T) (res C.occlResult_t) {
-	k := begin(name, &res)
-	defer k.end()
+	k := begin(name)
+	defer k.end(&res)
 	if out == nil {
 		return k.fail(resInvalidArgument, "%s is NULL", what)
 	}

@@ -172,10 +172,30 @@ func handle[P C.occlComm_t | C.occlRequest_t](p P) uintptr {
 	return uintptr(unsafe.Pointer(p))
 }
 
+// handles is the range handles live in: its base address and how many ids
+// it holds (see internal.c). Every call looks a handle up, so the range is
+// read from C once and the lookup is Go's.
+var handles = sync.OnceValues(func() (base uintptr, n uint64) {
+	return uintptr(C.occlInternalHandleBase()), uint64(C.occlInternalHandleCap())
+})
+
 // handleID returns the id of a handle (0 if it is not one).
 func handleID(h uintptr) uint64 {
-	return uint64(C.occlInternalHandleID(C.uintptr_t(h)))
+	base, n := handles()
+	if base == 0 || h <= base || (h-base)%8 != 0 {
+		return 0
+	}
+	if id := uint64(h-base) / 8; id <= n {
+		return id
+	}
+	return 0
 }
+
+// pointer turns an address the checks found plausible into a pointer. The
+// memory is C's, which Go neither scans nor moves; the bits are
+// reinterpreted, not converted, since a conversion from uintptr is only
+// valid for memory Go knows about.
+func pointer(p uintptr) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&p)) }
 
 // lookupComm returns the entry of a communicator handle, nil if it is not
 // a live one.
@@ -209,26 +229,26 @@ func addRequest(name string, ce *commEntry, r *comm.Request) C.occlRequest_t {
 }
 
 // call is the context of one C API call: its name, its communicator if
-// any, where its result goes, and the first failure recorded (the
-// argument checks of coll.go do nothing once one has failed).
+// any, and the first failure recorded (the argument checks of coll.go do
+// nothing once one has failed).
 type call struct {
 	name string
 	ce   *commEntry
-	res  *C.occlResult_t
 	r    C.occlResult_t
 }
 
-// begin starts an API call; the caller defers k.end() right after.
-func begin(name string, res *C.occlResult_t) *call {
-	return &call{name: name, res: res}
+// begin starts an API call; the caller defers k.end(&res) right after,
+// res being the function's named result.
+func begin(name string) *call {
+	return &call{name: name}
 }
 
-// end turns a panic of the call into occlInternalError. It is deferred
-// directly, so that recover applies.
-func (k *call) end() {
+// end turns a panic of the call into occlInternalError in *res. It is
+// deferred directly, so that recover applies.
+func (k *call) end(res *C.occlResult_t) {
 	if r := recover(); r != nil {
 		fmt.Fprintf(os.Stderr, "occl: %s: internal error: %v\n%s", k.name, r, debug.Stack())
-		*k.res = k.fail(resInternalError, "internal error: %v", r)
+		*res = k.fail(resInternalError, "internal error: %v", r)
 	}
 }
 

@@ -69,8 +69,8 @@ func cstring(s C.occlInternalConstStr) string {
 //export occlCommReconfigure
 func occlCommReconfigure(comm C.occlComm_t, targetTopologyJSON C.occlInternalConstStr) (res C.occlResult_t) {
 	commH := handle(comm) // first: see handle
-	k := begin("occlCommReconfigure", &res)
-	defer k.end()
+	k := begin("occlCommReconfigure")
+	defer k.end(&res)
 	return k.reconfigure([]uintptr{commH}, targetTopologyJSON)
 }
 
@@ -78,8 +78,8 @@ func occlCommReconfigure(comm C.occlComm_t, targetTopologyJSON C.occlInternalCon
 //
 //export occlCommReconfigureMany
 func occlCommReconfigureMany(comms C.occlInternalConstComms, ncomms C.int, targetTopologyJSON C.occlInternalConstStr) (res C.occlResult_t) {
-	k := begin("occlCommReconfigureMany", &res)
-	defer k.end()
+	k := begin("occlCommReconfigureMany")
+	defer k.end(&res)
 	if comms == nil || ncomms < 1 {
 		return k.fail(resInvalidArgument, "comms is NULL or ncomms (%d) is not positive", int(ncomms))
 	}
@@ -127,8 +127,8 @@ func (k *call) reconfigure(hs []uintptr, targetTopologyJSON C.occlInternalConstS
 //export occlCommSetTrafficTag
 func occlCommSetTrafficTag(comm C.occlComm_t, tag C.occlInternalConstStr) (res C.occlResult_t) {
 	commH := handle(comm) // first: see handle
-	k := begin("occlCommSetTrafficTag", &res)
-	defer k.end()
+	k := begin("occlCommSetTrafficTag")
+	defer k.end(&res)
 	ce, _, r := k.comm(commH)
 	if r != resSuccess {
 		return r
@@ -145,8 +145,8 @@ func occlCommSetTrafficTag(comm C.occlComm_t, tag C.occlInternalConstStr) (res C
 //export occlCommTrafficMatrix
 func occlCommTrafficMatrix(comm C.occlComm_t, tag C.occlInternalConstStr, buf *C.char, length C.size_t, needed *C.size_t) (res C.occlResult_t) {
 	commH := handle(comm) // first: see handle
-	k := begin("occlCommTrafficMatrix", &res)
-	defer k.end()
+	k := begin("occlCommTrafficMatrix")
+	defer k.end(&res)
 	if needed == nil {
 		return k.fail(resInvalidArgument, "needed is NULL")
 	}
@@ -200,8 +200,8 @@ func (k *call) writeString(js []byte, buf *C.char, length C.size_t, what string)
 //export occlCommTopology
 func occlCommTopology(comm C.occlComm_t, buf *C.char, length C.size_t, needed *C.size_t) (res C.occlResult_t) {
 	commH := handle(comm) // first: see handle
-	k := begin("occlCommTopology", &res)
-	defer k.end()
+	k := begin("occlCommTopology")
+	defer k.end(&res)
 	return k.commText(commH, buf, length, needed, "the topology", func(c *goComm) ([]byte, C.occlResult_t) {
 		t := c.Topology()
 		if t == nil {
@@ -242,8 +242,8 @@ func (k *call) commText(commH uintptr, buf *C.char, length C.size_t, needed *C.s
 //export occlPlanCircuits
 func occlPlanCircuits(topologyJSON C.occlInternalConstStr, demand C.occlInternalConstDoubles, nranks C.int, buf *C.char, length C.size_t, needed *C.size_t) (res C.occlResult_t) {
 	demandP := addr(demand) // first: see addr
-	k := begin("occlPlanCircuits", &res)
-	defer k.end()
+	k := begin("occlPlanCircuits")
+	defer k.end(&res)
 	if needed == nil {
 		return k.fail(resInvalidArgument, "needed is NULL")
 	}
@@ -262,7 +262,7 @@ func occlPlanCircuits(topologyJSON C.occlInternalConstStr, demand C.occlInternal
 	if r := k.address("demand", demandP, uintptr(n*n)*8); r != resSuccess {
 		return r
 	}
-	flat := unsafe.Slice((*float64)(C.occlInternalPointer(C.uintptr_t(demandP))), n*n)
+	flat := unsafe.Slice((*float64)(pointer(demandP)), n*n)
 	d := make([][]float64, n)
 	for i := range d {
 		d[i] = slices.Clone(flat[i*n : (i+1)*n])

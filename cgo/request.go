@@ -58,8 +58,8 @@ func (k *call) result(re *reqEntry, err error) C.occlResult_t {
 //export occlWait
 func occlWait(request C.occlRequest_t) (res C.occlResult_t) {
 	requestH := handle(request) // first: see handle
-	k := begin("occlWait", &res)
-	defer k.end()
+	k := begin("occlWait")
+	defer k.end(&res)
 	return k.release(requestH, true)
 }
 
@@ -86,8 +86,8 @@ func (k *call) release(h uintptr, wait bool) C.occlResult_t {
 //export occlTest
 func occlTest(request C.occlRequest_t, done *C.int) (res C.occlResult_t) {
 	requestH := handle(request) // first: see handle
-	k := begin("occlTest", &res)
-	defer k.end()
+	k := begin("occlTest")
+	defer k.end(&res)
 	if done == nil {
 		return k.fail(resInvalidArgument, "done is NULL")
 	}
@@ -110,7 +110,7 @@ func occlTest(request C.occlRequest_t, done *C.int) (res C.occlResult_t) {
 //export occlRequestFree
 func occlRequestFree(request C.occlRequest_t) (res C.occlResult_t) {
 	requestH := handle(request) // first: see handle
-	k := begin("occlRequestFree", &res)
-	defer k.end()
+	k := begin("occlRequestFree")
+	defer k.end(&res)
 	return k.release(requestH, false)
 }

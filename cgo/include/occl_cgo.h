@@ -26,13 +26,12 @@ typedef const int* occlInternalConstInts;
 #define OCCL_INTERNAL __attribute__((visibility("hidden")))
 OCCL_INTERNAL uint64_t occlInternalHandleCap(void);
 OCCL_INTERNAL void* occlInternalHandle(uint64_t id);
-OCCL_INTERNAL uint64_t occlInternalHandleID(uintptr_t h);
+OCCL_INTERNAL uintptr_t occlInternalHandleBase(void);
 OCCL_INTERNAL void occlInternalSetThreadError(const char* msg, size_t n);
 OCCL_INTERNAL const char* occlInternalThreadError(void);
 OCCL_INTERNAL const char* occlInternalReturnError(const char* msg, size_t n);
 OCCL_INTERNAL uint64_t occlInternalGroup(int* depth);
 OCCL_INTERNAL void occlInternalSetGroup(uint64_t id, int depth);
 OCCL_INTERNAL const char* occlInternalResultString(int r);
-OCCL_INTERNAL void* occlInternalPointer(uintptr_t u);
 
 #endif /* OCCL_CGO_H_ */

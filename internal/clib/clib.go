@@ -6,9 +6,11 @@ package clib
 
 import (
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -21,6 +23,7 @@ import (
 // turns, so that a cold build cache (c-shared recompiles every package) is
 // filled once and the others only link.
 func Build(root, out string) error {
+	TrackSources(root)
 	if lock, err := os.OpenFile(filepath.Join(os.TempDir(), "occl-c-shared-build.lock"), os.O_CREATE|os.O_RDWR, 0o666); err == nil {
 		defer lock.Close()
 		if syscall.Flock(int(lock.Fd()), syscall.LOCK_EX) == nil {
@@ -79,4 +82,27 @@ func (l *Lib) Cleanup() {
 	if l.dir != "" {
 		os.RemoveAll(l.dir)
 	}
+}
+
+// TrackSources looks at every source file under root (Go, C, C++,
+// Python and their build files), so that go test caches the calling test's
+// result only as long as they are unchanged: go test keys a cached result
+// on the files the test read or looked at, and a test that builds the
+// library in a subprocess neither imports nor opens its sources.
+func TrackSources(root string) {
+	_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		switch {
+		case err != nil:
+			return nil
+		case d.IsDir() && path != root && (strings.HasPrefix(d.Name(), ".") || d.Name() == "results"):
+			return filepath.SkipDir
+		case d.IsDir():
+			return nil
+		}
+		switch filepath.Ext(path) {
+		case ".go", ".c", ".h", ".cpp", ".py", ".toml", ".mod", ".sum":
+			_, _ = os.Stat(path)
+		}
+		return nil
+	})
 }

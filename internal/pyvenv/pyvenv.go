@@ -19,6 +19,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/occl/occl/internal/clib"
 )
 
 // System is the interpreter that has Debian's python3-torch and
@@ -77,6 +79,7 @@ func (v *Venv) make() (string, error) {
 	if err != nil {
 		return "", err
 	}
+	clib.TrackSources(root) // pip builds the library from them
 	dir, err := os.MkdirTemp("", "occl-venv-")
 	if err != nil {
 		return "", err

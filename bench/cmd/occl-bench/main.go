@@ -66,7 +66,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		iters     = fs.Int("n", 20, "timed iterations per size (-op recover: trials, default 30)")
 		warmup    = fs.Int("w", 5, "warmup iterations per size")
 		check     = fs.Int("c", 1, "check results (1) or not (0)")
-		blocking  = fs.Int("z", 0, "1: wait for each operation before issuing the next (blocking calls); 0: issue a size's iterations, then wait")
+		blocking  = fs.Int("z", 0, "1: run each operation with the blocking call before issuing the next; 0: issue a size's iterations with Async calls, then wait for the last")
 		dtName    = fs.String("d", "float", "data type: float, double, half, bfloat16, int8, uint8, int32, uint32, int64, uint64")
 		redName   = fs.String("o", "sum", "reduction: sum, prod, min, max, avg")
 		root      = fs.Int("r", 0, "root rank of rooted operations")

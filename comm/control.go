@@ -168,15 +168,16 @@ type ctrlClient struct {
 	hbTO   time.Duration
 	log    *slog.Logger
 
-	mu   sync.Mutex
-	sm   *ctrlMember
-	done chan struct{}
-	wg   sync.WaitGroup
+	mu      sync.Mutex
+	sm      *ctrlMember
+	verdict chan struct{} // closed when the root's verdict arrives
+	done    chan struct{}
+	wg      sync.WaitGroup
 }
 
 func newCtrlClient(rank int, conn *tcp.Conn, server *ctrlServer, cfg config, log *slog.Logger) *ctrlClient {
 	return &ctrlClient{conn: conn, server: server, hb: cfg.heartbeat, hbTO: cfg.heartbeatTimeout, log: logx.For(log, logx.Net),
-		sm: newCtrlMember(rank, time.Now(), cfg.heartbeatTimeout), done: make(chan struct{})}
+		sm: newCtrlMember(rank, time.Now(), cfg.heartbeatTimeout), verdict: make(chan struct{}), done: make(chan struct{})}
 }
 
 // start begins heartbeats and listening for verdicts on behalf of c.
@@ -210,6 +211,8 @@ func (cl *ctrlClient) handle(ev ctrlEvent) (leave bool) {
 			leave = true
 		case actStallReport:
 			logx.For(cl.comm.log, logx.Coll).Warn("occl: "+a.Msg.Text, "seq", a.Seq)
+		case actVerdict:
+			close(cl.verdict) // given once
 		}
 	}
 	return leave
@@ -264,6 +267,23 @@ func (cl *ctrlClient) stalled(seq uint64) {
 }
 
 func (cl *ctrlClient) close(ctx context.Context, clean bool) error {
+	if cl.server != nil {
+		// Rank 0 closing right after it reported a failure (a Shrink
+		// aborting the old communicator, an Abort) first lets the root's
+		// verdict reach the others, bounded by the heartbeat timeout.
+		cl.mu.Lock()
+		wait := cl.sm.awaitsVerdict()
+		cl.mu.Unlock()
+		if wait {
+			t := time.NewTimer(cl.hbTO)
+			select {
+			case <-cl.verdict:
+			case <-t.C:
+			case <-ctx.Done():
+			}
+			t.Stop()
+		}
+	}
 	if !cl.handle(ctrlEvent{Kind: evClose, Clean: clean, Now: time.Now()}) {
 		return nil
 	}

@@ -76,6 +76,9 @@ const (
 	actLeave
 	// actStallReport: log the root's report Msg on the stall of Seq.
 	actStallReport
+	// actVerdict: the root's verdict arrived (member only; see
+	// ctrlMember.awaitsVerdict).
+	actVerdict
 )
 
 // ctrlAction is one output of a control-plane state machine.
@@ -107,6 +110,8 @@ func (a ctrlAction) String() string {
 		return "leave"
 	case actStallReport:
 		return fmt.Sprintf("stall report %d: %s", a.Seq, a.Msg.Text)
+	case actVerdict:
+		return "verdict"
 	}
 	return fmt.Sprintf("action %d", a.Kind)
 }
@@ -358,8 +363,17 @@ type ctrlMember struct {
 	leaving   bool      // this rank is closing
 	shutdown  bool      // the root closed cleanly
 	failed    bool      // actFail given
+	reported  bool      // this rank reported a failure to the root
+	verdict   bool      // the root's verdict arrived
 	out       []ctrlAction
 }
+
+// awaitsVerdict says whether this rank reported a failure whose verdict
+// has not arrived. On rank 0, whose process runs the root, closing then
+// would take the verdict to the others with it: the root writes its own
+// rank's copy of a verdict last, so the shell waits for it first (see
+// ctrlClient.close).
+func (m *ctrlMember) awaitsVerdict() bool { return m.reported && !m.verdict }
 
 func newCtrlMember(rank int, now time.Time, hbTimeout time.Duration) *ctrlMember {
 	return &ctrlMember{rank: rank, hbTimeout: hbTimeout, heard: now}
@@ -375,6 +389,10 @@ func (m *ctrlMember) step(ev ctrlEvent) []ctrlAction {
 		case wire.Verdict:
 			v := &ev.Msg
 			m.fail(&PeerError{Peer: v.Peer, Reporter: v.Reporter, Kind: errOfKind(v.Kind), Reason: v.Text})
+			if !m.verdict {
+				m.verdict = true
+				m.out = append(m.out, ctrlAction{Kind: actVerdict})
+			}
 		case wire.Shutdown:
 			m.shutdown = true
 		case wire.Probe:
@@ -400,6 +418,7 @@ func (m *ctrlMember) step(ev ctrlEvent) []ctrlAction {
 		}
 	case evReport:
 		pe := ev.Fail
+		m.reported = true
 		m.send(wire.Msg{Type: wire.Report, Kind: kindOf(pe.Kind), Peer: pe.Peer, Reporter: pe.Reporter, Text: pe.Reason})
 	case evLinkLost:
 		m.send(wire.Msg{Type: wire.Report, Kind: kindLost, Peer: ev.Peer, Reporter: m.rank, Text: ev.Err})

@@ -29,6 +29,7 @@ type ctrlNet struct {
 	timers  map[int]time.Time
 	fails   []*PeerError // each member's first actFail
 	nFails  []int        // how many actFail each member gave
+	nVerds  []int        // how many actVerdict each member gave
 	decls   []wire.Msg   // the root's verdicts
 	left    []bool       // members that gave actLeave
 	allLeft int          // actAllLeft given
@@ -55,7 +56,7 @@ const (
 func newCtrlNet(t *testing.T, size int) *ctrlNet {
 	n := &ctrlNet{
 		t: t, now: time.Unix(1000, 0), held: map[int]bool{}, dropped: map[int]bool{}, dead: map[int]bool{},
-		timers: map[int]time.Time{}, fails: make([]*PeerError, size), nFails: make([]int, size),
+		timers: map[int]time.Time{}, fails: make([]*PeerError, size), nFails: make([]int, size), nVerds: make([]int, size),
 		left: make([]bool, size), probed: map[int]wire.Fingerprint{},
 		late: map[int]bool{}, stalls: map[int][]string{},
 	}
@@ -97,6 +98,8 @@ func (n *ctrlNet) member(r int, ev ctrlEvent) {
 			n.left[r] = true
 		case actStallReport:
 			n.stalls[r] = append(n.stalls[r], a.Msg.Text)
+		case actVerdict:
+			n.nVerds[r]++
 		default:
 			n.t.Fatalf("member %d: unexpected action %v", r, a)
 		}
@@ -519,6 +522,11 @@ func TestControlStateMachine(t *testing.T) {
 				if want.reporter != -2 && len(n.decls) != 1 {
 					t.Errorf("%d verdicts %v, want one", len(n.decls), n.decls)
 				}
+				for r, v := range n.nVerds {
+					if want.reporter != -2 && !tc.except[r] && !n.dead[r] && !n.dropped[r] && v != 1 {
+						t.Errorf("rank %d saw the verdict %d times, want once", r, v)
+					}
+				}
 			}
 			if tc.check != nil {
 				tc.check(t, n)
@@ -552,6 +560,9 @@ func TestCtrlMemberForwards(t *testing.T) {
 		{ctrlEvent{Kind: evRecv, Msg: wire.Msg{Type: wire.StallReport, Seq: 7, Text: "stall at Barrier seq 7: rank 1 has not called it"}},
 			"stall report 7: stall at Barrier seq 7: rank 1 has not called it"},
 		{ctrlEvent{Kind: evRecv, Msg: wire.Msg{Type: wire.Heartbeat}}, ""},
+		{ctrlEvent{Kind: evRecv, Msg: wire.Msg{Type: wire.Verdict, Kind: kindOf(ErrAborted), Peer: 2, Reporter: 2, Text: "shrinking"}},
+			"fail peer=2 reporter=2 communicator aborted: shrinking; verdict"},
+		{ctrlEvent{Kind: evRecv, Msg: wire.Msg{Type: wire.Verdict, Kind: kindOf(ErrTimeout), Peer: 1, Reporter: 3, Text: "later"}}, ""},
 		{ctrlEvent{Kind: evTick}, "send 0 heartbeat"},
 		{ctrlEvent{Kind: evClose, Clean: true}, "send 0 goodbye; leave"},
 		{ctrlEvent{Kind: evClose, Clean: true}, ""},   // closing twice
@@ -563,6 +574,28 @@ func TestCtrlMemberForwards(t *testing.T) {
 	}
 	if !errors.Is(errOfKind(kindOf(ErrTimeout)), ErrTimeout) {
 		t.Error("kinds do not round-trip")
+	}
+}
+
+// TestCtrlMemberAwaitsVerdict: a rank that reported a failure awaits the
+// root's verdict until it arrives; one that reported nothing does not.
+func TestCtrlMemberAwaitsVerdict(t *testing.T) {
+	now := time.Unix(0, 0)
+	m := newCtrlMember(0, now, time.Second)
+	if m.awaitsVerdict() {
+		t.Fatal("awaits a verdict before reporting anything")
+	}
+	m.step(ctrlEvent{Kind: evReport, Now: now, Fail: &PeerError{Peer: 0, Reporter: 0, Kind: ErrAborted, Reason: "shrinking"}})
+	if !m.awaitsVerdict() {
+		t.Fatal("does not await the verdict on its report")
+	}
+	m.step(ctrlEvent{Kind: evRecv, Now: now, Msg: wire.Msg{Type: wire.Heartbeat}})
+	if !m.awaitsVerdict() {
+		t.Fatal("a heartbeat ended the wait for the verdict")
+	}
+	m.step(ctrlEvent{Kind: evRecv, Now: now, Msg: wire.Msg{Type: wire.Verdict, Kind: kindOf(ErrAborted)}})
+	if m.awaitsVerdict() {
+		t.Fatal("still awaits the verdict after it arrived")
 	}
 }
 

@@ -33,6 +33,11 @@ np=2, 64 B at np=4), marked * in the table. torch 1.13's Gloo has no
 reduce_scatter: gloo_bench.py exits with status 3 and the column stays empty
 (the script does not run it again in later rounds).
 
+All three time blocking calls one after the other, as a training loop
+that waits for each operation makes them: occl-bench -z 1 (the blocking
+forms of the Go API), MPI_Allreduce and friends in mpi_bench.c, and
+torch.distributed calls without async_op in gloo_bench.py.
+
 Each op and np runs as three commands, one per band of sizes, with
 iterations (warmup) scaled to the size:
 
@@ -356,7 +361,7 @@ def commands(case, tools, args):
     check = ["-c", "1"] if args.check else ["-c", "0"]
     if tools.occl:
         for t in ("tcp", "shm"):
-            argv = [tools.occl, "-np", str(case.np)] + case.sweep_args() + ["-transport", t, "-json"]
+            argv = [tools.occl, "-np", str(case.np)] + case.sweep_args() + ["-transport", t, "-z", "1", "-json"]
             if not args.check:
                 argv += ["-c", "0"]
             out.append(("occl-" + t, argv))

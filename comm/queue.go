@@ -177,8 +177,9 @@ func (r *Request) Done() <-chan struct{} {
 	return r.done
 }
 
-// finish completes the request with err. Once finished is set, the request
-// may be recycled (see wait): finish touches nothing of it after that.
+// finish completes the request with err. Once it releases mu, the request
+// may be recycled (see wait and recycle): finish touches nothing of it
+// after that.
 func (r *Request) finish(err error) {
 	q := &r.c.queue
 	r.err = err

@@ -124,9 +124,49 @@ func TestScheduleContext(t *testing.T) {
 			t.Errorf("%d bytes: schedule context deadline %v, want the shared one %v", tc.bytes, dl, o.deadline)
 		}
 	}
+	// A caller's own context: twins with its deadline and cancellation,
+	// made once for a run of operations with the same context.
 	own, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if got := o.schedule(o.get(own, time.Minute, time.Now()), 8); got != own {
-		t.Error("a caller's own context was replaced")
+	ownDL, _ := own.Deadline()
+	var first [2]context.Context
+	for i := range 3 {
+		for j, tc := range []struct {
+			bytes int
+			core  bool
+		}{{8, true}, {64 << 20, false}} {
+			s := o.schedule(o.get(own, time.Minute, time.Now()), tc.bytes)
+			if transport.Yields(s) || transport.CoreYields(s) != tc.core {
+				t.Errorf("%d bytes, caller's context: yields %v, gives the core away %v (want false, %v)", tc.bytes, transport.Yields(s), transport.CoreYields(s), tc.core)
+			}
+			if dl, _ := s.Deadline(); !dl.Equal(ownDL) || s.Done() != own.Done() {
+				t.Errorf("%d bytes: the twin of the caller's context has deadline %v, want %v, or another Done", tc.bytes, dl, ownDL)
+			}
+			if i == 0 {
+				first[j] = s
+			} else if s != first[j] {
+				t.Errorf("call %d, %d bytes: the caller's twin was made again for the same context", i, tc.bytes)
+			}
+		}
 	}
+	other, cancel2 := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel2()
+	if dl, _ := o.schedule(o.get(other, time.Minute, time.Now()), 8).Deadline(); !dl.Equal(func() time.Time { d, _ := other.Deadline(); return d }()) {
+		t.Error("a new caller context kept the twins of the previous one")
+	}
+	// A context type that cannot be compared gets twins every time.
+	odd := uncomparableCtx{Context: own, tags: []string{"x"}}
+	if s := o.schedule(odd, 8); transport.Yields(s) || s.Done() != own.Done() {
+		t.Error("uncomparable caller context")
+	}
+	if s := o.schedule(uncomparableCtx{Context: own, tags: []string{"y"}}, 8); transport.Yields(s) {
+		t.Error("second uncomparable caller context")
+	}
+}
+
+// uncomparableCtx is a context whose dynamic type cannot be compared with
+// ==, as a user's struct carrying a slice may be.
+type uncomparableCtx struct {
+	context.Context
+	tags []string
 }

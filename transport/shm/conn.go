@@ -86,8 +86,11 @@ type Conn struct {
 	// cross-memory read with the number of bytes copied so far.
 	pieceHook func(done int)
 	// yieldHook, if set (by tests), runs whenever a polling wait lets
-	// other goroutines run; coreYieldHook after every sched_yield.
+	// other goroutines run; coreYieldHook after every sched_yield;
+	// lockHook when a wait locks its goroutine to its thread (true) and
+	// unlocks it (false).
 	yieldHook, coreYieldHook func()
+	lockHook                 func(locked bool)
 	// coreYieldOff: the monotonic time (see monotonic) until which waits
 	// do not yield their core (see coreYieldSlow).
 	coreYieldOff atomic.Int64
@@ -431,6 +434,15 @@ func (c *Conn) wait(ctx context.Context, w waitFor) error {
 		// processes (transport.WithCoreYield). Decided when first asked.
 		yield, core, decided bool
 	)
+	locked := false
+	defer func() {
+		if locked {
+			runtime.UnlockOSThread()
+			if c.lockHook != nil {
+				c.lockHook(false)
+			}
+		}
+	}()
 	for i := 0; ; i++ {
 		ok, err := c.ready(w)
 		if ok || err != nil {
@@ -471,6 +483,19 @@ func (c *Conn) wait(ctx context.Context, w waitFor) error {
 				continue
 			}
 			if i < spinTight+spinYield {
+				if !yield && !locked {
+					// Nothing of this process waits for the
+					// processor, so a yield would come straight back
+					// and poll on: yield as a thread locked to its
+					// goroutine, which sleeps until the scheduler
+					// hands the processor back and meanwhile lets
+					// the processes sharing the core run.
+					runtime.LockOSThread()
+					locked = true
+					if c.lockHook != nil {
+						c.lockHook(true)
+					}
+				}
 				c.yieldProcessor()
 				continue
 			}

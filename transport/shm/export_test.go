@@ -19,3 +19,7 @@ func Local(c *Conn) bool { return c.local }
 
 // SetCoreYieldHook makes c call f after every sched_yield of a wait.
 func SetCoreYieldHook(c *Conn, f func()) { c.coreYieldHook = f }
+
+// SetLockHook sets a function run when a wait locks its goroutine to its
+// thread (true) and unlocks it (false).
+func SetLockHook(c *Conn, f func(locked bool)) { c.lockHook = f }

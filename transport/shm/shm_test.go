@@ -529,6 +529,58 @@ func TestWaitYields(t *testing.T) {
 	}
 }
 
+// TestWaitLocksThread: when the processes outnumber the cores (Spin 0), a
+// wait of a large operation (no transport.WithCoreYield) whose process has
+// nothing else to run (transport.WithoutYield) yields as a thread locked to
+// its goroutine, which sleeps until the scheduler hands the processor back
+// (a plain goroutine's yield would come straight back and keep the core
+// busy), and unlocks before it returns; a wait that yields to the process's
+// other goroutines does not lock.
+func TestWaitLocksThread(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		noYield  bool
+		wantLock bool
+	}{{"without yield", true, true}, {"default", false, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := pairWith(t, func(c *shm.Config) { c.Spin = 0 })
+			defer a.Close()
+			defer b.Close()
+			shm.SetLocal(a, false)
+			var events []bool
+			var yields atomic.Int64
+			shm.SetLockHook(a, func(locked bool) { events = append(events, locked) })
+			shm.SetYieldHook(a, func() { yields.Add(1) })
+			ctx := context.Background()
+			if tc.noYield {
+				ctx = transport.WithoutYield(ctx)
+			}
+			h := transport.Header{Kind: transport.KindCollective, Seq: 1, Len: 8}
+			sent := make(chan error, 1)
+			go func() {
+				time.Sleep(5 * time.Millisecond)
+				sent <- b.Send(context.Background(), h, make([]byte, 8))
+			}()
+			if err := a.Recv(ctx, h, make([]byte, 8)); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-sent; err != nil {
+				t.Fatal(err)
+			}
+			want := []bool(nil)
+			if tc.wantLock {
+				want = []bool{true, false}
+			}
+			if fmt.Sprint(events) != fmt.Sprint(want) {
+				t.Errorf("lock events %v, want %v", events, want)
+			}
+			if yields.Load() == 0 {
+				t.Error("the wait never yielded")
+			}
+		})
+	}
+}
+
 // TestWaitYieldsCore: when the processes outnumber the cores (Spin 0) a
 // wait under transport.WithCoreYield gives its core to the other processes
 // between polls, and stops doing so, sleeping instead, once a yield kept

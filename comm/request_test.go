@@ -13,15 +13,7 @@ import (
 // recycled, its arguments travel in the request, and its Done channel is
 // never made.
 func TestBlockingCallsAllocateNothing(t *testing.T) {
-	comms, err := comm.NewLocal(2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		for _, c := range comms {
-			c.Close()
-		}
-	}()
+	comms := localComms(t, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	ops := []struct {
@@ -79,15 +71,7 @@ func TestBlockingCallsAllocateNothing(t *testing.T) {
 // was asked for before (made, then closed) or after (already closed), and
 // Test and Wait agree with it.
 func TestRequestDone(t *testing.T) {
-	comms, err := comm.NewLocal(2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		for _, c := range comms {
-			c.Close()
-		}
-	}()
+	comms := localComms(t, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	x := []float32{1, 2}
@@ -122,4 +106,15 @@ func TestRequestDone(t *testing.T) {
 	if x[0] != 4 || x[1] != 6 || y[0] != 4 || y[1] != 6 {
 		t.Fatalf("sums %v and %v, want [4 6] on both", x, y)
 	}
+}
+
+// localComms makes n ranks in this process, closed when the test ends.
+func localComms(t *testing.T, n int) []*comm.Communicator {
+	t.Helper()
+	cs, err := comm.NewLocal(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { closeAll(cs) })
+	return cs
 }

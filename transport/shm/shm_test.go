@@ -510,22 +510,29 @@ func TestWaitYields(t *testing.T) {
 			if tc.noYield {
 				ctx = transport.WithoutYield(ctx)
 			}
-			h := transport.Header{Kind: transport.KindCollective, Seq: 1, Len: 8}
-			sent := make(chan error, 1)
-			go func() {
-				time.Sleep(5 * time.Millisecond)
-				sent <- b.Send(ctx, h, make([]byte, 8))
-			}()
-			if err := a.Recv(ctx, h, make([]byte, 8)); err != nil {
-				t.Fatal(err)
-			}
-			if err := <-sent; err != nil {
-				t.Fatal(err)
-			}
+			recvLate(t, ctx, ctx, a, b, 5*time.Millisecond)
 			if got := yields.Load() > 0; got != tc.wantYield {
 				t.Errorf("yielded %d times during a 5 ms wait, want yields: %v", yields.Load(), tc.wantYield)
 			}
 		})
+	}
+}
+
+// recvLate receives 8 bytes on a under ctx that b sends under sendCtx
+// after delay, and fails t if either side fails.
+func recvLate(t *testing.T, ctx, sendCtx context.Context, a, b *shm.Conn, delay time.Duration) {
+	t.Helper()
+	h := transport.Header{Kind: transport.KindCollective, Seq: 1, Len: 8}
+	sent := make(chan error, 1)
+	go func() {
+		time.Sleep(delay)
+		sent <- b.Send(sendCtx, h, make([]byte, 8))
+	}()
+	if err := a.Recv(ctx, h, make([]byte, 8)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-sent; err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -555,18 +562,7 @@ func TestWaitLocksThread(t *testing.T) {
 			if tc.noYield {
 				ctx = transport.WithoutYield(ctx)
 			}
-			h := transport.Header{Kind: transport.KindCollective, Seq: 1, Len: 8}
-			sent := make(chan error, 1)
-			go func() {
-				time.Sleep(5 * time.Millisecond)
-				sent <- b.Send(context.Background(), h, make([]byte, 8))
-			}()
-			if err := a.Recv(ctx, h, make([]byte, 8)); err != nil {
-				t.Fatal(err)
-			}
-			if err := <-sent; err != nil {
-				t.Fatal(err)
-			}
+			recvLate(t, ctx, context.Background(), a, b, 5*time.Millisecond)
 			want := []bool(nil)
 			if tc.wantLock {
 				want = []bool{true, false}
@@ -607,19 +603,8 @@ func TestWaitYieldsCore(t *testing.T) {
 			if tc.core {
 				ctx = transport.WithCoreYield(ctx)
 			}
-			h := transport.Header{Kind: transport.KindCollective, Seq: 1, Len: 8}
 			for i := 0; i < 3; i++ {
-				sent := make(chan error, 1)
-				go func() {
-					time.Sleep(10 * time.Millisecond)
-					sent <- b.Send(context.Background(), h, make([]byte, 8))
-				}()
-				if err := a.Recv(ctx, h, make([]byte, 8)); err != nil {
-					t.Fatal(err)
-				}
-				if err := <-sent; err != nil {
-					t.Fatal(err)
-				}
+				recvLate(t, ctx, context.Background(), a, b, 10*time.Millisecond)
 			}
 			switch n := yields.Load(); {
 			case !tc.core && n != 0:

@@ -183,8 +183,8 @@ func (k *call) op(o *groupOp, h uintptr) *comm.Communicator {
 }
 
 // blocking is the request argument of a blocking call: the blocking form
-// of an operation is its Async form waited for (or recorded in the open
-// group).
+// of an operation runs the Go API's blocking form (or is recorded in the
+// open group).
 var blocking = new(C.occlRequest_t)
 
 // enqueue is every operation's entry point. It checks the arguments, then
@@ -194,8 +194,10 @@ var blocking = new(C.occlRequest_t)
 // NULL, and is cleared first). name is the blocking form's; the Async
 // form's adds "Async".
 //
-// The call and the operation live on the stack, and every function they
-// pass through is called directly: a blocking call allocates nothing here.
+// The call and the operation live on the stack: the checks are called
+// directly (see operation), and the function values that issue or run the
+// operation take its operands by value, so that nothing of the call
+// escapes to the heap and a blocking call allocates nothing here.
 func enqueue(name string, request *C.occlRequest_t, d *operation, a args) (res C.occlResult_t) {
 	async := request != blocking
 	if async {

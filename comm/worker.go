@@ -147,7 +147,7 @@ func (c *Communicator) run(r *Request) (err error) {
 // when it first runs an operation and kept while the next operations come
 // with the same context, as a loop of calls passes them: a polling wait
 // that let other goroutines run would hand the processor away at every
-// poll (from four processes on two cores, a third of a 1 MiB all-reduce's
+// poll (from four processes on two cores, a fifth of a 1 MiB all-reduce's
 // time went to the scheduler). The twins of the last caller context keep it
 // alive until an operation comes with another one, or the communicator
 // closes.

@@ -20,10 +20,10 @@ func (c *Communicator) AllToAll(ctx context.Context, send, recv Buffer) error {
 
 // AllToAllAsync is the non-blocking form of AllToAll.
 func (c *Communicator) AllToAllAsync(ctx context.Context, send, recv Buffer) *Request {
-	return c.wake(c.postAllToAll(ctx, send, recv))
+	return c.issue(c.postAllToAll(ctx, send, recv))
 }
 
-// postAllToAll queues AllToAll for a caller that waits for it (see post).
+// postAllToAll checks AllToAll's arguments and makes its request, unissued (see post).
 func (c *Communicator) postAllToAll(ctx context.Context, send, recv Buffer) *Request {
 	const name = "AllToAll"
 	err := checkPair(send, recv)
@@ -58,10 +58,10 @@ func (c *Communicator) AllToAllV(ctx context.Context, send Buffer, sendCounts, s
 
 // AllToAllVAsync is the non-blocking form of AllToAllV.
 func (c *Communicator) AllToAllVAsync(ctx context.Context, send Buffer, sendCounts, sendDispls []int, recv Buffer, recvCounts, recvDispls []int) *Request {
-	return c.wake(c.postAllToAllV(ctx, send, sendCounts, sendDispls, recv, recvCounts, recvDispls))
+	return c.issue(c.postAllToAllV(ctx, send, sendCounts, sendDispls, recv, recvCounts, recvDispls))
 }
 
-// postAllToAllV queues AllToAllV for a caller that waits for it (see post).
+// postAllToAllV checks AllToAllV's arguments and makes its request, unissued (see post).
 func (c *Communicator) postAllToAllV(ctx context.Context, send Buffer, sendCounts, sendDispls []int, recv Buffer, recvCounts, recvDispls []int) *Request {
 	const name = "AllToAllV"
 	err := checkPair(send, recv)

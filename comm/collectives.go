@@ -48,13 +48,24 @@ func checkPair(send, recv Buffer) error {
 	return nil
 }
 
-// wait blocks until r completes. It needs no context of its own: a request
-// whose context ends while it is queued is withdrawn here at once, and a
-// running one is bounded by its context, so this returns at the deadline
-// wherever the request is. It does not return before the request
-// completes, since the request's buffers are in use until then.
+// wait issues r, made by post for a blocking call, and blocks until it
+// completes. It needs no context of its own: a request whose context ends
+// while it is queued is withdrawn here at once, and a running one is
+// bounded by its context, so this returns at the deadline wherever the
+// request is. It does not return before the request completes, since the
+// request's buffers are in use until then.
 func wait(r *Request) error {
+	if r.finished.Load() {
+		// Rejected before it was issued (failedRequest).
+		return r.err
+	}
 	c := r.c
+	if c.runAlone(r) {
+		err := r.err
+		r.free()
+		return err
+	}
+	c.enqueue(r)
 	c.help(r)
 	if !r.finished.Load() {
 		done := r.Done()
@@ -80,10 +91,10 @@ func (c *Communicator) AllReduce(ctx context.Context, send, recv Buffer, op Op) 
 
 // AllReduceAsync is the non-blocking form of AllReduce.
 func (c *Communicator) AllReduceAsync(ctx context.Context, send, recv Buffer, op Op) *Request {
-	return c.wake(c.postAllReduce(ctx, send, recv, op))
+	return c.issue(c.postAllReduce(ctx, send, recv, op))
 }
 
-// postAllReduce queues AllReduce for a caller that waits for it (see post).
+// postAllReduce checks AllReduce's arguments and makes its request, unissued (see post).
 func (c *Communicator) postAllReduce(ctx context.Context, send, recv Buffer, op Op) *Request {
 	const name = "AllReduce"
 	err := checkPair(send, recv)
@@ -141,10 +152,10 @@ func (c *Communicator) Broadcast(ctx context.Context, send, recv Buffer, root in
 
 // BroadcastAsync is the non-blocking form of Broadcast.
 func (c *Communicator) BroadcastAsync(ctx context.Context, send, recv Buffer, root int) *Request {
-	return c.wake(c.postBroadcast(ctx, send, recv, root))
+	return c.issue(c.postBroadcast(ctx, send, recv, root))
 }
 
-// postBroadcast queues Broadcast for a caller that waits for it (see post).
+// postBroadcast checks Broadcast's arguments and makes its request, unissued (see post).
 func (c *Communicator) postBroadcast(ctx context.Context, send, recv Buffer, root int) *Request {
 	const name = "Broadcast"
 	err := c.checkRoot(root)
@@ -179,10 +190,10 @@ func (c *Communicator) Reduce(ctx context.Context, send, recv Buffer, op Op, roo
 
 // ReduceAsync is the non-blocking form of Reduce.
 func (c *Communicator) ReduceAsync(ctx context.Context, send, recv Buffer, op Op, root int) *Request {
-	return c.wake(c.postReduce(ctx, send, recv, op, root))
+	return c.issue(c.postReduce(ctx, send, recv, op, root))
 }
 
-// postReduce queues Reduce for a caller that waits for it (see post).
+// postReduce checks Reduce's arguments and makes its request, unissued (see post).
 func (c *Communicator) postReduce(ctx context.Context, send, recv Buffer, op Op, root int) *Request {
 	const name = "Reduce"
 	err := c.checkRoot(root)
@@ -229,10 +240,10 @@ func (c *Communicator) AllGather(ctx context.Context, send, recv Buffer) error {
 
 // AllGatherAsync is the non-blocking form of AllGather.
 func (c *Communicator) AllGatherAsync(ctx context.Context, send, recv Buffer) *Request {
-	return c.wake(c.postAllGather(ctx, send, recv))
+	return c.issue(c.postAllGather(ctx, send, recv))
 }
 
-// postAllGather queues AllGather for a caller that waits for it (see post).
+// postAllGather checks AllGather's arguments and makes its request, unissued (see post).
 func (c *Communicator) postAllGather(ctx context.Context, send, recv Buffer) *Request {
 	const name = "AllGather"
 	err := checkPair(send, recv)
@@ -266,10 +277,10 @@ func (c *Communicator) ReduceScatter(ctx context.Context, send, recv Buffer, op 
 
 // ReduceScatterAsync is the non-blocking form of ReduceScatter.
 func (c *Communicator) ReduceScatterAsync(ctx context.Context, send, recv Buffer, op Op) *Request {
-	return c.wake(c.postReduceScatter(ctx, send, recv, op))
+	return c.issue(c.postReduceScatter(ctx, send, recv, op))
 }
 
-// postReduceScatter queues ReduceScatter for a caller that waits for it (see post).
+// postReduceScatter checks ReduceScatter's arguments and makes its request, unissued (see post).
 func (c *Communicator) postReduceScatter(ctx context.Context, send, recv Buffer, op Op) *Request {
 	const name = "ReduceScatter"
 	err := checkPair(send, recv)
@@ -328,10 +339,10 @@ func (c *Communicator) Gather(ctx context.Context, send, recv Buffer, root int) 
 
 // GatherAsync is the non-blocking form of Gather.
 func (c *Communicator) GatherAsync(ctx context.Context, send, recv Buffer, root int) *Request {
-	return c.wake(c.postGather(ctx, send, recv, root))
+	return c.issue(c.postGather(ctx, send, recv, root))
 }
 
-// postGather queues Gather for a caller that waits for it (see post).
+// postGather checks Gather's arguments and makes its request, unissued (see post).
 func (c *Communicator) postGather(ctx context.Context, send, recv Buffer, root int) *Request {
 	const name = "Gather"
 	err := c.checkRoot(root)
@@ -368,10 +379,10 @@ func (c *Communicator) Scatter(ctx context.Context, send, recv Buffer, root int)
 
 // ScatterAsync is the non-blocking form of Scatter.
 func (c *Communicator) ScatterAsync(ctx context.Context, send, recv Buffer, root int) *Request {
-	return c.wake(c.postScatter(ctx, send, recv, root))
+	return c.issue(c.postScatter(ctx, send, recv, root))
 }
 
-// postScatter queues Scatter for a caller that waits for it (see post).
+// postScatter checks Scatter's arguments and makes its request, unissued (see post).
 func (c *Communicator) postScatter(ctx context.Context, send, recv Buffer, root int) *Request {
 	const name = "Scatter"
 	err := c.checkRoot(root)
@@ -407,10 +418,10 @@ func (c *Communicator) Barrier(ctx context.Context) error {
 
 // BarrierAsync is the non-blocking form of Barrier.
 func (c *Communicator) BarrierAsync(ctx context.Context) *Request {
-	return c.wake(c.postBarrier(ctx))
+	return c.issue(c.postBarrier(ctx))
 }
 
-// postBarrier queues Barrier for a caller that waits for it (see post).
+// postBarrier checks Barrier's arguments and makes its request, unissued (see post).
 func (c *Communicator) postBarrier(ctx context.Context) *Request {
 	return c.post(ctx, "Barrier", collHeader(algo.OpBarrier, 0, 0, 0, 0), barrierOp, opArgs{})
 }

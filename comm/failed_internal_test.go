@@ -23,7 +23,7 @@ func TestCompletedAfterFailure(t *testing.T) {
 		}
 		c := comms[0]
 		pe := &PeerError{Peer: 1, Reporter: 0, Kind: ErrPeerFailed, Reason: "injected while the operation ran"}
-		r := c.submit(context.Background(), "Injected", hdr, func(ctx context.Context, p *opPeers) error {
+		r := c.postCall(context.Background(), "Injected", hdr, func(ctx context.Context, p *opPeers) error {
 			c.fail(pe) // as the control plane does when another rank fails
 			return nil
 		})

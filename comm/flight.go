@@ -91,8 +91,8 @@ type opEntry struct {
 	sched     algo.Algorithm
 	predicted time.Duration
 	state     OpState
-	start     time.Time
-	end       time.Time
+	start     stamp
+	end       stamp
 	peer      int32
 	err       string
 }
@@ -108,7 +108,7 @@ func (h *opHistory) init(n int) {
 }
 
 // begin records that r starts at now. The worker calls it.
-func (h *opHistory) begin(r *Request, fp wire.Fingerprint, now time.Time) {
+func (h *opHistory) begin(r *Request, fp wire.Fingerprint, now stamp) {
 	coll := r.hdr.Kind == transport.KindCollective
 	dt := algo.DType(r.hdr.DType)
 	hasDT := dt.Valid() && r.hdr.Op != uint8(algo.OpBarrier) && r.hdr.Op != uint8(algo.OpRewire) && r.hdr.Op != uint8(algo.OpSplit) && r.hdr.Op != uint8(algo.OpGrow)
@@ -241,7 +241,7 @@ func (h *opHistory) records(n int) []OpRecord {
 
 // record converts e.
 func (e *opEntry) record() OpRecord {
-	rec := OpRecord{Seq: e.seq, Op: e.name, Bytes: e.bytes, State: e.state, Start: e.start, End: e.end, Peer: int(e.peer), Error: e.err}
+	rec := OpRecord{Seq: e.seq, Op: e.name, Bytes: e.bytes, State: e.state, Start: e.start.time(), End: e.end.time(), Peer: int(e.peer), Error: e.err}
 	if e.hasDType {
 		rec.DType = e.dtype.String()
 	}

@@ -131,7 +131,7 @@ func (c *Communicator) growConfig(n int, opts []Option) (config, error) {
 // made, which inherits c's observer.
 func (c *Communicator) grow(ctx context.Context, name string, hdr transport.Header, mk func(context.Context, *opPeers) (*Communicator, error)) (*Communicator, error) {
 	var grown *Communicator
-	r := c.submit(ctx, name, hdr, func(ctx context.Context, p *opPeers) error {
+	r := c.postCall(ctx, name, hdr, func(ctx context.Context, p *opPeers) error {
 		cc, err := mk(ctx, p)
 		if cc != nil {
 			cc.inheritObserver(c)

@@ -172,7 +172,7 @@ func (c *Communicator) endOp(err error) {
 // traceOp converts e for the timeline.
 func (e *opEntry) traceOp() trace.Op {
 	op := trace.Op{Name: e.name, Seq: e.seq, Bytes: e.bytes, Predicted: e.predicted, Peer: int(e.peer),
-		Err: e.err, Start: e.start, End: e.end}
+		Err: e.err, Start: e.start.time(), End: e.end.time()}
 	if e.hasDType {
 		op.DType = e.dtype.String()
 	}
@@ -263,7 +263,7 @@ func (c *Communicator) writeTrace() {
 	}
 	var open []trace.Op
 	if e, ok := c.hist.runningEntry(); ok {
-		e.end = time.Now()
+		e.end = now()
 		open = append(open, e.traceOp())
 	}
 	path := filepath.Join(c.obs.dir, c.fileName("rank"))

@@ -50,7 +50,7 @@ func BenchmarkOpRecord(b *testing.B) {
 					b.StartTimer()
 				}
 				r.seq = uint64(i)
-				c.hist.begin(r, fp, time.Now())
+				c.hist.begin(r, fp, now())
 				c.hist.chose(algo.AlgoRing, 1<<20, 0)
 				for x := range bc.transfers {
 					c.obs.transfer(x%4, x%2 == 0, uint32(x/2), 256<<10, time.Now())
@@ -69,7 +69,7 @@ func TestOpRecordOrder(t *testing.T) {
 	c.obs.flightLen = 4
 	for i := 1; i <= histLen+3; i++ {
 		r := &Request{c: c, name: "Barrier", seq: uint64(i), hdr: collHeader(algo.OpBarrier, 0, 0, 0, 0)}
-		c.hist.begin(r, fingerprint(&r.hdr), time.Now())
+		c.hist.begin(r, fingerprint(&r.hdr), now())
 		c.endOp(nil)
 	}
 	recs := c.FlightRecord()

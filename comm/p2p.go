@@ -57,9 +57,9 @@ func (g *Group) add(send bool, buf Buffer, peer int) *Group {
 func (g *Group) Run(ctx context.Context) error { return wait(g.post(ctx)) }
 
 // Start queues the group on its communicator and returns its Request.
-func (g *Group) Start(ctx context.Context) *Request { return g.c.wake(g.post(ctx)) }
+func (g *Group) Start(ctx context.Context) *Request { return g.c.issue(g.post(ctx)) }
 
-// post queues the group for a caller that waits for it (see
+// post checks the group and makes its request, unissued (see
 // Communicator.post).
 func (g *Group) post(ctx context.Context) *Request {
 	const name = "Group"

@@ -71,7 +71,7 @@ const maxStallInterval = 30 * time.Second
 // interval).
 type watchdog struct {
 	seq   atomic.Uint64 // the collective running, 0 between collectives
-	start atomic.Int64  // when it started, in Unix nanoseconds
+	start atomic.Int64  // when it started (a stamp)
 	armed atomic.Bool   // the timer is pending
 
 	mu       sync.Mutex
@@ -82,9 +82,9 @@ type watchdog struct {
 }
 
 // armWatchdog starts watching the collective seq, which started at start.
-func (c *Communicator) armWatchdog(seq uint64, start time.Time) {
+func (c *Communicator) armWatchdog(seq uint64, start stamp) {
 	w := &c.watch
-	w.start.Store(start.UnixNano())
+	w.start.Store(int64(start))
 	w.seq.Store(seq)
 	// onStall clears armed before it reads seq, and this reads armed after
 	// storing seq: one of the two sees the other, so the collective is
@@ -135,7 +135,7 @@ func (c *Communicator) onStall() {
 	now := time.Now()
 	if w.reported != seq {
 		w.reported, w.next = seq, c.cfg.stallInterval()
-		w.due = time.Unix(0, w.start.Load()).Add(w.next)
+		w.due = stamp(w.start.Load()).time().Add(w.next)
 	}
 	if now.Before(w.due) {
 		w.arm(w.due.Sub(now), c.onStall)

@@ -18,7 +18,9 @@ import (
 //   - requests run in the order they were pushed, one at a time, each to
 //     its end before the next starts, by whoever holds exec: the worker,
 //     or a caller about to block on the request at the head of the queue,
-//     which runs it itself (help) and saves the worker's wake-up;
+//     which runs it itself (help) and saves the worker's wake-up; a
+//     blocking call that finds nothing queued or running runs its request
+//     without queuing it at all (runAlone);
 //   - a request whose context ends while it is queued is withdrawn:
 //     removed, completed with its context's error, and the collectives
 //     after it take its sequence number and those after. This happens as
@@ -39,6 +41,9 @@ type opQueue struct {
 	mu      sync.Mutex
 	seq     uint64 // collectives pushed (less those withdrawn)
 	pending []*Request
+	// length is len(pending), stored under mu whenever it changes, so
+	// that asking whether anything is queued takes no lock.
+	length atomic.Int32
 	// slots is the array pending starts at when the queue is empty again,
 	// so that a queue that empties after every operation (blocking calls)
 	// reuses its array instead of growing a new one as its head advances.
@@ -199,6 +204,11 @@ func (r *Request) finish(err error) {
 func (r *Request) recycle() {
 	r.mu.Lock()   // finish may not have released it yet
 	r.mu.Unlock() //nolint:staticcheck // only waits for finish
+	r.free()
+}
+
+// free returns r, which nobody else sees any more, to the pool.
+func (r *Request) free() {
 	*r = Request{}
 	requests.Put(r)
 }
@@ -209,40 +219,70 @@ func (r *Request) withdrawn() error {
 	return &OpError{Rank: r.c.rank, Op: r.name, Err: fmt.Errorf("withdrawn before it started: %w", r.ctx.Err())}
 }
 
-// submit queues an operation bound in a closure and wakes the worker to
-// run it: the form of the operations that are not on a hot path (Split,
-// Grow). hdr is the frame header template: Kind, Op, DType, RedOp, Root and
-// Count; the worker fills in communicator, epoch and sequence.
-func (c *Communicator) submit(ctx context.Context, name string, hdr transport.Header, fn func(ctx context.Context, p *opPeers) error) *Request {
-	return c.wake(c.post(ctx, name, hdr, callOp, opArgs{call: fn}))
+// postCall makes the request of an operation bound in a closure, unissued
+// (see post): the form of the operations that are not on a hot path
+// (Split, Grow). hdr is the frame header template: Kind, Op, DType, RedOp,
+// Root and Count; the worker fills in communicator, epoch and sequence.
+func (c *Communicator) postCall(ctx context.Context, name string, hdr transport.Header, fn func(ctx context.Context, p *opPeers) error) *Request {
+	return c.post(ctx, name, hdr, callOp, opArgs{call: fn})
 }
 
-// post queues operation fn on args without waking the worker, for a
-// blocking call: its caller waits for it at once (wait), runs it itself
-// when it is at the head of the queue and nothing runs, and wakes the
-// worker otherwise. A blocking call that ran its operation itself thus
-// costs no wake-up of the worker, which would find nothing to do: two
-// goroutine switches, and on a thread locked to its goroutine (a call from
-// C) two futex calls. The Async forms wake the worker (wake).
+// post makes the request of operation fn on args and returns it unissued:
+// a blocking call passes it to wait, which runs it on the calling
+// goroutine when nothing else is queued or running (runAlone) and queues
+// it otherwise; an Async form passes it to issue.
 func (c *Communicator) post(ctx context.Context, name string, hdr transport.Header, fn opFunc, args opArgs) *Request {
 	r := requests.Get().(*Request)
 	r.c, r.name, r.hdr, r.ctx, r.fn, r.args = c, name, hdr, ctx, fn, args
-	return c.enqueue(r)
+	return r
 }
 
-// wake wakes the worker for r, queued by post or enqueue, and returns r.
-func (c *Communicator) wake(r *Request) *Request {
+// issue queues r, made by post (or built by an operation that sets more
+// of it), wakes the worker to run it, and returns r. A request completed
+// already (failedRequest) is returned as it is.
+func (c *Communicator) issue(r *Request) *Request {
+	if r.finished.Load() {
+		return r
+	}
+	c.enqueue(r)
 	c.queue.kick()
 	return r
 }
 
-// enqueue queues r, built by post or by an operation that sets more of
-// it, without waking the worker (see post and wake).
-func (c *Communicator) enqueue(r *Request) *Request {
+// enqueue queues r without waking the worker: its caller waits for it and
+// wakes the worker only if it cannot run it itself (see help). A queue
+// closed already completes r with ErrClosed.
+func (c *Communicator) enqueue(r *Request) {
 	if !c.queue.push(r) {
 		r.finish(&OpError{Rank: c.rank, Op: r.name, Err: ErrClosed})
 	}
-	return r
+}
+
+// runAlone runs r, a blocking call's request made by post and not yet
+// queued, on the calling goroutine if nothing is queued or running and its
+// context has not ended, and reports whether it did (r.err is then its
+// result). Such a request is never queued and nobody else ever sees it, so
+// it costs none of the queue's hand-over: no removal from the queue, no
+// completion under the request's lock. It saves the worker's wake-up as
+// help does.
+func (c *Communicator) runAlone(r *Request) bool {
+	q := &c.queue
+	if !q.exec.TryLock() {
+		return false
+	}
+	if !q.pushAlone(r) {
+		q.exec.Unlock()
+		return false
+	}
+	r.err = c.run(r)
+	q.out.Done()
+	q.exec.Unlock()
+	if q.queued() {
+		// Pushed while r ran: the worker, if woken meanwhile, found
+		// exec held.
+		q.kick()
+	}
+	return true
 }
 
 // failedRequest returns a completed request carrying err, for arguments
@@ -273,10 +313,30 @@ func (q *opQueue) push(r *Request) bool {
 		q.pending = q.slots[:0]
 	}
 	q.pending = append(q.pending, r)
+	q.length.Store(int32(len(q.pending)))
 	if cap(q.pending) > cap(q.slots) {
 		q.slots = q.pending[:0]
 	}
 	q.mu.Unlock()
+	return true
+}
+
+// pushAlone numbers r, which its caller runs at once holding exec, as if
+// it had been pushed and taken from the head of the queue. It reports
+// false, leaving r alone, if the queue holds requests or is closed, or r's
+// context has ended: r then takes the queue's path, which withdraws it or
+// fails it with ErrClosed.
+func (q *opQueue) pushAlone(r *Request) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closing || len(q.pending) > 0 || r.ctx.Err() != nil {
+		return false
+	}
+	if r.hdr.Kind == transport.KindCollective {
+		q.seq++
+		r.seq = q.seq
+	}
+	q.out.Add(1)
 	return true
 }
 
@@ -298,15 +358,12 @@ func (q *opQueue) takeHead(r *Request) bool {
 	}
 	q.pending[0] = nil
 	q.pending = q.pending[1:]
+	q.length.Store(int32(len(q.pending)))
 	return true
 }
 
 // queued reports whether any request is waiting to run.
-func (q *opQueue) queued() bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return len(q.pending) > 0
-}
+func (q *opQueue) queued() bool { return q.length.Load() > 0 }
 
 // withdraw removes r from the queue if it has not started and completes it
 // with its context's error. The collectives queued after it take the
@@ -335,6 +392,7 @@ func (q *opQueue) unqueue(r *Request) bool {
 	copy(q.pending[i:], rest)
 	q.pending[len(q.pending)-1] = nil
 	q.pending = q.pending[:len(q.pending)-1]
+	q.length.Store(int32(len(q.pending)))
 	if r.hdr.Kind == transport.KindCollective {
 		for _, p := range q.pending[i:] {
 			if p.hdr.Kind == transport.KindCollective {
@@ -366,6 +424,7 @@ func (q *opQueue) take() *Request {
 		}
 		q.pending[0] = nil
 		q.pending = q.pending[1:]
+		q.length.Store(int32(len(q.pending)))
 		q.mu.Unlock()
 		return r
 	}
@@ -415,5 +474,6 @@ func (q *opQueue) drain() []*Request {
 	defer q.mu.Unlock()
 	rest := q.pending
 	q.pending = nil
+	q.length.Store(0)
 	return rest
 }

@@ -108,7 +108,7 @@ func TestConcurrentBlockingCalls(t *testing.T) {
 func TestScheduleContext(t *testing.T) {
 	var o opContext
 	defer o.release()
-	ctx := o.get(context.Background(), time.Minute, time.Now())
+	ctx := o.get(context.Background(), time.Minute, now())
 	for _, tc := range []struct {
 		bytes int
 		core  bool
@@ -120,7 +120,7 @@ func TestScheduleContext(t *testing.T) {
 		if got := transport.CoreYields(s); got != tc.core {
 			t.Errorf("%d bytes: schedule context gives the core away: %v, want %v", tc.bytes, got, tc.core)
 		}
-		if dl, _ := s.Deadline(); !dl.Equal(o.deadline) {
+		if dl, _ := s.Deadline(); !dl.Equal(o.deadline.time()) {
 			t.Errorf("%d bytes: schedule context deadline %v, want the shared one %v", tc.bytes, dl, o.deadline)
 		}
 	}
@@ -135,7 +135,7 @@ func TestScheduleContext(t *testing.T) {
 			bytes int
 			core  bool
 		}{{8, true}, {64 << 20, false}} {
-			s := o.schedule(o.get(own, time.Minute, time.Now()), tc.bytes)
+			s := o.schedule(o.get(own, time.Minute, now()), tc.bytes)
 			if transport.Yields(s) || transport.CoreYields(s) != tc.core {
 				t.Errorf("%d bytes, caller's context: yields %v, gives the core away %v (want false, %v)", tc.bytes, transport.Yields(s), transport.CoreYields(s), tc.core)
 			}
@@ -151,7 +151,7 @@ func TestScheduleContext(t *testing.T) {
 	}
 	other, cancel2 := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel2()
-	if dl, _ := o.schedule(o.get(other, time.Minute, time.Now()), 8).Deadline(); !dl.Equal(func() time.Time { d, _ := other.Deadline(); return d }()) {
+	if dl, _ := o.schedule(o.get(other, time.Minute, now()), 8).Deadline(); !dl.Equal(func() time.Time { d, _ := other.Deadline(); return d }()) {
 		t.Error("a new caller context kept the twins of the previous one")
 	}
 	// A context type that cannot be compared gets twins every time.

@@ -215,7 +215,7 @@ func (c *Communicator) RewireAsync(ctx context.Context, rw Rewire) *RewireReques
 	// statuses and verdict, so ranks given different targets fail with
 	// ErrMismatch (from a probe, if they wait for links their peers will
 	// not open) instead of timing out.
-	req := c.enqueue(&Request{c: c, name: name, hdr: collHeader(algo.OpRewire, 0, 0, 0, 0), target: digest, ctx: ctx,
+	req := c.issue(&Request{c: c, name: name, hdr: collHeader(algo.OpRewire, 0, 0, 0, 0), target: digest, ctx: ctx,
 		fn: callOp, args: opArgs{call: func(ctx context.Context, p *opPeers) error {
 			times.Pause = time.Since(called)
 			err := c.rewire(ctx, p, rw, digest, times)
@@ -223,7 +223,6 @@ func (c *Communicator) RewireAsync(ctx context.Context, rw Rewire) *RewireReques
 			c.traceRewire(called, times)
 			return err
 		}}})
-	c.wake(req)
 	return &RewireRequest{req: req, times: times}
 }
 

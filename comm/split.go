@@ -24,7 +24,7 @@ func (c *Communicator) Split(ctx context.Context, color, key int) (*Communicator
 		return nil, &OpError{Rank: c.rank, Op: name, Err: invalidf("color %d or key %d out of range", color, key)}
 	}
 	var child *Communicator
-	r := c.submit(ctx, name, collHeader(algo.OpSplit, 0, 0, 0, 0), func(ctx context.Context, p *opPeers) error {
+	r := c.postCall(ctx, name, collHeader(algo.OpSplit, 0, 0, 0, 0), func(ctx context.Context, p *opPeers) error {
 		var mine [8]byte
 		binary.LittleEndian.PutUint32(mine[0:], uint32(int32(color)))
 		binary.LittleEndian.PutUint32(mine[4:], uint32(int32(key)))

@@ -64,8 +64,8 @@ func (c *Communicator) serve() {
 // the Go scheduler). A request queued behind others is left to the
 // worker, so that a blocking call never runs (and waits on) an operation
 // issued before it, and its deadline holds while it is queued. Whatever
-// help leaves queued, r included (it may have been posted without waking
-// the worker), it wakes the worker for.
+// help leaves queued, r included (a blocking call queues it without
+// waking the worker), it wakes the worker for.
 func (c *Communicator) help(r *Request) {
 	if r.finished.Load() {
 		return
@@ -124,7 +124,7 @@ func (c *Communicator) run(r *Request) (err error) {
 		// communicator is fine.
 		return &OpError{Rank: c.rank, Op: r.name, Seq: r.seq, Err: err}
 	}
-	return &OpError{Rank: c.rank, Op: r.name, Seq: r.seq, Err: c.classify(ctx, r, err, time.Since(start))}
+	return &OpError{Rank: c.rank, Op: r.name, Seq: r.seq, Err: c.classify(ctx, r, err, time.Duration(now()-start))}
 }
 
 // opContext gives operations whose context has no deadline the
@@ -157,22 +157,22 @@ type opContext struct {
 	short    context.Context
 	cancel   context.CancelFunc
 	parent   <-chan struct{}
-	deadline time.Time
+	deadline stamp
 
 	caller, callerAlone, callerShort context.Context
 }
 
 // get returns the context an operation that starts at now runs under.
-func (o *opContext) get(user context.Context, timeout time.Duration, now time.Time) context.Context {
+func (o *opContext) get(user context.Context, timeout time.Duration, now stamp) context.Context {
 	if _, ok := user.Deadline(); ok {
 		return user
 	}
-	if o.ctx != nil && o.parent == user.Done() && o.ctx.Err() == nil && !o.deadline.Before(now.Add(timeout)) {
+	if o.ctx != nil && o.parent == user.Done() && o.ctx.Err() == nil && o.deadline >= now.add(timeout) {
 		return o.ctx
 	}
 	o.release()
-	o.deadline = now.Add(timeout + timeout/64)
-	o.ctx, o.cancel = context.WithDeadline(user, o.deadline)
+	o.deadline = now.add(timeout + timeout/64)
+	o.ctx, o.cancel = context.WithDeadline(user, o.deadline.time())
 	o.alone = transport.WithoutYield(o.ctx)
 	o.short = transport.WithCoreYield(o.alone)
 	o.parent = user.Done()

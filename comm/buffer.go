@@ -120,7 +120,8 @@ func (b Buffer) validate(what string) error {
 	if !b.dt.Valid() {
 		return invalidf("%s: unknown dtype %d", what, uint8(b.dt))
 	}
-	if len(b.b)%b.dt.Size() != 0 {
+	// Every element size is a power of two: a mask, not a division.
+	if len(b.b)&(b.dt.Size()-1) != 0 {
 		return invalidf("%s: %d bytes is not a whole number of %s elements", what, len(b.b), b.dt)
 	}
 	return nil

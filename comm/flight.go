@@ -101,6 +101,16 @@ func fingerprint(h *transport.Header) wire.Fingerprint {
 	return wire.Fingerprint{Op: h.Op, DType: h.DType, RedOp: h.RedOp, Root: h.Root, Count: h.Count}
 }
 
+// wait records that the running operation waits on peer (-1: none yet).
+// An atomic store is a full barrier on amd64, so it stores only a change:
+// an operation that talks to one peer, as every operation of two ranks
+// does, stores once.
+func (h *opHistory) wait(peer int32) {
+	if h.waiting.Load() != peer {
+		h.waiting.Store(peer)
+	}
+}
+
 // init sizes the ring for a flight record of n operations.
 func (h *opHistory) init(n int) {
 	h.ring = make([]opEntry, max(n, histLen))
@@ -116,7 +126,7 @@ func (h *opHistory) begin(r *Request, fp wire.Fingerprint, now stamp) {
 	if hasDT {
 		bytes = int64(r.hdr.Count) * int64(dt.Size())
 	}
-	h.waiting.Store(-1)
+	h.wait(-1)
 	h.mu.Lock()
 	e := &h.ring[h.n%uint64(len(h.ring))]
 	h.n++
@@ -139,15 +149,15 @@ func (h *opHistory) chose(a algo.Algorithm, bytes int, predicted time.Duration) 
 	h.mu.Unlock()
 }
 
-// end records that the running operation ended with err and returns its
-// entry.
-func (h *opHistory) end(err error) opEntry {
+// end records that the running operation ended with err and, if out is
+// not nil, copies its entry there.
+func (h *opHistory) end(err error, out *opEntry) {
 	end := now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	e := h.cur
 	if e == nil {
-		return opEntry{}
+		return
 	}
 	e.end = end
 	if err == nil {
@@ -162,7 +172,9 @@ func (h *opHistory) end(err error) opEntry {
 			h.done, h.doneFP = e.seq, e.fp
 		}
 	}
-	return *e
+	if out != nil {
+		*out = *e
+	}
 }
 
 // failRunning marks the running operation failed by err, ahead of its
@@ -185,10 +197,15 @@ func (h *opHistory) runningEntry() (opEntry, bool) {
 	return *h.cur, true
 }
 
-func (h *opHistory) current() uint64 {
+// runningCollective returns the sequence number of the collective running
+// and when it started, or 0 if none runs.
+func (h *opHistory) runningCollective() (seq uint64, start stamp) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.running
+	if h.running == 0 || h.cur == nil {
+		return 0, 0
+	}
+	return h.running, h.cur.start
 }
 
 // answer answers a probe about seq: whether this rank reached it and with

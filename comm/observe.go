@@ -161,12 +161,15 @@ func (c *Communicator) chose(l *layout, op algo.Collective, a algo.Algorithm, by
 
 // endOp records the end of the running operation.
 func (c *Communicator) endOp(err error) {
-	e := c.hist.end(err)
-	if c.obs.tr != nil {
-		op := e.traceOp()
-		op.Transfers, op.TransfersOmitted = c.obs.takeTransfers()
-		c.obs.tr.Op(op)
+	if c.obs.tr == nil {
+		c.hist.end(err, nil)
+		return
 	}
+	var e opEntry
+	c.hist.end(err, &e)
+	op := e.traceOp()
+	op.Transfers, op.TransfersOmitted = c.obs.takeTransfers()
+	c.obs.tr.Op(op)
 }
 
 // traceOp converts e for the timeline.

@@ -65,14 +65,12 @@ func (c *config) stallInterval() time.Duration {
 const maxStallInterval = 30 * time.Second
 
 // watchdog asks for a probe when a collective runs longer than the stall
-// interval. Arming it costs an operation two atomic stores: its timer is
-// set only when none is pending, and when it fires it looks at what is
-// running then (a collective that started later is given the rest of its
-// interval).
+// interval. Arming it costs an operation one atomic load: its timer is set
+// only when none is pending, and when it fires it looks in the history at
+// the collective running then (one that started later is given the rest of
+// its interval).
 type watchdog struct {
-	seq   atomic.Uint64 // the collective running, 0 between collectives
-	start atomic.Int64  // when it started (a stamp)
-	armed atomic.Bool   // the timer is pending
+	armed atomic.Bool // the timer is pending
 
 	mu       sync.Mutex
 	timer    *time.Timer
@@ -81,14 +79,14 @@ type watchdog struct {
 	next     time.Duration // the interval after that report
 }
 
-// armWatchdog starts watching the collective seq, which started at start.
-func (c *Communicator) armWatchdog(seq uint64, start stamp) {
+// armWatchdog makes sure the watchdog will look at the collective that
+// the history has just recorded as running.
+func (c *Communicator) armWatchdog() {
 	w := &c.watch
-	w.start.Store(int64(start))
-	w.seq.Store(seq)
-	// onStall clears armed before it reads seq, and this reads armed after
-	// storing seq: one of the two sees the other, so the collective is
-	// never left without a pending timer.
+	// onStall clears armed before it looks at the history, and this reads
+	// armed after the history recorded the collective: one of the two
+	// sees the other, so the collective is never left without a pending
+	// timer.
 	if !w.armed.Load() {
 		w.mu.Lock()
 		w.arm(c.cfg.stallInterval(), c.onStall)
@@ -109,9 +107,6 @@ func (w *watchdog) arm(d time.Duration, f func()) {
 	}
 }
 
-// disarmWatchdog ends the watch of the running collective.
-func (c *Communicator) disarmWatchdog() { c.watch.seq.Store(0) }
-
 // stopWatchdog stops the timer for good (the communicator is closing).
 func (c *Communicator) stopWatchdog() {
 	w := &c.watch
@@ -126,8 +121,8 @@ func (c *Communicator) onStall() {
 	w := &c.watch
 	w.mu.Lock()
 	w.armed.Store(false)
-	seq := w.seq.Load()
-	if seq == 0 || seq != c.hist.current() {
+	seq, start := c.hist.runningCollective()
+	if seq == 0 {
 		// Nothing is running: the next collective arms the timer.
 		w.mu.Unlock()
 		return
@@ -135,7 +130,7 @@ func (c *Communicator) onStall() {
 	now := time.Now()
 	if w.reported != seq {
 		w.reported, w.next = seq, c.cfg.stallInterval()
-		w.due = stamp(w.start.Load()).time().Add(w.next)
+		w.due = start.time().Add(w.next)
 	}
 	if now.Before(w.due) {
 		w.arm(w.due.Sub(now), c.onStall)

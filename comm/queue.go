@@ -36,7 +36,8 @@ import (
 //     left, to complete with ErrClosed.
 //
 // Every request pushed, refused or made complete without running
-// (failedRequest) is counted until it finishes, so that idle sees it.
+// (failedRequest) is counted in out until it finishes, so that idle sees
+// it; one run alone is not, and idle waits for exec instead.
 type opQueue struct {
 	mu      sync.Mutex
 	seq     uint64 // collectives pushed (less those withdrawn)
@@ -275,7 +276,6 @@ func (c *Communicator) runAlone(r *Request) bool {
 		return false
 	}
 	r.err = c.run(r)
-	q.out.Done()
 	q.exec.Unlock()
 	if q.queued() {
 		// Pushed while r ran: the worker, if woken meanwhile, found
@@ -336,7 +336,6 @@ func (q *opQueue) pushAlone(r *Request) bool {
 		q.seq++
 		r.seq = q.seq
 	}
-	q.out.Add(1)
 	return true
 }
 
@@ -450,7 +449,14 @@ func (q *opQueue) closed() bool {
 // idle waits until every request issued has finished, or ctx ends.
 func (q *opQueue) idle(ctx context.Context) error {
 	done := make(chan struct{})
-	go func() { q.out.Wait(); close(done) }()
+	go func() {
+		q.out.Wait()
+		// A request run alone is not counted in out: it runs holding
+		// exec.
+		q.exec.Lock()
+		q.exec.Unlock() //nolint:staticcheck // only waits for the holder
+		close(done)
+	}()
 	select {
 	case <-done:
 		return nil

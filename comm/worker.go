@@ -103,8 +103,7 @@ func (c *Communicator) run(r *Request) (err error) {
 	p.hdr.Epoch = c.epoch.Load()
 	p.hdr.Seq = r.seq
 	if r.hdr.Kind == transport.KindCollective {
-		c.armWatchdog(r.seq, start)
-		defer c.disarmWatchdog()
+		c.armWatchdog()
 	}
 	err = r.fn(ctx, p, &r.args)
 	if err == nil {
@@ -246,7 +245,7 @@ func (p *opPeers) EagerLimit(peer int) int { return p.c.links.to(peer).EagerLimi
 func (p *opPeers) Send(ctx context.Context, peer int, step uint32, buf []byte) error {
 	h := p.hdr
 	h.Step = step
-	p.c.hist.waiting.Store(int32(peer))
+	p.c.hist.wait(int32(peer))
 	if p.c.obs.tr != nil {
 		defer p.c.obs.transfer(peer, true, step, len(buf), time.Now())
 	}
@@ -259,7 +258,7 @@ func (p *opPeers) Send(ctx context.Context, peer int, step uint32, buf []byte) e
 func (p *opPeers) Recv(ctx context.Context, peer int, step uint32, buf []byte) error {
 	h := p.hdr
 	h.Step = step
-	p.c.hist.waiting.Store(int32(peer))
+	p.c.hist.wait(int32(peer))
 	if p.c.obs.tr != nil {
 		defer p.c.obs.transfer(peer, false, step, len(buf), time.Now())
 	}

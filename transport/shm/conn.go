@@ -323,11 +323,13 @@ func (c *Conn) loadHead() error {
 }
 
 // loadTail reads the producer's tail from shared memory. A value outside
-// [last tail seen, head+capacity] is reported as a corrupt ring.
+// [last tail seen, published head+capacity] is reported as a corrupt ring:
+// the producer cannot have written more than a ring beyond the head it was
+// given.
 func (c *Conn) loadTail() error {
 	t := c.in.tail.Load()
-	if t-c.tailC > c.head+c.in.cap-c.tailC {
-		return corrupt("tail", t, c.tailC, c.head+c.in.cap)
+	if t-c.tailC > c.phead+c.in.cap-c.tailC {
+		return corrupt("tail", t, c.tailC, c.phead+c.in.cap)
 	}
 	c.tailC = t
 	return nil

@@ -49,7 +49,7 @@
 // Each side keeps its own counter in process memory and only reads the
 // other side's counter from the shared page, checking it before use: a
 // head outside [last head seen, tail] or a tail outside [last tail seen,
-// head + capacity] is reported as a *transport.FrameError, never used as an
+// published head + capacity] is reported as a *transport.FrameError, never used as an
 // index or a length. Geometry (capacity) is read and validated once at
 // setup. Every header is decoded and checked with transport.Check before
 // its payload is touched, so garbage in the ring yields an error, not a
@@ -135,7 +135,7 @@
 // wake-up. A producer that finds the ring full waits for a sizeable amount
 // of space (256 KiB, or a quarter of a small ring) and publishes the head it
 // waits for, so it refills the ring in large pieces instead of waking for
-// every frame the consumer takes. A sleep lasts at most 2 ms, or until the
+// every frame the consumer takes. A sleep lasts at most 100 µs, or until the
 // context's deadline if that comes first, so cancellation and a dead peer
 // are noticed even without a wake-up.
 //

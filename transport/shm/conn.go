@@ -41,10 +41,16 @@ const (
 	// its core before the wait concludes that what runs there is not a
 	// peer answering it (a peer hands the core back within microseconds;
 	// another program keeps it for its whole time slice, milliseconds).
-	// The connection then stops yielding its core for coreYieldBackoff
-	// and only sleeps, which a peer's wake-up ends at once.
-	coreYieldSlow    = time.Millisecond
-	coreYieldBackoff = time.Second
+	// After a second such yield within coreYieldSlowWindow of the
+	// first, the connection stops yielding its core for coreYieldBackoff
+	// and only sleeps, which a peer's wake-up ends at once. A lone slow
+	// yield (an interrupt, a kernel thread, the runtime's own threads)
+	// changes nothing: backing off for a second on one made 4 ranks on 2
+	// cores sleep instead of yield, and their small operations 2-4 times
+	// slower, every now and then.
+	coreYieldSlow       = time.Millisecond
+	coreYieldSlowWindow = 100 * time.Millisecond
+	coreYieldBackoff    = time.Second
 	// sleepSlice bounds a single futex sleep, so that cancellation of a
 	// context without a deadline and a dead peer that nobody reported are
 	// noticed within that time even without a wake-up.
@@ -92,8 +98,10 @@ type Conn struct {
 	yieldHook, coreYieldHook func()
 	lockHook                 func(locked bool)
 	// coreYieldOff: the monotonic time (see monotonic) until which waits
-	// do not yield their core (see coreYieldSlow).
+	// do not yield their core; slowYield: when the last slow yield ended
+	// (see coreYieldSlow).
 	coreYieldOff atomic.Int64
+	slowYield    atomic.Int64
 
 	_ pad
 	// Producer state, used only by Send.
@@ -563,7 +571,7 @@ func (c *Conn) wait(ctx context.Context, w waitFor) error {
 }
 
 // yieldCore gives this thread's core to the other processes that wait for
-// it (sched_yield), unless a recent yield found it taken by a program that
+// it (sched_yield), unless recent yields found it taken by a program that
 // keeps it for a whole time slice (see coreYieldSlow).
 func (c *Conn) yieldCore() {
 	start := monotonic()
@@ -575,7 +583,9 @@ func (c *Conn) yieldCore() {
 		c.coreYieldHook()
 	}
 	if end := monotonic(); end-start > int64(coreYieldSlow) {
-		c.coreYieldOff.Store(end + int64(coreYieldBackoff))
+		if last := c.slowYield.Swap(end); last != 0 && end-last < int64(coreYieldSlowWindow) {
+			c.coreYieldOff.Store(end + int64(coreYieldBackoff))
+		}
 	}
 }
 

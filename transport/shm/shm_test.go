@@ -586,16 +586,15 @@ func TestWaitYieldsCore(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		core bool // transport.WithCoreYield
-		slow bool // every yield takes 2 ms
-	}{{"fast yields", true, false}, {"slow yield", true, true}, {"large operation", false, false}} {
+		slow int  // yields that take 2 ms: -1 every one, else the first slow ones
+	}{{"fast yields", true, 0}, {"slow yields", true, -1}, {"one slow yield", true, 1}, {"large operation", false, 0}} {
 		t.Run(tc.name, func(t *testing.T) {
 			a, b := pairWith(t, func(c *shm.Config) { c.Spin = 0 })
 			defer a.Close()
 			defer b.Close()
 			var yields atomic.Int64
 			shm.SetCoreYieldHook(a, func() {
-				yields.Add(1)
-				if tc.slow {
+				if n := yields.Add(1); tc.slow < 0 || n <= int64(tc.slow) {
 					time.Sleep(2 * time.Millisecond)
 				}
 			})
@@ -609,8 +608,10 @@ func TestWaitYieldsCore(t *testing.T) {
 			switch n := yields.Load(); {
 			case !tc.core && n != 0:
 				t.Errorf("%d core yields without WithCoreYield, want none", n)
-			case tc.slow && n != 1:
-				t.Errorf("%d core yields over 3 waits after the first took 2 ms, want 1 (then sleep)", n)
+			case tc.slow < 0 && n != 2:
+				t.Errorf("%d core yields over 3 waits when each takes 2 ms, want 2 (then sleep)", n)
+			case tc.slow > 0 && n <= int64(tc.slow):
+				t.Errorf("%d core yields over 3 waits of 10 ms after %d slow one: a lone slow yield stopped them", n, tc.slow)
 			case tc.core && n == 0:
 				// (How many depends on what else runs: a busy machine
 				// can make a yield slow too.)

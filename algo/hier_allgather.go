@@ -5,10 +5,10 @@ import (
 	"fmt"
 )
 
-// railMajor returns the staging position of every rank: rank hosts[h][l]
-// goes to l*H+h.
-func railMajor(hosts [][]int, size int) []int {
-	pos := make([]int, size)
+// railMajor returns the staging position of every rank (kept in ws): rank
+// hosts[h][l] goes to l*H+h.
+func railMajor(ws *Workspace, hosts [][]int, size int) []int {
+	pos := ws.Ints(IntsHierPos, size)
 	H := len(hosts)
 	for h, hr := range hosts {
 		for l, r := range hr {
@@ -61,27 +61,27 @@ func AllGatherHierarchical(ctx context.Context, p Peers, ws *Workspace, data []b
 		return nil
 	}
 	H, L := len(hosts), len(hosts[0])
-	pos := railMajor(hosts, n)
+	pos := railMajor(ws, hosts, n)
 	stage := ws.Get(SlotHierStage, n*blockBytes)
 	me := p.Rank()
 	copy(stage[pos[me]*blockBytes:], data[me*blockBytes:(me+1)*blockBytes])
 	if H > 1 {
-		rail := make([]int, H)
-		offs, lens := make([]int, H), make([]int, H)
+		rail := ws.Ints(IntsHierRail, H)
+		offs, lens := ws.Ints(IntsHierOffs, H), ws.Ints(IntsHierLens, H)
 		for i := range hosts {
 			rail[i] = hosts[i][l]
 			offs[i], lens[i] = (l*H+i)*blockBytes, blockBytes
 		}
-		if err := AllGatherRing(ctx, SubPeers(p, rail, hierRail), stage, offs, lens, chunkBytes); err != nil {
+		if err := AllGatherRing(ctx, ws.Sub(SubHier, p, rail, hierRail), stage, offs, lens, chunkBytes); err != nil {
 			return fmt.Errorf("hierarchical allgather: rail phase: %w", err)
 		}
 	}
 	if L > 1 {
-		offs, lens := make([]int, L), make([]int, L)
+		offs, lens := ws.Ints(IntsHierOffs, L), ws.Ints(IntsHierLens, L)
 		for j := range offs {
 			offs[j], lens[j] = j*H*blockBytes, H*blockBytes
 		}
-		if err := AllGatherRing(ctx, SubPeers(p, hosts[h], hierLocalAG), stage, offs, lens, chunkBytes); err != nil {
+		if err := AllGatherRing(ctx, ws.Sub(SubHier, p, hosts[h], hierLocalAG), stage, offs, lens, chunkBytes); err != nil {
 			return fmt.Errorf("hierarchical allgather: host phase: %w", err)
 		}
 	}
@@ -113,31 +113,31 @@ func ReduceScatterHierarchical(ctx context.Context, p Peers, ws *Workspace, src,
 	H, L := len(hosts), len(hosts[0])
 	es := dt.Size()
 	bc := blockBytes / es
-	pos := railMajor(hosts, n)
+	pos := railMajor(ws, hosts, n)
 	stage := ws.Get(SlotHierStage, n*blockBytes)
 	for r := 0; r < n; r++ {
 		copy(stage[pos[r]*blockBytes:(pos[r]+1)*blockBytes], src[r*blockBytes:])
 	}
 	if L > 1 {
-		segs := make([]int, L+1)
+		segs := ws.Ints(IntsSegs, L+1)
 		for j := range segs {
 			segs[j] = j * H * bc
 		}
-		if err := ReduceScatterRing(ctx, SubPeers(p, hosts[h], hierLocalRS), ws, stage, dt, op, segs, chunkBytes); err != nil {
+		if err := ReduceScatterRing(ctx, ws.Sub(SubHier, p, hosts[h], hierLocalRS), ws, stage, dt, op, segs, chunkBytes); err != nil {
 			return fmt.Errorf("hierarchical reduce-scatter: host phase: %w", err)
 		}
 	}
 	region := stage[l*H*blockBytes : (l+1)*H*blockBytes]
 	if H > 1 {
-		rail := make([]int, H)
+		rail := ws.Ints(IntsHierRail, H)
 		for i := range hosts {
 			rail[i] = hosts[i][l]
 		}
-		segs := make([]int, H+1)
+		segs := ws.Ints(IntsSegs, H+1)
 		for i := range segs {
 			segs[i] = i * bc
 		}
-		if err := ReduceScatterRing(ctx, SubPeers(p, rail, hierRail), ws, region, dt, op, segs, chunkBytes); err != nil {
+		if err := ReduceScatterRing(ctx, ws.Sub(SubHier, p, rail, hierRail), ws, region, dt, op, segs, chunkBytes); err != nil {
 			return fmt.Errorf("hierarchical reduce-scatter: rail phase: %w", err)
 		}
 	}

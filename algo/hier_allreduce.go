@@ -56,10 +56,9 @@ func AllReduceHierarchical(ctx context.Context, p Peers, ws *Workspace, src, dat
 		}
 		return nil
 	}
-	local := SubPeers(p, hosts[h], hierLocalRS)
 	lay := layout{count: count, scale: es}
 	if L > 1 {
-		if err := reduceScatterRing(ctx, local, ws, src, data, dt, op, lay, chunkBytes, 0); err != nil {
+		if err := reduceScatterRing(ctx, ws.Sub(SubHier, p, hosts[h], hierLocalRS), ws, src, data, dt, op, lay, chunkBytes, 0); err != nil {
 			return fmt.Errorf("hierarchical allreduce: intra-host reduce-scatter: %w", err)
 		}
 	} else if src != nil {
@@ -67,11 +66,11 @@ func AllReduceHierarchical(ctx context.Context, p Peers, ws *Workspace, src, dat
 	}
 	if H > 1 {
 		off, n := lay.block(l, L)
-		rail := make([]int, H)
+		rail := ws.Ints(IntsHierRail, H)
 		for i := range hosts {
 			rail[i] = hosts[i][l]
 		}
-		if err := AllReduceRing(ctx, SubPeers(p, rail, hierRail), ws, data[off:off+n], dt, op, chunkBytes); err != nil {
+		if err := AllReduceRing(ctx, ws.Sub(SubHier, p, rail, hierRail), ws, data[off:off+n], dt, op, chunkBytes); err != nil {
 			return fmt.Errorf("hierarchical allreduce: inter-host allreduce of segment %d: %w", l, err)
 		}
 	}
@@ -79,7 +78,7 @@ func AllReduceHierarchical(ctx context.Context, p Peers, ws *Workspace, src, dat
 		if chunkBytes > 0 {
 			chunkBytes = chunkSize(chunkBytes, es)
 		}
-		if err := allGatherRing(ctx, SubPeers(p, hosts[h], hierLocalAG), data, lay, chunkBytes, 0); err != nil {
+		if err := allGatherRing(ctx, ws.Sub(SubHier, p, hosts[h], hierLocalAG), data, lay, chunkBytes, 0); err != nil {
 			return fmt.Errorf("hierarchical allreduce: intra-host allgather: %w", err)
 		}
 	}

@@ -199,32 +199,25 @@ func (a Args) input() []byte {
 // along it (nil: rank order).
 func (a Args) ring() (Peers, []int) {
 	if len(a.Ring) == a.Peers.Size() {
-		return SubPeers(a.Peers, a.Ring, 0), a.Ring
+		return a.WS.Sub(SubRing, a.Peers, a.Ring, 0), a.Ring
 	}
 	return a.Peers, nil
 }
 
-// blocks returns per-rank byte offsets and lengths for n equal blocks of
-// blockBytes.
-func blocks(n, blockBytes int) (offs, lens []int) {
-	offs, lens = make([]int, n), make([]int, n)
+// blockLayout returns per-rank byte offsets and lengths for Size() equal
+// blocks of a.Block, in ring order (nil: rank order), kept in the
+// workspace.
+func (a Args) blockLayout(order []int) (offs, lens []int) {
+	n := a.Peers.Size()
+	offs, lens = a.WS.Ints(IntsBlocks, n), a.WS.Ints(IntsBlockLens, n)
 	for i := range offs {
-		offs[i], lens[i] = i*blockBytes, blockBytes
+		r := i
+		if order != nil {
+			r = order[i]
+		}
+		offs[i], lens[i] = r*a.Block, a.Block
 	}
 	return offs, lens
-}
-
-// permute reorders per-rank offsets and lengths into ring order (nil:
-// rank order).
-func permute(order, offs, lens []int) ([]int, []int) {
-	if order == nil {
-		return offs, lens
-	}
-	po, pl := make([]int, len(order)), make([]int, len(order))
-	for i, r := range order {
-		po[i], pl[i] = offs[r], lens[r]
-	}
-	return po, pl
 }
 
 // The collectives' shared parts: each wraps a schedule's kernel with what

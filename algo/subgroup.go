@@ -9,6 +9,15 @@ import "context"
 // are offset by base, so that the phases of a composite schedule stay
 // distinguishable on the wire.
 func SubPeers(p Peers, ranks []int, base uint32) Peers {
+	s := subOf(p, ranks, base)
+	if ep, ok := p.(EagerPeers); ok {
+		return eagerSubPeers{subPeers: s, ep: ep}
+	}
+	return s
+}
+
+// subOf makes the view SubPeers returns.
+func subOf(p Peers, ranks []int, base uint32) subPeers {
 	me := -1
 	for i, r := range ranks {
 		if r == p.Rank() {
@@ -19,11 +28,23 @@ func SubPeers(p Peers, ranks []int, base uint32) Peers {
 	if me < 0 {
 		panic("algo: SubPeers: this rank is not in the group")
 	}
-	s := subPeers{p: p, ranks: ranks, me: me, base: base}
-	if ep, ok := p.(EagerPeers); ok {
-		return eagerSubPeers{subPeers: s, ep: ep}
+	return subPeers{p: p, ranks: ranks, me: me, base: base}
+}
+
+// Sub is SubPeers kept in the workspace, in slot: the view allocates
+// nothing, and stays valid until the next Sub with the same slot.
+func (w *Workspace) Sub(slot int, p Peers, ranks []int, base uint32) Peers {
+	for len(w.subs) <= slot {
+		w.subs = append(w.subs, new(eagerSubPeers))
 	}
-	return s
+	v := w.subs[slot]
+	v.subPeers = subOf(p, ranks, base)
+	if ep, ok := p.(EagerPeers); ok {
+		v.ep = ep
+		return v
+	}
+	v.ep = nil
+	return &v.subPeers
 }
 
 type subPeers struct {

@@ -84,8 +84,7 @@ func init() {
 				Op: OpAllGather,
 				Run: allGather(func(ctx context.Context, a Args) error {
 					rp, order := a.ring()
-					offs, lens := blocks(a.Peers.Size(), a.Block)
-					offs, lens = permute(order, offs, lens)
+					offs, lens := a.blockLayout(order)
 					return AllGatherRing(ctx, rp, a.Dst, offs, lens, a.Chunk)
 				}),
 				Cost:   func(m *Model, n int) (float64, bool) { return m.ringCollective(n, false), true },
@@ -94,11 +93,10 @@ func init() {
 				Op: OpReduceScatter,
 				Run: reduceScatter(func(ctx context.Context, a Args, src, data []byte) error {
 					if rp, order := a.ring(); order != nil {
-						offs, lens := blocks(a.Peers.Size(), a.Block)
-						offs, lens = permute(order, offs, lens)
+						offs, lens := a.blockLayout(order)
 						return ReduceScatterRingBlocks(ctx, rp, a.WS, src, data, a.DType, a.Op, offs, lens, a.Chunk)
 					}
-					segs := make([]int, a.Peers.Size()+1)
+					segs := a.WS.Ints(IntsSegs, a.Peers.Size()+1)
 					for i := range segs {
 						segs[i] = i * a.Block / a.DType.Size()
 					}
@@ -189,7 +187,7 @@ func init() {
 			Impls: []Impl{{
 				Op: OpGather,
 				Run: func(ctx context.Context, a Args) error {
-					offs, lens := blocks(a.Peers.Size(), a.Block)
+					offs, lens := a.blockLayout(nil)
 					data, me := a.Dst, a.Peers.Rank()
 					if me == a.Root {
 						copy(data[me*a.Block:(me+1)*a.Block], a.Src)
@@ -204,7 +202,7 @@ func init() {
 			}, {
 				Op: OpScatter,
 				Run: func(ctx context.Context, a Args) error {
-					offs, lens := blocks(a.Peers.Size(), a.Block)
+					offs, lens := a.blockLayout(nil)
 					return ScatterLinear(ctx, a.Peers, a.Src, offs, lens, a.Root, a.Dst)
 				},
 				BySize: always,

@@ -250,3 +250,13 @@ func TestRunFallback(t *testing.T) {
 		t.Errorf("SendRecv: %v", err)
 	}
 }
+
+// blocks returns per-rank byte offsets and lengths for n equal blocks of
+// blockBytes.
+func blocks(n, blockBytes int) (offs, lens []int) {
+	offs, lens = make([]int, n), make([]int, n)
+	for i := range offs {
+		offs[i], lens[i] = i*blockBytes, blockBytes
+	}
+	return offs, lens
+}

@@ -6,8 +6,48 @@ package algo
 // operation runs at a time on a communicator.
 type Workspace struct {
 	slots    [][]byte
+	ints     [][]int
+	subs     []*eagerSubPeers
 	children []*Workspace
 }
+
+// Ints returns n ints for the given slot, zeroed: a schedule's offsets,
+// lengths and rank lists, made once and reused like Get's buffers. The
+// slice stays valid until the next call to Ints with the same slot;
+// different slots never alias. The slots are IntsHier and the like below.
+func (w *Workspace) Ints(slot, n int) []int {
+	for len(w.ints) <= slot {
+		w.ints = append(w.ints, nil)
+	}
+	if cap(w.ints[slot]) < n {
+		w.ints[slot] = make([]int, n)
+	}
+	s := w.ints[slot][:n]
+	clear(s)
+	return s
+}
+
+// Ints and Sub slots: a schedule that runs another on the same Workspace
+// uses slots the inner one does not.
+const (
+	// IntsBlocks and IntsBlockLens hold a flat schedule's block offsets
+	// and lengths (see Args.blocks).
+	IntsBlocks    = 0
+	IntsBlockLens = 1
+	// IntsHier... hold the hierarchical schedules' rank positions, rail
+	// and block layouts.
+	IntsHierPos  = 2
+	IntsHierRail = 3
+	IntsHierOffs = 4
+	IntsHierLens = 5
+	// IntsSegs holds a ring reduce-scatter's segment bounds.
+	IntsSegs = 6
+
+	// SubRing is the view of the topology's ring (Args.ring); SubHier
+	// the hierarchical schedules' rail or host.
+	SubRing = 0
+	SubHier = 1
+)
 
 // Get returns a buffer of n bytes for the given slot. The contents are
 // undefined. The buffer stays valid until the next call to Get with the same

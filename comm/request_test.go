@@ -6,63 +6,103 @@ import (
 	"time"
 
 	"github.com/occl/occl/comm"
+	"github.com/occl/occl/topo"
 )
 
-// TestBlockingCallsAllocateNothing: a blocking collective between two
-// ranks allocates nothing once warm, on either rank: its request is
-// recycled, its arguments travel in the request, and its Done channel is
-// never made.
+// TestBlockingCallsAllocateNothing: a blocking collective allocates
+// nothing once warm, on any rank, at 2 ranks and at 4 (with and without a
+// topology, whose cost model chooses the schedules, hierarchical ones
+// among them): its request is recycled, its arguments travel in the
+// request, its Done channel is never made, and the schedules keep their
+// offsets, rank lists and views of sub-groups in the workspace.
 func TestBlockingCallsAllocateNothing(t *testing.T) {
-	comms := localComms(t, 2)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	const n = 4 // elements per rank
 	ops := []struct {
 		name string
 		run  func(c *comm.Communicator, x, y []float32) error
 	}{
 		{"AllReduce", func(c *comm.Communicator, x, y []float32) error {
-			return comm.AllReduce(ctx, c, x[:4], y[:4], comm.Sum)
+			return comm.AllReduce(ctx, c, x[:n], y[:n], comm.Sum)
 		}},
-		{"Broadcast", func(c *comm.Communicator, x, y []float32) error { return comm.Broadcast(ctx, c, x[:4], y[:4], 1) }},
+		{"Broadcast", func(c *comm.Communicator, x, y []float32) error { return comm.Broadcast(ctx, c, x[:n], y[:n], 1) }},
 		{"Reduce", func(c *comm.Communicator, x, y []float32) error {
-			return comm.Reduce(ctx, c, x[:4], y[:4], comm.Max, 0)
+			return comm.Reduce(ctx, c, x[:n], y[:n], comm.Max, 0)
 		}},
-		{"AllToAll", func(c *comm.Communicator, x, y []float32) error { return comm.AllToAll(ctx, c, x[:8], y[:8]) }},
+		{"AllGather", func(c *comm.Communicator, x, y []float32) error {
+			return comm.AllGather(ctx, c, x[:n], y[:n*c.Size()])
+		}},
+		{"ReduceScatter", func(c *comm.Communicator, x, y []float32) error {
+			return comm.ReduceScatter(ctx, c, x[:n*c.Size()], y[:n], comm.Sum)
+		}},
+		{"AllToAll", func(c *comm.Communicator, x, y []float32) error {
+			return comm.AllToAll(ctx, c, x[:n*c.Size()], y[:n*c.Size()])
+		}},
+		{"Gather", func(c *comm.Communicator, x, y []float32) error {
+			return comm.Gather(ctx, c, x[:n], y[:n*c.Size()], 0)
+		}},
+		{"Scatter", func(c *comm.Communicator, x, y []float32) error {
+			return comm.Scatter(ctx, c, x[:n*c.Size()], y[:n], 1)
+		}},
 		{"Barrier", func(c *comm.Communicator, x, y []float32) error { return c.Barrier(ctx) }},
 	}
-	for _, op := range ops {
-		const runs = 200
-		// The peer makes as many calls as AllocsPerRun: one warm-up and
-		// runs measured ones (plus the warm-up below).
-		peer := make(chan error, 1)
-		go func() {
-			x, y := make([]float32, 8), make([]float32, 8)
-			for range runs + 2 {
-				if err := op.run(comms[1], x, y); err != nil {
-					peer <- err
-					return
+	for _, group := range []struct {
+		name string
+		size int
+		topo string
+	}{{"2 ranks", 2, ""}, {"4 ranks", 4, ""}, {"4 ranks on 2 hosts", 4, "hosts=2x2,hbd=8GB/s,eps=1GB/s"}} {
+		var opts []comm.Option
+		if group.topo != "" {
+			tp, err := topo.FromSpec(group.topo)
+			if err != nil {
+				t.Fatal(err)
+			}
+			opts = append(opts, comm.WithTopology(tp))
+		}
+		comms, err := comm.NewLocal(group.size, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { closeAll(comms) })
+		for _, op := range ops {
+			const runs = 200
+			// The peers make as many calls as AllocsPerRun: one warm-up
+			// and runs measured ones (plus the warm-up below).
+			peers := make(chan error, len(comms))
+			for _, c := range comms[1:] {
+				go func() {
+					x, y := make([]float32, n*len(comms)), make([]float32, n*len(comms))
+					for range runs + 2 {
+						if err := op.run(c, x, y); err != nil {
+							peers <- err
+							return
+						}
+					}
+					peers <- nil
+				}()
+			}
+			x, y := make([]float32, n*len(comms)), make([]float32, n*len(comms))
+			var failed error
+			if err := op.run(comms[0], x, y); err != nil {
+				t.Fatalf("%s, %s: %v", group.name, op.name, err)
+			}
+			allocs := testing.AllocsPerRun(runs, func() {
+				if err := op.run(comms[0], x, y); err != nil && failed == nil {
+					failed = err
+				}
+			})
+			if failed != nil {
+				t.Fatalf("%s, %s: %v", group.name, op.name, failed)
+			}
+			for range comms[1:] {
+				if err := <-peers; err != nil {
+					t.Fatalf("%s, %s on a peer: %v", group.name, op.name, err)
 				}
 			}
-			peer <- nil
-		}()
-		x, y := make([]float32, 8), make([]float32, 8)
-		var failed error
-		if err := op.run(comms[0], x, y); err != nil {
-			t.Fatalf("%s: %v", op.name, err)
-		}
-		allocs := testing.AllocsPerRun(runs, func() {
-			if err := op.run(comms[0], x, y); err != nil && failed == nil {
-				failed = err
+			if allocs != 0 && !raceEnabled { // the detector's sync.Pool drops a share of what it is given
+				t.Errorf("%s, %s: %.2f allocations per call, want 0", group.name, op.name, allocs)
 			}
-		})
-		if failed != nil {
-			t.Fatalf("%s: %v", op.name, failed)
-		}
-		if err := <-peer; err != nil {
-			t.Fatalf("%s on the peer: %v", op.name, err)
-		}
-		if allocs != 0 && !raceEnabled { // the detector's sync.Pool drops a share of what it is given
-			t.Errorf("%s: %.2f allocations per call on two ranks, want 0", op.name, allocs)
 		}
 	}
 }

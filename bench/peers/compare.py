@@ -41,8 +41,8 @@ torch.distributed calls without async_op in gloo_bench.py.
 Each op and np runs as three commands, one per band of sizes, with
 iterations (warmup) scaled to the size:
 
-    8 B (or 16 B x np), 1 KiB     1000 (100)
-    64 KiB, 1 MiB                  100 (10)
+    8 B (or 16 B x np), 1 KiB     5000 (500)
+    64 KiB, 1 MiB                  300 (30)
     16 MiB, 64 MiB                   8 (2)
 
 and every command runs --repeat 3 rounds. Rounds are interleaved: round 1 of

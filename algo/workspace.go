@@ -14,7 +14,7 @@ type Workspace struct {
 // Ints returns n ints for the given slot, zeroed: a schedule's offsets,
 // lengths and rank lists, made once and reused like Get's buffers. The
 // slice stays valid until the next call to Ints with the same slot;
-// different slots never alias. The slots are IntsHier and the like below.
+// different slots never alias. The slots are the Ints constants below.
 func (w *Workspace) Ints(slot, n int) []int {
 	for len(w.ints) <= slot {
 		w.ints = append(w.ints, nil)
@@ -31,7 +31,7 @@ func (w *Workspace) Ints(slot, n int) []int {
 // uses slots the inner one does not.
 const (
 	// IntsBlocks and IntsBlockLens hold a flat schedule's block offsets
-	// and lengths (see Args.blocks).
+	// and lengths (see Args.blockLayout).
 	IntsBlocks    = 0
 	IntsBlockLens = 1
 	// IntsHier... hold the hierarchical schedules' rank positions, rail

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"math"
+	"sync"
 
 	"github.com/occl/occl/algo"
 )
@@ -65,24 +66,39 @@ func (c *Communicator) AllToAllVAsync(ctx context.Context, send Buffer, sendCoun
 func (c *Communicator) postAllToAllV(ctx context.Context, send Buffer, sendCounts, sendDispls []int, recv Buffer, recvCounts, recvDispls []int) *Request {
 	const name = "AllToAllV"
 	err := checkPair(send, recv)
-	var soffs, slens, roffs, rlens []int
+	v := vblocks.Get().(*vBlocks)
 	if err == nil {
-		soffs, slens, err = c.vLayout("send", send, sendCounts, sendDispls)
+		v.soffs, v.slens, err = c.vLayout("send", send, sendCounts, sendDispls, v.soffs, v.slens)
 	}
 	if err == nil {
-		roffs, rlens, err = c.vLayout("recv", recv, recvCounts, recvDispls)
+		v.roffs, v.rlens, err = c.vLayout("recv", recv, recvCounts, recvDispls, v.roffs, v.rlens)
 	}
 	if err == nil && !same(send.b, recv.b) && overlap(send.b, recv.b) {
 		err = invalidf("send and recv buffers overlap")
 	}
 	if err != nil {
+		vblocks.Put(v)
 		return c.failedRequest(name, err)
 	}
-	c.traffic.record(TrafficTag(ctx), c.size, slens, 0)
-	return c.post(ctx, name, collHeader(algo.OpAllToAllV, send.dt, 0, 0, 0), callOp, opArgs{call: func(ctx context.Context, p *opPeers) error {
-		return c.allToAll(ctx, p, send.b, soffs, slens, recv.b, roffs, rlens, -1)
-	}})
+	c.traffic.record(TrafficTag(ctx), c.size, v.slens, 0)
+	return c.post(ctx, name, collHeader(algo.OpAllToAllV, send.dt, 0, 0, 0), allToAllVOp, opArgs{send: send, recv: recv, v: v})
 }
+
+func allToAllVOp(ctx context.Context, p *opPeers, a *opArgs) error {
+	v := a.v
+	return p.c.allToAll(ctx, p, a.send.b, v.soffs, v.slens, a.recv.b, v.roffs, v.rlens, -1)
+}
+
+// vBlocks are an AllToAllV's block offsets and lengths in bytes, made when
+// it is issued (the caller's counts are its own again once the call
+// returns) and given back to vblocks when it completes (see
+// Request.finish and Request.free).
+type vBlocks struct {
+	soffs, slens, roffs, rlens []int
+}
+
+// vblocks recycles the blocks of AllToAllV operations.
+var vblocks = sync.Pool{New: func() any { return new(vBlocks) }}
 
 // allToAll runs the exchange: the pairwise exchange, or the route the
 // cost model chooses on a fabric where all-to-alls are routed. For

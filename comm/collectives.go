@@ -315,16 +315,17 @@ func reduceScatterOp(ctx context.Context, p *opPeers, a *opArgs) error {
 }
 
 // vLayout checks per-peer counts and displacements (in elements) against a
-// buffer and converts them to byte offsets and lengths.
-func (c *Communicator) vLayout(what string, b Buffer, counts, displs []int) (offs, lens []int, err error) {
+// buffer and converts them to byte offsets and lengths, into offs and lens
+// (made again if they are too short).
+func (c *Communicator) vLayout(what string, b Buffer, counts, displs, offs, lens []int) ([]int, []int, error) {
 	if len(counts) != c.size || len(displs) != c.size {
-		return nil, nil, invalidf("%s counts and displacements need %d entries, got %d and %d", what, c.size, len(counts), len(displs))
+		return offs, lens, invalidf("%s counts and displacements need %d entries, got %d and %d", what, c.size, len(counts), len(displs))
 	}
 	es, n := b.dt.Size(), b.Len()
-	offs, lens = make([]int, c.size), make([]int, c.size)
+	offs, lens = resize(offs, c.size), resize(lens, c.size)
 	for j := range counts {
 		if counts[j] < 0 || displs[j] < 0 || displs[j] > n || counts[j] > n-displs[j] {
-			return nil, nil, invalidf("%s block for rank %d (displacement %d, count %d) outside the %d-element buffer", what, j, displs[j], counts[j], n)
+			return offs, lens, invalidf("%s block for rank %d (displacement %d, count %d) outside the %d-element buffer", what, j, displs[j], counts[j], n)
 		}
 		offs[j], lens[j] = displs[j]*es, counts[j]*es
 	}
@@ -428,4 +429,12 @@ func (c *Communicator) postBarrier(ctx context.Context) *Request {
 
 func barrierOp(ctx context.Context, p *opPeers, _ *opArgs) error {
 	return p.c.runSchedule(ctx, algo.OpBarrier, 0, algo.Args{Peers: p})
+}
+
+// resize returns s with length n, reusing its array if it is long enough.
+func resize(s []int, n int) []int {
+	if cap(s) < n {
+		return make([]int, n)
+	}
+	return s[:n]
 }

@@ -104,7 +104,16 @@ type opArgs struct {
 	send, recv Buffer
 	op         Op
 	root       int
+	v          *vBlocks // AllToAllV's blocks
 	call       func(ctx context.Context, p *opPeers) error
+}
+
+// release gives back what the arguments hold for the operation's time.
+func (a *opArgs) release() {
+	if a.v != nil {
+		vblocks.Put(a.v)
+	}
+	*a = opArgs{}
 }
 
 // callOp runs an operation whose arguments are bound in a closure.
@@ -189,7 +198,8 @@ func (r *Request) Done() <-chan struct{} {
 func (r *Request) finish(err error) {
 	q := &r.c.queue
 	r.err = err
-	r.fn, r.args = nil, opArgs{}
+	r.fn = nil
+	r.args.release()
 	r.mu.Lock()
 	r.finished.Store(true)
 	done := r.done
@@ -210,6 +220,7 @@ func (r *Request) recycle() {
 
 // free returns r, which nobody else sees any more, to the pool.
 func (r *Request) free() {
+	r.args.release()
 	*r = Request{}
 	requests.Put(r)
 }

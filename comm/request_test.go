@@ -39,6 +39,16 @@ func TestBlockingCallsAllocateNothing(t *testing.T) {
 		{"AllToAll", func(c *comm.Communicator, x, y []float32) error {
 			return comm.AllToAll(ctx, c, x[:n*c.Size()], y[:n*c.Size()])
 		}},
+		{"AllToAllV", func(c *comm.Communicator, x, y []float32) error {
+			// Rank r sends r+1 elements to every rank.
+			var counts, displs, rcounts, rdispls [4]int
+			k := c.Size()
+			for j := range k {
+				counts[j], displs[j] = c.Rank()+1, j*n
+				rcounts[j], rdispls[j] = j+1, j*n
+			}
+			return c.AllToAllV(ctx, comm.Slice(x[:n*k]), counts[:k], displs[:k], comm.Slice(y[:n*k]), rcounts[:k], rdispls[:k])
+		}},
 		{"Gather", func(c *comm.Communicator, x, y []float32) error {
 			return comm.Gather(ctx, c, x[:n], y[:n*c.Size()], 0)
 		}},

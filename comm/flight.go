@@ -75,8 +75,29 @@ type opHistory struct {
 	done    uint64   // last collective sequence number completed
 	doneFP  wire.Fingerprint
 	// waiting is the peer the running operation last sent to or received
-	// from (-1: none yet). The schedules' goroutines store it.
-	waiting atomic.Int32
+	// from, tagged with the operation (see tagged); the schedules'
+	// goroutines store it. sched is the schedule it chose, tagged alike.
+	// Tagging spares begin a store that resets them for the next
+	// operation, and chose the lock: a reader sees a value only if its
+	// tag is the running entry's.
+	waiting atomic.Uint64
+	sched   atomic.Uint64
+	// tag is the running entry's tag (the low 32 bits of n when it
+	// began) and bytes its size, as begin recorded them: written by
+	// begin, read by the goroutines of the operation.
+	tag   uint32
+	bytes int64
+}
+
+// tagged packs v with an operation's tag.
+func tagged(tag uint32, v uint32) uint64 { return uint64(tag)<<32 | uint64(v) }
+
+// untag returns the value packed in w if w carries tag, or -1.
+func untag(w uint64, tag uint32) int32 {
+	if uint32(w>>32) != tag {
+		return -1
+	}
+	return int32(uint32(w))
 }
 
 // opEntry is one operation in the history.
@@ -95,26 +116,38 @@ type opEntry struct {
 	end       stamp
 	peer      int32
 	err       string
+	tag       uint32
 }
 
 func fingerprint(h *transport.Header) wire.Fingerprint {
 	return wire.Fingerprint{Op: h.Op, DType: h.DType, RedOp: h.RedOp, Root: h.Root, Count: h.Count}
 }
 
-// wait records that the running operation waits on peer (-1: none yet).
-// An atomic store is a full barrier on amd64, so it stores only a change:
-// an operation that talks to one peer, as every operation of two ranks
-// does, stores once.
+// wait records that the running operation waits on peer. An atomic
+// store is a full barrier on amd64, so it stores only a change: an
+// operation that talks to one peer, as every operation of two ranks does,
+// stores once.
 func (h *opHistory) wait(peer int32) {
-	if h.waiting.Load() != peer {
-		h.waiting.Store(peer)
+	if w := tagged(h.tag, uint32(peer)); h.waiting.Load() != w {
+		h.waiting.Store(w)
+	}
+}
+
+// waitingOn returns the peer the running entry e waits on (-1: none yet).
+// The caller holds mu.
+func (h *opHistory) waitingOn(e *opEntry) int32 { return untag(h.waiting.Load(), e.tag) }
+
+// withSched returns e with the schedule chose recorded for it, if any.
+// The caller holds mu.
+func (h *opHistory) withSched(e *opEntry) {
+	if a := untag(h.sched.Load(), e.tag); a >= 0 && e.sched == algo.AlgoAuto {
+		e.sched = algo.Algorithm(a)
 	}
 }
 
 // init sizes the ring for a flight record of n operations.
 func (h *opHistory) init(n int) {
 	h.ring = make([]opEntry, max(n, histLen))
-	h.waiting.Store(-1)
 }
 
 // begin records that r starts at now. The worker calls it.
@@ -126,12 +159,12 @@ func (h *opHistory) begin(r *Request, fp wire.Fingerprint, now stamp) {
 	if hasDT {
 		bytes = int64(r.hdr.Count) * int64(dt.Size())
 	}
-	h.wait(-1)
 	h.mu.Lock()
 	e := &h.ring[h.n%uint64(len(h.ring))]
 	h.n++
+	h.tag, h.bytes = uint32(h.n), bytes
 	*e = opEntry{seq: r.seq, name: r.name, fp: fp, coll: coll, bytes: bytes, dtype: dt, hasDType: hasDT,
-		state: OpRunning, start: now, peer: -1}
+		state: OpRunning, start: now, peer: -1, tag: h.tag}
 	h.cur = e
 	if coll {
 		h.started, h.running = r.seq, r.seq
@@ -140,19 +173,24 @@ func (h *opHistory) begin(r *Request, fp wire.Fingerprint, now stamp) {
 }
 
 // chose records the schedule the running operation chose for bytes bytes
-// and, when known, its predicted time.
+// and, when known, its predicted time. The common case, a schedule for the
+// bytes begin recorded and no prediction, is one tagged store; the others
+// take the lock.
 func (h *opHistory) chose(a algo.Algorithm, bytes int, predicted time.Duration) {
+	h.sched.Store(tagged(h.tag, uint32(a)))
+	if predicted == 0 && int64(bytes) == h.bytes {
+		return
+	}
 	h.mu.Lock()
 	if e := h.cur; e != nil {
-		e.sched, e.bytes, e.predicted = a, int64(bytes), predicted
+		e.bytes, e.predicted = int64(bytes), predicted
 	}
 	h.mu.Unlock()
 }
 
-// end records that the running operation ended with err and, if out is
-// not nil, copies its entry there.
-func (h *opHistory) end(err error, out *opEntry) {
-	end := now()
+// end records that the running operation ended at end with err and, if
+// out is not nil, copies its entry there.
+func (h *opHistory) end(end stamp, err error, out *opEntry) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	e := h.cur
@@ -160,10 +198,11 @@ func (h *opHistory) end(err error, out *opEntry) {
 		return
 	}
 	e.end = end
+	h.withSched(e)
 	if err == nil {
 		e.state, e.err, e.peer = OpDone, "", -1
 	} else {
-		e.state, e.err, e.peer = OpFailed, err.Error(), h.waiting.Load()
+		e.state, e.err, e.peer = OpFailed, err.Error(), h.waitingOn(e)
 	}
 	h.cur = nil
 	if e.coll {
@@ -182,7 +221,8 @@ func (h *opHistory) end(err error, out *opEntry) {
 func (h *opHistory) failRunning(err error) {
 	h.mu.Lock()
 	if e := h.cur; e != nil {
-		e.state, e.err, e.peer = OpFailed, err.Error(), h.waiting.Load()
+		h.withSched(e)
+		e.state, e.err, e.peer = OpFailed, err.Error(), h.waitingOn(e)
 	}
 	h.mu.Unlock()
 }
@@ -194,7 +234,9 @@ func (h *opHistory) runningEntry() (opEntry, bool) {
 	if h.cur == nil {
 		return opEntry{}, false
 	}
-	return *h.cur, true
+	e := *h.cur
+	h.withSched(&e)
+	return e, true
 }
 
 // runningCollective returns the sequence number of the collective running
@@ -214,8 +256,8 @@ func (h *opHistory) answer(seq uint64) wire.Msg {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	m := wire.Msg{Type: wire.ProbeAnswer, Seq: seq, Current: h.running, Done: h.done, DoneOp: h.doneFP, Waiting: -1}
-	if h.running != 0 {
-		m.Waiting = int(h.waiting.Load())
+	if h.running != 0 && h.cur != nil {
+		m.Waiting = int(h.waitingOn(h.cur))
 	}
 	if seq > h.started {
 		m.State = notReached
@@ -244,12 +286,17 @@ func (h *opHistory) records(n int) []OpRecord {
 	defer h.mu.Unlock()
 	k := min(uint64(n), h.n, uint64(len(h.ring)))
 	out := make([]OpRecord, 0, k)
-	waiting := int(h.waiting.Load())
 	for i := h.n - k; i < h.n; i++ {
 		e := &h.ring[i%uint64(len(h.ring))]
-		rec := e.record()
-		if e == h.cur && e.state == OpRunning {
-			rec.Peer = waiting
+		if e != h.cur {
+			out = append(out, e.record())
+			continue
+		}
+		cur := *e
+		h.withSched(&cur)
+		rec := cur.record()
+		if e.state == OpRunning {
+			rec.Peer = int(h.waitingOn(e))
 		}
 		out = append(out, rec)
 	}

@@ -159,14 +159,25 @@ func (c *Communicator) chose(l *layout, op algo.Collective, a algo.Algorithm, by
 	c.hist.chose(a, bytes, predicted)
 }
 
+// now reads the clock for an operation's record: the counter (see stamp),
+// or, while a timeline is recorded, the monotonic clock itself, which the
+// timeline's other events are read from (time.Now), so that an operation's
+// start and end order with them to the nanosecond.
+func (c *Communicator) now() stamp {
+	if c.obs.tr != nil {
+		return stamp(time.Since(clockBase))
+	}
+	return now()
+}
+
 // endOp records the end of the running operation.
 func (c *Communicator) endOp(err error) {
 	if c.obs.tr == nil {
-		c.hist.end(err, nil)
+		c.hist.end(now(), err, nil)
 		return
 	}
 	var e opEntry
-	c.hist.end(err, &e)
+	c.hist.end(c.now(), err, &e)
 	op := e.traceOp()
 	op.Transfers, op.TransfersOmitted = c.obs.takeTransfers()
 	c.obs.tr.Op(op)

@@ -90,7 +90,7 @@ func (c *Communicator) run(r *Request) (err error) {
 	fp.Target = r.target
 	// One clock reading serves the history, the deadline and the
 	// watchdog: on a virtual machine each costs tens of nanoseconds.
-	start := now()
+	start := c.now()
 	c.hist.begin(r, fp, start)
 	defer func() { c.endOp(err) }()
 	if pe := c.failure.err(); pe != nil {

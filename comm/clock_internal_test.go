@@ -1,0 +1,48 @@
+package comm
+
+import (
+	"testing"
+	"time"
+
+	"github.com/occl/occl/internal/tsc"
+)
+
+// TestStampsFollowTheMonotonicClock checks that stamps, read from the
+// time-stamp counter once it is calibrated, agree with the monotonic clock
+// and never go back.
+func TestStampsFollowTheMonotonicClock(t *testing.T) {
+	if d := calibration - time.Since(clockBase); d > 0 {
+		time.Sleep(d)
+	}
+	now()
+	if tsc.Trusted() != (anchor.Load() != nil) {
+		t.Fatalf("counter trusted: %v, calibrated: %v", tsc.Trusted(), anchor.Load() != nil)
+	}
+	last := now()
+	for i := range 5 {
+		if i > 0 {
+			time.Sleep(anchorEvery + time.Millisecond)
+		}
+		before := time.Since(clockBase)
+		s := now()
+		after := time.Since(clockBase)
+		// The stamp falls between the two readings, give or take the
+		// anchor's error: the timeline orders stamps among time.Now
+		// readings.
+		slack := 200 * time.Nanosecond
+		if time.Duration(s) < before-slack || time.Duration(s) > after+slack {
+			t.Fatalf("stamp %v outside the monotonic readings %v and %v around it", time.Duration(s), before, after)
+		}
+		if s < last {
+			t.Fatalf("stamp went back from %d to %d", last, s)
+		}
+		last = s
+		for range 10000 {
+			if n := now(); n < last {
+				t.Fatalf("stamp went back from %d to %d", last, n)
+			} else {
+				last = n
+			}
+		}
+	}
+}

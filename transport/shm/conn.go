@@ -102,6 +102,9 @@ type Conn struct {
 	// (see coreYieldSlow).
 	coreYieldOff atomic.Int64
 	slowYield    atomic.Int64
+	// peerSpin is how many rounds a wait that would yield its core polls
+	// on while the peer is marked running (see offCore); tests change it.
+	peerSpin int
 
 	_ pad
 	// Producer state, used only by Send.
@@ -151,7 +154,7 @@ type cmaSetup struct {
 // newConn joins two mapped rings into a Conn. ctl, if not nil, becomes the
 // liveness monitor of the connection and is closed with it.
 func newConn(out, in *mapping, peer int, ctl transport.Conn, want transport.Header, cma cmaSetup) *Conn {
-	c := &Conn{out: out.ring, in: in.ring, outM: out, inM: in, peer: peer, ctl: ctl}
+	c := &Conn{out: out.ring, in: in.ring, outM: out, inM: in, peer: peer, ctl: ctl, peerSpin: peerSpin}
 	c.cmaOut, c.cmaOutMin = cma.out && cma.outMin > 0, cma.outMin
 	c.cmaIn, c.cmaInMin = cma.in && cma.inMin > 0, cma.inMin
 	c.reader = cma.reader
@@ -444,6 +447,16 @@ func (c *Conn) wait(ctx context.Context, w waitFor) error {
 		// processes (transport.WithCoreYield). Decided when first asked.
 		yield, core, decided bool
 	)
+	// peerOff is the peer's off-core word (see offCore); a peer in this
+	// process has none (it is one of the process's goroutines, which a
+	// wait lets run instead).
+	peerOff, peerPolls := c.out.consOff, c.peerSpin
+	if w == forData {
+		peerOff = c.in.prodOff
+	}
+	if c.local {
+		peerPolls = 0
+	}
 	locked := false
 	defer func() {
 		if locked {
@@ -486,6 +499,13 @@ func (c *Conn) wait(ctx context.Context, w waitFor) error {
 				yield, core, decided = c.local || transport.Yields(ctx), transport.CoreYields(ctx), true
 			}
 			if core && i < spinTight+coreYields {
+				if peerPolls > 0 && peerOff.Load() == 0 {
+					// The peer runs, on another core (see
+					// offCore): poll on, not counting a yield.
+					peerPolls--
+					i--
+					continue
+				}
 				if yield {
 					c.yieldProcessor()
 				}
@@ -564,7 +584,7 @@ func (c *Conn) wait(ctx context.Context, w waitFor) error {
 			return err
 		}
 		if !c.closed.Load() && !c.gone.Load() && peerClosed.Load() == 0 {
-			futexWait(seqw, seq, d)
+			offCoreDuring(func() { futexWait(seqw, seq, d) })
 		}
 		flag.Store(0)
 	}
@@ -578,10 +598,12 @@ func (c *Conn) yieldCore() {
 	if start < c.coreYieldOff.Load() {
 		return
 	}
-	unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
-	if c.coreYieldHook != nil {
-		c.coreYieldHook()
-	}
+	offCoreDuring(func() {
+		unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+		if c.coreYieldHook != nil {
+			c.coreYieldHook()
+		}
+	})
 	if end := monotonic(); end-start > int64(coreYieldSlow) {
 		if last := c.slowYield.Swap(end); last != 0 && end-last < int64(coreYieldSlowWindow) {
 			c.coreYieldOff.Store(end + int64(coreYieldBackoff))
@@ -655,6 +677,7 @@ func (c *Conn) Close() error {
 			c.ctl.Close()
 		}
 		c.mu.Lock()
+		removeOffCore(c)
 		c.outM.unmap()
 		c.inM.unmap()
 		c.out, c.in = ring{}, ring{}

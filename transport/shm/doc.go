@@ -126,7 +126,12 @@
 // switches); if the processes outnumber the cores it yields to other
 // goroutines up to 128 times instead (from a locked thread each yield also
 // lets other processes run), since polling would take the core from the
-// peer it waits for. After that it sleeps with FUTEX_WAIT on its ring's
+// peer it waits for. A small operation's wait there gives its core to the
+// other processes (sched_yield), unless the peer it waits for is running:
+// every process marks, in the control page of each ring it shares, when
+// it gives its core away or sleeps, and a wait for a peer not so marked
+// polls on for a while instead, since that peer runs on another core and
+// a yield would only hand this one to a process that waits as well. After that it sleeps with FUTEX_WAIT on its ring's
 // futex word (the shared, not the process-private, futex operations, since
 // the word lives in memory
 // shared between processes). It announces the sleep in a flag; the other

@@ -23,3 +23,37 @@ func SetCoreYieldHook(c *Conn, f func()) { c.coreYieldHook = f }
 // SetLockHook sets a function run when a wait locks its goroutine to its
 // thread (true) and unlocks it (false).
 func SetLockHook(c *Conn, f func(locked bool)) { c.lockHook = f }
+
+// SetPeerSpin sets how many rounds c's waits poll on while the peer is
+// marked running.
+func SetPeerSpin(c *Conn, n int) { c.peerSpin = n }
+
+// MarkOffCore marks c's side of its rings off core (off true) or back on,
+// as a wait of its process that yields or sleeps does.
+func MarkOffCore(c *Conn, off bool) {
+	d := uint32(1)
+	if !off {
+		d = ^uint32(0)
+	}
+	c.out.prodOff.Add(d)
+	c.in.consOff.Add(d)
+}
+
+// PeerOffCore reports whether c's peer is marked off core in the ring c
+// reads.
+func PeerOffCore(c *Conn) bool { return c.in.prodOff.Load() != 0 }
+
+// AddOffCore adds c's words to the process's, as Connect does for a peer
+// in another process.
+func AddOffCore(c *Conn) { addOffCore(c) }
+
+// OffCoreWords returns how many words the process marks when it gives its
+// core away.
+func OffCoreWords() int {
+	offCore.mu.RLock()
+	defer offCore.mu.RUnlock()
+	return len(offCore.words)
+}
+
+// OffCoreDuring runs f with the process marked off core.
+func OffCoreDuring(f func()) { offCoreDuring(f) }

@@ -52,6 +52,8 @@ const (
 	offDone         = 9 * slot   // uint64, descriptor transfers completed (consumer)
 	offDoneSeq      = 10 * slot  // uint32 futex word the producer sleeps on for a transfer
 	offDoneWaiting  = 11 * slot  // uint32, 1 while the producer sleeps for a transfer
+	offProdOff      = 12 * slot  // uint32, nonzero while the producer's process is off core (see offCore)
+	offConsOff      = 13 * slot  // uint32, nonzero while the consumer's process is off core
 
 	ringMagic   uint64 = 0x314d48534c43434f // "OCCLSHM1", little endian
 	ringVersion uint32 = 2
@@ -75,6 +77,7 @@ type ring struct {
 	prodClosed, consClosed     *atomic.Uint32
 	done                       *atomic.Uint64
 	doneSeq, doneWaiting       *atomic.Uint32
+	prodOff, consOff           *atomic.Uint32
 	magic                      *atomic.Uint64
 	version, ctrlSz, creatorID *atomic.Uint32
 	capField                   *atomic.Uint64
@@ -110,6 +113,8 @@ func viewRing(m []byte, capacity uint64) ring {
 		done:         u64(offDone),
 		doneSeq:      u32(offDoneSeq),
 		doneWaiting:  u32(offDoneWaiting),
+		prodOff:      u32(offProdOff),
+		consOff:      u32(offConsOff),
 		magic:        u64(offMagic),
 		version:      u32(offVersion),
 		ctrlSz:       u32(offCtrlSize),

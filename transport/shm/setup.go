@@ -348,6 +348,9 @@ func Connect(ctx context.Context, ctl transport.Conn, cfg Config) (*Conn, error)
 	cma.reader = reader
 	c := newConn(out, in, cfg.Peer, ctl, setupHeader(&cfg, stepWatch, cfg.Peer), cma)
 	c.spin = cfg.Spin
+	if !c.local {
+		addOffCore(c)
+	}
 	return c, nil
 }
 

@@ -620,3 +620,75 @@ func TestWaitYieldsCore(t *testing.T) {
 		})
 	}
 }
+
+// TestWaitPollsWhileThePeerRuns: when the processes outnumber the cores, a
+// small operation's wait for a peer marked running (on another core) polls
+// instead of giving its core away, and one for a peer marked off core
+// yields at once; a wait that yields marks its own side off core while it
+// does.
+func TestWaitPollsWhileThePeerRuns(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		peerOff   bool
+		wantYield bool
+	}{{"peer running", false, false}, {"peer off core", true, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := pairWith(t, func(c *shm.Config) { c.Spin = 0 })
+			defer a.Close()
+			defer b.Close()
+			// As if in two processes; a polls for as long as the
+			// peer is marked running.
+			shm.SetLocal(a, false)
+			shm.AddOffCore(a)
+			shm.SetPeerSpin(a, 1<<40)
+			if tc.peerOff {
+				shm.MarkOffCore(b, true)
+			}
+			var yields atomic.Int64
+			var markedOff atomic.Bool
+			shm.SetCoreYieldHook(a, func() {
+				yields.Add(1)
+				markedOff.Store(shm.PeerOffCore(b))
+			})
+			recvLate(t, transport.WithCoreYield(context.Background()), context.Background(), a, b, 10*time.Millisecond)
+			n := yields.Load()
+			switch {
+			case tc.wantYield && n == 0:
+				t.Error("no core yield over a 10 ms wait for a peer marked off core")
+			case !tc.wantYield && n != 0:
+				t.Errorf("%d core yields while the peer was marked running, want none", n)
+			case tc.wantYield && !markedOff.Load():
+				t.Error("a wait yielding its core did not mark its side off core")
+			}
+			if shm.PeerOffCore(b) {
+				t.Error("a's side still marked off core after its wait")
+			}
+		})
+	}
+}
+
+// TestOffCoreWords: a connection to another process adds its side's words
+// to the process's, a yield or sleep marks them while it lasts, and Close
+// removes them before it unmaps them.
+func TestOffCoreWords(t *testing.T) {
+	a, b := pair(t, 0)
+	defer b.Close()
+	before := shm.OffCoreWords()
+	shm.SetLocal(a, false)
+	shm.AddOffCore(a)
+	if n := shm.OffCoreWords(); n != before+2 {
+		t.Fatalf("%d words after adding a connection to %d, want 2 more", n, before)
+	}
+	shm.OffCoreDuring(func() {
+		if !shm.PeerOffCore(b) {
+			t.Error("the peer does not see the process off core during a yield")
+		}
+	})
+	if shm.PeerOffCore(b) {
+		t.Error("the peer sees the process off core after the yield")
+	}
+	a.Close()
+	if n := shm.OffCoreWords(); n != before {
+		t.Errorf("%d words after Close, want %d", n, before)
+	}
+}

@@ -3,6 +3,8 @@ package algo
 import (
 	"context"
 	"fmt"
+
+	"github.com/occl/occl/internal/memcopy"
 )
 
 // AllToAllPairwise sends send[sendOffs[i]:sendOffs[i]+sendLens[i]] to rank
@@ -42,7 +44,7 @@ import (
 // (p-1)/p * n each way.
 func AllToAllPairwise(ctx context.Context, p Peers, send []byte, sendOffs, sendLens []int, recv []byte, recvOffs, recvLens []int) error {
 	size, r := p.Size(), p.Rank()
-	copy(recv[recvOffs[r]:recvOffs[r]+recvLens[r]], send[sendOffs[r]:sendOffs[r]+sendLens[r]])
+	memcopy.Copy(recv[recvOffs[r]:recvOffs[r]+recvLens[r]], send[sendOffs[r]:sendOffs[r]+sendLens[r]])
 	if size <= 1 {
 		return nil
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"sync"
+
+	"github.com/occl/occl/internal/memcopy"
 )
 
 // Route is the path of every block of an all-to-all through Phases
@@ -137,7 +139,7 @@ func AllToAllRouted(ctx context.Context, p Peers, ws *Workspace, route *Route, b
 	if route.Size() != n || len(bytes) != n {
 		return fmt.Errorf("routed all-to-all: rank %d: route for %d ranks and %d-row matrix on %d ranks", me, route.Size(), len(bytes), n)
 	}
-	copy(recv[recvOffs[me]:recvOffs[me]+bytes[me][me]], send[sendOffs[me]:sendOffs[me]+bytes[me][me]])
+	memcopy.Copy(recv[recvOffs[me]:recvOffs[me]+bytes[me][me]], send[sendOffs[me]:sendOffs[me]+bytes[me][me]])
 	// held[s*n+d] is where block (s, d) is while this rank holds it and it
 	// is not yet at its destination.
 	held := make([][]byte, n*n)

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/occl/occl/internal/memcopy"
 	"github.com/occl/occl/transport"
 )
 
@@ -271,8 +272,8 @@ func (c *Conn) put(ctx context.Context, p []byte) error {
 		}
 		n := min(want, free)
 		off := c.tail & r.mask
-		k := copy(r.data[off:], p[:n])
-		copy(r.data, p[k:n])
+		k := memcopy.Copy(r.data[off:], p[:n])
+		memcopy.Copy(r.data, p[k:n])
 		c.tail += n
 		p = p[n:]
 		if c.tail-c.ptail >= chunk {
@@ -307,8 +308,8 @@ func (c *Conn) get(ctx context.Context, p []byte) error {
 		}
 		n := min(want, avail)
 		off := c.head & r.mask
-		k := copy(p[:n], r.data[off:])
-		copy(p[k:n], r.data)
+		k := memcopy.Copy(p[:n], r.data[off:])
+		memcopy.Copy(p[k:n], r.data)
 		c.head += n
 		p = p[n:]
 		if c.head-c.phead >= chunk {

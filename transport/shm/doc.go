@@ -22,6 +22,8 @@
 //	1152 done: descriptor transfers completed (written by the consumer only)
 //	1280 done futex word (the producer sleeps on it, the consumer bumps it)
 //	1408 producer-waiting-for-done flag
+//	1536 producer-off-core count (see Waiting)
+//	1664 consumer-off-core count
 //
 // Each field that changes sits in its own 128-byte slot so that the two
 // sides never write to the same cache line. Head and tail are free-running
@@ -33,8 +35,13 @@
 //
 // # Memory ordering
 //
-// The producer copies bytes into the data area with ordinary stores and
-// then publishes them with an atomic store of tail; the consumer reads tail
+// The producer copies bytes into the data area with ordinary stores (a
+// piece of 16 KiB or more with REP MOVSB where the processor has fast
+// string moves, see internal/memcopy: on a 2-core AMD EPYC virtual machine
+// the runtime's
+// vector copy ran at half its rate for minutes at a time, in which 1 MiB
+// AllToAll at 2 processes took 93-97 us against 38-48) and then publishes
+// them with an atomic store of tail; the consumer reads tail
 // atomically, copies the bytes out and publishes head with an atomic store,
 // after which the producer may overwrite them. The counters are accessed
 // through sync/atomic on the mapped page. Go's atomics are sequentially

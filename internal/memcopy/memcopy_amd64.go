@@ -1,0 +1,11 @@
+package memcopy
+
+import "golang.org/x/sys/cpu"
+
+// fast: the processor has enhanced REP MOVSB.
+var fast = cpu.X86.HasERMS && !raceEnabled
+
+// move copies n bytes from src to dst with REP MOVSB.
+//
+//go:noescape
+func move(dst, src *byte, n uintptr)

@@ -38,20 +38,19 @@
 // The producer copies bytes into the data area with ordinary stores (a
 // piece of 16 KiB or more with REP MOVSB where the processor has fast
 // string moves, see internal/memcopy: on a 2-core AMD EPYC virtual machine
-// the runtime's
-// vector copy ran at half its rate for minutes at a time, in which 1 MiB
-// AllToAll at 2 processes took 93-97 us against 38-48) and then publishes
-// them with an atomic store of tail; the consumer reads tail
-// atomically, copies the bytes out and publishes head with an atomic store,
-// after which the producer may overwrite them. The counters are accessed
-// through sync/atomic on the mapped page. Go's atomics are sequentially
-// consistent, and the hardware provides the same guarantees between
-// processes as between threads because both map the same physical pages;
-// on amd64 (total store order) an atomic load is a plain load, which is
-// never reordered with later loads, and an atomic store is an XCHG, a full
-// barrier, so data stores are visible before the counter that publishes
-// them. The race detector does not see memory outside the Go heap and
-// ignores these accesses.
+// the runtime's vector copy ran at half its rate for minutes at a time, in
+// which 1 MiB AllToAll at 2 processes took 93-97 us against 38-48) and
+// then publishes them with an atomic store of tail; the consumer reads
+// tail atomically, copies the bytes out and publishes head with an atomic
+// store, after which the producer may overwrite them. The counters are
+// accessed through sync/atomic on the mapped page. Go's atomics are
+// sequentially consistent, and the hardware provides the same guarantees
+// between processes as between threads because both map the same physical
+// pages; on amd64 (total store order) an atomic load is a plain load,
+// which is never reordered with later loads, and an atomic store is an
+// XCHG, a full barrier, so data stores are visible before the counter that
+// publishes them. The race detector does not see memory outside the Go
+// heap and ignores these accesses.
 //
 // Each side keeps its own counter in process memory and only reads the
 // other side's counter from the shared page, checking it before use: a

@@ -3,6 +3,8 @@ package algo
 import (
 	"context"
 	"fmt"
+
+	"github.com/occl/occl/internal/memcopy"
 )
 
 // AllReduceGateway reduces data over all ranks with op's combiner, going
@@ -31,7 +33,7 @@ import (
 // gateway ring, chunk indices (offset by hierLocalAG) for the broadcast.
 func AllReduceGateway(ctx context.Context, p Peers, ws *Workspace, src, data []byte, dt DType, op Op, hosts [][]int, chunkBytes int) error {
 	if src != nil {
-		copy(data, src)
+		memcopy.Copy(data, src)
 	}
 	if p.Size() <= 1 || len(data) == 0 {
 		return nil

@@ -3,6 +3,8 @@ package algo
 import (
 	"context"
 	"fmt"
+
+	"github.com/occl/occl/internal/memcopy"
 )
 
 // railMajor returns the staging position of every rank (kept in ws): rank
@@ -64,7 +66,7 @@ func AllGatherHierarchical(ctx context.Context, p Peers, ws *Workspace, data []b
 	pos := railMajor(ws, hosts, n)
 	stage := ws.Get(SlotHierStage, n*blockBytes)
 	me := p.Rank()
-	copy(stage[pos[me]*blockBytes:], data[me*blockBytes:(me+1)*blockBytes])
+	memcopy.Copy(stage[pos[me]*blockBytes:], data[me*blockBytes:(me+1)*blockBytes])
 	if H > 1 {
 		rail := ws.Ints(IntsHierRail, H)
 		offs, lens := ws.Ints(IntsHierOffs, H), ws.Ints(IntsHierLens, H)
@@ -86,7 +88,7 @@ func AllGatherHierarchical(ctx context.Context, p Peers, ws *Workspace, data []b
 		}
 	}
 	for r := 0; r < n; r++ {
-		copy(data[r*blockBytes:(r+1)*blockBytes], stage[pos[r]*blockBytes:])
+		memcopy.Copy(data[r*blockBytes:(r+1)*blockBytes], stage[pos[r]*blockBytes:])
 	}
 	return nil
 }
@@ -107,7 +109,7 @@ func ReduceScatterHierarchical(ctx context.Context, p Peers, ws *Workspace, src,
 		src = data
 	}
 	if n <= 1 || blockBytes == 0 {
-		copy(data[me*blockBytes:(me+1)*blockBytes], src[me*blockBytes:])
+		memcopy.Copy(data[me*blockBytes:(me+1)*blockBytes], src[me*blockBytes:])
 		return nil
 	}
 	H, L := len(hosts), len(hosts[0])
@@ -116,7 +118,7 @@ func ReduceScatterHierarchical(ctx context.Context, p Peers, ws *Workspace, src,
 	pos := railMajor(ws, hosts, n)
 	stage := ws.Get(SlotHierStage, n*blockBytes)
 	for r := 0; r < n; r++ {
-		copy(stage[pos[r]*blockBytes:(pos[r]+1)*blockBytes], src[r*blockBytes:])
+		memcopy.Copy(stage[pos[r]*blockBytes:(pos[r]+1)*blockBytes], src[r*blockBytes:])
 	}
 	if L > 1 {
 		segs := ws.Ints(IntsSegs, L+1)
@@ -141,6 +143,6 @@ func ReduceScatterHierarchical(ctx context.Context, p Peers, ws *Workspace, src,
 			return fmt.Errorf("hierarchical reduce-scatter: rail phase: %w", err)
 		}
 	}
-	copy(data[me*blockBytes:(me+1)*blockBytes], region[h*blockBytes:(h+1)*blockBytes])
+	memcopy.Copy(data[me*blockBytes:(me+1)*blockBytes], region[h*blockBytes:(h+1)*blockBytes])
 	return nil
 }

@@ -3,6 +3,8 @@ package algo
 import (
 	"context"
 	"fmt"
+
+	"github.com/occl/occl/internal/memcopy"
 )
 
 // Step label bases of the phases of composite schedules, far enough apart
@@ -52,7 +54,7 @@ func AllReduceHierarchical(ctx context.Context, p Peers, ws *Workspace, src, dat
 	L, H := len(hosts[h]), len(hosts)
 	if p.Size() <= 1 || count == 0 {
 		if src != nil {
-			copy(data, src)
+			memcopy.Copy(data, src)
 		}
 		return nil
 	}
@@ -62,7 +64,7 @@ func AllReduceHierarchical(ctx context.Context, p Peers, ws *Workspace, src, dat
 			return fmt.Errorf("hierarchical allreduce: intra-host reduce-scatter: %w", err)
 		}
 	} else if src != nil {
-		copy(data, src)
+		memcopy.Copy(data, src)
 	}
 	if H > 1 {
 		off, n := lay.block(l, L)

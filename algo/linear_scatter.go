@@ -3,6 +3,8 @@ package algo
 import (
 	"context"
 	"fmt"
+
+	"github.com/occl/occl/internal/memcopy"
 )
 
 // ScatterLinear distributes the blocks of data from root: block i is
@@ -35,7 +37,7 @@ func ScatterLinear(ctx context.Context, p Peers, data []byte, offs, lens []int, 
 		}
 		return nil
 	}
-	copy(out, data[offs[r]:offs[r]+lens[r]])
+	memcopy.Copy(out, data[offs[r]:offs[r]+lens[r]])
 	for i := 1; i < size; i++ {
 		to := mod(root+i, size)
 		if lens[to] == 0 {

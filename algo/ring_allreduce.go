@@ -3,6 +3,8 @@ package algo
 import (
 	"context"
 	"fmt"
+
+	"github.com/occl/occl/internal/memcopy"
 )
 
 // AllReduceRing reduces data in place over all ranks with op's combiner
@@ -42,7 +44,7 @@ func AllReduceRingFrom(ctx context.Context, p Peers, ws *Workspace, src, data []
 	es := dt.Size()
 	if size <= 1 || es == 0 || len(data) < es {
 		if src != nil {
-			copy(data, src)
+			memcopy.Copy(data, src)
 		}
 		return nil
 	}

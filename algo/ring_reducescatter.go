@@ -3,6 +3,8 @@ package algo
 import (
 	"context"
 	"fmt"
+
+	"github.com/occl/occl/internal/memcopy"
 )
 
 // ReduceScatterRing reduces data over all ranks with op's combiner and
@@ -155,7 +157,7 @@ func reduceScatterRing(ctx context.Context, p Peers, ws *Workspace, src, data []
 	}
 	if size <= 1 {
 		if !inPlace {
-			copy(data, src)
+			memcopy.Copy(data, src)
 		}
 		return nil
 	}

@@ -202,7 +202,7 @@ func routedPhase(ctx context.Context, p Peers, k int, out, in [][]block, bytes [
 		} else {
 			start := off
 			for _, bl := range blocks {
-				off += copy(pack[off:], held[bl.src*n+bl.dst])
+				off += memcopy.Copy(pack[off:], held[bl.src*n+bl.dst])
 			}
 			msg = pack[start:off]
 		}
@@ -251,7 +251,7 @@ func routedPhase(ctx context.Context, p Peers, k int, out, in [][]block, bytes [
 			for _, bl := range blocks {
 				if bl.dst == me {
 					i := bl.src*n + bl.dst
-					copy(recv[recvOffs[bl.src]:], held[i])
+					memcopy.Copy(recv[recvOffs[bl.src]:], held[i])
 					held[i] = nil
 				}
 			}

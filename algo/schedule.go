@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"unsafe"
 
+	"github.com/occl/occl/internal/memcopy"
 	"github.com/occl/occl/topo"
 )
 
@@ -231,7 +232,7 @@ func allReduce(k func(ctx context.Context, a Args, src, data []byte) error) func
 		src := a.input()
 		if a.Peers.Size() == 1 || len(a.Dst) == 0 {
 			if src != nil {
-				copy(a.Dst, src)
+				memcopy.Copy(a.Dst, src)
 			}
 			return nil
 		}
@@ -244,7 +245,7 @@ func allReduce(k func(ctx context.Context, a Args, src, data []byte) error) func
 func inPlace(k func(ctx context.Context, a Args, data []byte) error) func(ctx context.Context, a Args, src, data []byte) error {
 	return func(ctx context.Context, a Args, src, data []byte) error {
 		if src != nil {
-			copy(data, src)
+			memcopy.Copy(data, src)
 		}
 		return k(ctx, a, data)
 	}
@@ -258,12 +259,12 @@ func reduce(k func(ctx context.Context, a Args, data []byte) error) func(context
 		if a.Peers.Rank() == a.Root {
 			data = a.Dst
 			if !same(a.Src, a.Dst) {
-				copy(data, a.Src)
+				memcopy.Copy(data, a.Src)
 			}
 		} else {
 			// Schedules accumulate into the buffer; keep the caller's input.
 			data = a.WS.Get(SlotInput, len(a.Src))
-			copy(data, a.Src)
+			memcopy.Copy(data, a.Src)
 		}
 		if a.Peers.Size() == 1 || len(data) == 0 {
 			return nil
@@ -277,7 +278,7 @@ func reduce(k func(ctx context.Context, a Args, data []byte) error) func(context
 func broadcast(k func(ctx context.Context, a Args, data []byte) error) func(context.Context, Args) error {
 	return func(ctx context.Context, a Args) error {
 		if a.Peers.Rank() == a.Root && !same(a.Src, a.Dst) {
-			copy(a.Dst, a.Src)
+			memcopy.Copy(a.Dst, a.Src)
 		}
 		if a.Peers.Size() == 1 || len(a.Dst) == 0 {
 			return nil
@@ -291,7 +292,7 @@ func broadcast(k func(ctx context.Context, a Args, data []byte) error) func(cont
 func allGather(k func(ctx context.Context, a Args) error) func(context.Context, Args) error {
 	return func(ctx context.Context, a Args) error {
 		me := a.Peers.Rank()
-		copy(a.Dst[me*a.Block:(me+1)*a.Block], a.Src)
+		memcopy.Copy(a.Dst[me*a.Block:(me+1)*a.Block], a.Src)
 		if a.Peers.Size() == 1 || a.Block == 0 {
 			return nil
 		}
@@ -315,9 +316,9 @@ func reduceScatter(k func(ctx context.Context, a Args, src, data []byte) error) 
 				return err
 			}
 		} else if src != nil {
-			copy(data, src)
+			memcopy.Copy(data, src)
 		}
-		copy(a.Dst, data[me*nb:(me+1)*nb])
+		memcopy.Copy(a.Dst, data[me*nb:(me+1)*nb])
 		return nil
 	}
 }
@@ -329,7 +330,7 @@ func allToAll(k func(ctx context.Context, a Args, send []byte) error) func(conte
 		send := a.Src
 		if same(a.Src, a.Dst) && len(a.Src) > 0 {
 			send = a.WS.Get(SlotInput, len(a.Src))
-			copy(send, a.Src)
+			memcopy.Copy(send, a.Src)
 		}
 		return k(ctx, a, send)
 	}

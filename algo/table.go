@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/occl/occl/internal/memcopy"
 	"github.com/occl/occl/topo"
 )
 
@@ -190,7 +191,7 @@ func init() {
 					offs, lens := a.blockLayout(nil)
 					data, me := a.Dst, a.Peers.Rank()
 					if me == a.Root {
-						copy(data[me*a.Block:(me+1)*a.Block], a.Src)
+						memcopy.Copy(data[me*a.Block:(me+1)*a.Block], a.Src)
 					} else {
 						// Off the root only this rank's block is read; point at it.
 						offs[me] = 0

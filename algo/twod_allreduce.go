@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/occl/occl/internal/memcopy"
 	"github.com/occl/occl/transport"
 )
 
@@ -60,7 +61,7 @@ func AllReduce2D(ctx context.Context, p Peers, ws *Workspace, src, data []byte, 
 	count := len(data) / es
 	if p.Size() <= 1 || count == 0 {
 		if src != nil {
-			copy(data, src)
+			memcopy.Copy(data, src)
 		}
 		return nil
 	}

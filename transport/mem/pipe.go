@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/occl/occl/internal/memcopy"
 	"github.com/occl/occl/transport"
 )
 
@@ -142,8 +143,8 @@ func (q *ring) write(ctx context.Context, p []byte) error {
 		if free > 0 {
 			n := min(free, len(p))
 			off := q.w % len(q.buf)
-			k := copy(q.buf[off:], p[:n])
-			copy(q.buf, p[k:n])
+			k := memcopy.Copy(q.buf[off:], p[:n])
+			memcopy.Copy(q.buf, p[k:n])
 			q.w += n
 			p = p[n:]
 			q.mu.Unlock()
@@ -169,8 +170,8 @@ func (q *ring) read(ctx context.Context, p []byte) error {
 		if avail > 0 {
 			n := min(avail, len(p))
 			off := q.r % len(q.buf)
-			k := copy(p[:n], q.buf[off:])
-			copy(p[k:n], q.buf)
+			k := memcopy.Copy(p[:n], q.buf[off:])
+			memcopy.Copy(p[k:n], q.buf)
 			q.r += n
 			p = p[n:]
 			q.mu.Unlock()

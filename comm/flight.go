@@ -137,7 +137,7 @@ func (h *opHistory) wait(peer int32) {
 // The caller holds mu.
 func (h *opHistory) waitingOn(e *opEntry) int32 { return untag(h.waiting.Load(), e.tag) }
 
-// withSched returns e with the schedule chose recorded for it, if any.
+// withSched records in e the schedule chose stored for it, if any.
 // The caller holds mu.
 func (h *opHistory) withSched(e *opEntry) {
 	if a := untag(h.sched.Load(), e.tag); a >= 0 && e.sched == algo.AlgoAuto {

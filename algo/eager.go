@@ -49,6 +49,24 @@ func eagerAllToAll(p Peers, sendLens []int) bool {
 	return !large || oneProcessor()
 }
 
+// eagerMessages is eagerAllToAll for messages, nil where there is none.
+func eagerMessages(p Peers, msgs [][]byte) bool {
+	ep, ok := p.(EagerPeers)
+	if !ok {
+		return false
+	}
+	large := false
+	for to, m := range msgs {
+		if m != nil {
+			if len(m) > ep.EagerLimit(to) {
+				return false
+			}
+			large = large || len(m) > eagerBlock
+		}
+	}
+	return !large || oneProcessor()
+}
+
 // oneProcessor reports whether the process runs Go code on one thread at
 // a time (GOMAXPROCS 1). Asked only for messages above eagerBlock:
 // GOMAXPROCS takes the scheduler's lock.

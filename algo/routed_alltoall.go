@@ -123,7 +123,11 @@ type block struct{ src, dst int }
 // and direction), so traffic of one phase that uses different links (an
 // optical circuit, the packet network, the intra-host fabric) moves in
 // parallel; a phase ends when this rank has sent and received all of its
-// messages. A message of a single block is sent from and received into
+// messages. When every message a rank sends in a phase fits in its
+// connection's eager limit, the rank sends them all and then receives, on
+// the caller's goroutine, as the pairwise exchange does: a small routed
+// all-to-all starts no goroutine, and with its bookkeeping in the
+// Workspace it allocates nothing. A message of a single block is sent from and received into
 // the caller's buffers directly; messages of several blocks are packed
 // into and unpacked from staging buffers (one local copy).
 //
@@ -140,16 +144,16 @@ func AllToAllRouted(ctx context.Context, p Peers, ws *Workspace, route *Route, b
 		return fmt.Errorf("routed all-to-all: rank %d: route for %d ranks and %d-row matrix on %d ranks", me, route.Size(), len(bytes), n)
 	}
 	memcopy.Copy(recv[recvOffs[me]:recvOffs[me]+bytes[me][me]], send[sendOffs[me]:sendOffs[me]+bytes[me][me]])
+	sc := ws.routedScratch(n)
 	// held[s*n+d] is where block (s, d) is while this rank holds it and it
 	// is not yet at its destination.
-	held := make([][]byte, n*n)
+	held := sc.held
 	for d := 0; d < n; d++ {
 		if d != me {
 			held[me*n+d] = send[sendOffs[d] : sendOffs[d]+bytes[me][d]]
 		}
 	}
-	out := make([][]block, n)
-	in := make([][]block, n)
+	out, in := sc.out, sc.in
 	for k := 0; k < route.Phases; k++ {
 		for i := range out {
 			out[i], in[i] = out[i][:0], in[i][:0]
@@ -173,25 +177,53 @@ func AllToAllRouted(ctx context.Context, p Peers, ws *Workspace, route *Route, b
 		}
 		pack := ws.Get(SlotRoutedPack(k), outBytes)
 		stage := ws.Get(SlotRoutedStage(k), inBytes)
-		if err := routedPhase(ctx, p, k, out, in, bytes, held, pack, stage, recv, recvOffs); err != nil {
+		if err := routedPhase(ctx, p, k, sc, bytes, pack, stage, recv, recvOffs); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// routedPhase exchanges the messages of phase k.
-func routedPhase(ctx context.Context, p Peers, k int, out, in [][]block, bytes [][]int, held [][]byte, pack, stage, recv []byte, recvOffs []int) error {
+// routedScratch is what a routed all-to-all keeps between its phases, in
+// its Workspace so that a run of them allocates nothing: where every block
+// is (held), the blocks of each message out and in, and the messages.
+type routedScratch struct {
+	held             [][]byte
+	out, in          [][]block
+	sendMsg, recvMsg [][]byte
+	direct           []bool
+}
+
+// routedScratch returns the workspace's routed all-to-all scratch for n
+// ranks, with no block held.
+func (w *Workspace) routedScratch(n int) *routedScratch {
+	sc := w.routed
+	if sc == nil || len(sc.out) != n {
+		sc = &routedScratch{held: make([][]byte, n*n), out: make([][]block, n), in: make([][]block, n),
+			sendMsg: make([][]byte, n), recvMsg: make([][]byte, n), direct: make([]bool, n)}
+		w.routed = sc
+	}
+	clear(sc.held)
+	return sc
+}
+
+// routedPhase exchanges the messages of phase k, whose blocks are in
+// sc.out and sc.in. When every message this rank sends fits in its
+// connection's eager limit (as for the pairwise exchange, see
+// eagerAllToAll), it sends them all and then receives, on the caller's
+// goroutine: no send waits for its receiver, so this cannot deadlock, and
+// a small all-to-all costs no goroutine. Otherwise every message has its
+// goroutine.
+func routedPhase(ctx context.Context, p Peers, k int, sc *routedScratch, bytes [][]int, pack, stage, recv []byte, recvOffs []int) error {
 	n, me := p.Size(), p.Rank()
-	g := newGroup(ctx)
-	defer g.cancel()
-	var wg sync.WaitGroup
+	held, out, in := sc.held, sc.out, sc.in
 	step := uint32(k + 1)
-	// Outgoing messages: packed (or a lone block) before any goroutine
-	// starts, so that the held slices are not read while receives of this
-	// phase replace them.
+	// Outgoing messages: packed (or a lone block) before any is sent, so
+	// that the held slices are not read while receives of this phase
+	// replace them.
 	off := 0
 	for b := 0; b < n; b++ {
+		sc.sendMsg[b] = nil
 		blocks := out[b]
 		if len(blocks) == 0 {
 			continue
@@ -209,6 +241,56 @@ func routedPhase(ctx context.Context, p Peers, k int, out, in [][]block, bytes [
 		for _, bl := range blocks {
 			held[bl.src*n+bl.dst] = nil
 		}
+		// Blocks of no bytes are not routed, so a message is never empty:
+		// nil marks a peer this rank sends nothing to.
+		sc.sendMsg[b] = msg
+	}
+	// Incoming messages: a lone block for this rank lands in the output,
+	// everything else in the staging buffer.
+	off = 0
+	for a := 0; a < n; a++ {
+		sc.recvMsg[a], sc.direct[a] = nil, false
+		blocks := in[a]
+		if len(blocks) == 0 {
+			continue
+		}
+		if len(blocks) == 1 && blocks[0].dst == me {
+			bl := blocks[0]
+			sc.recvMsg[a], sc.direct[a] = recv[recvOffs[bl.src]:recvOffs[bl.src]+bytes[bl.src][me]], true
+			continue
+		}
+		start := off
+		for _, bl := range blocks {
+			held[bl.src*n+bl.dst] = stage[off : off+bytes[bl.src][bl.dst]]
+			off += bytes[bl.src][bl.dst]
+		}
+		sc.recvMsg[a] = stage[start:off]
+	}
+	if eagerMessages(p, sc.sendMsg) {
+		for b, msg := range sc.sendMsg {
+			if msg != nil {
+				if err := p.Send(ctx, b, step, msg); err != nil {
+					return fmt.Errorf("routed all-to-all: rank %d phase %d: send to rank %d: %w", me, k, b, err)
+				}
+			}
+		}
+		for a, msg := range sc.recvMsg {
+			if msg != nil {
+				if err := p.Recv(ctx, a, step, msg); err != nil {
+					return fmt.Errorf("routed all-to-all: rank %d phase %d: recv from rank %d: %w", me, k, a, err)
+				}
+				sc.deliver(me, a, recv, recvOffs)
+			}
+		}
+		return nil
+	}
+	g := newGroup(ctx)
+	defer g.cancel()
+	var wg sync.WaitGroup
+	for b, msg := range sc.sendMsg {
+		if msg == nil {
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -217,26 +299,9 @@ func routedPhase(ctx context.Context, p Peers, k int, out, in [][]block, bytes [
 			}
 		}()
 	}
-	// Incoming messages: a lone block for this rank lands in the output,
-	// everything else in the staging buffer.
-	off = 0
-	for a := 0; a < n; a++ {
-		blocks := in[a]
-		if len(blocks) == 0 {
+	for a, msg := range sc.recvMsg {
+		if msg == nil {
 			continue
-		}
-		var msg []byte
-		direct := len(blocks) == 1 && blocks[0].dst == me
-		if direct {
-			bl := blocks[0]
-			msg = recv[recvOffs[bl.src] : recvOffs[bl.src]+bytes[bl.src][me]]
-		} else {
-			start := off
-			for _, bl := range blocks {
-				held[bl.src*n+bl.dst] = stage[off : off+bytes[bl.src][bl.dst]]
-				off += bytes[bl.src][bl.dst]
-			}
-			msg = stage[start:off]
 		}
 		wg.Add(1)
 		go func() {
@@ -245,18 +310,27 @@ func routedPhase(ctx context.Context, p Peers, k int, out, in [][]block, bytes [
 				g.fail(fmt.Errorf("routed all-to-all: rank %d phase %d: recv from rank %d: %w", me, k, a, err))
 				return
 			}
-			if direct {
-				return
-			}
-			for _, bl := range blocks {
-				if bl.dst == me {
-					i := bl.src*n + bl.dst
-					memcopy.Copy(recv[recvOffs[bl.src]:], held[i])
-					held[i] = nil
-				}
-			}
+			sc.deliver(me, a, recv, recvOffs)
 		}()
 	}
 	wg.Wait()
 	return g.err
+}
+
+// deliver copies the blocks for rank me of the staged message received
+// from rank a into the output; a direct message landed there already.
+// Different messages' blocks are different held entries, so the receives
+// of a phase may deliver at once.
+func (sc *routedScratch) deliver(me, a int, recv []byte, recvOffs []int) {
+	if sc.direct[a] {
+		return
+	}
+	n := len(sc.out)
+	for _, bl := range sc.in[a] {
+		if bl.dst == me {
+			i := bl.src*n + bl.dst
+			memcopy.Copy(recv[recvOffs[bl.src]:], sc.held[i])
+			sc.held[i] = nil
+		}
+	}
 }

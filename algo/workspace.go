@@ -9,6 +9,7 @@ type Workspace struct {
 	ints     [][]int
 	subs     []*eagerSubPeers
 	children []*Workspace
+	routed   *routedScratch
 }
 
 // Ints returns n ints for the given slot, zeroed: a schedule's offsets,

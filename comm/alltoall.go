@@ -163,24 +163,26 @@ func (c *Communicator) allToAllRoute(bytes [][]int) *algo.Route {
 }
 
 // exchangeCounts gathers every rank's send and receive sizes in bytes and
-// returns the byte matrix: row i is what rank i sends to each rank. Every
+// returns the byte matrix, the worker's (see workerState.matrix): row i is
+// what rank i sends to each rank. Every
 // rank checks the whole matrix, so a send that does not match its
 // receive is reported by all ranks alike instead of leaving some waiting.
 func (c *Communicator) exchangeCounts(ctx context.Context, p *opPeers, slens, rlens []int) ([][]int, error) {
 	n := c.size
-	mine := make([]byte, 16*n)
+	all := c.worker.ws.Get(slotCounts, 16*n*n)
+	// This rank's counts go straight into its place in the gathered
+	// buffer.
+	mine := all[16*n*c.rank : 16*n*(c.rank+1)]
 	for j := range n {
 		binary.LittleEndian.PutUint64(mine[8*j:], uint64(slens[j]))
 		binary.LittleEndian.PutUint64(mine[8*(n+j):], uint64(rlens[j]))
 	}
-	all := c.worker.ws.Get(slotCounts, 16*n*n)
 	if err := allGatherBytes(ctx, p, mine, all); err != nil {
 		return nil, err
 	}
 	get := func(rank, k int) uint64 { return binary.LittleEndian.Uint64(all[16*n*rank+8*k:]) }
-	out := make([][]int, n)
+	out := c.worker.matrix(n)
 	for i := range out {
-		out[i] = make([]int, n)
 		for j := range out[i] {
 			sent, expected := get(i, j), get(j, n+i)
 			if sent != expected || sent > uint64(math.MaxInt) {

@@ -46,12 +46,11 @@ func BenchmarkDispatch(b *testing.B) {
 			return c.Barrier(ctx)
 		}},
 	}
-	for _, spec := range []string{"", "hosts=2x2,hbd=8GB/s,eps=1GB/s"} {
+	for _, fabric := range []struct{ name, spec string }{{"", ""}, {"/topo", "hosts=2x2,hbd=8GB/s,eps=1GB/s"}, {"/railonly", "hosts=2x2,hbd=8GB/s,eps=1GB/s,rail_only=1"}} {
 		for _, op := range ops {
-			name := op.name
+			name := op.name + fabric.name
 			var opts []comm.Option
-			if spec != "" {
-				name += "/topo"
+			if spec := fabric.spec; spec != "" {
 				tp, err := topo.FromSpec(spec)
 				if err != nil {
 					b.Fatal(err)

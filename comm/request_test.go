@@ -61,7 +61,8 @@ func TestBlockingCallsAllocateNothing(t *testing.T) {
 		name string
 		size int
 		topo string
-	}{{"2 ranks", 2, ""}, {"4 ranks", 4, ""}, {"4 ranks on 2 hosts", 4, "hosts=2x2,hbd=8GB/s,eps=1GB/s"}} {
+	}{{"2 ranks", 2, ""}, {"4 ranks", 4, ""}, {"4 ranks on 2 hosts", 4, "hosts=2x2,hbd=8GB/s,eps=1GB/s"},
+		{"4 ranks on a rail-only fabric", 4, "hosts=2x2,hbd=8GB/s,eps=1GB/s,rail_only=1"}} {
 		var opts []comm.Option
 		if group.topo != "" {
 			tp, err := topo.FromSpec(group.topo)

@@ -20,6 +20,21 @@ type workerState struct {
 	p2pRx []uint64 // messages received, by peer
 	// offs and lens are the last layout blocks made.
 	offs, lens []int
+	// counts is the last byte matrix an AllToAllV exchanged.
+	counts [][]int
+}
+
+// matrix returns an n x n matrix of ints, the worker's: an operation uses
+// it until it ends, and the next one that asks gets it again.
+func (w *workerState) matrix(n int) [][]int {
+	if len(w.counts) != n {
+		flat := make([]int, n*n)
+		w.counts = make([][]int, n)
+		for i := range w.counts {
+			w.counts[i] = flat[i*n : (i+1)*n : (i+1)*n]
+		}
+	}
+	return w.counts
 }
 
 // blocks returns per-rank byte offsets and lengths for n equal blocks of

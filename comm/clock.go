@@ -27,7 +27,10 @@ var (
 // 23 on a virtual machine, twice per operation. The counter is anchored to
 // the monotonic clock every anchorEvery, at its rate measured since the
 // process started, so that stamps stay within a fraction of a microsecond
-// of the monotonic clock and never go back. A communicator that records a
+// of the monotonic clock and never go back: an anchor that finds the last
+// one ahead of the clock starts from its reading and slews to meet the
+// clock. A counter whose rate changes is not trusted any more, by the
+// kernel and then by stamps (recheckEvery). A communicator that records a
 // timeline reads the monotonic clock itself (Communicator.now): the
 // timeline orders operations among events read with time.Now.
 type stamp int64
@@ -35,10 +38,18 @@ type stamp int64
 // calibration is how long stamps come from the monotonic clock before the
 // counter's rate is first measured from it; anchorEvery is how long an
 // anchor serves.
+//
+// recheckEvery is how often the kernel's choice of clock is read again: it
+// stops keeping time with a counter its watchdog finds drifting, and so do
+// stamps.
 const (
-	calibration = 10 * time.Millisecond
-	anchorEvery = 10 * time.Millisecond
+	calibration  = 10 * time.Millisecond
+	anchorEvery  = 10 * time.Millisecond
+	recheckEvery = time.Second
 )
+
+// recheckAt is when slowNow next reads the kernel's choice of clock.
+var recheckAt atomic.Int64
 
 // tscAnchor ties a counter reading to a stamp: a reading t of the counter
 // from ticks to next is the stamp ns plus (t-ticks) times mult, the
@@ -77,19 +88,30 @@ func slowNow() stamp {
 	if d < calibration || !tsc.Trusted() {
 		return stamp(d)
 	}
-	// Read back to back: Trusted reads a file the first time.
+	if at := recheckAt.Load(); int64(d) >= at && recheckAt.CompareAndSwap(at, int64(d+recheckEvery)) && !tsc.Recheck() {
+		anchor.Store(nil)
+		return stamp(d)
+	}
+	// Read back to back: Trusted and Recheck read a file.
 	d = time.Since(clockBase)
 	t := tsc.Read()
 	if t <= tscBase {
 		return stamp(d)
 	}
 	mult := uint64(float64(d) / float64(t-tscBase) * (1 << 32))
+	every := uint64(float64(anchorEvery) / float64(mult) * (1 << 32))
 	s := stamp(d)
 	if a := anchor.Load(); a != nil && t >= a.ticks {
-		// Never behind a stamp the last anchor gave.
-		s = max(s, a.at(t))
+		// The last anchor's reading of t, if ahead of the clock, is where
+		// this anchor starts, so that stamps never go back; it runs
+		// slower so as to meet the clock when it ends (slewing, as NTP
+		// does). Ahead by a whole window, the counter ran off (its rate
+		// changed), and the clock wins.
+		if e := a.at(t); e > s && e-s < stamp(anchorEvery) {
+			mult = uint64(float64(stamp(d)+stamp(anchorEvery)-e) / float64(every) * (1 << 32))
+			s = e
+		}
 	}
-	every := uint64(float64(anchorEvery) / float64(mult) * (1 << 32))
 	anchor.Store(&tscAnchor{ticks: t, next: t + every, ns: int64(s), mult: mult})
 	return s
 }

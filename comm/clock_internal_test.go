@@ -46,3 +46,35 @@ func TestStampsFollowTheMonotonicClock(t *testing.T) {
 		}
 	}
 }
+
+// TestStampsSlewBackToTheClock: after an anchor whose extrapolation runs
+// a millisecond ahead of the monotonic clock (as a counter whose rate
+// changed would), stamps never go back and meet the clock again within
+// two anchor windows.
+func TestStampsSlewBackToTheClock(t *testing.T) {
+	if d := calibration - time.Since(clockBase); d > 0 {
+		time.Sleep(d)
+	}
+	now()
+	a := anchor.Load()
+	if a == nil {
+		t.Skip("the kernel does not keep time with the time-stamp counter here")
+	}
+	tk := tsc.Read()
+	anchor.Store(&tscAnchor{ticks: tk, next: tk + (a.next - a.ticks), ns: int64(time.Since(clockBase) + time.Millisecond), mult: a.mult})
+	last := now()
+	end := time.Now().Add(2*anchorEvery + time.Millisecond)
+	for time.Now().Before(end) {
+		s := now()
+		if s < last {
+			t.Fatalf("stamp went back from %d to %d", last, s)
+		}
+		last = s
+	}
+	before := time.Since(clockBase)
+	s := now()
+	after := time.Since(clockBase)
+	if slack := 200 * time.Nanosecond; time.Duration(s) < before-slack || time.Duration(s) > after+slack {
+		t.Fatalf("stamp %v two windows after an anchor a millisecond ahead, monotonic clock %v to %v", time.Duration(s), before, after)
+	}
+}

@@ -47,6 +47,30 @@ func TestAllToAllPairwise(t *testing.T) {
 	}
 }
 
+// TestAllToAllPairwisePieces: blocks larger than the piece size go in
+// pieces, round robin over the peers, uneven blocks and empty ones
+// included, with rendezvous sends (a send waits for its receiver) and
+// small queues, where a wrong order would deadlock.
+func TestAllToAllPairwisePieces(t *testing.T) {
+	defer func(c int) { pairwiseChunk = c }(pairwiseChunk)
+	pairwiseChunk = 7
+	for _, p := range []int{2, 3, 4, 5} {
+		for _, opts := range []fakepeers.Options{{EagerLimit: -1, HideEager: true}, {QueueDepth: 2, HideEager: true, MaxDelay: time.Millisecond}} {
+			rng := rand.New(rand.NewPCG(uint64(p), 7))
+			size := make([][]int, p)
+			for a := range size {
+				size[a] = make([]int, p)
+				for b := range size[a] {
+					size[a][b] = rng.IntN(40) // 0 to 5 pieces
+				}
+			}
+			checkAllToAll(t, size, opts, func(ctx context.Context, rank int, peers Peers, b *a2aBufs) error {
+				return AllToAllPairwise(ctx, peers, b.send, b.sOffs, b.sLens, b.recv, b.rOffs, b.rLens)
+			})
+		}
+	}
+}
+
 // a2aBufs are one rank's buffers for an all-to-all test.
 type a2aBufs struct {
 	send, recv, sendCopy       []byte

@@ -28,6 +28,13 @@ import (
 // The sends run in one sender goroutine while the caller receives, in the
 // same step order, so that a rank may send step s+1 while it is still
 // receiving step s; matching in step order on both sides cannot deadlock.
+// Blocks larger than 1 MiB go in 1 MiB pieces, round robin: piece c of
+// every step, then piece c+1, on both sides, so that a rank keeps moving
+// data with whichever peers are running instead of waiting for one peer's
+// whole block (4 processes on 2 cores, 64 MiB: 20.3-20.6 -> 15.7-17.0 ms).
+// It cannot deadlock either: a send waits only for a receiver behind it,
+// and the receiver waiting on the earliest piece waits for a sender that
+// nothing blocks.
 // Empty blocks are skipped by both sides: a block is skipped by its sender
 // exactly when its receiver skips it, as the block sizes agree.
 // When every block this rank sends fits in its connection's eager limit
@@ -37,7 +44,8 @@ import (
 // receiver, so this cannot deadlock either, and a small all-to-all costs
 // no goroutine.
 //
-// Communication steps: p-1. Message step labels: s.
+// Communication steps: p-1 (times the pieces of the largest block).
+// Message step labels: c*p + s for piece c of step s.
 //
 // Bytes on the wire per rank: sends everything but its own block, receives
 // everything but its own block; for AllToAll with n bytes per rank that is
@@ -82,35 +90,69 @@ func AllToAllPairwise(ctx context.Context, p Peers, send []byte, sendOffs, sendL
 	}
 	g := newGroup(ctx)
 	defer g.cancel()
+	// Blocks larger than pairwiseChunk go in pieces, round robin over the
+	// peers (piece c to every peer, then piece c+1), so that a rank keeps
+	// moving data with whichever peers can take it instead of waiting for
+	// one peer's whole block.
+	rounds := 1
+	for i := range sendLens {
+		rounds = max(rounds, pieces(sendLens[i]), pieces(recvLens[i]))
+	}
 	var done chan struct{}
 	if nsend > 0 {
 		done = make(chan struct{})
 		go func() {
 			defer close(done)
-			for s := 1; s < size; s++ {
-				to := mod(r+s, size)
-				if sendLens[to] == 0 {
-					continue
-				}
-				if err := p.Send(g.ctx, to, uint32(s), send[sendOffs[to]:sendOffs[to]+sendLens[to]]); err != nil {
-					g.fail(fmt.Errorf("pairwise all-to-all: rank %d step %d: send to rank %d: %w", r, s, to, err))
-					return
+			for c := range rounds {
+				for s := 1; s < size; s++ {
+					to := mod(r+s, size)
+					lo, hi, ok := piece(sendLens[to], c)
+					if !ok {
+						continue
+					}
+					off := sendOffs[to]
+					if err := p.Send(g.ctx, to, uint32(c*size+s), send[off+lo:off+hi]); err != nil {
+						g.fail(fmt.Errorf("pairwise all-to-all: rank %d step %d piece %d: send to rank %d: %w", r, s, c, to, err))
+						return
+					}
 				}
 			}
 		}()
 	}
-	for s := 1; s < size; s++ {
-		from := mod(r-s, size)
-		if recvLens[from] == 0 {
-			continue
-		}
-		if err := p.Recv(g.ctx, from, uint32(s), recv[recvOffs[from]:recvOffs[from]+recvLens[from]]); err != nil {
-			g.fail(fmt.Errorf("pairwise all-to-all: rank %d step %d: recv from rank %d: %w", r, s, from, err))
-			break
+recv:
+	for c := range rounds {
+		for s := 1; s < size; s++ {
+			from := mod(r-s, size)
+			lo, hi, ok := piece(recvLens[from], c)
+			if !ok {
+				continue
+			}
+			off := recvOffs[from]
+			if err := p.Recv(g.ctx, from, uint32(c*size+s), recv[off+lo:off+hi]); err != nil {
+				g.fail(fmt.Errorf("pairwise all-to-all: rank %d step %d piece %d: recv from rank %d: %w", r, s, c, from, err))
+				break recv
+			}
 		}
 	}
 	if done != nil {
 		<-done
 	}
 	return g.err
+}
+
+// pairwiseChunk is the largest piece of a block the pairwise exchange sends
+// as one message when blocks go in pieces.
+var pairwiseChunk = 1 << 20
+
+// pieces is how many pieces a block of n bytes goes in.
+func pieces(n int) int { return (n + pairwiseChunk - 1) / pairwiseChunk }
+
+// piece returns the byte range of piece c of a block of n bytes, and
+// whether there is one (an empty block has none).
+func piece(n, c int) (lo, hi int, ok bool) {
+	lo = c * pairwiseChunk
+	if lo >= n {
+		return 0, 0, false
+	}
+	return lo, min(lo+pairwiseChunk, n), true
 }

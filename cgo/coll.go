@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"sync"
 	"unsafe"
 
 	"github.com/occl/occl/comm"
@@ -114,13 +115,14 @@ func (k *call) buffer(what string, p uintptr, n int, dt comm.DType) comm.Buffer 
 	return comm.Raw(unsafe.Slice((*byte)(pointer(p)), bytes), dt)
 }
 
-// counts copies an array of nranks size_t counts or displacements.
-func (k *call) counts(what string, p uintptr, n int, dt comm.DType) []int {
+// counts copies an array of len(out) size_t counts or displacements into
+// out and returns it (nil if the array cannot be read).
+func (k *call) counts(what string, p uintptr, out []int, dt comm.DType) []int {
+	n := len(out)
 	if k.address(what, p, uintptr(n)*unsafe.Sizeof(C.size_t(0))) != resSuccess {
 		return nil
 	}
 	src := unsafe.Slice((*C.size_t)(pointer(p)), n)
-	out := make([]int, n)
 	for i, v := range src {
 		if n := uint64(v); !k.failed() && n <= uint64(maxBytes/dt.Size()) {
 			out[i] = int(n) // what elems checks, without formatting its label
@@ -226,11 +228,14 @@ func (k *call) enqueue(async bool, request *C.occlRequest_t, d *operation, a *ar
 		g.ops = append(g.ops, o)
 		return resSuccess
 	case !async:
-		return k.failErr(o.call())
+		err := o.call()
+		o.x.release()
+		return k.failErr(err)
 	case g != nil:
 		return k.fail(resInvalidUsage, "non-blocking calls are not allowed inside a group; use the blocking form (occlGroupEnd waits)")
 	}
 	req := o.start()
+	o.x.release()
 	h := addRequest(k.name, o.ce, req)
 	if h == nil {
 		_ = req.Wait(context.Background())
@@ -272,10 +277,25 @@ type operands struct {
 	red        comm.Op
 	root       int
 	// counts are AllToAllv's send counts and displacements, then its
-	// receive counts and displacements.
-	counts [4][]int
+	// receive counts and displacements, in countsBuf, which comes from
+	// countsPool and goes back once the operation is issued (the Go API
+	// copies what it needs of them then; see release).
+	counts    [4][]int
+	countsBuf *[]int
 	// group is SendRecv's operations.
 	group *comm.Group
+}
+
+// countsPool recycles AllToAllv's counts and displacements.
+var countsPool = sync.Pool{New: func() any { return new([]int) }}
+
+// release gives back what the operands hold until the operation is
+// issued.
+func (x *operands) release() {
+	if x.countsBuf != nil {
+		countsPool.Put(x.countsBuf)
+		x.countsBuf, x.counts = nil, [4][]int{}
+	}
 }
 
 // kind says how an operation's arguments are checked.
@@ -559,8 +579,13 @@ func prepareAllToAllv(k *call, o *groupOp, a *args) {
 	}
 	dt := k.dtype(a.dtype)
 	n := c.Size()
+	o.x.countsBuf = countsPool.Get().(*[]int)
+	if cap(*o.x.countsBuf) < 4*n {
+		*o.x.countsBuf = make([]int, 4*n)
+	}
+	buf := (*o.x.countsBuf)[:4*n]
 	for i, what := range [4]string{"sendcounts", "sdispls", "recvcounts", "rdispls"} {
-		o.x.counts[i] = k.counts(what, a.counts[i], n, dt)
+		o.x.counts[i] = k.counts(what, a.counts[i], buf[i*n:(i+1)*n:(i+1)*n], dt)
 	}
 	sc, sd, rc, rd := o.x.counts[0], o.x.counts[1], o.x.counts[2], o.x.counts[3]
 	sn, rn := k.extent("sendbuff", sc, sd, dt), k.extent("recvbuff", rc, rd, dt)

@@ -215,7 +215,11 @@ func (g *groupState) run(k *call) C.occlResult_t {
 	var order []func() issued
 	for _, o := range g.ops {
 		if o.issue != nil {
-			order = append(order, func() issued { return issued{o.name, o.ce, o.start()} })
+			order = append(order, func() issued {
+				req := o.start()
+				o.x.release()
+				return issued{o.name, o.ce, req}
+			})
 			continue
 		}
 		grp := p2p[o.ce]

@@ -33,35 +33,34 @@ func eagerTo(p Peers, peers []int, n int) bool {
 // connection's eager limit and, unless the process has one processor,
 // eagerBlock.
 func eagerAllToAll(p Peers, sendLens []int) bool {
-	ep, ok := p.(EagerPeers)
-	if !ok {
-		return false
-	}
-	large := false
-	for to, n := range sendLens {
-		if to != p.Rank() && n > 0 {
-			if n > ep.EagerLimit(to) {
-				return false
-			}
-			large = large || n > eagerBlock
+	me := p.Rank()
+	return eagerEach(p, len(sendLens), func(to int) int {
+		if to == me {
+			return 0
 		}
-	}
-	return !large || oneProcessor()
+		return sendLens[to]
+	})
 }
 
 // eagerMessages is eagerAllToAll for messages, nil where there is none.
 func eagerMessages(p Peers, msgs [][]byte) bool {
+	return eagerEach(p, len(msgs), func(to int) int { return len(msgs[to]) })
+}
+
+// eagerEach is eagerAllToAll for n peers, size(to) bytes to each (0:
+// nothing).
+func eagerEach(p Peers, n int, size func(to int) int) bool {
 	ep, ok := p.(EagerPeers)
 	if !ok {
 		return false
 	}
 	large := false
-	for to, m := range msgs {
-		if m != nil {
-			if len(m) > ep.EagerLimit(to) {
+	for to := range n {
+		if m := size(to); m > 0 {
+			if m > ep.EagerLimit(to) {
 				return false
 			}
-			large = large || len(m) > eagerBlock
+			large = large || m > eagerBlock
 		}
 	}
 	return !large || oneProcessor()

@@ -272,8 +272,9 @@ func (c *Conn) put(ctx context.Context, p []byte) error {
 		}
 		n := min(want, free)
 		off := c.tail & r.mask
-		k := memcopy.Copy(r.data[off:], p[:n])
-		memcopy.Copy(r.data, p[k:n])
+		if k := memcopy.Copy(r.data[off:], p[:n]); uint64(k) < n {
+			memcopy.Copy(r.data, p[k:n]) // wrapped around the ring's end
+		}
 		c.tail += n
 		p = p[n:]
 		if c.tail-c.ptail >= chunk {
@@ -308,8 +309,9 @@ func (c *Conn) get(ctx context.Context, p []byte) error {
 		}
 		n := min(want, avail)
 		off := c.head & r.mask
-		k := memcopy.Copy(p[:n], r.data[off:])
-		memcopy.Copy(p[k:n], r.data)
+		if k := memcopy.Copy(p[:n], r.data[off:]); uint64(k) < n {
+			memcopy.Copy(p[k:n], r.data) // wrapped around the ring's end
+		}
 		c.head += n
 		p = p[n:]
 		if c.head-c.phead >= chunk {
@@ -600,12 +602,11 @@ func (c *Conn) yieldCore() {
 		return
 	}
 	offCoreDuring(func() {
-		// A raw system call: the Go scheduler is not told, so the
-		// thread keeps its processor through the yield. Told, it lets
-		// the monitor hand the processor to another thread whenever a
-		// yield lasts over 20 us, which the thread then takes back
-		// through the scheduler, and every yield pays the entry and exit
-		// bookkeeping. With 4 processes on 2 cores (occl-bench -z 1, 3
+		// A raw system call: the Go runtime is not told, so the thread
+		// keeps its processor through the yield and pays no entry and
+		// exit bookkeeping. Told, the runtime's monitor may hand the
+		// processor to another thread when a yield lasts over 20 us,
+		// for the thread to take back through the scheduler. With 4 processes on 2 cores (occl-bench -z 1, 3
 		// interleaved rounds): 8 B AllReduce 5.8-6.3 -> 3.2-4.0 us, 64 B
 		// AllToAll 4.0-5.7 -> 3.3-4.2 us, and no more runs 5-7 times
 		// slower than the others. The goroutines it keeps from running

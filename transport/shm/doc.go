@@ -37,11 +37,11 @@
 //
 // The producer copies bytes into the data area with ordinary stores (a
 // piece of 16 KiB or more with REP MOVSB where the processor has fast
-// string moves, see internal/memcopy: on a 2-core AMD EPYC virtual machine
-// the runtime's vector copy ran at half its rate for minutes at a time, in
-// which 1 MiB AllToAll at 2 processes took 93-97 us against 38-48) and
-// then publishes them with an atomic store of tail; the consumer reads
-// tail atomically, copies the bytes out and publishes head with an atomic
+// string moves, see internal/memcopy: on a 2-core AMD EPYC virtual
+// machine, for minutes at a time, 1 MiB AllToAll at 2 processes took 93-97
+// us through the runtime's copy against 38-48 us through it) and then
+// publishes them with an atomic store of tail; the consumer reads tail
+// atomically, copies the bytes out and publishes head with an atomic
 // store, after which the producer may overwrite them. The counters are
 // accessed through sync/atomic on the mapped page. Go's atomics are
 // sequentially consistent, and the hardware provides the same guarantees

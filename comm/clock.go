@@ -9,12 +9,50 @@ import (
 )
 
 // clockBase is when the process started using occl, as read from both the
-// wall and the monotonic clock; tscBase is the time-stamp counter read
-// right after.
-var (
-	clockBase = time.Now()
-	tscBase   = tsc.Read()
-)
+// wall and the monotonic clock; tscBase is the time-stamp counter at that
+// moment (the midpoint of two readings around it).
+var clockBase, tscBase = basePair()
+
+// pairTries is how many times a clock reading is bracketed by counter
+// readings to find one the thread was not descheduled in the middle of:
+// the rate of the counter is measured from these pairs, and a pair taken
+// across a preemption (milliseconds on a loaded machine) would skew every
+// stamp after it.
+const pairTries = 4
+
+// basePair reads the wall and monotonic clock between two counter
+// readings and keeps the reading whose counter readings lie closest.
+func basePair() (time.Time, uint64) {
+	var base time.Time
+	var ticks uint64
+	gap := ^uint64(0)
+	for range pairTries {
+		t1 := tsc.Read()
+		n := time.Now()
+		t2 := tsc.Read()
+		if t2-t1 < gap {
+			gap, base, ticks = t2-t1, n, t1+(t2-t1)/2
+		}
+	}
+	return base, ticks
+}
+
+// clockPair reads the monotonic clock (since clockBase) and the counter
+// at the same moment, as basePair does.
+func clockPair() (time.Duration, uint64) {
+	var d time.Duration
+	var ticks uint64
+	gap := ^uint64(0)
+	for range pairTries {
+		t1 := tsc.Read()
+		n := time.Since(clockBase)
+		t2 := tsc.Read()
+		if t2-t1 < gap {
+			gap, d, ticks = t2-t1, n, t1+(t2-t1)/2
+		}
+	}
+	return d, ticks
+}
 
 // stamp is a reading of the monotonic clock, in nanoseconds since
 // clockBase: what an operation records of when it ran. Reading it costs one
@@ -92,9 +130,8 @@ func slowNow() stamp {
 		anchor.Store(nil)
 		return stamp(d)
 	}
-	// Read back to back: Trusted and Recheck read a file.
-	d = time.Since(clockBase)
-	t := tsc.Read()
+	// Read again: Trusted and Recheck read a file.
+	d, t := clockPair()
 	if t <= tscBase {
 		return stamp(d)
 	}

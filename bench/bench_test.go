@@ -75,8 +75,8 @@ func TestRunnerChecksEveryOp(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					// int8 runs its iterations as blocking calls (-z 1).
-					cfg := Config{Op: op, DType: dt, RedOp: algo.Max, Root: 1, Iters: 3, Warmup: 1, Check: true, Blocking: dt == algo.Int8}
+					// Each dtype issues its iterations another way (-z 0, 2, 1).
+					cfg := Config{Op: op, DType: dt, RedOp: algo.Max, Root: 1, Iters: 3, Warmup: 1, Check: true, Issue: issueFor(dt)}
 					run, err := NewRunner(c, cfg, 1<<16)
 					if err != nil {
 						errs[r] = err
@@ -138,4 +138,15 @@ func TestTableAndJSON(t *testing.T) {
 			t.Errorf("JSON lacks %q: %s", k, buf.String())
 		}
 	}
+}
+
+// issueFor spreads the ways of issuing over the dtypes the tests run.
+func issueFor(dt algo.DType) Issue {
+	switch dt {
+	case algo.Int8:
+		return Blocking
+	case algo.BFloat16:
+		return AsyncWait
+	}
+	return Batch
 }

@@ -20,15 +20,30 @@ type Config struct {
 	Iters  int  // timed iterations per size
 	Warmup int  // untimed iterations before them
 	Check  bool // verify one more run of each size against the reference
-	// Blocking runs each operation with the blocking form of the API
-	// before issuing the next (as nccl-tests' -z 1 does, and as a training
-	// loop that waits for each operation does); otherwise a size's
-	// iterations are all issued with the Async forms, then the last is
-	// waited for.
-	Blocking bool
+	// Issue is how a size's iterations are issued and waited for.
+	Issue Issue
 	// Demand shapes AllToAllV (nil: uniform).
 	Demand *Demand
 }
+
+// Issue is how the benchmark issues operations and waits for them.
+type Issue int
+
+const (
+	// Batch issues a size's iterations with the Async calls, then waits
+	// for the last (as nccl-tests' -z 0 does).
+	Batch Issue = iota
+	// Blocking runs each operation with the blocking call before issuing
+	// the next (as nccl-tests' -z 1 does, and as a training loop that
+	// waits for each operation does).
+	Blocking
+	// AsyncWait issues each operation with its Async call and waits for
+	// its request before issuing the next: what a caller of the C ABI's
+	// Async calls and occlWait does, torch.distributed's backend among
+	// them. Against Blocking it shows what the hand-off of an issued
+	// operation costs.
+	AsyncWait
+)
 
 // Result is the measurement of one size, out-of-place and in-place. Times
 // are the maximum over ranks of each rank's average time per operation.
@@ -245,9 +260,17 @@ func (r *Runner) measure(ctx context.Context, l Layout, inPlace bool) (float64, 
 // as nccl-tests synchronises its stream once per batch. Operations on a
 // communicator complete in issue order, so the others are done by then.
 func (r *Runner) loop(ctx context.Context, send, recv []byte, iters int) error {
-	if r.cfg.Blocking {
+	switch r.cfg.Issue {
+	case Blocking:
 		for i := 0; i < iters; i++ {
 			if err := r.call(ctx, send, recv); err != nil {
+				return err
+			}
+		}
+		return nil
+	case AsyncWait:
+		for i := 0; i < iters; i++ {
+			if err := r.issue(ctx, send, recv).Wait(ctx); err != nil {
 				return err
 			}
 		}

@@ -66,7 +66,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		iters     = fs.Int("n", 20, "timed iterations per size (-op recover: trials, default 30)")
 		warmup    = fs.Int("w", 5, "warmup iterations per size")
 		check     = fs.Int("c", 1, "check results (1) or not (0)")
-		blocking  = fs.Int("z", 0, "1: run each operation with the blocking call before issuing the next; 0: issue a size's iterations with Async calls, then wait for the last")
+		issue     = fs.Int("z", 0, "0: issue a size's iterations with Async calls, then wait for the last; 1: run each operation with the blocking call before issuing the next; 2: issue each operation with its Async call and wait for it before issuing the next (as torch.distributed and the C ABI's callers do)")
 		dtName    = fs.String("d", "float", "data type: float, double, half, bfloat16, int8, uint8, int32, uint32, int64, uint64")
 		redName   = fs.String("o", "sum", "reduction: sum, prod, min, max, avg")
 		root      = fs.Int("r", 0, "root rank of rooted operations")
@@ -117,6 +117,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	forced, err := algo.ParseAlgorithm(*algoName)
 	if err != nil {
 		return fail("%v", err)
+	}
+	if *issue < int(bench.Batch) || *issue > int(bench.AsyncWait) {
+		return fail("-z %d: want 0 (batched Async calls), 1 (blocking calls) or 2 (Async calls each waited for)", *issue)
 	}
 	switch *transp {
 	case comm.TransportAuto, comm.TransportTCP, comm.TransportSHM, comm.TransportRDMA:
@@ -224,7 +227,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if op == bench.Reconfig {
 		return runReconfig(ctx, c, *iters, *warmup, *check != 0, *swDelay, *ocsAddr, *jsonOut, stdout, fail)
 	}
-	cfg := bench.Config{Op: op, DType: dt, RedOp: red, Root: *root, Iters: *iters, Warmup: *warmup, Check: *check != 0, Blocking: *blocking != 0}
+	cfg := bench.Config{Op: op, DType: dt, RedOp: red, Root: *root, Iters: *iters, Warmup: *warmup, Check: *check != 0, Issue: bench.Issue(*issue)}
 	if op == bench.AllToAllV {
 		cfg.Demand = demand
 	}

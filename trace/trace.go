@@ -507,24 +507,35 @@ func Merge(files []File) (File, error) {
 
 // MergeDir merges the trace files (*.json) of dir; see Merge.
 func MergeDir(dir string) (File, error) {
+	files, err := ReadDir(dir)
+	if err != nil {
+		return File{}, err
+	}
+	return Merge(files)
+}
+
+// ReadDir reads the trace files (*.json) occl's ranks wrote into dir, in
+// the order of their names. Files without occl's metadata (an earlier
+// merge) are left out.
+func ReadDir(dir string) ([]File, error) {
 	paths, err := filepath.Glob(filepath.Join(dir, "*.json"))
 	if err != nil {
-		return File{}, fmt.Errorf("trace: %w", err)
+		return nil, fmt.Errorf("trace: %w", err)
 	}
 	if len(paths) == 0 {
-		return File{}, fmt.Errorf("trace: no trace files (*.json) in %s", dir)
+		return nil, fmt.Errorf("trace: no trace files (*.json) in %s", dir)
 	}
 	slices.Sort(paths)
 	var files []File
 	for _, p := range paths {
 		f, err := ReadFile(p)
 		if err != nil {
-			return File{}, err
+			return nil, err
 		}
 		if f.OtherData == nil {
 			continue // not an occl rank's file (e.g. an earlier merge)
 		}
 		files = append(files, f)
 	}
-	return Merge(files)
+	return files, nil
 }

@@ -4,6 +4,7 @@
 // Usage:
 //
 //	occl-trace merge DIR [-o FILE]
+//	occl-trace stats DIR
 //
 // merge reads the trace files every rank wrote into DIR (rank-<r>.json,
 // and comm-<id>-rank-<r>.json for communicators made by Split) and writes
@@ -21,6 +22,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"text/tabwriter"
 
 	"github.com/occl/occl/trace"
 )
@@ -29,17 +31,20 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-const usage = "usage: occl-trace merge DIR [-o FILE]"
+const usage = "usage: occl-trace merge DIR [-o FILE] | occl-trace stats DIR"
 
 // run runs the command; it returns the exit code (2 on a usage error).
 func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] != "merge" {
+	if len(args) == 0 || args[0] != "merge" && args[0] != "stats" {
 		fmt.Fprintln(stderr, usage)
 		return 2
 	}
-	fs := flag.NewFlagSet("occl-trace merge", flag.ContinueOnError)
+	fs := flag.NewFlagSet("occl-trace "+args[0], flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	out := fs.String("o", "", "write the merged timeline to FILE (default: standard output)")
+	var out *string
+	if args[0] == "merge" {
+		out = fs.String("o", "", "write the merged timeline to FILE (default: standard output)")
+	}
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, usage)
 		fs.PrintDefaults()
@@ -64,6 +69,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, usage)
 		return 2
 	}
+	if args[0] == "stats" {
+		files, err := trace.ReadDir(dirs[0])
+		if err != nil {
+			fmt.Fprintf(stderr, "occl-trace: %v\n", err)
+			return 1
+		}
+		printStats(stdout, trace.Stats(files))
+		return 0
+	}
 	f, err := trace.MergeDir(dirs[0])
 	if err != nil {
 		fmt.Fprintf(stderr, "occl-trace: %v\n", err)
@@ -74,6 +88,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// printStats prints stats as a table, one line per operation and size.
+func printStats(w io.Writer, stats []trace.OpStats) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "op\tbytes\tops\tranks\tmedian us\tp90 us\tgap us\t")
+	for _, s := range stats {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.1f\t%.1f\t%.1f\t\n", s.Op, s.Bytes, s.Count, s.Ranks, s.Median, s.P90, s.Gap)
+	}
+	tw.Flush()
 }
 
 func write(f trace.File, path string, stdout io.Writer) error {

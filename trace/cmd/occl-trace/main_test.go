@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,8 +49,35 @@ func TestMerge(t *testing.T) {
 	}
 }
 
+func TestStatsTable(t *testing.T) {
+	dir := t.TempDir()
+	for r := range 2 {
+		rec := trace.NewRecorder(trace.Meta{Rank: r, Size: 2, FabricRank: r})
+		at := time.Now()
+		for i := range 3 {
+			start := at.Add(4 * time.Microsecond)
+			at = start.Add(25 * time.Microsecond)
+			rec.Op(trace.Op{Name: "AllToAll", Seq: uint64(i + 1), Bytes: 1 << 20, Start: start, End: at})
+		}
+		if err := rec.WriteFile(filepath.Join(dir, fmt.Sprintf("rank-%d.json", r))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"stats", dir}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], "gap us") {
+		t.Fatalf("want a header and one line, got:\n%s", stdout.String())
+	}
+	if f := strings.Fields(lines[1]); len(f) != 7 || f[0] != "AllToAll" || f[1] != "1048576" || f[2] != "6" || f[3] != "2" || f[4] != "25.0" || f[6] != "4.0" {
+		t.Fatalf("line %q: want AllToAll 1048576, 6 ops on 2 ranks, 25.0 us each, 4.0 us apart", lines[1])
+	}
+}
+
 func TestUsage(t *testing.T) {
-	for _, args := range [][]string{nil, {"split"}, {"merge"}, {"merge", "a", "b"}, {"merge", "-x", "d"}} {
+	for _, args := range [][]string{nil, {"split"}, {"merge"}, {"merge", "a", "b"}, {"merge", "-x", "d"}, {"stats"}, {"stats", "-o", "f", "d"}} {
 		var o, e bytes.Buffer
 		if code := run(args, &o, &e); code != 2 {
 			t.Errorf("%q: exit %d, want 2", args, code)
@@ -58,5 +86,8 @@ func TestUsage(t *testing.T) {
 	var o, e bytes.Buffer
 	if code := run([]string{"merge", t.TempDir()}, &o, &e); code != 1 {
 		t.Errorf("empty directory: exit %d, want 1", code)
+	}
+	if code := run([]string{"stats", t.TempDir()}, &o, &e); code != 1 {
+		t.Errorf("stats of an empty directory: exit %d, want 1", code)
 	}
 }

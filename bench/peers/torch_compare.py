@@ -29,6 +29,13 @@ of the rounds per point and three ratios: gloo / occl-torch (above 1:
 occl is faster), occl-torch's bus bandwidth as a fraction of
 occl-bench's (the cost of the Python layer at large sizes), and
 occl-torch's time minus occl-bench's (its cost per call at small ones).
+The runs on occl record occl's timeline (OCCL_TRACE), from which the last
+two columns come: the median time of the operation inside occl, and the
+median gap between the end of one operation and the start of the next
+(what a call costs above occl: Python, torch.distributed, the backend and
+the C ABI), measured in the same run, so that the Python layer's cost is
+seen apart from the machine's drift between runs. --ops limits the
+operations (e.g. --ops broadcast alltoall).
 """
 
 import argparse
@@ -36,6 +43,7 @@ import collections
 import datetime
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -47,9 +55,44 @@ OPS = ("allreduce", "alltoall", "allgather", "broadcast")
 IMPLS = ("occl-torch", "gloo", "occl-bench")
 
 
-def run(cmd, out, meta):
-    """Runs cmd, appends its JSON lines (with meta) to out, returns them."""
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=1800)
+# The name occl's timeline gives each benchmarked operation.
+TRACE_OPS = {"allreduce": "AllReduce", "alltoall": "AllToAll", "allgather": "AllGather", "broadcast": "Broadcast"}
+
+
+def inside_occl(trace_dir, op):
+    """Reads the timelines occl wrote into trace_dir (OCCL_TRACE) and
+    returns, per buffer size in the order of the sizes, the median time of
+    op inside occl and the median gap before it (from the end of the
+    rank's previous operation: what each call costs above occl), in
+    microseconds, over every rank (what occl-trace stats prints)."""
+    durs, gaps = collections.defaultdict(list), collections.defaultdict(list)
+    for name in sorted(os.listdir(trace_dir)):
+        if not name.endswith(".json"):
+            continue
+        with open(os.path.join(trace_dir, name)) as f:
+            evs = [e for e in json.load(f).get("traceEvents", []) if e.get("cat") == "op" and e.get("ph") == "X"]
+        evs.sort(key=lambda e: e["ts"])
+        for i, e in enumerate(evs):
+            if e.get("args", {}).get("op") != TRACE_OPS[op]:
+                continue
+            b = e["args"].get("bytes", 0)
+            durs[b].append(e["dur"])
+            if i > 0:
+                prev = evs[i - 1]
+                gaps[b].append(max(0.0, e["ts"] - prev["ts"] - prev["dur"]))
+    return [(statistics.median(durs[b]), statistics.median(gaps[b]) if gaps[b] else 0.0) for b in sorted(durs)]
+
+
+def run(cmd, out, meta, op=None):
+    """Runs cmd, appends its JSON lines (with meta) to out, returns them.
+    With op, cmd runs occl under torch: its timeline is recorded and each
+    line gets occl_us and gap_us (see inside_occl)."""
+    env = None
+    trace_dir = None
+    if op:
+        trace_dir = tempfile.mkdtemp(prefix="torch-compare-trace-")
+        env = dict(os.environ, OCCL_TRACE=trace_dir)
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=1800, env=env)
     rows = []
     for line in p.stdout.splitlines():
         line = line.strip()
@@ -58,6 +101,16 @@ def run(cmd, out, meta):
         r = json.loads(line)
         r.update(meta)
         rows.append(r)
+    if trace_dir:
+        inside = inside_occl(trace_dir, op)
+        # One timed size per buffer size, in increasing order on both sides.
+        if len(inside) == len(rows):
+            for r, (occl_us, gap_us) in zip(sorted(rows, key=lambda r: r["bytes"]), inside):
+                r["occl_us"], r["gap_us"] = occl_us, gap_us
+        else:
+            print("torch_compare: %d sizes in the timeline, %d measured: no occl_us" % (len(inside), len(rows)), file=sys.stderr)
+        shutil.rmtree(trace_dir, ignore_errors=True)
+    for r in rows:
         out.write(json.dumps(r) + "\n")
     out.flush()
     if p.returncode != 0:
@@ -68,22 +121,37 @@ def run(cmd, out, meta):
     return rows
 
 
+def parse_size(v):
+    """Parses a size with an optional K, M or G suffix (powers of 1024)."""
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(v[-1:].upper(), 1)
+    return int(v[:-1] if mult > 1 else v) * mult
+
+
+def fmt_size(n):
+    """Formats n bytes as parse_size reads them."""
+    for suffix, mult in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= mult and n % mult == 0:
+            return "%d%s" % (n // mult, suffix)
+    return str(n)
+
+
 def measure(args):
     day = datetime.date.today().isoformat()
     path = args.out or os.path.join(ROOT, "bench", "results", "torch-compare-%s.jsonl" % day)
     tmp = tempfile.mkdtemp(prefix="torch-compare-")
     bench = os.path.join(tmp, "occl-bench")
     subprocess.check_call(["go", "build", "-o", bench, "./bench/cmd/occl-bench"], cwd=ROOT)
-    sweeps = [["-b", "8", "-e", "64K", "-f", "2", "-n", "1000", "-w", "100"],
-              ["-b", "128K", "-e", "4M", "-f", "2", "-n", "200", "-w", "20"],
-              ["-b", "8M", "-e", args.max, "-f", "2", "-n", "20", "-w", "5"]]
+    top = parse_size(args.max)
+    sweeps = [["-b", lo, "-e", fmt_size(min(parse_size(hi), top)), "-f", "2", "-n", n, "-w", w]
+              for lo, hi, n, w in (("8", "64K", "1000", "100"), ("128K", "4M", "200", "20"), ("8M", args.max, "20", "5"))
+              if parse_size(lo) <= top]
     with open(path, "a") as out:
         out.write(json.dumps({"meta": True, "date": datetime.datetime.now().isoformat(), "python": sys.executable,
                               "nproc": os.cpu_count(), "rounds": args.rounds}) + "\n")
         k = 0
         for rnd in range(args.rounds):
             for np_ in args.np:
-                for op in OPS:
+                for op in args.ops:
                     order = IMPLS[k % 3 :] + IMPLS[: k % 3]
                     k += 1
                     for impl in order:
@@ -97,7 +165,7 @@ def measure(args):
                                 cmd = [sys.executable, os.path.join(HERE, "gloo_bench.py"), "-backend",
                                        "occl" if impl == "occl-torch" else "gloo", "-np", str(np_), "-op", op,
                                        "-json", "-c", "1"] + sweep
-                            rows += run(cmd, out, meta)
+                            rows += run(cmd, out, meta, op if impl == "occl-torch" else None)
                         print("round %d np %d %-10s %-10s %d sizes" % (rnd, np_, op, impl, len(rows)), file=sys.stderr, flush=True)
     return path
 
@@ -111,7 +179,8 @@ def table(path, markdown):
         t[(r["op"], r["np"], r["bytes"], r["impl"])].append(r)
     keys = sorted({k[:3] for k in t})
     sep = " | " if markdown else "  "
-    head = ["op", "np", "bytes", "occl-torch us", "gloo us", "occl-bench us", "gloo/occl-torch", "busbw torch/bench", "torch-bench us"]
+    head = ["op", "np", "bytes", "occl-torch us", "gloo us", "occl-bench us", "gloo/occl-torch", "busbw torch/bench", "torch-bench us",
+            "in occl us", "between us"]
     if markdown:
         print("| " + " | ".join(head) + " |")
         print("|" + "---|" * len(head))
@@ -133,6 +202,9 @@ def table(path, markdown):
                  "%.2fx" % (med["gloo"] / o) if "gloo" in med else "-",
                  "%.2f" % (bus["occl-torch"] / bus["occl-bench"]) if bus.get("occl-bench") else "-",
                  "%+.1f" % (o - med["occl-bench"]) if "occl-bench" in med else "-"]
+        inside = [r for r in t.get((op, n, b, "occl-torch"), []) if "occl_us" in r]
+        cells += ["%.1f" % statistics.median(r["occl_us"] for r in inside) if inside else "-",
+                  "%.1f" % statistics.median(r["gap_us"] for r in inside) if inside else "-"]
         if markdown:
             print("| " + " | ".join(cells) + " |")
         else:
@@ -144,6 +216,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--np", type=int, nargs="+", default=[2, 4])
     ap.add_argument("--max", default="64M", help="largest size")
+    ap.add_argument("--ops", nargs="+", default=list(OPS), choices=OPS, help="operations (default: all four)")
     ap.add_argument("--out", help="JSON lines file (default bench/results/torch-compare-<date>.jsonl)")
     ap.add_argument("--table", help="print the table of an existing file and exit")
     ap.add_argument("--markdown", action="store_true")

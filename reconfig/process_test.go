@@ -24,6 +24,7 @@ import (
 
 	"github.com/occl/occl/bench/launch"
 	"github.com/occl/occl/comm"
+	"github.com/occl/occl/internal/nettest"
 	"github.com/occl/occl/reconfig"
 	"github.com/occl/occl/reconfig/ocs"
 	"github.com/occl/occl/topo"
@@ -263,12 +264,7 @@ func TestProcessControllerFaults(t *testing.T) {
 		}
 	})
 	t.Run("unreachable", func(t *testing.T) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		dead := ln.Addr().String()
-		ln.Close()
+		dead := nettest.RefusedAddr(t)
 		sameError(t, runJob(t, "fail", "OCCL_OCS_ADDR="+dead, "OCCL_OCS_TOKEN="+token))
 	})
 	t.Run("wrong-token", func(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/occl/occl/internal/nettest"
 	"github.com/occl/occl/reconfig/ocs"
 	"github.com/occl/occl/topo"
 	"google.golang.org/grpc/codes"
@@ -54,9 +55,7 @@ func TestClientRetriesUntilServerStarts(t *testing.T) {
 	}
 
 	// Without retries the first attempt fails with UNAVAILABLE.
-	lis, _ = net.Listen("tcp", "127.0.0.1:0")
-	dead := lis.Addr().String()
-	lis.Close()
+	dead := nettest.RefusedAddr(t)
 	_, err = dial(t, dead, ocs.WithRetry(1, 0)).GetTopology(ctxT(t))
 	wantCode(t, err, codes.Unavailable, "no controller, no retry")
 }

@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/occl/occl/internal/nettest"
 )
 
 // TestCloseDoesNotWaitForSilentClient: a client that connects and sends
@@ -154,15 +156,10 @@ func TestConnectKeepsRecoveryConnections(t *testing.T) {
 // DialOnce does not wait for a listener to appear: a dial to a port where
 // nothing listens fails with the refusal, long before its context ends.
 func TestDialOnceDoesNotRetry(t *testing.T) {
-	ln, err := Listen("127.0.0.1:0", testSecret, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := nettest.RefusedAddr(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
-	_, err = DialOnce(ctx, addr, testSecret, Hello{Purpose: PurposeRecovery, From: 1, NStreams: 1})
+	_, err := DialOnce(ctx, addr, testSecret, Hello{Purpose: PurposeRecovery, From: 1, NStreams: 1})
 	if !errors.Is(err, syscall.ECONNREFUSED) || ctx.Err() != nil {
 		t.Fatalf("DialOnce to a closed port: %v (context: %v)", err, ctx.Err())
 	}

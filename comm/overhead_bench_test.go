@@ -35,4 +35,15 @@ func BenchmarkOverhead(b *testing.B) {
 			}
 		}
 	})
+	// The same, each request released once waited for (Request.Release).
+	b.Run("AllReduceAsyncReleased", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			r := c.AllReduceAsync(ctx, comm.Slice(x), comm.Slice(x), comm.Sum)
+			if err := r.Wait(ctx); err != nil {
+				b.Fatal(err)
+			}
+			r.Release()
+		}
+	})
 }

@@ -75,7 +75,8 @@ func (q *opQueue) init() {
 // A request allocates nothing beyond itself: the common operations are
 // static functions of their arguments (opFunc, opArgs), and the channel
 // Done returns is made only for a caller that blocks on it. The requests
-// of blocking calls, which no caller ever sees, are recycled (see wait).
+// of blocking calls, which no caller ever sees, are recycled (see wait),
+// and so are those their callers release (Release).
 type Request struct {
 	c    *Communicator
 	name string
@@ -119,7 +120,7 @@ func (a *opArgs) release() {
 // callOp runs an operation whose arguments are bound in a closure.
 func callOp(ctx context.Context, p *opPeers, a *opArgs) error { return a.call(ctx, p) }
 
-// requests recycles the requests of blocking calls.
+// requests recycles the requests of blocking calls and released ones.
 var requests = sync.Pool{New: func() any { return new(Request) }}
 
 // closed is the Done channel of a request that completed before anyone
@@ -176,6 +177,21 @@ func (r *Request) Test() (bool, error) {
 		return true, r.err
 	}
 	return false, nil
+}
+
+// Release gives a completed request back to the communicator, to serve a
+// later operation: an Async call then allocates nothing (a request not
+// released is reclaimed by the garbage collector, which costs an
+// allocation per Async call). Release a request once its completion has
+// been seen (Wait returned, or Test reported it); on a request that has
+// not completed it does nothing. A released request must not be used
+// after (no Wait, Test, Done or Release; a Done channel taken before
+// stays closed).
+func (r *Request) Release() {
+	if !r.finished.Load() {
+		return
+	}
+	r.recycle()
 }
 
 // Done returns a channel closed when the operation completes.

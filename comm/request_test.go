@@ -2,6 +2,7 @@ package comm_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -14,7 +15,9 @@ import (
 // topology, whose cost model chooses the schedules, hierarchical ones
 // among them): its request is recycled, its arguments travel in the
 // request, its Done channel is never made, and the schedules keep their
-// offsets, rank lists and views of sub-groups in the workspace.
+// offsets, rank lists and views of sub-groups in the workspace. An Async
+// call whose request is released once waited for allocates nothing
+// either.
 func TestBlockingCallsAllocateNothing(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -56,6 +59,18 @@ func TestBlockingCallsAllocateNothing(t *testing.T) {
 			return comm.Scatter(ctx, c, x[:n*c.Size()], y[:n], 1)
 		}},
 		{"Barrier", func(c *comm.Communicator, x, y []float32) error { return c.Barrier(ctx) }},
+		{"AllReduceAsync, released", func(c *comm.Communicator, x, y []float32) error {
+			r := c.AllReduceAsync(ctx, comm.Slice(x[:n]), comm.Slice(y[:n]), comm.Sum)
+			err := r.Wait(ctx)
+			r.Release()
+			return err
+		}},
+		{"AllToAllAsync, released", func(c *comm.Communicator, x, y []float32) error {
+			r := c.AllToAllAsync(ctx, comm.Slice(x[:n*c.Size()]), comm.Slice(y[:n*c.Size()]))
+			err := r.Wait(ctx)
+			r.Release()
+			return err
+		}},
 	}
 	for _, group := range []struct {
 		name string
@@ -168,4 +183,67 @@ func localComms(t *testing.T, n int) []*comm.Communicator {
 	}
 	t.Cleanup(func() { closeAll(cs) })
 	return cs
+}
+
+// TestReleasedRequestsServeAgain: requests released once completed serve
+// later operations with the right results, a release before completion
+// does nothing (the request still completes and reports), and a request
+// released after a failure does not carry its error into the next one.
+func TestReleasedRequestsServeAgain(t *testing.T) {
+	comms := localComms(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	// Rank 1 has not called it: rank 0's request cannot have completed.
+	x0, x1 := []float32{1, 2}, []float32{3, 4}
+	r0 := comms[0].AllReduceAsync(ctx, comm.Slice(x0), comm.Slice(x0), comm.Sum)
+	r0.Release()
+	r1 := comms[1].AllReduceAsync(ctx, comm.Slice(x1), comm.Slice(x1), comm.Sum)
+	if err := r0.Wait(ctx); err != nil || x0[0] != 4 || x0[1] != 6 {
+		t.Fatalf("request released before it completed: %v, result %v, want [4 6]", err, x0)
+	}
+	if err := r1.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r0.Release()
+	r1.Release()
+
+	errs := make(chan error, 2)
+	for rank, c := range comms {
+		go func() {
+			x, y := make([]float32, 3), make([]float32, 3)
+			for i := range 500 {
+				for j := range x {
+					x[j] = float32(rank*1000 + i + j)
+				}
+				r := c.AllReduceAsync(ctx, comm.Slice(x), comm.Slice(y), comm.Sum)
+				if err := r.Wait(ctx); err != nil {
+					errs <- err
+					return
+				}
+				r.Release()
+				for j := range y {
+					if want := float32(1000 + 2*(i+j)); y[j] != want {
+						errs <- fmt.Errorf("rank %d, call %d: element %d is %v, want %v", rank, i, j, y[j], want)
+						return
+					}
+				}
+			}
+			// A request that failed, released, then a good call.
+			r := c.AllReduceAsync(ctx, comm.Slice(x), comm.Slice(y[:1]), comm.Sum)
+			if r.Wait(ctx) == nil {
+				errs <- fmt.Errorf("rank %d: AllReduce of 3 into 1 element succeeded", rank)
+				return
+			}
+			r.Release()
+			r = c.AllReduceAsync(ctx, comm.Slice(x), comm.Slice(y), comm.Sum)
+			errs <- r.Wait(ctx)
+			r.Release()
+		}()
+	}
+	for range comms {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
 }

@@ -65,5 +65,24 @@ func TestBlockingCallAllocatesNothing(t *testing.T) {
 		if allocs != 0 && !raceEnabled { // the detector's sync.Pool drops a share of what it is given
 			t.Errorf("%s: %.1f allocations per blocking call, want 0", tc.name, allocs)
 		}
+		// The Async form and occlWait: the request and its handle's entry
+		// are given back when the handle is released.
+		req := *blocking // a request handle, of the C type
+		name := tc.name + "Async"
+		allocs = testing.AllocsPerRun(200, func() {
+			if r := enqueue(name, &req, tc.op, tc.a); r != resSuccess {
+				res = int(r)
+				return
+			}
+			if r := occlWait(req); r != resSuccess {
+				res = int(r)
+			}
+		})
+		if res != 0 {
+			t.Fatalf("%s, occlWait: result %d", name, res)
+		}
+		if allocs != 0 && !raceEnabled {
+			t.Errorf("%s, occlWait: %.1f allocations per call, want 0", name, allocs)
+		}
 	}
 }

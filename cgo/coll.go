@@ -193,8 +193,8 @@ var blocking = new(C.occlRequest_t)
 // issues the operation: for a blocking call (request == blocking) it runs
 // it to completion, or records it in the calling thread's open group; else
 // it starts it and returns its request in *request (which must not be
-// NULL, and is cleared first). name is the blocking form's; the Async
-// form's adds "Async".
+// NULL, and is cleared first). name is the called function's: the
+// Async forms pass their own, so that no name is built per call.
 //
 // The call and the operation live on the stack: the checks are called
 // directly (see operation), and the function values that issue or run the
@@ -202,9 +202,6 @@ var blocking = new(C.occlRequest_t)
 // escapes to the heap and a blocking call allocates nothing here.
 func enqueue(name string, request *C.occlRequest_t, d *operation, a args) (res C.occlResult_t) {
 	async := request != blocking
-	if async {
-		name += "Async"
-	}
 	k := call{name: name}
 	defer k.end(&res)
 	return k.enqueue(async, request, d, &a)
@@ -239,6 +236,7 @@ func (k *call) enqueue(async bool, request *C.occlRequest_t, d *operation, a *ar
 	h := addRequest(k.name, o.ce, req)
 	if h == nil {
 		_ = req.Wait(context.Background())
+		req.Release()
 		return k.fail(resSystemError, "no address space left for handles")
 	}
 	*request = h
@@ -467,7 +465,7 @@ func occlAllReduce(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, cou
 //
 //export occlAllReduceAsync
 func occlAllReduceAsync(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, count C.size_t, datatype C.occlDataType_t, op C.occlRedOp_t, comm C.occlComm_t, request *C.occlRequest_t) C.occlResult_t {
-	return enqueue("occlAllReduce", request, &allReduce, args{send: addr(sendbuff), recv: addr(recvbuff), count: count, dtype: datatype, op: op, comm: handle(comm)}) // arguments first: see addr
+	return enqueue("occlAllReduceAsync", request, &allReduce, args{send: addr(sendbuff), recv: addr(recvbuff), count: count, dtype: datatype, op: op, comm: handle(comm)}) // arguments first: see addr
 }
 
 // occlBroadcast copies count elements of root's sendbuff into recvbuff on every rank. See occl.h.
@@ -481,7 +479,7 @@ func occlBroadcast(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, cou
 //
 //export occlBroadcastAsync
 func occlBroadcastAsync(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, count C.size_t, datatype C.occlDataType_t, root C.int, comm C.occlComm_t, request *C.occlRequest_t) C.occlResult_t {
-	return enqueue("occlBroadcast", request, &broadcast, args{send: addr(sendbuff), recv: addr(recvbuff), count: count, dtype: datatype, root: root, comm: handle(comm)}) // arguments first: see addr
+	return enqueue("occlBroadcastAsync", request, &broadcast, args{send: addr(sendbuff), recv: addr(recvbuff), count: count, dtype: datatype, root: root, comm: handle(comm)}) // arguments first: see addr
 }
 
 // occlReduce reduces count elements across ranks into recvbuff on root. See occl.h.
@@ -495,7 +493,7 @@ func occlReduce(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, count 
 //
 //export occlReduceAsync
 func occlReduceAsync(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, count C.size_t, datatype C.occlDataType_t, op C.occlRedOp_t, root C.int, comm C.occlComm_t, request *C.occlRequest_t) C.occlResult_t {
-	return enqueue("occlReduce", request, &reduce, args{send: addr(sendbuff), recv: addr(recvbuff), count: count, dtype: datatype, op: op, root: root, comm: handle(comm)}) // arguments first: see addr
+	return enqueue("occlReduceAsync", request, &reduce, args{send: addr(sendbuff), recv: addr(recvbuff), count: count, dtype: datatype, op: op, root: root, comm: handle(comm)}) // arguments first: see addr
 }
 
 // occlAllGather gathers sendcount elements of every rank into recvbuff on every rank. See occl.h.
@@ -509,7 +507,7 @@ func occlAllGather(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, sen
 //
 //export occlAllGatherAsync
 func occlAllGatherAsync(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, sendcount C.size_t, datatype C.occlDataType_t, comm C.occlComm_t, request *C.occlRequest_t) C.occlResult_t {
-	return enqueue("occlAllGather", request, &allGather, args{send: addr(sendbuff), recv: addr(recvbuff), count: sendcount, dtype: datatype, comm: handle(comm)}) // arguments first: see addr
+	return enqueue("occlAllGatherAsync", request, &allGather, args{send: addr(sendbuff), recv: addr(recvbuff), count: sendcount, dtype: datatype, comm: handle(comm)}) // arguments first: see addr
 }
 
 // occlReduceScatter reduces nranks*recvcount elements and leaves this rank's block in recvbuff. See occl.h.
@@ -523,7 +521,7 @@ func occlReduceScatter(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer,
 //
 //export occlReduceScatterAsync
 func occlReduceScatterAsync(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, recvcount C.size_t, datatype C.occlDataType_t, op C.occlRedOp_t, comm C.occlComm_t, request *C.occlRequest_t) C.occlResult_t {
-	return enqueue("occlReduceScatter", request, &reduceScatter, args{send: addr(sendbuff), recv: addr(recvbuff), count: recvcount, dtype: datatype, op: op, comm: handle(comm)}) // arguments first: see addr
+	return enqueue("occlReduceScatterAsync", request, &reduceScatter, args{send: addr(sendbuff), recv: addr(recvbuff), count: recvcount, dtype: datatype, op: op, comm: handle(comm)}) // arguments first: see addr
 }
 
 // occlGather gathers sendcount elements of every rank into recvbuff on root. See occl.h.
@@ -537,7 +535,7 @@ func occlGather(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, sendco
 //
 //export occlGatherAsync
 func occlGatherAsync(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, sendcount C.size_t, datatype C.occlDataType_t, root C.int, comm C.occlComm_t, request *C.occlRequest_t) C.occlResult_t {
-	return enqueue("occlGather", request, &gather, args{send: addr(sendbuff), recv: addr(recvbuff), count: sendcount, dtype: datatype, root: root, comm: handle(comm)}) // arguments first: see addr
+	return enqueue("occlGatherAsync", request, &gather, args{send: addr(sendbuff), recv: addr(recvbuff), count: sendcount, dtype: datatype, root: root, comm: handle(comm)}) // arguments first: see addr
 }
 
 // occlScatter sends block j of root's sendbuff to rank j's recvbuff. See occl.h.
@@ -551,7 +549,7 @@ func occlScatter(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, recvc
 //
 //export occlScatterAsync
 func occlScatterAsync(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, recvcount C.size_t, datatype C.occlDataType_t, root C.int, comm C.occlComm_t, request *C.occlRequest_t) C.occlResult_t {
-	return enqueue("occlScatter", request, &scatter, args{send: addr(sendbuff), recv: addr(recvbuff), count: recvcount, dtype: datatype, root: root, comm: handle(comm)}) // arguments first: see addr
+	return enqueue("occlScatterAsync", request, &scatter, args{send: addr(sendbuff), recv: addr(recvbuff), count: recvcount, dtype: datatype, root: root, comm: handle(comm)}) // arguments first: see addr
 }
 
 // occlAllToAll sends block j (count elements) of sendbuff to rank j and receives rank j's block. See occl.h.
@@ -565,7 +563,7 @@ func occlAllToAll(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, coun
 //
 //export occlAllToAllAsync
 func occlAllToAllAsync(sendbuff C.occlInternalConstBuf, recvbuff unsafe.Pointer, count C.size_t, datatype C.occlDataType_t, comm C.occlComm_t, request *C.occlRequest_t) C.occlResult_t {
-	return enqueue("occlAllToAll", request, &allToAll, args{send: addr(sendbuff), recv: addr(recvbuff), count: count, dtype: datatype, comm: handle(comm)}) // arguments first: see addr
+	return enqueue("occlAllToAllAsync", request, &allToAll, args{send: addr(sendbuff), recv: addr(recvbuff), count: count, dtype: datatype, comm: handle(comm)}) // arguments first: see addr
 }
 
 // ---- AllToAllv ----------------------------------------------------------
@@ -612,7 +610,7 @@ func occlAllToAllv(sendbuff C.occlInternalConstBuf, sendcounts, sdispls C.occlIn
 //
 //export occlAllToAllvAsync
 func occlAllToAllvAsync(sendbuff C.occlInternalConstBuf, sendcounts, sdispls C.occlInternalConstCounts, recvbuff unsafe.Pointer, recvcounts, rdispls C.occlInternalConstCounts, datatype C.occlDataType_t, comm C.occlComm_t, request *C.occlRequest_t) C.occlResult_t {
-	return enqueue("occlAllToAllv", request, &allToAllv, args{send: addr(sendbuff), recv: addr(recvbuff), counts: [4]uintptr{addr(sendcounts), addr(sdispls), addr(recvcounts), addr(rdispls)}, dtype: datatype, comm: handle(comm)}) // arguments first: see addr
+	return enqueue("occlAllToAllvAsync", request, &allToAllv, args{send: addr(sendbuff), recv: addr(recvbuff), counts: [4]uintptr{addr(sendcounts), addr(sdispls), addr(recvcounts), addr(rdispls)}, dtype: datatype, comm: handle(comm)}) // arguments first: see addr
 }
 
 // ---- Barrier ------------------------------------------------------------
@@ -634,7 +632,7 @@ func occlBarrier(comm C.occlComm_t) C.occlResult_t {
 //
 //export occlBarrierAsync
 func occlBarrierAsync(comm C.occlComm_t, request *C.occlRequest_t) C.occlResult_t {
-	return enqueue("occlBarrier", request, &barrier, args{comm: handle(comm)}) // arguments first: see addr
+	return enqueue("occlBarrierAsync", request, &barrier, args{comm: handle(comm)}) // arguments first: see addr
 }
 
 // ---- Send, Recv ---------------------------------------------------------
@@ -663,7 +661,7 @@ func occlSend(sendbuff C.occlInternalConstBuf, count C.size_t, datatype C.occlDa
 //
 //export occlSendAsync
 func occlSendAsync(sendbuff C.occlInternalConstBuf, count C.size_t, datatype C.occlDataType_t, peer C.int, comm C.occlComm_t, request *C.occlRequest_t) C.occlResult_t {
-	return enqueue("occlSend", request, &send, args{send: addr(sendbuff), count: count, dtype: datatype, root: peer, comm: handle(comm)}) // arguments first: see addr
+	return enqueue("occlSendAsync", request, &send, args{send: addr(sendbuff), count: count, dtype: datatype, root: peer, comm: handle(comm)}) // arguments first: see addr
 }
 
 // occlRecv receives count elements from peer (recorded until occlGroupEnd inside a group). See occl.h.
@@ -677,7 +675,7 @@ func occlRecv(recvbuff unsafe.Pointer, count C.size_t, datatype C.occlDataType_t
 //
 //export occlRecvAsync
 func occlRecvAsync(recvbuff unsafe.Pointer, count C.size_t, datatype C.occlDataType_t, peer C.int, comm C.occlComm_t, request *C.occlRequest_t) C.occlResult_t {
-	return enqueue("occlRecv", request, &recv, args{recv: addr(recvbuff), count: count, dtype: datatype, root: peer, comm: handle(comm)}) // arguments first: see addr
+	return enqueue("occlRecvAsync", request, &recv, args{recv: addr(recvbuff), count: count, dtype: datatype, root: peer, comm: handle(comm)}) // arguments first: see addr
 }
 
 // prepareSendRecv checks a.nops operations at a.ops and prepares them as
@@ -723,5 +721,5 @@ func issueGroup(ctx context.Context, _ *comm.Communicator, x operands) *comm.Req
 //
 //export occlSendRecvAsync
 func occlSendRecvAsync(ops C.occlInternalConstP2POps, nops C.int, comm C.occlComm_t, request *C.occlRequest_t) C.occlResult_t {
-	return enqueue("occlSendRecv", request, &sendRecvOp, args{ops: addr(ops), nops: nops, comm: handle(comm)}) // arguments first: see addr
+	return enqueue("occlSendRecvAsync", request, &sendRecvOp, args{ops: addr(ops), nops: nops, comm: handle(comm)}) // arguments first: see addr
 }

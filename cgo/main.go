@@ -111,11 +111,37 @@ type commEntry struct {
 
 // reqEntry is one request known to the C API: the operation it stands for
 // (one comm.Request) and the communicator it runs on.
+//
+// users counts the calls using the entry (lookupRequest adds one, unuse
+// takes it back); released is set when the handle is released. The last
+// use of a released entry whose operation completed gives the request back
+// (comm.Request.Release), so that an Async call allocates no request: not
+// before, since a call from another thread with the same handle (two
+// occlWait at once, which occl.h does not allow but survives) may still
+// be using it.
 type reqEntry struct {
-	id   uint64
-	name string
-	ce   *commEntry
-	req  *comm.Request
+	id       uint64
+	name     string
+	ce       *commEntry
+	req      *comm.Request
+	users    atomic.Int32
+	released atomic.Bool
+	done     atomic.Bool // its completion was seen (Wait returned, or Test reported it)
+}
+
+// reqEntries recycles request entries.
+var reqEntries = sync.Pool{New: func() any { return new(reqEntry) }}
+
+// unuse ends a call's use of re (see reqEntry).
+func (re *reqEntry) unuse() {
+	if re.users.Add(-1) != 0 || !re.released.Load() {
+		return
+	}
+	if re.done.Load() {
+		re.req.Release()
+	}
+	*re = reqEntry{}
+	reqEntries.Put(re)
 }
 
 // table maps handle ids to communicators and requests. Ids come from one
@@ -224,7 +250,9 @@ func addRequest(name string, ce *commEntry, r *comm.Request) C.occlRequest_t {
 	if id == 0 {
 		return nil
 	}
-	table.reqs[id] = &reqEntry{id: id, name: name, ce: ce, req: r}
+	re := reqEntries.Get().(*reqEntry)
+	re.id, re.name, re.ce, re.req = id, name, ce, r
+	table.reqs[id] = re
 	return C.occlRequest_t(h)
 }
 

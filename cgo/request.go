@@ -16,10 +16,15 @@ func lookupRequest(h uintptr) *reqEntry {
 	}
 	table.RLock()
 	defer table.RUnlock()
-	return table.reqs[id]
+	re := table.reqs[id]
+	if re != nil {
+		re.users.Add(1) // under the lock: release cannot come between
+	}
+	return re
 }
 
 // release forgets a request; it reports false if it was already released.
+// The caller still uses re until it calls unuse.
 func release(re *reqEntry) bool {
 	table.Lock()
 	defer table.Unlock()
@@ -27,6 +32,7 @@ func release(re *reqEntry) bool {
 		return false
 	}
 	delete(table.reqs, re.id)
+	re.released.Store(true)
 	return true
 }
 
@@ -73,9 +79,13 @@ func (k *call) release(h uintptr, wait bool) C.occlResult_t {
 	if r != resSuccess {
 		return r
 	}
+	defer re.unuse()
 	var err error
 	if wait {
 		err = re.req.Wait(context.Background())
+		re.done.Store(true)
+	} else if done, _ := re.req.Test(); done {
+		re.done.Store(true)
 	}
 	release(re)
 	return k.result(re, err)
@@ -96,10 +106,12 @@ func occlTest(request C.occlRequest_t, done *C.int) (res C.occlResult_t) {
 	if r != resSuccess {
 		return r
 	}
+	defer re.unuse()
 	finished, err := re.req.Test()
 	if !finished {
 		return resSuccess
 	}
+	re.done.Store(true)
 	*done = 1
 	release(re)
 	return k.result(re, err)

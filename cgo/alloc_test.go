@@ -3,7 +3,10 @@
 package main
 
 import (
+	"context"
+	"sync"
 	"testing"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -83,6 +86,73 @@ func TestBlockingCallAllocatesNothing(t *testing.T) {
 		}
 		if allocs != 0 && !raceEnabled {
 			t.Errorf("%s, occlWait: %.1f allocations per call, want 0", name, allocs)
+		}
+	}
+}
+
+// TestRequestWaitedTwiceAtOnce: two occlWait calls on one handle at once
+// (which occl.h does not allow) both return, one with the result and the
+// other with it too or with an invalid-handle error, and the request is
+// given back only after both (under the race detector, a request given
+// back while the other wait still reads it is a reported race).
+func TestRequestWaitedTwiceAtOnce(t *testing.T) {
+	comms, err := comm.NewLocal(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, c := range comms {
+			c.Close()
+		}
+	}()
+	ce, h := addComm(comms[0])
+	if ce == nil {
+		t.Fatal("no handle for the communicator")
+	}
+	defer removeComm(ce)
+	buf, err := unix.Mmap(-1, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(buf)
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(buf)))
+	a := args{send: p, recv: p + 1024, count: 16, dtype: 7, op: 0, comm: handle(h)} // occlFloat32, occlSum
+	x := unsafe.Slice((*float32)(unsafe.Pointer(&buf[0])), 16)
+	y := unsafe.Slice((*float32)(unsafe.Pointer(&buf[1024])), 16)
+	ctx := context.Background()
+	other := make([]float32, 16)
+	for i := range 200 {
+		for j := range x {
+			x[j], y[j], other[j] = float32(i+j), -1, 1
+		}
+		req := *blocking
+		if r := enqueue("occlAllReduceAsync", &req, &allReduce, a); r != resSuccess {
+			t.Fatalf("call %d: issue: result %d", i, r)
+		}
+		results := make(chan int, 2)
+		var started sync.WaitGroup
+		for range 2 {
+			started.Add(1)
+			go func() {
+				started.Done()
+				results <- int(occlWait(req))
+			}()
+		}
+		// Both waits look the handle up before the operation can
+		// complete: rank 1 joins only now.
+		started.Wait()
+		time.Sleep(200 * time.Microsecond)
+		if err := comm.AllReduce(ctx, comms[1], other, other, comm.Sum); err != nil {
+			t.Fatal(err)
+		}
+		r1, r2 := <-results, <-results
+		if r1 != int(resSuccess) && r2 != int(resSuccess) || r1 != int(resSuccess) && r1 != int(resInvalidArgument) || r2 != int(resSuccess) && r2 != int(resInvalidArgument) {
+			t.Fatalf("call %d: the two waits returned %d and %d, want success and success or an invalid handle", i, r1, r2)
+		}
+		for j := range y {
+			if want := float32(i + j + 1); y[j] != want {
+				t.Fatalf("call %d: element %d is %v, want %v", i, j, y[j], want)
+			}
 		}
 	}
 }

@@ -20,24 +20,11 @@ import (
 // Go API's blocking form recycles its request. The buffer is mapped outside
 // the Go heap, as a C caller's is.
 func TestBlockingCallAllocatesNothing(t *testing.T) {
-	comms, err := comm.NewLocal(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := comms[0]
-	defer c.Close()
-	ce, h := addComm(c)
-	if ce == nil {
-		t.Fatal("no handle for the communicator")
-	}
-	defer removeComm(ce)
-	buf, err := unix.Mmap(-1, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANON)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Munmap(buf)
+	comms := localComms(t, 1)
+	h := commHandle(t, comms[0])
+	buf := cPage(t)
 	p := uintptr(unsafe.Pointer(unsafe.SliceData(buf)))
-	a := args{send: p, recv: p, count: 16, dtype: 7, op: 0, comm: handle(h)} // occlFloat32, occlSum
+	a := args{send: p, recv: p, count: 16, dtype: 7, op: 0, comm: h} // occlFloat32, occlSum
 	if comm.DType(uint8(a.dtype)) != comm.Float32 {
 		t.Fatalf("data type %d is not float32", uint8(a.dtype))
 	}
@@ -96,27 +83,10 @@ func TestBlockingCallAllocatesNothing(t *testing.T) {
 // given back only after both (under the race detector, a request given
 // back while the other wait still reads it is a reported race).
 func TestRequestWaitedTwiceAtOnce(t *testing.T) {
-	comms, err := comm.NewLocal(2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		for _, c := range comms {
-			c.Close()
-		}
-	}()
-	ce, h := addComm(comms[0])
-	if ce == nil {
-		t.Fatal("no handle for the communicator")
-	}
-	defer removeComm(ce)
-	buf, err := unix.Mmap(-1, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANON)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Munmap(buf)
+	comms := localComms(t, 2)
+	buf := cPage(t)
 	p := uintptr(unsafe.Pointer(unsafe.SliceData(buf)))
-	a := args{send: p, recv: p + 1024, count: 16, dtype: 7, op: 0, comm: handle(h)} // occlFloat32, occlSum
+	a := args{send: p, recv: p + 1024, count: 16, dtype: 7, op: 0, comm: commHandle(t, comms[0])} // occlFloat32, occlSum
 	x := unsafe.Slice((*float32)(unsafe.Pointer(&buf[0])), 16)
 	y := unsafe.Slice((*float32)(unsafe.Pointer(&buf[1024])), 16)
 	ctx := context.Background()
@@ -155,4 +125,44 @@ func TestRequestWaitedTwiceAtOnce(t *testing.T) {
 			}
 		}
 	}
+}
+
+// localComms returns n communicators of one process, closed when the test
+// ends.
+func localComms(t *testing.T, n int) []*comm.Communicator {
+	t.Helper()
+	comms, err := comm.NewLocal(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, c := range comms {
+			c.Close()
+		}
+	})
+	return comms
+}
+
+// commHandle registers c with the C API for the test's length and returns
+// its handle as a C caller passes it.
+func commHandle(t *testing.T, c *comm.Communicator) uintptr {
+	t.Helper()
+	ce, h := addComm(c)
+	if ce == nil {
+		t.Fatal("no handle for the communicator")
+	}
+	t.Cleanup(func() { removeComm(ce) })
+	return handle(h)
+}
+
+// cPage returns a page mapped outside the Go heap, as a C caller's buffer
+// is, unmapped when the test ends.
+func cPage(t *testing.T) []byte {
+	t.Helper()
+	buf, err := unix.Mmap(-1, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Munmap(buf) })
+	return buf
 }

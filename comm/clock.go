@@ -20,38 +20,32 @@ var clockBase, tscBase = basePair()
 // stamp after it.
 const pairTries = 4
 
-// basePair reads the wall and monotonic clock between two counter
-// readings and keeps the reading whose counter readings lie closest.
-func basePair() (time.Time, uint64) {
-	var base time.Time
-	var ticks uint64
-	gap := ^uint64(0)
-	for range pairTries {
-		t1 := tsc.Read()
-		n := time.Now()
-		t2 := tsc.Read()
-		if t2-t1 < gap {
-			gap, base, ticks = t2-t1, n, t1+(t2-t1)/2
-		}
-	}
-	return base, ticks
+// basePair reads the wall and monotonic clock with the counter at the
+// same moment.
+func basePair() (time.Time, uint64) { return bracketed(time.Now) }
+
+// clockPair reads the monotonic clock (since clockBase) with the counter
+// at the same moment.
+func clockPair() (time.Duration, uint64) {
+	return bracketed(func() time.Duration { return time.Since(clockBase) })
 }
 
-// clockPair reads the monotonic clock (since clockBase) and the counter
-// at the same moment, as basePair does.
-func clockPair() (time.Duration, uint64) {
-	var d time.Duration
+// bracketed calls read between two counter readings, pairTries times, and
+// returns the result whose counter readings lie closest, with their
+// midpoint.
+func bracketed[T any](read func() T) (T, uint64) {
+	var best T
 	var ticks uint64
 	gap := ^uint64(0)
 	for range pairTries {
 		t1 := tsc.Read()
-		n := time.Since(clockBase)
+		v := read()
 		t2 := tsc.Read()
 		if t2-t1 < gap {
-			gap, d, ticks = t2-t1, n, t1+(t2-t1)/2
+			gap, best, ticks = t2-t1, v, t1+(t2-t1)/2
 		}
 	}
-	return d, ticks
+	return best, ticks
 }
 
 // stamp is a reading of the monotonic clock, in nanoseconds since

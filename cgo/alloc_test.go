@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/occl/occl/comm"
+	"github.com/occl/occl/internal/commtest"
 )
 
 // TestBlockingCallAllocatesNothing: a blocking call through the C ABI's
@@ -20,7 +21,7 @@ import (
 // Go API's blocking form recycles its request. The buffer is mapped outside
 // the Go heap, as a C caller's is.
 func TestBlockingCallAllocatesNothing(t *testing.T) {
-	comms := localComms(t, 1)
+	comms := commtest.Local(t, 1)
 	h := commHandle(t, comms[0])
 	buf := cPage(t)
 	p := uintptr(unsafe.Pointer(unsafe.SliceData(buf)))
@@ -83,7 +84,7 @@ func TestBlockingCallAllocatesNothing(t *testing.T) {
 // given back only after both (under the race detector, a request given
 // back while the other wait still reads it is a reported race).
 func TestRequestWaitedTwiceAtOnce(t *testing.T) {
-	comms := localComms(t, 2)
+	comms := commtest.Local(t, 2)
 	buf := cPage(t)
 	p := uintptr(unsafe.Pointer(unsafe.SliceData(buf)))
 	a := args{send: p, recv: p + 1024, count: 16, dtype: 7, op: 0, comm: commHandle(t, comms[0])} // occlFloat32, occlSum
@@ -125,22 +126,6 @@ func TestRequestWaitedTwiceAtOnce(t *testing.T) {
 			}
 		}
 	}
-}
-
-// localComms returns n communicators of one process, closed when the test
-// ends.
-func localComms(t *testing.T, n int) []*comm.Communicator {
-	t.Helper()
-	comms, err := comm.NewLocal(n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		for _, c := range comms {
-			c.Close()
-		}
-	})
-	return comms
 }
 
 // commHandle registers c with the C API for the test's length and returns

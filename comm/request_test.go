@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/occl/occl/comm"
+	"github.com/occl/occl/internal/commtest"
 	"github.com/occl/occl/topo"
 )
 
@@ -137,7 +138,7 @@ func TestBlockingCallsAllocateNothing(t *testing.T) {
 // was asked for before (made, then closed) or after (already closed), and
 // Test and Wait agree with it.
 func TestRequestDone(t *testing.T) {
-	comms := localComms(t, 2)
+	comms := commtest.Local(t, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	x := []float32{1, 2}
@@ -174,23 +175,12 @@ func TestRequestDone(t *testing.T) {
 	}
 }
 
-// localComms makes n ranks in this process, closed when the test ends.
-func localComms(t *testing.T, n int) []*comm.Communicator {
-	t.Helper()
-	cs, err := comm.NewLocal(n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { closeAll(cs) })
-	return cs
-}
-
 // TestReleasedRequestsServeAgain: requests released once completed serve
 // later operations with the right results, a release before completion
 // does nothing (the request still completes and reports), and a request
 // released after a failure does not carry its error into the next one.
 func TestReleasedRequestsServeAgain(t *testing.T) {
-	comms := localComms(t, 2)
+	comms := commtest.Local(t, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/occl/occl/algo"
 	"github.com/occl/occl/comm"
+	"github.com/occl/occl/internal/commtest"
 	"github.com/occl/occl/reconfig"
 	"github.com/occl/occl/topo"
 )
@@ -68,7 +69,7 @@ func TestCrossConnects(t *testing.T) {
 // TestReconfigure switches the circuits through a controller while
 // computation overlaps, then checks the communicators run on them.
 func TestReconfigure(t *testing.T) {
-	comms := localComms(t, 8, comm.WithTopology(spec(t, base)), comm.WithEmulation(true))
+	comms := commtest.Local(t, 8, comm.WithTopology(spec(t, base)), comm.WithEmulation(true))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	ctl := &fakeController{delay: 5 * time.Millisecond}
@@ -123,7 +124,7 @@ func TestSoak(t *testing.T) {
 		spec(t, base+",circuits=0-1/1-2/2-3/0-3"),
 		spec(t, base),
 	}
-	comms := localComms(t, 8, comm.WithTopology(spec(t, base)))
+	comms := commtest.Local(t, 8, comm.WithTopology(spec(t, base)))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	ctl := &fakeController{}
@@ -275,22 +276,6 @@ func checkedAllToAll(ctx context.Context, c *comm.Communicator) error {
 		}
 	}
 	return nil
-}
-
-// localComms makes n in-process communicators with opts, closed when the
-// test ends.
-func localComms(t *testing.T, n int, opts ...comm.Option) []*comm.Communicator {
-	t.Helper()
-	comms, err := comm.NewLocal(n, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		for _, c := range comms {
-			c.Close()
-		}
-	})
-	return comms
 }
 
 // eachRank runs fn for every rank of an in-process communicator, each on

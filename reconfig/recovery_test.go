@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/occl/occl/comm"
+	"github.com/occl/occl/internal/commtest"
 	"github.com/occl/occl/reconfig"
 	"github.com/occl/occl/reconfig/plan"
 	"github.com/occl/occl/topo"
@@ -28,7 +29,7 @@ func TestRecoveryTarget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	comms := localComms(t, 10, comm.WithTopology(fabric), comm.WithEmulation(true))
+	comms := commtest.Local(t, 10, comm.WithTopology(fabric), comm.WithEmulation(true))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	ctl := &fakeController{}
@@ -45,7 +46,7 @@ func TestRecoveryTarget(t *testing.T) {
 	}
 	kept := []int{0, 1, 4, 5, 6, 7, 8, 9}
 	part := target.Subset(kept)
-	sub := localComms(t, len(kept), comm.WithTopology(part), comm.WithEmulation(true))
+	sub := commtest.Local(t, len(kept), comm.WithTopology(part), comm.WithEmulation(true))
 	eachRank(t, sub, func(r int, c *comm.Communicator) error {
 		x := make([]float64, 1000)
 		for i := range x {
@@ -208,7 +209,7 @@ func TestRecover(t *testing.T) {
 func hostOneFailed(t *testing.T) (*topo.Topology, []*comm.Communicator, topo.Survivors) {
 	t.Helper()
 	fabric := spec(t, base+",circuits=0-1/1-2/2-3/3-0")
-	comms := localComms(t, 8, comm.WithTopology(fabric), comm.WithEmulation(true))
+	comms := commtest.Local(t, 8, comm.WithTopology(fabric), comm.WithEmulation(true))
 	comms[2].Abort()
 	comms[3].Abort()
 	surv, err := fabric.Without([]int{2, 3})
@@ -270,7 +271,7 @@ func cause(err error) string {
 // others a communicator of twelve on which an AllReduce adds up.
 func TestRecoverIdle(t *testing.T) {
 	fabric := spec(t, "hosts=9x2,grid=3x3")
-	comms := localComms(t, 18, comm.WithTopology(fabric))
+	comms := commtest.Local(t, 18, comm.WithTopology(fabric))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	comms[8].Abort()

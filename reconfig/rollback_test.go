@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/occl/occl/comm"
+	"github.com/occl/occl/internal/commtest"
 	"github.com/occl/occl/reconfig"
 	"github.com/occl/occl/topo"
 	"google.golang.org/grpc/codes"
@@ -56,7 +57,7 @@ func TestReconfigureUnknownOutcome(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer em.Close()
-			comms := localComms(t, 8, comm.WithTopology(spec(t, base)), comm.WithEmulation(true))
+			comms := commtest.Local(t, 8, comm.WithTopology(spec(t, base)), comm.WithEmulation(true))
 			ctl := &lateController{next: em.OCS, failRestore: failRestore}
 			target := spec(t, base+",circuits=0-1/2-3")
 			_, err = reconfig.Reconfigure(ctx, comms, target, reconfig.WithController(ctl),
@@ -119,7 +120,7 @@ func TestRefusalNotUndone(t *testing.T) {
 	if err := em.Switch.FailPort(0); err != nil {
 		t.Fatal(err)
 	}
-	comms := localComms(t, 8, comm.WithTopology(spec(t, base)))
+	comms := commtest.Local(t, 8, comm.WithTopology(spec(t, base)))
 	ctl := &lateController{next: em.OCS}
 	_, err = reconfig.Reconfigure(ctx, comms, spec(t, base+",circuits=0-1/2-3"), reconfig.WithController(ctl))
 	var re *comm.RewireError

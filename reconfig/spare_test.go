@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/occl/occl/comm"
+	"github.com/occl/occl/internal/commtest"
 	"github.com/occl/occl/reconfig"
 	"github.com/occl/occl/reconfig/plan"
 	"github.com/occl/occl/topo"
@@ -257,7 +258,7 @@ func TestRecoverSpareTCP(t *testing.T) {
 // of eight on which an AllReduce adds up.
 func TestRecoverSpareDrop(t *testing.T) {
 	fabric := spec(t, base+",circuits=0-1/1-2/2-3/3-0")
-	comms := localComms(t, 8, comm.WithTopology(fabric), comm.WithEmulation(true))
+	comms := commtest.Local(t, 8, comm.WithTopology(fabric), comm.WithEmulation(true))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	comms[3].Abort()
@@ -322,7 +323,7 @@ func TestRecoverSpareDrop(t *testing.T) {
 // communicator is not touched: an AllReduce on it still adds up.
 func TestRecoverWrongSpare(t *testing.T) {
 	fabric := spec(t, base+",circuits=0-1/1-2/2-3/3-0")
-	comms := localComms(t, 8, comm.WithTopology(fabric))
+	comms := commtest.Local(t, 8, comm.WithTopology(fabric))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for _, wrong := range []struct{ spec, says string }{

@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -287,12 +286,10 @@ func TestProcessControllerRestart(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/occl-ocsd").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	// The first daemon takes a free port itself and names it; the second
+	// binds the same one, free again once the first is dead (a port picked
+	// by listening and closing first could be taken meanwhile).
+	addr := "127.0.0.1:0"
 	state := filepath.Join(dir, "ocs.state")
 	start := func() *exec.Cmd {
 		cmd := exec.Command(bin, "-listen", addr, "-ports", "8", "-delay", "1ms", "-state", state)
@@ -303,9 +300,11 @@ func TestProcessControllerRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 		sc := bufio.NewScanner(stdout)
-		if !sc.Scan() || !strings.Contains(sc.Text(), "listening") {
+		const banner = "occl-ocsd listening on "
+		if !sc.Scan() || !strings.HasPrefix(sc.Text(), banner) {
 			t.Fatalf("daemon did not start: %q", sc.Text())
 		}
+		addr = strings.TrimPrefix(sc.Text(), banner)
 		go io.Copy(io.Discard, stdout)
 		return cmd
 	}

@@ -43,7 +43,7 @@ iterations (warmup) scaled to the size:
 
     8 B (or 16 B x np), 1 KiB     5000 (500)
     64 KiB, 1 MiB                  300 (30)
-    16 MiB, 64 MiB                   8 (2)
+    16 MiB, 64 MiB                  16 (4)
 
 and every command runs --repeat 3 rounds. Rounds are interleaved: round 1 of
 every case, then round 2, ...; within a case the five implementations run
@@ -51,7 +51,7 @@ back to back, in an order that rotates from round to round, so a noisy
 moment of the machine hits all columns of a point alike. The tables show the
 median of the rounds.
 
-Duration: about 21 minutes for the default run on 2 cores, at most (7
+Duration: about 23 minutes for the default run on 2 cores, at most (7
 minutes per round: gloo about 215 s, of which most is starting torch in every
 rank, occl-tcp 80 s, occl-shm 58 s, mpi-tcp 38 s, mpi-shm 30 s), plus the
 builds. This is estimated from the per-iteration times of each
@@ -64,7 +64,9 @@ compare-readme.jsonl show beyond the iterations (325 s per round). That
 fixed cost is pessimistic: a --quick run, nearly all fixed cost, took 216 s
 for its one round on a busy 2-core machine where the same model predicts
 344 s; with the fixed cost of that run, the default run takes about 15
-minutes. --ops and --np run a subset:
+minutes. The estimate was made for 8 calls after 2 of warm-up at 16 and 64
+MiB; the 16 after 4 run now add about 30 s per round (the large band's
+iterations in those files, doubled), hence 23 minutes, not 21. --ops and --np run a subset:
 
     /usr/bin/python3 bench/peers/compare.py --ops alltoall,allgather --np 4
 
@@ -168,11 +170,13 @@ SPLIT_OPS = ("allgather", "reducescatter", "alltoall")
 # Every timed run lasts milliseconds at least, so that one descheduling or
 # one slow phase of the machine does not decide a median: 5000 calls of
 # 0.15 us (vader's 8 B AllReduce) take 0.75 ms, 300 of 45 us (64 KiB at 4
-# processes) 13.5 ms.
+# processes) 13.5 ms. At 16 and 64 MiB, 8 calls after 2 of warm-up let one
+# slow moment move a median by a fifth (16 MiB AllToAll at 4 processes:
+# 4.5-4.7 ms with those counts, 4.0-4.3 with 50 after 5): 16 after 4.
 GRID_BANDS = (
     (8, 1 << 10, 5000, 500, 5, 1),
     (64 << 10, 1 << 20, 300, 30, 3, 1),
-    (16 << 20, 64 << 20, 8, 2, 1, 1),
+    (16 << 20, 64 << 20, 16, 4, 1, 1),
 )
 
 

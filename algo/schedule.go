@@ -36,7 +36,7 @@ type Impl struct {
 	Op Collective
 	// Run runs the collective. It takes its input from Args.Src and
 	// leaves its output in Args.Dst, in place or not alike.
-	Run func(ctx context.Context, a Args) error
+	Run func(ctx context.Context, a *Args) error
 	// Cost predicts the time in seconds of the collective on a buffer of
 	// n bytes (the full buffer: AllReduce's vector, AllGather's output,
 	// ReduceScatter's input, AllToAll's send buffer), and false where the
@@ -171,8 +171,11 @@ func register(ss ...*Schedule) {
 
 // Run runs collective c with schedule a. AlgoAuto, or a schedule that does
 // not implement c, runs the size rules' choice; a collective nothing
-// implements is an error.
-func Run(ctx context.Context, c Collective, a Algorithm, args Args) error {
+// implements is an error. Schedules read args and do not change it; it is
+// passed by pointer so that the table's layers of adapters do not copy it
+// at every call (a dozen words each time, a tenth of a small operation's
+// time on one rank).
+func Run(ctx context.Context, c Collective, a Algorithm, args *Args) error {
 	im := implOf(c, a)
 	if im == nil {
 		if im = implOf(c, Select(c, len(args.Dst), args.Peers.Size(), AlgoAuto)); im == nil {
@@ -189,7 +192,7 @@ func same(a, b []byte) bool {
 
 // input returns a's input for schedules that take a separate one, nil when
 // the operation is in place.
-func (a Args) input() []byte {
+func (a *Args) input() []byte {
 	if same(a.Src, a.Dst) {
 		return nil
 	}
@@ -198,7 +201,7 @@ func (a Args) input() []byte {
 
 // ring returns the peers a flat ring runs on and the order of the ranks
 // along it (nil: rank order).
-func (a Args) ring() (Peers, []int) {
+func (a *Args) ring() (Peers, []int) {
 	if len(a.Ring) == a.Peers.Size() {
 		return a.WS.Sub(SubRing, a.Peers, a.Ring, 0), a.Ring
 	}
@@ -208,7 +211,7 @@ func (a Args) ring() (Peers, []int) {
 // blockLayout returns per-rank byte offsets and lengths for Size() equal
 // blocks of a.Block, in ring order (nil: rank order), kept in the
 // workspace.
-func (a Args) blockLayout(order []int) (offs, lens []int) {
+func (a *Args) blockLayout(order []int) (offs, lens []int) {
 	n := a.Peers.Size()
 	offs, lens = a.WS.Ints(IntsBlocks, n), a.WS.Ints(IntsBlockLens, n)
 	for i := range offs {
@@ -227,8 +230,8 @@ func (a Args) blockLayout(order []int) (offs, lens []int) {
 
 // allReduce runs an AllReduce kernel that reads src (nil: in place) and
 // leaves the result in data.
-func allReduce(k func(ctx context.Context, a Args, src, data []byte) error) func(context.Context, Args) error {
-	return func(ctx context.Context, a Args) error {
+func allReduce(k func(ctx context.Context, a *Args, src, data []byte) error) func(context.Context, *Args) error {
+	return func(ctx context.Context, a *Args) error {
 		src := a.input()
 		if a.Peers.Size() == 1 || len(a.Dst) == 0 {
 			if src != nil {
@@ -242,8 +245,8 @@ func allReduce(k func(ctx context.Context, a Args, src, data []byte) error) func
 
 // inPlace adapts a kernel that works in place on data to one that also
 // takes a separate input.
-func inPlace(k func(ctx context.Context, a Args, data []byte) error) func(ctx context.Context, a Args, src, data []byte) error {
-	return func(ctx context.Context, a Args, src, data []byte) error {
+func inPlace(k func(ctx context.Context, a *Args, data []byte) error) func(ctx context.Context, a *Args, src, data []byte) error {
+	return func(ctx context.Context, a *Args, src, data []byte) error {
 		if src != nil {
 			memcopy.Copy(data, src)
 		}
@@ -253,8 +256,8 @@ func inPlace(k func(ctx context.Context, a Args, data []byte) error) func(ctx co
 
 // reduce runs a Reduce kernel that accumulates into data: the root's
 // output, a private copy of the input elsewhere.
-func reduce(k func(ctx context.Context, a Args, data []byte) error) func(context.Context, Args) error {
-	return func(ctx context.Context, a Args) error {
+func reduce(k func(ctx context.Context, a *Args, data []byte) error) func(context.Context, *Args) error {
+	return func(ctx context.Context, a *Args) error {
 		var data []byte
 		if a.Peers.Rank() == a.Root {
 			data = a.Dst
@@ -275,8 +278,8 @@ func reduce(k func(ctx context.Context, a Args, data []byte) error) func(context
 
 // broadcast runs a Broadcast kernel on the output, which holds the root's
 // input.
-func broadcast(k func(ctx context.Context, a Args, data []byte) error) func(context.Context, Args) error {
-	return func(ctx context.Context, a Args) error {
+func broadcast(k func(ctx context.Context, a *Args, data []byte) error) func(context.Context, *Args) error {
+	return func(ctx context.Context, a *Args) error {
 		if a.Peers.Rank() == a.Root && !same(a.Src, a.Dst) {
 			memcopy.Copy(a.Dst, a.Src)
 		}
@@ -289,8 +292,8 @@ func broadcast(k func(ctx context.Context, a Args, data []byte) error) func(cont
 
 // allGather runs an AllGather kernel on the output, which holds this
 // rank's block.
-func allGather(k func(ctx context.Context, a Args) error) func(context.Context, Args) error {
-	return func(ctx context.Context, a Args) error {
+func allGather(k func(ctx context.Context, a *Args) error) func(context.Context, *Args) error {
+	return func(ctx context.Context, a *Args) error {
 		me := a.Peers.Rank()
 		memcopy.Copy(a.Dst[me*a.Block:(me+1)*a.Block], a.Src)
 		if a.Peers.Size() == 1 || a.Block == 0 {
@@ -303,8 +306,8 @@ func allGather(k func(ctx context.Context, a Args) error) func(context.Context, 
 // reduceScatter runs a ReduceScatter kernel that reads src (nil: in place)
 // and reduces into data, then copies this rank's block of data to the
 // output. In place, data is the input itself; otherwise private scratch.
-func reduceScatter(k func(ctx context.Context, a Args, src, data []byte) error) func(context.Context, Args) error {
-	return func(ctx context.Context, a Args) error {
+func reduceScatter(k func(ctx context.Context, a *Args, src, data []byte) error) func(context.Context, *Args) error {
+	return func(ctx context.Context, a *Args) error {
 		me, nb := a.Peers.Rank(), a.Block
 		data, src := a.Src, []byte(nil)
 		if nb == 0 || !same(a.Dst, a.Src[me*nb:(me+1)*nb]) {
@@ -325,8 +328,8 @@ func reduceScatter(k func(ctx context.Context, a Args, src, data []byte) error) 
 
 // allToAll runs an all-to-all kernel on a private copy of the input when
 // the operation is in place.
-func allToAll(k func(ctx context.Context, a Args, send []byte) error) func(context.Context, Args) error {
-	return func(ctx context.Context, a Args) error {
+func allToAll(k func(ctx context.Context, a *Args, send []byte) error) func(context.Context, *Args) error {
+	return func(ctx context.Context, a *Args) error {
 		send := a.Src
 		if same(a.Src, a.Dst) && len(a.Src) > 0 {
 			send = a.WS.Get(SlotInput, len(a.Src))

@@ -19,7 +19,7 @@ func init() {
 			Summary:   "recursive doubling: log2(p) steps exchanging the whole vector, for small, latency-bound buffers",
 			Impls: []Impl{{
 				Op: OpAllReduce,
-				Run: allReduce(inPlace(func(ctx context.Context, a Args, data []byte) error {
+				Run: allReduce(inPlace(func(ctx context.Context, a *Args, data []byte) error {
 					return AllReduceRD(ctx, a.Peers, a.WS, data, a.DType, a.Op)
 				})),
 				Cost: func(m *Model, n int) (float64, bool) {
@@ -34,7 +34,7 @@ func init() {
 			Summary:   "recursive halving-doubling (Rabenseifner): bandwidth-optimal in 2 log2(p) steps, for medium buffers",
 			Impls: []Impl{{
 				Op: OpAllReduce,
-				Run: allReduce(inPlace(func(ctx context.Context, a Args, data []byte) error {
+				Run: allReduce(inPlace(func(ctx context.Context, a *Args, data []byte) error {
 					return AllReduceRHD(ctx, a.Peers, a.WS, data, a.DType, a.Op)
 				})),
 				Cost: func(m *Model, n int) (float64, bool) {
@@ -49,13 +49,13 @@ func init() {
 			Summary:   "binomial tree rooted at the root: log2(p) steps of the whole buffer",
 			Impls: []Impl{{
 				Op: OpBroadcast,
-				Run: broadcast(func(ctx context.Context, a Args, data []byte) error {
+				Run: broadcast(func(ctx context.Context, a *Args, data []byte) error {
 					return BroadcastTree(ctx, a.Peers, data, a.Root, a.Chunk)
 				}),
 				BySize: always,
 			}, {
 				Op: OpReduce,
-				Run: reduce(func(ctx context.Context, a Args, data []byte) error {
+				Run: reduce(func(ctx context.Context, a *Args, data []byte) error {
 					return ReduceTree(ctx, a.Peers, a.WS, data, a.DType, a.Op, a.Root)
 				}),
 				BySize: upTo(&ReduceTreeMaxBytes),
@@ -67,7 +67,7 @@ func init() {
 			Summary:   "pipelined ring along the topology's ring: bandwidth-optimal for large buffers",
 			Impls: []Impl{{
 				Op: OpAllReduce,
-				Run: allReduce(func(ctx context.Context, a Args, src, data []byte) error {
+				Run: allReduce(func(ctx context.Context, a *Args, src, data []byte) error {
 					rp, _ := a.ring()
 					return AllReduceRingFrom(ctx, rp, a.WS, src, data, a.DType, a.Op, a.Chunk)
 				}),
@@ -77,13 +77,13 @@ func init() {
 				BySize: always,
 			}, {
 				Op: OpReduce,
-				Run: reduce(func(ctx context.Context, a Args, data []byte) error {
+				Run: reduce(func(ctx context.Context, a *Args, data []byte) error {
 					return ReduceRing(ctx, a.Peers, a.WS, data, a.DType, a.Op, a.Root, a.Chunk)
 				}),
 				BySize: always,
 			}, {
 				Op: OpAllGather,
-				Run: allGather(func(ctx context.Context, a Args) error {
+				Run: allGather(func(ctx context.Context, a *Args) error {
 					rp, order := a.ring()
 					offs, lens := a.blockLayout(order)
 					return AllGatherRing(ctx, rp, a.Dst, offs, lens, a.Chunk)
@@ -92,7 +92,7 @@ func init() {
 				BySize: always,
 			}, {
 				Op: OpReduceScatter,
-				Run: reduceScatter(func(ctx context.Context, a Args, src, data []byte) error {
+				Run: reduceScatter(func(ctx context.Context, a *Args, src, data []byte) error {
 					if rp, order := a.ring(); order != nil {
 						offs, lens := a.blockLayout(order)
 						return ReduceScatterRingBlocks(ctx, rp, a.WS, src, data, a.DType, a.Op, offs, lens, a.Chunk)
@@ -114,19 +114,19 @@ func init() {
 			Applies:   uniformHosts,
 			Impls: []Impl{{
 				Op: OpAllReduce,
-				Run: allReduce(func(ctx context.Context, a Args, src, data []byte) error {
+				Run: allReduce(func(ctx context.Context, a *Args, src, data []byte) error {
 					return AllReduceHierarchical(ctx, a.Peers, a.WS, src, data, a.DType, a.Op, a.Hosts, a.Chunk)
 				}),
 				Cost: (*Model).allReduceHierarchical,
 			}, {
 				Op: OpAllGather,
-				Run: allGather(func(ctx context.Context, a Args) error {
+				Run: allGather(func(ctx context.Context, a *Args) error {
 					return AllGatherHierarchical(ctx, a.Peers, a.WS, a.Dst, a.Block, a.Hosts, a.Chunk)
 				}),
 				Cost: (*Model).allGatherHierarchical,
 			}, {
 				Op: OpReduceScatter,
-				Run: reduceScatter(func(ctx context.Context, a Args, src, data []byte) error {
+				Run: reduceScatter(func(ctx context.Context, a *Args, src, data []byte) error {
 					return ReduceScatterHierarchical(ctx, a.Peers, a.WS, src, data, a.DType, a.Op, a.Block, a.Hosts, a.Chunk)
 				}),
 				Cost: (*Model).reduceScatterHierarchical,
@@ -139,7 +139,7 @@ func init() {
 			Applies:   described,
 			Impls: []Impl{{
 				Op: OpAllReduce,
-				Run: allReduce(func(ctx context.Context, a Args, src, data []byte) error {
+				Run: allReduce(func(ctx context.Context, a *Args, src, data []byte) error {
 					return AllReduceGateway(ctx, a.Peers, a.WS, src, data, a.DType, a.Op, a.Hosts, a.Chunk)
 				}),
 				Cost: (*Model).allReduceGateway,
@@ -152,7 +152,7 @@ func init() {
 			Applies:   uniformHosts,
 			Impls: []Impl{{
 				Op: OpAllReduce,
-				Run: allReduce(func(ctx context.Context, a Args, src, data []byte) error {
+				Run: allReduce(func(ctx context.Context, a *Args, src, data []byte) error {
 					return AllReduce2D(ctx, a.Peers, a.WS, src, data, a.DType, a.Op, a.Hosts, a.Chunk)
 				}),
 				Cost: (*Model).allReduce2D,
@@ -187,7 +187,7 @@ func init() {
 			Summary:   "the root exchanges with every rank directly: p-1 messages at the root",
 			Impls: []Impl{{
 				Op: OpGather,
-				Run: func(ctx context.Context, a Args) error {
+				Run: func(ctx context.Context, a *Args) error {
 					offs, lens := a.blockLayout(nil)
 					data, me := a.Dst, a.Peers.Rank()
 					if me == a.Root {
@@ -202,7 +202,7 @@ func init() {
 				BySize: always,
 			}, {
 				Op: OpScatter,
-				Run: func(ctx context.Context, a Args) error {
+				Run: func(ctx context.Context, a *Args) error {
 					offs, lens := a.blockLayout(nil)
 					return ScatterLinear(ctx, a.Peers, a.Src, offs, lens, a.Root, a.Dst)
 				},
@@ -215,7 +215,7 @@ func init() {
 			Summary:   "dissemination barrier: ceil(log2 p) rounds of one empty message",
 			Impls: []Impl{{
 				Op: OpBarrier,
-				Run: func(ctx context.Context, a Args) error {
+				Run: func(ctx context.Context, a *Args) error {
 					if a.Peers.Size() == 1 {
 						return nil
 					}
@@ -231,7 +231,7 @@ func init() {
 func pairwise(c Collective) Impl {
 	im := Impl{
 		Op: c,
-		Run: allToAll(func(ctx context.Context, a Args, send []byte) error {
+		Run: allToAll(func(ctx context.Context, a *Args, send []byte) error {
 			return AllToAllPairwise(ctx, a.Peers, send, a.SendOffs, a.SendLens, a.Dst, a.RecvOffs, a.RecvLens)
 		}),
 		MatrixCost: (*Model).predictPairwise,
@@ -245,7 +245,7 @@ func pairwise(c Collective) Impl {
 
 // routed describes a routed all-to-all schedule whose routes plan makes.
 func routed(a Algorithm, name, summary string, plan func(t *topo.Topology, bytes [][]int) *Route) *Schedule {
-	run := allToAll(func(ctx context.Context, args Args, send []byte) error {
+	run := allToAll(func(ctx context.Context, args *Args, send []byte) error {
 		if args.Route == nil || args.Route.Algorithm != a {
 			return fmt.Errorf("algo: rank %d: %s all-to-all run without its route", args.Peers.Rank(), name)
 		}

@@ -97,7 +97,7 @@ func TestRunSrcDst(t *testing.T) {
 							args.RecvOffs, args.RecvLens = args.SendOffs, args.SendLens
 							args.Route, args.Matrix = route, UniformBytes(p, blk)
 						}
-						return im.Run(ctx, args)
+						return im.Run(ctx, &args)
 					})
 					for r := range p {
 						if want[r] != nil && !bytes.Equal(dst[r], want[r]) {
@@ -242,10 +242,10 @@ func TestDocIndex(t *testing.T) {
 func TestRunFallback(t *testing.T) {
 	p := fakepeers.New(1, fakepeers.Options{}).Peer(0)
 	src, dst := []byte{1, 2, 3, 4}, make([]byte, 4)
-	if err := Run(t.Context(), OpAllReduce, AlgoLinear, Args{Peers: p, WS: &Workspace{}, Src: src, Dst: dst, DType: Uint8, Op: Sum}); err != nil || !bytes.Equal(dst, src) {
+	if err := Run(t.Context(), OpAllReduce, AlgoLinear, &Args{Peers: p, WS: &Workspace{}, Src: src, Dst: dst, DType: Uint8, Op: Sum}); err != nil || !bytes.Equal(dst, src) {
 		t.Errorf("AllReduce with linear: %v, %v", dst, err)
 	}
-	err := Run(t.Context(), OpSendRecv, AlgoAuto, Args{Peers: p})
+	err := Run(t.Context(), OpSendRecv, AlgoAuto, &Args{Peers: p})
 	if err == nil || !strings.Contains(err.Error(), "rank 0") || !strings.Contains(err.Error(), "SendRecv") {
 		t.Errorf("SendRecv: %v", err)
 	}

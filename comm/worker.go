@@ -22,6 +22,20 @@ type workerState struct {
 	offs, lens []int
 	// counts is the last byte matrix an AllToAllV exchanged.
 	counts [][]int
+	// args are the running schedule's arguments: the schedules take them
+	// by pointer, through the table's layers of adapters, and a pointer
+	// to the worker's copy costs no allocation.
+	args algo.Args
+}
+
+// run runs schedule a of collective op on args (see algo.Run), from the
+// worker's copy of them, which it clears afterwards so that it keeps no
+// caller's buffer alive.
+func (w *workerState) run(ctx context.Context, op algo.Collective, a algo.Algorithm, args *algo.Args) error {
+	w.args = *args
+	err := algo.Run(ctx, op, a, &w.args)
+	w.args = algo.Args{}
+	return err
 }
 
 // matrix returns an n x n matrix of ints, the worker's: an operation uses

@@ -87,6 +87,10 @@ type opHistory struct {
 	// begin, read by the goroutines of the operation.
 	tag   uint32
 	bytes int64
+	// size is the communicator's number of ranks: the collectives whose
+	// header counts the elements of one rank's block have a buffer of
+	// size blocks.
+	size int
 }
 
 // tagged packs v with an operation's tag.
@@ -119,6 +123,13 @@ type opEntry struct {
 	tag       uint32
 }
 
+// perBlock reports whether the header of collective op counts the
+// elements of one rank's block of its buffer rather than the whole buffer
+// (AllToAll's send buffer, AllGather's output, ReduceScatter's input).
+func perBlock(op algo.Collective) bool {
+	return op == algo.OpAllToAll || op == algo.OpAllGather || op == algo.OpReduceScatter
+}
+
 func fingerprint(h *transport.Header) wire.Fingerprint {
 	return wire.Fingerprint{Op: h.Op, DType: h.DType, RedOp: h.RedOp, Root: h.Root, Count: h.Count}
 }
@@ -145,9 +156,11 @@ func (h *opHistory) withSched(e *opEntry) {
 	}
 }
 
-// init sizes the ring for a flight record of n operations.
-func (h *opHistory) init(n int) {
+// init sizes the ring for a flight record of n operations of a
+// communicator of size ranks.
+func (h *opHistory) init(n, size int) {
 	h.ring = make([]opEntry, max(n, histLen))
+	h.size = size
 }
 
 // begin records that r starts at now. The worker calls it.
@@ -157,7 +170,12 @@ func (h *opHistory) begin(r *Request, fp wire.Fingerprint, now stamp) {
 	hasDT := dt.Valid() && r.hdr.Op != uint8(algo.OpBarrier) && r.hdr.Op != uint8(algo.OpRewire) && r.hdr.Op != uint8(algo.OpSplit) && r.hdr.Op != uint8(algo.OpGrow)
 	var bytes int64
 	if hasDT {
+		// The size of the buffer the schedule runs on, as chose will
+		// record it: then chose need not take the lock to correct it.
 		bytes = int64(r.hdr.Count) * int64(dt.Size())
+		if coll && perBlock(algo.Collective(r.hdr.Op)) {
+			bytes *= int64(max(h.size, 1))
+		}
 	}
 	h.mu.Lock()
 	e := &h.ring[h.n%uint64(len(h.ring))]

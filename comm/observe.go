@@ -99,7 +99,7 @@ func (c *Communicator) setupObserver() {
 			o.flightLen = n
 		}
 	}
-	c.hist.init(o.flightLen)
+	c.hist.init(o.flightLen, c.size)
 	if dir := os.Getenv(TraceEnv); dir != "" {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			warn("occl: no timeline: cannot create "+TraceEnv+" directory", "dir", dir, "err", err)

@@ -29,7 +29,7 @@ func BenchmarkOpRecord(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			c := &Communicator{}
-			c.hist.init(DefaultFlightRecord)
+			c.hist.init(DefaultFlightRecord, 1)
 			newRecorder := func() {
 				if on {
 					c.obs.tr = trace.NewRecorder(trace.Meta{})
@@ -65,7 +65,7 @@ func BenchmarkOpRecord(b *testing.B) {
 // order, the oldest overwritten.
 func TestOpRecordOrder(t *testing.T) {
 	c := &Communicator{}
-	c.hist.init(4)
+	c.hist.init(4, 1)
 	c.obs.flightLen = 4
 	for i := 1; i <= histLen+3; i++ {
 		r := &Request{c: c, name: "Barrier", seq: uint64(i), hdr: collHeader(algo.OpBarrier, 0, 0, 0, 0)}

@@ -182,7 +182,10 @@ func (f *tcpLinker) grow(ctx context.Context, p *opPeers, id UniqueID, n int, cf
 		return nil, err
 	}
 	// From here on nothing travels on c's links: a failure is the grow's
-	// alone.
+	// alone, and what the members wait for is the grown communicator's
+	// bootstrap, not the peer of their agreement (the stall report would
+	// name it).
+	c.hist.wait(-1)
 	switch {
 	case bindErr != nil:
 		return nil, fmt.Errorf("%w: serve the rendezvous at %s: %v", ErrGrow, id.Addr, bindErr)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/occl/occl/bench/launch"
 	"github.com/occl/occl/comm"
+	"github.com/occl/occl/internal/logx"
 	"github.com/occl/occl/topo"
 	"github.com/occl/occl/transport/tcp"
 )
@@ -814,6 +815,47 @@ func checkGrown(t *testing.T, ctx context.Context, comms []*comm.Communicator, w
 	for i, err := range onEach(comms, func(_ int, c *comm.Communicator) error { return grownChecks(ctx, c) }) {
 		if err != nil {
 			t.Fatalf("rank %d of the %s: %v", i, what, err)
+		}
+	}
+}
+
+// TestGrowStallReport: while the members of a Grow wait for a joiner that
+// does not come, the stall report says they are bootstrapping the grown
+// communicator, not that they wait on one of them (the peer of their
+// agreement, which they are past).
+func TestGrowStallReport(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cfg, err := logx.Parse("WARN", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf syncBuffer
+	old := tcpGroup(t, ctx, 3, comm.WithStallTimeout(150*time.Millisecond), comm.WithLogger(logx.New(&buf, cfg)))
+	id, err := comm.NewUniqueIDAt("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	onEach(old, func(_ int, c *comm.Communicator) error {
+		gctx, gcancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+		defer gcancel()
+		if g, err := c.Grow(gctx, id, 2); err == nil {
+			g.Close()
+		}
+		return nil
+	})
+	var reports []string
+	for _, line := range strings.Split(buf.String(), "\n") {
+		if strings.Contains(line, "stall at") {
+			reports = append(reports, line)
+		}
+	}
+	if len(reports) == 0 {
+		t.Fatalf("no stall report; log:\n%s", buf.String())
+	}
+	for _, line := range reports {
+		if strings.Contains(line, "on rank") || !strings.Contains(line, "stall at Grow") || !strings.Contains(line, "ranks 0-2 are in it, bootstrapping the grown communicator with its 2 joiners") {
+			t.Errorf("report %s\nwant the members in the Grow, bootstrapping with its 2 joiners, and no peer waited on", line)
 		}
 	}
 }

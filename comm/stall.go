@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/occl/occl/algo"
 	"github.com/occl/occl/comm/internal/wire"
 )
 
@@ -24,10 +25,13 @@ import (
 // probe answers (a zero Msg where a rank did not answer). It returns ""
 // when no rank answered about seq.
 func describeStall(seq uint64, answers []wire.Msg) string {
-	var op string
+	var (
+		op string
+		fp wire.Fingerprint
+	)
 	for _, a := range answers {
 		if a.Type == wire.ProbeAnswer && a.State == reached {
-			op = describeFingerprint(a.Op)
+			op, fp = describeFingerprint(a.Op), a.Op
 			break
 		}
 	}
@@ -80,7 +84,17 @@ func describeStall(seq uint64, answers []wire.Msg) string {
 		parts = append(parts, fmt.Sprintf("%s on rank %d", ranksVerb(waiting[p], "waits", "wait"), p))
 	}
 	if len(inside) > 0 {
-		parts = append(parts, ranksVerb(inside, "is", "are")+" in it")
+		in := ranksVerb(inside, "is", "are") + " in it"
+		if algo.Collective(fp.Op) == algo.OpGrow {
+			// Past the members' agreement a Grow waits for its joiners,
+			// no peer in particular.
+			if fp.Count == 1 {
+				in += ", bootstrapping the grown communicator with its joiner"
+			} else {
+				in += fmt.Sprintf(", bootstrapping the grown communicator with its %d joiners", fp.Count)
+			}
+		}
+		parts = append(parts, in)
 	}
 	if len(ahead) > 0 {
 		parts = append(parts, ranksVerb(ahead, "has", "have")+" completed it")

@@ -15,6 +15,9 @@ func TestDescribeStall(t *testing.T) {
 	notYet := func(done uint64, op wire.Fingerprint) wire.Msg {
 		return wire.Msg{Type: wire.ProbeAnswer, Seq: 204, State: notReached, Done: done, DoneOp: op, Waiting: -1}
 	}
+	grow := func(waiting int) wire.Msg {
+		return wire.Msg{Type: wire.ProbeAnswer, Seq: 204, State: reached, Op: wire.Fingerprint{Op: uint8(algo.OpGrow), Count: 1}, Current: 204, Done: 203, DoneOp: ar, Waiting: waiting}
+	}
 	past := wire.Msg{Type: wire.ProbeAnswer, Seq: 204, State: reached, Op: ar, Current: 0, Done: 204, DoneOp: ar, Waiting: -1}
 	const arText = "AllReduce(count=524288, float32, sum)"
 	for _, tc := range []struct {
@@ -31,6 +34,8 @@ func TestDescribeStall(t *testing.T) {
 		{"forgotten", []wire.Msg{in(1), {Type: wire.ProbeAnswer, Seq: 204, State: forgotten, Waiting: -1}},
 			"stall at " + arText + " seq 204: rank 0 waits on rank 1; rank 1 is too far ahead to say"},
 		{"nobody answered", []wire.Msg{{}, {}}, ""},
+		{"a grow waiting for its joiner", []wire.Msg{grow(-1), grow(-1), notYet(203, ar)},
+			"stall at Grow seq 204: rank 2 has not called it (last completed: seq 203 " + arText + "); ranks 0,1 are in it, bootstrapping the grown communicator with its joiner"},
 		{"nobody reached it", []wire.Msg{notYet(7, wire.Fingerprint{}), notYet(7, wire.Fingerprint{}), {}},
 			"stall at the operation seq 204: ranks 0,1 have not called it (last completed: seq 7); rank 2 did not answer"},
 	} {

@@ -22,10 +22,32 @@ type workerState struct {
 	offs, lens []int
 	// counts is the last byte matrix an AllToAllV exchanged.
 	counts [][]int
+	// choice is the schedule runSchedule chose last.
+	choice choiceMemo
 	// args are the running schedule's arguments: the schedules take them
 	// by pointer, through the table's layers of adapters, and a pointer
 	// to the worker's copy costs no allocation.
 	args algo.Args
+}
+
+// choiceMemo is the last choice of a schedule, with what it was made
+// for. A loop of operations asks again for the same collective and size on
+// the same layout (a rewire installs a new one), and the memo answers
+// without the size rules' scan or the cost model's cache and its lock.
+type choiceMemo struct {
+	l     *layout
+	op    algo.Collective
+	bytes int
+	a     algo.Algorithm
+}
+
+// get returns the schedule for op on bytes bytes on layout l: the memo's
+// if it was made for them, else choose's, which the memo keeps.
+func (m *choiceMemo) get(l *layout, op algo.Collective, bytes int, choose func(*layout, algo.Collective, int) algo.Algorithm) algo.Algorithm {
+	if m.l != l || m.op != op || m.bytes != bytes {
+		*m = choiceMemo{l: l, op: op, bytes: bytes, a: choose(l, op, bytes)}
+	}
+	return m.a
 }
 
 // run runs schedule a of collective op on args (see algo.Run), from the

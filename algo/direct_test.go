@@ -328,6 +328,28 @@ func (s *sendsFirst) Recv(ctx context.Context, peer int, step uint32, buf []byte
 // all-to-all.
 func TestAllToAllOneProcessorInline(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	testAllToAllInline(t, func(p Peers) Peers { return p })
+}
+
+// TestAllToAllOneCPUInline: the same for a rank whose peers say it has one
+// CPU's worth (algo.CPUPeers), whatever the process's GOMAXPROCS: a rank
+// sharing its machine with others.
+func TestAllToAllOneCPUInline(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(max(2, runtime.GOMAXPROCS(0))))
+	testAllToAllInline(t, func(p Peers) Peers { return cpuPeers{p.(*sendsFirst), 1} })
+}
+
+// cpuPeers reports n CPUs for the rank of the Peers it wraps.
+type cpuPeers struct {
+	*sendsFirst
+	n int
+}
+
+func (c cpuPeers) CPUs() int { return c.n }
+
+// testAllToAllInline checks that an all-to-all on the Peers wrap makes of
+// each rank's sends all its sends before its first receive.
+func testAllToAllInline(t *testing.T, wrap func(Peers) Peers) {
 	const p, per = 4, 200 << 10
 	size := make([][]int, p)
 	for a := range size {
@@ -339,7 +361,7 @@ func TestAllToAllOneProcessorInline(t *testing.T) {
 	rec := make([]*sendsFirst, p)
 	checkAllToAll(t, size, fakepeers.Options{EagerLimit: 1 << 20}, func(ctx context.Context, rank int, peers Peers, b *a2aBufs) error {
 		rec[rank] = &sendsFirst{Peers: peers}
-		return AllToAllPairwise(ctx, rec[rank], b.send, b.sOffs, b.sLens, b.recv, b.rOffs, b.rLens)
+		return AllToAllPairwise(ctx, wrap(rec[rank]), b.send, b.sOffs, b.sLens, b.recv, b.rOffs, b.rLens)
 	})
 	for r, s := range rec {
 		if s.atFirstRecv != p-1 {

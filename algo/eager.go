@@ -3,15 +3,34 @@ package algo
 import "runtime"
 
 // eagerBlock is the largest message a schedule sends inline (on the
-// calling goroutine, before its receives) when the process can run more
-// than one thread at a time: above it, sending from a goroutine while
-// receiving overlaps the two copies. A process with one processor
-// (GOMAXPROCS 1, as occl sets it when it binds each of a host's ranks to
-// one CPU) cannot overlap them, and a goroutine there only adds switches
-// (from a thread locked to its goroutine, as a call from C is, each one
-// hands the processor to another thread and back): it sends inline every
-// message that fits in its connection's eager limit.
+// calling goroutine, before its receives) when the rank can keep more than
+// one CPU busy: above it, sending from a goroutine while receiving overlaps
+// the two copies. A rank with one CPU's worth (see CPUPeers; a process
+// with GOMAXPROCS 1, as occl sets it when it binds each of a host's ranks
+// to one CPU) cannot overlap them, and a goroutine there only adds
+// switches (from a thread locked to its goroutine, as a call from C is,
+// each one hands the processor to another thread and back), or takes a
+// CPU from another rank of the host: it sends inline every message that
+// fits in its connection's eager limit.
 const eagerBlock = 64 << 10
+
+// CPUPeers is implemented by Peers that know how many CPUs their rank may
+// keep busy at once: its share of its machine's, when the machine runs
+// several ranks. Schedules send from a goroutine while they receive only
+// when it is more than one. Without it, the process's GOMAXPROCS decides.
+type CPUPeers interface {
+	Peers
+	// CPUs returns the number of CPUs the rank may keep busy, at least 1.
+	CPUs() int
+}
+
+// cpusOf returns the CPUs p's rank may keep busy (see CPUPeers).
+func cpusOf(p Peers) int {
+	if cp, ok := p.(CPUPeers); ok {
+		return cp.CPUs()
+	}
+	return runtime.GOMAXPROCS(0)
+}
 
 // eagerTo reports whether a message of n bytes fits the eager limit of
 // every peer in peers and, unless the process has one processor,
@@ -26,7 +45,7 @@ func eagerTo(p Peers, peers []int, n int) bool {
 			return false
 		}
 	}
-	return n <= eagerBlock || oneProcessor()
+	return n <= eagerBlock || oneCPU(p)
 }
 
 // eagerAllToAll reports whether every block this rank sends fits in its
@@ -63,10 +82,10 @@ func eagerEach(p Peers, n int, size func(to int) int) bool {
 			large = large || m > eagerBlock
 		}
 	}
-	return !large || oneProcessor()
+	return !large || oneCPU(p)
 }
 
-// oneProcessor reports whether the process runs Go code on one thread at
-// a time (GOMAXPROCS 1). Asked only for messages above eagerBlock:
+// oneCPU reports whether p's rank keeps one CPU busy at a time (see
+// CPUPeers). Asked only for messages above eagerBlock: without CPUPeers,
 // GOMAXPROCS takes the scheduler's lock.
-func oneProcessor() bool { return runtime.GOMAXPROCS(0) == 1 }
+func oneCPU(p Peers) bool { return cpusOf(p) <= 1 }

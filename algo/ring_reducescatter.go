@@ -127,7 +127,7 @@ func (l layout) largestBlock(p int) int {
 // decide differently still agree on every message.
 //
 // A whole step is one window when every block fits the eager limit (see
-// eagerTo). A process with one processor (GOMAXPROCS 1) runs every ring
+// eagerTo). A rank with one CPU's worth (see CPUPeers) runs every ring
 // inline, in windows of as many chunks as the eager limit holds: a sender
 // goroutine there cannot overlap its copies with the receives, and only
 // adds a hand-off per chunk (from a thread locked to its goroutine, as a
@@ -137,7 +137,7 @@ func ringWindow(p Peers, l layout, chunk, total, next int) int {
 		return total
 	}
 	ep, ok := p.(EagerPeers)
-	if !ok || chunk > ep.EagerLimit(next) || !oneProcessor() {
+	if !ok || chunk > ep.EagerLimit(next) || !oneCPU(p) {
 		return 0
 	}
 	return ep.EagerLimit(next) / chunk

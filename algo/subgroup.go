@@ -72,6 +72,9 @@ type eagerSubPeers struct {
 
 func (s eagerSubPeers) EagerLimit(peer int) int { return s.ep.EagerLimit(s.ranks[peer]) }
 
+// CPUs implements CPUPeers: a sub-group's rank is the whole rank's.
+func (s subPeers) CPUs() int { return cpusOf(s.p) }
+
 // Child returns the i-th child workspace of w, created on first use and
 // kept, for sub-schedules that run concurrently within one operation and
 // must not share staging buffers.

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"runtime"
 	"time"
 
 	"github.com/occl/occl/comm/internal/wire"
@@ -349,6 +350,18 @@ func (b *tcpBootstrap) placeProcess() {
 	if b.cfg.oversubscribed = oversubscribed(localSize, topo.OnlineCPUs()); b.cfg.oversubscribed {
 		b.log.Info("occl: more local ranks than CPUs; waits do not poll", "local_size", localSize)
 	}
+	b.cfg.cpus = rankCPUs(topo.OnlineCPUs(), localSize)
+}
+
+// rankCPUs returns the CPUs a rank may keep busy when localSize ranks
+// share a machine of cpus CPUs (each in its own process), at least 1 and
+// at most this process's GOMAXPROCS. A rank's schedules send from a helper
+// goroutine while they receive only when it is more than one: else the
+// helper takes a CPU from another rank of the machine (a 1 MiB AllReduce
+// of two ranks on two CPUs, each process at GOMAXPROCS 2, took twice as
+// long with helpers as inline).
+func rankCPUs(cpus, localSize int) int {
+	return max(1, min(runtime.GOMAXPROCS(0), cpus/max(localSize, 1)))
 }
 
 // connect opens the data connections to every other rank, with the

@@ -33,6 +33,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -80,6 +81,9 @@ func newCommunicator(pl placement, conns []transport.Conn, ctrl controlPlane, lk
 		log:       cfg.log.With("rank", pl.rank, "size", pl.size, "comm", pl.logID()),
 		ctrl:      ctrl,
 		linker:    lk,
+	}
+	if c.cfg.cpus == 0 {
+		c.cfg.cpus = runtime.GOMAXPROCS(0)
 	}
 	c.links.conns = conns
 	c.failure = newFailure(c.dumpOnFail, c.onFail)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -41,6 +42,8 @@ func NewLocal(size int, opts ...Option) ([]*Communicator, error) {
 			hostIDs[r] = virtualHostID(cfg.hostID, cfg.topology, r)
 		}
 	}
+	// The ranks share this process's processors.
+	cfg.cpus = max(1, runtime.GOMAXPROCS(0)/size)
 	const rootID = 0x10ca1
 	if err := g.emulate(cfg, rootID); err != nil {
 		return nil, err

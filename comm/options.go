@@ -34,6 +34,7 @@ type config struct {
 	streams          int
 	sockBuf          int
 	oversubscribed   bool // more local ranks than CPUs: waits do not poll
+	cpus             int  // the CPUs a rank may keep busy (algo.CPUPeers); 0: GOMAXPROCS
 	lazyRings        bool // shm rings are mapped as first touched (a communicator made by Shrink)
 	hostID           string
 	listenHost       string

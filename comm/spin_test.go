@@ -1,6 +1,9 @@
 package comm
 
-import "testing"
+import (
+	"runtime"
+	"testing"
+)
 
 func TestOversubscribed(t *testing.T) {
 	for _, c := range []struct {
@@ -11,6 +14,19 @@ func TestOversubscribed(t *testing.T) {
 	} {
 		if got := oversubscribed(c.local, c.cpus); got != c.want {
 			t.Errorf("oversubscribed(%d ranks, %d CPUs) = %v, want %v", c.local, c.cpus, got, c.want)
+		}
+	}
+}
+
+// A rank's CPUs are its share of its machine's, at least one and at most
+// its process's GOMAXPROCS.
+func TestRankCPUs(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(8))
+	for _, c := range []struct{ cpus, local, want int }{
+		{2, 1, 2}, {2, 2, 1}, {2, 4, 1}, {64, 8, 8}, {64, 2, 8}, {12, 5, 2}, {4, 0, 4},
+	} {
+		if got := rankCPUs(c.cpus, c.local); got != c.want {
+			t.Errorf("rankCPUs(%d CPUs, %d ranks) = %d, want %d", c.cpus, c.local, got, c.want)
 		}
 	}
 }

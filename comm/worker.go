@@ -286,7 +286,14 @@ type opPeers struct {
 	hdr transport.Header
 }
 
-var _ algo.EagerPeers = (*opPeers)(nil)
+var (
+	_ algo.EagerPeers = (*opPeers)(nil)
+	_ algo.CPUPeers   = (*opPeers)(nil)
+)
+
+// CPUs implements algo.CPUPeers: the rank's share of its machine's CPUs
+// (see rankCPUs).
+func (p *opPeers) CPUs() int { return p.c.cfg.cpus }
 
 func (p *opPeers) Rank() int { return p.c.rank }
 func (p *opPeers) Size() int { return p.c.size }

@@ -10,7 +10,8 @@ import (
 )
 
 // TestBlockingCallWakesNoWorker: a blocking call runs its operation on the
-// caller's goroutine and wakes no worker; an Async call wakes it. The
+// caller's goroutine and wakes no worker; neither does an Async call
+// waited for at once; one not waited for wakes it after its grace. The
 // worker is stopped first, so that nobody takes the wake-up token a push
 // would leave: a blocking call must complete on its own and leave none.
 func TestBlockingCallWakesNoWorker(t *testing.T) {
@@ -41,9 +42,27 @@ func TestBlockingCallWakesNoWorker(t *testing.T) {
 	if n := len(c.queue.wake); n != 0 {
 		t.Fatalf("a blocking barrier or group left %d wake-ups for the worker", n)
 	}
+	// Waited for at once: run by its caller, and the grace's end finds
+	// nothing queued.
+	if err := c.AllReduceAsync(ctx, Slice(x), Slice(x), Sum).Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * issueGrace)
+	if n := len(c.queue.wake); n != 0 {
+		t.Fatalf("an Async call waited for at once left %d wake-ups for the worker", n)
+	}
 	r := c.AllReduceAsync(ctx, Slice(x), Slice(x), Sum)
+	// Errors, not fatal, from here: the request must be waited for before
+	// Close, which waits for it.
+	if n := len(c.queue.wake); n != 0 {
+		t.Errorf("an Async call woke the worker at once (%d wake-ups), before its grace", n)
+	}
+	// Nobody waits for it: the worker is woken once the grace is over.
+	for end := time.Now().Add(5 * time.Second); len(c.queue.wake) == 0 && time.Now().Before(end); {
+		time.Sleep(issueGrace)
+	}
 	if n := len(c.queue.wake); n != 1 {
-		t.Fatalf("an Async call left %d wake-ups for the worker, want 1", n)
+		t.Errorf("%d wake-ups for the worker after the Async call's grace, want 1", n)
 	}
 	// Without a worker it runs when its caller waits for it.
 	if err := r.Wait(ctx); err != nil {
@@ -169,4 +188,34 @@ func TestScheduleContext(t *testing.T) {
 type uncomparableCtx struct {
 	context.Context
 	tags []string
+}
+
+// TestAsyncRunsUnwaited: an operation issued with an Async call runs
+// without its caller waiting, testing or selecting on anything but Done:
+// the worker is woken for it once the issue's grace is over.
+func TestAsyncRunsUnwaited(t *testing.T) {
+	comms, err := NewLocal(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range comms {
+		defer c.Close()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	xs := [][]float32{{1, 2}, {10, 20}}
+	reqs := make([]*Request, 2)
+	for r, c := range comms {
+		reqs[r] = c.AllReduceAsync(ctx, Slice(xs[r]), Slice(xs[r]), Sum)
+	}
+	for r, req := range reqs {
+		select {
+		case <-req.Done():
+		case <-ctx.Done():
+			t.Fatalf("rank %d: the unwaited AllReduce did not complete", r)
+		}
+		if err := req.Wait(ctx); err != nil || xs[r][0] != 11 || xs[r][1] != 22 {
+			t.Fatalf("rank %d: %v, %v; want [11 22]", r, err, xs[r])
+		}
+	}
 }

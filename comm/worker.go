@@ -132,6 +132,8 @@ func (c *Communicator) help(r *Request) {
 		// Left to the worker, which holds exec or was not woken for
 		// them.
 		q.kick()
+	} else {
+		q.cancelGrace()
 	}
 }
 

@@ -35,7 +35,9 @@ median gap between the end of one operation and the start of the next
 (what a call costs above occl: Python, torch.distributed, the backend and
 the C ABI), measured in the same run, so that the Python layer's cost is
 seen apart from the machine's drift between runs. --ops limits the
-operations (e.g. --ops broadcast alltoall).
+operations (e.g. --ops broadcast alltoall). Every rank is bound to its
+share of the CPUs, as mpirun binds its ranks; --bind 0 leaves them unbound,
+as torchrun does.
 """
 
 import argparse
@@ -165,11 +167,12 @@ def measure(args):
                         for sweep in sweeps:
                             if impl == "occl-bench":
                                 # Blocking, one call at a time, as torch.distributed's calls are.
-                                cmd = [bench, "-np", str(np_), "-op", op, "-json", "-c", "1", "-z", "1"] + sweep
+                                cmd = [bench, "-np", str(np_), "-op", op, "-json", "-c", "1", "-z", "1",
+                                       "-affinity=%s" % ("true" if args.bind else "false")] + sweep
                             else:
                                 cmd = [sys.executable, os.path.join(HERE, "gloo_bench.py"), "-backend",
                                        "occl" if impl == "occl-torch" else "gloo", "-np", str(np_), "-op", op,
-                                       "-json", "-c", "1"] + sweep
+                                       "-json", "-c", "1", "-bind", str(args.bind)] + sweep
                             rows += run(cmd, out, meta, op if impl == "occl-torch" else None)
                         print("round %d np %d %-10s %-10s %d sizes" % (rnd, np_, op, impl, len(rows)), file=sys.stderr, flush=True)
     return path
@@ -225,6 +228,9 @@ def main():
     ap.add_argument("--out", help="JSON lines file (default bench/results/torch-compare-<date>.jsonl)")
     ap.add_argument("--table", help="print the table of an existing file and exit")
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--bind", type=int, default=1, choices=(0, 1),
+                    help="1 (default): bind every rank to its share of the CPUs, as occl-bench and mpirun do; "
+                         "0: leave the processes unbound, as torchrun does")
     a = ap.parse_args()
     if a.table:
         table(a.table, a.markdown)

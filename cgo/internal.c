@@ -46,16 +46,9 @@ HIDDEN uint64_t occlInternalHandleCap(void) {
   return handle_cap;
 }
 
-// occlInternalHandle returns the handle of id (1 <= id <= cap).
-HIDDEN void* occlInternalHandle(uint64_t id) {
-  pthread_once(&handle_once, handle_init);
-  if (handle_base == 0 || id == 0 || id > handle_cap) return NULL;
-  return (void*)(handle_base + 8 * id);
-}
-
 // occlInternalHandleBase returns the address the handle range starts at (0
-// if it could not be reserved). Go finds a handle's id from it without a
-// call into C (see handleID).
+// if it could not be reserved). Go makes a handle from it (base + 8*id, see
+// newID) and finds a handle's id (see handleID) without a call into C.
 HIDDEN uintptr_t occlInternalHandleBase(void) {
   pthread_once(&handle_once, handle_init);
   return handle_base;

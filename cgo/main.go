@@ -154,10 +154,12 @@ var table = struct {
 }{comms: map[uint64]*commEntry{}, reqs: map[uint64]*reqEntry{}}
 
 // newID returns an unused handle id and its handle, or 0 if the handle range
-// could not be reserved. Called with table locked.
+// could not be reserved. Called with table locked. The handle is computed
+// here, as internal.c does (base + 8*id), from the range read once: two
+// calls into C per Async call cost more than the rest of the table's work.
 func newID() (uint64, unsafe.Pointer) {
-	limit := uint64(C.occlInternalHandleCap())
-	if limit == 0 {
+	base, limit := handles()
+	if base == 0 || limit == 0 {
 		return 0, nil
 	}
 	for tries := uint64(0); tries < limit; tries++ {
@@ -167,7 +169,7 @@ func newID() (uint64, unsafe.Pointer) {
 		}
 		id := table.next
 		if table.comms[id] == nil && table.reqs[id] == nil {
-			return id, C.occlInternalHandle(C.uint64_t(id))
+			return id, pointer(base + 8*uintptr(id))
 		}
 	}
 	return 0, nil

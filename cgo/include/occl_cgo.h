@@ -25,7 +25,6 @@ typedef const int* occlInternalConstInts;
 /* Defined in cgo/internal.c, hidden: liboccl.so does not export them. */
 #define OCCL_INTERNAL __attribute__((visibility("hidden")))
 OCCL_INTERNAL uint64_t occlInternalHandleCap(void);
-OCCL_INTERNAL void* occlInternalHandle(uint64_t id);
 OCCL_INTERNAL uintptr_t occlInternalHandleBase(void);
 OCCL_INTERNAL void occlInternalSetThreadError(const char* msg, size_t n);
 OCCL_INTERNAL const char* occlInternalThreadError(void);

@@ -326,15 +326,21 @@ func (c *Communicator) post(ctx context.Context, name string, hdr transport.Head
 }
 
 // issue queues r, made by post (or built by an operation that sets more
-// of it), has the worker woken for it after issueGrace (see kickSoon), and
-// returns r. A request completed already (failedRequest) is returned as it
-// is.
+// of it), has the worker woken for it (after issueGrace if r is alone in
+// the queue, see kickSoon), and returns r. A request completed already
+// (failedRequest) is returned as it is.
 func (c *Communicator) issue(r *Request) *Request {
 	if r.finished.Load() {
 		return r
 	}
 	c.enqueue(r)
-	c.queue.kickSoon()
+	if q := &c.queue; q.length.Load() > 1 {
+		// Behind others: its caller cannot run it (help runs the head
+		// only), the worker must.
+		q.kick()
+	} else {
+		q.kickSoon()
+	}
 	return r
 }
 

@@ -39,9 +39,11 @@
  * complete in the order they were issued, so completion of a request implies
  * completion of every earlier one on the same communicator. Operations
  * progress on the library's own threads: the caller may compute between the
- * call and occlWait without calling into the library. A request not waited
- * for or tested within 20 microseconds of its call starts then on those
- * threads; one waited for sooner runs on the waiting thread.
+ * call and occlWait without calling into the library. A request alone in
+ * its communicator's queue and not waited for or tested within 20
+ * microseconds of its call starts then on those threads (one queued behind
+ * others, when they are done); one waited for sooner runs on the waiting
+ * thread.
  *
  * THREAD SAFETY
  *

@@ -350,18 +350,25 @@ func (b *tcpBootstrap) placeProcess() {
 	if b.cfg.oversubscribed = oversubscribed(localSize, topo.OnlineCPUs()); b.cfg.oversubscribed {
 		b.log.Info("occl: more local ranks than CPUs; waits do not poll", "local_size", localSize)
 	}
-	b.cfg.cpus = rankCPUs(topo.OnlineCPUs(), localSize)
+	b.cfg.cpus = rankCPUs(topo.OnlineCPUs(), localSize, b.cfg.cpus)
 }
 
 // rankCPUs returns the CPUs a rank may keep busy when localSize ranks
 // share a machine of cpus CPUs (each in its own process), at least 1 and
-// at most this process's GOMAXPROCS. A rank's schedules send from a helper
+// at most this process's GOMAXPROCS and atMost (0: no bound). A
+// communicator made from another (Split, Shrink, Grow) passes its parent's
+// share as atMost: a Split's ranks on a machine are fewer than the
+// processes running there. A rank's schedules send from a helper
 // goroutine while they receive only when it is more than one: else the
 // helper takes a CPU from another rank of the machine (a 1 MiB AllReduce
 // of two ranks on two CPUs, each process at GOMAXPROCS 2, took twice as
 // long with helpers as inline).
-func rankCPUs(cpus, localSize int) int {
-	return max(1, min(runtime.GOMAXPROCS(0), cpus/max(localSize, 1)))
+func rankCPUs(cpus, localSize, atMost int) int {
+	n := min(runtime.GOMAXPROCS(0), cpus/max(localSize, 1))
+	if atMost > 0 {
+		n = min(n, atMost)
+	}
+	return max(1, n)
 }
 
 // connect opens the data connections to every other rank, with the

@@ -93,7 +93,7 @@ func (q *opQueue) init() {
 // it at once made it take the request from under its caller, who then
 // slept until the worker was done, and on a machine with as many ranks as
 // CPUs the woken threads took the CPUs the ranks needed (torch.distributed
-// at 2 processes on 2 CPUs, not bound, 8 B all_reduce: 5.8-6.6 us per
+// at 2 processes on 2 CPUs, not bound, 8 B all_reduce: 5.8-7.2 us per
 // call, 2.9-3.8 with the grace). A request its caller does not wait for
 // starts at most this much later, while the caller computes.
 const issueGrace = 20 * time.Microsecond

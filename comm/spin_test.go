@@ -22,11 +22,13 @@ func TestOversubscribed(t *testing.T) {
 // its process's GOMAXPROCS.
 func TestRankCPUs(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(8))
-	for _, c := range []struct{ cpus, local, want int }{
-		{2, 1, 2}, {2, 2, 1}, {2, 4, 1}, {64, 8, 8}, {64, 2, 8}, {12, 5, 2}, {4, 0, 4},
+	for _, c := range []struct{ cpus, local, atMost, want int }{
+		{2, 1, 0, 2}, {2, 2, 0, 1}, {2, 4, 0, 1}, {64, 8, 0, 8}, {64, 2, 0, 8}, {12, 5, 0, 2}, {4, 0, 0, 4},
+		// A Split's group of one rank per machine keeps its parent's share.
+		{64, 1, 8, 8}, {64, 1, 2, 2}, {2, 1, 1, 1}, {64, 16, 8, 4},
 	} {
-		if got := rankCPUs(c.cpus, c.local); got != c.want {
-			t.Errorf("rankCPUs(%d CPUs, %d ranks) = %d, want %d", c.cpus, c.local, got, c.want)
+		if got := rankCPUs(c.cpus, c.local, c.atMost); got != c.want {
+			t.Errorf("rankCPUs(%d CPUs, %d ranks, at most %d) = %d, want %d", c.cpus, c.local, c.atMost, got, c.want)
 		}
 	}
 }

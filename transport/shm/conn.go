@@ -205,6 +205,15 @@ func (c *Conn) Send(ctx context.Context, h transport.Header, payload []byte) err
 		return c.peerErr(errPeerClosedSend)
 	}
 	h.Len = uint64(len(payload))
+	if off, ok := c.room(len(payload)); ok {
+		// A small frame that fits before the ring's end: written in
+		// place, in one piece.
+		h.Encode(c.out.data[off : off+transport.HeaderSize])
+		copy(c.out.data[off+transport.HeaderSize:], payload)
+		c.tail += uint64(transport.HeaderSize + len(payload))
+		c.publishTail()
+		return nil
+	}
 	h.Encode(c.shdr[:])
 	if err := c.put(ctx, c.shdr[:]); err != nil {
 		return err
@@ -227,6 +236,23 @@ func (c *Conn) Recv(ctx context.Context, want transport.Header, buf []byte) erro
 	if c.closed.Load() {
 		return transport.ErrClosed
 	}
+	want.Len = uint64(len(buf))
+	if off, ok := c.frameAt(len(buf)); ok {
+		// A small frame, all there and in one piece: checked and
+		// copied out in place.
+		var got transport.Header
+		if err := got.Decode(c.in.data[off : off+transport.HeaderSize]); err != nil {
+			return err
+		}
+		if err := transport.Check(&got, &want); err != nil {
+			return err
+		}
+		start := off + transport.HeaderSize
+		copy(buf, c.in.data[start:start+uint64(len(buf))])
+		c.head += uint64(transport.HeaderSize + len(buf))
+		c.publishHead()
+		return nil
+	}
 	if err := c.get(ctx, c.rhdr[:]); err != nil {
 		return err
 	}
@@ -234,7 +260,6 @@ func (c *Conn) Recv(ctx context.Context, want transport.Header, buf []byte) erro
 	if err := got.Decode(c.rhdr[:]); err != nil {
 		return err
 	}
-	want.Len = uint64(len(buf))
 	if err := transport.Check(&got, &want); err != nil {
 		return err
 	}
@@ -248,6 +273,63 @@ func (c *Conn) Recv(ctx context.Context, want transport.Header, buf []byte) erro
 	}
 	c.publishHead()
 	return nil
+}
+
+// smallFrame is the largest frame, header and payload, that Send writes
+// and Recv reads in one piece straight in the ring: the header encoded
+// into the ring and decoded from it rather than staged, no copy loop, and
+// a receiver that finds the frame there within its first polls takes it
+// without entering the general wait. A small operation's time is mostly
+// the work around its frames (BenchmarkTwoProcessesLatency, one way, both
+// cores fast: 8 B 157-170 ns through the general path, 135-152 in one
+// piece; 1 KiB 222 -> 195).
+const smallFrame = 4 << 10
+
+// room returns where in the out ring a frame with a payload of n bytes
+// goes if it is small (see smallFrame), is not sent by descriptor, and
+// fits in one piece before the ring's end in the space free now. Where it
+// does not, the general path writes it, waiting for space as needed.
+func (c *Conn) room(n int) (uint64, bool) {
+	size := uint64(transport.HeaderSize + n)
+	if size > smallFrame || c.cmaOut && n >= c.cmaOutMin {
+		return 0, false
+	}
+	r := &c.out
+	off := c.tail & r.mask
+	if off+size > r.cap {
+		return 0, false
+	}
+	if r.cap-(c.tail-c.headC) < size {
+		if c.loadHead() != nil || r.cap-(c.tail-c.headC) < size {
+			// An error shows again on the general path.
+			return 0, false
+		}
+	}
+	return off, true
+}
+
+// frameAt returns where the next frame starts in the in ring if a small
+// frame with a payload of n bytes (see smallFrame), not sent by
+// descriptor, lies there in one piece, all published, within spinTight
+// looks at the producer's tail. Otherwise (not yet there, larger, sent by
+// descriptor, wrapping around the ring's end, a corrupt tail) the general
+// path reads it, waiting as needed, and reports what is wrong with it.
+func (c *Conn) frameAt(n int) (uint64, bool) {
+	size := uint64(transport.HeaderSize + n)
+	if size > smallFrame || c.cmaIn && n >= c.cmaInMin {
+		return 0, false
+	}
+	r := &c.in
+	off := c.head & r.mask
+	if off+size > r.cap {
+		return 0, false
+	}
+	for i := 0; c.tailC-c.head < size; i++ {
+		if i == spinTight || c.loadTail() != nil {
+			return 0, false
+		}
+	}
+	return off, true
 }
 
 // put copies p into the out ring, waiting for space as needed, and

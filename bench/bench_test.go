@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -149,4 +150,55 @@ func issueFor(dt algo.DType) Issue {
 		return AsyncWait
 	}
 	return Batch
+}
+
+// TestWarmupTime runs a size whose warm-up iterations take less than
+// WarmupTime: the warm-up goes on until it has passed, and the ranks run
+// the same number of extra iterations even when they ask for different
+// numbers (here rank 0 wants 60 ms of warm-up, rank 1 none beyond -w).
+func TestWarmupTime(t *testing.T) {
+	comms, err := comm.NewLocal(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, c := range comms {
+			c.Close()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	errs := make([]error, 2)
+	took := make([]time.Duration, 2)
+	var wg sync.WaitGroup
+	for r, c := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cfg := Config{Op: AllReduce, DType: algo.Float32, RedOp: algo.Sum, Iters: 2, Warmup: 2, Check: true, Issue: Batch}
+			if r == 0 {
+				cfg.WarmupTime = 60 * time.Millisecond
+			}
+			run, err := NewRunner(c, cfg, 64)
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			start := time.Now()
+			var res Result
+			if res, errs[r] = run.Run(ctx, 64); errs[r] == nil && (res.Wrong != 0 || res.InPlaceWrong != 0) {
+				errs[r] = fmt.Errorf("%d wrong out of place, %d in place", res.Wrong, res.InPlaceWrong)
+			}
+			took[r] = time.Since(start)
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+		if took[r] < 60*time.Millisecond {
+			t.Errorf("rank %d: the size took %v, less than rank 0's warm-up time", r, took[r])
+		}
+	}
 }

@@ -45,7 +45,8 @@ iterations (warmup) scaled to the size:
     64 KiB, 1 MiB                  300 (30)
     16 MiB, 64 MiB                  16 (4)
 
-and every command runs --repeat 3 rounds. Rounds are interleaved: round 1 of
+(every warm-up lasting at least 20 ms, in all three programs), and every
+command runs --repeat 3 rounds. Rounds are interleaved: round 1 of
 every case, then round 2, ...; within a case the five implementations run
 back to back, in an order that rotates from round to round, so a noisy
 moment of the machine hits all columns of a point alike. The tables show the

@@ -140,6 +140,10 @@ def build_parser():
                    help="add this to the size when -f is 1")
     p.add_argument("-n", dest="iters", type=int, default=20, help="timed iterations per size")
     p.add_argument("-w", dest="warmup", type=int, default=5, help="warm-up iterations per size")
+    p.add_argument("-t", dest="warmup_ms", type=float, default=20,
+                   help="least time in milliseconds the warm-up of each size lasts: more "
+                   "warm-up iterations follow -w's, as many on every rank, if they take less "
+                   "(0: -w alone), as occl-bench's -warmup-time")
     p.add_argument("-d", dest="dtype", default="float32",
                    choices=("float32", "float64", "int32", "int64"))
     p.add_argument("-o", dest="redop", default="sum", choices=("sum", "prod", "max", "min"))
@@ -451,8 +455,17 @@ def run_rank(args):
             continue
         run, fill, wrong = make_case(pc)
         try:
+            w0 = time.perf_counter()
             for _ in range(args.warmup):
                 run()
+            if args.warmup > 0 and args.warmup_ms > 0:
+                took = time.perf_counter() - w0
+                left = args.warmup_ms / 1e3 - took
+                more = int(left / max(took / args.warmup, 1e-9)) + 1 if left > 0 else 0
+                t = torch.tensor([more], dtype=torch.int64)
+                dist.all_reduce(t, op=dist.ReduceOp.MAX)
+                for _ in range(int(t[0])):
+                    run()
             if args.warmup == 0:
                 run()  # surface "unsupported" before timing
         except Unsupported as e:

@@ -17,6 +17,10 @@
  *   -b MIN -e MAX   sizes in bytes, K/M/G suffixes (powers of 1024)
  *   -f FACTOR       multiply the size by FACTOR (> 1); -i STEP adds STEP if -f is 1
  *   -n ITERS -w WARMUP   timed and warm-up iterations per size
+ *   -t MS           least time in milliseconds the warm-up of each size lasts
+ *                   (default 20; more warm-up iterations follow -w's, as many
+ *                   on every rank, if they take less; 0: -w alone), as
+ *                   occl-bench's -warmup-time
  *   -c 0|1          check the results of one extra iteration per size
  *   -d float32|float64|int32|int64   -o sum|prod|max|min   -r ROOT
  *   -transport LABEL  value of the "transport" field; by default it is derived
@@ -89,6 +93,7 @@ struct options {
     size_t minbytes, maxbytes, stepbytes;
     long stepfactor;
     int iters, warmup, check, root;
+    double warmup_ms;
     const struct dtype_info *dt;
     const char *redop_name;
     MPI_Op redop;
@@ -124,7 +129,7 @@ static void usage(void)
     if (rank == 0)
         fprintf(stderr,
                 "usage: mpi_bench -op OP [-b MIN] [-e MAX] [-f FACTOR] [-i STEP] [-n ITERS]\n"
-                "                 [-w WARMUP] [-c 0|1] [-d TYPE] [-o REDOP] [-r ROOT]\n"
+                "                 [-w WARMUP] [-t MS] [-c 0|1] [-d TYPE] [-o REDOP] [-r ROOT]\n"
                 "                 [-transport LABEL] [-json]\n"
                 "  OP: allreduce allgather alltoall reducescatter broadcast reduce\n");
 }
@@ -138,6 +143,7 @@ static void parse_args(int argc, char **argv, struct options *o)
     o->stepfactor = 2;
     o->iters = 20;
     o->warmup = 5;
+    o->warmup_ms = 20;
     o->check = 0;
     o->root = 0;
     o->dt = &dtypes[0];
@@ -175,6 +181,8 @@ static void parse_args(int argc, char **argv, struct options *o)
             o->iters = atoi(v);
         } else if (strcmp(a, "-w") == 0) {
             o->warmup = atoi(v);
+        } else if (strcmp(a, "-t") == 0) {
+            o->warmup_ms = atof(v);
         } else if (strcmp(a, "-c") == 0) {
             o->check = atoi(v);
         } else if (strcmp(a, "-r") == 0) {
@@ -411,7 +419,17 @@ int main(int argc, char **argv)
         fill(&o, send, ns, rank, 0);
         if (nr) memset(recv, 0, nr * elt);
 
+        double w0 = MPI_Wtime();
         for (int i = 0; i < o.warmup; i++) run_once(&o, send, recv, pc);
+        if (o.warmup > 0 && o.warmup_ms > 0) {
+            /* As many more as the time left needs at their pace, the same
+             * number on every rank. */
+            double took = MPI_Wtime() - w0, left = o.warmup_ms / 1e3 - took;
+            long long more = 0, most;
+            if (left > 0) more = (long long)(left / (took > 0 ? took / o.warmup : 1e-9)) + 1;
+            MPI_Allreduce(&more, &most, 1, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+            for (long long i = 0; i < most; i++) run_once(&o, send, recv, pc);
+        }
         MPI_Barrier(MPI_COMM_WORLD);
         double t0 = MPI_Wtime();
         for (int i = 0; i < o.iters; i++) run_once(&o, send, recv, pc);

@@ -31,7 +31,12 @@
 // A frame is the 56-byte transport.Header encoded with Encode followed by
 // the payload, written as one byte stream that wraps around the end of the
 // data area; a frame larger than the ring simply streams through it while
-// the consumer drains it.
+// the consumer drains it. A small frame (at most 4 KiB with its header)
+// that fits before the end of the data area and in the space free is
+// encoded in place and published with one store of tail; the consumer,
+// once tail covers all of it, decodes and checks its header in place and
+// copies its payload out, without staging the header or entering the
+// general copy loop.
 //
 // # Memory ordering
 //

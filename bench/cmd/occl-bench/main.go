@@ -65,6 +65,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		factor    = fs.Int("f", 2, "multiplication factor between sizes")
 		iters     = fs.Int("n", 20, "timed iterations per size (-op recover: trials, default 30)")
 		warmup    = fs.Int("w", 5, "warmup iterations per size")
+		warmTime  = fs.Duration("warmup-time", 20*time.Millisecond, "least time the warm-up of each size lasts (more warm-up iterations follow -w's if they take less; 0: -w alone)")
 		check     = fs.Int("c", 1, "check results (1) or not (0)")
 		issue     = fs.Int("z", 0, "0: issue a size's iterations with Async calls, then wait for the last; 1: run each operation with the blocking call before issuing the next; 2: issue each operation with its Async call and wait for it before issuing the next (as torch.distributed and the C ABI's callers do)")
 		dtName    = fs.String("d", "float", "data type: float, double, half, bfloat16, int8, uint8, int32, uint32, int64, uint64")
@@ -227,7 +228,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if op == bench.Reconfig {
 		return runReconfig(ctx, c, *iters, *warmup, *check != 0, *swDelay, *ocsAddr, *jsonOut, stdout, fail)
 	}
-	cfg := bench.Config{Op: op, DType: dt, RedOp: red, Root: *root, Iters: *iters, Warmup: *warmup, Check: *check != 0, Issue: bench.Issue(*issue)}
+	cfg := bench.Config{Op: op, DType: dt, RedOp: red, Root: *root, Iters: *iters, Warmup: *warmup, WarmupTime: *warmTime, Check: *check != 0, Issue: bench.Issue(*issue)}
 	if op == bench.AllToAllV {
 		cfg.Demand = demand
 	}

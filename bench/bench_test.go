@@ -12,6 +12,7 @@ import (
 
 	"github.com/occl/occl/algo"
 	"github.com/occl/occl/comm"
+	"github.com/occl/occl/internal/commtest"
 )
 
 func TestSizes(t *testing.T) {
@@ -157,15 +158,7 @@ func issueFor(dt algo.DType) Issue {
 // the same number of extra iterations even when they ask for different
 // numbers (here rank 0 wants 60 ms of warm-up, rank 1 none beyond -w).
 func TestWarmupTime(t *testing.T) {
-	comms, err := comm.NewLocal(2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		for _, c := range comms {
-			c.Close()
-		}
-	}()
+	comms := commtest.Local(t, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	errs := make([]error, 2)

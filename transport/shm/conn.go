@@ -285,18 +285,23 @@ func (c *Conn) Recv(ctx context.Context, want transport.Header, buf []byte) erro
 // piece; 1 KiB 222 -> 195).
 const smallFrame = 4 << 10
 
-// room returns where in the out ring a frame with a payload of n bytes
-// goes if it is small (see smallFrame), is not sent by descriptor, and
-// fits in one piece before the ring's end in the space free now. Where it
-// does not, the general path writes it, waiting for space as needed.
+// smallSlot returns where a frame with a payload of n bytes that starts at
+// stream position pos lies in r, and its size; ok if the frame is small
+// (see smallFrame), does not travel by descriptor (desc: the direction's
+// rule applies to n) and lies in one piece before the ring's end.
+func smallSlot(r *ring, pos uint64, n int, desc bool) (off, size uint64, ok bool) {
+	size = uint64(transport.HeaderSize + n)
+	off = pos & r.mask
+	return off, size, size <= smallFrame && !desc && off+size <= r.cap
+}
+
+// room returns where in the out ring a small frame with a payload of n
+// bytes goes (see smallSlot) if the space free now holds it. Otherwise
+// the general path writes the frame, waiting for space as needed.
 func (c *Conn) room(n int) (uint64, bool) {
-	size := uint64(transport.HeaderSize + n)
-	if size > smallFrame || c.cmaOut && n >= c.cmaOutMin {
-		return 0, false
-	}
 	r := &c.out
-	off := c.tail & r.mask
-	if off+size > r.cap {
+	off, size, ok := smallSlot(r, c.tail, n, c.cmaOut && n >= c.cmaOutMin)
+	if !ok {
 		return 0, false
 	}
 	if r.cap-(c.tail-c.headC) < size {
@@ -308,20 +313,15 @@ func (c *Conn) room(n int) (uint64, bool) {
 	return off, true
 }
 
-// frameAt returns where the next frame starts in the in ring if a small
-// frame with a payload of n bytes (see smallFrame), not sent by
-// descriptor, lies there in one piece, all published, within spinTight
-// looks at the producer's tail. Otherwise (not yet there, larger, sent by
-// descriptor, wrapping around the ring's end, a corrupt tail) the general
-// path reads it, waiting as needed, and reports what is wrong with it.
+// frameAt returns where the next frame starts in the in ring if it is a
+// small frame with a payload of n bytes (see smallSlot), all published,
+// within spinTight looks at the producer's tail. Otherwise (not yet there,
+// larger, sent by descriptor, wrapping around the ring's end, a corrupt
+// tail) the general path reads it, waiting as needed, and reports what is
+// wrong with it.
 func (c *Conn) frameAt(n int) (uint64, bool) {
-	size := uint64(transport.HeaderSize + n)
-	if size > smallFrame || c.cmaIn && n >= c.cmaInMin {
-		return 0, false
-	}
-	r := &c.in
-	off := c.head & r.mask
-	if off+size > r.cap {
+	off, size, ok := smallSlot(&c.in, c.head, n, c.cmaIn && n >= c.cmaInMin)
+	if !ok {
 		return 0, false
 	}
 	for i := 0; c.tailC-c.head < size; i++ {

@@ -237,7 +237,9 @@ func (c *Conn) Recv(ctx context.Context, want transport.Header, buf []byte) erro
 		return transport.ErrClosed
 	}
 	want.Len = uint64(len(buf))
-	if off, ok := c.frameAt(len(buf)); ok {
+	if off, ok, err := c.frameAt(ctx, len(buf)); err != nil {
+		return err
+	} else if ok {
 		// A small frame, all there and in one piece: checked and
 		// copied out in place.
 		var got transport.Header
@@ -277,12 +279,8 @@ func (c *Conn) Recv(ctx context.Context, want transport.Header, buf []byte) erro
 
 // smallFrame is the largest frame, header and payload, that Send writes
 // and Recv reads in one piece straight in the ring: the header encoded
-// into the ring and decoded from it rather than staged, no copy loop, and
-// a receiver that finds the frame there within its first polls takes it
-// without entering the general wait. A small operation's time is mostly
-// the work around its frames (BenchmarkTwoProcessesLatency, one way, both
-// cores fast: 8 B 157-170 ns through the general path, 135-152 in one
-// piece; 1 KiB 222 -> 195).
+// into the ring and decoded from it rather than staged, and no copy loop.
+// A small operation's time is mostly the work around its frames.
 const smallFrame = 4 << 10
 
 // smallSlot returns where a frame with a payload of n bytes that starts at
@@ -314,22 +312,29 @@ func (c *Conn) room(n int) (uint64, bool) {
 }
 
 // frameAt returns where the next frame starts in the in ring if it is a
-// small frame with a payload of n bytes (see smallSlot), all published,
-// within spinTight looks at the producer's tail. Otherwise (not yet there,
-// larger, sent by descriptor, wrapping around the ring's end, a corrupt
-// tail) the general path reads it, waiting as needed, and reports what is
-// wrong with it.
-func (c *Conn) frameAt(n int) (uint64, bool) {
+// small frame with a payload of n bytes (see smallSlot) and all of it is
+// there, waiting for the producer to publish anything as the general path
+// does. A small frame is published by one store of the tail unless the
+// ring was full while it was written; when fewer bytes are there (that
+// case, or a larger frame being streamed: a mismatch), or the frame is not
+// small, the general path reads it and reports what is wrong with it.
+func (c *Conn) frameAt(ctx context.Context, n int) (uint64, bool, error) {
 	off, size, ok := smallSlot(&c.in, c.head, n, c.cmaIn && n >= c.cmaInMin)
 	if !ok {
-		return 0, false
+		return 0, false, nil
 	}
-	for i := 0; c.tailC-c.head < size; i++ {
-		if i == spinTight || c.loadTail() != nil {
-			return 0, false
+	if c.tailC == c.head {
+		if err := c.loadTail(); err != nil {
+			return 0, false, err
 		}
 	}
-	return off, true
+	if c.tailC == c.head {
+		c.publishHead()
+		if err := c.wait(ctx, forData); err != nil {
+			return 0, false, err
+		}
+	}
+	return off, c.tailC-c.head >= size, nil
 }
 
 // put copies p into the out ring, waiting for space as needed, and

@@ -22,7 +22,8 @@ type Config struct {
 	Check  bool // verify one more run of each size against the reference
 	// WarmupTime is the least time the warm-up of each size lasts (when
 	// Warmup is not 0): if Warmup iterations take less, more follow, as
-	// many on every rank, at their pace. A process that was idle until
+	// many on every rank (agreed by one untimed AllReduce of the count,
+	// which every rank runs whatever its own WarmupTime), at their pace. A process that was idle until
 	// then (as after the bootstrap) runs its first milliseconds slower:
 	// 5500 8 B AllReduces at 2 processes after 500 of warm-up took 0.30-0.67
 	// us each, 0.27 after 20 ms of busy CPU, where Open MPI's processes come

@@ -63,11 +63,17 @@ func TestSelfTest(t *testing.T) {
 	}
 }
 
-// runTorch runs a script across np processes the way torchrun sets up
-// torch.distributed, and returns their output.
+// torchJob is a script across np processes the way torchrun sets up
+// torch.distributed.
+func torchJob(python string, np int, args ...string) pyvenv.Job {
+	return pyvenv.Job{Python: python, NP: np, Args: args, Env: pyEnv(), Limit: 5 * time.Minute}
+}
+
+// runTorch runs torchJob's job and returns its output; call it from the
+// test's goroutine.
 func runTorch(t *testing.T, python string, np int, args ...string) string {
 	t.Helper()
-	return pyvenv.Job{Python: python, NP: np, Args: args, Env: pyEnv(), Limit: 5 * time.Minute}.MustRun(t)
+	return torchJob(python, np, args...).MustRun(t)
 }
 
 type result struct {
@@ -115,21 +121,26 @@ func TestDDPMatchesGloo(t *testing.T) {
 	python := venv.Python(t)
 	dir := t.TempDir()
 	occlOut, glooOut, localOut := filepath.Join(dir, "occl.json"), filepath.Join(dir, "gloo.json"), filepath.Join(dir, "local.json")
+	jobs := [3]pyvenv.Job{
+		torchJob(python, 4, "ddp_train.py", "--backend", "occl", "--out", occlOut),
+		torchJob(python, 4, "ddp_train.py", "--backend", "gloo", "--out", glooOut),
+		torchJob(python, 1, "ddp_train.py", "--backend", "local", "--out", localOut),
+	}
 	var logs [3]string
+	var errs [3]error
 	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		logs[1] = runTorch(t, python, 4, "ddp_train.py", "--backend", "gloo", "--out", glooOut)
-	}()
-	go func() {
-		defer wg.Done()
-		logs[2] = runTorch(t, python, 1, "ddp_train.py", "--backend", "local", "--out", localOut)
-	}()
-	logs[0] = runTorch(t, python, 4, "ddp_train.py", "--backend", "occl", "--out", occlOut)
+	for i, j := range jobs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			logs[i], errs[i] = j.Output(t)
+		}()
+	}
 	wg.Wait()
-	if t.Failed() {
-		return
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 	t.Logf("\n%s%s%s", logs[0], logs[1], logs[2])
 	o, g, l := load(t, occlOut), load(t, glooOut), load(t, localOut)

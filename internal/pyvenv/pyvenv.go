@@ -128,17 +128,49 @@ type Job struct {
 	KeepGoing bool
 }
 
-// Run runs the job and returns each rank's output and error.
+// portTries is how many times Run starts a job whose rank 0 found its
+// MASTER_PORT taken.
+const portTries = 3
+
+// Run runs the job and returns each rank's output and error. It may be
+// called from any goroutine. The port is free when chosen, but another
+// process may take it before rank 0's store binds it (tests run in
+// parallel, and their connections take ports too): a job whose rank 0
+// reports the address in use runs again on another port.
 func (j Job) Run(t testing.TB) (outs []string, errs []error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), j.Limit)
 	defer cancel()
+	for try := 1; ; try++ {
+		port, err := freePort()
+		if err != nil {
+			errs = make([]error, j.NP)
+			for r := range errs {
+				errs[r] = err
+			}
+			return make([]string, j.NP), errs
+		}
+		outs, errs = j.runOn(ctx, port)
+		if try == portTries || errs[0] == nil || !strings.Contains(outs[0], "Address already in use") || ctx.Err() != nil {
+			return outs, errs
+		}
+	}
+}
+
+// freePort returns a TCP port on 127.0.0.1 that is free now.
+func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		return 0, err
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// runOn runs the job's processes with MASTER_PORT=port.
+func (j Job) runOn(ctx context.Context, port int) (outs []string, errs []error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	outs, errs = make([]string, j.NP), make([]error, j.NP)
 	var wg sync.WaitGroup
 	for r := range j.NP {
@@ -161,16 +193,28 @@ func (j Job) Run(t testing.TB) (outs []string, errs []error) {
 	return outs, errs
 }
 
-// MustRun runs the job, fails t if a rank failed, and returns every rank's
-// output, concatenated.
-func (j Job) MustRun(t testing.TB) string {
+// Output runs the job and returns every rank's output, concatenated, and
+// an error naming the first rank that failed. It may be called from any
+// goroutine.
+func (j Job) Output(t testing.TB) (string, error) {
 	t.Helper()
 	outs, errs := j.Run(t)
 	all := strings.Join(outs, "")
 	for r, err := range errs {
 		if err != nil {
-			t.Fatalf("%v: rank %d: %v\n%s", j.Args, r, err, all)
+			return all, fmt.Errorf("%v: rank %d: %v\n%s", j.Args, r, err, all)
 		}
+	}
+	return all, nil
+}
+
+// MustRun runs the job, fails t if a rank failed, and returns every rank's
+// output, concatenated. Call it from the test's goroutine (see Output).
+func (j Job) MustRun(t testing.TB) string {
+	t.Helper()
+	all, err := j.Output(t)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return all
 }

@@ -47,7 +47,9 @@ func TestRunKeepsOtherFailures(t *testing.T) {
 	if err := os.WriteFile(script, []byte("#!/bin/sh\necho x >> "+runs+"\necho boom; exit 3\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := (Job{Python: script, NP: 2, Limit: 30 * time.Second}).Output(t); err == nil || !strings.Contains(err.Error(), "boom") {
+	// KeepGoing: both ranks run to their end (by default the first to
+	// fail stops the other, maybe before it starts).
+	if _, err := (Job{Python: script, NP: 2, Limit: 30 * time.Second, KeepGoing: true}).Output(t); err == nil || !strings.Contains(err.Error(), "boom") {
 		t.Fatalf("err %v, want the rank's failure", err)
 	}
 	b, _ := os.ReadFile(runs)

@@ -152,6 +152,9 @@ func (c *Conn) sendDesc(ctx context.Context, payload []byte) error {
 	c.lent = payload
 	err := c.put(ctx, c.sdesc[:])
 	if err == nil {
+		err = c.putPad(ctx)
+	}
+	if err == nil {
 		c.publishTail()
 		err = c.wait(ctx, forDone)
 	}
@@ -172,6 +175,9 @@ func (c *Conn) sendDesc(ctx context.Context, payload []byte) error {
 // process_vm_readv and publishes the completion.
 func (c *Conn) recvDesc(ctx context.Context, buf []byte) error {
 	if err := c.get(ctx, c.rdesc[:]); err != nil {
+		return err
+	}
+	if err := c.getPad(ctx); err != nil {
 		return err
 	}
 	c.publishHead()

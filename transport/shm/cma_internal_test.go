@@ -24,9 +24,10 @@ func descConn(t testing.TB, in, out *mapping) *Conn {
 	})
 }
 
-// descFrame encodes the header of an n-byte frame followed by a descriptor.
+// descFrame encodes the header of an n-byte frame followed by a descriptor
+// and the frame's padding.
 func descFrame(n int, magic, addr, length, ticket uint64) []byte {
-	b := make([]byte, transport.HeaderSize+descSize)
+	b := make([]byte, frameEnd(0, descSize))
 	h := fuzzWant
 	h.Len = uint64(n)
 	h.Encode(b)

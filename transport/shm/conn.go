@@ -109,9 +109,12 @@ type Conn struct {
 
 	_ pad
 	// Producer state, used only by Send.
-	tail    uint64 // bytes written into out; authoritative copy
-	ptail   uint64 // value of tail last published to shared memory
-	headC   uint64 // last head read from shared memory (validated)
+	tail  uint64 // bytes written into out; authoritative copy
+	ptail uint64 // value of tail last published to shared memory
+	headC uint64 // last head read from shared memory (validated)
+	// cleared: the seal words of the lines from the tail's frame boundary
+	// up to here are cleared (see clearAhead).
+	cleared uint64
 	sticket uint64 // descriptors sent on out
 	doneC   uint64 // last completion count read from shared memory (validated)
 	lent    []byte // the payload the peer may be reading
@@ -120,12 +123,19 @@ type Conn struct {
 
 	_ pad
 	// Consumer state, used only by Recv.
-	head    uint64 // bytes read from in; authoritative copy
-	phead   uint64 // value of head last published to shared memory
-	tailC   uint64 // last tail read from shared memory (validated)
+	head  uint64 // bytes read from in; authoritative copy
+	phead uint64 // value of head last published to shared memory
+	tailC uint64 // bytes known written: the last tail read, or the end of a sealed frame read
+	tailL uint64 // last tail read from shared memory (validated)
+	// armed: the seal word of the frame at head was cleared before the
+	// frame was written, so a non-zero seal there means that all of the
+	// frame is there (see sealed).
+	armed   bool
+	polls   uint32 // rounds of a wait that polled the seal alone
 	rticket uint64 // descriptors completed on in
 	rhdr    [transport.HeaderSize]byte
 	rdesc   [descSize]byte
+	rpad    [frameAlign]byte
 	liov    [1]unix.Iovec
 	riov    [1]unix.RemoteIovec
 
@@ -172,9 +182,10 @@ func newConn(out, in *mapping, peer int, ctl transport.Conn, want transport.Head
 	// The rings may not start at zero (they always do after Connect, but
 	// tests start them anywhere): adopt the counters once, then own them.
 	c.tail = c.out.tail.Load()
-	c.ptail, c.headC = c.tail, c.tail
+	c.ptail, c.headC, c.cleared = c.tail, c.tail, alignUp(c.tail)
 	c.head = c.in.head.Load()
-	c.phead, c.tailC = c.head, c.head
+	c.phead, c.tailC, c.tailL = c.head, c.head, c.head
+	c.clearAhead()
 	c.sticket = c.out.done.Load()
 	c.doneC = c.sticket
 	c.rticket = c.in.done.Load()
@@ -205,13 +216,23 @@ func (c *Conn) Send(ctx context.Context, h transport.Header, payload []byte) err
 		return c.peerErr(errPeerClosedSend)
 	}
 	h.Len = uint64(len(payload))
-	if off, ok := c.room(len(payload)); ok {
+	if off, end, ok := c.room(len(payload)); ok {
 		// A small frame that fits before the ring's end: written in
-		// place, in one piece.
-		h.Encode(c.out.data[off : off+transport.HeaderSize])
-		copy(c.out.data[off+transport.HeaderSize:], payload)
-		c.tail += uint64(transport.HeaderSize + len(payload))
+		// place, in one piece, and sealed. Its first line, which the
+		// consumer may be polling for the seal, is written last and
+		// at once: the header, the payload's first bytes, the seal.
+		b := c.out.data[off : off+(end-c.tail)]
+		first := min(len(payload), frameAlign-transport.HeaderSize)
+		copy(b[frameAlign:], payload[first:])
+		h.Encode(b)
+		copy(b[transport.HeaderSize:], payload[:first])
+		if int64(c.cleared-end) > 0 {
+			b[flagsOff] = flagArmed
+		}
+		c.out.seal(off, sealOf(c.tail))
+		c.tail = end
 		c.publishTail()
+		c.clearAhead()
 		return nil
 	}
 	h.Encode(c.shdr[:])
@@ -224,8 +245,47 @@ func (c *Conn) Send(ctx context.Context, h transport.Header, payload []byte) err
 	if err := c.put(ctx, payload); err != nil {
 		return err
 	}
+	if err := c.putPad(ctx); err != nil {
+		return err
+	}
 	c.publishTail()
 	return nil
+}
+
+// putPad pads the frame written last to its end (see frameEnd).
+func (c *Conn) putPad(ctx context.Context) error {
+	return c.put(ctx, zeroPad[:alignUp(c.tail)-c.tail])
+}
+
+// getPad skips the padding of the frame read last.
+func (c *Conn) getPad(ctx context.Context) error {
+	return c.get(ctx, c.rpad[:alignUp(c.head)-c.head])
+}
+
+// clearAhead keeps the seal words of the lines ahead of the tail cleared,
+// up to armWindow bytes ahead and within the space the consumer has freed:
+// a small frame that ends where they are cleared arms the frame after it
+// (flagArmed). It clears in batches of half the window, with plain stores,
+// so that a frame's seal waits for none of them.
+func (c *Conn) clearAhead() {
+	r := &c.out
+	from := c.cleared
+	if int64(alignUp(c.tail)-from) > 0 {
+		from = alignUp(c.tail)
+	}
+	if int64(from-c.tail) >= armWindow/2 {
+		return
+	}
+	to := alignUp(c.tail) + armWindow
+	if free := (c.headC + r.cap) &^ (frameAlign - 1); int64(to-free) > 0 {
+		to = free
+	}
+	for p := from; int64(to-p) > 0; p += frameAlign {
+		r.clearSeal(p & r.mask)
+	}
+	if int64(to-from) > 0 {
+		c.cleared = to
+	}
 }
 
 // Recv implements transport.Conn. The header is decoded and checked before
@@ -237,32 +297,31 @@ func (c *Conn) Recv(ctx context.Context, want transport.Header, buf []byte) erro
 		return transport.ErrClosed
 	}
 	want.Len = uint64(len(buf))
-	if off, ok, err := c.frameAt(ctx, len(buf)); err != nil {
+	if off, end, ok, err := c.frameAt(ctx, len(buf)); err != nil {
 		return err
 	} else if ok {
 		// A small frame, all there and in one piece: checked and
 		// copied out in place.
-		var got transport.Header
-		if err := got.Decode(c.in.data[off : off+transport.HeaderSize]); err != nil {
-			return err
-		}
-		if err := transport.Check(&got, &want); err != nil {
+		flags, err := decodeFrame(c.in.data[off:off+transport.HeaderSize], &want)
+		if err != nil {
 			return err
 		}
 		start := off + transport.HeaderSize
 		copy(buf, c.in.data[start:start+uint64(len(buf))])
-		c.head += uint64(transport.HeaderSize + len(buf))
+		c.head, c.armed = end, flags&flagArmed != 0
+		if int64(end-c.tailC) > 0 {
+			c.tailC = end
+		}
 		c.publishHead()
 		return nil
 	}
+	// The general path: the frame is read as a stream. Its header
+	// arms nothing, and what follows it is found by the tail.
+	c.armed = false
 	if err := c.get(ctx, c.rhdr[:]); err != nil {
 		return err
 	}
-	var got transport.Header
-	if err := got.Decode(c.rhdr[:]); err != nil {
-		return err
-	}
-	if err := transport.Check(&got, &want); err != nil {
+	if _, err := decodeFrame(c.rhdr[:], &want); err != nil {
 		return err
 	}
 	if c.cmaIn && len(buf) >= c.cmaInMin {
@@ -273,68 +332,80 @@ func (c *Conn) Recv(ctx context.Context, want transport.Header, buf []byte) erro
 	if err := c.get(ctx, buf); err != nil {
 		return err
 	}
+	if err := c.getPad(ctx); err != nil {
+		return err
+	}
 	c.publishHead()
 	return nil
 }
 
-// smallFrame is the largest frame, header and payload, that Send writes
-// and Recv reads in one piece straight in the ring: the header encoded
-// into the ring and decoded from it rather than staged, and no copy loop.
-// A small operation's time is mostly the work around its frames.
-const smallFrame = 4 << 10
-
-// smallSlot returns where a frame with a payload of n bytes that starts at
-// stream position pos lies in r, and its size; ok if the frame is small
-// (see smallFrame), does not travel by descriptor (desc: the direction's
-// rule applies to n) and lies in one piece before the ring's end.
-func smallSlot(r *ring, pos uint64, n int, desc bool) (off, size uint64, ok bool) {
-	size = uint64(transport.HeaderSize + n)
-	off = pos & r.mask
-	return off, size, size <= smallFrame && !desc && off+size <= r.cap
-}
-
 // room returns where in the out ring a small frame with a payload of n
-// bytes goes (see smallSlot) if the space free now holds it. Otherwise
-// the general path writes the frame, waiting for space as needed.
-func (c *Conn) room(n int) (uint64, bool) {
+// bytes goes (see smallSlot), and where it ends, if the space free now
+// holds it. Otherwise the general path writes the frame, waiting for space
+// as needed.
+func (c *Conn) room(n int) (off, end uint64, ok bool) {
 	r := &c.out
-	off, size, ok := smallSlot(r, c.tail, n, c.cmaOut && n >= c.cmaOutMin)
+	off, end, ok = smallSlot(r, c.tail, n, c.cmaOut && n >= c.cmaOutMin)
 	if !ok {
-		return 0, false
+		return 0, 0, false
 	}
-	if r.cap-(c.tail-c.headC) < size {
-		if c.loadHead() != nil || r.cap-(c.tail-c.headC) < size {
+	if end-c.headC > r.cap {
+		if c.loadHead() != nil || end-c.headC > r.cap {
 			// An error shows again on the general path.
-			return 0, false
+			return 0, 0, false
 		}
 	}
-	return off, true
+	return off, end, true
 }
 
-// frameAt returns where the next frame starts in the in ring if it is a
-// small frame with a payload of n bytes (see smallSlot) and all of it is
-// there, waiting for the producer to publish anything as the general path
-// does. A small frame is published by one store of the tail unless the
-// ring was full while it was written; when fewer bytes are there (that
-// case, or a larger frame being streamed: a mismatch), or the frame is not
-// small, the general path reads it and reports what is wrong with it.
-func (c *Conn) frameAt(ctx context.Context, n int) (uint64, bool, error) {
-	off, size, ok := smallSlot(&c.in, c.head, n, c.cmaIn && n >= c.cmaInMin)
+// frameAt returns where the next frame starts in the in ring, and where
+// it ends, if it is a small frame with a payload of n bytes (see
+// smallSlot) and all of it is there, waiting for the producer to publish
+// anything as the general path does. A small frame is all there once its
+// seal is (when armed), or once the tail covers it; when fewer bytes are
+// there (a ring that was full while it was written, or a larger frame
+// being streamed: a mismatch), or the frame is not small, the general
+// path reads it and reports what is wrong with it.
+func (c *Conn) frameAt(ctx context.Context, n int) (off, end uint64, ok bool, err error) {
+	off, end, ok = smallSlot(&c.in, c.head, n, c.cmaIn && n >= c.cmaInMin)
 	if !ok {
-		return 0, false, nil
+		return 0, 0, false, nil
 	}
-	if c.tailC == c.head {
+	if ok, err := c.sealed(); ok || err != nil {
+		return off, end, ok, err
+	}
+	if c.tailC == c.head && !c.armed {
 		if err := c.loadTail(); err != nil {
-			return 0, false, err
+			return 0, 0, false, err
 		}
 	}
 	if c.tailC == c.head {
 		c.publishHead()
 		if err := c.wait(ctx, forData); err != nil {
-			return 0, false, err
+			return 0, 0, false, err
+		}
+		if ok, err := c.sealed(); ok || err != nil {
+			return off, end, ok, err
 		}
 	}
-	return off, c.tailC-c.head >= size, nil
+	return off, end, c.tailC-c.head >= end-c.head, nil
+}
+
+// sealed reports whether the frame at head is armed and sealed: then all
+// of it is there. A seal that is neither clear nor the frame's own cannot
+// come from a working peer.
+func (c *Conn) sealed() (bool, error) {
+	if !c.armed || c.head%frameAlign != 0 {
+		return false, nil
+	}
+	s := c.in.sealWord(c.head & c.in.mask).Load()
+	if s == 0 {
+		return false, nil
+	}
+	if s != sealOf(c.head) {
+		return false, &transport.FrameError{Reason: fmt.Sprintf("shared ring corrupt: seal %#x at %d, expected %#x", s, c.head, sealOf(c.head))}
+	}
+	return true, nil
 }
 
 // put copies p into the out ring, waiting for space as needed, and
@@ -429,10 +500,15 @@ func (c *Conn) loadHead() error {
 // given.
 func (c *Conn) loadTail() error {
 	t := c.in.tail.Load()
-	if t-c.tailC > c.phead+c.in.cap-c.tailC {
-		return corrupt("tail", t, c.tailC, c.phead+c.in.cap)
+	if t-c.tailL > c.phead+c.in.cap-c.tailL {
+		return corrupt("tail", t, c.tailL, c.phead+c.in.cap)
 	}
-	c.tailC = t
+	c.tailL = t
+	if int64(t-c.tailC) > 0 {
+		// Behind it, the tail has not caught up with a sealed frame
+		// read already.
+		c.tailC = t
+	}
 	return nil
 }
 
@@ -486,6 +562,17 @@ const (
 func (c *Conn) ready(w waitFor) (bool, error) {
 	switch w {
 	case forData:
+		if ok, err := c.sealed(); ok || err != nil {
+			return ok, err
+		}
+		if c.armed {
+			// Poll the frame's line, and the tail (a frame that is not
+			// sealed) only every sealPolls rounds, so that the
+			// producer's store of the tail seldom finds the line here.
+			if c.polls++; c.polls%sealPolls != 0 {
+				return false, nil
+			}
+		}
 		if err := c.loadTail(); err != nil {
 			return false, err
 		}

@@ -28,15 +28,43 @@
 // Each field that changes sits in its own 128-byte slot so that the two
 // sides never write to the same cache line. Head and tail are free-running
 // 64-bit byte counters; byte i of the stream lives at data[i mod capacity].
-// A frame is the 56-byte transport.Header encoded with Encode followed by
-// the payload, written as one byte stream that wraps around the end of the
-// data area; a frame larger than the ring simply streams through it while
-// the consumer drains it. A small frame (at most 4 KiB with its header)
-// that fits before the end of the data area and in the space free is
-// encoded in place and published with one store of tail; the consumer,
-// once tail covers all of it, decodes and checks its header in place and
-// copies its payload out, without staging the header or entering the
-// general copy loop.
+// A frame is the 56-byte transport.Header encoded with Encode, followed by
+// the payload (or a descriptor, see below) and by padding up to the next
+// multiple of 64 stream bytes, written as one byte stream that wraps
+// around the end of the data area; a frame larger than the ring simply
+// streams through it while the consumer drains it. Every frame thus
+// starts on a cache line, and one with at most 8 payload bytes is one
+// line. In the ring, the header's two reserved fields (zero on the wire)
+// carry a flags byte (offset 7) and a 32-bit seal (offset 36).
+//
+// # Sealed frames
+//
+// A small frame (at most 4 KiB with its header and padding) that fits
+// before the end of the data area and in the space free is written in
+// place: the payload beyond the first line, then the header and the
+// payload's first bytes, then the seal, a value derived from the frame's
+// stream position that is never zero, and only then the tail. A consumer
+// that knows the seal word of the frame it waits for to be clear polls
+// that word, in the line it is about to read, instead of the tail: the
+// frame arrives with the line that carries its seal, and the tail, on a
+// line of its own, is not on the way (Open MPI's shared-memory fast boxes
+// and NCCL's LL protocol let the flag travel with the data in the same
+// way). It decodes and checks the header in place and copies the payload
+// out, without staging the header or entering the general copy loop.
+//
+// The seal word is known to be clear by construction, not by chance: the
+// producer keeps the seal words of the lines ahead of its tail cleared, up
+// to 8 KiB ahead and within the space the consumer has freed, in batches
+// after it publishes (the lines are the ones its next frames write anyway),
+// and marks a small frame that ends where the words are clear with a flag,
+// armed: the consumer polls the seal of the next frame only after reading
+// an armed frame. Any other frame (the first, one behind a frame the
+// general path wrote, one that wraps) is found by the tail, and a frame
+// the consumer polls for that the producer writes by the general path
+// leaves its seal clear and is found by the tail, which the consumer reads
+// every 16th round of its wait. Payload bytes of an earlier lap that look
+// like a seal are thus never read as one, and a seal that is neither clear
+// nor the frame's own is reported as a corrupt ring.
 //
 // # Memory ordering
 //
@@ -54,8 +82,12 @@
 // pages; on amd64 (total store order) an atomic load is a plain load,
 // which is never reordered with later loads, and an atomic store is an
 // XCHG, a full barrier, so data stores are visible before the counter that
-// publishes them. The race detector does not see memory outside the Go
-// heap and ignores these accesses.
+// publishes them. A frame's seal is a plain store on amd64 (see the seal
+// method): stores are not reordered with other stores there, and the
+// compiler keeps their order, so the seal is visible only after the frame
+// it closes; the consumer reads it atomically, a plain load. Elsewhere it
+// is an atomic store. The race detector does not see memory outside the
+// Go heap and ignores these accesses.
 //
 // Each side keeps its own counter in process memory and only reads the
 // other side's counter from the shared page, checking it before use: a

@@ -2,6 +2,7 @@ package shm
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"runtime"
 	"testing"
@@ -41,6 +42,15 @@ func (m *mapping) fill(pos uint64, b []byte) {
 
 var fuzzWant = transport.Header{Kind: transport.KindCollective, Op: 1, DType: 7, Comm: 0xC0FFEE, Epoch: 3, Seq: 5, Step: 1, Count: 99, Root: 2}
 
+// sealedFrame is a valid frame with an n-byte payload that starts at
+// stream position pos, with flags, sealed.
+func sealedFrame(pos uint64, n int, flags byte) []byte {
+	b := validFrame(n)
+	b[flagsOff] = flags
+	binary.LittleEndian.PutUint32(b[sealOff:], sealOf(pos))
+	return b
+}
+
 func validFrame(n int) []byte {
 	h := fuzzWant
 	h.Len = uint64(n)
@@ -54,32 +64,39 @@ func validFrame(n int) []byte {
 
 // FuzzRecvCorrupt fills the control page with arbitrary bytes (flags,
 // futex words, wake-up targets), writes arbitrary bytes into the ring at the
-// consumer's position and an arbitrary tail, then receives. Recv must
-// return an error (or the frame, if the bytes happen to be one), never
-// panic, read out of bounds, hang or allocate by a length it read.
+// consumer's position and an arbitrary tail, then receives, with the
+// consumer armed for a sealed frame there or not. Recv must return an
+// error (or the frame, if the bytes happen to be one, published by the
+// tail or by its seal), never panic, read out of bounds, hang or allocate
+// by a length it read.
 func FuzzRecvCorrupt(f *testing.F) {
 	const capacity = MinCapacity
-	f.Add(validFrame(16), []byte{}, uint64(0), uint64(transport.HeaderSize+16), uint16(16))
-	f.Add(validFrame(16), []byte{}, uint64(1<<64-20), uint64(transport.HeaderSize+16), uint16(16))
-	f.Add(validFrame(16), []byte{}, uint64(capacity-30), uint64(transport.HeaderSize+8), uint16(16))
-	f.Add(validFrame(3000), []byte{}, uint64(100), uint64(capacity+1), uint16(3000))
-	f.Add(validFrame(0), []byte{}, uint64(0), uint64(1<<63), uint16(0))
-	f.Add(validFrame(0), []byte{}, uint64(7), uint64(1<<64-1), uint16(0))
-	f.Add([]byte{0xc1, 0x0c, 1, 1, 0, 0, 0, 0}, []byte{}, uint64(0), uint64(56), uint16(0))
+	f.Add(validFrame(16), []byte{}, uint64(0), uint64(transport.HeaderSize+16), uint16(16), false)
+	f.Add(validFrame(16), []byte{}, uint64(1<<64-20), uint64(transport.HeaderSize+16), uint16(16), false)
+	f.Add(validFrame(16), []byte{}, uint64(capacity-30), uint64(transport.HeaderSize+8), uint16(16), false)
+	f.Add(validFrame(3000), []byte{}, uint64(100), uint64(capacity+1), uint16(3000), false)
+	f.Add(validFrame(0), []byte{}, uint64(0), uint64(1<<63), uint16(0), false)
+	f.Add(validFrame(0), []byte{}, uint64(7), uint64(1<<64-1), uint16(0), false)
+	f.Add([]byte{0xc1, 0x0c, 1, 1, 0, 0, 0, 0}, []byte{}, uint64(0), uint64(56), uint16(0), false)
 	bad := validFrame(8)
 	bad[48], bad[55] = 0xff, 0xff // absurd length
-	f.Add(bad, []byte{}, uint64(0), uint64(64), uint16(8))
-	f.Add(make([]byte, 200), []byte{}, uint64(0), uint64(200), uint16(100))
+	f.Add(bad, []byte{}, uint64(0), uint64(64), uint16(8), false)
+	f.Add(make([]byte, 200), []byte{}, uint64(0), uint64(200), uint16(100), false)
 	garbage := make([]byte, ctrlSize)
 	for i := range garbage {
 		garbage[i] = byte(i*7 + 1)
 	}
-	f.Add(validFrame(16), garbage, uint64(0), uint64(transport.HeaderSize+16), uint16(16))
+	f.Add(validFrame(16), garbage, uint64(0), uint64(transport.HeaderSize+16), uint16(16), false)
+	f.Add(sealedFrame(0, 8, 0), []byte{}, uint64(0), uint64(0), uint16(8), true)
+	f.Add(sealedFrame(128, 100, flagArmed), []byte{}, uint64(128), uint64(0), uint16(100), true)
+	f.Add(sealedFrame(64, 8, 0), []byte{}, uint64(0), uint64(0), uint16(8), true)
+	f.Add(sealedFrame(0, 8, 0x80), []byte{}, uint64(0), uint64(0), uint16(8), true)
+	f.Add(sealedFrame(capacity-64, 8, 0), []byte{}, uint64(capacity-64), uint64(0), uint16(8), true)
 
 	in := anonRing(f, capacity)
 	out := anonRing(f, capacity)
 	buf := make([]byte, 1<<16)
-	f.Fuzz(func(t *testing.T, data, ctrl []byte, start, delta uint64, n uint16) {
+	f.Fuzz(func(t *testing.T, data, ctrl []byte, start, delta uint64, n uint16, armed bool) {
 		in.reset(start, start+delta)
 		copy(in.m[offTail+8:ctrlSize], ctrl) // everything but the tail...
 		in.head.Store(start)                 // ...and the head the consumer starts at
@@ -88,6 +105,7 @@ func FuzzRecvCorrupt(f *testing.F) {
 		in.prodClosed.Store(1) // nothing more will come: no waiting
 		out.reset(0, 0)
 		c := newConn(out, in, 1, nil, transport.Header{}, cmaSetup{})
+		c.armed = armed
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 
@@ -105,6 +123,9 @@ func FuzzRecvCorrupt(f *testing.F) {
 			// The ring holds data followed by zeros.
 			var hb [transport.HeaderSize]byte
 			copy(hb[:], data)
+			sealed := armed && start%frameAlign == 0 && binary.LittleEndian.Uint32(hb[sealOff:]) == sealOf(start)
+			hb[flagsOff] = 0
+			binary.LittleEndian.PutUint32(hb[sealOff:], 0)
 			var got transport.Header
 			if got.Decode(hb[:]) != nil {
 				t.Fatal("Recv accepted a frame that does not decode")
@@ -114,8 +135,8 @@ func FuzzRecvCorrupt(f *testing.F) {
 			if got != want {
 				t.Fatalf("Recv accepted header %+v, want %+v", got, want)
 			}
-			if delta < transport.HeaderSize+uint64(n) || delta > capacity {
-				t.Fatalf("Recv returned a %d-byte frame with only %d bytes published", n, delta)
+			if !sealed && (delta < frameEnd(start, int(n))-start || delta > capacity) {
+				t.Fatalf("Recv returned a %d-byte frame with only %d bytes published and no seal", n, delta)
 			}
 		}
 	})
@@ -150,7 +171,7 @@ func FuzzSendCorrupt(f *testing.F) {
 		defer cancel()
 		err := c.Send(ctx, fuzzWant, payload[:n])
 		var fe *transport.FrameError
-		size := transport.HeaderSize + uint64(n)
+		size := frameEnd(start, int(n)) - start
 		switch {
 		case size <= capacity:
 			if err != nil {

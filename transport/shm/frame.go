@@ -1,0 +1,98 @@
+package shm
+
+import (
+	"encoding/binary"
+	"fmt"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/occl/occl/transport"
+)
+
+// Frames in the ring (see the package documentation, "Sealed frames").
+const (
+	// frameAlign: every frame ends at a multiple of frameAlign stream
+	// bytes, padded as needed, so that the next one starts on a cache
+	// line of its own and a frame of up to 8 payload bytes is one line.
+	frameAlign = 64
+	// smallFrame is the largest frame, header and payload, that Send
+	// writes and Recv reads in one piece straight in the ring: the header
+	// encoded into the ring and decoded from it rather than staged, and
+	// no copy loop. A small operation's time is mostly the work around
+	// its frames.
+	smallFrame = 4 << 10
+	// flagsOff and sealOff locate, in a frame's header, the two fields
+	// that the wire format reserves (zero on the wire) and a ring frame
+	// uses: a flags byte and the 32-bit seal.
+	flagsOff = 7
+	sealOff  = 36
+	// flagArmed in a frame's flags says that the seal word of the frame
+	// that follows it was cleared before this frame was published.
+	flagArmed = 1
+	// armWindow is how far ahead of its tail a producer keeps the seal
+	// words of the ring's lines cleared.
+	armWindow = 8 << 10
+	// sealPolls: a consumer waiting for an armed frame reads the tail
+	// only every sealPolls rounds, and otherwise the seal alone.
+	sealPolls = 16
+)
+
+// zeroPad is the padding written after a frame's body.
+var zeroPad [frameAlign]byte
+
+// alignUp rounds a stream position up to the next frame boundary.
+func alignUp(pos uint64) uint64 { return (pos + frameAlign - 1) &^ (frameAlign - 1) }
+
+// frameEnd returns where a frame with a body of n bytes that starts at
+// stream position pos ends: header, body and padding.
+func frameEnd(pos uint64, n int) uint64 {
+	return alignUp(pos + transport.HeaderSize + uint64(n))
+}
+
+// sealOf is the seal of a frame that starts at stream position pos: never
+// zero, and different for every line of a lap of the ring.
+func sealOf(pos uint64) uint32 { return uint32(pos/frameAlign) | 1<<31 }
+
+// sealWord returns the seal word of the frame line at data offset off,
+// which is a multiple of frameAlign.
+func (r *ring) sealWord(off uint64) *atomic.Uint32 {
+	return (*atomic.Uint32)(unsafe.Pointer(&r.data[off+sealOff]))
+}
+
+// clearSeal clears the seal word of the line at data offset off with a
+// plain store: the seal that later publishes a frame is an atomic store,
+// after it in program order, so it is never seen before this.
+func (r *ring) clearSeal(off uint64) {
+	binary.LittleEndian.PutUint32(r.data[off+sealOff:], 0)
+}
+
+// smallSlot returns where a frame with a payload of n bytes that starts at
+// stream position pos lies in r, and where it ends; ok if the frame is
+// small (see smallFrame), starts on a frame boundary, does not travel by
+// descriptor (desc: the direction's rule applies to n) and lies in one
+// piece before the ring's end.
+func smallSlot(r *ring, pos uint64, n int, desc bool) (off, end uint64, ok bool) {
+	end = frameEnd(pos, n)
+	off = pos & r.mask
+	return off, end, end-pos <= smallFrame && !desc && pos%frameAlign == 0 && off+(end-pos) <= r.cap
+}
+
+// decodeFrame decodes and checks the header of a frame in the ring,
+// returning its flags. The wire format's reserved fields carry the ring's
+// flags and seal; they are read here and cleared for transport's checks in
+// a copy.
+func decodeFrame(b []byte, want *transport.Header) (flags byte, err error) {
+	var hb [transport.HeaderSize]byte
+	copy(hb[:], b)
+	flags = hb[flagsOff]
+	if flags&^flagArmed != 0 {
+		return 0, &transport.FrameError{Reason: fmt.Sprintf("shared ring: unknown frame flags %#x", flags)}
+	}
+	hb[flagsOff] = 0
+	binary.LittleEndian.PutUint32(hb[sealOff:], 0)
+	var got transport.Header
+	if err := got.Decode(hb[:]); err != nil {
+		return 0, err
+	}
+	return flags, transport.Check(&got, want)
+}

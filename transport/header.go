@@ -66,13 +66,13 @@ func (k Kind) String() string {
 //	  4    1 op      operation code (the communicator's, opaque here)
 //	  5    1 dtype   element type of the operation
 //	  6    1 redop   reduction of the operation
-//	  7    1 flags   reserved, zero
+//	  7    1 flags   reserved, zero on the wire (see DecodeReserved)
 //	  8    8 comm    communicator id
 //	 16    4 epoch   topology epoch of the communicator
 //	 20    4 step    message label within the operation
 //	 24    8 seq     operation or point-to-point sequence number
 //	 32    4 root    root rank of the operation
-//	 36    4 -       reserved, zero
+//	 36    4 -       reserved, zero on the wire (see DecodeReserved)
 //	 40    8 count   element count of the operation
 //	 48    8 len     payload length in bytes
 type Header struct {
@@ -120,25 +120,43 @@ func (e *FrameError) Error() string { return "malformed frame: " + e.Reason }
 // without knowing what the receiver expects: length of b, magic, version,
 // kind, reserved fields and the payload length bound.
 func (h *Header) Decode(b []byte) error {
+	_, _, err := h.decode(b, false)
+	return err
+}
+
+// DecodeReserved parses a header from b as Decode does, but returns the
+// two reserved fields (the flags byte at offset 7 and the word at offset
+// 36) instead of requiring them to be zero: a transport that frames
+// headers in a medium of its own (shared memory's sealed frames) carries
+// its own flags and seal there. They are zero on every connection
+// between ranks.
+func (h *Header) DecodeReserved(b []byte) (flags uint8, word uint32, err error) {
+	return h.decode(b, true)
+}
+
+// decode is Decode, which rejects set reserved fields, and DecodeReserved,
+// which returns them (reserved).
+func (h *Header) decode(b []byte, reserved bool) (flags uint8, word uint32, err error) {
 	if len(b) < HeaderSize {
-		return &FrameError{fmt.Sprintf("short header: %d of %d bytes", len(b), HeaderSize)}
+		return 0, 0, &FrameError{fmt.Sprintf("short header: %d of %d bytes", len(b), HeaderSize)}
 	}
 	if m := binary.LittleEndian.Uint16(b[0:]); m != Magic {
-		return &FrameError{fmt.Sprintf("bad magic %#04x", m)}
+		return 0, 0, &FrameError{fmt.Sprintf("bad magic %#04x", m)}
 	}
 	if b[2] != Version {
-		return &FrameError{fmt.Sprintf("unsupported version %d", b[2])}
+		return 0, 0, &FrameError{fmt.Sprintf("unsupported version %d", b[2])}
 	}
 	k := Kind(b[3])
 	if k == 0 || k > maxKind {
-		return &FrameError{fmt.Sprintf("unknown kind %d", b[3])}
+		return 0, 0, &FrameError{fmt.Sprintf("unknown kind %d", b[3])}
 	}
-	if b[7] != 0 || binary.LittleEndian.Uint32(b[36:]) != 0 {
-		return &FrameError{"reserved bits set"}
+	flags, word = b[7], binary.LittleEndian.Uint32(b[36:])
+	if !reserved && (flags != 0 || word != 0) {
+		return 0, 0, &FrameError{"reserved bits set"}
 	}
 	n := binary.LittleEndian.Uint64(b[48:])
 	if n > MaxLen {
-		return &FrameError{fmt.Sprintf("payload length %d exceeds limit %d", n, MaxLen)}
+		return 0, 0, &FrameError{fmt.Sprintf("payload length %d exceeds limit %d", n, MaxLen)}
 	}
 	h.Kind = k
 	h.Op = b[4]
@@ -151,7 +169,7 @@ func (h *Header) Decode(b []byte) error {
 	h.Root = binary.LittleEndian.Uint32(b[32:])
 	h.Count = binary.LittleEndian.Uint64(b[40:])
 	h.Len = n
-	return nil
+	return flags, word, nil
 }
 
 // MismatchError reports a frame that is well formed but is not the frame the

@@ -59,6 +59,28 @@ func TestCheck(t *testing.T) {
 
 // FuzzHeaderDecode feeds arbitrary bytes to the frame header decoder: it
 // must never panic, and whatever it accepts must re-encode to the same bytes.
+// DecodeReserved returns what Decode rejects in the reserved fields, and
+// rejects all else that Decode does.
+func TestDecodeReserved(t *testing.T) {
+	h := Header{Kind: KindCollective, Seq: 3, Len: 10}
+	var b [HeaderSize]byte
+	h.Encode(b[:])
+	b[7], b[36], b[39] = 0x5a, 0x01, 0x80
+	var g Header
+	flags, word, err := g.DecodeReserved(b[:])
+	if err != nil || flags != 0x5a || word != 0x80000001 || g != h {
+		t.Fatalf("DecodeReserved = %+v, %#x, %#x, %v; want %+v, 0x5a, 0x80000001", g, flags, word, err, h)
+	}
+	if err := g.Decode(b[:]); err == nil {
+		t.Fatal("Decode accepted set reserved fields")
+	}
+	b[0] ^= 1
+	var fe *FrameError
+	if _, _, err := g.DecodeReserved(b[:]); !errors.As(err, &fe) {
+		t.Fatalf("DecodeReserved of a bad magic = %v, want FrameError", err)
+	}
+}
+
 func FuzzHeaderDecode(f *testing.F) {
 	var b [HeaderSize]byte
 	(&Header{Kind: KindCollective, Seq: 1, Len: 4}).Encode(b[:])

@@ -230,9 +230,12 @@ func (c *Conn) Send(ctx context.Context, h transport.Header, payload []byte) err
 			b[flagsOff] = flagArmed
 		}
 		c.out.seal(off, sealOf(c.tail))
+		size := end - c.tail
 		c.tail = end
 		c.publishTail()
-		c.clearAhead()
+		if size <= sealMax {
+			c.clearAhead()
+		}
 		return nil
 	}
 	h.Encode(c.shdr[:])

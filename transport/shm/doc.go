@@ -52,12 +52,14 @@
 // way). It decodes and checks the header in place and copies the payload
 // out, without staging the header or entering the general copy loop.
 //
-// The seal word is known to be clear by construction, not by chance: the
-// producer keeps the seal words of the lines ahead of its tail cleared, up
-// to 8 KiB ahead and within the space the consumer has freed, in batches
-// after it publishes (the lines are the ones its next frames write anyway),
-// and marks a small frame that ends where the words are clear with a flag,
-// armed: the consumer polls the seal of the next frame only after reading
+// The seal word is known to be clear by construction, not by chance: after
+// publishing a frame of one or two lines, the producer keeps the seal words
+// of the lines ahead of its tail cleared, up to 8 KiB ahead and within the
+// space the consumer has freed, in batches (the lines are the ones its
+// next frames write anyway; after larger frames, whose receiver waits for
+// all their lines anyway, the partial writes would cost more than the
+// seal saves), and marks a small frame that ends where the words are clear
+// with a flag, armed: the consumer polls the seal of the next frame only after reading
 // an armed frame. Any other frame (the first, one behind a frame the
 // general path wrote, one that wraps) is found by the tail, and a frame
 // the consumer polls for that the producer writes by the general path

@@ -30,8 +30,14 @@ const (
 	// that follows it was cleared before this frame was published.
 	flagArmed = 1
 	// armWindow is how far ahead of its tail a producer keeps the seal
-	// words of the ring's lines cleared.
+	// words of the ring's lines cleared, after frames of at most sealMax
+	// bytes. A larger frame gains nothing from its seal, since its
+	// receiver waits for all its lines anyway, and clearing ahead of it
+	// (a partial write to every line it will write) costs more than it
+	// saves: after it the words run out, and frames are found by the
+	// tail until small ones come again.
 	armWindow = 8 << 10
+	sealMax   = 2 * frameAlign
 	// sealPolls: a consumer waiting for an armed frame reads the tail
 	// only every sealPolls rounds, and otherwise the seal alone.
 	sealPolls = 16
@@ -79,20 +85,15 @@ func smallSlot(r *ring, pos uint64, n int, desc bool) (off, end uint64, ok bool)
 
 // decodeFrame decodes and checks the header of a frame in the ring,
 // returning its flags. The wire format's reserved fields carry the ring's
-// flags and seal; they are read here and cleared for transport's checks in
-// a copy.
+// flags and seal.
 func decodeFrame(b []byte, want *transport.Header) (flags byte, err error) {
-	var hb [transport.HeaderSize]byte
-	copy(hb[:], b)
-	flags = hb[flagsOff]
+	var got transport.Header
+	flags, _, err = got.DecodeReserved(b)
+	if err != nil {
+		return 0, err
+	}
 	if flags&^flagArmed != 0 {
 		return 0, &transport.FrameError{Reason: fmt.Sprintf("shared ring: unknown frame flags %#x", flags)}
-	}
-	hb[flagsOff] = 0
-	binary.LittleEndian.PutUint32(hb[sealOff:], 0)
-	var got transport.Header
-	if err := got.Decode(hb[:]); err != nil {
-		return 0, err
 	}
 	return flags, transport.Check(&got, want)
 }

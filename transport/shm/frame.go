@@ -1,7 +1,6 @@
 package shm
 
 import (
-	"encoding/binary"
 	"fmt"
 	"sync/atomic"
 	"unsafe"
@@ -66,11 +65,9 @@ func (r *ring) sealWord(off uint64) *atomic.Uint32 {
 }
 
 // clearSeal clears the seal word of the line at data offset off with a
-// plain store: the seal that later publishes a frame is an atomic store,
-// after it in program order, so it is never seen before this.
-func (r *ring) clearSeal(off uint64) {
-	binary.LittleEndian.PutUint32(r.data[off+sealOff:], 0)
-}
+// plain store (see seal): the seal that later publishes a frame there is
+// stored after it, so it is never seen before this.
+func (r *ring) clearSeal(off uint64) { r.seal(off, 0) }
 
 // smallSlot returns where a frame with a payload of n bytes that starts at
 // stream position pos lies in r, and where it ends; ok if the frame is

@@ -60,6 +60,8 @@ type opQueue struct {
 	// it is pending.
 	grace      *time.Timer
 	graceArmed atomic.Bool
+	// graceFor is issueGrace; tests lengthen it.
+	graceFor time.Duration
 	// exec is held by whoever runs requests: the worker, or a caller
 	// about to block on the request at the head of the queue (see help).
 	exec sync.Mutex
@@ -76,6 +78,7 @@ func (q *opQueue) init() {
 	q.wake = make(chan struct{}, 1)
 	q.quit = make(chan struct{})
 	q.stopped = make(chan struct{})
+	q.graceFor = issueGrace
 	q.grace = time.AfterFunc(time.Hour, func() {
 		q.graceArmed.Store(false)
 		if q.queued() {
@@ -119,7 +122,7 @@ func (q *opQueue) cancelGrace() {
 // by that look.
 func (q *opQueue) kickSoon() {
 	if !q.graceArmed.Swap(true) {
-		q.grace.Reset(issueGrace)
+		q.grace.Reset(q.graceFor)
 	}
 }
 

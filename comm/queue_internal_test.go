@@ -43,9 +43,16 @@ func TestBlockingCallWakesNoWorker(t *testing.T) {
 		t.Fatalf("a blocking barrier or group left %d wake-ups for the worker", n)
 	}
 	// Waited for at once: run by its caller, and the grace's end finds
-	// nothing queued.
+	// nothing queued. The grace is lengthened for this, so that a slow
+	// machine (the race detector) cannot let it pass between the call
+	// and its wait.
+	c.queue.graceFor = time.Second
 	if err := c.AllReduceAsync(ctx, Slice(x), Slice(x), Sum).Wait(ctx); err != nil {
 		t.Fatal(err)
+	}
+	c.queue.graceFor = issueGrace
+	if c.queue.graceArmed.Load() {
+		t.Fatal("an Async call waited for at once left its grace's wake-up pending")
 	}
 	time.Sleep(10 * issueGrace)
 	if n := len(c.queue.wake); n != 0 {

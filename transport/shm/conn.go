@@ -561,14 +561,17 @@ const (
 
 // ready reports whether the side can make progress: data to read for the
 // consumer, at least spaceWant free bytes for the producer, the last
-// descriptor completed for a producer waiting for its transfer.
-func (c *Conn) ready(w waitFor) (bool, error) {
+// descriptor completed for a producer waiting for its transfer. A
+// consumer armed for a sealed frame looks at the tail only every
+// sealPolls calls, unless all is set: a wait's last look before it sleeps
+// or gives up must see what was published.
+func (c *Conn) ready(w waitFor, all bool) (bool, error) {
 	switch w {
 	case forData:
 		if ok, err := c.sealed(); ok || err != nil {
 			return ok, err
 		}
-		if c.armed {
+		if c.armed && !all {
 			// Poll the frame's line, and the tail (a frame that is not
 			// sealed) only every sealPolls rounds, so that the
 			// producer's store of the tail seldom finds the line here.
@@ -601,8 +604,9 @@ func (c *Conn) spaceWant() uint64 { return min(chunk, c.out.cap/4) }
 // its ring in slices of at most sleepSlice.
 //
 // Lost wake-ups are impossible: the sleeper stores its waiting flag and
-// then re-reads the counter; the other side stores the counter and then
-// reads the flag. Go's atomics are sequentially consistent (on amd64 a
+// then re-reads the counter (the tail too when it polls a seal: see
+// ready's all); the other side stores the counter and then reads the
+// flag. Go's atomics are sequentially consistent (on amd64 a
 // store is an XCHG, a full barrier), so at least one of the two sees the
 // other's store, and a wake-up bumps the futex word before waking so that a
 // FUTEX_WAIT racing with it returns at once.
@@ -647,7 +651,7 @@ func (c *Conn) wait(ctx context.Context, w waitFor) error {
 		}
 	}()
 	for i := 0; ; i++ {
-		ok, err := c.ready(w)
+		ok, err := c.ready(w, false)
 		if ok || err != nil {
 			return err
 		}
@@ -657,7 +661,7 @@ func (c *Conn) wait(ctx context.Context, w waitFor) error {
 		if peerClosed.Load() != 0 || c.gone.Load() {
 			// Whatever the peer published before closing is still
 			// delivered: look once more now that the flag is seen.
-			if ok, err := c.ready(w); ok || err != nil {
+			if ok, err := c.ready(w, true); ok || err != nil {
 				return err
 			}
 			return c.peerErr(peerErr)
@@ -759,7 +763,7 @@ func (c *Conn) wait(ctx context.Context, w waitFor) error {
 			c.out.spaceTarget.Store(c.tail - c.out.cap + c.spaceWant())
 		}
 		flag.Store(1)
-		if ok, err := c.ready(w); ok || err != nil {
+		if ok, err := c.ready(w, true); ok || err != nil {
 			flag.Store(0)
 			return err
 		}

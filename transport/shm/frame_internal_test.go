@@ -24,6 +24,17 @@ func connPair(t *testing.T, capacity uint64) (a, b *Conn) {
 	return a, b
 }
 
+// exchange sends buf from a and receives it on b.
+func exchange(t *testing.T, ctx context.Context, a, b *Conn, buf []byte) {
+	t.Helper()
+	if err := a.Send(ctx, fuzzWant, buf); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Recv(ctx, fuzzWant, buf); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A small frame behind an armed one is found by its seal alone: the
 // receiver takes it even though the tail that covers it is never
 // published.
@@ -34,12 +45,7 @@ func TestSealedFrameWithoutTail(t *testing.T) {
 	send := []byte("sealed!!")
 	buf := make([]byte, len(send))
 	// The first frame is found by the tail and arms the second.
-	if err := a.Send(ctx, fuzzWant, send); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Recv(ctx, fuzzWant, buf); err != nil {
-		t.Fatal(err)
-	}
+	exchange(t, ctx, a, b, buf)
 	if !b.armed {
 		t.Fatal("a small frame into a ring with room to clear ahead did not arm the next")
 	}
@@ -72,12 +78,7 @@ func TestUnsealedFrameWaits(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	buf := make([]byte, 8)
-	if err := a.Send(ctx, fuzzWant, buf); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Recv(ctx, fuzzWant, buf); err != nil {
-		t.Fatal(err)
-	}
+	exchange(t, ctx, a, b, buf)
 	// The next frame, written but for its seal and tail.
 	h := fuzzWant
 	h.Len = 8

@@ -59,12 +59,13 @@
 // next frames write anyway; after larger frames, whose receiver waits for
 // all their lines anyway, the partial writes would cost more than the
 // seal saves), and marks a small frame that ends where the words are clear
-// with a flag, armed: the consumer polls the seal of the next frame only after reading
-// an armed frame. Any other frame (the first, one behind a frame the
-// general path wrote, one that wraps) is found by the tail, and a frame
-// the consumer polls for that the producer writes by the general path
-// leaves its seal clear and is found by the tail, which the consumer reads
-// every 16th round of its wait. Payload bytes of an earlier lap that look
+// with a flag, armed: the consumer polls the seal of the next frame only
+// after reading an armed frame. Any other frame (the first, one behind a
+// frame the general path wrote, one that wraps) is found by the tail, and
+// a frame the consumer polls for that the producer writes by the general
+// path leaves its seal clear and is found by the tail, which the consumer
+// reads every 16th round of its wait and in its last look before it
+// sleeps. Payload bytes of an earlier lap that look
 // like a seal are thus never read as one, and a seal that is neither clear
 // nor the frame's own is reported as a corrupt ring.
 //

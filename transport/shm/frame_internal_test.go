@@ -12,16 +12,19 @@ import (
 )
 
 // connPair joins two anonymous rings of capacity bytes into the two ends
-// of a connection in this process.
-func connPair(t *testing.T, capacity uint64) (a, b *Conn) {
+// of a connection in this process, and gives the test a context that
+// ends with it (30 s at most).
+func connPair(t *testing.T, capacity uint64) (a, b *Conn, ctx context.Context) {
 	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	t.Cleanup(cancel)
 	ab, ba := anonRing(t, capacity), anonRing(t, capacity)
 	ab.reset(0, 0)
 	ba.reset(0, 0)
 	a = newConn(ab, ba, 1, nil, transport.Header{}, cmaSetup{})
 	b = newConn(ba, ab, 0, nil, transport.Header{}, cmaSetup{})
 	a.local, b.local = true, true
-	return a, b
+	return a, b, ctx
 }
 
 // exchange sends buf from a and receives it on b.
@@ -39,9 +42,7 @@ func exchange(t *testing.T, ctx context.Context, a, b *Conn, buf []byte) {
 // receiver takes it even though the tail that covers it is never
 // published.
 func TestSealedFrameWithoutTail(t *testing.T) {
-	a, b := connPair(t, MinCapacity)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
+	a, b, ctx := connPair(t, MinCapacity)
 	send := []byte("sealed!!")
 	buf := make([]byte, len(send))
 	// The first frame is found by the tail and arms the second.
@@ -74,9 +75,7 @@ func TestSealedFrameWithoutTail(t *testing.T) {
 // A frame whose header is there but whose seal is not, on an armed
 // receiver, is not taken: the receiver waits for the seal or the tail.
 func TestUnsealedFrameWaits(t *testing.T) {
-	a, b := connPair(t, MinCapacity)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
+	a, b, ctx := connPair(t, MinCapacity)
 	buf := make([]byte, 8)
 	exchange(t, ctx, a, b, buf)
 	// The next frame, written but for its seal and tail.
@@ -92,9 +91,7 @@ func TestUnsealedFrameWaits(t *testing.T) {
 
 // A seal that is neither clear nor the frame's own is a corrupt ring.
 func TestWrongSeal(t *testing.T) {
-	a, b := connPair(t, MinCapacity)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
+	a, b, ctx := connPair(t, MinCapacity)
 	buf := make([]byte, 8)
 	for range 2 {
 		if err := a.Send(ctx, fuzzWant, buf); err != nil {
@@ -117,9 +114,7 @@ func TestWrongSeal(t *testing.T) {
 // to the seal the next lap's frame there will have: every frame arrives
 // whole and in order, and many are found by their seal.
 func TestSealedFramesLapTheRing(t *testing.T) {
-	a, b := connPair(t, MinCapacity)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	a, b, ctx := connPair(t, MinCapacity)
 	const frames = 20000
 	size := func(r *rand.Rand) int { return r.IntN(300) }
 	// fill makes the payload of frame i that starts at stream position

@@ -369,3 +369,65 @@ func testAllToAllInline(t *testing.T, wrap func(Peers) Peers) {
 		}
 	}
 }
+
+// TestAllToAllPairwiseInPlace: an in-place all-to-all whose blocks all go
+// by the eager path runs on its buffer as it is, without a copy of its
+// input in the workspace, and gives every rank its blocks. The blocks are
+// uneven and the output layout is the input's in reverse order, so the own
+// block's destination covers blocks still to be sent: copied before the
+// sends, it would overwrite them.
+func TestAllToAllPairwiseInPlace(t *testing.T) {
+	im := implOf(OpAllToAllV, AlgoPairwise)
+	for _, p := range []int{2, 3, 4} {
+		rng := rand.New(rand.NewPCG(uint64(p), 11))
+		size := make([][]int, p)
+		for a := range size {
+			size[a] = make([]int, p)
+			for b := range size[a] {
+				size[a][b] = rng.IntN(300)
+			}
+		}
+		size[0][1] = 0 // an empty block
+		bufs := make([][]byte, p)
+		args := make([]Args, p)
+		for r := range p {
+			a := &args[r]
+			a.SendOffs, a.SendLens = make([]int, p), make([]int, p)
+			a.RecvOffs, a.RecvLens = make([]int, p), make([]int, p)
+			so, ro := 0, 0
+			for q := range p {
+				a.SendOffs[q], a.SendLens[q] = so, size[r][q]
+				so += size[r][q]
+			}
+			for q := p - 1; q >= 0; q-- {
+				a.RecvOffs[q], a.RecvLens[q] = ro, size[q][r]
+				ro += size[q][r]
+			}
+			bufs[r] = make([]byte, max(so, ro))
+			for q := range p {
+				for j := range a.SendLens[q] {
+					bufs[r][a.SendOffs[q]+j] = blockByte(r, q, j)
+				}
+			}
+			a.Src, a.Dst, a.WS = bufs[r], bufs[r], &Workspace{}
+		}
+		runRanks(t, p, fakepeers.Options{EagerLimit: 1 << 10}, func(ctx context.Context, rank int, peers Peers) error {
+			a := &args[rank]
+			a.Peers = peers
+			return im.Run(ctx, a)
+		})
+		for r := range p {
+			a := &args[r]
+			for q := range p {
+				for j := range a.RecvLens[q] {
+					if g, w := bufs[r][a.RecvOffs[q]+j], blockByte(q, r, j); g != w {
+						t.Fatalf("p %d rank %d block from %d byte %d: got %#x, want %#x", p, r, q, j, g, w)
+					}
+				}
+			}
+			if len(a.WS.slots) > SlotInput && a.WS.slots[SlotInput] != nil {
+				t.Errorf("p %d rank %d: the input was copied to the workspace (%d bytes)", p, r, len(a.WS.slots[SlotInput]))
+			}
+		}
+	}
+}

@@ -11,7 +11,9 @@ import (
 // i and receives rank i's block for this rank into
 // recv[recvOffs[i]:recvOffs[i]+recvLens[i]], for every rank i including
 // this one (copied locally). sendLens[j] on rank i must equal recvLens[i]
-// on rank j. send and recv must not overlap.
+// on rank j. send and recv must not overlap, except that they may be the
+// same buffer when every block goes by the eager path below (see
+// pairwiseInPlace).
 //
 // # Pairwise-exchange all-to-all
 //
@@ -42,7 +44,9 @@ import (
 // sends are made inline first and the
 // receives follow, on the caller's goroutine: no send waits for its
 // receiver, so this cannot deadlock either, and a small all-to-all costs
-// no goroutine.
+// no goroutine. The own block is copied between the sends and the
+// receives there, so that an in-place all-to-all needs no copy of its
+// input: every block has left the buffer before anything lands in it.
 //
 // Communication steps: p-1 (times the pieces of the largest block).
 // Message step labels: c*p + s for piece c of step s.
@@ -52,8 +56,16 @@ import (
 // (p-1)/p * n each way.
 func AllToAllPairwise(ctx context.Context, p Peers, send []byte, sendOffs, sendLens []int, recv []byte, recvOffs, recvLens []int) error {
 	size, r := p.Size(), p.Rank()
-	memcopy.Copy(recv[recvOffs[r]:recvOffs[r]+recvLens[r]], send[sendOffs[r]:sendOffs[r]+sendLens[r]])
+	own := func() {
+		dst, src := recv[recvOffs[r]:recvOffs[r]+recvLens[r]], send[sendOffs[r]:sendOffs[r]+sendLens[r]]
+		if same(send, recv) {
+			copy(dst, src) // the two may overlap
+		} else {
+			memcopy.Copy(dst, src)
+		}
+	}
 	if size <= 1 {
+		own()
 		return nil
 	}
 	nsend := 0
@@ -77,6 +89,7 @@ func AllToAllPairwise(ctx context.Context, p Peers, send []byte, sendOffs, sendL
 				return fmt.Errorf("pairwise all-to-all: rank %d step %d: send to rank %d: %w", r, s, to, err)
 			}
 		}
+		own()
 		for s := 1; s < size; s++ {
 			from := mod(r-s, size)
 			if recvLens[from] == 0 {
@@ -88,6 +101,7 @@ func AllToAllPairwise(ctx context.Context, p Peers, send []byte, sendOffs, sendL
 		}
 		return nil
 	}
+	own()
 	g := newGroup(ctx)
 	defer g.cancel()
 	// Blocks larger than pairwiseChunk go in pieces, round robin over the
@@ -155,4 +169,13 @@ func piece(n, c int) (lo, hi int, ok bool) {
 		return 0, 0, false
 	}
 	return lo, min(lo+pairwiseChunk, n), true
+}
+
+// pairwiseInPlace reports whether an in-place all-to-all on p can run the
+// pairwise exchange on its buffer as it is, without copying its input
+// first: when every block goes by the eager path, whose sends have all
+// returned (the blocks have left the buffer) before the own block is
+// copied and anything is received.
+func pairwiseInPlace(p Peers, sendLens []int) bool {
+	return p.Size() > 1 && eagerAllToAll(p, sendLens)
 }

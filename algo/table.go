@@ -229,11 +229,17 @@ func init() {
 
 // pairwise is the pairwise exchange's implementation of all-to-all c.
 func pairwise(c Collective) Impl {
+	staged := allToAll(func(ctx context.Context, a *Args, send []byte) error {
+		return AllToAllPairwise(ctx, a.Peers, send, a.SendOffs, a.SendLens, a.Dst, a.RecvOffs, a.RecvLens)
+	})
 	im := Impl{
 		Op: c,
-		Run: allToAll(func(ctx context.Context, a *Args, send []byte) error {
-			return AllToAllPairwise(ctx, a.Peers, send, a.SendOffs, a.SendLens, a.Dst, a.RecvOffs, a.RecvLens)
-		}),
+		Run: func(ctx context.Context, a *Args) error {
+			if same(a.Src, a.Dst) && pairwiseInPlace(a.Peers, a.SendLens) {
+				return AllToAllPairwise(ctx, a.Peers, a.Dst, a.SendOffs, a.SendLens, a.Dst, a.RecvOffs, a.RecvLens)
+			}
+			return staged(ctx, a)
+		},
 		MatrixCost: (*Model).predictPairwise,
 		BySize:     always,
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -372,7 +373,9 @@ func testAllToAllInline(t *testing.T, wrap func(Peers) Peers) {
 
 // TestAllToAllPairwiseInPlace: an in-place all-to-all whose blocks all go
 // by the eager path runs on its buffer as it is, without a copy of its
-// input in the workspace, and gives every rank its blocks. The blocks are
+// input in the workspace and without lending any block (the peers would
+// copy them out of a buffer the receives overwrite), and gives every rank
+// its blocks. The blocks are
 // uneven and the output layout is the input's in reverse order, so the own
 // block's destination covers blocks still to be sent: copied before the
 // sends, it would overwrite them.
@@ -411,9 +414,11 @@ func TestAllToAllPairwiseInPlace(t *testing.T) {
 			}
 			a.Src, a.Dst, a.WS = bufs[r], bufs[r], &Workspace{}
 		}
+		lent := make([]*lenders, p)
 		runRanks(t, p, fakepeers.Options{EagerLimit: 1 << 10}, func(ctx context.Context, rank int, peers Peers) error {
 			a := &args[rank]
-			a.Peers = peers
+			lent[rank] = newLenders(peers, 128)
+			a.Peers = lent[rank]
 			return im.Run(ctx, a)
 		})
 		for r := range p {
@@ -425,9 +430,103 @@ func TestAllToAllPairwiseInPlace(t *testing.T) {
 					}
 				}
 			}
+			if len(lent[r].lent) > 0 {
+				t.Errorf("p %d rank %d: blocks lent out of a buffer the receives overwrite: %v", p, r, lent[r].lent)
+			}
 			if len(a.WS.slots) > SlotInput && a.WS.slots[SlotInput] != nil {
 				t.Errorf("p %d rank %d: the input was copied to the workspace (%d bytes)", p, r, len(a.WS.slots[SlotInput]))
 			}
+		}
+	}
+}
+
+// lenders is LendPeers over a fake network: Lend sends from a goroutine of
+// its own, so that it returns before the receiver takes the block, and
+// Settle waits for those sends. It records what the schedule did: how many
+// blocks were posted (lent or sent) when the first receive started, which
+// peers were lent to and which settled.
+type lenders struct {
+	sendsFirst
+	min           int
+	wg            map[int]*sync.WaitGroup
+	mu            sync.Mutex
+	err           error
+	lent, settled map[int]int
+}
+
+func newLenders(p Peers, min int) *lenders {
+	return &lenders{sendsFirst: sendsFirst{Peers: p}, min: min, wg: map[int]*sync.WaitGroup{}, lent: map[int]int{}, settled: map[int]int{}}
+}
+
+func (l *lenders) LendMin(int) int { return l.min }
+
+func (l *lenders) Lend(ctx context.Context, peer int, step uint32, buf []byte) error {
+	if len(buf) < l.min {
+		return fmt.Errorf("lend of %d bytes below %d", len(buf), l.min)
+	}
+	wg := l.wg[peer]
+	if wg == nil {
+		wg = &sync.WaitGroup{}
+		l.wg[peer] = wg
+	}
+	l.lent[peer]++
+	l.sent++
+	wg.Go(func() {
+		if err := l.Peers.Send(ctx, peer, step, buf); err != nil {
+			l.mu.Lock()
+			l.err = err
+			l.mu.Unlock()
+		}
+	})
+	return nil
+}
+
+func (l *lenders) Settle(ctx context.Context, peer int) error {
+	l.settled[peer]++
+	if wg := l.wg[peer]; wg != nil {
+		wg.Wait()
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// TestAllToAllPairwiseLends: with peers that lend blocks of 256 bytes or
+// more, an all-to-all whose other blocks are eager runs inline: every block
+// posted before the first receive, the large ones lent, every peer lent to
+// settled once, and every rank gets its blocks.
+func TestAllToAllPairwiseLends(t *testing.T) {
+	const p = 4
+	rng := rand.New(rand.NewPCG(4, 13))
+	size := make([][]int, p)
+	for a := range size {
+		size[a] = make([]int, p)
+		for b := range size[a] {
+			size[a][b] = []int{0, 100, 300, 700}[rng.IntN(4)]
+		}
+	}
+	rec := make([]*lenders, p)
+	checkAllToAll(t, size, fakepeers.Options{EagerLimit: 1 << 10}, func(ctx context.Context, rank int, peers Peers, b *a2aBufs) error {
+		rec[rank] = newLenders(peers, 256)
+		return AllToAllPairwise(ctx, rec[rank], b.send, b.sOffs, b.sLens, b.recv, b.rOffs, b.rLens)
+	})
+	for r, l := range rec {
+		posts := 0
+		for to, n := range size[r] {
+			if to == r || n == 0 {
+				continue
+			}
+			posts++
+			want := 0
+			if n >= 256 {
+				want = 1
+			}
+			if l.lent[to] != want || l.settled[to] != want {
+				t.Errorf("rank %d to %d (%d bytes): lent %d, settled %d times, want %d", r, to, n, l.lent[to], l.settled[to], want)
+			}
+		}
+		if l.recvs > 0 && l.atFirstRecv != posts {
+			t.Errorf("rank %d: %d of %d blocks posted when the first receive started, want all (inline)", r, l.atFirstRecv, posts)
 		}
 	}
 }

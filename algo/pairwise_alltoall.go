@@ -47,6 +47,14 @@ import (
 // no goroutine. The own block is copied between the sends and the
 // receives there, so that an in-place all-to-all needs no copy of its
 // input: every block has left the buffer before anything lands in it.
+// Blocks that the connection lends (LendPeers: shared memory, where the
+// receiver copies them out of the sender's memory) take the same inline
+// path, as long as every other block is eager: the rank posts all its
+// blocks, receives its peers' (copying the lent ones out of their
+// memory), and then waits until its own lent blocks have been taken. Every
+// lent byte is copied once, as by MPI's rendezvous over cross-memory
+// attach, instead of into a ring and out of it; no send waits for its
+// receiver, so this cannot deadlock either.
 //
 // Communication steps: p-1 (times the pieces of the largest block).
 // Message step labels: c*p + s for piece c of step s.
@@ -55,6 +63,13 @@ import (
 // everything but its own block; for AllToAll with n bytes per rank that is
 // (p-1)/p * n each way.
 func AllToAllPairwise(ctx context.Context, p Peers, send []byte, sendOffs, sendLens []int, recv []byte, recvOffs, recvLens []int) error {
+	return allToAllPairwise(ctx, p, send, sendOffs, sendLens, recv, recvOffs, recvLens, true)
+}
+
+// allToAllPairwise is AllToAllPairwise, lending blocks only if lend is
+// set: a buffer that is both input and output cannot be lent, since the
+// receives overwrite it while the peers may still be copying out of it.
+func allToAllPairwise(ctx context.Context, p Peers, send []byte, sendOffs, sendLens []int, recv []byte, recvOffs, recvLens []int, lend bool) error {
 	size, r := p.Size(), p.Rank()
 	own := func() {
 		dst, src := recv[recvOffs[r]:recvOffs[r]+recvLens[r]], send[sendOffs[r]:sendOffs[r]+sendLens[r]]
@@ -75,31 +90,17 @@ func AllToAllPairwise(ctx context.Context, p Peers, send []byte, sendOffs, sendL
 		}
 	}
 
-	if eagerAllToAll(p, sendLens) {
-		// Every block fits in its connection's buffer: send them all, then
-		// receive, on the caller's goroutine. No send waits for its
-		// receiver, so no rank can block another, and a small all-to-all
-		// costs no goroutine and no context.
-		for s := 1; s < size; s++ {
-			to := mod(r+s, size)
-			if sendLens[to] == 0 {
-				continue
-			}
-			if err := p.Send(ctx, to, uint32(s), send[sendOffs[to]:sendOffs[to]+sendLens[to]]); err != nil {
-				return fmt.Errorf("pairwise all-to-all: rank %d step %d: send to rank %d: %w", r, s, to, err)
-			}
-		}
-		own()
-		for s := 1; s < size; s++ {
-			from := mod(r-s, size)
-			if recvLens[from] == 0 {
-				continue
-			}
-			if err := p.Recv(ctx, from, uint32(s), recv[recvOffs[from]:recvOffs[from]+recvLens[from]]); err != nil {
-				return fmt.Errorf("pairwise all-to-all: rank %d step %d: recv from rank %d: %w", r, s, from, err)
-			}
-		}
-		return nil
+	var lp LendPeers
+	if lend {
+		lp, lend = lendAllToAll(p, sendLens)
+	}
+	if lend || eagerAllToAll(p, sendLens) {
+		// Every block fits in its connection's buffer, or is lent to
+		// its receiver (LendPeers): send them all, then receive, on the
+		// caller's goroutine, then wait for the lent blocks to be
+		// taken. No send waits for its receiver, so no rank can block
+		// another, and the exchange costs no goroutine and no context.
+		return pairwiseInline(ctx, p, lp, send, sendOffs, sendLens, recv, recvOffs, recvLens, own)
 	}
 	own()
 	g := newGroup(ctx)
@@ -175,7 +176,102 @@ func piece(n, c int) (lo, hi int, ok bool) {
 // pairwise exchange on its buffer as it is, without copying its input
 // first: when every block goes by the eager path, whose sends have all
 // returned (the blocks have left the buffer) before the own block is
-// copied and anything is received.
+// copied and anything is received. No block is lent then (see
+// allToAllPairwise).
 func pairwiseInPlace(p Peers, sendLens []int) bool {
 	return p.Size() > 1 && eagerAllToAll(p, sendLens)
+}
+
+// pairwiseInline is the pairwise exchange on the caller's goroutine: every
+// send (lent when lp lends blocks of its size), the own block (own), every
+// receive, then the wait for the lent blocks to be taken. After an error
+// the lent blocks are withdrawn at once.
+func pairwiseInline(ctx context.Context, p Peers, lp LendPeers, send []byte, sendOffs, sendLens []int, recv []byte, recvOffs, recvLens []int, own func()) error {
+	size, r := p.Size(), p.Rank()
+	lent := func(to int) bool {
+		return lp != nil && sendLens[to] > 0 && sendLens[to] >= lp.LendMin(to) && lp.LendMin(to) > 0
+	}
+	err := func() error {
+		for s := 1; s < size; s++ {
+			to := mod(r+s, size)
+			if sendLens[to] == 0 {
+				continue
+			}
+			b := send[sendOffs[to] : sendOffs[to]+sendLens[to]]
+			var err error
+			if lent(to) {
+				err = lp.Lend(ctx, to, uint32(s), b)
+			} else {
+				err = p.Send(ctx, to, uint32(s), b)
+			}
+			if err != nil {
+				return fmt.Errorf("pairwise all-to-all: rank %d step %d: send to rank %d: %w", r, s, to, err)
+			}
+		}
+		own()
+		for s := 1; s < size; s++ {
+			from := mod(r-s, size)
+			if recvLens[from] == 0 {
+				continue
+			}
+			if err := p.Recv(ctx, from, uint32(s), recv[recvOffs[from]:recvOffs[from]+recvLens[from]]); err != nil {
+				return fmt.Errorf("pairwise all-to-all: rank %d step %d: recv from rank %d: %w", r, s, from, err)
+			}
+		}
+		return nil
+	}()
+	if lp == nil {
+		return err
+	}
+	settle := ctx
+	if err != nil {
+		settle = cancelled
+	}
+	for s := 1; s < size; s++ {
+		to := mod(r+s, size)
+		if !lent(to) {
+			continue
+		}
+		if serr := lp.Settle(settle, to); serr != nil && err == nil {
+			err = fmt.Errorf("pairwise all-to-all: rank %d step %d: rank %d taking the block lent to it: %w", r, s, to, serr)
+			settle = cancelled
+		}
+	}
+	return err
+}
+
+// cancelled is a context that has ended: a wait under it gives up at once.
+var cancelled = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
+
+// lendAllToAll returns p's LendPeers and true when p lends at least one of
+// the blocks this rank sends and every other block is eager (see
+// eagerEach): then the exchange runs inline (pairwiseInline).
+func lendAllToAll(p Peers, sendLens []int) (LendPeers, bool) {
+	lp, ok := p.(LendPeers)
+	if !ok {
+		return nil, false
+	}
+	ep, _ := p.(EagerPeers)
+	me, lends, large := p.Rank(), false, false
+	for to, n := range sendLens {
+		if to == me || n == 0 {
+			continue
+		}
+		if m := lp.LendMin(to); m > 0 && n >= m {
+			lends = true
+			continue
+		}
+		if ep == nil || n > ep.EagerLimit(to) {
+			return nil, false
+		}
+		large = large || n > eagerBlock
+	}
+	if !lends || (large && !oneCPU(p)) {
+		return nil, false
+	}
+	return lp, true
 }

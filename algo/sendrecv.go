@@ -19,6 +19,26 @@ type EagerPeers interface {
 	EagerLimit(peer int) int
 }
 
+// LendPeers is implemented by Peers that can lend large messages (see
+// transport.Lender): the receiver copies the message out of this rank's
+// memory, and Lend returns before it has, so that a rank can post all its
+// sends, receive, and then wait for its messages to be taken, with one copy
+// of every byte and no helper goroutine.
+type LendPeers interface {
+	Peers
+	// LendMin returns the smallest message Lend lends to peer, 0 if it
+	// lends none. Send of a message of that size or more to peer waits
+	// for the receiver's copy.
+	LendMin(peer int) int
+	// Lend sends buf, of at least LendMin(peer) bytes, to peer as message
+	// step without waiting for the copy. buf must not change until
+	// Settle(peer) returns.
+	Lend(ctx context.Context, peer int, step uint32, buf []byte) error
+	// Settle waits until peer has copied every message lent to it. After
+	// an error the messages are withdrawn and the connection fails.
+	Settle(ctx context.Context, peer int) error
+}
+
 // SendRecv sends sbuf to rank to as message sstep and receives message rstep
 // from rank from into rbuf, concurrently, so that two ranks exchanging with
 // each other cannot deadlock whatever the message sizes. Both messages are

@@ -236,7 +236,7 @@ func pairwise(c Collective) Impl {
 		Op: c,
 		Run: func(ctx context.Context, a *Args) error {
 			if same(a.Src, a.Dst) && pairwiseInPlace(a.Peers, a.SendLens) {
-				return AllToAllPairwise(ctx, a.Peers, a.Dst, a.SendOffs, a.SendLens, a.Dst, a.RecvOffs, a.RecvLens)
+				return allToAllPairwise(ctx, a.Peers, a.Dst, a.SendOffs, a.SendLens, a.Dst, a.RecvOffs, a.RecvLens, false)
 			}
 			return staged(ctx, a)
 		},

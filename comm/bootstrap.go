@@ -384,11 +384,12 @@ func (b *tcpBootstrap) connect(ctx context.Context) error {
 	}
 	hostIDs := b.hostIDs
 	var err error
+	noCMA, cmaMin, cmaSend := cfg.shmCMA()
 	b.links, err = setup.Connect(ctx, setup.Config{Policy: cfg.transport,
 		Mesh: tcp.MeshConfig{Self: rank, Comm: b.commID, Epoch: 0, Secret: b.id.Secret[:],
 			Streams: cfg.streams, Options: cfg.tcpOptions(), Listener: b.dataLn},
-		SameHost:     func(r int) bool { return hostIDs[r] == hostIDs[rank] },
-		CMAThreshold: cfg.cmaThreshold, ShmSpin: cfg.shmSpin(), ShmLazy: cfg.lazyRings, Log: b.log}, peers)
+		SameHost: func(r int) bool { return hostIDs[r] == hostIDs[rank] },
+		NoCMA:    noCMA, CMAThreshold: cmaMin, CMASend: cmaSend, ShmSpin: cfg.shmSpin(), ShmLazy: cfg.lazyRings, Log: b.log}, peers)
 	if err != nil {
 		return b.wrap("connect", err)
 	}
@@ -728,11 +729,12 @@ func (f *tcpLinker) connect(ctx context.Context, c *Communicator, gen uint32, pe
 	for _, r := range peers {
 		eps = append(eps, tcp.Endpoint{Rank: r, Addr: f.addrs[r]})
 	}
+	noCMA, cmaMin, cmaSend := f.cfg.shmCMA()
 	return setup.Connect(ctx, setup.Config{Policy: f.cfg.transport,
 		Mesh: tcp.MeshConfig{Self: c.rank, Comm: c.id, Epoch: gen, Secret: f.secret[:],
 			Streams: f.cfg.streams, Options: f.cfg.tcpOptions(), Listener: f.ln},
-		SameHost:     c.sameHost,
-		CMAThreshold: f.cfg.cmaThreshold, ShmSpin: f.cfg.shmSpin(), Emulation: f.fabric, Log: logx.For(c.log, logx.Rewire)}, eps)
+		SameHost: c.sameHost,
+		NoCMA:    noCMA, CMAThreshold: cmaMin, CMASend: cmaSend, ShmSpin: f.cfg.shmSpin(), Emulation: f.fabric, Log: logx.For(c.log, logx.Rewire)}, eps)
 }
 
 func (f *tcpLinker) emulator() *emu.Fabric { return f.fabric }

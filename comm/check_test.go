@@ -441,5 +441,15 @@ func large(ctx context.Context, c *comm.Communicator) error {
 	if err := k.allToAll(comm.Uint8, (16<<20)/c.Size()+1, false); err != nil {
 		return err
 	}
+	// In place, with blocks that shared memory would lend out of place.
+	if err := k.allToAll(comm.Uint8, 1<<20+1, true); err != nil {
+		return err
+	}
+	// Blocks of 0 to 160 KiB: on shared memory some lent and some
+	// through the rings in one exchange when the ranks outnumber the
+	// cores (lent from 128 KiB), all lent otherwise (from 16 KiB).
+	if err := k.allToAllV(comm.Float32, 40000); err != nil {
+		return err
+	}
 	return k.allToAllV(comm.Float32, (16<<20)/4/c.Size())
 }

@@ -35,7 +35,7 @@ func (c *Communicator) logSettings() {
 	l.Info("occl: settings",
 		"algo", c.cfg.algo, "chunk", c.cfg.chunk, "streams", c.cfg.streams,
 		"timeout", c.cfg.timeout, "heartbeat", c.cfg.heartbeat, "heartbeat_timeout", c.cfg.heartbeatTimeout,
-		"transport", c.cfg.transport, "links", c.TransportName(), "single_copy", c.cfg.cmaThreshold,
+		"transport", c.cfg.transport, "links", c.TransportName(), "single_copy", c.cfg.singleCopy(),
 		"affinity", c.cfg.affinity, "hosts", c.NumHosts(), "topology", topology, "emulate", c.cfg.emulate,
 		"trace", c.obs.dir, "flight_record", c.obs.flightLen, "flight_signal", c.obs.signal,
 		"env", debug.String())

@@ -46,7 +46,8 @@ type config struct {
 	topology         *topo.Topology
 	fabricRanks      []int // nil: this communicator is the fabric's
 	emulate          bool
-	cmaThreshold     int // 0: off
+	cmaThreshold     int  // single copy of every message from this size; 0: of lent ones alone
+	cmaOff           bool // no single copy at all
 	spin             time.Duration
 	stall            time.Duration // 0: derived from timeout
 	log              *slog.Logger
@@ -122,14 +123,23 @@ const (
 // TransportTCP, TransportSHM or TransportRDMA.
 func WithTransport(name string) Option { return func(c *config) { c.transport = name } }
 
-// WithSingleCopy makes the shared-memory transport copy messages of at
-// least threshold bytes straight from the sender's buffer into the
-// receiver's by cross-memory attach (OCCL_SHM_CMA=SIZE); smaller messages
-// go through the rings. 0 (OCCL_SHM_CMA=off, the default) sends everything
-// through the rings: process_vm_readv pins every 4 KiB page it reads, and
-// on the machines occl has been measured on the pipelined double copy
-// through the rings was faster at every size (see package shm).
-func WithSingleCopy(threshold int) Option { return func(c *config) { c.cmaThreshold = threshold } }
+// WithSingleCopy makes the shared-memory transport copy every message of
+// at least threshold bytes straight from the sender's buffer into the
+// receiver's by cross-memory attach (OCCL_SHM_CMA=SIZE), each send
+// waiting for the receiver's copy; smaller messages go through the rings.
+// 0 (OCCL_SHM_CMA=off) sends everything through the rings.
+//
+// By default (OCCL_SHM_CMA=lend) only the blocks of an all-to-all of
+// shm.DefaultCMAThreshold bytes or more go so, lent (transport.Lender): a
+// rank posts all its blocks, copies its peers' blocks out of their
+// memory, and then waits for its own to be taken, so that every byte is
+// copied once and no send waits for its receiver. Other collectives keep
+// the rings, whose pipelined double copy lets a sender run ahead of its
+// receiver: with every large message sent by descriptor, 64 MiB AllReduce
+// at 2 processes took 20% longer (see package shm).
+func WithSingleCopy(threshold int) Option {
+	return func(c *config) { c.cmaThreshold, c.cmaOff = threshold, threshold == 0 }
+}
 
 // DefaultSpin is how long a rank waiting on shared memory polls before it
 // sleeps, when the ranks of its machine have a core each.
@@ -280,11 +290,15 @@ func (c *config) fromEnv() error {
 	env("OCCL_EMULATE", func(v string) error { c.emulate = v == "1" || strings.EqualFold(v, "true"); return nil })
 	env("OCCL_TRANSPORT", func(v string) error { c.transport = strings.ToLower(v); return nil })
 	env("OCCL_SHM_CMA", func(v string) (e error) {
-		if strings.EqualFold(v, "off") {
-			c.cmaThreshold = 0
-			return nil
+		switch {
+		case strings.EqualFold(v, "off"):
+			c.cmaThreshold, c.cmaOff = 0, true
+		case strings.EqualFold(v, "lend"):
+			c.cmaThreshold, c.cmaOff = 0, false
+		default:
+			c.cmaThreshold, e = ParseSize(v)
+			c.cmaOff = c.cmaThreshold == 0
 		}
-		c.cmaThreshold, e = ParseSize(v)
 		return
 	})
 	env("OCCL_STALL_TIMEOUT", func(v string) (e error) { c.stall, e = parseDuration(v); return })
@@ -315,4 +329,45 @@ func defaultLogger() *slog.Logger {
 		l.Warn("occl: ignoring the debug settings", "err", err)
 	}
 	return l
+}
+
+// Smallest all-to-all blocks lent over shared memory by default (see
+// WithSingleCopy), when every local rank has a core (lendMinCore) and when
+// the ranks outnumber the cores (lendMinShared). Measured on 2 cores, 3
+// rounds against the rings: at 2 processes 8 KiB blocks were slower lent
+// (4.8-5.2 us against 4.3), 16 KiB faster (5.9-6.2 against 7.1), 32 KiB
+// 7.9-9.0 against 12.6-13.2; at 4 processes, where a lender waits for
+// peers that share its core, 16 and 32 KiB blocks were slower lent (49-54
+// us against 40-41, 89 against 76), 64 KiB even, 256 KiB much faster
+// (380-465 us against 707-753).
+const (
+	lendMinCore   = 16 << 10
+	lendMinShared = 128 << 10
+)
+
+// shmCMA returns the shared-memory transport's single-copy setting: off,
+// the smallest message sent so, and whether every message from that size
+// is (send) or only lent all-to-all blocks.
+func (c *config) shmCMA() (off bool, threshold int, send bool) {
+	switch {
+	case c.cmaOff:
+		return true, 0, false
+	case c.cmaThreshold > 0:
+		return false, c.cmaThreshold, true
+	case c.oversubscribed:
+		return false, lendMinShared, false
+	}
+	return false, lendMinCore, false
+}
+
+// singleCopy describes the shared-memory single-copy setting: "off",
+// "lend" or the size from which every message goes so.
+func (c *config) singleCopy() string {
+	switch {
+	case c.cmaOff:
+		return "off"
+	case c.cmaThreshold == 0:
+		return "lend"
+	}
+	return strconv.Itoa(c.cmaThreshold)
 }

@@ -315,6 +315,48 @@ func (p *opPeers) Send(ctx context.Context, peer int, step uint32, buf []byte) e
 	return nil
 }
 
+// LendMin returns the smallest message the connection to peer lends, 0
+// if it lends none (see algo.LendPeers).
+func (p *opPeers) LendMin(peer int) int {
+	if l, ok := p.c.links.to(peer).(transport.Lender); ok {
+		return l.LendMin()
+	}
+	return 0
+}
+
+// Lend sends buf to peer without waiting for its copy (see
+// algo.LendPeers).
+func (p *opPeers) Lend(ctx context.Context, peer int, step uint32, buf []byte) error {
+	l, ok := p.c.links.to(peer).(transport.Lender)
+	if !ok {
+		return &linkError{peer: peer, dir: "send", step: step, err: errors.New("the connection lends nothing")}
+	}
+	h := p.hdr
+	h.Step = step
+	p.c.hist.wait(int32(peer))
+	if p.c.obs.tr != nil {
+		defer p.c.obs.transfer(peer, true, step, len(buf), time.Now())
+	}
+	if err := l.Lend(ctx, h, buf); err != nil {
+		return &linkError{peer: peer, dir: "send", step: step, err: err}
+	}
+	return nil
+}
+
+// Settle waits until peer has copied what was lent to it (see
+// algo.LendPeers).
+func (p *opPeers) Settle(ctx context.Context, peer int) error {
+	l, ok := p.c.links.to(peer).(transport.Lender)
+	if !ok {
+		return nil
+	}
+	p.c.hist.wait(int32(peer))
+	if err := l.Settle(ctx); err != nil {
+		return &linkError{peer: peer, dir: "send", step: p.hdr.Step, err: err}
+	}
+	return nil
+}
+
 func (p *opPeers) Recv(ctx context.Context, peer int, step uint32, buf []byte) error {
 	h := p.hdr
 	h.Step = step

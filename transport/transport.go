@@ -59,6 +59,32 @@ var (
 	ErrPeerClosed = errors.New("connection closed by peer")
 )
 
+// Lender is implemented by connections that can lend a payload to the peer:
+// the peer copies it straight out of this process's memory, and Lend
+// returns as soon as the peer has been told where it is, before the copy.
+// A rank that must send several large payloads and receive several can so
+// post all its sends, then receive, then wait for its payloads to be taken,
+// with one copy of every byte and no helper goroutine.
+//
+// Lend and Settle are sends: they must not overlap Send or each other.
+type Lender interface {
+	// LendMin returns the smallest payload Lend lends; 0 if it lends
+	// none. The peer's Recv of a frame of at least that size reads a
+	// lent payload, so a payload of that size or more sent to this peer
+	// with Send is lent as well (and Send waits for the peer's copy).
+	LendMin() int
+	// Lend sends a frame carrying payload, which must have at least
+	// LendMin bytes, without waiting for the peer to copy it. payload
+	// must stay unchanged and referenced until Settle returns.
+	Lend(ctx context.Context, h Header, payload []byte) error
+	// Settle waits until the peer has copied every payload lent so far.
+	// If it fails (ctx ended, the connection closed), the payloads are
+	// withdrawn: a peer still copying fails rather than deliver bytes
+	// the caller may have overwritten since, and the Conn must be
+	// closed.
+	Settle(ctx context.Context) error
+}
+
 // Named is implemented by connections that can say which transport they
 // are: "tcp", "shm", "rdma", "mem", or a layer over another such as
 // "emu(shm)".

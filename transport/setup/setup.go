@@ -64,8 +64,16 @@ type Config struct {
 	Mesh tcp.MeshConfig
 	// SameHost reports whether peer runs on this rank's host.
 	SameHost func(peer int) bool
-	// CMAThreshold is shm's single-copy threshold (0: off).
+	// NoCMA turns shm's single copy by cross-memory attach off
+	// (shm.Config.NoCMA).
+	NoCMA bool
+	// CMAThreshold is the smallest message shm lends, or sends by
+	// descriptor with CMASend (shm.Config.CMAThreshold; 0: shm's
+	// default).
 	CMAThreshold int
+	// CMASend makes shm send every message of CMAThreshold bytes or more
+	// by descriptor, not only lend them (shm.Config.SendByDescriptor).
+	CMASend bool
 	// ShmSpin is how long shm's waits poll before they sleep (shm.Config.Spin).
 	ShmSpin time.Duration
 	// ShmLazy maps shm rings page by page as they are first touched
@@ -191,7 +199,7 @@ func connectSHM(ctx context.Context, cfg *Config, mesh map[int]*tcp.Conn, peers 
 	}
 	return each(peers, func(r int) (transport.Conn, error) {
 		sc, err := shm.Connect(ctx, mesh[r], shm.Config{Comm: cfg.Mesh.Comm, Epoch: cfg.Mesh.Epoch, Self: cfg.Mesh.Self, Peer: r,
-			NoCMA: cfg.CMAThreshold == 0, CMAThreshold: cfg.CMAThreshold, Spin: cfg.ShmSpin, Lazy: cfg.ShmLazy})
+			NoCMA: cfg.NoCMA, CMAThreshold: cfg.CMAThreshold, SendByDescriptor: cfg.CMASend, Spin: cfg.ShmSpin, Lazy: cfg.ShmLazy})
 		switch {
 		case err == nil:
 			return sc, nil

@@ -144,30 +144,93 @@ func (r *cmaReader) close() {
 // here escape to the heap, so the address in the descriptor stays valid
 // for as long as the receiver may use it.
 func (c *Conn) sendDesc(ctx context.Context, payload []byte) error {
+	err := c.postDesc(ctx, payload)
+	if err == nil {
+		err = c.wait(ctx, forDone)
+	}
+	return c.settled(err)
+}
+
+// postDesc writes the descriptor of payload after a frame header already
+// in the ring and publishes it, keeping payload referenced (c.lent) until
+// settled.
+func (c *Conn) postDesc(ctx context.Context, payload []byte) error {
 	c.sticket++
 	putU64(c.sdesc[0:], descMagic)
 	putU64(c.sdesc[8:], uint64(uintptr(unsafe.Pointer(unsafe.SliceData(payload)))))
 	putU64(c.sdesc[16:], uint64(len(payload)))
 	putU64(c.sdesc[24:], c.sticket)
-	c.lent = payload
+	c.lent = append(c.lent, payload)
 	err := c.put(ctx, c.sdesc[:])
 	if err == nil {
 		err = c.putPad(ctx)
 	}
 	if err == nil {
 		c.publishTail()
-		err = c.wait(ctx, forDone)
 	}
+	return err
+}
+
+// settled ends the loans after the wait for them returned err: on an
+// error the receiver may still be reading, or read later, while the
+// caller reuses the buffers, so this end of the ring is closed first (a
+// receiver checks the flag after its copy and discards what it read if
+// the flag is set).
+func (c *Conn) settled(err error) error {
 	if err != nil {
-		// The receiver may still be reading, or read later, while the
-		// caller reuses the buffer. Close this end of the ring first: a
-		// receiver checks the flag after its copy and discards what it
-		// read if the flag is set.
 		c.out.prodClosed.Store(1)
 		bump(c.out.dataSeq)
 	}
-	c.lent = nil
+	clear(c.lent)
+	c.lent = c.lent[:0]
 	return err
+}
+
+// LendMin returns the smallest payload sent by descriptor, 0 if this
+// direction sends none (see transport.Lender).
+func (c *Conn) LendMin() int {
+	if !c.cmaOut {
+		return 0
+	}
+	return c.cmaOutMin
+}
+
+// Lend sends payload by descriptor without waiting for the receiver's
+// copy (see transport.Lender).
+func (c *Conn) Lend(ctx context.Context, h transport.Header, payload []byte) error {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if !c.cmaOut || len(payload) < c.cmaOutMin {
+		return fmt.Errorf("shm: lend: %d bytes to rank %d: this connection lends payloads of %d bytes or more, none if 0", len(payload), c.peer, c.LendMin())
+	}
+	if err := c.sendable(); err != nil {
+		return err
+	}
+	h.Len = uint64(len(payload))
+	h.Encode(c.shdr[:])
+	c.shdr[flagsOff] = flagLent
+	err := c.put(ctx, c.shdr[:])
+	if err == nil {
+		err = c.postDesc(ctx, payload)
+	}
+	if err != nil {
+		return c.settled(err)
+	}
+	return nil
+}
+
+// Settle waits until the receiver has copied every payload lent to it
+// (see transport.Lender).
+func (c *Conn) Settle(ctx context.Context) error {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if len(c.lent) == 0 {
+		return nil
+	}
+	if c.closed.Load() {
+		return c.settled(transport.ErrClosed)
+	}
+	return c.settled(c.wait(ctx, forDone))
 }
 
 // recvDesc receives the payload of a frame sent by descriptor into buf:

@@ -19,18 +19,19 @@ import (
 func descConn(t testing.TB, in, out *mapping) *Conn {
 	t.Helper()
 	return newConn(out, in, 1, nil, transport.Header{}, cmaSetup{
-		out: true, outMin: 16, in: true, inMin: 16,
+		out: true, outMin: 16, in: true, inMin: 16, send: true,
 		reader: cmaReader{pid: os.Getpid(), pidfd: -1},
 	})
 }
 
-// descFrame encodes the header of an n-byte frame followed by a descriptor
-// and the frame's padding.
+// descFrame encodes the header of an n-byte lent frame followed by a
+// descriptor and the frame's padding.
 func descFrame(n int, magic, addr, length, ticket uint64) []byte {
 	b := make([]byte, frameEnd(0, descSize))
 	h := fuzzWant
 	h.Len = uint64(n)
 	h.Encode(b)
+	b[flagsOff] = flagLent
 	d := b[transport.HeaderSize:]
 	putU64(d[0:], magic)
 	putU64(d[8:], addr)
@@ -202,5 +203,35 @@ func TestProbePeer(t *testing.T) {
 	if r, err := probePeer(uint32(cmd.Process.Pid), p.addr(), p.pattern[:]); err == nil {
 		r.close()
 		t.Fatal("probe of a dead process succeeded")
+	}
+}
+
+// TestLentFlagRejected: a frame flagged as lent is refused where it cannot
+// be one: read in place (below any direction's threshold), or on a
+// direction that lends nothing.
+func TestLentFlagRejected(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		n    int
+		cma  cmaSetup
+	}{
+		{"small frame", 100, cmaSetup{in: true, inMin: 4096, reader: cmaReader{pid: os.Getpid(), pidfd: -1}}},
+		{"no lending", 5000, cmaSetup{}},
+		{"below threshold", 5000, cmaSetup{in: true, inMin: 8192, reader: cmaReader{pid: os.Getpid(), pidfd: -1}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in, out := anonRing(t, MinCapacity), anonRing(t, MinCapacity)
+			fr := descFrame(tc.n, descMagic, 0x1000, uint64(tc.n), 1)
+			in.reset(0, uint64(len(fr)))
+			in.fill(0, fr)
+			out.reset(0, 0)
+			c := newConn(out, in, 1, nil, transport.Header{}, tc.cma)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			var fe *transport.FrameError
+			if err := c.Recv(ctx, fuzzWant, make([]byte, tc.n)); !errors.As(err, &fe) {
+				t.Fatalf("Recv of a lent %d-byte frame = %v, want FrameError", tc.n, err)
+			}
+		})
 	}
 }

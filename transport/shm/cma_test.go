@@ -312,3 +312,98 @@ func TestCMACancelDuringRecv(t *testing.T) {
 		t.Fatalf("Send whose receiver gave up = %v, want ErrPeerClosed", err)
 	}
 }
+
+// lendPair connects a pair that lends payloads of 64 KiB or more and
+// sends every payload through the ring.
+func lendPair(t *testing.T) (*shm.Conn, *shm.Conn) {
+	t.Helper()
+	return pairWith(t, func(c *shm.Config) { c.SendByDescriptor, c.CMAThreshold = false, 64<<10 })
+}
+
+// TestLend: a connection that lends keeps the ring's eager limit for Send;
+// lent frames and frames through the ring, large and small, interleave in
+// order while the receiver does nothing; Settle waits until the receiver
+// has copied the lent ones; a payload below the threshold is refused and
+// nothing of it reaches the peer.
+func TestLend(t *testing.T) {
+	a, b := lendPair(t)
+	defer a.Close()
+	defer b.Close()
+	if got, want := a.EagerLimit(), shm.DefaultCapacity/4-transport.HeaderSize; got != want {
+		t.Fatalf("EagerLimit() = %d, want %d: Send waits for no receiver when it lends nothing", got, want)
+	}
+	if got := a.LendMin(); got != 64<<10 {
+		t.Fatalf("LendMin() = %d, want %d", got, 64<<10)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	frames := []struct {
+		n    int
+		lend bool
+	}{{64 << 10, true}, {8, false}, {200<<10 + 3, true}, {100 << 10, false}, {1<<20 + 5, true}, {300 << 10, false}}
+	hdr := func(i int) transport.Header {
+		return transport.Header{Kind: transport.KindP2P, Comm: 7, Seq: uint64(i), Step: 3}
+	}
+	for i, f := range frames {
+		buf := make([]byte, f.n)
+		fillSeq(buf, 3, i)
+		var err error
+		if f.lend {
+			err = a.Lend(ctx, hdr(i), buf)
+		} else {
+			err = a.Send(ctx, hdr(i), buf)
+		}
+		if err != nil {
+			t.Fatalf("frame %d (%d bytes, lent %v): %v", i, f.n, f.lend, err)
+		}
+	}
+	settled := make(chan error, 1)
+	go func() { settled <- a.Settle(ctx) }()
+	select {
+	case err := <-settled:
+		t.Fatalf("Settle returned (%v) before the receiver copied anything", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	for i, f := range frames {
+		buf := make([]byte, f.n)
+		if err := b.Recv(ctx, hdr(i), buf); err != nil {
+			t.Fatalf("recv %d (%d bytes): %v", i, f.n, err)
+		}
+		want := make([]byte, f.n)
+		fillSeq(want, 3, i)
+		if !bytes.Equal(buf, want) {
+			t.Fatalf("frame %d (%d bytes, lent %v): payload differs", i, f.n, f.lend)
+		}
+	}
+	if err := <-settled; err != nil {
+		t.Fatalf("Settle: %v", err)
+	}
+	if err := a.Lend(ctx, hdr(len(frames)), make([]byte, 64<<10-1)); err == nil {
+		t.Fatal("Lend below LendMin succeeded")
+	}
+	exchangeSizes(t, a, b, []int{10, 64 << 10})
+}
+
+// TestSettleWithdraws: a Settle that gives up withdraws the lent payload:
+// the receiver fails as from a peer that closed, and never delivers it.
+func TestSettleWithdraws(t *testing.T) {
+	a, b := lendPair(t)
+	defer a.Close()
+	defer b.Close()
+	h := transport.Header{Kind: transport.KindP2P, Comm: 7, Seq: 1}
+	buf := bytes.Repeat([]byte{0xAB}, 128<<10)
+	if err := a.Lend(context.Background(), h, buf); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+	defer cancel()
+	if err := a.Settle(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Settle with nobody receiving = %v, want DeadlineExceeded", err)
+	}
+	got := make([]byte, len(buf))
+	rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer rcancel()
+	if err := b.Recv(rctx, h, got); !errors.Is(err, transport.ErrPeerClosed) {
+		t.Fatalf("Recv of a withdrawn payload = %v, want ErrPeerClosed", err)
+	}
+}

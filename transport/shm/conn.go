@@ -88,7 +88,10 @@ type Conn struct {
 	// travel by descriptor when cmaOut, respectively cmaIn, is set.
 	cmaOut, cmaIn       bool
 	cmaOutMin, cmaInMin int
-	reader              cmaReader // the peer's process, when cmaIn
+	// descSend: Send, not only Lend, sends payloads of cmaOutMin bytes
+	// or more by descriptor (Config.SendByDescriptor).
+	descSend bool
+	reader   cmaReader // the peer's process, when cmaIn
 	// pieceHook, if set (by tests), runs between the pieces of a
 	// cross-memory read with the number of bytes copied so far.
 	pieceHook func(done int)
@@ -115,9 +118,9 @@ type Conn struct {
 	// cleared: the seal words of the lines from the tail's frame boundary
 	// up to here are cleared (see clearAhead).
 	cleared uint64
-	sticket uint64 // descriptors sent on out
-	doneC   uint64 // last completion count read from shared memory (validated)
-	lent    []byte // the payload the peer may be reading
+	sticket uint64   // descriptors sent on out
+	doneC   uint64   // last completion count read from shared memory (validated)
+	lent    [][]byte // the payloads the peer may be reading
 	shdr    [transport.HeaderSize]byte
 	sdesc   [descSize]byte
 
@@ -159,6 +162,7 @@ var _ transport.Conn = (*Conn)(nil)
 type cmaSetup struct {
 	out, in       bool
 	outMin, inMin int
+	send          bool      // Send uses descriptors too (Config.SendByDescriptor)
 	reader        cmaReader // owned by the Conn from newConn on
 }
 
@@ -175,7 +179,8 @@ func newConn(out, in *mapping, peer int, ctl transport.Conn, want transport.Head
 		c.reader.close()
 	}
 	c.eager = max(0, int(c.out.cap/4)-transport.HeaderSize)
-	if c.cmaOut {
+	c.descSend = c.cmaOut && cma.send
+	if c.descSend {
 		// A frame sent by descriptor waits for the receiver.
 		c.eager = min(c.eager, c.cmaOutMin-1)
 	}
@@ -209,11 +214,8 @@ func (c *Conn) Peer() int { return c.peer }
 func (c *Conn) Send(ctx context.Context, h transport.Header, payload []byte) error {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	if c.closed.Load() {
-		return transport.ErrClosed
-	}
-	if c.out.consClosed.Load() != 0 || c.gone.Load() {
-		return c.peerErr(errPeerClosedSend)
+	if err := c.sendable(); err != nil {
+		return err
 	}
 	h.Len = uint64(len(payload))
 	if off, end, ok := c.room(len(payload)); ok {
@@ -238,11 +240,15 @@ func (c *Conn) Send(ctx context.Context, h transport.Header, payload []byte) err
 		}
 		return nil
 	}
+	desc := c.descSend && len(payload) >= c.cmaOutMin
 	h.Encode(c.shdr[:])
+	if desc {
+		c.shdr[flagsOff] = flagLent
+	}
 	if err := c.put(ctx, c.shdr[:]); err != nil {
 		return err
 	}
-	if c.cmaOut && len(payload) >= c.cmaOutMin {
+	if desc {
 		return c.sendDesc(ctx, payload)
 	}
 	if err := c.put(ctx, payload); err != nil {
@@ -309,6 +315,9 @@ func (c *Conn) Recv(ctx context.Context, want transport.Header, buf []byte) erro
 		if err != nil {
 			return err
 		}
+		if flags&flagLent != 0 {
+			return &transport.FrameError{Reason: fmt.Sprintf("shared ring: a lent frame of %d bytes, below this direction's smallest loan", len(buf))}
+		}
 		start := off + transport.HeaderSize
 		copy(buf, c.in.data[start:start+uint64(len(buf))])
 		c.head, c.armed = end, flags&flagArmed != 0
@@ -324,12 +333,15 @@ func (c *Conn) Recv(ctx context.Context, want transport.Header, buf []byte) erro
 	if err := c.get(ctx, c.rhdr[:]); err != nil {
 		return err
 	}
-	if _, err := decodeFrame(c.rhdr[:], &want); err != nil {
+	flags, err := decodeFrame(c.rhdr[:], &want)
+	if err != nil {
 		return err
 	}
-	if c.cmaIn && len(buf) >= c.cmaInMin {
-		// The sender uses the same rule: this frame carries a
-		// descriptor instead of the payload.
+	if flags&flagLent != 0 {
+		// The frame carries a descriptor instead of the payload.
+		if !c.cmaIn || len(buf) < c.cmaInMin {
+			return &transport.FrameError{Reason: fmt.Sprintf("shared ring: a lent frame of %d bytes, where this direction lends nothing or nothing below %d bytes", len(buf), c.cmaInMin)}
+		}
 		return c.recvDesc(ctx, buf)
 	}
 	if err := c.get(ctx, buf); err != nil {
@@ -339,6 +351,18 @@ func (c *Conn) Recv(ctx context.Context, want transport.Header, buf []byte) erro
 		return err
 	}
 	c.publishHead()
+	return nil
+}
+
+// sendable returns why nothing can be sent now, if anything: this end or
+// the peer's closed.
+func (c *Conn) sendable() error {
+	if c.closed.Load() {
+		return transport.ErrClosed
+	}
+	if c.out.consClosed.Load() != 0 || c.gone.Load() {
+		return c.peerErr(errPeerClosedSend)
+	}
 	return nil
 }
 

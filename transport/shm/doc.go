@@ -116,14 +116,24 @@
 // keeps the ring; Config.NoCMA turns the mechanism off. Both ends of one
 // process may use it too: a process can read its own memory.
 //
-// On a direction that uses it, every frame whose payload is at least the
-// sender's threshold (Config.CMAThreshold, DefaultCMAThreshold by default,
-// announced in the offer) is sent by descriptor, and all others through
-// the ring; the receiver knows the rule from setup, so no header bit marks
-// such frames and transport.Header is unchanged. The sender writes the
-// frame header as usual, Len being the payload length, followed by a
-// 32-byte descriptor instead of the payload: magic, address and length of
-// its buffer, and a ticket that counts the descriptors sent on the ring.
+// On a direction that uses it, a payload of at least the sender's
+// threshold (Config.CMAThreshold, DefaultCMAThreshold by default,
+// announced in the offer) may travel by descriptor: when it is lent
+// (Conn.Lend, transport.Lender), or sent with Send where
+// Config.SendByDescriptor is set. All others go through the ring. The
+// sender writes the frame header as usual, Len being the payload length,
+// with the lent flag in the ring's flags byte (see "Sealed frames"),
+// followed by a 32-byte descriptor instead of the payload: magic, address
+// and length of its buffer, and a ticket that counts the descriptors sent
+// on the ring. A receiver refuses the flag on a frame below the threshold
+// the sender announced, or from a sender that announced none.
+//
+// A Send by descriptor returns once the receiver has copied the payload;
+// Lend returns once the descriptor is in the ring, and Settle waits for
+// the copies of everything lent. A rank of an all-to-all thus posts all
+// its large blocks, copies its peers' out of their memory, and then waits
+// for its own to be taken: one copy of every byte, as MPI's rendezvous
+// over cross-memory attach makes, where the ring makes two.
 // The receiver checks the header against what it expects
 // (transport.Check), then the descriptor: magic, a length equal to its
 // buffer's, the next ticket, an address range that does not wrap; a
@@ -135,32 +145,34 @@
 // An address the sender never owned yields EFAULT, a process that is gone
 // ESRCH; both become errors, never a panic.
 //
-// The sender's Send returns only when the done counter reaches its ticket,
-// since the buffer is the caller's and must not change while it is read.
+// The sender's Send (or Settle) returns only when the done counter reaches
+// its ticket, since the buffer is the caller's and must not change while it
+// is read.
 // It waits like every other wait below (spin briefly, then sleep on the
 // done futex word), honours its context and notices a closed or dead peer.
-// The Go garbage collector does not move heap objects, and Send keeps the
-// slice referenced from the Conn until it returns, which also makes every
-// buffer passed to Send escape to the heap (a goroutine stack could move),
-// so the address stays valid for as long as the receiver may use it. A
-// Send that fails or is cancelled while the receiver may still read sets
-// the producer-closed flag of its ring before it returns and the caller
-// reuses the buffer. The receiver checks that flag after its copy and
+// The Go garbage collector does not move heap objects, and Send (Lend,
+// until Settle) keeps the slice referenced from the Conn, which also makes
+// every buffer passed to it escape to the heap (a goroutine stack could
+// move), so the address stays valid for as long as the receiver may use
+// it. A Send or Settle that fails or is cancelled while the receiver may
+// still read sets the producer-closed flag of its ring before it returns
+// and the caller reuses the buffer. The receiver checks that flag after its copy and
 // fails with transport.ErrPeerClosed if it is set, so it never delivers
 // bytes that were read after the sender gave up; it also checks, through a
 // pidfd of the peer opened at setup, that the pid it read from still names
 // the peer, so a pid reused after the peer died cannot feed it foreign
 // bytes. Since a frame sent by descriptor waits for the receiver,
-// EagerLimit is kept below the threshold.
+// EagerLimit is kept below the threshold where Send uses descriptors.
 //
-// The default threshold is set from measurements: process_vm_readv pins
-// every 4 KiB page of the remote buffer, which makes its copy much slower
-// than memcpy unless the sender's buffer is backed by huge pages, and a
-// Send by descriptor cannot return before the copy ends, so it cannot run
-// ahead of the receiver as a pipelined sender does through the ring.
-// On a 2-core virtual machine the ring was faster at every size measured
-// (1 to 64 MiB, 2 and 4 processes), so communicators turn single-copy
-// transfers on only when asked (comm.WithSingleCopy, OCCL_SHM_CMA=SIZE).
+// Communicators lend the blocks of an all-to-all (from 16 KiB where every
+// rank has a core, 128 KiB where they share them: comm.WithSingleCopy)
+// and send everything else through the ring: a Send by descriptor cannot
+// return before the copy ends, so it cannot run ahead of the receiver as a
+// pipelined sender does through the ring, and with every large message
+// sent so 64 MiB AllReduce at 2 processes took 20% longer on a 2-core
+// virtual machine. Lending does not wait, and there 1 MiB AllToAll took
+// 121-130 us lent against 180-196 through the ring (Open MPI's vader
+// 107-125), 64 MiB 14.9-15.0 ms against 19.7-20.6 (vader 17.0-17.6).
 //
 // # Waiting
 //

@@ -28,6 +28,11 @@ const (
 	// flagArmed in a frame's flags says that the seal word of the frame
 	// that follows it was cleared before this frame was published.
 	flagArmed = 1
+	// flagLent in a frame's flags says that a transfer descriptor
+	// follows the header instead of the payload: the payload is lent
+	// (see transport.Lender), and the receiver copies it out of the
+	// sender's memory.
+	flagLent = 2
 	// armWindow is how far ahead of its tail a producer keeps the seal
 	// words of the ring's lines cleared, after frames of at most sealMax
 	// bytes. A larger frame gains nothing from its seal, since its
@@ -89,7 +94,7 @@ func decodeFrame(b []byte, want *transport.Header) (flags byte, err error) {
 	if err != nil {
 		return 0, err
 	}
-	if flags&^flagArmed != 0 {
+	if flags&^(flagArmed|flagLent) != 0 {
 		return 0, &transport.FrameError{Reason: fmt.Sprintf("shared ring: unknown frame flags %#x", flags)}
 	}
 	return flags, transport.Check(&got, want)

@@ -56,7 +56,7 @@ const (
 	offConsOff      = 13 * slot  // uint32, nonzero while the consumer's process is off core
 
 	ringMagic   uint64 = 0x314d48534c43434f // "OCCLSHM1", little endian
-	ringVersion uint32 = 3
+	ringVersion uint32 = 4
 	nonceSize          = 16
 	filePrefix         = "occl-"
 )

@@ -42,6 +42,7 @@ type childConfig struct {
 
 func (cc childConfig) apply(c *shm.Config) {
 	c.Capacity, c.NoCMA, c.CMAThreshold, c.Spin = cc.capacity, cc.noCMA, cc.threshold, cc.spin
+	c.SendByDescriptor = true
 }
 
 // procCfg is the configuration of the original cross-process tests: a

@@ -43,12 +43,18 @@ type Config struct {
 	// the receiver can read the sender's memory.
 	NoCMA bool
 	// CMAThreshold is the smallest payload, in bytes, that this side
-	// sends by descriptor for the peer to copy out of this process's
-	// memory, when that direction uses cross-memory attach; 0 means
-	// DefaultCMAThreshold. The two directions may differ. Smaller
-	// payloads go through the ring, and so do all payloads when the
-	// peer cannot read this process.
+	// lends (Conn.Lend) or, with SendByDescriptor, sends by descriptor,
+	// for the peer to copy out of this process's memory, when that
+	// direction uses cross-memory attach; 0 means DefaultCMAThreshold.
+	// The two directions may differ. Smaller payloads go through the
+	// ring, and so do all payloads when the peer cannot read this
+	// process.
 	CMAThreshold int
+	// SendByDescriptor makes Send, too, send payloads of CMAThreshold
+	// bytes or more by descriptor, each Send waiting for the peer's copy.
+	// Without it only Lend (transport.Lender) lends payloads, and Send
+	// writes every payload into the ring.
+	SendByDescriptor bool
 	// Spin is how long a side that waits for the peer keeps polling
 	// before it sleeps on the futex. Polling keeps latency low and stable
 	// when every process has a core of its own (a futex wake-up costs tens
@@ -333,7 +339,7 @@ func Connect(ctx context.Context, ctl transport.Conn, cfg Config) (*Conn, error)
 		remote = errors.New(text)
 	}
 	if mine.flags&flagCMA != 0 && flags&flagCMA != 0 {
-		cma.out, cma.outMin = true, threshold
+		cma.out, cma.outMin, cma.send = true, threshold, cfg.SendByDescriptor
 	}
 	switch {
 	case local != nil:

@@ -39,10 +39,13 @@ func connectPair(t testing.TB, ca, cb shm.Config) (*shm.Conn, *shm.Conn, error, 
 	return a, r.c, erra, r.err
 }
 
+// configs returns the two sides' configs of a test pair. Send sends by
+// descriptor from the threshold on, so that the tests of single-copy
+// transfers run through Send; lendPair's tests turn it off.
 func configs(capacity int, dir string) (shm.Config, shm.Config) {
 	comm := rand.Uint64()
-	return shm.Config{Comm: comm, Epoch: 1, Self: 0, Peer: 1, Capacity: capacity, Dir: dir},
-		shm.Config{Comm: comm, Epoch: 1, Self: 1, Peer: 0, Capacity: capacity, Dir: dir}
+	return shm.Config{Comm: comm, Epoch: 1, Self: 0, Peer: 1, Capacity: capacity, Dir: dir, SendByDescriptor: true},
+		shm.Config{Comm: comm, Epoch: 1, Self: 1, Peer: 0, Capacity: capacity, Dir: dir, SendByDescriptor: true}
 }
 
 func pair(t testing.TB, capacity int) (*shm.Conn, *shm.Conn) {

@@ -387,7 +387,7 @@ func TestAllToAllPairwiseInPlace(t *testing.T) {
 		for a := range size {
 			size[a] = make([]int, p)
 			for b := range size[a] {
-				size[a][b] = rng.IntN(300)
+				size[a][b] = rng.IntN(6000)
 			}
 		}
 		size[0][1] = 0 // an empty block
@@ -415,9 +415,9 @@ func TestAllToAllPairwiseInPlace(t *testing.T) {
 			a.Src, a.Dst, a.WS = bufs[r], bufs[r], &Workspace{}
 		}
 		lent := make([]*lenders, p)
-		runRanks(t, p, fakepeers.Options{EagerLimit: 1 << 10}, func(ctx context.Context, rank int, peers Peers) error {
+		runRanks(t, p, fakepeers.Options{EagerLimit: 8 << 10}, func(ctx context.Context, rank int, peers Peers) error {
 			a := &args[rank]
-			lent[rank] = newLenders(peers, 128)
+			lent[rank] = newLenders(peers, lendFloor)
 			a.Peers = lent[rank]
 			return im.Run(ctx, a)
 		})
@@ -491,10 +491,10 @@ func (l *lenders) Settle(ctx context.Context, peer int) error {
 	return l.err
 }
 
-// TestAllToAllPairwiseLends: with peers that lend blocks of 256 bytes or
+// TestAllToAllPairwiseLends: with peers that lend blocks of 5000 bytes or
 // more, an all-to-all whose other blocks are eager runs inline: every block
-// posted before the first receive, the large ones lent, every peer lent to
-// settled once, and every rank gets its blocks.
+// posted before the first receive, the large ones lent (one above the eager
+// limit), every peer lent to settled once, and every rank gets its blocks.
 func TestAllToAllPairwiseLends(t *testing.T) {
 	const p = 4
 	rng := rand.New(rand.NewPCG(4, 13))
@@ -502,12 +502,12 @@ func TestAllToAllPairwiseLends(t *testing.T) {
 	for a := range size {
 		size[a] = make([]int, p)
 		for b := range size[a] {
-			size[a][b] = []int{0, 100, 300, 700}[rng.IntN(4)]
+			size[a][b] = []int{0, 1000, 5000, 9000}[rng.IntN(4)]
 		}
 	}
 	rec := make([]*lenders, p)
-	checkAllToAll(t, size, fakepeers.Options{EagerLimit: 1 << 10}, func(ctx context.Context, rank int, peers Peers, b *a2aBufs) error {
-		rec[rank] = newLenders(peers, 256)
+	checkAllToAll(t, size, fakepeers.Options{EagerLimit: 8 << 10}, func(ctx context.Context, rank int, peers Peers, b *a2aBufs) error {
+		rec[rank] = newLenders(peers, 5000)
 		return AllToAllPairwise(ctx, rec[rank], b.send, b.sOffs, b.sLens, b.recv, b.rOffs, b.rLens)
 	})
 	for r, l := range rec {
@@ -518,7 +518,7 @@ func TestAllToAllPairwiseLends(t *testing.T) {
 			}
 			posts++
 			want := 0
-			if n >= 256 {
+			if n >= 5000 {
 				want = 1
 			}
 			if l.lent[to] != want || l.settled[to] != want {

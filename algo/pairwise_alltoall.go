@@ -11,9 +11,8 @@ import (
 // i and receives rank i's block for this rank into
 // recv[recvOffs[i]:recvOffs[i]+recvLens[i]], for every rank i including
 // this one (copied locally). sendLens[j] on rank i must equal recvLens[i]
-// on rank j. send and recv must not overlap, except that they may be the
-// same buffer when every block goes by the eager path below (see
-// pairwiseInPlace).
+// on rank j. send and recv must not overlap (an in-place all-to-all runs
+// the same exchange through pairwiseInPlace, or on a copy of its input).
 //
 // # Pairwise-exchange all-to-all
 //
@@ -63,25 +62,23 @@ import (
 // everything but its own block; for AllToAll with n bytes per rank that is
 // (p-1)/p * n each way.
 func AllToAllPairwise(ctx context.Context, p Peers, send []byte, sendOffs, sendLens []int, recv []byte, recvOffs, recvLens []int) error {
-	return allToAllPairwise(ctx, p, send, sendOffs, sendLens, recv, recvOffs, recvLens, true)
-}
-
-// allToAllPairwise is AllToAllPairwise, lending blocks only if lend is
-// set: a buffer that is both input and output cannot be lent, since the
-// receives overwrite it while the peers may still be copying out of it.
-func allToAllPairwise(ctx context.Context, p Peers, send []byte, sendOffs, sendLens []int, recv []byte, recvOffs, recvLens []int, lend bool) error {
 	size, r := p.Size(), p.Rank()
-	own := func() {
-		dst, src := recv[recvOffs[r]:recvOffs[r]+recvLens[r]], send[sendOffs[r]:sendOffs[r]+sendLens[r]]
-		if same(send, recv) {
-			copy(dst, src) // the two may overlap
-		} else {
-			memcopy.Copy(dst, src)
-		}
-	}
 	if size <= 1 {
-		own()
+		memcopy.Copy(recv[recvOffs[r]:recvOffs[r]+recvLens[r]], send[sendOffs[r]:sendOffs[r]+sendLens[r]])
 		return nil
+	}
+	if lp, ok := inlineAllToAll(p, r, sendLens, true); ok {
+		// Every block fits in its connection's buffer, or is lent to
+		// its receiver (LendPeers): send them all, then receive, on the
+		// caller's goroutine, then wait for the lent blocks to be
+		// taken. No send waits for its receiver, so no rank can block
+		// another, and the exchange costs no goroutine and no context.
+		b := rankBlocks{send, sendOffs, sendLens, recv, recvOffs, recvLens}
+		err := exchangeInline(ctx, p, size, r, lp, &b, false)
+		if lp == nil {
+			return err
+		}
+		return settleLent(p, lp, sendLens, ctx, err)
 	}
 	nsend := 0
 	for s := 1; s < size; s++ {
@@ -89,20 +86,7 @@ func allToAllPairwise(ctx context.Context, p Peers, send []byte, sendOffs, sendL
 			nsend++
 		}
 	}
-
-	var lp LendPeers
-	if lend {
-		lp, lend = lendAllToAll(p, sendLens)
-	}
-	if lend || eagerAllToAll(p, sendLens) {
-		// Every block fits in its connection's buffer, or is lent to
-		// its receiver (LendPeers): send them all, then receive, on the
-		// caller's goroutine, then wait for the lent blocks to be
-		// taken. No send waits for its receiver, so no rank can block
-		// another, and the exchange costs no goroutine and no context.
-		return pairwiseInline(ctx, p, lp, send, sendOffs, sendLens, recv, recvOffs, recvLens, own)
-	}
-	own()
+	memcopy.Copy(recv[recvOffs[r]:recvOffs[r]+recvLens[r]], send[sendOffs[r]:sendOffs[r]+sendLens[r]])
 	g := newGroup(ctx)
 	defer g.cancel()
 	// Blocks larger than pairwiseChunk go in pieces, round robin over the
@@ -172,64 +156,59 @@ func piece(n, c int) (lo, hi int, ok bool) {
 	return lo, min(lo+pairwiseChunk, n), true
 }
 
-// pairwiseInPlace reports whether an in-place all-to-all on p can run the
+// pairwiseInPlace runs an in-place all-to-all (a.Src is a.Dst) as the
 // pairwise exchange on its buffer as it is, without copying its input
-// first: when every block goes by the eager path, whose sends have all
+// first, if every block goes by the eager path: its sends have all
 // returned (the blocks have left the buffer) before the own block is
-// copied and anything is received. No block is lent then (see
-// allToAllPairwise).
-func pairwiseInPlace(p Peers, sendLens []int) bool {
-	return p.Size() > 1 && eagerAllToAll(p, sendLens)
+// copied and anything is received. No block is lent, since the receives
+// overwrite the buffer while the peers could still be copying out of it.
+// It reports whether it ran.
+func pairwiseInPlace(ctx context.Context, a *Args) (bool, error) {
+	p := a.Peers
+	if p.Size() <= 1 {
+		return false, nil
+	}
+	r := p.Rank()
+	if _, ok := inlineAllToAll(p, r, a.SendLens, false); !ok {
+		return false, nil
+	}
+	b := rankBlocks{a.Dst, a.SendOffs, a.SendLens, a.Dst, a.RecvOffs, a.RecvLens}
+	return true, exchangeInline(ctx, p, p.Size(), r, nil, &b, true)
 }
 
-// pairwiseInline is the pairwise exchange on the caller's goroutine: every
-// send (lent when lp lends blocks of its size), the own block (own), every
-// receive, then the wait for the lent blocks to be taken. After an error
-// the lent blocks are withdrawn at once.
-func pairwiseInline(ctx context.Context, p Peers, lp LendPeers, send []byte, sendOffs, sendLens []int, recv []byte, recvOffs, recvLens []int, own func()) error {
+// rankBlocks are the buffers of an all-to-all on one rank and where each
+// peer's block lies in them.
+type rankBlocks struct {
+	send               []byte
+	sendOffs, sendLens []int
+	recv               []byte
+	recvOffs, recvLens []int
+}
+
+// copyOwn copies rank r's own block; in place, its source and destination
+// may overlap.
+func (b *rankBlocks) copyOwn(r int, inPlace bool) {
+	dst, src := b.recv[b.recvOffs[r]:b.recvOffs[r]+b.recvLens[r]], b.send[b.sendOffs[r]:b.sendOffs[r]+b.sendLens[r]]
+	if inPlace {
+		copy(dst, src)
+	} else {
+		memcopy.Copy(dst, src)
+	}
+}
+
+// settleLent waits until every peer has taken the blocks lent to it (the
+// blocks of sendLens that lp lends), after an exchange that returned err:
+// if it failed, the lent blocks are withdrawn at once. It returns the
+// first error.
+func settleLent(p Peers, lp LendPeers, sendLens []int, ctx context.Context, err error) error {
 	size, r := p.Size(), p.Rank()
-	lent := func(to int) bool {
-		return lp != nil && sendLens[to] > 0 && sendLens[to] >= lp.LendMin(to) && lp.LendMin(to) > 0
-	}
-	err := func() error {
-		for s := 1; s < size; s++ {
-			to := mod(r+s, size)
-			if sendLens[to] == 0 {
-				continue
-			}
-			b := send[sendOffs[to] : sendOffs[to]+sendLens[to]]
-			var err error
-			if lent(to) {
-				err = lp.Lend(ctx, to, uint32(s), b)
-			} else {
-				err = p.Send(ctx, to, uint32(s), b)
-			}
-			if err != nil {
-				return fmt.Errorf("pairwise all-to-all: rank %d step %d: send to rank %d: %w", r, s, to, err)
-			}
-		}
-		own()
-		for s := 1; s < size; s++ {
-			from := mod(r-s, size)
-			if recvLens[from] == 0 {
-				continue
-			}
-			if err := p.Recv(ctx, from, uint32(s), recv[recvOffs[from]:recvOffs[from]+recvLens[from]]); err != nil {
-				return fmt.Errorf("pairwise all-to-all: rank %d step %d: recv from rank %d: %w", r, s, from, err)
-			}
-		}
-		return nil
-	}()
-	if lp == nil {
-		return err
-	}
 	settle := ctx
 	if err != nil {
 		settle = cancelled
 	}
 	for s := 1; s < size; s++ {
 		to := mod(r+s, size)
-		if !lent(to) {
+		if !lent(lp, to, sendLens[to]) {
 			continue
 		}
 		if serr := lp.Settle(settle, to); serr != nil && err == nil {
@@ -240,6 +219,40 @@ func pairwiseInline(ctx context.Context, p Peers, lp LendPeers, send []byte, sen
 	return err
 }
 
+// exchangeInline is the pairwise exchange on the caller's goroutine: every
+// send (lent where lp lends a block of its size), the own block, every
+// receive. The caller waits for the lent blocks to be taken (settleLent).
+func exchangeInline(ctx context.Context, p Peers, size, r int, lp LendPeers, b *rankBlocks, inPlace bool) error {
+	sendOffs, sendLens, recvOffs, recvLens := b.sendOffs, b.sendLens, b.recvOffs, b.recvLens
+	for s := 1; s < size; s++ {
+		to := mod(r+s, size)
+		if sendLens[to] == 0 {
+			continue
+		}
+		blk := b.send[sendOffs[to] : sendOffs[to]+sendLens[to]]
+		var err error
+		if lent(lp, to, len(blk)) {
+			err = lp.Lend(ctx, to, uint32(s), blk)
+		} else {
+			err = p.Send(ctx, to, uint32(s), blk)
+		}
+		if err != nil {
+			return fmt.Errorf("pairwise all-to-all: rank %d step %d: send to rank %d: %w", r, s, to, err)
+		}
+	}
+	b.copyOwn(r, inPlace)
+	for s := 1; s < size; s++ {
+		from := mod(r-s, size)
+		if recvLens[from] == 0 {
+			continue
+		}
+		if err := p.Recv(ctx, from, uint32(s), b.recv[recvOffs[from]:recvOffs[from]+recvLens[from]]); err != nil {
+			return fmt.Errorf("pairwise all-to-all: rank %d step %d: recv from rank %d: %w", r, s, from, err)
+		}
+	}
+	return nil
+}
+
 // cancelled is a context that has ended: a wait under it gives up at once.
 var cancelled = func() context.Context {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -247,31 +260,55 @@ var cancelled = func() context.Context {
 	return ctx
 }()
 
-// lendAllToAll returns p's LendPeers and true when p lends at least one of
-// the blocks this rank sends and every other block is eager (see
-// eagerEach): then the exchange runs inline (pairwiseInline).
-func lendAllToAll(p Peers, sendLens []int) (LendPeers, bool) {
-	lp, ok := p.(LendPeers)
-	if !ok {
-		return nil, false
+// lendFloor: blocks below it are never lent, whatever the transport
+// offers: a descriptor and its completion cost more than copying so few
+// bytes twice, and asking the transport for every block would cost the
+// smallest exchanges their time.
+const lendFloor = 4 << 10
+
+// lent reports whether the block of n bytes to peer to is lent through l.
+func lent(l LendPeers, to, n int) bool {
+	if l == nil || n < lendFloor {
+		return false
 	}
+	m := l.LendMin(to)
+	return m > 0 && n >= m
+}
+
+// inlineAllToAll reports whether the blocks rank me sends (sendLens) are
+// exchanged inline (exchangeInline): when every block is eager (see
+// eagerEach) or, with lend, lent by p (LendPeers). lp is p's LendPeers if
+// at least one block is lent.
+func inlineAllToAll(p Peers, me int, sendLens []int, lend bool) (lp LendPeers, ok bool) {
 	ep, _ := p.(EagerPeers)
-	me, lends, large := p.Rank(), false, false
+	var l LendPeers
+	lends, large := false, false
 	for to, n := range sendLens {
 		if to == me || n == 0 {
 			continue
 		}
-		if m := lp.LendMin(to); m > 0 && n >= m {
-			lends = true
-			continue
+		if lend && n >= lendFloor {
+			// Asked only here: small exchanges pay no type assertion.
+			if l == nil {
+				if l, lend = p.(LendPeers); !lend {
+					l = nil
+				}
+			}
+			if lent(l, to, n) {
+				lends = true
+				continue
+			}
 		}
 		if ep == nil || n > ep.EagerLimit(to) {
 			return nil, false
 		}
 		large = large || n > eagerBlock
 	}
-	if !lends || (large && !oneCPU(p)) {
+	if large && !oneCPU(p) {
 		return nil, false
 	}
-	return lp, true
+	if lends {
+		return l, true
+	}
+	return nil, true
 }

@@ -235,8 +235,10 @@ func pairwise(c Collective) Impl {
 	im := Impl{
 		Op: c,
 		Run: func(ctx context.Context, a *Args) error {
-			if same(a.Src, a.Dst) && pairwiseInPlace(a.Peers, a.SendLens) {
-				return allToAllPairwise(ctx, a.Peers, a.Dst, a.SendOffs, a.SendLens, a.Dst, a.RecvOffs, a.RecvLens, false)
+			if same(a.Src, a.Dst) && len(a.Src) > 0 {
+				if ran, err := pairwiseInPlace(ctx, a); ran {
+					return err
+				}
 			}
 			return staged(ctx, a)
 		},

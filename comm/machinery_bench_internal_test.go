@@ -58,4 +58,13 @@ func BenchmarkMachinery(b *testing.B) {
 			}
 		}
 	})
+	z := make([]float32, 4)
+	b.Run("AllToAll16BOutOfPlace", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			if err := c.AllToAll(ctx, Slice(y), Slice(z)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

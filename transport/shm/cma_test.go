@@ -407,3 +407,47 @@ func TestSettleWithdraws(t *testing.T) {
 		t.Fatalf("Recv of a withdrawn payload = %v, want ErrPeerClosed", err)
 	}
 }
+
+// BenchmarkLend measures a block lent and taken within one process, the
+// receiver on another goroutine: Lend, the receiver's copy, Settle.
+// Allocations are per block.
+func BenchmarkLend(b *testing.B) {
+	for _, size := range []int{64 << 10, 1 << 20} {
+		b.Run(sizeName(size), func(b *testing.B) {
+			a, c := pairWith(b, func(cfg *shm.Config) { cfg.SendByDescriptor, cfg.CMAThreshold = false, 64<<10 })
+			defer a.Close()
+			defer c.Close()
+			ctx := context.Background()
+			out, in := make([]byte, size), make([]byte, size)
+			h := transport.Header{Kind: transport.KindP2P, Comm: 7}
+			done := make(chan error, 1)
+			go func() {
+				for i := range b.N {
+					h := h
+					h.Seq = uint64(i)
+					if err := c.Recv(ctx, h, in); err != nil {
+						done <- err
+						return
+					}
+				}
+				done <- nil
+			}()
+			b.SetBytes(int64(size))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				h := h
+				h.Seq = uint64(i)
+				if err := a.Lend(ctx, h, out); err != nil {
+					b.Fatal(err)
+				}
+				if err := a.Settle(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := <-done; err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+}

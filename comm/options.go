@@ -14,6 +14,7 @@ import (
 	"github.com/occl/occl/transport"
 	"github.com/occl/occl/transport/emu"
 	"github.com/occl/occl/transport/setup"
+	"github.com/occl/occl/transport/shm"
 	"github.com/occl/occl/transport/tcp"
 )
 
@@ -48,6 +49,7 @@ type config struct {
 	emulate          bool
 	cmaThreshold     int  // single copy of every message from this size; 0: of lent ones alone
 	cmaOff           bool // no single copy at all
+	cmaLend          bool // lend all-to-all blocks whatever the machine's rates (OCCL_SHM_CMA=lend)
 	spin             time.Duration
 	stall            time.Duration // 0: derived from timeout
 	log              *slog.Logger
@@ -129,16 +131,19 @@ func WithTransport(name string) Option { return func(c *config) { c.transport = 
 // waiting for the receiver's copy; smaller messages go through the rings.
 // 0 (OCCL_SHM_CMA=off) sends everything through the rings.
 //
-// By default (OCCL_SHM_CMA=lend) only the blocks of an all-to-all of
-// shm.DefaultCMAThreshold bytes or more go so, lent (transport.Lender): a
-// rank posts all its blocks, copies its peers' blocks out of their
-// memory, and then waits for its own to be taken, so that every byte is
-// copied once and no send waits for its receiver. Other collectives keep
-// the rings, whose pipelined double copy lets a sender run ahead of its
-// receiver: with every large message sent by descriptor, 64 MiB AllReduce
-// at 2 processes took 20% longer (see package shm).
+// By default only the blocks of a large all-to-all go so, lent
+// (transport.Lender): a rank posts all its blocks, copies its peers'
+// blocks out of their memory, and then waits for its own to be taken, so
+// that every byte is copied once and no send waits for its receiver.
+// Blocks are lent when the local ranks outnumber the cores, and otherwise
+// only where one process_vm_readv of a block is faster than the two
+// memory copies of the rings (shm.MeasureSingleCopy, measured once per
+// process); OCCL_SHM_CMA=lend lends them in either case. Other
+// collectives keep the rings, whose pipelined double copy lets a sender
+// run ahead of its receiver: with every large message sent by descriptor,
+// 64 MiB AllReduce at 2 processes took 20% longer (see package shm).
 func WithSingleCopy(threshold int) Option {
-	return func(c *config) { c.cmaThreshold, c.cmaOff = threshold, threshold == 0 }
+	return func(c *config) { c.cmaThreshold, c.cmaOff, c.cmaLend = threshold, threshold == 0, false }
 }
 
 // DefaultSpin is how long a rank waiting on shared memory polls before it
@@ -292,12 +297,14 @@ func (c *config) fromEnv() error {
 	env("OCCL_SHM_CMA", func(v string) (e error) {
 		switch {
 		case strings.EqualFold(v, "off"):
-			c.cmaThreshold, c.cmaOff = 0, true
+			c.cmaThreshold, c.cmaOff, c.cmaLend = 0, true, false
 		case strings.EqualFold(v, "lend"):
-			c.cmaThreshold, c.cmaOff = 0, false
+			c.cmaThreshold, c.cmaOff, c.cmaLend = 0, false, true
+		case strings.EqualFold(v, "auto"):
+			c.cmaThreshold, c.cmaOff, c.cmaLend = 0, false, false
 		default:
 			c.cmaThreshold, e = ParseSize(v)
-			c.cmaOff = c.cmaThreshold == 0
+			c.cmaOff, c.cmaLend = c.cmaThreshold == 0, false
 		}
 		return
 	})
@@ -356,18 +363,26 @@ func (c *config) shmCMA() (off bool, threshold int, send bool) {
 		return false, c.cmaThreshold, true
 	case c.oversubscribed:
 		return false, lendMinShared, false
+	case !c.cmaLend && !shm.MeasureSingleCopy().Pays():
+		return true, 0, false
 	}
 	return false, lendMinCore, false
 }
 
 // singleCopy describes the shared-memory single-copy setting: "off",
-// "lend" or the size from which every message goes so.
+// "lend" (with the smallest block lent), or the size from which every
+// message goes so; by default, with the rates it was chosen from.
 func (c *config) singleCopy() string {
+	off, from, send := c.shmCMA()
+	s := "lend from " + strconv.Itoa(from)
 	switch {
-	case c.cmaOff:
-		return "off"
-	case c.cmaThreshold == 0:
-		return "lend"
+	case off:
+		s = "off"
+	case send:
+		return strconv.Itoa(from)
 	}
-	return strconv.Itoa(c.cmaThreshold)
+	if c.cmaOff || c.cmaLend || c.oversubscribed {
+		return s
+	}
+	return s + " (" + shm.MeasureSingleCopy().String() + ")"
 }

@@ -258,6 +258,8 @@ func TestProcessConformance(t *testing.T) {
 		{"tcp/np4", 4, []string{"OCCL_TRANSPORT=tcp"}},
 		{"shm/np2", 2, []string{"OCCL_TRANSPORT=shm"}},
 		{"shm/np3", 3, []string{"OCCL_TRANSPORT=shm"}},
+		// All-to-all blocks lent whatever the machine's rates.
+		{"shm-lend/np2", 2, []string{"OCCL_TRANSPORT=shm", "OCCL_SHM_CMA=lend"}},
 		// Messages of 1 KiB and more copied by cross-memory attach.
 		{"shm-cma/np3", 3, []string{"OCCL_TRANSPORT=shm", "OCCL_SHM_CMA=1K"}},
 		{"mixed/np4", 4, []string{"OCCL_TEST_VHOSTS=2"}},

@@ -451,3 +451,32 @@ func BenchmarkLend(b *testing.B) {
 		})
 	}
 }
+
+// One process_vm_readv pays when it is faster than the rings' two copies,
+// and never when it could not be measured; this machine's rates are
+// measured once and are positive.
+func TestSingleCopyRate(t *testing.T) {
+	us := time.Microsecond
+	for _, tc := range []struct {
+		r    shm.SingleCopyRate
+		pays bool
+	}{
+		{shm.SingleCopyRate{Block: 1, CMA: 30 * us, Copy: 9 * us}, false},
+		{shm.SingleCopyRate{Block: 1, CMA: 49 * us, Copy: 47 * us}, true},
+		{shm.SingleCopyRate{Block: 1, CMA: 18 * us, Copy: 9 * us}, false},
+		{shm.SingleCopyRate{Block: 1, CMA: 17 * us, Copy: 9 * us}, true},
+		{shm.SingleCopyRate{Block: 1, CMA: 1 * us, Copy: 9 * us, Err: errors.New("EPERM")}, false},
+	} {
+		if got := tc.r.Pays(); got != tc.pays {
+			t.Errorf("%v: Pays() = %v, want %v", tc.r, got, tc.pays)
+		}
+	}
+	r := shm.MeasureSingleCopy()
+	if r.Err != nil || r.CMA <= 0 || r.Copy <= 0 || r.Block <= 0 {
+		t.Fatalf("MeasureSingleCopy() = %+v", r)
+	}
+	if again := shm.MeasureSingleCopy(); again != r {
+		t.Fatalf("measured again: %+v, then %+v", r, again)
+	}
+	t.Log(r)
+}

@@ -1,0 +1,104 @@
+package shm
+
+import (
+	"fmt"
+	"os"
+	"sync"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/occl/occl/internal/memcopy"
+)
+
+// SingleCopyRate says how a machine moves a block: by one
+// process_vm_readv, as a lent payload goes, or by one memory copy, of
+// which the rings make two per byte (into the ring, out of it).
+type SingleCopyRate struct {
+	// Block is the size measured, in bytes.
+	Block int
+	// CMA is the fastest process_vm_readv of Block bytes seen.
+	CMA time.Duration
+	// Copy is the fastest memory copy of Block bytes seen (the copy the
+	// rings use, internal/memcopy).
+	Copy time.Duration
+	// Err is why process_vm_readv could not be measured, nil if it was.
+	Err error
+}
+
+// Pays reports whether one process_vm_readv of a block takes less than
+// the two memory copies that move it through a ring.
+func (r SingleCopyRate) Pays() bool { return r.Err == nil && r.CMA < 2*r.Copy }
+
+// String gives the two times and the verdict, for logs.
+func (r SingleCopyRate) String() string {
+	if r.Err != nil {
+		return fmt.Sprintf("process_vm_readv unavailable: %v", r.Err)
+	}
+	return fmt.Sprintf("%d B: process_vm_readv %v, memory copy %v (single copy pays: %v)", r.Block, r.CMA, r.Copy, r.Pays())
+}
+
+// Measured block and rounds: a block the size the lent all-to-all moves
+// at 1 MiB between 2 ranks, small enough to stay in the cache as the
+// blocks of a pipelined exchange do, and rounds interleaved so that a
+// machine busy for part of the measurement slows both alike.
+const (
+	rateBlock  = 256 << 10
+	rateRounds = 8
+)
+
+var (
+	rateOnce sync.Once
+	rate     SingleCopyRate
+)
+
+// MeasureSingleCopy measures, once per process, how fast this machine
+// moves a block by process_vm_readv and by a memory copy, reading the
+// process's own memory (the kernel pins and copies the pages as it does
+// for a peer's). It takes about a millisecond, on the first call.
+//
+// The two rates differ by machine more than by anything occl controls.
+// On a 2-core AMD EPYC virtual machine with fast string moves (ERMS) and
+// a 32 MiB L3, 512 KiB went at 7.6 GB/s by process_vm_readv against 31
+// GB/s by memcpy, so the rings' two copies were faster; on the same
+// virtual machine placed on a processor without ERMS and with an 8 MiB
+// L3, both went at about 5.5 GB/s, and one copy won.
+func MeasureSingleCopy() SingleCopyRate {
+	rateOnce.Do(func() { rate = measureSingleCopy(rateBlock, rateRounds) })
+	return rate
+}
+
+func measureSingleCopy(block, rounds int) SingleCopyRate {
+	r := SingleCopyRate{Block: block}
+	src, dst := make([]byte, block), make([]byte, block)
+	for i := range src {
+		src[i] = byte(i)
+	}
+	clear(dst)
+	liov := []unix.Iovec{{Base: &dst[0]}}
+	liov[0].SetLen(block)
+	riov := []unix.RemoteIovec{{Base: uintptr(unsafe.Pointer(unsafe.SliceData(src))), Len: block}}
+	pid := os.Getpid()
+	for i := range rounds {
+		t0 := time.Now()
+		n, err := unix.ProcessVMReadv(pid, liov, riov, 0)
+		t1 := time.Now()
+		if err == nil && n != block {
+			err = fmt.Errorf("read %d of %d bytes", n, block)
+		}
+		if err != nil {
+			r.Err = fmt.Errorf("process_vm_readv: %w", err)
+			return r
+		}
+		memcopy.Copy(dst, src)
+		t2 := time.Now()
+		if c := t1.Sub(t0); i == 0 || c < r.CMA {
+			r.CMA = c
+		}
+		if c := t2.Sub(t1); i == 0 || c < r.Copy {
+			r.Copy = c
+		}
+	}
+	return r
+}

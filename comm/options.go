@@ -136,9 +136,10 @@ func WithTransport(name string) Option { return func(c *config) { c.transport = 
 // blocks out of their memory, and then waits for its own to be taken, so
 // that every byte is copied once and no send waits for its receiver.
 // Blocks are lent when the local ranks outnumber the cores, and otherwise
-// only where one process_vm_readv of a block is faster than the two
-// memory copies of the rings (shm.MeasureSingleCopy, measured once per
-// process); OCCL_SHM_CMA=lend lends them in either case. Other
+// where one process_vm_readv of a block is faster than the two memory
+// copies of the rings (shm.MeasureSingleCopy, measured once per process)
+// or the blocks are too large to stay in the cache (32 MiB);
+// OCCL_SHM_CMA=lend lends them in either case. Other
 // collectives keep the rings, whose pipelined double copy lets a sender
 // run ahead of its receiver: with every large message sent by descriptor,
 // 64 MiB AllReduce at 2 processes took 20% longer (see package shm).
@@ -347,9 +348,18 @@ func defaultLogger() *slog.Logger {
 // peers that share its core, 16 and 32 KiB blocks were slower lent (49-54
 // us against 40-41, 89 against 76), 64 KiB even, 256 KiB much faster
 // (380-465 us against 707-753).
+//
+// Where one process_vm_readv does not beat two memory copies of a block
+// that stays in the cache (shm.SingleCopyRate.Pays), blocks are lent from
+// lendMinUncached, where the rings' copies go to memory as well: on a
+// 2-core EPYC with a 32 MiB L3, at 2 processes, 3 rounds, 32 MiB blocks
+// were faster lent or even (64 MiB AllToAll 15.4-16.0 ms against
+// 18.8-21.5, vader 16.0-18.4; later 16.9-18.3 against 16.7-19.0), 16 MiB
+// blocks slower (9.0-10.4 against 8.1-9.2 ms).
 const (
-	lendMinCore   = 16 << 10
-	lendMinShared = 128 << 10
+	lendMinCore     = 16 << 10
+	lendMinShared   = 128 << 10
+	lendMinUncached = 32 << 20
 )
 
 // shmCMA returns the shared-memory transport's single-copy setting: off,
@@ -364,7 +374,7 @@ func (c *config) shmCMA() (off bool, threshold int, send bool) {
 	case c.oversubscribed:
 		return false, lendMinShared, false
 	case !c.cmaLend && !shm.MeasureSingleCopy().Pays():
-		return true, 0, false
+		return false, lendMinUncached, false
 	}
 	return false, lendMinCore, false
 }

@@ -12,7 +12,7 @@ import (
 func TestSingleCopySetting(t *testing.T) {
 	pays := shm.MeasureSingleCopy().Pays()
 	t.Logf("this machine: %v", shm.MeasureSingleCopy())
-	autoFrom := 0
+	autoFrom := lendMinUncached
 	if pays {
 		autoFrom = lendMinCore
 	}
@@ -23,8 +23,8 @@ func TestSingleCopySetting(t *testing.T) {
 		from           int
 		send           bool
 	}{
-		{"", false, !pays, autoFrom, false},
-		{"auto", false, !pays, autoFrom, false},
+		{"", false, false, autoFrom, false},
+		{"auto", false, false, autoFrom, false},
 		{"", true, false, lendMinShared, false},
 		{"lend", false, false, lendMinCore, false},
 		{"LEND", true, false, lendMinShared, false},

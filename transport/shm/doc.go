@@ -177,7 +177,8 @@
 // a memory copy ran 4 times as fast as process_vm_readv, the rings' two
 // copies beat the one, and 1 MiB AllToAll took 121-143 us lent against
 // 67-79 through the rings. So where every rank has a core, communicators
-// lend only if MeasureSingleCopy says one copy pays on this machine.
+// lend if MeasureSingleCopy says one copy pays on this machine, and
+// otherwise only blocks too large to stay in the cache (32 MiB).
 //
 // # Waiting
 //

@@ -384,15 +384,13 @@ func (c *config) shmCMA() (off bool, threshold int, send bool) {
 // message goes so; by default, with the rates it was chosen from.
 func (c *config) singleCopy() string {
 	off, from, send := c.shmCMA()
-	s := "lend from " + strconv.Itoa(from)
 	switch {
 	case off:
-		s = "off"
+		return "off"
 	case send:
 		return strconv.Itoa(from)
+	case c.cmaLend || c.oversubscribed:
+		return "lend from " + strconv.Itoa(from)
 	}
-	if c.cmaOff || c.cmaLend || c.oversubscribed {
-		return s
-	}
-	return s + " (" + shm.MeasureSingleCopy().String() + ")"
+	return "lend from " + strconv.Itoa(from) + " (" + shm.MeasureSingleCopy().String() + ")"
 }

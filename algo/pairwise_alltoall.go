@@ -78,7 +78,7 @@ func AllToAllPairwise(ctx context.Context, p Peers, send []byte, sendOffs, sendL
 		if lp == nil {
 			return err
 		}
-		return settleLent(p, lp, sendLens, ctx, err)
+		return settleLent(ctx, p, lp, sendLens, err)
 	}
 	nsend := 0
 	for s := 1; s < size; s++ {
@@ -200,7 +200,7 @@ func (b *rankBlocks) copyOwn(r int, inPlace bool) {
 // blocks of sendLens that lp lends), after an exchange that returned err:
 // if it failed, the lent blocks are withdrawn at once. It returns the
 // first error.
-func settleLent(p Peers, lp LendPeers, sendLens []int, ctx context.Context, err error) error {
+func settleLent(ctx context.Context, p Peers, lp LendPeers, sendLens []int, err error) error {
 	size, r := p.Size(), p.Rank()
 	settle := ctx
 	if err != nil {

@@ -371,13 +371,21 @@ func (c *config) shmCMA() (off bool, threshold int, send bool) {
 		return true, 0, false
 	case c.cmaThreshold > 0:
 		return false, c.cmaThreshold, true
+	case c.transport == TransportTCP || c.transport == TransportRDMA:
+		// No pair uses shared memory: nothing to measure.
+		return true, 0, false
 	case c.oversubscribed:
 		return false, lendMinShared, false
-	case !c.cmaLend && !shm.MeasureSingleCopy().Pays():
+	case !c.cmaLend && !singleCopyPays():
 		return false, lendMinUncached, false
 	}
 	return false, lendMinCore, false
 }
+
+// singleCopyPays reports whether one process_vm_readv of a block beats
+// the rings' two memory copies on this machine; a variable so that tests
+// can take either answer.
+var singleCopyPays = func() bool { return shm.MeasureSingleCopy().Pays() }
 
 // singleCopy describes the shared-memory single-copy setting: "off",
 // "lend" (with the smallest block lent), or the size from which every

@@ -2,49 +2,59 @@ package comm
 
 import (
 	"testing"
-
-	"github.com/occl/occl/transport/shm"
 )
 
 // The shared-memory single-copy setting follows OCCL_SHM_CMA, and by
 // default lends all-to-all blocks when the ranks outnumber the cores and
-// otherwise as this machine's rates say.
+// otherwise as this machine's rates say; a communicator whose transport
+// is not shared memory measures nothing.
 func TestSingleCopySetting(t *testing.T) {
-	pays := shm.MeasureSingleCopy().Pays()
-	t.Logf("this machine: %v", shm.MeasureSingleCopy())
-	autoFrom := lendMinUncached
-	if pays {
-		autoFrom = lendMinCore
-	}
-	cases := []struct {
-		env            string
-		oversubscribed bool
-		off            bool
-		from           int
-		send           bool
-	}{
-		{"", false, false, autoFrom, false},
-		{"auto", false, false, autoFrom, false},
-		{"", true, false, lendMinShared, false},
-		{"lend", false, false, lendMinCore, false},
-		{"LEND", true, false, lendMinShared, false},
-		{"off", false, true, 0, false},
-		{"off", true, true, 0, false},
-		{"0", false, true, 0, false},
-		{"64K", false, false, 64 << 10, true},
-		{"64K", true, false, 64 << 10, true},
-	}
-	for _, tc := range cases {
-		t.Setenv("OCCL_SHM_CMA", tc.env)
-		c, err := newConfig(nil)
-		if err != nil {
-			t.Fatalf("OCCL_SHM_CMA=%q: %v", tc.env, err)
+	defer func(f func() bool) { singleCopyPays = f }(singleCopyPays)
+	for _, pays := range []bool{true, false} {
+		measured := 0
+		singleCopyPays = func() bool { measured++; return pays }
+		autoFrom := lendMinUncached
+		if pays {
+			autoFrom = lendMinCore
 		}
-		c.oversubscribed = tc.oversubscribed
-		off, from, send := c.shmCMA()
-		if off != tc.off || from != tc.from || send != tc.send {
-			t.Errorf("OCCL_SHM_CMA=%q oversubscribed %v: shmCMA() = %v, %d, %v; want %v, %d, %v (%s)",
-				tc.env, tc.oversubscribed, off, from, send, tc.off, tc.from, tc.send, c.singleCopy())
+		cases := []struct {
+			env, transport string
+			oversubscribed bool
+			off            bool
+			from           int
+			send           bool
+			measures       bool
+		}{
+			{"", TransportAuto, false, false, autoFrom, false, true},
+			{"auto", TransportSHM, false, false, autoFrom, false, true},
+			{"", TransportAuto, true, false, lendMinShared, false, false},
+			{"lend", TransportAuto, false, false, lendMinCore, false, false},
+			{"LEND", TransportSHM, true, false, lendMinShared, false, false},
+			{"off", TransportAuto, false, true, 0, false, false},
+			{"off", TransportAuto, true, true, 0, false, false},
+			{"0", TransportAuto, false, true, 0, false, false},
+			{"64K", TransportAuto, false, false, 64 << 10, true, false},
+			{"64K", TransportSHM, true, false, 64 << 10, true, false},
+			{"", TransportTCP, false, true, 0, false, false},
+			{"lend", TransportRDMA, false, true, 0, false, false},
+		}
+		for _, tc := range cases {
+			t.Setenv("OCCL_SHM_CMA", tc.env)
+			c, err := newConfig([]Option{WithTransport(tc.transport)})
+			if err != nil {
+				t.Fatalf("OCCL_SHM_CMA=%q: %v", tc.env, err)
+			}
+			c.oversubscribed = tc.oversubscribed
+			before := measured
+			off, from, send := c.shmCMA()
+			if off != tc.off || from != tc.from || send != tc.send {
+				t.Errorf("pays %v, OCCL_SHM_CMA=%q, %s, oversubscribed %v: shmCMA() = %v, %d, %v; want %v, %d, %v (%s)",
+					pays, tc.env, tc.transport, tc.oversubscribed, off, from, send, tc.off, tc.from, tc.send, c.singleCopy())
+			}
+			if got := measured > before; got != tc.measures {
+				t.Errorf("pays %v, OCCL_SHM_CMA=%q, %s, oversubscribed %v: asked the machine's rates: %v, want %v",
+					pays, tc.env, tc.transport, tc.oversubscribed, got, tc.measures)
+			}
 		}
 	}
 	t.Setenv("OCCL_SHM_CMA", "lend")

@@ -175,10 +175,11 @@
 // 107-125), 64 MiB 14.9-15.0 ms against 19.7-20.6 (vader 17.0-17.6).
 // That was on a processor without fast string moves; on one with them,
 // a memory copy ran 4 times as fast as process_vm_readv, the rings' two
-// copies beat the one, and 1 MiB AllToAll took 121-143 us lent against
-// 67-79 through the rings. So where every rank has a core, communicators
-// lend if MeasureSingleCopy says one copy pays on this machine, and
-// otherwise only blocks too large to stay in the cache (32 MiB).
+// copies beat the one, and 1 MiB AllToAll took 121-159 us lent against
+// 60-79 through the rings in 6 rounds of 9 (175-201 in the others). So
+// where every rank has a core, communicators lend if MeasureSingleCopy
+// says one copy pays on this machine, and otherwise only blocks too
+// large to stay in the cache (32 MiB).
 //
 // # Waiting
 //

@@ -153,16 +153,20 @@ func issueFor(dt algo.DType) Issue {
 	return Batch
 }
 
-// TestWarmupTime runs a size whose warm-up iterations take less than
+// TestWarmupTime warms up a size whose iterations take less than
 // WarmupTime: the warm-up goes on until it has passed, and the ranks run
 // the same number of extra iterations even when they ask for different
-// numbers (here rank 0 wants 60 ms of warm-up, rank 1 none beyond -w).
+// numbers (here rank 0 wants 60 ms of warm-up, rank 1 none beyond
+// Warmup). Rank 1 starts 30 ms late, so rank 0's first iterations are far
+// slower than the rest: a warm-up that took their pace for the whole would
+// end after about 30 ms. A checked Run follows, with both ranks' warm-ups.
 func TestWarmupTime(t *testing.T) {
+	const warmup, late = 60 * time.Millisecond, 30 * time.Millisecond
 	comms := commtest.Local(t, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	errs := make([]error, 2)
-	took := make([]time.Duration, 2)
+	var took time.Duration
 	var wg sync.WaitGroup
 	for r, c := range comms {
 		wg.Add(1)
@@ -170,19 +174,28 @@ func TestWarmupTime(t *testing.T) {
 			defer wg.Done()
 			cfg := Config{Op: AllReduce, DType: algo.Float32, RedOp: algo.Sum, Iters: 2, Warmup: 2, Check: true, Issue: Batch}
 			if r == 0 {
-				cfg.WarmupTime = 60 * time.Millisecond
+				cfg.WarmupTime = warmup
 			}
 			run, err := NewRunner(c, cfg, 64)
 			if err != nil {
 				errs[r] = err
 				return
 			}
+			send, recv := run.buffers(cfg.Op.Layout(64, run.es, c.Size()), false)
+			if r == 1 {
+				time.Sleep(late)
+			}
 			start := time.Now()
+			if errs[r] = run.warmUp(ctx, send, recv); errs[r] != nil {
+				return
+			}
+			if r == 0 {
+				took = time.Since(start)
+			}
 			var res Result
 			if res, errs[r] = run.Run(ctx, 64); errs[r] == nil && (res.Wrong != 0 || res.InPlaceWrong != 0) {
 				errs[r] = fmt.Errorf("%d wrong out of place, %d in place", res.Wrong, res.InPlaceWrong)
 			}
-			took[r] = time.Since(start)
 		}()
 	}
 	wg.Wait()
@@ -190,8 +203,8 @@ func TestWarmupTime(t *testing.T) {
 		if err != nil {
 			t.Fatalf("rank %d: %v", r, err)
 		}
-		if took[r] < 60*time.Millisecond {
-			t.Errorf("rank %d: the size took %v, less than rank 0's warm-up time", r, took[r])
-		}
+	}
+	if took < warmup {
+		t.Errorf("rank 0's warm-up took %v, less than its warm-up time %v", took, warmup)
 	}
 }

@@ -21,9 +21,10 @@ type Config struct {
 	Warmup int  // untimed iterations before them
 	Check  bool // verify one more run of each size against the reference
 	// WarmupTime is the least time the warm-up of each size lasts (when
-	// Warmup is not 0): if Warmup iterations take less, more follow, as
-	// many on every rank (agreed by one untimed AllReduce of the count,
-	// which every rank runs whatever its own WarmupTime), at their pace. A process that was idle until
+	// Warmup is not 0): if Warmup iterations take less, more follow in
+	// batches, as many on every rank (agreed by one untimed AllReduce of
+	// the count per batch, which every rank runs whatever its own
+	// WarmupTime), until every rank's has passed. A process that was idle until
 	// then (as after the bootstrap) runs its first milliseconds slower:
 	// 5500 8 B AllReduces at 2 processes after 500 of warm-up took 0.30-0.67
 	// us each, 0.27 after 20 ms of busy CPU, where Open MPI's processes come
@@ -265,9 +266,14 @@ func (r *Runner) measure(ctx context.Context, l Layout, inPlace bool) (float64, 
 	return agg[0], int64(agg[1]), nil
 }
 
-// warmUp runs Warmup iterations and then, if they took less than
-// WarmupTime, as many more as the time left needs at their pace: the same
-// number on every rank, the largest any rank asks for.
+// warmUp runs Warmup iterations and then, while any rank's warm-up has
+// lasted less than its WarmupTime, as many more as that rank's time left
+// needs at the pace of its last batch: the same number on every rank, the
+// largest any rank asks for, agreed by one untimed AllReduce per batch
+// (which every rank runs whatever its own WarmupTime). The pace is
+// measured again after every batch, so first iterations slower than the
+// rest (a cold cache, a process that was idle) cannot end the warm-up
+// early.
 func (r *Runner) warmUp(ctx context.Context, send, recv []byte) error {
 	start := time.Now()
 	if err := r.loop(ctx, send, recv, r.cfg.Warmup); err != nil {
@@ -276,26 +282,32 @@ func (r *Runner) warmUp(ctx context.Context, send, recv []byte) error {
 	if r.cfg.Warmup == 0 {
 		return nil
 	}
-	// Every rank takes part in the agreement, whatever its own
-	// WarmupTime.
+	batch, batchTook := r.cfg.Warmup, time.Since(start)
 	more := []int64{0}
-	if took := time.Since(start); took < r.cfg.WarmupTime {
-		each := max(took/time.Duration(r.cfg.Warmup), time.Nanosecond)
-		more[0] = int64((r.cfg.WarmupTime-took)/each) + 1
-	}
-	if err := comm.AllReduce(ctx, r.c, more, more, comm.Max); err != nil {
-		return err
-	}
-	// In pieces no larger than a timed run, whose requests the Batch
-	// issue keeps.
-	for left := int(more[0]); left > 0; {
-		n := min(left, max(r.cfg.Iters, r.cfg.Warmup))
-		if err := r.loop(ctx, send, recv, n); err != nil {
+	for {
+		more[0] = 0
+		if left := r.cfg.WarmupTime - time.Since(start); left > 0 {
+			each := max(batchTook/time.Duration(batch), time.Nanosecond)
+			more[0] = int64(left/each) + 1
+		}
+		if err := comm.AllReduce(ctx, r.c, more, more, comm.Max); err != nil {
 			return err
 		}
-		left -= n
+		if more[0] == 0 {
+			return nil
+		}
+		batchStart := time.Now()
+		// In pieces no larger than a timed run, whose requests the Batch
+		// issue keeps.
+		for left := int(more[0]); left > 0; {
+			n := min(left, max(r.cfg.Iters, r.cfg.Warmup))
+			if err := r.loop(ctx, send, recv, n); err != nil {
+				return err
+			}
+			left -= n
+		}
+		batch, batchTook = int(more[0]), time.Since(batchStart)
 	}
-	return nil
 }
 
 // loop issues iters operations back to back and waits for the last one,

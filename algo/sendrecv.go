@@ -27,8 +27,8 @@ type EagerPeers interface {
 type LendPeers interface {
 	Peers
 	// LendMin returns the smallest message Lend lends to peer, 0 if it
-	// lends none. Send of a message of that size or more to peer waits
-	// for the receiver's copy.
+	// lends none. Send of a message of any size to peer still returns as
+	// its transport's Send does.
 	LendMin(peer int) int
 	// Lend sends buf, of at least LendMin(peer) bytes, to peer as message
 	// step without waiting for the copy. buf must not change until

@@ -69,9 +69,8 @@ var (
 // Lend and Settle are sends: they must not overlap Send or each other.
 type Lender interface {
 	// LendMin returns the smallest payload Lend lends; 0 if it lends
-	// none. The peer's Recv of a frame of at least that size reads a
-	// lent payload, so a payload of that size or more sent to this peer
-	// with Send is lent as well (and Send waits for the peer's copy).
+	// none. Send is unaffected: the frame says whether its payload is
+	// lent, so the peer's Recv takes either.
 	LendMin() int
 	// Lend sends a frame carrying payload, which must have at least
 	// LendMin bytes, without waiting for the peer to copy it. payload

@@ -186,8 +186,8 @@ func (c *Conn) settled(err error) error {
 	return err
 }
 
-// LendMin returns the smallest payload sent by descriptor, 0 if this
-// direction sends none (see transport.Lender).
+// LendMin returns the smallest payload Lend lends, 0 if this direction
+// lends none (see transport.Lender).
 func (c *Conn) LendMin() int {
 	if !c.cmaOut {
 		return 0

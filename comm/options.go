@@ -147,6 +147,16 @@ func WithSingleCopy(threshold int) Option {
 	return func(c *config) { c.cmaThreshold, c.cmaOff, c.cmaLend = threshold, threshold == 0, false }
 }
 
+// WithLending lends the blocks of a large all-to-all over shared memory
+// whatever this machine's measured rates (OCCL_SHM_CMA=lend): from 16 KiB
+// when every local rank has a core, from 128 KiB when they share cores.
+// It replaces an earlier WithSingleCopy. Use it where process_vm_readv is
+// known to beat the rings' two copies but the measurement says otherwise
+// (see WithSingleCopy).
+func WithLending() Option {
+	return func(c *config) { c.cmaThreshold, c.cmaOff, c.cmaLend = 0, false, true }
+}
+
 // DefaultSpin is how long a rank waiting on shared memory polls before it
 // sleeps, when the ranks of its machine have a core each.
 const DefaultSpin = 500 * time.Microsecond

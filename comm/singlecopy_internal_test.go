@@ -65,4 +65,14 @@ func TestSingleCopySetting(t *testing.T) {
 	if off, from, send := c.shmCMA(); off || from != 1<<20 || !send {
 		t.Errorf("WithSingleCopy(1 MiB) after OCCL_SHM_CMA=lend: shmCMA() = %v, %d, %v", off, from, send)
 	}
+	// WithLending lends whatever the rates say, over an earlier
+	// WithSingleCopy and OCCL_SHM_CMA=off.
+	singleCopyPays = func() bool { t.Error("WithLending asked the machine's rates"); return false }
+	t.Setenv("OCCL_SHM_CMA", "off")
+	if c, err = newConfig([]Option{WithSingleCopy(1 << 20), WithLending()}); err != nil {
+		t.Fatal(err)
+	}
+	if off, from, send := c.shmCMA(); off || from != lendMinCore || send {
+		t.Errorf("WithLending after WithSingleCopy(1 MiB): shmCMA() = %v, %d, %v; want false, %d, false", off, from, send, lendMinCore)
+	}
 }

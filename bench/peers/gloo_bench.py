@@ -459,13 +459,22 @@ def run_rank(args):
             for _ in range(args.warmup):
                 run()
             if args.warmup > 0 and args.warmup_ms > 0:
-                took = time.perf_counter() - w0
-                left = args.warmup_ms / 1e3 - took
-                more = int(left / max(took / args.warmup, 1e-9)) + 1 if left > 0 else 0
-                t = torch.tensor([more], dtype=torch.int64)
-                dist.all_reduce(t, op=dist.ReduceOp.MAX)
-                for _ in range(int(t[0])):
-                    run()
+                # While any rank's warm-up is short of its time, as many
+                # more as the time left needs at the pace of the last
+                # batch, the same number on every rank (agreed per batch),
+                # as occl-bench does.
+                batch, btook = args.warmup, time.perf_counter() - w0
+                while True:
+                    left = args.warmup_ms / 1e3 - (time.perf_counter() - w0)
+                    more = int(left / max(btook / batch, 1e-9)) + 1 if left > 0 else 0
+                    t = torch.tensor([more], dtype=torch.int64)
+                    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+                    if int(t[0]) == 0:
+                        break
+                    b0 = time.perf_counter()
+                    for _ in range(int(t[0])):
+                        run()
+                    batch, btook = int(t[0]), time.perf_counter() - b0
             if args.warmup == 0:
                 run()  # surface "unsupported" before timing
         except Unsupported as e:

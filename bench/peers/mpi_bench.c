@@ -422,13 +422,23 @@ int main(int argc, char **argv)
         double w0 = MPI_Wtime();
         for (int i = 0; i < o.warmup; i++) run_once(&o, send, recv, pc);
         if (o.warmup > 0 && o.warmup_ms > 0) {
-            /* As many more as the time left needs at their pace, the same
-             * number on every rank. */
-            double took = MPI_Wtime() - w0, left = o.warmup_ms / 1e3 - took;
-            long long more = 0, most;
-            if (left > 0) more = (long long)(left / (took > 0 ? took / o.warmup : 1e-9)) + 1;
-            MPI_Allreduce(&more, &most, 1, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
-            for (long long i = 0; i < most; i++) run_once(&o, send, recv, pc);
+            /* While any rank's warm-up is short of its time, as many more
+             * as the time left needs at the pace of the last batch, the
+             * same number on every rank (agreed per batch), as occl-bench
+             * does: first calls slower than the rest cannot end it early. */
+            long long batch = o.warmup, most;
+            double btook = MPI_Wtime() - w0;
+            for (;;) {
+                double left = o.warmup_ms / 1e3 - (MPI_Wtime() - w0);
+                long long more = 0;
+                if (left > 0) more = (long long)(left / (btook > 0 ? btook / batch : 1e-9)) + 1;
+                MPI_Allreduce(&more, &most, 1, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+                if (most == 0) break;
+                double b0 = MPI_Wtime();
+                for (long long i = 0; i < most; i++) run_once(&o, send, recv, pc);
+                batch = most;
+                btook = MPI_Wtime() - b0;
+            }
         }
         MPI_Barrier(MPI_COMM_WORLD);
         double t0 = MPI_Wtime();

@@ -47,13 +47,19 @@ func AllReduceRD(ctx context.Context, p Peers, ws *Workspace, data []byte, dt DT
 		return nil
 	}
 	op = op.Combiner()
+	// The arguments are checked once: the steps reduce data with the
+	// stage, both of len(data) bytes and never overlapping.
+	checkReduceArgs("AllReduceRD", data, dt, op)
 	pof2, log := floorPow2(size)
 	rem := size - pof2
 	unfold := uint32(1 + log)
 
-	v, err := foldRanks(ctx, p, ws, data, dt, op, unfold, "rd allreduce")
-	if err != nil || v < 0 {
-		return err
+	v := r
+	if rem > 0 {
+		var err error
+		if v, err = foldRanks(ctx, p, ws, data, dt, op, unfold, "rd allreduce"); err != nil || v < 0 {
+			return err
+		}
 	}
 	stage := ws.Get(SlotStage, len(data))
 	for i, d := 0, 1; d < pof2; i, d = i+1, d*2 {
@@ -62,10 +68,13 @@ func AllReduceRD(ctx context.Context, p Peers, ws *Workspace, data []byte, dt DT
 			return fmt.Errorf("rd allreduce: rank %d step %d with rank %d: %w", r, i, peer, err)
 		}
 		if v&d == 0 {
-			Reduce3(data, data, stage, dt, op)
+			reduceBuffers(data, data, stage, dt, op)
 		} else {
-			Reduce3(data, stage, data, dt, op)
+			reduceBuffers(data, stage, data, dt, op)
 		}
+	}
+	if rem == 0 {
+		return nil
 	}
 	return unfoldRanks(ctx, p, data, unfold, "rd allreduce")
 }

@@ -32,6 +32,10 @@ func TrafficTag(ctx context.Context) string {
 type monitor struct {
 	mu   sync.Mutex
 	rows map[string]*trafficRow
+	// last is the row record used last, under lastTag: a loop of
+	// all-to-alls under one tag finds its row without a map lookup.
+	last    *trafficRow
+	lastTag string
 }
 
 type trafficRow struct {
@@ -43,13 +47,16 @@ type trafficRow struct {
 func (m *monitor) record(tag string, size int, lens []int, uniform int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.rows == nil {
-		m.rows = map[string]*trafficRow{}
-	}
-	r := m.rows[tag]
-	if r == nil {
-		r = &trafficRow{bytes: make([]uint64, size)}
-		m.rows[tag] = r
+	r := m.last
+	if r == nil || tag != m.lastTag {
+		if m.rows == nil {
+			m.rows = map[string]*trafficRow{}
+		}
+		if r = m.rows[tag]; r == nil {
+			r = &trafficRow{bytes: make([]uint64, size)}
+			m.rows[tag] = r
+		}
+		m.last, m.lastTag = r, tag
 	}
 	r.ops++
 	if lens == nil {
@@ -88,6 +95,7 @@ func (m *monitor) tags() []string {
 func (m *monitor) reset(tag string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.last, m.lastTag = nil, ""
 	if tag == "" {
 		m.rows = nil
 		return

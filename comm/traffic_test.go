@@ -81,6 +81,18 @@ func TestTrafficMatrix(t *testing.T) {
 		if _, ops := c.LocalTraffic("layer0/dispatch"); ops != 0 {
 			return fmt.Errorf("reset left %d ops", ops)
 		}
+		// Counting goes on from zero after a reset, under the tag used
+		// last and under another.
+		for _, reset := range []string{"layer0/dispatch", ""} {
+			c.ResetTraffic(reset)
+			if err := comm.AllToAllV(tagged, c, send, sc, sd, recv, rc, rd); err != nil {
+				return err
+			}
+			row, ops := c.LocalTraffic("layer0/dispatch")
+			if ops != 1 || row[3] != uint64(4*(r+1)*4) {
+				return fmt.Errorf("after reset %q: local row %v after %d ops", reset, row, ops)
+			}
+		}
 		return nil
 	}, comm.WithTopology(top)))
 }

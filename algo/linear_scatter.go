@@ -37,7 +37,7 @@ func ScatterLinear(ctx context.Context, p Peers, data []byte, offs, lens []int, 
 		}
 		return nil
 	}
-	memcopy.Copy(out, data[offs[r]:offs[r]+lens[r]])
+	memcopy.Deliver(out, data[offs[r]:offs[r]+lens[r]])
 	for i := 1; i < size; i++ {
 		to := mod(root+i, size)
 		if lens[to] == 0 {

@@ -64,7 +64,7 @@ import (
 func AllToAllPairwise(ctx context.Context, p Peers, send []byte, sendOffs, sendLens []int, recv []byte, recvOffs, recvLens []int) error {
 	size, r := p.Size(), p.Rank()
 	if size <= 1 {
-		memcopy.Copy(recv[recvOffs[r]:recvOffs[r]+recvLens[r]], send[sendOffs[r]:sendOffs[r]+sendLens[r]])
+		memcopy.Deliver(recv[recvOffs[r]:recvOffs[r]+recvLens[r]], send[sendOffs[r]:sendOffs[r]+sendLens[r]])
 		return nil
 	}
 	if lp, ok := inlineAllToAll(p, r, sendLens, true); ok {
@@ -86,7 +86,7 @@ func AllToAllPairwise(ctx context.Context, p Peers, send []byte, sendOffs, sendL
 			nsend++
 		}
 	}
-	memcopy.Copy(recv[recvOffs[r]:recvOffs[r]+recvLens[r]], send[sendOffs[r]:sendOffs[r]+sendLens[r]])
+	memcopy.Deliver(recv[recvOffs[r]:recvOffs[r]+recvLens[r]], send[sendOffs[r]:sendOffs[r]+sendLens[r]])
 	g := newGroup(ctx)
 	defer g.cancel()
 	// Blocks larger than pairwiseChunk go in pieces, round robin over the
@@ -192,7 +192,7 @@ func (b *rankBlocks) copyOwn(r int, inPlace bool) {
 	if inPlace {
 		copy(dst, src)
 	} else {
-		memcopy.Copy(dst, src)
+		memcopy.Deliver(dst, src)
 	}
 }
 

@@ -143,7 +143,7 @@ func AllToAllRouted(ctx context.Context, p Peers, ws *Workspace, route *Route, b
 	if route.Size() != n || len(bytes) != n {
 		return fmt.Errorf("routed all-to-all: rank %d: route for %d ranks and %d-row matrix on %d ranks", me, route.Size(), len(bytes), n)
 	}
-	memcopy.Copy(recv[recvOffs[me]:recvOffs[me]+bytes[me][me]], send[sendOffs[me]:sendOffs[me]+bytes[me][me]])
+	memcopy.Deliver(recv[recvOffs[me]:recvOffs[me]+bytes[me][me]], send[sendOffs[me]:sendOffs[me]+bytes[me][me]])
 	sc := ws.routedScratch(n)
 	// held[s*n+d] is where block (s, d) is while this rank holds it and it
 	// is not yet at its destination.
@@ -329,7 +329,7 @@ func (sc *routedScratch) deliver(me, a int, recv []byte, recvOffs []int) {
 	for _, bl := range sc.in[a] {
 		if bl.dst == me {
 			i := bl.src*n + bl.dst
-			memcopy.Copy(recv[recvOffs[bl.src]:], sc.held[i])
+			memcopy.Deliver(recv[recvOffs[bl.src]:], sc.held[i])
 			sc.held[i] = nil
 		}
 	}

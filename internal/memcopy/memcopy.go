@@ -10,6 +10,21 @@
 // for minutes at a time, shared-memory AllToAll and AllReduce took up to
 // twice as long through the built-in copy as through this one, which kept
 // their speed (why those phases hit the vector loop was not found).
+//
+// Deliver is Copy for a range copied to its final place, which the caller
+// does not read again (an all-to-all's own block): from a quarter of the
+// last-level cache up (DefaultStream where its size is not known) it is
+// the built-in copy, whose stores go past the caches (non-temporal) from
+// 1 MiB. A range that large would not stay in the cache until it is read
+// anyway, and streaming it saves reading every destination line before
+// it is written. On the same machine (32 MiB of L3), two processes
+// copying at once: the string move was faster at 2 and 4 MiB (68-182
+// against 125-252 us), the built-in copy from 8 MiB (8 MiB 486-684
+// against 733-1149 us, 32 MiB 3.4-4.0 against 4.9-5.3 ms). A copy whose
+// destination the caller reads next (an all-reduce's input copied into
+// its output, then reduced there) keeps Copy: streamed, 64 MiB AllReduce
+// at 2 processes took 14% longer (medians of 3 rounds).
+//
 // Elsewhere, below Min, and under the race detector (which sees only the
 // built-in copy), Copy is the built-in copy.
 package memcopy
@@ -17,6 +32,24 @@ package memcopy
 // Min is the smallest range Copy hands to the string move: below it the
 // instruction's start-up cost outweighs its rate.
 const Min = 16 << 10
+
+// stream is the smallest range Deliver leaves to the built-in copy's
+// non-temporal stores: a quarter of the last-level cache (see
+// lastLevelCache), or DefaultStream where its size is not known.
+var stream = streamFrom(lastLevelCache())
+
+// DefaultStream is where Deliver leaves ranges to the built-in copy's
+// non-temporal stores when the last-level cache's size is not known.
+const DefaultStream = 8 << 20
+
+// streamFrom returns stream for a last-level cache of llc bytes (0:
+// unknown).
+func streamFrom(llc int) int {
+	if llc <= 0 {
+		return DefaultStream
+	}
+	return max(llc/4, Min)
+}
 
 // Copy copies min(len(dst), len(src)) bytes from src to dst, which must
 // not overlap, and returns the number copied.
@@ -27,4 +60,14 @@ func Copy(dst, src []byte) int {
 	}
 	move(&dst[0], &src[0], uintptr(n))
 	return n
+}
+
+// Deliver copies min(len(dst), len(src)) bytes from src to dst, which
+// must not overlap, and returns the number copied, as Copy does; dst is
+// not read again soon (see the package documentation).
+func Deliver(dst, src []byte) int {
+	if min(len(dst), len(src)) >= stream {
+		return copy(dst, src)
+	}
+	return Copy(dst, src)
 }

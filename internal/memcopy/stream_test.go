@@ -1,0 +1,108 @@
+package memcopy
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+)
+
+func TestParseCacheSize(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want int
+	}{
+		{"32768K\n", 32 << 20},
+		{"8M", 8 << 20},
+		{"1G", 1 << 30},
+		{"524288", 512 << 10},
+		{"", 0},
+		{"K", 0},
+		{"-4K", 0},
+		{"12Q", 0},
+		{"99999999999999G", 0},
+	} {
+		if got := parseCacheSize(c.in); got != c.want {
+			t.Errorf("parseCacheSize(%q) = %d, want %d", c.in, got, c.want)
+		}
+	}
+}
+
+func TestStreamFrom(t *testing.T) {
+	for _, c := range []struct{ llc, want int }{
+		{0, DefaultStream},
+		{32 << 20, 8 << 20},
+		{8 << 20, 2 << 20},
+		{16 << 10, Min}, // never below the string move's own start
+	} {
+		if got := streamFrom(c.llc); got != c.want {
+			t.Errorf("streamFrom(%d) = %d, want %d", c.llc, got, c.want)
+		}
+	}
+	// This machine's: what the kernel says, or the default.
+	llc := lastLevelCache()
+	if llc != 0 && llc < 64<<10 {
+		t.Errorf("lastLevelCache() = %d: not a last-level cache", llc)
+	}
+	if stream != streamFrom(llc) {
+		t.Errorf("stream = %d, want streamFrom(%d) = %d", stream, llc, streamFrom(llc))
+	}
+	t.Logf("last-level cache %d bytes, streaming copies from %d", llc, stream)
+}
+
+// TestDeliver checks Deliver on both sides of the streaming threshold,
+// lowered so that the test stays small.
+func TestDeliver(t *testing.T) {
+	defer func(s int) { stream = s }(stream)
+	stream = 256 << 10
+	src := make([]byte, stream+4096)
+	for i := range src {
+		src[i] = byte(i*7 + i>>9)
+	}
+	for _, n := range []int{stream - 1, stream, stream + 1, stream + 4095} {
+		for _, off := range []int{0, 3} {
+			t.Run(fmt.Sprint(n, "+", off), func(t *testing.T) {
+				dst := make([]byte, n+off)
+				if k := Deliver(dst[off:], src[:n]); k != n {
+					t.Fatalf("copied %d, want %d", k, n)
+				}
+				if !bytes.Equal(dst[off:], src[:n]) {
+					t.Fatal("bytes differ")
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkCopyLarge copies ranges around Deliver's streaming threshold
+// with the built-in copy (non-temporal from 1 MiB), the string move and
+// Deliver, from a source to a destination of their own, as an
+// all-to-all's own block is copied.
+func BenchmarkCopyLarge(b *testing.B) {
+	for _, n := range []int{2 << 20, 8 << 20, 32 << 20} {
+		src, dst := make([]byte, n), make([]byte, n)
+		for i := range src {
+			src[i] = byte(i)
+		}
+		copy(dst, src)
+		b.Run("builtin/"+sizeName(n), func(b *testing.B) {
+			b.SetBytes(int64(n))
+			for range b.N {
+				copy(dst, src)
+			}
+		})
+		if fast {
+			b.Run("movsb/"+sizeName(n), func(b *testing.B) {
+				b.SetBytes(int64(n))
+				for range b.N {
+					move(&dst[0], &src[0], uintptr(n))
+				}
+			})
+		}
+		b.Run("deliver/"+sizeName(n), func(b *testing.B) {
+			b.SetBytes(int64(n))
+			for range b.N {
+				Deliver(dst, src)
+			}
+		})
+	}
+}

@@ -29,14 +29,27 @@
 // built-in copy), Copy is the built-in copy.
 package memcopy
 
+import "sync"
+
 // Min is the smallest range Copy hands to the string move: below it the
 // instruction's start-up cost outweighs its rate.
 const Min = 16 << 10
 
 // stream is the smallest range Deliver leaves to the built-in copy's
 // non-temporal stores: a quarter of the last-level cache (see
-// lastLevelCache), or DefaultStream where its size is not known.
-var stream = streamFrom(lastLevelCache())
+// lastLevelCache), or DefaultStream where its size is not known. It is
+// set on the first large Deliver (streamOnce), so that a program that
+// never copies that much reads nothing from sysfs.
+var (
+	stream     int
+	streamOnce sync.Once
+)
+
+// streamMin returns stream, setting it first if need be.
+func streamMin() int {
+	streamOnce.Do(func() { stream = streamFrom(lastLevelCache()) })
+	return stream
+}
 
 // DefaultStream is where Deliver leaves ranges to the built-in copy's
 // non-temporal stores when the last-level cache's size is not known.
@@ -66,7 +79,7 @@ func Copy(dst, src []byte) int {
 // must not overlap, and returns the number copied, as Copy does; dst is
 // not read again soon (see the package documentation).
 func Deliver(dst, src []byte) int {
-	if min(len(dst), len(src)) >= stream {
+	if n := min(len(dst), len(src)); n >= Min && n >= streamMin() {
 		return copy(dst, src)
 	}
 	return Copy(dst, src)

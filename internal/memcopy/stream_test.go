@@ -43,22 +43,22 @@ func TestStreamFrom(t *testing.T) {
 	if llc != 0 && llc < 64<<10 {
 		t.Errorf("lastLevelCache() = %d: not a last-level cache", llc)
 	}
-	if stream != streamFrom(llc) {
-		t.Errorf("stream = %d, want streamFrom(%d) = %d", stream, llc, streamFrom(llc))
+	if got := streamMin(); got != streamFrom(llc) {
+		t.Errorf("streamMin() = %d, want streamFrom(%d) = %d", got, llc, streamFrom(llc))
 	}
-	t.Logf("last-level cache %d bytes, streaming copies from %d", llc, stream)
+	t.Logf("last-level cache %d bytes, streaming copies from %d", llc, streamMin())
 }
 
 // TestDeliver checks Deliver on both sides of the streaming threshold,
 // lowered so that the test stays small.
 func TestDeliver(t *testing.T) {
-	defer func(s int) { stream = s }(stream)
+	defer func(s int) { stream = s }(streamMin())
 	stream = 256 << 10
 	src := make([]byte, stream+4096)
 	for i := range src {
 		src[i] = byte(i*7 + i>>9)
 	}
-	for _, n := range []int{stream - 1, stream, stream + 1, stream + 4095} {
+	for _, n := range []int{Min - 1, Min, stream - 1, stream, stream + 1, stream + 4095} {
 		for _, off := range []int{0, 3} {
 			t.Run(fmt.Sprint(n, "+", off), func(t *testing.T) {
 				dst := make([]byte, n+off)

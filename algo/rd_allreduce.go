@@ -47,8 +47,9 @@ func AllReduceRD(ctx context.Context, p Peers, ws *Workspace, data []byte, dt DT
 		return nil
 	}
 	op = op.Combiner()
-	// The arguments are checked once: the steps reduce data with the
-	// stage, both of len(data) bytes and never overlapping.
+	// The arguments are checked once: every step reduces data with the
+	// stage, both of len(data) bytes, the stage being the workspace's
+	// own slot (data is the caller's buffer).
 	checkReduceArgs("AllReduceRD", data, dt, op)
 	pof2, log := floorPow2(size)
 	rem := size - pof2

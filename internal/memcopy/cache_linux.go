@@ -3,45 +3,35 @@ package memcopy
 import (
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
+
+	"github.com/occl/occl/transport"
 )
 
 // lastLevelCache returns the size in bytes of the largest unified cache
 // of CPU 0 as the kernel describes it (sysfs), 0 if it cannot be read.
 func lastLevelCache() int {
-	dirs, _ := filepath.Glob("/sys/devices/system/cpu/cpu0/cache/index*")
+	return largestUnifiedCache("/sys/devices/system/cpu/cpu0/cache")
+}
+
+// largestUnifiedCache returns the size of the largest unified cache
+// described under dir (a CPU's sysfs cache directory: index*/type and
+// index*/size, as in "32768K"), 0 if none can be read.
+func largestUnifiedCache(dir string) int {
+	caches, _ := filepath.Glob(filepath.Join(dir, "index*"))
 	best := 0
-	for _, d := range dirs {
-		typ, err := os.ReadFile(filepath.Join(d, "type"))
+	for _, c := range caches {
+		typ, err := os.ReadFile(filepath.Join(c, "type"))
 		if err != nil || strings.TrimSpace(string(typ)) != "Unified" {
 			continue
 		}
-		size, err := os.ReadFile(filepath.Join(d, "size"))
+		b, err := os.ReadFile(filepath.Join(c, "size"))
 		if err != nil {
 			continue
 		}
-		best = max(best, parseCacheSize(string(size)))
+		if n, err := transport.ParseSize(string(b)); err == nil {
+			best = max(best, n)
+		}
 	}
 	return best
-}
-
-// parseCacheSize parses a sysfs cache size ("32768K", "8M", "512"), 0 if
-// it is not one.
-func parseCacheSize(s string) int {
-	s = strings.TrimSpace(s)
-	mult := 1
-	switch {
-	case strings.HasSuffix(s, "K"):
-		mult, s = 1<<10, strings.TrimSuffix(s, "K")
-	case strings.HasSuffix(s, "M"):
-		mult, s = 1<<20, strings.TrimSuffix(s, "M")
-	case strings.HasSuffix(s, "G"):
-		mult, s = 1<<30, strings.TrimSuffix(s, "G")
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n <= 0 || n > 1<<40/mult {
-		return 0
-	}
-	return n * mult
 }

@@ -15,7 +15,8 @@
 // does not read again (an all-to-all's own block): from a quarter of the
 // last-level cache up (DefaultStream where its size is not known) it is
 // the built-in copy, whose stores go past the caches (non-temporal) from
-// 1 MiB. A range that large would not stay in the cache until it is read
+// 1 MiB where it copies with AVX, as on this machine (Deliver differs from
+// Copy only where the processor has ERMS). A range that large would not stay in the cache until it is read
 // anyway, and streaming it saves reading every destination line before
 // it is written. On the same machine (32 MiB of L3), two processes
 // copying at once: the string move was faster at 2 and 4 MiB (68-182
@@ -23,7 +24,8 @@
 // against 733-1149 us, 32 MiB 3.4-4.0 against 4.9-5.3 ms). A copy whose
 // destination the caller reads next (an all-reduce's input copied into
 // its output, then reduced there) keeps Copy: streamed, 64 MiB AllReduce
-// at 2 processes took 14% longer (medians of 3 rounds).
+// at 2 processes took 14% longer by the medians of 3 rounds (each build's
+// rounds spread over 18-27 ms).
 //
 // Elsewhere, below Min, and under the race detector (which sees only the
 // built-in copy), Copy is the built-in copy.

@@ -3,27 +3,42 @@ package memcopy
 import (
 	"bytes"
 	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 )
 
-func TestParseCacheSize(t *testing.T) {
-	for _, c := range []struct {
-		in   string
-		want int
-	}{
-		{"32768K\n", 32 << 20},
-		{"8M", 8 << 20},
-		{"1G", 1 << 30},
-		{"524288", 512 << 10},
-		{"", 0},
-		{"K", 0},
-		{"-4K", 0},
-		{"12Q", 0},
-		{"99999999999999G", 0},
+// TestLargestUnifiedCache reads a sysfs cache directory made for the test:
+// the largest unified cache counts, not the data and instruction caches
+// nor what cannot be read.
+func TestLargestUnifiedCache(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct{ index, typ, size string }{
+		{"index0", "Data", "64M"}, // larger, but not unified
+		{"index1", "Instruction", "32K"},
+		{"index2", "Unified", "512K"},
+		{"index3", "Unified", "32768K\n"},
+		{"index4", "Unified", "lots"},
+		{"index5", "", ""}, // no files
 	} {
-		if got := parseCacheSize(c.in); got != c.want {
-			t.Errorf("parseCacheSize(%q) = %d, want %d", c.in, got, c.want)
+		d := filepath.Join(dir, c.index)
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
 		}
+		if c.typ == "" {
+			continue
+		}
+		for name, v := range map[string]string{"type": c.typ + "\n", "size": c.size} {
+			if err := os.WriteFile(filepath.Join(d, name), []byte(v), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if got := largestUnifiedCache(dir); got != 32<<20 {
+		t.Errorf("largestUnifiedCache = %d, want %d", got, 32<<20)
+	}
+	if got := largestUnifiedCache(filepath.Join(dir, "missing")); got != 0 {
+		t.Errorf("largestUnifiedCache of a missing directory = %d, want 0", got)
 	}
 }
 

@@ -226,3 +226,46 @@ func TestAsyncRunsUnwaited(t *testing.T) {
 		}
 	}
 }
+
+// TestGraceStoppedWhileCallerRuns: an Async call's caller that waits at
+// once and runs the request itself stops the worker's wake-up before the
+// operation starts, not after it: an operation longer than the grace
+// would otherwise have the timer fire while it runs and wake a thread
+// for an empty queue (every large call from torch.distributed, which
+// issues each operation and then waits for it).
+func TestGraceStoppedWhileCallerRuns(t *testing.T) {
+	comms, err := NewLocal(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := comms[0]
+	defer c.Close()
+	c.queue.stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// Long enough that the race detector cannot let it pass between the
+	// call and its wait.
+	c.queue.graceFor = time.Second
+	defer func() { c.queue.graceFor = issueGrace }()
+	var armed, ran bool
+	r := c.issue(c.postCall(ctx, "Probe", transport.Header{}, func(context.Context, *opPeers) error {
+		ran = true
+		armed = c.queue.graceArmed.Load()
+		return nil
+	}))
+	if !c.queue.graceArmed.Load() {
+		t.Fatal("an Async call queued alone armed no wake-up for the worker")
+	}
+	if err := r.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !ran {
+		t.Fatal("the operation did not run")
+	}
+	if armed {
+		t.Fatal("the worker's wake-up was still armed while the caller ran the operation")
+	}
+	if n := len(c.queue.wake); n != 0 {
+		t.Fatalf("%d wake-ups for the worker after its caller ran the operation", n)
+	}
+}

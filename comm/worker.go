@@ -124,6 +124,12 @@ func (c *Communicator) help(r *Request) {
 	q := &c.queue
 	if q.exec.TryLock() {
 		if q.takeHead(r) {
+			if !q.queued() {
+				// Nothing is left for the worker: stop its wake-up
+				// now, or it fires while r runs, if r takes longer
+				// than issueGrace, and wakes a thread for nothing.
+				q.cancelGrace()
+			}
 			r.finish(c.run(r))
 		}
 		q.exec.Unlock()

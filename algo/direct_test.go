@@ -440,6 +440,87 @@ func TestAllToAllPairwiseInPlace(t *testing.T) {
 	}
 }
 
+// TestAllToAllPairwiseInPlacePieces: an in-place all-to-all whose blocks
+// go in pieces runs on its buffer through two staging areas of a piece per
+// peer, not a copy of its input, with rendezvous sends (a send waits for
+// its receiver) and small queues, where staging too late would read
+// received bytes and a wrong order would deadlock. Its messages are the
+// out-of-place exchange's: ranks in place and out of place meet in one
+// all-to-all. Blocks are uneven (symmetric: rank a sends rank b as much as
+// b sends a) and some empty.
+func TestAllToAllPairwiseInPlacePieces(t *testing.T) {
+	defer func(c int) { pairwiseChunk = c }(pairwiseChunk)
+	pairwiseChunk = 500
+	im := implOf(OpAllToAllV, AlgoPairwise)
+	for _, p := range []int{2, 3, 4, 5} {
+		// Rendezvous sends and hidden eager limits stage the pieces
+		// (pairwiseInPlacePieces); an eager limit of a piece sends them
+		// from the buffer (pairwiseInPlaceEager), the queue of one
+		// message making every send wait for the piece before it to be
+		// taken.
+		for oi, opts := range []fakepeers.Options{{EagerLimit: -1}, {QueueDepth: 2, HideEager: true, MaxDelay: time.Millisecond}, {EagerLimit: 500, QueueDepth: 1, MaxDelay: time.Millisecond}} {
+			for _, mixed := range []bool{false, true} {
+				rng := rand.New(rand.NewPCG(uint64(p), uint64(oi)))
+				size := make([][]int, p)
+				for a := range size {
+					size[a] = make([]int, p)
+				}
+				for a := range p {
+					for b := a; b < p; b++ {
+						n := rng.IntN(5500) // 0 to 11 pieces
+						size[a][b], size[b][a] = n, n
+					}
+				}
+				size[0][1], size[1][0] = 0, 0
+				bufs, outs := make([][]byte, p), make([][]byte, p)
+				args := make([]Args, p)
+				for r := range p {
+					a := &args[r]
+					a.SendOffs, a.SendLens = make([]int, p), make([]int, p)
+					off := 0
+					for q := range p {
+						a.SendOffs[q], a.SendLens[q] = off, size[r][q]
+						off += size[r][q]
+					}
+					a.RecvOffs, a.RecvLens = a.SendOffs, a.SendLens
+					bufs[r] = make([]byte, off)
+					for q := range p {
+						for j := range a.SendLens[q] {
+							bufs[r][a.SendOffs[q]+j] = blockByte(r, q, j)
+						}
+					}
+					outs[r] = bufs[r]
+					if mixed && r%2 == 1 {
+						outs[r] = make([]byte, off)
+					}
+					a.Src, a.Dst, a.WS = bufs[r], outs[r], &Workspace{}
+				}
+				runRanks(t, p, opts, func(ctx context.Context, rank int, peers Peers) error {
+					a := &args[rank]
+					a.Peers = peers
+					return im.Run(ctx, a)
+				})
+				for r := range p {
+					a := &args[r]
+					for q := range p {
+						for j := range a.RecvLens[q] {
+							if g, w := outs[r][a.RecvOffs[q]+j], blockByte(q, r, j); g != w {
+								t.Fatalf("p %d options %d mixed %v rank %d block from %d byte %d: got %#x, want %#x", p, oi, mixed, r, q, j, g, w)
+							}
+						}
+					}
+					// The workspace rounds up (to 4 KiB, or by a quarter):
+					// more is a copy of the input (up to 27.5 KB here), not
+					// two staging areas of a piece per peer.
+					if same(a.Src, a.Dst) && len(a.WS.slots) > SlotInput && cap(a.WS.slots[SlotInput]) > max(4096, 2*(p-1)*pairwiseChunk*5/4) {
+						t.Errorf("p %d rank %d: %d bytes staged in the workspace for a %d-byte buffer, want at most two pieces per peer (%d)", p, r, cap(a.WS.slots[SlotInput]), len(a.Src), 2*(p-1)*pairwiseChunk)
+					}
+				}
+			}
+		}
+	}
+}
+
 // lenders is LendPeers over a fake network: Lend sends from a goroutine of
 // its own, so that it returns before the receiver takes the block, and
 // Settle waits for those sends. It records what the schedule did: how many

@@ -29,10 +29,11 @@ import (
 // The sends run in one sender goroutine while the caller receives, in the
 // same step order, so that a rank may send step s+1 while it is still
 // receiving step s; matching in step order on both sides cannot deadlock.
-// Blocks larger than 1 MiB go in 1 MiB pieces, round robin: piece c of
-// every step, then piece c+1, on both sides, so that a rank keeps moving
-// data with whichever peers are running instead of waiting for one peer's
-// whole block (4 processes on 2 cores, 64 MiB: 20.3-20.6 -> 15.7-17.0 ms).
+// Blocks larger than 512 KiB (pairwiseChunk) go in pieces of that size,
+// round robin: piece c of every step, then piece c+1, on both sides, so
+// that a rank keeps moving data with whichever peers are running instead
+// of waiting for one peer's whole block (4 processes on 2 cores, 64 MiB,
+// pieces of 1 MiB: 20.3-20.6 -> 15.7-17.0 ms).
 // It cannot deadlock either: a send waits only for a receiver behind it,
 // and the receiver waiting on the earliest piece waits for a sender that
 // nothing blocks.
@@ -140,8 +141,10 @@ recv:
 }
 
 // pairwiseChunk is the largest piece of a block the pairwise exchange sends
-// as one message when blocks go in pieces.
-var pairwiseChunk = 1 << 20
+// as one message when blocks go in pieces. It is within shared memory's
+// eager limit (a quarter of its 4 MiB ring), so that an in-place exchange
+// sends its pieces straight from its buffer (pairwiseInPlaceEager).
+var pairwiseChunk = 512 << 10
 
 // pieces is how many pieces a block of n bytes goes in.
 func pieces(n int) int { return (n + pairwiseChunk - 1) / pairwiseChunk }
@@ -162,7 +165,11 @@ func piece(n, c int) (lo, hi int, ok bool) {
 // returned (the blocks have left the buffer) before the own block is
 // copied and anything is received. No block is lent, since the receives
 // overwrite the buffer while the peers could still be copying out of it.
-// It reports whether it ran.
+// Larger blocks go in pieces through pairwiseInPlacePieces where the
+// out-of-place exchange would send them in pieces too and every peer's
+// block is received where the block sent to it lies (always so for
+// AllToAll). It reports whether it ran; otherwise the caller runs the
+// out-of-place exchange on a copy of the input.
 func pairwiseInPlace(ctx context.Context, a *Args) (bool, error) {
 	p := a.Peers
 	if p.Size() <= 1 {
@@ -170,10 +177,177 @@ func pairwiseInPlace(ctx context.Context, a *Args) (bool, error) {
 	}
 	r := p.Rank()
 	if _, ok := inlineAllToAll(p, r, a.SendLens, false); !ok {
-		return false, nil
+		if _, inline := inlineAllToAll(p, r, a.SendLens, true); inline || !symmetric(a) {
+			// Lent out of place (one message per block, read from
+			// the sender's memory): the copy keeps the same messages.
+			return false, nil
+		}
+		if eagerPieces(p, r, a.SendLens) {
+			return true, pairwiseInPlaceEager(ctx, p, a.Dst, a.SendOffs, a.SendLens)
+		}
+		return true, pairwiseInPlacePieces(ctx, p, a.WS, a.Dst, a.SendOffs, a.SendLens)
 	}
 	b := rankBlocks{a.Dst, a.SendOffs, a.SendLens, a.Dst, a.RecvOffs, a.RecvLens}
 	return true, exchangeInline(ctx, p, p.Size(), r, nil, &b, true)
+}
+
+// symmetric reports whether every peer's block is received where the
+// block sent to it lies.
+func symmetric(a *Args) bool {
+	for i := range a.SendOffs {
+		if a.SendOffs[i] != a.RecvOffs[i] || a.SendLens[i] != a.RecvLens[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// eagerPieces reports whether every piece rank me sends (blocks of lens
+// in pieces of pairwiseChunk) is within its connection's eager limit.
+func eagerPieces(p Peers, me int, lens []int) bool {
+	ep, ok := p.(EagerPeers)
+	if !ok {
+		return false
+	}
+	for to, n := range lens {
+		if to != me && n > 0 && min(n, pairwiseChunk) > ep.EagerLimit(to) {
+			return false
+		}
+	}
+	return true
+}
+
+// pairwiseInPlaceEager is pairwiseInPlacePieces where every piece is
+// eager (eagerPieces): the same messages, sent straight from the buffer on
+// the caller's goroutine. In round c the rank sends piece c of every block
+// and then receives piece c of every peer's block into the buffer: each
+// send has copied its piece into the connection by the time it returns,
+// so a range is overwritten only once what it held has left. A send of
+// round c waits at most for its receiver to take the piece of round c-1,
+// which that receiver does in its round c-1 without waiting for anything
+// of round c: this cannot deadlock. Nothing is copied beyond the
+// out-of-place exchange, and the own block stays where it is.
+func pairwiseInPlaceEager(ctx context.Context, p Peers, buf []byte, offs, lens []int) error {
+	size, r := p.Size(), p.Rank()
+	rounds := 1
+	for i, n := range lens {
+		if i != r {
+			rounds = max(rounds, pieces(n))
+		}
+	}
+	for c := range rounds {
+		for s := 1; s < size; s++ {
+			to := mod(r+s, size)
+			lo, hi, ok := piece(lens[to], c)
+			if !ok {
+				continue
+			}
+			if err := p.Send(ctx, to, uint32(c*size+s), buf[offs[to]+lo:offs[to]+hi]); err != nil {
+				return fmt.Errorf("pairwise all-to-all in place: rank %d step %d piece %d: send to rank %d: %w", r, s, c, to, err)
+			}
+		}
+		for s := 1; s < size; s++ {
+			from := mod(r-s, size)
+			lo, hi, ok := piece(lens[from], c)
+			if !ok {
+				continue
+			}
+			if err := p.Recv(ctx, from, uint32(c*size+s), buf[offs[from]+lo:offs[from]+hi]); err != nil {
+				return fmt.Errorf("pairwise all-to-all in place: rank %d step %d piece %d: recv from rank %d: %w", r, s, c, from, err)
+			}
+		}
+	}
+	return nil
+}
+
+// pairwiseInPlacePieces is the in-place form of the pairwise exchange's
+// pieces (AllToAllPairwise) where some piece is above its connection's
+// eager limit (else pairwiseInPlaceEager runs), on a buffer whose block for each peer is also
+// where that peer's block lands (offs, lens). It sends the same messages,
+// so ranks in place and out of place may meet in one all-to-all, but
+// stages pieces instead of a copy of the whole input: for round c the rank
+// copies piece c of every block it sends into one of two staging areas of
+// a piece per peer, a sender goroutine sends them from there, and the rank
+// receives piece c of every peer's block into the buffer. A range is thus
+// overwritten only once what it held is staged. The sender may run a round
+// ahead of the receives; a staging area is refilled only once its sends
+// have returned. Staging round c waits only for the sends of round c-2,
+// which wait only for the peers' receives of round c-2, which come before
+// their staging of round c: this cannot deadlock. The own block stays
+// where it is.
+//
+// Bytes copied beyond the out-of-place exchange: the (p-1)/p of the
+// buffer that is sent, once, into staging areas that stay in the cache,
+// instead of the whole buffer into a second one.
+func pairwiseInPlacePieces(ctx context.Context, p Peers, ws *Workspace, buf []byte, offs, lens []int) error {
+	size, r := p.Size(), p.Rank()
+	rounds, piece0 := 1, 0
+	for i, n := range lens {
+		if i != r {
+			rounds, piece0 = max(rounds, pieces(n)), max(piece0, min(n, pairwiseChunk))
+		}
+	}
+	area := (size - 1) * piece0
+	stage := ws.Get(SlotInput, 2*area)
+	// slot returns the staging of the piece for step s in round c.
+	slot := func(c, s int) []byte { return stage[c%2*area+(s-1)*piece0:] }
+	g := newGroup(ctx)
+	defer g.cancel()
+	staged, sent := make(chan struct{}, 2), make(chan struct{}, 2)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for c := range rounds {
+			select {
+			case <-staged:
+			case <-g.ctx.Done():
+				return
+			}
+			for s := 1; s < size; s++ {
+				to := mod(r+s, size)
+				lo, hi, ok := piece(lens[to], c)
+				if !ok {
+					continue
+				}
+				if err := p.Send(g.ctx, to, uint32(c*size+s), slot(c, s)[:hi-lo]); err != nil {
+					g.fail(fmt.Errorf("pairwise all-to-all in place: rank %d step %d piece %d: send to rank %d: %w", r, s, c, to, err))
+					return
+				}
+			}
+			sent <- struct{}{}
+		}
+	}()
+recv:
+	for c := range rounds {
+		if c >= 2 {
+			// The sends of round c-2 used this staging area.
+			select {
+			case <-sent:
+			case <-g.ctx.Done():
+				break recv
+			}
+		}
+		for s := 1; s < size; s++ {
+			to := mod(r+s, size)
+			if lo, hi, ok := piece(lens[to], c); ok {
+				copy(slot(c, s), buf[offs[to]+lo:offs[to]+hi])
+			}
+		}
+		staged <- struct{}{}
+		for s := 1; s < size; s++ {
+			from := mod(r-s, size)
+			lo, hi, ok := piece(lens[from], c)
+			if !ok {
+				continue
+			}
+			if err := p.Recv(g.ctx, from, uint32(c*size+s), buf[offs[from]+lo:offs[from]+hi]); err != nil {
+				g.fail(fmt.Errorf("pairwise all-to-all in place: rank %d step %d piece %d: recv from rank %d: %w", r, s, c, from, err))
+				break recv
+			}
+		}
+	}
+	<-done
+	return g.err
 }
 
 // rankBlocks are the buffers of an all-to-all on one rank and where each

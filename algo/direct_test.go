@@ -455,7 +455,7 @@ func TestAllToAllPairwiseInPlacePieces(t *testing.T) {
 	for _, p := range []int{2, 3, 4, 5} {
 		// Rendezvous sends and hidden eager limits stage the pieces
 		// (pairwiseInPlacePieces); an eager limit of a piece sends them
-		// from the buffer (pairwiseInPlaceEager), the queue of one
+		// from the buffer (exchangePieces), the queue of one
 		// message making every send wait for the piece before it to be
 		// taken.
 		for oi, opts := range []fakepeers.Options{{EagerLimit: -1}, {QueueDepth: 2, HideEager: true, MaxDelay: time.Millisecond}, {EagerLimit: 500, QueueDepth: 1, MaxDelay: time.Millisecond}} {

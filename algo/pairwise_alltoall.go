@@ -143,7 +143,7 @@ recv:
 // pairwiseChunk is the largest piece of a block the pairwise exchange sends
 // as one message when blocks go in pieces. It is within shared memory's
 // eager limit (a quarter of its 4 MiB ring), so that an in-place exchange
-// sends its pieces straight from its buffer (pairwiseInPlaceEager).
+// sends its pieces straight from its buffer (exchangePieces).
 var pairwiseChunk = 512 << 10
 
 // pieces is how many pieces a block of n bytes goes in.
@@ -183,7 +183,8 @@ func pairwiseInPlace(ctx context.Context, a *Args) (bool, error) {
 			return false, nil
 		}
 		if eagerPieces(p, r, a.SendLens) {
-			return true, pairwiseInPlaceEager(ctx, p, a.Dst, a.SendOffs, a.SendLens)
+			b := rankBlocks{a.Dst, a.SendOffs, a.SendLens, a.Dst, a.RecvOffs, a.RecvLens}
+			return true, exchangePieces(ctx, p, &b)
 		}
 		return true, pairwiseInPlacePieces(ctx, p, a.WS, a.Dst, a.SendOffs, a.SendLens)
 	}
@@ -217,43 +218,48 @@ func eagerPieces(p Peers, me int, lens []int) bool {
 	return true
 }
 
-// pairwiseInPlaceEager is pairwiseInPlacePieces where every piece is
-// eager (eagerPieces): the same messages, sent straight from the buffer on
-// the caller's goroutine. In round c the rank sends piece c of every block
-// and then receives piece c of every peer's block into the buffer: each
-// send has copied its piece into the connection by the time it returns,
-// so a range is overwritten only once what it held has left. A send of
-// round c waits at most for its receiver to take the piece of round c-1,
-// which that receiver does in its round c-1 without waiting for anything
-// of round c: this cannot deadlock. Nothing is copied beyond the
-// out-of-place exchange, and the own block stays where it is.
-func pairwiseInPlaceEager(ctx context.Context, p Peers, buf []byte, offs, lens []int) error {
+// exchangePieces is the pairwise exchange's pieces (AllToAllPairwise)
+// where every piece is eager (eagerPieces), on the caller's goroutine and
+// with the same messages: in round c the rank sends piece c of every block
+// and then receives piece c of every peer's block. A send of round c waits
+// at most for its receiver to take the piece of round c-1, which that
+// receiver does in its round c-1 without waiting for anything of round c:
+// this cannot deadlock. In place (b.send is b.recv, every peer's block
+// received where the block sent to it lies), each send has copied its
+// piece into the connection by the time it returns, so a range is
+// overwritten only once what it held has left: nothing is copied beyond
+// the out-of-place exchange. The own block is the caller's. It runs in
+// place only (pairwiseInPlace): out of place, a sender goroutine measured
+// no different.
+func exchangePieces(ctx context.Context, p Peers, b *rankBlocks) error {
 	size, r := p.Size(), p.Rank()
 	rounds := 1
-	for i, n := range lens {
+	for i := range b.sendLens {
 		if i != r {
-			rounds = max(rounds, pieces(n))
+			rounds = max(rounds, pieces(b.sendLens[i]), pieces(b.recvLens[i]))
 		}
 	}
 	for c := range rounds {
 		for s := 1; s < size; s++ {
 			to := mod(r+s, size)
-			lo, hi, ok := piece(lens[to], c)
+			lo, hi, ok := piece(b.sendLens[to], c)
 			if !ok {
 				continue
 			}
-			if err := p.Send(ctx, to, uint32(c*size+s), buf[offs[to]+lo:offs[to]+hi]); err != nil {
-				return fmt.Errorf("pairwise all-to-all in place: rank %d step %d piece %d: send to rank %d: %w", r, s, c, to, err)
+			off := b.sendOffs[to]
+			if err := p.Send(ctx, to, uint32(c*size+s), b.send[off+lo:off+hi]); err != nil {
+				return fmt.Errorf("pairwise all-to-all: rank %d step %d piece %d: send to rank %d: %w", r, s, c, to, err)
 			}
 		}
 		for s := 1; s < size; s++ {
 			from := mod(r-s, size)
-			lo, hi, ok := piece(lens[from], c)
+			lo, hi, ok := piece(b.recvLens[from], c)
 			if !ok {
 				continue
 			}
-			if err := p.Recv(ctx, from, uint32(c*size+s), buf[offs[from]+lo:offs[from]+hi]); err != nil {
-				return fmt.Errorf("pairwise all-to-all in place: rank %d step %d piece %d: recv from rank %d: %w", r, s, c, from, err)
+			off := b.recvOffs[from]
+			if err := p.Recv(ctx, from, uint32(c*size+s), b.recv[off+lo:off+hi]); err != nil {
+				return fmt.Errorf("pairwise all-to-all: rank %d step %d piece %d: recv from rank %d: %w", r, s, c, from, err)
 			}
 		}
 	}
@@ -262,7 +268,7 @@ func pairwiseInPlaceEager(ctx context.Context, p Peers, buf []byte, offs, lens [
 
 // pairwiseInPlacePieces is the in-place form of the pairwise exchange's
 // pieces (AllToAllPairwise) where some piece is above its connection's
-// eager limit (else pairwiseInPlaceEager runs), on a buffer whose block for each peer is also
+// eager limit (else exchangePieces runs in place), on a buffer whose block for each peer is also
 // where that peer's block lands (offs, lens). It sends the same messages,
 // so ranks in place and out of place may meet in one all-to-all, but
 // stages pieces instead of a copy of the whole input: for round c the rank

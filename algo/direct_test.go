@@ -72,6 +72,50 @@ func TestAllToAllPairwisePieces(t *testing.T) {
 	}
 }
 
+// TestAllToAllPairwiseInlineMeetsPieces: a rank whose blocks are all
+// eager exchanges them inline while a rank with a larger block sends in
+// pieces; a block the inline rank sends must be one message exactly when
+// the pieced rank expects one piece, so no block larger than a piece goes
+// inline, whatever the eager limit (shared memory's is twice a piece).
+func TestAllToAllPairwiseInlineMeetsPieces(t *testing.T) {
+	defer func(c int) { pairwiseChunk = c }(pairwiseChunk)
+	pairwiseChunk = 7
+	size := [][]int{
+		{0, 15, 12}, // every block within the eager limit of 20
+		{15, 0, 30}, // a block above it: pieces
+		{12, 30, 0},
+	}
+	for _, opts := range []fakepeers.Options{{EagerLimit: 20}, {EagerLimit: 20, QueueDepth: 1, MaxDelay: time.Millisecond}} {
+		checkAllToAll(t, size, opts, func(ctx context.Context, rank int, peers Peers, b *a2aBufs) error {
+			return AllToAllPairwise(ctx, peers, b.send, b.sOffs, b.sLens, b.recv, b.rOffs, b.rLens)
+		})
+	}
+}
+
+// TestAllToAllPairwiseLentMeetsPieces: ranks that lend some blocks
+// (inline), ranks that send in pieces, and blocks between the eager limit
+// and the smallest lent block meet in one AllToAllV: every block travels
+// whole where its sender lends it or it is at most a piece, and in pieces
+// otherwise, whichever path either rank takes, so a rank that lends
+// receives in pieces and a rank that sends in pieces receives lent blocks
+// whole.
+func TestAllToAllPairwiseLentMeetsPieces(t *testing.T) {
+	defer func(c int) { pairwiseChunk = c }(pairwiseChunk)
+	pairwiseChunk = 5000
+	const lendMin = 12000 // and lendFloor, 4 KiB
+	size := [][]int{
+		{0, 3000, 20000, 0},     // eager within a piece, and lent: inline
+		{10000, 0, 2000, 15000}, // 10000: neither eager nor lent: pieces
+		{6000, 25000, 0, 9000},  // above a piece: pieces; one block lent
+		{13000, 4000, 30000, 0}, // lent, or eager within a piece: inline
+	}
+	for _, opts := range []fakepeers.Options{{EagerLimit: 8000}, {EagerLimit: 8000, QueueDepth: 1, MaxDelay: time.Millisecond}} {
+		checkAllToAll(t, size, opts, func(ctx context.Context, rank int, peers Peers, b *a2aBufs) error {
+			return AllToAllPairwise(ctx, newLenders(peers, lendMin), b.send, b.sOffs, b.sLens, b.recv, b.rOffs, b.rLens)
+		})
+	}
+}
+
 // a2aBufs are one rank's buffers for an all-to-all test.
 type a2aBufs struct {
 	send, recv, sendCopy       []byte
@@ -299,26 +343,36 @@ func TestSendRecvError(t *testing.T) {
 }
 
 // sendsFirst records, for an all-to-all on one rank, how many sends had
-// completed when its first receive started.
+// completed when its first receive started. A schedule may send from a
+// goroutine of its own while it receives: the counts are guarded.
 type sendsFirst struct {
 	Peers
-	sent, atFirstRecv int
-	recvs             int
+	mu                       sync.Mutex
+	sent, atFirstRecv, recvs int
 }
 
 func (s *sendsFirst) EagerLimit(peer int) int { return s.Peers.(EagerPeers).EagerLimit(peer) }
 
 func (s *sendsFirst) Send(ctx context.Context, peer int, step uint32, buf []byte) error {
 	err := s.Peers.Send(ctx, peer, step, buf)
-	s.sent++
+	s.count()
 	return err
 }
 
+// count counts a completed send (or a lend).
+func (s *sendsFirst) count() {
+	s.mu.Lock()
+	s.sent++
+	s.mu.Unlock()
+}
+
 func (s *sendsFirst) Recv(ctx context.Context, peer int, step uint32, buf []byte) error {
+	s.mu.Lock()
 	if s.recvs == 0 {
 		s.atFirstRecv = s.sent
 	}
 	s.recvs++
+	s.mu.Unlock()
 	return s.Peers.Recv(ctx, peer, step, buf)
 }
 
@@ -444,10 +498,12 @@ func TestAllToAllPairwiseInPlace(t *testing.T) {
 // go in pieces runs on its buffer through two staging areas of a piece per
 // peer, not a copy of its input, with rendezvous sends (a send waits for
 // its receiver) and small queues, where staging too late would read
-// received bytes and a wrong order would deadlock. Its messages are the
-// out-of-place exchange's: ranks in place and out of place meet in one
-// all-to-all. Blocks are uneven (symmetric: rank a sends rank b as much as
-// b sends a) and some empty.
+// received bytes and a wrong order would deadlock. It lends nothing, even
+// through peers that lend (out of place, blocks of 4 KiB and more would
+// be). With nothing lent, its messages are the out-of-place exchange's:
+// ranks in place and out of place meet in one all-to-all (mixed). Blocks
+// are uneven (symmetric: rank a sends rank b as much as b sends a) and
+// some empty.
 func TestAllToAllPairwiseInPlacePieces(t *testing.T) {
 	defer func(c int) { pairwiseChunk = c }(pairwiseChunk)
 	pairwiseChunk = 500
@@ -459,7 +515,11 @@ func TestAllToAllPairwiseInPlacePieces(t *testing.T) {
 		// message making every send wait for the piece before it to be
 		// taken.
 		for oi, opts := range []fakepeers.Options{{EagerLimit: -1}, {QueueDepth: 2, HideEager: true, MaxDelay: time.Millisecond}, {EagerLimit: 500, QueueDepth: 1, MaxDelay: time.Millisecond}} {
-			for _, mixed := range []bool{false, true} {
+			for _, mode := range []string{"in place", "in place, lenders", "mixed"} {
+				mixed := mode == "mixed"
+				if mode == "in place, lenders" && opts.HideEager {
+					continue // lenders need the eager limits
+				}
 				rng := rand.New(rand.NewPCG(uint64(p), uint64(oi)))
 				size := make([][]int, p)
 				for a := range size {
@@ -495,9 +555,14 @@ func TestAllToAllPairwiseInPlacePieces(t *testing.T) {
 					}
 					a.Src, a.Dst, a.WS = bufs[r], outs[r], &Workspace{}
 				}
+				lent := make([]*lenders, p)
 				runRanks(t, p, opts, func(ctx context.Context, rank int, peers Peers) error {
 					a := &args[rank]
 					a.Peers = peers
+					if mode == "in place, lenders" {
+						lent[rank] = newLenders(peers, 1)
+						a.Peers = lent[rank]
+					}
 					return im.Run(ctx, a)
 				})
 				for r := range p {
@@ -505,9 +570,12 @@ func TestAllToAllPairwiseInPlacePieces(t *testing.T) {
 					for q := range p {
 						for j := range a.RecvLens[q] {
 							if g, w := outs[r][a.RecvOffs[q]+j], blockByte(q, r, j); g != w {
-								t.Fatalf("p %d options %d mixed %v rank %d block from %d byte %d: got %#x, want %#x", p, oi, mixed, r, q, j, g, w)
+								t.Fatalf("p %d options %d %s: rank %d block from %d byte %d: got %#x, want %#x", p, oi, mode, r, q, j, g, w)
 							}
 						}
+					}
+					if lent[r] != nil && len(lent[r].lent) > 0 {
+						t.Errorf("p %d rank %d: blocks lent out of a buffer the receives overwrite: %v", p, r, lent[r].lent)
 					}
 					// The workspace rounds up (to 4 KiB, or by a quarter):
 					// more is a copy of the input (up to 27.5 KB here), not
@@ -541,6 +609,9 @@ func newLenders(p Peers, min int) *lenders {
 
 func (l *lenders) LendMin(int) int { return l.min }
 
+// LentMin is every peer's LendMin: the ranks of a test lend alike.
+func (l *lenders) LentMin(int) int { return l.min }
+
 func (l *lenders) Lend(ctx context.Context, peer int, step uint32, buf []byte) error {
 	if len(buf) < l.min {
 		return fmt.Errorf("lend of %d bytes below %d", len(buf), l.min)
@@ -551,7 +622,7 @@ func (l *lenders) Lend(ctx context.Context, peer int, step uint32, buf []byte) e
 		l.wg[peer] = wg
 	}
 	l.lent[peer]++
-	l.sent++
+	l.count()
 	wg.Go(func() {
 		if err := l.Peers.Send(ctx, peer, step, buf); err != nil {
 			l.mu.Lock()

@@ -40,8 +40,8 @@ import (
 // Empty blocks are skipped by both sides: a block is skipped by its sender
 // exactly when its receiver skips it, as the block sizes agree.
 // When every block this rank sends fits in its connection's eager limit
-// (and is at most 64 KiB, unless the process has one processor), the
-// sends are made inline first and the
+// and in a piece (and is at most 64 KiB, unless the process has one
+// processor), the sends are made inline first and the
 // receives follow, on the caller's goroutine: no send waits for its
 // receiver, so this cannot deadlock either, and a small all-to-all costs
 // no goroutine. The own block is copied between the sends and the
@@ -54,21 +54,36 @@ import (
 // memory), and then waits until its own lent blocks have been taken. Every
 // lent byte is copied once, as by MPI's rendezvous over cross-memory
 // attach, instead of into a ring and out of it; no send waits for its
-// receiver, so this cannot deadlock either.
+// receiver, so this cannot deadlock either. A rank that sends in pieces
+// lends such blocks too, whole, in the first round.
+//
+// Whichever way a rank goes, each block travels in the same messages: whole
+// where its sender lends it (which its receiver knows: LendPeers.LentMin)
+// or it is at most a piece, else in pieces. A rank that lends can so meet
+// one that sends in pieces (an AllToAllV whose large blocks go to peers on
+// shared memory on one rank and over TCP on another).
 //
 // Communication steps: p-1 (times the pieces of the largest block).
-// Message step labels: c*p + s for piece c of step s.
+// Message step labels: c*p + s for piece c of step s (a whole block is
+// piece 0).
 //
 // Bytes on the wire per rank: sends everything but its own block, receives
 // everything but its own block; for AllToAll with n bytes per rank that is
 // (p-1)/p * n each way.
 func AllToAllPairwise(ctx context.Context, p Peers, send []byte, sendOffs, sendLens []int, recv []byte, recvOffs, recvLens []int) error {
+	return allToAllPairwise(ctx, p, send, sendOffs, sendLens, recv, recvOffs, recvLens, true)
+}
+
+// allToAllPairwise is AllToAllPairwise, lending blocks only if lend is
+// set: an in-place all-to-all, whose ranks all run in place, lends
+// nothing, and each of its ranks expects nothing lent.
+func allToAllPairwise(ctx context.Context, p Peers, send []byte, sendOffs, sendLens []int, recv []byte, recvOffs, recvLens []int, lend bool) error {
 	size, r := p.Size(), p.Rank()
 	if size <= 1 {
 		memcopy.Deliver(recv[recvOffs[r]:recvOffs[r]+recvLens[r]], send[sendOffs[r]:sendOffs[r]+sendLens[r]])
 		return nil
 	}
-	if lp, ok := inlineAllToAll(p, r, sendLens, true); ok {
+	if lp, ok := inlineAllToAll(p, r, sendLens, lend); ok {
 		// Every block fits in its connection's buffer, or is lent to
 		// its receiver (LendPeers): send them all, then receive, on the
 		// caller's goroutine, then wait for the lent blocks to be
@@ -81,9 +96,15 @@ func AllToAllPairwise(ctx context.Context, p Peers, send []byte, sendOffs, sendL
 		}
 		return settleLent(ctx, p, lp, sendLens, err)
 	}
-	nsend := 0
+	var lp LendPeers
+	if lend {
+		lp, _ = p.(LendPeers)
+	}
+	nsend, nlent := 0, 0
 	for s := 1; s < size; s++ {
-		if sendLens[mod(r+s, size)] > 0 {
+		if to := mod(r+s, size); lent(lp, to, sendLens[to]) {
+			nlent++
+		} else if sendLens[to] > 0 {
 			nsend++
 		}
 	}
@@ -93,25 +114,30 @@ func AllToAllPairwise(ctx context.Context, p Peers, send []byte, sendOffs, sendL
 	// Blocks larger than pairwiseChunk go in pieces, round robin over the
 	// peers (piece c to every peer, then piece c+1), so that a rank keeps
 	// moving data with whichever peers can take it instead of waiting for
-	// one peer's whole block.
+	// one peer's whole block. Lent blocks go whole, in the first round.
 	rounds := 1
 	for i := range sendLens {
-		rounds = max(rounds, pieces(sendLens[i]), pieces(recvLens[i]))
+		rounds = max(rounds, pieces(sendLens[i]))
 	}
 	var done chan struct{}
-	if nsend > 0 {
+	if nsend+nlent > 0 {
 		done = make(chan struct{})
 		go func() {
 			defer close(done)
 			for c := range rounds {
 				for s := 1; s < size; s++ {
 					to := mod(r+s, size)
-					lo, hi, ok := piece(sendLens[to], c)
-					if !ok {
-						continue
+					var err error
+					if lent(lp, to, sendLens[to]) {
+						if c == 0 {
+							off := sendOffs[to]
+							err = lp.Lend(g.ctx, to, uint32(s), send[off:off+sendLens[to]])
+						}
+					} else if lo, hi, ok := piece(sendLens[to], c); ok {
+						off := sendOffs[to]
+						err = p.Send(g.ctx, to, uint32(c*size+s), send[off+lo:off+hi])
 					}
-					off := sendOffs[to]
-					if err := p.Send(g.ctx, to, uint32(c*size+s), send[off+lo:off+hi]); err != nil {
+					if err != nil {
 						g.fail(fmt.Errorf("pairwise all-to-all: rank %d step %d piece %d: send to rank %d: %w", r, s, c, to, err))
 						return
 					}
@@ -119,25 +145,47 @@ func AllToAllPairwise(ctx context.Context, p Peers, send []byte, sendOffs, sendL
 			}
 		}()
 	}
-recv:
-	for c := range rounds {
-		for s := 1; s < size; s++ {
-			from := mod(r-s, size)
-			lo, hi, ok := piece(recvLens[from], c)
-			if !ok {
-				continue
-			}
-			off := recvOffs[from]
-			if err := p.Recv(g.ctx, from, uint32(c*size+s), recv[off+lo:off+hi]); err != nil {
-				g.fail(fmt.Errorf("pairwise all-to-all: rank %d step %d piece %d: recv from rank %d: %w", r, s, c, from, err))
-				break recv
-			}
-		}
-	}
+	b := rankBlocks{send, sendOffs, sendLens, recv, recvOffs, recvLens}
+	g.fail(recvBlocks(g.ctx, p, lp, &b))
 	if done != nil {
 		<-done
 	}
+	if nlent > 0 {
+		return settleLent(ctx, p, lp, sendLens, g.err)
+	}
 	return g.err
+}
+
+// recvBlocks receives every peer's block into b.recv, in the messages its
+// sender uses whatever the path it takes: whole where the sender lends it
+// (lp: lentFrom) or it is at most a piece, else in pieces, round robin
+// over the peers (piece c from every peer, then piece c+1) as the pieces
+// are sent; a whole block is received in the first round.
+func recvBlocks(ctx context.Context, p Peers, lp LendPeers, b *rankBlocks) error {
+	size, r := p.Size(), p.Rank()
+	rounds := 1
+	for i, n := range b.recvLens {
+		if i != r && !lentFrom(lp, i, n) {
+			rounds = max(rounds, pieces(n))
+		}
+	}
+	for c := range rounds {
+		for s := 1; s < size; s++ {
+			from := mod(r-s, size)
+			n, off := b.recvLens[from], b.recvOffs[from]
+			lo, hi, ok := piece(n, c)
+			if lentFrom(lp, from, n) {
+				lo, hi, ok = 0, n, c == 0
+			}
+			if !ok {
+				continue
+			}
+			if err := p.Recv(ctx, from, uint32(c*size+s), b.recv[off+lo:off+hi]); err != nil {
+				return fmt.Errorf("pairwise all-to-all: rank %d step %d piece %d: recv from rank %d: %w", r, s, c, from, err)
+			}
+		}
+	}
+	return nil
 }
 
 // pairwiseChunk is the largest piece of a block the pairwise exchange sends
@@ -163,33 +211,32 @@ func piece(n, c int) (lo, hi int, ok bool) {
 // pairwise exchange on its buffer as it is, without copying its input
 // first, if every block goes by the eager path: its sends have all
 // returned (the blocks have left the buffer) before the own block is
-// copied and anything is received. No block is lent, since the receives
-// overwrite the buffer while the peers could still be copying out of it.
-// Larger blocks go in pieces through pairwiseInPlacePieces where the
-// out-of-place exchange would send them in pieces too and every peer's
-// block is received where the block sent to it lies (always so for
-// AllToAll). It reports whether it ran; otherwise the caller runs the
-// out-of-place exchange on a copy of the input.
+// copied and anything is received. Larger blocks go in pieces
+// (exchangePieces, or pairwiseInPlacePieces where a piece is above its
+// connection's eager limit) where every peer's block is received where the
+// block sent to it lies (always so for AllToAll). It reports whether it
+// ran; otherwise the caller runs the exchange on a copy of the input, not
+// lending (allToAllPairwise). No block is lent in place, since the
+// receives overwrite the buffer while the peers could still be copying
+// out of it, so every rank of the all-to-all must run in place, and then
+// none expects a lent block.
 func pairwiseInPlace(ctx context.Context, a *Args) (bool, error) {
 	p := a.Peers
 	if p.Size() <= 1 {
 		return false, nil
 	}
 	r := p.Rank()
-	if _, ok := inlineAllToAll(p, r, a.SendLens, false); !ok {
-		if _, inline := inlineAllToAll(p, r, a.SendLens, true); inline || !symmetric(a) {
-			// Lent out of place (one message per block, read from
-			// the sender's memory): the copy keeps the same messages.
-			return false, nil
-		}
-		if eagerPieces(p, r, a.SendLens) {
-			b := rankBlocks{a.Dst, a.SendOffs, a.SendLens, a.Dst, a.RecvOffs, a.RecvLens}
-			return true, exchangePieces(ctx, p, &b)
-		}
-		return true, pairwiseInPlacePieces(ctx, p, a.WS, a.Dst, a.SendOffs, a.SendLens)
-	}
 	b := rankBlocks{a.Dst, a.SendOffs, a.SendLens, a.Dst, a.RecvOffs, a.RecvLens}
-	return true, exchangeInline(ctx, p, p.Size(), r, nil, &b, true)
+	if _, ok := inlineAllToAll(p, r, a.SendLens, false); ok {
+		return true, exchangeInline(ctx, p, p.Size(), r, nil, &b, true)
+	}
+	if !symmetric(a) {
+		return false, nil
+	}
+	if eagerPieces(p, r, a.SendLens) {
+		return true, exchangePieces(ctx, p, &b)
+	}
+	return true, pairwiseInPlacePieces(ctx, p, a.WS, a.Dst, a.SendOffs, a.SendLens)
 }
 
 // symmetric reports whether every peer's block is received where the
@@ -268,10 +315,10 @@ func exchangePieces(ctx context.Context, p Peers, b *rankBlocks) error {
 
 // pairwiseInPlacePieces is the in-place form of the pairwise exchange's
 // pieces (AllToAllPairwise) where some piece is above its connection's
-// eager limit (else exchangePieces runs in place), on a buffer whose block for each peer is also
-// where that peer's block lands (offs, lens). It sends the same messages,
-// so ranks in place and out of place may meet in one all-to-all, but
-// stages pieces instead of a copy of the whole input: for round c the rank
+// eager limit (else exchangePieces runs in place), on a buffer whose block
+// for each peer is also where that peer's block lands (offs, lens). It
+// sends the messages of the out-of-place exchange where that lends
+// nothing, but stages pieces instead of a copy of the whole input: for round c the rank
 // copies piece c of every block it sends into one of two staging areas of
 // a piece per peer, a sender goroutine sends them from there, and the rank
 // receives piece c of every peer's block into the buffer. A range is thus
@@ -403,7 +450,7 @@ func settleLent(ctx context.Context, p Peers, lp LendPeers, sendLens []int, err 
 // send (lent where lp lends a block of its size), the own block, every
 // receive. The caller waits for the lent blocks to be taken (settleLent).
 func exchangeInline(ctx context.Context, p Peers, size, r int, lp LendPeers, b *rankBlocks, inPlace bool) error {
-	sendOffs, sendLens, recvOffs, recvLens := b.sendOffs, b.sendLens, b.recvOffs, b.recvLens
+	sendOffs, sendLens := b.sendOffs, b.sendLens
 	for s := 1; s < size; s++ {
 		to := mod(r+s, size)
 		if sendLens[to] == 0 {
@@ -421,16 +468,7 @@ func exchangeInline(ctx context.Context, p Peers, size, r int, lp LendPeers, b *
 		}
 	}
 	b.copyOwn(r, inPlace)
-	for s := 1; s < size; s++ {
-		from := mod(r-s, size)
-		if recvLens[from] == 0 {
-			continue
-		}
-		if err := p.Recv(ctx, from, uint32(s), b.recv[recvOffs[from]:recvOffs[from]+recvLens[from]]); err != nil {
-			return fmt.Errorf("pairwise all-to-all: rank %d step %d: recv from rank %d: %w", r, s, from, err)
-		}
-	}
-	return nil
+	return recvBlocks(ctx, p, lp, b)
 }
 
 // cancelled is a context that has ended: a wait under it gives up at once.
@@ -455,9 +493,20 @@ func lent(l LendPeers, to, n int) bool {
 	return m > 0 && n >= m
 }
 
+// lentFrom reports whether peer from lends its block of n bytes to this
+// rank through l: what lent reports on from's side.
+func lentFrom(l LendPeers, from, n int) bool {
+	if l == nil || n < lendFloor {
+		return false
+	}
+	m := l.LentMin(from)
+	return m > 0 && n >= m
+}
+
 // inlineAllToAll reports whether the blocks rank me sends (sendLens) are
 // exchanged inline (exchangeInline): when every block is eager (see
-// eagerEach) or, with lend, lent by p (LendPeers). lp is p's LendPeers if
+// eagerEach) and at most a piece (pairwiseChunk) or, with lend, lent by p
+// (LendPeers). lp is p's LendPeers if
 // at least one block is lent.
 func inlineAllToAll(p Peers, me int, sendLens []int, lend bool) (lp LendPeers, ok bool) {
 	ep, _ := p.(EagerPeers)
@@ -479,7 +528,9 @@ func inlineAllToAll(p Peers, me int, sendLens []int, lend bool) (lp LendPeers, o
 				continue
 			}
 		}
-		if ep == nil || n > ep.EagerLimit(to) {
+		if ep == nil || n > ep.EagerLimit(to) || n > pairwiseChunk {
+			// A block of more than a piece goes in pieces: its
+			// receiver, if it exchanges in pieces, expects them.
 			return nil, false
 		}
 		large = large || n > eagerBlock

@@ -30,6 +30,10 @@ type LendPeers interface {
 	// lends none. Send of a message of any size to peer still returns as
 	// its transport's Send does.
 	LendMin(peer int) int
+	// LentMin returns the smallest message peer lends to this rank (what
+	// LendMin returns on peer's side), 0 if it lends none: a receiver
+	// expects such messages whole where the sender lends them.
+	LentMin(peer int) int
 	// Lend sends buf, of at least LendMin(peer) bytes, to peer as message
 	// step without waiting for the copy. buf must not change until
 	// Settle(peer) returns.

@@ -230,7 +230,9 @@ func init() {
 // pairwise is the pairwise exchange's implementation of all-to-all c.
 func pairwise(c Collective) Impl {
 	staged := allToAll(func(ctx context.Context, a *Args, send []byte) error {
-		return AllToAllPairwise(ctx, a.Peers, send, a.SendOffs, a.SendLens, a.Dst, a.RecvOffs, a.RecvLens)
+		// In place (on a copy of the input), nothing is lent: see
+		// pairwiseInPlace.
+		return allToAllPairwise(ctx, a.Peers, send, a.SendOffs, a.SendLens, a.Dst, a.RecvOffs, a.RecvLens, !same(a.Src, a.Dst))
 	})
 	im := Impl{
 		Op: c,

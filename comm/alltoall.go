@@ -14,7 +14,11 @@ const slotCounts = algo.SlotCaller
 
 // AllToAll sends block j of send to rank j and receives rank j's block into
 // block j of recv. send and recv have the same length, a multiple of
-// Size(). Passing the same buffer twice is allowed (in place).
+// Size(). Passing the same buffer twice is allowed (in place), on every
+// rank or on none, as with MPI_IN_PLACE: in place no block is lent to its
+// receiver (see WithSingleCopy), and a rank in place does not expect the
+// lent blocks of a rank out of place; such a mix fails on every rank with
+// a mismatch where blocks are large enough to be lent.
 func (c *Communicator) AllToAll(ctx context.Context, send, recv Buffer) error {
 	return wait(c.postAllToAll(ctx, send, recv))
 }
@@ -53,6 +57,8 @@ func allToAllOp(ctx context.Context, p *opPeers, a *opArgs) error {
 // elements: sendCounts[j] elements from send[sendDispls[j]:] go to rank j,
 // and recvCounts[j] elements from rank j land at recv[recvDispls[j]:].
 // recvCounts[j] on this rank must equal sendCounts[this rank] on rank j.
+// In place (the same buffer twice), as for AllToAll, on every rank or
+// none.
 func (c *Communicator) AllToAllV(ctx context.Context, send Buffer, sendCounts, sendDispls []int, recv Buffer, recvCounts, recvDispls []int) error {
 	return wait(c.postAllToAllV(ctx, send, sendCounts, sendDispls, recv, recvCounts, recvDispls))
 }

@@ -186,6 +186,12 @@ func (k checker) allToAll(dt comm.DType, n int, inPlace bool) error {
 func vCount(src, dst, n int) int { return (src + 2*dst + n) % 4 * (n/3 + 1) }
 
 func (k checker) allToAllV(dt comm.DType, n int) error {
+	return k.allToAllVCounts(dt, fmt.Sprintf("n=%d", n), func(src, dst int) int { return vCount(src, dst, n) })
+}
+
+// allToAllVCounts checks an AllToAllV in which rank src sends count(src,
+// dst) elements to rank dst.
+func (k checker) allToAllVCounts(dt comm.DType, name string, count func(src, dst int) int) error {
 	c := k.c
 	es, size, rank := dt.Size(), c.Size(), c.Rank()
 	sc, sd, rc, rd := make([]int, size), make([]int, size), make([]int, size), make([]int, size)
@@ -193,7 +199,7 @@ func (k checker) allToAllV(dt comm.DType, n int) error {
 	// displacements really matter.
 	off := 1
 	for j := size - 1; j >= 0; j-- {
-		sc[j], sd[j] = vCount(rank, j, n), off
+		sc[j], sd[j] = count(rank, j), off
 		off += sc[j] + 1
 	}
 	send := make([]byte, off*es)
@@ -202,7 +208,7 @@ func (k checker) allToAllV(dt comm.DType, n int) error {
 	}
 	off = 2
 	for j := 0; j < size; j++ {
-		rc[j], rd[j] = vCount(j, rank, n), off
+		rc[j], rd[j] = count(j, rank), off
 		off += rc[j] + 1
 	}
 	recv := garbage(off * es)
@@ -215,7 +221,7 @@ func (k checker) allToAllV(dt comm.DType, n int) error {
 		func() *comm.Request { return c.AllToAllVAsync(k.ctx, s, sc, sd, r, rc, rd) }); err != nil {
 		return err
 	}
-	return compare(fmt.Sprintf("AllToAllV %s n=%d", dt, n), dt, recv, want)
+	return compare(fmt.Sprintf("AllToAllV %s %s", dt, name), dt, recv, want)
 }
 
 func (k checker) gather(dt comm.DType, n, root int) error {
@@ -452,5 +458,18 @@ func large(ctx context.Context, c *comm.Communicator) error {
 	if err := k.allToAllV(comm.Float32, 40000); err != nil {
 		return err
 	}
-	return k.allToAllV(comm.Float32, (16<<20)/4/c.Size())
+	if err := k.allToAllV(comm.Float32, (16<<20)/4/c.Size()); err != nil {
+		return err
+	}
+	// Skewed: rank 0 sends 2 MiB to rank 1 only, every other rank 2 MiB
+	// to every rank. On shared memory rank 0 lends its one block while a
+	// rank with a peer it does not lend to (another host, over TCP) sends
+	// in pieces: each receives the other's block whole or in pieces as
+	// its sender sends it.
+	return k.allToAllVCounts(comm.Float32, "skewed", func(src, dst int) int {
+		if src == 0 && dst != 1 {
+			return 0
+		}
+		return (2 << 20) / 4
+	})
 }

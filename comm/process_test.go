@@ -263,6 +263,9 @@ func TestProcessConformance(t *testing.T) {
 		// Messages of 1 KiB and more copied by cross-memory attach.
 		{"shm-cma/np3", 3, []string{"OCCL_TRANSPORT=shm", "OCCL_SHM_CMA=1K"}},
 		{"mixed/np4", 4, []string{"OCCL_TEST_VHOSTS=2"}},
+		// Blocks lent on shared memory next to blocks in pieces over
+		// TCP in one all-to-all.
+		{"mixed-lend/np4", 4, []string{"OCCL_TEST_VHOSTS=2", "OCCL_SHM_CMA=lend"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

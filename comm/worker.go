@@ -330,6 +330,15 @@ func (p *opPeers) LendMin(peer int) int {
 	return 0
 }
 
+// LentMin returns the smallest message peer lends to this rank, 0 if it
+// lends none (see algo.LendPeers).
+func (p *opPeers) LentMin(peer int) int {
+	if l, ok := p.c.links.to(peer).(transport.Lender); ok {
+		return l.LentMin()
+	}
+	return 0
+}
+
 // Lend sends buf to peer without waiting for its copy (see
 // algo.LendPeers).
 func (p *opPeers) Lend(ctx context.Context, peer int, step uint32, buf []byte) error {

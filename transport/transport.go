@@ -72,6 +72,11 @@ type Lender interface {
 	// none. Send is unaffected: the frame says whether its payload is
 	// lent, so the peer's Recv takes either.
 	LendMin() int
+	// LentMin returns the smallest payload the peer lends on this
+	// connection (what its LendMin returns); 0 if it lends none. A
+	// receiver that knows a payload's length can so tell whether it
+	// comes whole, lent, where a sender that cannot lend would split it.
+	LentMin() int
 	// Lend sends a frame carrying payload, which must have at least
 	// LendMin bytes, without waiting for the peer to copy it. payload
 	// must stay unchanged and referenced until Settle returns.

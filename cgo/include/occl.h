@@ -390,14 +390,15 @@ occlResult_t occlReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
 
 /* Sends block j (count elements) of sendbuff to rank j and receives rank j's
  * block into block j of recvbuff; both hold nranks * count elements. In place
- * if sendbuff == recvbuff. */
+ * if sendbuff == recvbuff, on every rank or on none (as MPI_IN_PLACE). */
 occlResult_t occlAllToAll(const void* sendbuff, void* recvbuff, size_t count, occlDataType_t datatype,
                           occlComm_t comm);
 
 /* AllToAll with a count and displacement (in elements) per peer, each array
  * of nranks entries: sendcounts[j] elements from sendbuff + sdispls[j] go to
  * rank j, recvcounts[j] elements from rank j land at recvbuff + rdispls[j].
- * recvcounts[j] must equal sendcounts[this rank] on rank j. */
+ * recvcounts[j] must equal sendcounts[this rank] on rank j. In place if
+ * sendbuff == recvbuff, on every rank or on none. */
 occlResult_t occlAllToAllv(const void* sendbuff, const size_t sendcounts[], const size_t sdispls[], void* recvbuff,
                            const size_t recvcounts[], const size_t rdispls[], occlDataType_t datatype,
                            occlComm_t comm);

@@ -195,6 +195,16 @@ func (c *Conn) LendMin() int {
 	return c.cmaOutMin
 }
 
+// LentMin returns the smallest payload the peer lends on this connection,
+// 0 if that direction lends none (see transport.Lender): the threshold
+// the peer announced, where its reads of this process's memory succeeded.
+func (c *Conn) LentMin() int {
+	if !c.cmaIn {
+		return 0
+	}
+	return c.cmaInMin
+}
+
 // Lend sends payload by descriptor without waiting for the receiver's
 // copy (see transport.Lender).
 func (c *Conn) Lend(ctx context.Context, h transport.Header, payload []byte) error {

@@ -47,6 +47,12 @@ func TestCMANegotiation(t *testing.T) {
 			if got := a.EagerLimit(); got != tc.aEager {
 				t.Fatalf("a.EagerLimit() = %d, want %d", got, tc.aEager)
 			}
+			// Each end knows what the other lends, by the other's
+			// threshold, and that a direction off lends nothing.
+			if a.LendMin() != b.LentMin() || b.LendMin() != a.LentMin() || (a.LendMin() > 0) != tc.aSend || (b.LendMin() > 0) != tc.bSend {
+				t.Fatalf("LendMin / LentMin: a %d / %d, b %d / %d; want each end's LentMin the other's LendMin, lending a->b %v, b->a %v",
+					a.LendMin(), a.LentMin(), b.LendMin(), b.LentMin(), tc.aSend, tc.bSend)
+			}
 			// Sizes around both thresholds, both ways.
 			exchangeSizes(t, a, b, []int{64<<10 - 1, 64 << 10, 1<<20 + 1, 8<<20 + 3})
 		})
@@ -334,6 +340,10 @@ func TestLend(t *testing.T) {
 	}
 	if got := a.LendMin(); got != 64<<10 {
 		t.Fatalf("LendMin() = %d, want %d", got, 64<<10)
+	}
+	// The receiving end knows what its peer lends.
+	if got := b.LentMin(); got != a.LendMin() {
+		t.Fatalf("the receiver's LentMin() = %d, the sender's LendMin() %d", got, a.LendMin())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

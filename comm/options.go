@@ -138,7 +138,7 @@ func WithTransport(name string) Option { return func(c *config) { c.transport = 
 // Blocks are lent when the local ranks outnumber the cores, and otherwise
 // where one process_vm_readv of a block is faster than the two memory
 // copies of the rings (shm.MeasureSingleCopy, measured once per process)
-// or the blocks are too large to stay in the cache (32 MiB);
+// or the blocks are too large to stay in the cache with the rings (1 MiB);
 // OCCL_SHM_CMA=lend lends them in either case. Other
 // collectives keep the rings, whose pipelined double copy lets a sender
 // run ahead of its receiver: with every large message sent by descriptor,
@@ -361,15 +361,20 @@ func defaultLogger() *slog.Logger {
 //
 // Where one process_vm_readv does not beat two memory copies of a block
 // that stays in the cache (shm.SingleCopyRate.Pays), blocks are lent from
-// lendMinUncached, where the rings' copies go to memory as well: on a
-// 2-core EPYC with a 32 MiB L3, at 2 processes, 3 rounds, 32 MiB blocks
-// were faster lent or even (64 MiB AllToAll 15.4-16.0 ms against
-// 18.8-21.5, vader 16.0-18.4; later 16.9-18.3 against 16.7-19.0), 16 MiB
-// blocks slower (9.0-10.4 against 8.1-9.2 ms).
+// lendMinUncached: from there a pair's blocks and the rings they would
+// pass through no longer stay in the cache together, and the rings' second
+// copy costs more than the single copy saves. On a 2-core EPYC with a 32
+// MiB L3, at 2 processes, 5 interleaved rounds, medians lent / rings /
+// Open MPI's vader: AllToAll 2 MiB (1 MiB blocks) 189 / 216 / 178 us, 4
+// MiB 453 / 714 / 514 us, 8 MiB 1.62 / 1.93 / 1.42 ms, 16 MiB 3.62 / 3.90
+// / 3.75 ms, 32 MiB 7.75 / 7.37 / 6.93 ms; earlier, 64 MiB 15.4-16.0
+// against 18.8-21.5 ms (vader 16.0-18.4), 32 MiB 9.0-10.4 against
+// 8.1-9.2. Only 16 MiB blocks were faster through the rings, by 5 to 10%,
+// against 1.2 to 1.6 times slower at 2 and 4 MiB blocks.
 const (
 	lendMinCore     = 16 << 10
 	lendMinShared   = 128 << 10
-	lendMinUncached = 32 << 20
+	lendMinUncached = 1 << 20
 )
 
 // shmCMA returns the shared-memory transport's single-copy setting: off,

@@ -179,7 +179,7 @@
 // 60-79 through the rings in 6 rounds of 9 (175-201 in the others). So
 // where every rank has a core, communicators lend if MeasureSingleCopy
 // says one copy pays on this machine, and otherwise only blocks too
-// large to stay in the cache (32 MiB).
+// large to stay in the cache with the rings (1 MiB).
 //
 // # Waiting
 //

@@ -318,10 +318,11 @@ func exchangePieces(ctx context.Context, p Peers, b *rankBlocks) error {
 // eager limit (else exchangePieces runs in place), on a buffer whose block
 // for each peer is also where that peer's block lands (offs, lens). It
 // sends the messages of the out-of-place exchange where that lends
-// nothing, but stages pieces instead of a copy of the whole input: for round c the rank
-// copies piece c of every block it sends into one of two staging areas of
-// a piece per peer, a sender goroutine sends them from there, and the rank
-// receives piece c of every peer's block into the buffer. A range is thus
+// nothing, but stages pieces instead of a copy of the whole input: for
+// round c the rank copies piece c of every block it sends into one of two
+// staging areas of a piece per peer, a sender goroutine sends them from
+// there, and the rank receives piece c of every peer's block into the
+// buffer. A range is thus
 // overwritten only once what it held is staged. The sender may run a round
 // ahead of the receives; a staging area is refilled only once its sends
 // have returned. Staging round c waits only for the sends of round c-2,

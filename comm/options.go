@@ -361,9 +361,9 @@ func defaultLogger() *slog.Logger {
 //
 // Where one process_vm_readv does not beat two memory copies of a block
 // that stays in the cache (shm.SingleCopyRate.Pays), blocks are lent from
-// lendMinUncached: from there a pair's blocks and the rings they would
-// pass through no longer stay in the cache together, and the rings' second
-// copy costs more than the single copy saves. On a 2-core EPYC with a 32
+// lendMinUncached, from where lending measured as fast as the rings or
+// faster (a pair's blocks and the rings they pass through no longer fit
+// the cache together: the likely reason, not measured). On a 2-core EPYC with a 32
 // MiB L3, at 2 processes, 5 interleaved rounds, medians lent / rings /
 // Open MPI's vader: AllToAll 2 MiB (1 MiB blocks) 189 / 216 / 178 us, 4
 // MiB 453 / 714 / 514 us, 8 MiB 1.62 / 1.93 / 1.42 ms, 16 MiB 3.62 / 3.90

@@ -477,13 +477,7 @@ func TestAllToAllPairwiseInPlace(t *testing.T) {
 		})
 		for r := range p {
 			a := &args[r]
-			for q := range p {
-				for j := range a.RecvLens[q] {
-					if g, w := bufs[r][a.RecvOffs[q]+j], blockByte(q, r, j); g != w {
-						t.Fatalf("p %d rank %d block from %d byte %d: got %#x, want %#x", p, r, q, j, g, w)
-					}
-				}
-			}
+			checkReceived(t, fmt.Sprintf("p %d rank %d", p, r), bufs[r], a, r)
 			if len(lent[r].lent) > 0 {
 				t.Errorf("p %d rank %d: blocks lent out of a buffer the receives overwrite: %v", p, r, lent[r].lent)
 			}
@@ -567,13 +561,7 @@ func TestAllToAllPairwiseInPlacePieces(t *testing.T) {
 				})
 				for r := range p {
 					a := &args[r]
-					for q := range p {
-						for j := range a.RecvLens[q] {
-							if g, w := outs[r][a.RecvOffs[q]+j], blockByte(q, r, j); g != w {
-								t.Fatalf("p %d options %d %s: rank %d block from %d byte %d: got %#x, want %#x", p, oi, mode, r, q, j, g, w)
-							}
-						}
-					}
+					checkReceived(t, fmt.Sprintf("p %d options %d %s: rank %d", p, oi, mode, r), outs[r], a, r)
 					if lent[r] != nil && len(lent[r].lent) > 0 {
 						t.Errorf("p %d rank %d: blocks lent out of a buffer the receives overwrite: %v", p, r, lent[r].lent)
 					}
@@ -584,6 +572,19 @@ func TestAllToAllPairwiseInPlacePieces(t *testing.T) {
 						t.Errorf("p %d rank %d: %d bytes staged in the workspace for a %d-byte buffer, want at most two pieces per peer (%d)", p, r, cap(a.WS.slots[SlotInput]), len(a.Src), 2*(p-1)*pairwiseChunk)
 					}
 				}
+			}
+		}
+	}
+}
+
+// checkReceived checks that out holds, at a's receive offsets, every
+// rank's block for rank r (blockByte).
+func checkReceived(t *testing.T, what string, out []byte, a *Args, r int) {
+	t.Helper()
+	for q := range a.RecvLens {
+		for j := range a.RecvLens[q] {
+			if g, w := out[a.RecvOffs[q]+j], blockByte(q, r, j); g != w {
+				t.Fatalf("%s: block from %d byte %d: got %#x, want %#x", what, q, j, g, w)
 			}
 		}
 	}

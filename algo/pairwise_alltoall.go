@@ -146,7 +146,7 @@ func allToAllPairwise(ctx context.Context, p Peers, send []byte, sendOffs, sendL
 		}()
 	}
 	b := rankBlocks{send, sendOffs, sendLens, recv, recvOffs, recvLens}
-	g.fail(recvBlocks(g.ctx, p, lp, &b))
+	g.fail(recvBlocks(g.ctx, p, size, r, lp, &b))
 	if done != nil {
 		<-done
 	}
@@ -161,28 +161,40 @@ func allToAllPairwise(ctx context.Context, p Peers, send []byte, sendOffs, sendL
 // (lp: lentFrom) or it is at most a piece, else in pieces, round robin
 // over the peers (piece c from every peer, then piece c+1) as the pieces
 // are sent; a whole block is received in the first round.
-func recvBlocks(ctx context.Context, p Peers, lp LendPeers, b *rankBlocks) error {
-	size, r := p.Size(), p.Rank()
-	rounds := 1
+func recvBlocks(ctx context.Context, p Peers, size, r int, lp LendPeers, b *rankBlocks) error {
+	longest := 0
 	for i, n := range b.recvLens {
-		if i != r && !lentFrom(lp, i, n) {
-			rounds = max(rounds, pieces(n))
+		if i != r && n > longest && (lp == nil || !lentFrom(lp, i, n)) {
+			longest = n
 		}
 	}
+	rounds := 1
+	if longest > pairwiseChunk {
+		rounds = pieces(longest)
+	}
 	for c := range rounds {
-		for s := 1; s < size; s++ {
-			from := mod(r-s, size)
-			n, off := b.recvLens[from], b.recvOffs[from]
-			lo, hi, ok := piece(n, c)
-			if lentFrom(lp, from, n) {
-				lo, hi, ok = 0, n, c == 0
-			}
-			if !ok {
-				continue
-			}
-			if err := p.Recv(ctx, from, uint32(c*size+s), b.recv[off+lo:off+hi]); err != nil {
-				return fmt.Errorf("pairwise all-to-all: rank %d step %d piece %d: recv from rank %d: %w", r, s, c, from, err)
-			}
+		if err := recvRound(ctx, p, size, r, lp, b, c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// recvRound receives round c of recvBlocks: piece c of every peer's block
+// that goes in pieces, and in round 0 the blocks that go whole.
+func recvRound(ctx context.Context, p Peers, size, r int, lp LendPeers, b *rankBlocks, c int) error {
+	for s := 1; s < size; s++ {
+		from := mod(r-s, size)
+		n, off := b.recvLens[from], b.recvOffs[from]
+		lo, hi, ok := piece(n, c)
+		if lp != nil && lentFrom(lp, from, n) {
+			lo, hi, ok = 0, n, c == 0
+		}
+		if !ok {
+			continue
+		}
+		if err := p.Recv(ctx, from, uint32(c*size+s), b.recv[off+lo:off+hi]); err != nil {
+			return fmt.Errorf("pairwise all-to-all: rank %d step %d piece %d: recv from rank %d: %w", r, s, c, from, err)
 		}
 	}
 	return nil
@@ -298,16 +310,8 @@ func exchangePieces(ctx context.Context, p Peers, b *rankBlocks) error {
 				return fmt.Errorf("pairwise all-to-all: rank %d step %d piece %d: send to rank %d: %w", r, s, c, to, err)
 			}
 		}
-		for s := 1; s < size; s++ {
-			from := mod(r-s, size)
-			lo, hi, ok := piece(b.recvLens[from], c)
-			if !ok {
-				continue
-			}
-			off := b.recvOffs[from]
-			if err := p.Recv(ctx, from, uint32(c*size+s), b.recv[off+lo:off+hi]); err != nil {
-				return fmt.Errorf("pairwise all-to-all: rank %d step %d piece %d: recv from rank %d: %w", r, s, c, from, err)
-			}
+		if err := recvRound(ctx, p, size, r, nil, b, c); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -331,7 +335,7 @@ func exchangePieces(ctx context.Context, p Peers, b *rankBlocks) error {
 // where it is.
 //
 // Bytes copied beyond the out-of-place exchange: the (p-1)/p of the
-// buffer that is sent, once, into staging areas that stay in the cache,
+// buffer that is sent, once, into staging areas of two pieces per peer,
 // instead of the whole buffer into a second one.
 func pairwiseInPlacePieces(ctx context.Context, p Peers, ws *Workspace, buf []byte, offs, lens []int) error {
 	size, r := p.Size(), p.Rank()
@@ -347,6 +351,7 @@ func pairwiseInPlacePieces(ctx context.Context, p Peers, ws *Workspace, buf []by
 	slot := func(c, s int) []byte { return stage[c%2*area+(s-1)*piece0:] }
 	g := newGroup(ctx)
 	defer g.cancel()
+	b := rankBlocks{buf, offs, lens, buf, offs, lens}
 	staged, sent := make(chan struct{}, 2), make(chan struct{}, 2)
 	done := make(chan struct{})
 	go func() {
@@ -388,16 +393,9 @@ recv:
 			}
 		}
 		staged <- struct{}{}
-		for s := 1; s < size; s++ {
-			from := mod(r-s, size)
-			lo, hi, ok := piece(lens[from], c)
-			if !ok {
-				continue
-			}
-			if err := p.Recv(g.ctx, from, uint32(c*size+s), buf[offs[from]+lo:offs[from]+hi]); err != nil {
-				g.fail(fmt.Errorf("pairwise all-to-all in place: rank %d step %d piece %d: recv from rank %d: %w", r, s, c, from, err))
-				break recv
-			}
+		if err := recvRound(g.ctx, p, size, r, nil, &b, c); err != nil {
+			g.fail(err)
+			break
 		}
 	}
 	<-done
@@ -469,7 +467,7 @@ func exchangeInline(ctx context.Context, p Peers, size, r int, lp LendPeers, b *
 		}
 	}
 	b.copyOwn(r, inPlace)
-	return recvBlocks(ctx, p, lp, b)
+	return recvBlocks(ctx, p, size, r, lp, b)
 }
 
 // cancelled is a context that has ended: a wait under it gives up at once.

@@ -15,15 +15,7 @@ import (
 // worker is stopped first, so that nobody takes the wake-up token a push
 // would leave: a blocking call must complete on its own and leave none.
 func TestBlockingCallWakesNoWorker(t *testing.T) {
-	comms, err := NewLocal(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := comms[0]
-	defer c.Close()
-	c.queue.stop()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	c, ctx := stoppedWorker(t)
 	x := []float32{1, 2, 3}
 	for i := range 3 {
 		if err := AllReduce(ctx, c, x, x, Sum); err != nil {
@@ -78,6 +70,23 @@ func TestBlockingCallWakesNoWorker(t *testing.T) {
 	if x[0] != 1 || x[2] != 3 {
 		t.Fatalf("AllReduce of one rank changed its buffer: %v", x)
 	}
+}
+
+// stoppedWorker returns a communicator of one rank whose worker is
+// stopped, so that nobody takes the wake-up token a push would leave, and
+// a context for the test's calls; both end with the test.
+func stoppedWorker(t *testing.T) (*Communicator, context.Context) {
+	t.Helper()
+	comms, err := NewLocal(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := comms[0]
+	t.Cleanup(func() { c.Close() })
+	c.queue.stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return c, ctx
 }
 
 // TestConcurrentBlockingCalls: goroutines making blocking calls on one
@@ -234,15 +243,7 @@ func TestAsyncRunsUnwaited(t *testing.T) {
 // for an empty queue (every large call from torch.distributed, which
 // issues each operation and then waits for it).
 func TestGraceStoppedWhileCallerRuns(t *testing.T) {
-	comms, err := NewLocal(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := comms[0]
-	defer c.Close()
-	c.queue.stop()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	c, ctx := stoppedWorker(t)
 	// Long enough that the race detector cannot let it pass between the
 	// call and its wait.
 	c.queue.graceFor = time.Second

@@ -74,8 +74,8 @@ type Lender interface {
 	LendMin() int
 	// LentMin returns the smallest payload the peer lends on this
 	// connection (what its LendMin returns); 0 if it lends none. A
-	// receiver that knows a payload's length can so tell whether it
-	// comes whole, lent, where a sender that cannot lend would split it.
+	// receiver can so tell which payloads its peer sends lent: a schedule
+	// that splits large messages expects those whole.
 	LentMin() int
 	// Lend sends a frame carrying payload, which must have at least
 	// LendMin bytes, without waiting for the peer to copy it. payload

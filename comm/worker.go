@@ -24,9 +24,13 @@ type workerState struct {
 	counts [][]int
 	// choice is the schedule runSchedule chose last.
 	choice choiceMemo
-	// args are the running schedule's arguments: the schedules take them
-	// by pointer, through the table's layers of adapters, and a pointer
-	// to the worker's copy costs no allocation.
+	// args are the running schedule's arguments, set by the operation
+	// before it runs the schedule (runSchedule, run) and cleared after:
+	// the schedules take them by pointer, through the table's layers of
+	// adapters, and a pointer to the worker's costs no allocation, where
+	// one to the operation's own would (and a copy of them into the
+	// worker's cost a fifth of a small operation's path through the
+	// schedule).
 	args algo.Args
 }
 
@@ -50,11 +54,9 @@ func (m *choiceMemo) get(l *layout, op algo.Collective, bytes int, choose func(*
 	return m.a
 }
 
-// run runs schedule a of collective op on args (see algo.Run), from the
-// worker's copy of them, which it clears afterwards so that it keeps no
-// caller's buffer alive.
-func (w *workerState) run(ctx context.Context, op algo.Collective, a algo.Algorithm, args *algo.Args) error {
-	w.args = *args
+// run runs schedule a of collective op on args (see algo.Run) and clears
+// them afterwards, so that the worker keeps no caller's buffer alive.
+func (w *workerState) run(ctx context.Context, op algo.Collective, a algo.Algorithm) error {
 	err := algo.Run(ctx, op, a, &w.args)
 	w.args = algo.Args{}
 	return err

@@ -158,7 +158,16 @@ func describeMismatch(rank, peer int, me *transport.MismatchError) string {
 	}
 	switch {
 	case g.Kind == transport.KindCollective && w.Kind == transport.KindCollective && g.Seq == w.Seq && g.Epoch == w.Epoch:
-		return fmt.Sprintf("at seq %d %s called %s but rank %d called %s", w.Seq, who, describeOp(g), rank, describeOp(w))
+		if got, want := describeOp(g), describeOp(w); got != want {
+			return fmt.Sprintf("at seq %d %s called %s but rank %d called %s", w.Seq, who, got, rank, want)
+		}
+		// The same call on both ranks, cut into different messages.
+		why := ""
+		if op := algo.Collective(w.Op); op == algo.OpAllToAll || op == algo.OpAllToAllV {
+			why = " (a block whose size the two ranks disagree on, or the operation in place on one of them only)"
+		}
+		return fmt.Sprintf("at seq %d in %s %s sent step %d of %d bytes where rank %d expected step %d of %d bytes%s",
+			w.Seq, describeOp(w), who, g.Step, g.Len, rank, w.Step, w.Len, why)
 	case g.Kind == transport.KindP2P && w.Kind == transport.KindP2P:
 		return fmt.Sprintf("%s sent %s but rank %d expected to receive %s", who, describeOp(g), rank, describeOp(w))
 	}

@@ -519,3 +519,50 @@ func TestRingOrder(t *testing.T) {
 		t.Fatal("a ring that is not a permutation was accepted")
 	}
 }
+
+// TestMismatchMessage checks that a mismatch names what differs: the calls
+// where they differ, else the message the ranks cut the same call into
+// differently, with its sizes. Either rank may detect it first, so the
+// message is checked for both sides' parts, not their order.
+func TestMismatchMessage(t *testing.T) {
+	cases := map[string]struct {
+		fn   func(ctx context.Context, c *comm.Communicator) error
+		want []string
+	}{
+		"op": {func(ctx context.Context, c *comm.Communicator) error {
+			x := make([]float32, 4)
+			if c.Rank() == 1 {
+				return comm.Broadcast(ctx, c, x, x, 0)
+			}
+			return comm.AllReduce(ctx, c, x, x, comm.Sum)
+		}, []string{"called Broadcast(count=4, float32, root=0)", "called AllReduce(count=4, float32, sum)"}},
+		// Rank 0 sends rank 1 three elements, rank 1 expects two.
+		"block": {func(ctx context.Context, c *comm.Communicator) error {
+			send, recv := make([]float32, 6), make([]float32, 6)
+			counts := [][]int{{3, 3}, {2, 2}}[c.Rank()]
+			displs := []int{0, 3}
+			return c.AllToAllV(ctx, comm.Slice(send), counts, displs, comm.Slice(recv), counts, displs)
+		}, []string{"in AllToAllV", "sent step 1 of ", "of 8 bytes", "of 12 bytes", "disagree on"}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			errs := runLocal(t, 2, func(ctx context.Context, c *comm.Communicator) error {
+				if err := tc.fn(ctx, c); err != nil {
+					return err
+				}
+				return c.Barrier(ctx)
+			}, comm.WithTimeout(20*time.Second))
+			for r, err := range errs {
+				if !errors.Is(err, comm.ErrMismatch) {
+					t.Fatalf("rank %d: %v, want ErrMismatch", r, err)
+				}
+				for _, w := range tc.want {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("rank %d: %q does not say %q", r, err, w)
+					}
+				}
+			}
+		})
+	}
+}

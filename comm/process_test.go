@@ -176,6 +176,19 @@ func worker(name string) int {
 			return fail("count mismatch: %v", err)
 		}
 		fmt.Println("MISMATCH", err)
+	case "mismatch-inplace":
+		// An AllToAll of 1 MiB blocks (lent whole out of place, in
+		// pieces in place) in place on rank 0 only.
+		const block = 1 << 20
+		send, recv := make([]byte, block*c.Size()), make([]byte, block*c.Size())
+		if c.Rank() == 0 {
+			recv = send
+		}
+		err := c.AllToAll(ctx, comm.Slice(send), comm.Slice(recv))
+		if !errors.Is(err, comm.ErrMismatch) {
+			return fail("in place on rank 0 only: %v", err)
+		}
+		fmt.Println("MISMATCH", err)
 	case "mismatch-probe":
 		x := make([]float32, 10)
 		err := comm.Broadcast(ctx, c, x, x, c.Rank()/2)
@@ -405,6 +418,12 @@ func TestProcessMismatch(t *testing.T) {
 	out := job(t, "mismatch", 3)
 	if strings.Count(out, "MISMATCH") != 3 {
 		t.Fatalf("not every rank reported the mismatch:\n%s", out)
+	}
+	// In place on one rank only, where the others lend their blocks:
+	// every rank fails alike, and the message says why.
+	out = job(t, "mismatch-inplace", 3, "OCCL_TRANSPORT=shm", "OCCL_SHM_CMA=lend")
+	if strings.Count(out, "MISMATCH") != 3 || !strings.Contains(out, "in place on one of them only") {
+		t.Fatalf("not every rank reported the mismatch of in place and out of place:\n%s", out)
 	}
 	out = job(t, "mismatch-probe", 4)
 	if strings.Count(out, "MISMATCH") != 4 {

@@ -175,9 +175,12 @@ func (c *Conn) postDesc(ctx context.Context, payload []byte) error {
 // error the receiver may still be reading, or read later, while the
 // caller reuses the buffers, so this end of the ring is closed first (a
 // receiver checks the flag after its copy and discards what it read if
-// the flag is set).
+// the flag is set). A connection closed already closed it, and its rings
+// are gone: the caller holds mu for reading, so Close, which sets closed
+// before it takes mu to unmap them, has not unmapped them if closed is
+// not set yet.
 func (c *Conn) settled(err error) error {
-	if err != nil {
+	if err != nil && !c.closed.Load() {
 		c.out.prodClosed.Store(1)
 		bump(c.out.dataSeq)
 	}

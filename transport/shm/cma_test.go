@@ -490,3 +490,22 @@ func TestSingleCopyRate(t *testing.T) {
 	}
 	t.Log(r)
 }
+
+// TestSettleAfterClose: a Settle of loans outstanding when the connection
+// was closed (a communicator that failed while the receiver had not
+// copied them) reports ErrClosed. Close has unmapped the rings by then,
+// and the withdrawal Settle makes on other errors must not touch them.
+func TestSettleAfterClose(t *testing.T) {
+	a, b := lendPair(t)
+	defer b.Close()
+	h := transport.Header{Kind: transport.KindP2P, Comm: 7, Seq: 1}
+	if err := a.Lend(context.Background(), h, make([]byte, 128<<10)); err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := a.Settle(ctx); !errors.Is(err, transport.ErrClosed) {
+		t.Fatalf("Settle after Close = %v, want ErrClosed", err)
+	}
+}

@@ -154,7 +154,7 @@ func readFlight(t *testing.T, path string) comm.FlightDump {
 // was killed in an AllReduce left in dir: a flight record whose last
 // operation is that AllReduce, failed, after a run of completed ones, and
 // timelines that merge into one with every survivor's operations.
-func checkKilledRecords(t *testing.T, dir string, np, victim int) {
+func checkKilledRecords(t *testing.T, dir string, np, victim int, opName string) {
 	t.Helper()
 	var seqs []uint64
 	for r := range np {
@@ -166,8 +166,8 @@ func checkKilledRecords(t *testing.T, dir string, np, victim int) {
 			t.Fatalf("rank %d: flight record of rank %d, error %q, %d ops", r, d.Rank, d.Error, len(d.Ops))
 		}
 		last := d.Ops[len(d.Ops)-1]
-		if last.Op != "AllReduce" || last.State != comm.OpFailed || last.Error == "" || last.Bytes != 32<<20 || last.Start.IsZero() {
-			t.Errorf("rank %d: last operation %+v, want the failed 32 MiB AllReduce", r, last)
+		if last.Op != opName || last.State != comm.OpFailed || last.Error == "" || last.Bytes != 32<<20 || last.Start.IsZero() {
+			t.Errorf("rank %d: last operation %+v, want the failed 32 MiB %s", r, last, opName)
 		}
 		for i, op := range d.Ops[:len(d.Ops)-1] {
 			if op.State != comm.OpDone || op.Seq != last.Seq-uint64(len(d.Ops)-1-i) {

@@ -14,6 +14,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -151,11 +152,18 @@ func worker(name string) int {
 			return fail("%v", err)
 		}
 	case "kill":
-		// AllReduce 32 MiB until something fails; report who is blamed.
+		// AllReduce 32 MiB (or with OCCL_TEST_KILL_OP=alltoall an
+		// AllToAll of 32 MiB, 8 MiB blocks) until something fails;
+		// report who is blamed.
 		x := make([]float32, 8<<20)
+		y := make([]float32, len(x))
+		op := func() error { return comm.AllReduce(ctx, c, x, x, comm.Sum) }
+		if os.Getenv("OCCL_TEST_KILL_OP") == "alltoall" {
+			op = func() error { return c.AllToAll(ctx, comm.Slice(x), comm.Slice(y)) }
+		}
 		for i := 0; ; i++ {
 			start := time.Now()
-			err := comm.AllReduce(ctx, c, x, x, comm.Sum)
+			err := op()
 			if err != nil {
 				var pe *comm.PeerError
 				peer := -1
@@ -342,9 +350,13 @@ func TestProcessKilled(t *testing.T) {
 	for _, tr := range []string{"tcp", "shm"} {
 		t.Run(tr, func(t *testing.T) { testKilled(t, tr) })
 	}
+	// Killed while its peers have lent it their blocks, or read its own.
+	t.Run("shm-lend-alltoall", func(t *testing.T) {
+		testKilled(t, "shm", "OCCL_SHM_CMA=lend", "OCCL_TEST_KILL_OP=alltoall")
+	})
 }
 
-func testKilled(t *testing.T, transport string) {
+func testKilled(t *testing.T, transport string, env ...string) {
 	const np, victim = 4, 2
 	traceDir := t.TempDir()
 	pr, pw := io.Pipe()
@@ -353,7 +365,7 @@ func testKilled(t *testing.T, transport string) {
 	defer cancel()
 	j, err := launch.Start(ctx, launch.Spec{
 		NP: np, Path: os.Args[0], Args: []string{"-test.run=^$"},
-		Env:       []string{"OCCL_TEST_WORKER=kill", "OCCL_HEARTBEAT_TIMEOUT=30s", "OCCL_TRANSPORT=" + transport, comm.TraceEnv + "=" + traceDir},
+		Env:       append([]string{"OCCL_TEST_WORKER=kill", "OCCL_HEARTBEAT_TIMEOUT=30s", "OCCL_TRANSPORT=" + transport, comm.TraceEnv + "=" + traceDir}, env...),
 		Stdout:    io.MultiWriter(pw, &all),
 		Stderr:    &all,
 		KillGrace: -1,
@@ -407,7 +419,11 @@ func testKilled(t *testing.T, transport string) {
 			t.Errorf("rank %d did not report rank %d as failed:\n%s", r, victim, out)
 		}
 	}
-	checkKilledRecords(t, traceDir, np, victim)
+	opName := "AllReduce"
+	if slices.Contains(env, "OCCL_TEST_KILL_OP=alltoall") {
+		opName = "AllToAll"
+	}
+	checkKilledRecords(t, traceDir, np, victim, opName)
 	t.Logf("survivors exited %v after the kill", elapsed.Round(time.Millisecond))
 	if elapsed > 10*time.Second {
 		t.Errorf("survivors took %v to notice the dead rank", elapsed)

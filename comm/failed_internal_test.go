@@ -3,7 +3,9 @@ package comm
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/occl/occl/algo"
 	"github.com/occl/occl/transport"
@@ -35,5 +37,60 @@ func TestCompletedAfterFailure(t *testing.T) {
 		for _, c := range comms {
 			c.Close()
 		}
+	}
+}
+
+// TestPanicInOperation: a panic inside an operation (a bug in occl) fails
+// the communicator on every rank instead of crashing the process: the
+// operation returns ErrAborted naming the rank, the peer waiting for it
+// in a collective fails alike, and both close, from the panicking call's
+// own goroutine (runAlone), from a queued request (help), and from the
+// worker.
+func TestPanicInOperation(t *testing.T) {
+	for _, how := range []string{"blocking", "async-wait", "async-worker"} {
+		t.Run(how, func(t *testing.T) {
+			comms, err := NewLocal(2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			peer := make(chan error, 1)
+			go func() {
+				x := []float32{1}
+				peer <- AllReduce(ctx, comms[1], x, x, Sum)
+			}()
+			c := comms[0]
+			r := c.postCall(ctx, "Injected", collHeader(algo.OpAllReduce, Float32, Sum, 0, 1), func(ctx context.Context, p *opPeers) error {
+				var m map[int]int
+				m[0] = 1 // a nil map: the kind of bug the recovery is for
+				return nil
+			})
+			switch how {
+			case "blocking":
+				err = wait(r)
+			case "async-wait":
+				err = c.issue(r).Wait(ctx)
+			default:
+				c.issue(r)
+				<-r.Done()
+				err = r.Wait(ctx)
+			}
+			if !errors.Is(err, ErrAborted) || !strings.Contains(err.Error(), "internal error in Injected") {
+				t.Fatalf("the panicking operation returned %v, want ErrAborted naming an internal error", err)
+			}
+			if err := <-peer; !errors.Is(err, ErrAborted) || !strings.Contains(err.Error(), "rank 0") {
+				t.Fatalf("the peer's AllReduce returned %v, want ErrAborted naming rank 0", err)
+			}
+			for _, c := range comms {
+				done := make(chan struct{})
+				go func() { c.Close(); close(done) }()
+				select {
+				case <-done:
+				case <-ctx.Done():
+					t.Fatalf("rank %d: Close did not return", c.Rank())
+				}
+			}
+		})
 	}
 }

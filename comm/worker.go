@@ -3,9 +3,12 @@ package comm
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime/debug"
 	"time"
 
 	"github.com/occl/occl/algo"
+	"github.com/occl/occl/internal/logx"
 	"github.com/occl/occl/transport"
 )
 
@@ -153,7 +156,12 @@ func (c *Communicator) run(r *Request) (err error) {
 	// watchdog: on a virtual machine each costs tens of nanoseconds.
 	start := c.now()
 	c.hist.begin(r, fp, start)
-	defer func() { c.endOp(err) }()
+	defer func() {
+		if v := recover(); v != nil {
+			err = c.panicked(r, v)
+		}
+		c.endOp(err)
+	}()
 	if pe := c.failure.err(); pe != nil {
 		return &OpError{Rank: c.rank, Op: r.name, Seq: r.seq, Err: pe}
 	}
@@ -185,6 +193,23 @@ func (c *Communicator) run(r *Request) (err error) {
 		return &OpError{Rank: c.rank, Op: r.name, Seq: r.seq, Err: err}
 	}
 	return &OpError{Rank: c.rank, Op: r.name, Seq: r.seq, Err: c.classify(ctx, r, err, time.Duration(now()-start))}
+}
+
+// panicked turns a panic in r, which can only come from a bug in occl,
+// into the failure of the communicator, shared with every rank as an
+// abort of this one, so that the caller gets an error and the other ranks
+// stop waiting for this one, instead of the process crashing (or hanging
+// in a Close deferred by the caller, since the panic left the queue's exec
+// held). The stack goes to the log.
+func (c *Communicator) panicked(r *Request, v any) error {
+	logx.For(c.log, logx.Coll).Error("occl: internal error", "op", r.name, "seq", r.seq, "panic", v, "stack", string(debug.Stack()))
+	pe := &PeerError{Peer: c.rank, Reporter: c.rank, Kind: ErrAborted,
+		Reason: fmt.Sprintf("internal error in %s (seq %d): %v", r.name, r.seq, v)}
+	if c.failure.err() == nil {
+		c.ctrl.report(pe)
+	}
+	c.fail(pe)
+	return &OpError{Rank: c.rank, Op: r.name, Seq: r.seq, Err: c.failure.err()}
 }
 
 // opContext gives operations whose context has no deadline the

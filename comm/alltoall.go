@@ -16,9 +16,11 @@ const slotCounts = algo.SlotCaller
 // block j of recv. send and recv have the same length, a multiple of
 // Size(). Passing the same buffer twice is allowed (in place), on every
 // rank or on none, as with MPI_IN_PLACE: in place no block is lent to its
-// receiver (see WithSingleCopy), and a rank in place does not expect the
-// lent blocks of a rank out of place; such a mix fails on every rank with
-// a mismatch where blocks are large enough to be lent.
+// receiver (see WithSingleCopy) and blocks above a piece of the in-place
+// exchange (512 KiB) go in pieces, where out of place they are lent whole.
+// A mix is an error, reported on every rank as a mismatch where the ranks
+// cut a block differently (a lent block of more than 512 KiB), and not
+// detected where they do not.
 func (c *Communicator) AllToAll(ctx context.Context, send, recv Buffer) error {
 	return wait(c.postAllToAll(ctx, send, recv))
 }

@@ -158,8 +158,11 @@ func worker(name string) int {
 		x := make([]float32, 8<<20)
 		y := make([]float32, len(x))
 		op := func() error { return comm.AllReduce(ctx, c, x, x, comm.Sum) }
-		if os.Getenv("OCCL_TEST_KILL_OP") == "alltoall" {
+		switch os.Getenv("OCCL_TEST_KILL_OP") {
+		case "alltoall":
 			op = func() error { return c.AllToAll(ctx, comm.Slice(x), comm.Slice(y)) }
+		case "alltoall-inplace":
+			op = func() error { return c.AllToAll(ctx, comm.Slice(x), comm.Slice(x)) }
 		}
 		for i := 0; ; i++ {
 			start := time.Now()
@@ -350,9 +353,17 @@ func TestProcessKilled(t *testing.T) {
 	for _, tr := range []string{"tcp", "shm"} {
 		t.Run(tr, func(t *testing.T) { testKilled(t, tr) })
 	}
-	// Killed while its peers have lent it their blocks, or read its own.
+	// Killed while its peers have lent it their blocks, or read its own;
+	// and in an all-to-all in place, whose pieces a goroutine sends from
+	// staging areas.
 	t.Run("shm-lend-alltoall", func(t *testing.T) {
 		testKilled(t, "shm", "OCCL_SHM_CMA=lend", "OCCL_TEST_KILL_OP=alltoall")
+	})
+	t.Run("shm-alltoall-inplace", func(t *testing.T) {
+		testKilled(t, "shm", "OCCL_TEST_KILL_OP=alltoall-inplace")
+	})
+	t.Run("tcp-alltoall-inplace", func(t *testing.T) {
+		testKilled(t, "tcp", "OCCL_TEST_KILL_OP=alltoall-inplace")
 	})
 }
 
@@ -420,7 +431,7 @@ func testKilled(t *testing.T, transport string, env ...string) {
 		}
 	}
 	opName := "AllReduce"
-	if slices.Contains(env, "OCCL_TEST_KILL_OP=alltoall") {
+	if slices.Contains(env, "OCCL_TEST_KILL_OP=alltoall") || slices.Contains(env, "OCCL_TEST_KILL_OP=alltoall-inplace") {
 		opName = "AllToAll"
 	}
 	checkKilledRecords(t, traceDir, np, victim, opName)

@@ -200,6 +200,21 @@ func worker(name string) int {
 			return fail("in place on rank 0 only: %v", err)
 		}
 		fmt.Println("MISMATCH", err)
+	case "split-dead":
+		// Rank 2 dies before the Split its color needs it in: the other
+		// ranks, of both colors, fail naming it.
+		if c.Rank() == 2 {
+			os.Exit(0)
+		}
+		sub, err := c.Split(ctx, c.Rank()%2, c.Rank())
+		var pe *comm.PeerError
+		if err == nil || !errors.As(err, &pe) || pe.Peer != 2 {
+			if sub != nil {
+				sub.Close()
+			}
+			return fail("Split without rank 2: %v, want the failure of rank 2", err)
+		}
+		fmt.Println("SPLITFAIL", err)
 	case "mismatch-probe":
 		x := make([]float32, 10)
 		err := comm.Broadcast(ctx, c, x, x, c.Rank()/2)
@@ -438,6 +453,20 @@ func testKilled(t *testing.T, transport string, env ...string) {
 	t.Logf("survivors exited %v after the kill", elapsed.Round(time.Millisecond))
 	if elapsed > 10*time.Second {
 		t.Errorf("survivors took %v to notice the dead rank", elapsed)
+	}
+}
+
+// TestProcessSplitDead: a rank dies before a Split; every other rank's
+// Split fails naming it (the surviving ranks of its color, and those of
+// the other color, whose new communicator would not need it).
+func TestProcessSplitDead(t *testing.T) {
+	start := time.Now()
+	out := job(t, "split-dead", 4, "OCCL_HEARTBEAT_TIMEOUT=30s")
+	if strings.Count(out, "SPLITFAIL") != 3 {
+		t.Fatalf("not every survivor's Split failed naming rank 2:\n%s", out)
+	}
+	if d := time.Since(start); d > 20*time.Second {
+		t.Errorf("the survivors took %v", d)
 	}
 }
 

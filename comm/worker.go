@@ -31,9 +31,8 @@ type workerState struct {
 	// before it runs the schedule (runSchedule, run) and cleared after:
 	// the schedules take them by pointer, through the table's layers of
 	// adapters, and a pointer to the worker's costs no allocation, where
-	// one to the operation's own would (and a copy of them into the
-	// worker's cost a fifth of a small operation's path through the
-	// schedule).
+	// one to the operation's own would; setting them here spares the copy
+	// from the operation's own into them.
 	args algo.Args
 }
 
@@ -209,6 +208,7 @@ func (c *Communicator) panicked(r *Request, v any) error {
 		c.ctrl.report(pe)
 	}
 	c.fail(pe)
+	c.worker.args = algo.Args{} // not cleared by a schedule that panicked
 	return &OpError{Rank: c.rank, Op: r.name, Seq: r.seq, Err: c.failure.err()}
 }
 

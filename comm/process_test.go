@@ -200,6 +200,42 @@ func worker(name string) int {
 			return fail("in place on rank 0 only: %v", err)
 		}
 		fmt.Println("MISMATCH", err)
+	case "cancel-lend":
+		// AllToAll of 8 MiB blocks, lent, until rank 1 cancels its
+		// context while one runs: rank 1 fails with the cancellation,
+		// the others with its abort, none with wrong data before.
+		block := 2 << 20
+		x := make([]int32, block*c.Size())
+		y := make([]int32, len(x))
+		for i := range x {
+			x[i] = int32(c.Rank()*len(x) + i)
+		}
+		octx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		if c.Rank() == 1 {
+			time.AfterFunc(300*time.Millisecond, cancel)
+		}
+		for {
+			err := c.AllToAll(octx, comm.Slice(x), comm.Slice(y))
+			if err != nil {
+				var pe *comm.PeerError
+				switch {
+				case c.Rank() == 1 && !errors.Is(err, context.Canceled) && !errors.Is(err, comm.ErrAborted):
+					return fail("rank 1: %v, want its cancellation", err)
+				case c.Rank() != 1 && (!errors.As(err, &pe) || pe.Peer != 1):
+					return fail("%v, want the failure of rank 1", err)
+				}
+				fmt.Println("CANCELLED", err)
+				return 0
+			}
+			for j := range c.Size() {
+				for k := range block {
+					if want := int32(j*len(x) + c.Rank()*block + k); y[j*block+k] != want {
+						return fail("block %d element %d: %v, want %v", j, k, y[j*block+k], want)
+					}
+				}
+			}
+		}
 	case "split-dead":
 		// Rank 2 dies before the Split its color needs it in: the other
 		// ranks, of both colors, fail naming it.
@@ -453,6 +489,16 @@ func testKilled(t *testing.T, transport string, env ...string) {
 	t.Logf("survivors exited %v after the kill", elapsed.Round(time.Millisecond))
 	if elapsed > 10*time.Second {
 		t.Errorf("survivors took %v to notice the dead rank", elapsed)
+	}
+}
+
+// TestProcessCancelLent: a rank cancels its context while an AllToAll
+// whose blocks are lent runs; every rank fails (naming it) instead of
+// hanging in the wait for a copy that will not come.
+func TestProcessCancelLent(t *testing.T) {
+	out := job(t, "cancel-lend", 3, "OCCL_TRANSPORT=shm", "OCCL_SHM_CMA=lend")
+	if strings.Count(out, "CANCELLED") != 3 {
+		t.Fatalf("not every rank failed after rank 1's cancellation:\n%s", out)
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -489,6 +490,75 @@ func testKilled(t *testing.T, transport string, env ...string) {
 	t.Logf("survivors exited %v after the kill", elapsed.Round(time.Millisecond))
 	if elapsed > 10*time.Second {
 		t.Errorf("survivors took %v to notice the dead rank", elapsed)
+	}
+}
+
+// TestProcessStoppedLent: a rank is stopped (SIGSTOP) during AllToAlls
+// whose blocks are lent, so its peers wait for copies it does not make;
+// they fail naming it once its heartbeats stop, and it fails too, not
+// hangs, once continued, reading from peers that withdrew their loans.
+func TestProcessStoppedLent(t *testing.T) {
+	const np, victim = 4, 2
+	pr, pw := io.Pipe()
+	var all syncBuffer
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	j, err := launch.Start(ctx, launch.Spec{
+		NP: np, Path: os.Args[0], Args: []string{"-test.run=^$"},
+		Env: []string{"OCCL_TEST_WORKER=kill", "OCCL_TEST_KILL_OP=alltoall", "OCCL_TRANSPORT=shm",
+			"OCCL_SHM_CMA=lend", "OCCL_HEARTBEAT_TIMEOUT=3s"},
+		Stdout: io.MultiWriter(pw, &all), Stderr: &all, KillGrace: -1,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready, failed := make(chan bool, 1), make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		nReady, nFailed := 0, 0
+		for sc.Scan() {
+			switch line := sc.Text(); {
+			case strings.HasSuffix(line, "READY"):
+				if nReady++; nReady == np {
+					ready <- true
+				}
+			case strings.Contains(line, fmt.Sprintf("FAILED peer=%d ", victim)) && !strings.HasPrefix(line, fmt.Sprintf("[%d]", victim)):
+				if nFailed++; nFailed == np-1 {
+					failed <- true
+				}
+			}
+		}
+		ready <- false
+		failed <- false
+	}()
+	exited := make(chan struct{})
+	go func() { j.Wait(); pw.Close(); close(exited) }()
+	if !<-ready {
+		t.Fatalf("workers ended before they were ready:\n%s", all.String())
+	}
+	time.Sleep(100 * time.Millisecond)
+	if err := syscall.Kill(j.Pid(victim), syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ok := <-failed:
+		if !ok {
+			t.Fatalf("the survivors ended without naming rank %d:\n%s", victim, all.String())
+		}
+	case <-time.After(30 * time.Second):
+		syscall.Kill(j.Pid(victim), syscall.SIGCONT)
+		j.KillAll()
+		t.Fatalf("the survivors did not fail within 30 s of rank %d stopping:\n%s", victim, all.String())
+	}
+	syscall.Kill(j.Pid(victim), syscall.SIGCONT)
+	select {
+	case <-exited:
+	case <-time.After(30 * time.Second):
+		j.KillAll()
+		t.Fatalf("rank %d still running 30 s after it was continued:\n%s", victim, all.String())
+	}
+	if !strings.Contains(all.String(), fmt.Sprintf("[%d] FAILED", victim)) {
+		t.Errorf("rank %d did not fail once continued:\n%s", victim, all.String())
 	}
 }
 

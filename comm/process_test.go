@@ -403,23 +403,36 @@ func TestProcessHostIdentity(t *testing.T) {
 // AllReduce; the other three must fail quickly with an error naming it.
 func TestProcessKilled(t *testing.T) {
 	for _, tr := range []string{"tcp", "shm"} {
-		t.Run(tr, func(t *testing.T) { testKilled(t, tr) })
+		t.Run(tr, func(t *testing.T) { testFailedRank(t, false, tr) })
 	}
 	// Killed while its peers have lent it their blocks, or read its own;
 	// and in an all-to-all in place, whose pieces a goroutine sends from
 	// staging areas.
 	t.Run("shm-lend-alltoall", func(t *testing.T) {
-		testKilled(t, "shm", "OCCL_SHM_CMA=lend", "OCCL_TEST_KILL_OP=alltoall")
+		testFailedRank(t, false, "shm", "OCCL_SHM_CMA=lend", "OCCL_TEST_KILL_OP=alltoall")
 	})
 	t.Run("shm-alltoall-inplace", func(t *testing.T) {
-		testKilled(t, "shm", "OCCL_TEST_KILL_OP=alltoall-inplace")
+		testFailedRank(t, false, "shm", "OCCL_TEST_KILL_OP=alltoall-inplace")
 	})
 	t.Run("tcp-alltoall-inplace", func(t *testing.T) {
-		testKilled(t, "tcp", "OCCL_TEST_KILL_OP=alltoall-inplace")
+		testFailedRank(t, false, "tcp", "OCCL_TEST_KILL_OP=alltoall-inplace")
 	})
 }
 
-func testKilled(t *testing.T, transport string, env ...string) {
+// TestProcessStoppedLent: a rank is stopped (SIGSTOP) during AllToAlls
+// whose blocks are lent, so its peers wait for copies it does not make;
+// they fail naming it once its heartbeats stop, and it fails too, not
+// hangs, once continued, reading from peers that withdrew their loans.
+func TestProcessStoppedLent(t *testing.T) {
+	testFailedRank(t, true, "shm", "OCCL_SHM_CMA=lend", "OCCL_TEST_KILL_OP=alltoall", "OCCL_HEARTBEAT_TIMEOUT=3s")
+}
+
+// testFailedRank runs the kill scenario on 4 processes and kills rank 2
+// once every rank is in its loop of operations, or with stop stops it
+// (SIGSTOP) and continues it once the others failed. The others must fail
+// naming it, within 10 s of a kill, write flight records that name the
+// operation, and exit; a stopped rank must fail too once continued.
+func testFailedRank(t *testing.T, stop bool, transport string, env ...string) {
 	const np, victim = 4, 2
 	traceDir := t.TempDir()
 	pr, pw := io.Pipe()
@@ -428,6 +441,7 @@ func testKilled(t *testing.T, transport string, env ...string) {
 	defer cancel()
 	j, err := launch.Start(ctx, launch.Spec{
 		NP: np, Path: os.Args[0], Args: []string{"-test.run=^$"},
+		// A later entry of env overrides the heartbeat timeout.
 		Env:       append([]string{"OCCL_TEST_WORKER=kill", "OCCL_HEARTBEAT_TIMEOUT=30s", "OCCL_TRANSPORT=" + transport, comm.TraceEnv + "=" + traceDir}, env...),
 		Stdout:    io.MultiWriter(pw, &all),
 		Stderr:    &all,
@@ -436,82 +450,8 @@ func testKilled(t *testing.T, transport string, env ...string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	allReady := make(chan bool, 1)
-	go func() {
-		sc := bufio.NewScanner(pr)
-		ready := 0
-		for ready < np && sc.Scan() {
-			if strings.HasSuffix(sc.Text(), "READY") {
-				ready++
-			}
-		}
-		allReady <- ready == np
-		io.Copy(io.Discard, pr)
-	}()
-	select {
-	case ok := <-allReady:
-		if !ok {
-			t.Fatalf("workers ended before they were ready:\n%s", all.String())
-		}
-	case <-time.After(time.Minute):
-		j.KillAll()
-		t.Fatalf("workers not ready after a minute:\n%s", all.String())
-	}
-	time.Sleep(150 * time.Millisecond) // well inside the next AllReduce
-	killed := time.Now()
-	if err := j.Kill(victim); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { j.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		j.KillAll()
-		t.Fatalf("survivors still running 30s after the kill:\n%s", all.String())
-	}
-	elapsed := time.Since(killed)
-	pw.Close()
-	out := all.String()
-	for r := 0; r < np; r++ {
-		if r == victim {
-			continue
-		}
-		prefix := fmt.Sprintf("[%d] FAILED peer=%d ", r, victim)
-		if !strings.Contains(out, prefix) {
-			t.Errorf("rank %d did not report rank %d as failed:\n%s", r, victim, out)
-		}
-	}
-	opName := "AllReduce"
-	if slices.Contains(env, "OCCL_TEST_KILL_OP=alltoall") || slices.Contains(env, "OCCL_TEST_KILL_OP=alltoall-inplace") {
-		opName = "AllToAll"
-	}
-	checkKilledRecords(t, traceDir, np, victim, opName)
-	t.Logf("survivors exited %v after the kill", elapsed.Round(time.Millisecond))
-	if elapsed > 10*time.Second {
-		t.Errorf("survivors took %v to notice the dead rank", elapsed)
-	}
-}
-
-// TestProcessStoppedLent: a rank is stopped (SIGSTOP) during AllToAlls
-// whose blocks are lent, so its peers wait for copies it does not make;
-// they fail naming it once its heartbeats stop, and it fails too, not
-// hangs, once continued, reading from peers that withdrew their loans.
-func TestProcessStoppedLent(t *testing.T) {
-	const np, victim = 4, 2
-	pr, pw := io.Pipe()
-	var all syncBuffer
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	j, err := launch.Start(ctx, launch.Spec{
-		NP: np, Path: os.Args[0], Args: []string{"-test.run=^$"},
-		Env: []string{"OCCL_TEST_WORKER=kill", "OCCL_TEST_KILL_OP=alltoall", "OCCL_TRANSPORT=shm",
-			"OCCL_SHM_CMA=lend", "OCCL_HEARTBEAT_TIMEOUT=3s"},
-		Stdout: io.MultiWriter(pw, &all), Stderr: &all, KillGrace: -1,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// ready: every rank is in its loop; failed: every other rank
+	// reported the victim.
 	ready, failed := make(chan bool, 1), make(chan bool, 1)
 	go func() {
 		sc := bufio.NewScanner(pr)
@@ -533,32 +473,58 @@ func TestProcessStoppedLent(t *testing.T) {
 	}()
 	exited := make(chan struct{})
 	go func() { j.Wait(); pw.Close(); close(exited) }()
-	if !<-ready {
-		t.Fatalf("workers ended before they were ready:\n%s", all.String())
+	select {
+	case ok := <-ready:
+		if !ok {
+			t.Fatalf("workers ended before they were ready:\n%s", all.String())
+		}
+	case <-time.After(time.Minute):
+		j.KillAll()
+		t.Fatalf("workers not ready after a minute:\n%s", all.String())
 	}
-	time.Sleep(100 * time.Millisecond)
-	if err := syscall.Kill(j.Pid(victim), syscall.SIGSTOP); err != nil {
+	time.Sleep(150 * time.Millisecond) // well inside a later operation
+	failedAt := time.Now()
+	if stop {
+		err = syscall.Kill(j.Pid(victim), syscall.SIGSTOP)
+	} else {
+		err = j.Kill(victim)
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case ok := <-failed:
 		if !ok {
-			t.Fatalf("the survivors ended without naming rank %d:\n%s", victim, all.String())
+			t.Fatalf("the others ended without naming rank %d:\n%s", victim, all.String())
 		}
 	case <-time.After(30 * time.Second):
 		syscall.Kill(j.Pid(victim), syscall.SIGCONT)
 		j.KillAll()
-		t.Fatalf("the survivors did not fail within 30 s of rank %d stopping:\n%s", victim, all.String())
+		t.Fatalf("the others did not name rank %d within 30 s:\n%s", victim, all.String())
 	}
-	syscall.Kill(j.Pid(victim), syscall.SIGCONT)
+	elapsed := time.Since(failedAt)
+	if stop {
+		syscall.Kill(j.Pid(victim), syscall.SIGCONT)
+	}
 	select {
 	case <-exited:
 	case <-time.After(30 * time.Second):
 		j.KillAll()
-		t.Fatalf("rank %d still running 30 s after it was continued:\n%s", victim, all.String())
+		t.Fatalf("ranks still running 30 s after the others named rank %d:\n%s", victim, all.String())
 	}
-	if !strings.Contains(all.String(), fmt.Sprintf("[%d] FAILED", victim)) {
+	gone := time.Since(failedAt)
+	opName := "AllReduce"
+	if slices.Contains(env, "OCCL_TEST_KILL_OP=alltoall") || slices.Contains(env, "OCCL_TEST_KILL_OP=alltoall-inplace") {
+		opName = "AllToAll"
+	}
+	checkKilledRecords(t, traceDir, np, victim, opName)
+	t.Logf("the others named rank %d %v after it failed, and every rank exited %v after", victim,
+		elapsed.Round(time.Millisecond), gone.Round(time.Millisecond))
+	switch {
+	case stop && !strings.Contains(all.String(), fmt.Sprintf("[%d] FAILED", victim)):
 		t.Errorf("rank %d did not fail once continued:\n%s", victim, all.String())
+	case !stop && gone > 10*time.Second:
+		t.Errorf("the others took %v to notice the dead rank and exit", gone)
 	}
 }
 

@@ -113,11 +113,8 @@ var vblocks = sync.Pool{New: func() any { return new(vBlocks) }}
 // AllToAll, uniform is the block size in bytes; for AllToAllV it is -1
 // and the block sizes are in slens and rlens.
 func (c *Communicator) allToAll(ctx context.Context, p *opPeers, send []byte, soffs, slens []int, recv []byte, roffs, rlens []int, uniform int) error {
+	args := algo.Args{Peers: p, WS: &c.worker.ws, Src: send, Dst: recv, SendOffs: soffs, SendLens: slens, RecvOffs: roffs, RecvLens: rlens}
 	a, op := algo.AlgoPairwise, algo.OpAllToAllV
-	var (
-		route  *algo.Route
-		matrix [][]int
-	)
 	if uniform >= 0 {
 		op = algo.OpAllToAll
 	}
@@ -131,8 +128,8 @@ func (c *Communicator) allToAll(ctx context.Context, p *opPeers, send []byte, so
 				return err
 			}
 		}
-		if route = c.cachedRoute(uniform, bytes); route != nil {
-			a, matrix = route.Algorithm, bytes
+		if route := c.cachedRoute(uniform, bytes); route != nil {
+			a, args.Route, args.Matrix = route.Algorithm, route, bytes
 		}
 		c.chose(c.lay(), op, a, len(send), bytes)
 		c.logChoice(ctx, op, len(send), a, bytes)
@@ -140,9 +137,7 @@ func (c *Communicator) allToAll(ctx context.Context, p *opPeers, send []byte, so
 		c.chose(c.lay(), op, a, len(send), nil)
 		c.logChoice(ctx, op, len(send), a, nil)
 	}
-	c.worker.args = algo.Args{Peers: p, WS: &c.worker.ws, Src: send, Dst: recv, SendOffs: soffs, SendLens: slens, RecvOffs: roffs, RecvLens: rlens,
-		Route: route, Matrix: matrix}
-	return c.worker.run(c.worker.op.schedule(ctx, len(send)), op, a)
+	return c.worker.run(c.worker.op.schedule(ctx, len(send)), op, a, &args)
 }
 
 // routable reports whether all-to-alls may take a topology-aware route:

@@ -115,8 +115,7 @@ func (c *Communicator) postAllReduce(ctx context.Context, send, recv Buffer, op 
 
 func allReduceOp(ctx context.Context, p *opPeers, a *opArgs) error {
 	dt := a.send.dt
-	p.c.worker.args = algo.Args{Peers: p, Src: a.send.b, Dst: a.recv.b, DType: dt, Op: a.op.Combiner()}
-	err := p.c.runSchedule(ctx, algo.OpAllReduce, len(a.recv.b))
+	err := p.c.runSchedule(ctx, algo.OpAllReduce, len(a.recv.b), algo.Args{Peers: p, Src: a.send.b, Dst: a.recv.b, DType: dt, Op: a.op.Combiner()})
 	if err != nil {
 		return err
 	}
@@ -125,13 +124,11 @@ func allReduceOp(ctx context.Context, p *opPeers, a *opArgs) error {
 }
 
 // runSchedule runs collective op on bytes bytes with the schedule
-// Algorithm chooses, on the worker's arguments (workerState.args), which
-// the operation set and this completes with what every schedule takes from
-// the communicator. With nothing to exchange (one rank, an empty buffer) it
+// Algorithm chooses, completing args with what every schedule takes from the
+// communicator. With nothing to exchange (one rank, an empty buffer) it
 // chooses nothing: the schedules then only copy.
-func (c *Communicator) runSchedule(ctx context.Context, op algo.Collective, bytes int) error {
+func (c *Communicator) runSchedule(ctx context.Context, op algo.Collective, bytes int, args algo.Args) error {
 	l := c.lay()
-	args := &c.worker.args
 	args.WS, args.Chunk, args.Hosts = &c.worker.ws, c.cfg.chunk, l.hostGroups
 	if l.topo != nil {
 		args.Ring = l.topo.Ring
@@ -142,7 +139,7 @@ func (c *Communicator) runSchedule(ctx context.Context, op algo.Collective, byte
 		c.chose(l, op, a, bytes, nil)
 		c.logChoice(ctx, op, bytes, a, nil)
 	}
-	return c.worker.run(c.worker.op.schedule(ctx, bytes), op, a)
+	return c.worker.run(c.worker.op.schedule(ctx, bytes), op, a, &args)
 }
 
 // Broadcast copies root's send buffer into recv on every rank. recv has the
@@ -182,8 +179,7 @@ func (c *Communicator) postBroadcast(ctx context.Context, send, recv Buffer, roo
 }
 
 func broadcastOp(ctx context.Context, p *opPeers, a *opArgs) error {
-	p.c.worker.args = algo.Args{Peers: p, Src: a.send.b, Dst: a.recv.b, Root: a.root}
-	return p.c.runSchedule(ctx, algo.OpBroadcast, len(a.recv.b))
+	return p.c.runSchedule(ctx, algo.OpBroadcast, len(a.recv.b), algo.Args{Peers: p, Src: a.send.b, Dst: a.recv.b, Root: a.root})
 }
 
 // Reduce reduces send across all ranks with op into recv on root. recv is
@@ -225,8 +221,7 @@ func (c *Communicator) postReduce(ctx context.Context, send, recv Buffer, op Op,
 
 func reduceOp(ctx context.Context, p *opPeers, a *opArgs) error {
 	dt := a.send.dt
-	p.c.worker.args = algo.Args{Peers: p, Src: a.send.b, Dst: a.recv.b, DType: dt, Op: a.op.Combiner(), Root: a.root}
-	err := p.c.runSchedule(ctx, algo.OpReduce, len(a.send.b))
+	err := p.c.runSchedule(ctx, algo.OpReduce, len(a.send.b), algo.Args{Peers: p, Src: a.send.b, Dst: a.recv.b, DType: dt, Op: a.op.Combiner(), Root: a.root})
 	if err != nil {
 		return err
 	}
@@ -270,8 +265,7 @@ func (c *Communicator) postAllGather(ctx context.Context, send, recv Buffer) *Re
 }
 
 func allGatherOp(ctx context.Context, p *opPeers, a *opArgs) error {
-	p.c.worker.args = algo.Args{Peers: p, Src: a.send.b, Dst: a.recv.b, Block: len(a.send.b)}
-	return p.c.runSchedule(ctx, algo.OpAllGather, len(a.recv.b))
+	return p.c.runSchedule(ctx, algo.OpAllGather, len(a.recv.b), algo.Args{Peers: p, Src: a.send.b, Dst: a.recv.b, Block: len(a.send.b)})
 }
 
 // ReduceScatter reduces send across ranks with op and leaves block Rank()
@@ -312,8 +306,7 @@ func (c *Communicator) postReduceScatter(ctx context.Context, send, recv Buffer,
 
 func reduceScatterOp(ctx context.Context, p *opPeers, a *opArgs) error {
 	dt := a.recv.dt
-	p.c.worker.args = algo.Args{Peers: p, Src: a.send.b, Dst: a.recv.b, DType: dt, Op: a.op.Combiner(), Block: len(a.recv.b)}
-	err := p.c.runSchedule(ctx, algo.OpReduceScatter, len(a.send.b))
+	err := p.c.runSchedule(ctx, algo.OpReduceScatter, len(a.send.b), algo.Args{Peers: p, Src: a.send.b, Dst: a.recv.b, DType: dt, Op: a.op.Combiner(), Block: len(a.recv.b)})
 	if err != nil {
 		return err
 	}
@@ -376,8 +369,7 @@ func (c *Communicator) postGather(ctx context.Context, send, recv Buffer, root i
 
 func gatherOp(ctx context.Context, p *opPeers, a *opArgs) error {
 	nb := len(a.send.b)
-	p.c.worker.args = algo.Args{Peers: p, Src: a.send.b, Dst: a.recv.b, Root: a.root, Block: nb}
-	return p.c.runSchedule(ctx, algo.OpGather, nb)
+	return p.c.runSchedule(ctx, algo.OpGather, nb, algo.Args{Peers: p, Src: a.send.b, Dst: a.recv.b, Root: a.root, Block: nb})
 }
 
 // Scatter sends block j of root's send buffer to rank j's recv. send (root
@@ -417,8 +409,7 @@ func (c *Communicator) postScatter(ctx context.Context, send, recv Buffer, root 
 
 func scatterOp(ctx context.Context, p *opPeers, a *opArgs) error {
 	nb := len(a.recv.b)
-	p.c.worker.args = algo.Args{Peers: p, Src: a.send.b, Dst: a.recv.b, Root: a.root, Block: nb}
-	return p.c.runSchedule(ctx, algo.OpScatter, nb)
+	return p.c.runSchedule(ctx, algo.OpScatter, nb, algo.Args{Peers: p, Src: a.send.b, Dst: a.recv.b, Root: a.root, Block: nb})
 }
 
 // Barrier returns once every rank has called it.
@@ -437,8 +428,7 @@ func (c *Communicator) postBarrier(ctx context.Context) *Request {
 }
 
 func barrierOp(ctx context.Context, p *opPeers, _ *opArgs) error {
-	p.c.worker.args = algo.Args{Peers: p}
-	return p.c.runSchedule(ctx, algo.OpBarrier, 0)
+	return p.c.runSchedule(ctx, algo.OpBarrier, 0, algo.Args{Peers: p})
 }
 
 // resize returns s with length n, reusing its array if it is long enough.

@@ -27,12 +27,9 @@ type workerState struct {
 	counts [][]int
 	// choice is the schedule runSchedule chose last.
 	choice choiceMemo
-	// args are the running schedule's arguments, set by the operation
-	// before it runs the schedule (runSchedule, run) and cleared after:
-	// the schedules take them by pointer, through the table's layers of
-	// adapters, and a pointer to the worker's costs no allocation, where
-	// one to the operation's own would; setting them here spares the copy
-	// from the operation's own into them.
+	// args are the running schedule's arguments: the schedules take them
+	// by pointer, through the table's layers of adapters, and a pointer
+	// to the worker's copy costs no allocation.
 	args algo.Args
 }
 
@@ -56,9 +53,11 @@ func (m *choiceMemo) get(l *layout, op algo.Collective, bytes int, choose func(*
 	return m.a
 }
 
-// run runs schedule a of collective op on args (see algo.Run) and clears
-// them afterwards, so that the worker keeps no caller's buffer alive.
-func (w *workerState) run(ctx context.Context, op algo.Collective, a algo.Algorithm) error {
+// run runs schedule a of collective op on args (see algo.Run), from the
+// worker's copy of them, which it clears afterwards so that it keeps no
+// caller's buffer alive.
+func (w *workerState) run(ctx context.Context, op algo.Collective, a algo.Algorithm, args *algo.Args) error {
+	w.args = *args
 	err := algo.Run(ctx, op, a, &w.args)
 	w.args = algo.Args{}
 	return err

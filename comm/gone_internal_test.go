@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -101,5 +102,98 @@ func expectGone(t *testing.T, w *goneWatch, when string, want []bool) {
 			t.Errorf("%s: new rank %d (old %d) gone: %v, want %v", when, r, w.members[r], got, want[r])
 		}
 		cancel()
+	}
+}
+
+// TestGoneWatchPeriod: a member probes each other one every interval, or
+// less often when that would exceed its rate of probes a second.
+func TestGoneWatchPeriod(t *testing.T) {
+	for _, c := range []struct {
+		members, rate int
+		want          time.Duration
+	}{
+		{2, goneProbeRate, goneProbeInterval},
+		{8, goneProbeRate, goneProbeInterval},
+		{101, goneProbeRate, goneProbeInterval},
+		{201, goneProbeRate, 200 * time.Millisecond},
+		{1025, goneProbeRate, 1024 * time.Millisecond},
+		{1025, 0, goneProbeInterval}, // no bound
+	} {
+		w := &goneWatch{members: make([]int, c.members), interval: goneProbeInterval, rate: c.rate}
+		if got := w.period(); got != c.want {
+			t.Errorf("%d members at most %d probes a second: every %v, want %v", c.members, c.rate, got, c.want)
+		}
+	}
+}
+
+// TestGoneWatchSpread: the watch probes every other member once per
+// period, spread over it rather than all at once, and finds nobody gone
+// while every probe says so. 40 others at 200 probes a second: a period
+// of 200 ms, a probe every 5 ms.
+func TestGoneWatchSpread(t *testing.T) {
+	const n = 41
+	var mu sync.Mutex
+	count := make([]int, n)
+	var at []time.Duration
+	start := time.Now()
+	w := &goneWatch{self: 7, members: make([]int, n), interval: 10 * time.Millisecond, rate: 200,
+		probe: func(_ context.Context, r int) bool {
+			mu.Lock()
+			defer mu.Unlock()
+			count[r]++
+			at = append(at, time.Since(start))
+			return false
+		}}
+	period := w.period()
+	ctx, cancel := context.WithCancelCause(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.watch(ctx, cancel)
+	}()
+	// Until every other member was probed twice: a full period passed.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		mu.Lock()
+		least := n
+		for r, k := range count {
+			if r != w.self {
+				least = min(least, k)
+			}
+		}
+		mu.Unlock()
+		if least >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("not every member was probed twice within a minute")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel(nil)
+	<-done
+	elapsed := time.Since(start)
+	if context.Cause(ctx) != context.Canceled {
+		t.Fatalf("the watch ended the bootstrap with %v while nobody is gone", context.Cause(ctx))
+	}
+	if count[w.self] != 0 {
+		t.Errorf("this rank probed itself %d times", count[w.self])
+	}
+	// No member more often than once a period (and once more at the
+	// start), and not all at once at the start: of the first period's
+	// probes, fewer than half in its first quarter.
+	for r, k := range count {
+		if limit := int(elapsed/period) + 2; k > limit {
+			t.Errorf("member %d probed %d times in %v, want at most %d (every %v)", r, k, elapsed, limit, period)
+		}
+	}
+	early := 0
+	for _, d := range at {
+		if d < period/4 {
+			early++
+		}
+	}
+	if early > (n-1)/2 {
+		t.Errorf("%d of %d members probed in the first quarter of the period (%v): not spread", early, n-1, period/4)
 	}
 }

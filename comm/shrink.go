@@ -571,6 +571,6 @@ func (r *recovery) bootstrap(ctx context.Context, d agree.Decision) (*Communicat
 	}
 	b.what = "shrink"
 	b.gone = &goneWatch{self: self, members: d.Members, oldRank: c.rank, oldComm: c.id,
-		oldSecret: r.lk.secret[:], oldAddrs: r.lk.addrs, timeout: c.cfg.heartbeatTimeout, interval: goneProbeInterval}
+		oldSecret: r.lk.secret[:], oldAddrs: r.lk.addrs, timeout: c.cfg.heartbeatTimeout, interval: goneProbeInterval, rate: goneProbeRate}
 	return b.run(bctx, rootLn, c.groupFabricRanks(d.Members))
 }

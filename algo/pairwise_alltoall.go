@@ -124,6 +124,7 @@ func allToAllPairwise(ctx context.Context, p Peers, send []byte, sendOffs, sendL
 		done = make(chan struct{})
 		go func() {
 			defer close(done)
+			defer RecoverTo(g.fail)
 			for c := range rounds {
 				for s := 1; s < size; s++ {
 					to := mod(r+s, size)
@@ -356,6 +357,7 @@ func pairwiseInPlacePieces(ctx context.Context, p Peers, ws *Workspace, buf []by
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
+		defer RecoverTo(g.fail)
 		for c := range rounds {
 			select {
 			case <-staged:

@@ -82,6 +82,7 @@ func allGatherRing(ctx context.Context, p Peers, data []byte, l layout, chunkByt
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
+		defer RecoverTo(g.fail)
 		for s := 0; s < size-1; s++ {
 			b := mod(r-s, size)
 			off, n := l.block(b, size)

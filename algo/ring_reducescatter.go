@@ -212,6 +212,7 @@ func reduceScatterRing(ctx context.Context, p Peers, ws *Workspace, src, data []
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
+		defer RecoverTo(g.fail)
 		for s := 0; s < size-1; s++ {
 			b := mod(r-s-1, size)
 			off, n := l.block(b, size)

@@ -294,6 +294,7 @@ func routedPhase(ctx context.Context, p Peers, k int, sc *routedScratch, bytes [
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer RecoverTo(g.fail)
 			if err := p.Send(g.ctx, b, step, msg); err != nil {
 				g.fail(fmt.Errorf("routed all-to-all: rank %d phase %d: send to rank %d: %w", me, k, b, err))
 			}
@@ -306,6 +307,7 @@ func routedPhase(ctx context.Context, p Peers, k int, sc *routedScratch, bytes [
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer RecoverTo(g.fail)
 			if err := p.Recv(g.ctx, a, step, msg); err != nil {
 				g.fail(fmt.Errorf("routed all-to-all: rank %d phase %d: recv from rank %d: %w", me, k, a, err))
 				return

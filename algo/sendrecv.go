@@ -67,6 +67,7 @@ func SendRecv(ctx context.Context, p Peers, to int, sstep uint32, sbuf []byte, f
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
+		defer RecoverTo(g.fail)
 		if err := p.Send(g.ctx, to, sstep, sbuf); err != nil {
 			g.fail(fmt.Errorf("send step %d to rank %d: %w", sstep, to, err))
 		}

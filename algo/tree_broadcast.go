@@ -99,6 +99,7 @@ func BroadcastTree(ctx context.Context, p Peers, data []byte, root int, chunkByt
 		}
 		go func(child int, ready chan struct{}) {
 			defer func() { done <- struct{}{} }()
+			defer RecoverTo(g.fail)
 			for k := 0; k < nc; k++ {
 				if ready != nil {
 					if err := g.wait(ready); err != nil {

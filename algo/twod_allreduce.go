@@ -142,6 +142,7 @@ func both(ctx context.Context, f, g func(ctx context.Context) error) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
+		defer RecoverTo(failed)
 		failed(g(ctx))
 	}()
 	failed(f(ctx))

@@ -44,10 +44,11 @@ func TestCompletedAfterFailure(t *testing.T) {
 // the communicator on every rank instead of crashing the process: the
 // operation returns ErrAborted naming the rank, the peer waiting for it
 // in a collective fails alike, and both close, from the panicking call's
-// own goroutine (runAlone), from a queued request (help), and from the
-// worker.
+// own goroutine (runAlone), from a queued request (help), from the
+// worker, and from a goroutine its schedule started (schedule-goroutine:
+// the send of a SendRecv, which receives meanwhile, panics).
 func TestPanicInOperation(t *testing.T) {
-	for _, how := range []string{"blocking", "async-wait", "async-worker"} {
+	for _, how := range []string{"blocking", "async-wait", "async-worker", "schedule-goroutine"} {
 		t.Run(how, func(t *testing.T) {
 			comms, err := NewLocal(2)
 			if err != nil {
@@ -62,6 +63,10 @@ func TestPanicInOperation(t *testing.T) {
 			}()
 			c := comms[0]
 			r := c.postCall(ctx, "Injected", collHeader(algo.OpAllReduce, Float32, Sum, 0, 1), func(ctx context.Context, p *opPeers) error {
+				if how == "schedule-goroutine" {
+					b := make([]byte, 4)
+					return algo.SendRecv(ctx, panicSends{p}, 1, 0, b, 1, 0, b)
+				}
 				var m map[int]int
 				m[0] = 1 // a nil map: the kind of bug the recovery is for
 				return nil
@@ -76,7 +81,7 @@ func TestPanicInOperation(t *testing.T) {
 				<-r.Done()
 				err = r.Wait(ctx)
 			}
-			if !errors.Is(err, ErrAborted) || !strings.Contains(err.Error(), "internal error in Injected") {
+			if !errors.Is(err, ErrAborted) || !strings.Contains(err.Error(), "internal error in Injected") || !strings.Contains(err.Error(), "nil map") {
 				t.Fatalf("the panicking operation returned %v, want ErrAborted naming an internal error", err)
 			}
 			if err := <-peer; !errors.Is(err, ErrAborted) || !strings.Contains(err.Error(), "rank 0") {
@@ -93,4 +98,21 @@ func TestPanicInOperation(t *testing.T) {
 			}
 		})
 	}
+}
+
+// panicSends are peers whose Send panics, as a bug would, and which offer
+// no eager sends, so that SendRecv sends on a goroutine of its own. Recv
+// waits for the panic to cancel it.
+type panicSends struct{ p *opPeers }
+
+func (s panicSends) Rank() int { return s.p.Rank() }
+func (s panicSends) Size() int { return s.p.Size() }
+func (s panicSends) Send(context.Context, int, uint32, []byte) error {
+	var m map[int]int
+	m[0] = 1
+	return nil
+}
+func (s panicSends) Recv(ctx context.Context, _ int, _ uint32, _ []byte) error {
+	<-ctx.Done()
+	return ctx.Err()
 }

@@ -143,6 +143,7 @@ func (c *Communicator) runP2P(ctx context.Context, p *opPeers, ops []p2pOp) erro
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer algo.RecoverTo(func(err error) { once.Do(func() { first = err }) })
 			if err := run(l); err != nil {
 				once.Do(func() { first = err })
 			}

@@ -156,7 +156,7 @@ func (c *Communicator) run(r *Request) (err error) {
 	c.hist.begin(r, fp, start)
 	defer func() {
 		if v := recover(); v != nil {
-			err = c.panicked(r, v)
+			err = c.panicked(r, v, debug.Stack())
 		}
 		c.endOp(err)
 	}()
@@ -183,6 +183,9 @@ func (c *Communicator) run(r *Request) (err error) {
 		}
 		return nil
 	}
+	if pe := (*algo.PanicError)(nil); errors.As(err, &pe) {
+		return c.panicked(r, pe.Value, pe.Stack)
+	}
 	if errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrRewire) || errors.Is(err, ErrGrow) {
 		// Discovered while running (e.g. a group's self send/recv pairing),
 		// or a failure that left the communicator's links idle (a rewire
@@ -193,14 +196,15 @@ func (c *Communicator) run(r *Request) (err error) {
 	return &OpError{Rank: c.rank, Op: r.name, Seq: r.seq, Err: c.classify(ctx, r, err, time.Duration(now()-start))}
 }
 
-// panicked turns a panic in r, which can only come from a bug in occl,
-// into the failure of the communicator, shared with every rank as an
-// abort of this one, so that the caller gets an error and the other ranks
-// stop waiting for this one, instead of the process crashing (or hanging
-// in a Close deferred by the caller, since the panic left the queue's exec
-// held). The stack goes to the log.
-func (c *Communicator) panicked(r *Request, v any) error {
-	logx.For(c.log, logx.Coll).Error("occl: internal error", "op", r.name, "seq", r.seq, "panic", v, "stack", string(debug.Stack()))
+// panicked turns a panic in r (on the operation's goroutine, or on one its
+// schedule started: an *algo.PanicError), which can only come from a bug
+// in occl, into the failure of the communicator, shared with every rank
+// as an abort of this one, so that the caller gets an error and the other
+// ranks stop waiting for this one, instead of the process crashing (or
+// hanging in a Close deferred by the caller, since the panic left the
+// queue's exec held). The stack goes to the log.
+func (c *Communicator) panicked(r *Request, v any, stack []byte) error {
+	logx.For(c.log, logx.Coll).Error("occl: internal error", "op", r.name, "seq", r.seq, "panic", v, "stack", string(stack))
 	pe := &PeerError{Peer: c.rank, Reporter: c.rank, Kind: ErrAborted,
 		Reason: fmt.Sprintf("internal error in %s (seq %d): %v", r.name, r.seq, v)}
 	if c.failure.err() == nil {

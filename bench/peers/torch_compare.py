@@ -61,12 +61,13 @@ IMPLS = ("occl-torch", "gloo", "occl-bench")
 TRACE_OPS = {"allreduce": "AllReduce", "alltoall": "AllToAll", "allgather": "AllGather", "broadcast": "Broadcast"}
 
 
-def inside_occl(trace_dir, op):
+def inside_occl(trace_dir, op, smallest):
     """Reads the timelines occl wrote into trace_dir (OCCL_TRACE) and
     returns, per buffer size in the order of the sizes, the median time of
     op inside occl and the median gap before it (from the end of the
     rank's previous operation: what each call costs above occl), in
-    microseconds, over every rank (what occl-trace stats prints)."""
+    microseconds, over every rank (what occl-trace stats prints). smallest
+    is the benchmark's smallest size in bytes."""
     durs, gaps = collections.defaultdict(list), collections.defaultdict(list)
     for name in sorted(os.listdir(trace_dir)):
         if not name.endswith(".json"):
@@ -82,12 +83,14 @@ def inside_occl(trace_dir, op):
             if i > 0:
                 prev = evs[i - 1]
                 gaps[b].append(max(0.0, e["ts"] - prev["ts"] - prev["dur"]))
-    # Every benchmarked size runs the same warm-up and timed calls; a size
-    # with fewer is the benchmark's own (the all_reduce of the times and of
-    # the check's count after each size).
-    most = max((len(d) for d in durs.values()), default=0)
+    # The benchmark's own calls are 8 B all_reduces (of the times, of the
+    # check's count, and of the warm-up's progress after each size): in a
+    # sweep of all_reduce they are the only ones of that size if it starts
+    # above it, and a few among the timed calls if it starts at it. (Other
+    # operations' sizes in the timeline need not be the benchmark's -b:
+    # they are matched by order.)
     return [(statistics.median(durs[b]), statistics.median(gaps[b]) if gaps[b] else 0.0)
-            for b in sorted(durs) if 2 * len(durs[b]) > most]
+            for b in sorted(durs) if op != "allreduce" or b >= smallest]
 
 
 def run(cmd, out, meta, op=None):
@@ -109,7 +112,7 @@ def run(cmd, out, meta, op=None):
         r.update(meta)
         rows.append(r)
     if trace_dir:
-        inside = inside_occl(trace_dir, op)
+        inside = inside_occl(trace_dir, op, parse_size(cmd[cmd.index("-b") + 1]))
         # One timed size per buffer size, in increasing order on both sides.
         if len(inside) == len(rows):
             for r, (occl_us, gap_us) in zip(sorted(rows, key=lambda r: r["bytes"]), inside):

@@ -139,14 +139,17 @@ func (c *Communicator) runP2P(ctx context.Context, p *opPeers, ops []p2pOp) erro
 		once  sync.Once
 		first error
 	)
+	fail := func(err error) {
+		if err != nil {
+			once.Do(func() { first = err })
+		}
+	}
 	for _, l := range order {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer algo.RecoverTo(func(err error) { once.Do(func() { first = err }) })
-			if err := run(l); err != nil {
-				once.Do(func() { first = err })
-			}
+			defer algo.RecoverTo(fail)
+			fail(run(l))
 		}()
 	}
 	wg.Wait()

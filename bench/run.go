@@ -324,9 +324,11 @@ func (r *Runner) loop(ctx context.Context, send, recv []byte, iters int) error {
 		return nil
 	case AsyncWait:
 		for i := 0; i < iters; i++ {
-			if err := r.issue(ctx, send, recv).Wait(ctx); err != nil {
+			q := r.issue(ctx, send, recv)
+			if err := q.Wait(ctx); err != nil {
 				return err
 			}
+			q.Release() // as the C ABI's wait does: the next call reuses it
 		}
 		return nil
 	}
@@ -347,6 +349,10 @@ func (r *Runner) loop(ctx context.Context, send, recv []byte, iters int) error {
 			}
 			return err
 		}
+	}
+	for i, q := range r.reqs {
+		q.Release() // the next batch reuses them
+		r.reqs[i] = nil
 	}
 	return nil
 }

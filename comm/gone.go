@@ -61,8 +61,8 @@ type goneWatch struct {
 	interval  time.Duration // between two probes of one member, at least
 	rate      int           // probes a second one member makes, at most
 
-	// probe says whether member rank (new rank) is gone; nil means gone.
-	// Tests count probes through it.
+	// probe says whether member rank (new rank) is gone; nil means
+	// w.gone. Tests count probes through it.
 	probe func(ctx context.Context, rank int) bool
 
 	fresh atomic.Pointer[freshListeners]

@@ -137,7 +137,8 @@ func WithTransport(name string) Option { return func(c *config) { c.transport = 
 // that every byte is copied once and no send waits for its receiver.
 // Blocks are lent when the local ranks outnumber the cores, and otherwise
 // where one process_vm_readv of a block is faster than the two memory
-// copies of the rings (shm.MeasureSingleCopy, measured once per process)
+// copies of the rings (shm.MeasureSingleCopy, measured once per process,
+// and shm.SingleCopyRate.Pays)
 // or the blocks are too large to stay in the cache with the rings (1 MiB);
 // OCCL_SHM_CMA=lend lends them in either case. Other
 // collectives keep the rings, whose pipelined double copy lets a sender

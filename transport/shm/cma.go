@@ -304,12 +304,12 @@ func (c *Conn) pull(ctx context.Context, addr uintptr, buf []byte) error {
 		c.liov[0].Base = &buf[off]
 		c.liov[0].SetLen(n)
 		c.riov[0] = unix.RemoteIovec{Base: addr + uintptr(off), Len: n}
-		k, err := unix.ProcessVMReadv(c.reader.pid, c.liov[:], c.riov[:], 0)
+		k, errno := readPeer(c.reader.pid, &c.liov[0], &c.riov[0])
 		switch {
-		case err == unix.EINTR:
+		case errno == unix.EINTR:
 			continue
-		case err != nil:
-			return c.pullErr(addr+uintptr(off), n, err)
+		case errno != 0:
+			return c.pullErr(addr+uintptr(off), n, errno)
 		case k <= 0 || k > n:
 			return fmt.Errorf("shm: recv: process_vm_readv of %d bytes from rank %d returned %d", n, c.peer, k)
 		}
@@ -333,6 +333,23 @@ func (c *Conn) pull(ctx context.Context, addr uintptr, buf []byte) error {
 		}
 	}
 	return nil
+}
+
+// readPeer reads remote, in process pid, into local with one
+// process_vm_readv, returning the bytes read.
+//
+// It is a raw system call: process_vm_readv copies and returns, it does
+// not wait for anything, and told of a call that copies for more than
+// 20 us (a 512 KiB piece takes about 50 here) the runtime's monitor hands
+// the processor to another thread, which on a rank bound to one CPU takes
+// turns with this one for it. AllToAll, 6 interleaved rounds, medians
+// before / after / Open MPI's vader: 2 processes, 1 MiB 93 / 79 / 72 us,
+// 4 MiB 526 / 424 / 388 us, 16 MiB 1.89 / 1.55 / 1.61 ms; 4 processes on
+// 2 cores, 1 MiB 476 / 299 / 293 us, 16 MiB 6.09 / 4.52 / 4.20 ms.
+func readPeer(pid int, local *unix.Iovec, remote *unix.RemoteIovec) (int, unix.Errno) {
+	r, _, errno := unix.RawSyscall6(unix.SYS_PROCESS_VM_READV, uintptr(pid),
+		uintptr(unsafe.Pointer(local)), 1, uintptr(unsafe.Pointer(remote)), 1, 0)
+	return int(r), errno
 }
 
 // pullErr describes a failed process_vm_readv. A process that no longer

@@ -340,9 +340,11 @@ func (c *Conn) pull(ctx context.Context, addr uintptr, buf []byte) error {
 //
 // It is a raw system call: process_vm_readv copies and returns, it does
 // not wait for anything, and told of a call that copies for more than
-// 20 us (a 512 KiB piece takes about 50 here) the runtime's monitor hands
-// the processor to another thread, which on a rank bound to one CPU takes
-// turns with this one for it. AllToAll, 6 interleaved rounds, medians
+// 20 us (a 512 KiB piece takes about 50 here) the runtime's monitor may
+// hand the processor to another thread (with GOMAXPROCS 1 it does), which
+// on a rank bound to one CPU takes turns with this one for it. The price:
+// a stop-the-world of the garbage collector waits for the call, at most
+// one piece (cmaPiece) of copying. AllToAll, 6 interleaved rounds, medians
 // before / after / Open MPI's vader: 2 processes, 1 MiB 93 / 79 / 72 us,
 // 4 MiB 526 / 424 / 388 us, 16 MiB 1.89 / 1.55 / 1.61 ms; 4 processes on
 // 2 cores, 1 MiB 476 / 299 / 293 us, 16 MiB 6.09 / 4.52 / 4.20 ms.

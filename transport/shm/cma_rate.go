@@ -34,16 +34,16 @@ func (r SingleCopyRate) Pays() bool {
 }
 
 // ringCopies is what a ring's two copies of a block cost, counted in
-// copies within one process. They cost more than two: the reader's copy
-// reads lines that another core has just written, and the writer's
-// writes lines that the other core last read. The factor lies between
+// copies within one process. They cost more than two, likely because the
+// reader's copy reads lines that another core has just written (not
+// measured apart). The factor lies between
 // what two machines showed, both 2-core virtual machines at 2 processes:
 // on an AMD EPYC, process_vm_readv took 3.5-4 times as long as a copy
 // and lending lost (1 MiB AllToAll, 121-159 us lent against 60-79 through
 // the rings); on an Intel Sapphire Rapids it took 1.8-2.2 times as long,
 // so that a factor of 2 gave one verdict or the other from one process
 // to the next, and lending won (6 interleaved rounds, medians lent /
-// rings: 256 KiB AllToAll 15.8 / 20.7 us, 1 MiB 106 / 122 us).
+// rings: 256 KiB AllToAll 15.8 / 20.8 us, 1 MiB 106 / 122 us).
 const ringCopies = 2.5
 
 // String gives the two times and the verdict, for logs.

@@ -512,15 +512,18 @@ func (s *stream) doWrite(fd uintptr) bool {
 		// non-blocking, so the call returns at once (EAGAIN when the
 		// buffer is full), and telling the runtime of it only costs:
 		// entering and leaving a system call takes its bookkeeping
-		// each time, and a call that copies for more than 20 us has
-		// the runtime's monitor hand the processor to another thread,
-		// which on a rank bound to one CPU then takes turns with this
-		// one for it. occl-bench -z 1 over loopback TCP, 6-8
-		// interleaved rounds, medians before / after: 2 processes, 8 B
-		// AllReduce 7.69 / 6.44 us, 1 KiB AllToAll 8.95 / 6.98 us, 64
-		// KiB AllReduce 32.8 / 27.2 us; 4 processes on 2 cores, 8 B
-		// AllReduce 114 / 73 us, 64 KiB 324 / 175 us, 1 MiB 1891 /
-		// 1701 us; 16 MiB unchanged within the noise.
+		// each time, and for a call that copies for more than 20 us
+		// the runtime's monitor may hand the processor to another
+		// thread (with GOMAXPROCS 1 it does), which on a rank bound to
+		// one CPU then takes turns with this one for it. The price: a
+		// stop-the-world of the garbage collector waits for the call,
+		// at most a socket buffer's copy. occl-bench -z 1 over
+		// loopback TCP, 6-8 interleaved rounds, medians before /
+		// after: 2 processes, 8 B AllReduce 7.69 / 6.44 us, 1 KiB
+		// AllToAll 8.95 / 6.98 us, 64 KiB AllReduce 32.8 / 27.2 us; 4
+		// processes on 2 cores, 8 B AllReduce 114 / 73 us, 64 KiB 324
+		// / 175 us, 1 MiB 1891 / 1701 us; 16 MiB unchanged within the
+		// noise.
 		w, _, errno := unix.RawSyscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&iov[0])), uintptr(n))
 		switch errno {
 		case 0:

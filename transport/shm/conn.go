@@ -33,25 +33,6 @@ const (
 	// spinYield is how many more rounds a wait yields to other goroutines
 	// before it sleeps when the processes outnumber the cores.
 	spinYield = 128
-	// coreYields is how many rounds a wait under transport.WithCoreYield
-	// gives its core to the other processes on it (sched_yield; one of
-	// them may be the peer it waits for) before it sleeps, when the
-	// processes outnumber the cores.
-	coreYields = 512
-	// coreYieldSlow is how long a sched_yield may keep a wait away from
-	// its core before the wait concludes that what runs there is not a
-	// peer answering it (a peer hands the core back within microseconds;
-	// another program keeps it for its whole time slice, milliseconds).
-	// After a second such yield within coreYieldSlowWindow of the
-	// first, the connection stops yielding its core for coreYieldBackoff
-	// and only sleeps, which a peer's wake-up ends at once. A lone slow
-	// yield (an interrupt, a kernel thread, the runtime's own threads)
-	// changes nothing: backing off for a second on one made 4 ranks on 2
-	// cores sleep instead of yield, and their small operations 2-4 times
-	// slower, every now and then.
-	coreYieldSlow       = time.Millisecond
-	coreYieldSlowWindow = 100 * time.Millisecond
-	coreYieldBackoff    = time.Second
 	// sleepSlice bounds a single futex sleep, so that cancellation of a
 	// context without a deadline and a dead peer that nobody reported are
 	// noticed within that time even without a wake-up.
@@ -101,11 +82,8 @@ type Conn struct {
 	// unlocks it (false).
 	yieldHook, coreYieldHook func()
 	lockHook                 func(locked bool)
-	// coreYieldOff: the monotonic time (see monotonic) until which waits
-	// do not yield their core; slowYield: when the last slow yield ended
-	// (see coreYieldSlow).
-	coreYieldOff atomic.Int64
-	slowYield    atomic.Int64
+	// coreYield decides whether waits give their core away.
+	coreYield transport.CoreYield
 	// peerSpin is how many rounds a wait that would yield its core polls
 	// on while the peer is marked running (see offCore); tests change it.
 	peerSpin int
@@ -706,7 +684,7 @@ func (c *Conn) wait(ctx context.Context, w waitFor) error {
 			if !decided {
 				yield, core, decided = c.local || transport.Yields(ctx), transport.CoreYields(ctx), true
 			}
-			if core && i < spinTight+coreYields {
+			if core && i < spinTight+transport.CoreYieldRounds {
 				if peerPolls > 0 && peerOff.Load() == 0 {
 					// The peer runs, on another core (see
 					// offCore): poll on, not counting a yield.
@@ -799,40 +777,22 @@ func (c *Conn) wait(ctx context.Context, w waitFor) error {
 }
 
 // yieldCore gives this thread's core to the other processes that wait for
-// it (sched_yield), unless recent yields found it taken by a program that
-// keeps it for a whole time slice (see coreYieldSlow).
+// it (transport.SchedYield), unless recent yields found it taken by a
+// program that keeps it for a whole time slice (transport.CoreYield),
+// with the process marked off core meanwhile (see offCore).
 func (c *Conn) yieldCore() {
-	start := monotonic()
-	if start < c.coreYieldOff.Load() {
+	start, ok := c.coreYield.Begin()
+	if !ok {
 		return
 	}
 	offCoreDuring(func() {
-		// A raw system call: the Go runtime is not told, so the thread
-		// keeps its processor through the yield and pays no entry and
-		// exit bookkeeping. Told, the runtime's monitor may hand the
-		// processor to another thread when a yield lasts over 20 us,
-		// for the thread to take back through the scheduler. With 4 processes on 2 cores (occl-bench -z 1, 3
-		// interleaved rounds): 8 B AllReduce 5.8-6.3 -> 3.2-4.0 us, 64 B
-		// AllToAll 4.0-5.7 -> 3.3-4.2 us, and no more runs 5-7 times
-		// slower than the others. The goroutines it keeps from running
-		// meanwhile would run on this core, which is given away.
-		unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+		transport.SchedYield()
 		if c.coreYieldHook != nil {
 			c.coreYieldHook()
 		}
 	})
-	if end := monotonic(); end-start > int64(coreYieldSlow) {
-		if last := c.slowYield.Swap(end); last != 0 && end-last < int64(coreYieldSlowWindow) {
-			c.coreYieldOff.Store(end + int64(coreYieldBackoff))
-		}
-	}
+	c.coreYield.End(start)
 }
-
-// clockBase is the origin of monotonic.
-var clockBase = time.Now()
-
-// monotonic reads the monotonic clock, in nanoseconds since clockBase.
-func monotonic() int64 { return int64(time.Since(clockBase)) }
 
 // yieldProcessor lets the process's other goroutines run during a wait.
 func (c *Conn) yieldProcessor() {

@@ -80,7 +80,11 @@ type Options struct {
 	// polling process takes the core from the one that would send: then
 	// it should not poll. 0 means DefaultSpinReads; negative means never,
 	// for large frames and full socket buffers too (which otherwise poll
-	// up to 1024 times without progress).
+	// up to 1024 times without progress). A read that does not poll
+	// still gives its core away (sched_yield) between tries, up to
+	// transport.CoreYieldRounds times, if it is a small frame's under
+	// transport.WithCoreYield: the process about to send it may be the
+	// one waiting for this core.
 	SpinReads int
 }
 
@@ -105,6 +109,9 @@ type Conn struct {
 	closed    atomic.Bool
 	closeOnce sync.Once
 	quit      chan struct{}
+	// coreYield decides whether reads give their core away (see
+	// stream.doRead).
+	coreYield transport.CoreYield
 }
 
 var _ transport.Conn = (*Conn)(nil)
@@ -119,7 +126,7 @@ func NewConn(socks []*net.TCPConn, o Options) (*Conn, error) {
 	o = o.withDefaults()
 	c := &Conn{stripeMin: o.StripeMin, quit: make(chan struct{})}
 	for i, tc := range socks {
-		s, err := newStream(tc, o.SocketBuffer, o.SpinReads)
+		s, err := newStream(tc, o.SocketBuffer, o.SpinReads, &c.coreYield)
 		if err != nil {
 			for _, t := range socks {
 				t.Close()
@@ -194,7 +201,11 @@ func (c *Conn) Recv(ctx context.Context, want transport.Header, buf []byte) erro
 	k := c.stripes(len(buf))
 	if k == 1 {
 		want.Len = uint64(len(buf))
-		return c.mapErr(ctx, c.streams[0].readFrame(&want, buf))
+		s := c.streams[0]
+		s.rcore = transport.CoreYields(ctx)
+		err := s.readFrame(&want, buf)
+		s.rcore = false
+		return c.mapErr(ctx, err)
 	}
 	for i := 1; i < k; i++ {
 		lo, hi := span(len(buf), k, i)
@@ -413,13 +424,20 @@ type stream struct {
 	rcheck bool
 	rspin  int // polls left without progress
 	rlarge bool
-	spin   int // Options.SpinReads
+	// rcore: the read may give its core away while it waits (see
+	// doRead), ryield how many more times, cy whether it still may.
+	rcore  bool
+	ryield int
+	cy     *transport.CoreYield
+	// coreYieldHook, if set, runs after every such yield (tests).
+	coreYieldHook func()
+	spin          int // Options.SpinReads
 
 	sendq, recvq       chan task
 	sendDone, recvDone chan error
 }
 
-func newStream(tc *net.TCPConn, sockBuf, spin int) (*stream, error) {
+func newStream(tc *net.TCPConn, sockBuf, spin int, cy *transport.CoreYield) (*stream, error) {
 	tc.SetNoDelay(true)
 	if sockBuf > 0 {
 		tc.SetReadBuffer(sockBuf)
@@ -431,7 +449,7 @@ func newStream(tc *net.TCPConn, sockBuf, spin int) (*stream, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &stream{tc: tc, rc: rc, spin: spin}
+	s := &stream{tc: tc, rc: rc, spin: spin, cy: cy}
 	s.wfn = s.doWrite
 	s.rfn = s.doRead
 	return s, nil
@@ -565,6 +583,10 @@ func (s *stream) readv(a, b []byte, want *transport.Header) error {
 	if s.rlarge {
 		s.rspin = s.largeSpin()
 	}
+	s.ryield = 0
+	if s.spin == 0 && s.rcore && !s.rlarge {
+		s.ryield = transport.CoreYieldRounds
+	}
 	if want != nil {
 		s.rwant = *want
 	}
@@ -595,6 +617,24 @@ func (s *stream) doRead(fd uintptr) bool {
 		switch errno {
 		case 0:
 		case unix.EAGAIN:
+			if s.ryield > 0 {
+				// Processes outnumber the cores, so reads do not
+				// poll, but this small one may give its core away
+				// (transport.WithCoreYield): the peer about to send
+				// it may be the process waiting for this core, and
+				// a wake-up from the netpoller costs tens of
+				// microseconds.
+				s.ryield--
+				if start, ok := s.cy.Begin(); ok {
+					transport.SchedYield()
+					if s.coreYieldHook != nil {
+						s.coreYieldHook()
+					}
+					s.cy.End(start)
+					continue
+				}
+				s.ryield = 0
+			}
 			if s.rspin > 0 {
 				// A small message is probably on its way, or the rest
 				// of a large one (see spinLarge): polling for a few

@@ -72,6 +72,50 @@ func TestConformanceNoSpin(t *testing.T) {
 	})
 }
 
+// A read that does not poll (SpinReads < 0) gives its core away between
+// tries while it waits for a small frame under transport.WithCoreYield,
+// at most transport.CoreYieldRounds times, and then waits in the
+// netpoller with its deadline; without WithCoreYield it never yields.
+func TestNoSpinReadYieldsCore(t *testing.T) {
+	a, b := pairOpts(t, 1, Options{SpinReads: -1})
+	defer a.Close()
+	defer b.Close()
+	var yields int
+	b.(*Conn).streams[0].coreYieldHook = func() { yields++ }
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	h := transport.Header{Kind: transport.KindCollective, Step: 1}
+	for _, tc := range []struct {
+		name   string
+		ctx    context.Context
+		yields bool
+	}{{"core yield", transport.WithCoreYield(ctx), true}, {"plain", ctx, false}} {
+		yields = 0
+		sent := make(chan error, 1)
+		go func() {
+			time.Sleep(5 * time.Millisecond)
+			sent <- a.Send(ctx, h, []byte("8 bytes."))
+		}()
+		buf := make([]byte, 8)
+		if err := b.Recv(tc.ctx, h, buf); err != nil || string(buf) != "8 bytes." {
+			t.Fatalf("%s: Recv = %q, %v", tc.name, buf, err)
+		}
+		if err := <-sent; err != nil {
+			t.Fatalf("%s: Send: %v", tc.name, err)
+		}
+		if (yields > 0) != tc.yields || yields > transport.CoreYieldRounds {
+			t.Errorf("%s: %d core yields, want some: %v, at most %d", tc.name, yields, tc.yields, transport.CoreYieldRounds)
+		}
+	}
+	short, cancelShort := context.WithTimeout(transport.WithCoreYield(ctx), 30*time.Millisecond)
+	defer cancelShort()
+	start := time.Now()
+	err := b.Recv(short, h, make([]byte, 8))
+	if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 2*time.Second {
+		t.Fatalf("Recv of nothing under a 30 ms deadline: %v after %v", err, time.Since(start))
+	}
+}
+
 func TestWrongSecretRejected(t *testing.T) {
 	ln, err := Listen("127.0.0.1:0", testSecret, nil, nil)
 	if err != nil {

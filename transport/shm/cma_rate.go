@@ -38,8 +38,8 @@ func (r SingleCopyRate) Pays() bool {
 // reader's copy reads lines that another core has just written (not
 // measured apart). The factor lies between
 // what two machines showed, both 2-core virtual machines at 2 processes:
-// on an AMD EPYC, process_vm_readv took 3.5-4 times as long as a copy
-// and lending lost (1 MiB AllToAll, 121-159 us lent against 60-79 through
+// on an AMD EPYC, process_vm_readv took 3 to 4.5 times as long as a copy
+// (27-32 us against 7-9 for 256 KiB) and lending lost (1 MiB AllToAll, 121-159 us lent against 60-79 through
 // the rings); on an Intel Sapphire Rapids it took 1.8-2.2 times as long,
 // so that a factor of 2 gave one verdict or the other from one process
 // to the next, and lending won (6 interleaved rounds, medians lent /

@@ -202,7 +202,9 @@ func (c *Conn) Recv(ctx context.Context, want transport.Header, buf []byte) erro
 	if k == 1 {
 		want.Len = uint64(len(buf))
 		s := c.streams[0]
-		s.rcore = transport.CoreYields(ctx)
+		// Asked only where reads do not poll: a context's values are
+		// looked up through its chain.
+		s.rcore = s.spin == 0 && transport.CoreYields(ctx)
 		err := s.readFrame(&want, buf)
 		s.rcore = false
 		return c.mapErr(ctx, err)
@@ -584,7 +586,7 @@ func (s *stream) readv(a, b []byte, want *transport.Header) error {
 		s.rspin = s.largeSpin()
 	}
 	s.ryield = 0
-	if s.spin == 0 && s.rcore && !s.rlarge {
+	if s.rcore && !s.rlarge {
 		s.ryield = transport.CoreYieldRounds
 	}
 	if want != nil {

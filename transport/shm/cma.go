@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -72,8 +73,11 @@ func (p *probe) release() {
 
 // cmaReader is what a receiver needs to read the peer's memory.
 type cmaReader struct {
-	pid   int // the peer's process
-	pidfd int // a pidfd of it, -1 if it is this process
+	pid int // the peer's process
+	// pidfd is a pidfd of it, -1 if it is this process. Close closes it
+	// while a Recv may still use it (see Conn.Close), so it is read and
+	// written atomically.
+	pidfd int32
 }
 
 // probePeer checks that this process can read the memory of process pid:
@@ -97,7 +101,7 @@ func probePeer(pid uint32, addr uint64, pattern []byte) (cmaReader, error) {
 		if err != nil {
 			return r, fmt.Errorf("pidfd_open: %w", err)
 		}
-		r.pidfd = fd
+		r.pidfd = int32(fd)
 	}
 	var got [probeSize]byte
 	local := []unix.Iovec{{Base: &got[0], Len: probeSize}}
@@ -121,16 +125,19 @@ func probePeer(pid uint32, addr uint64, pattern []byte) (cmaReader, error) {
 // alive returns an error if the peer's process has been reaped, so that
 // its pid may name another process now.
 func (r *cmaReader) alive() error {
-	if r.pidfd < 0 {
+	fd := atomic.LoadInt32(&r.pidfd)
+	if fd < 0 {
 		return nil
 	}
-	return unix.PidfdSendSignal(r.pidfd, 0, nil, 0)
+	return unix.PidfdSendSignal(int(fd), 0, nil, 0)
 }
 
+// close closes the pidfd. A Recv that overlaps it may ask a closed, or
+// reused, descriptor whether the peer is alive; it then fails, and
+// reports transport.ErrClosed (see Conn.afterClose).
 func (r *cmaReader) close() {
-	if r.pidfd >= 0 {
-		unix.Close(r.pidfd)
-		r.pidfd = -1
+	if fd := atomic.SwapInt32(&r.pidfd, -1); fd >= 0 {
+		unix.Close(int(fd))
 	}
 }
 
@@ -211,8 +218,10 @@ func (c *Conn) LentMin() int {
 // Lend sends payload by descriptor without waiting for the receiver's
 // copy (see transport.Lender).
 func (c *Conn) Lend(ctx context.Context, h transport.Header, payload []byte) error {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
+	return c.afterClose(c.lend(ctx, h, payload))
+}
+
+func (c *Conn) lend(ctx context.Context, h transport.Header, payload []byte) error {
 	if !c.cmaOut || len(payload) < c.cmaOutMin {
 		return fmt.Errorf("shm: lend: %d bytes to rank %d: this connection lends payloads of %d bytes or more, none if 0", len(payload), c.peer, c.LendMin())
 	}
@@ -235,8 +244,10 @@ func (c *Conn) Lend(ctx context.Context, h transport.Header, payload []byte) err
 // Settle waits until the receiver has copied every payload lent to it
 // (see transport.Lender).
 func (c *Conn) Settle(ctx context.Context) error {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
+	return c.afterClose(c.settle(ctx))
+}
+
+func (c *Conn) settle(ctx context.Context) error {
 	if len(c.lent) == 0 {
 		return nil
 	}

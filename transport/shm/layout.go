@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -146,6 +147,29 @@ func (m *mapping) unmap() {
 	if m.m != nil {
 		unix.Munmap(m.m)
 		m.ring = ring{}
+	}
+}
+
+// retireRings replaces the memory of c's rings, out and in, by private
+// zero-filled memory at the same addresses (mmap with MAP_FIXED) and
+// closes what they hold open; the replacement is unmapped once c is
+// unreachable. A call still running on c then reads zeros and writes into
+// memory nobody reads, instead of into the peer's rings or onto unmapped
+// pages, and the shared memory is released now.
+func retireRings(c *Conn, out, in *mapping) {
+	for _, m := range []*mapping{out, in} {
+		if m.fd >= 0 {
+			unix.Close(m.fd)
+			m.fd = -1
+		}
+		if len(m.m) == 0 {
+			continue
+		}
+		// Should the replacement fail (no memory for the kernel's
+		// bookkeeping), the shared mapping stays until the cleanup.
+		unix.MmapPtr(-1, 0, unsafe.Pointer(&m.m[0]), uintptr(len(m.m)),
+			unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED|unix.MAP_NORESERVE)
+		runtime.AddCleanup(c, func(b []byte) { unix.Munmap(b) }, m.m)
 	}
 }
 

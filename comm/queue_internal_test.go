@@ -271,59 +271,60 @@ func TestGraceStoppedWhileCallerRuns(t *testing.T) {
 	}
 }
 
-// TestPromptCallerGetsLateWakeUp: where a rank has one CPU or less, a
-// caller that waited for promptCalls Async requests in a row within
-// promptWait has its next one wait for lateGrace, not issueGrace, before
-// the worker is woken (no timer armed per call); a wait later than
-// promptWait ends the streak, and the next request gets issueGrace again.
-// With CPUs to spare every request gets issueGrace.
+// TestPromptCallerGetsLateWakeUp: a caller that waited for promptCalls
+// Async requests in a row within promptWait has its next one wait for
+// lateGrace, not issueGrace, before the worker is woken (no timer armed
+// per call); a wait later than promptWait ends the streak, and the next
+// request gets issueGrace again.
 func TestPromptCallerGetsLateWakeUp(t *testing.T) {
-	for _, ok := range []bool{true, false} {
-		c, ctx := stoppedWorker(t)
-		q := &c.queue
-		q.promptOK = ok
-		// Long enough that a slow machine (the race detector) cannot let
-		// either pass between a call and its wait.
-		q.graceFor, q.lateFor = time.Second, time.Second
-		x := []float32{1, 2, 3}
+	c, ctx := stoppedWorker(t)
+	q := &c.queue
+	// Long enough that a slow machine (the race detector) cannot let
+	// either pass between a call and its wait.
+	q.graceFor, q.lateFor = time.Second, time.Second
+	x := []float32{1, 2, 3}
+	prompt := func() {
+		t.Helper()
 		for i := range promptCalls {
 			if err := c.AllReduceAsync(ctx, Slice(x), Slice(x), Sum).Wait(ctx); err != nil {
 				t.Fatalf("call %d: %v", i, err)
 			}
 		}
 		if n := q.prompt.Load(); n != promptCalls {
-			t.Fatalf("promptOK %v: %d prompt calls counted, want %d", ok, n, promptCalls)
-		}
-		q.lateFor = 30 * time.Millisecond
-		q.graceFor = 30 * time.Millisecond
-		r := c.AllReduceAsync(ctx, Slice(x), Slice(x), Sum)
-		if q.graceArmed.Load() == ok || q.lateArmed.Load() != ok {
-			t.Errorf("promptOK %v: grace armed %v, late armed %v", ok, q.graceArmed.Load(), q.lateArmed.Load())
-		}
-		// Not waited for: the worker is woken once the wake-up fires.
-		for end := time.Now().Add(5 * time.Second); len(q.wake) == 0 && time.Now().Before(end); {
-			time.Sleep(time.Millisecond)
-		}
-		if n := len(q.wake); n != 1 {
-			t.Errorf("promptOK %v: %d wake-ups for the worker after the request's wait in the queue, want 1", ok, n)
-		}
-		<-q.wake
-		// Waited for after promptWait: the streak ends.
-		time.Sleep(2 * promptWait)
-		if err := r.Wait(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if n := q.prompt.Load(); n != 0 {
-			t.Errorf("promptOK %v: a wait %v after the call left %d prompt calls counted", ok, 2*promptWait, n)
-		}
-		q.graceFor = time.Second
-		if err := c.AllReduceAsync(ctx, Slice(x), Slice(x), Sum).Wait(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if q.lateArmed.Load() {
-			// Fired already above; a request after the streak's end must
-			// not have armed it again.
-			t.Errorf("promptOK %v: a request after the streak's end armed the late wake-up", ok)
+			t.Fatalf("%d prompt calls counted, want %d", n, promptCalls)
 		}
 	}
+	prompt()
+	q.lateFor = 30 * time.Millisecond
+	r := c.AllReduceAsync(ctx, Slice(x), Slice(x), Sum)
+	if q.graceArmed.Load() || !q.lateArmed.Load() {
+		t.Errorf("a prompt caller's request: grace armed %v, late armed %v; want the late wake-up only",
+			q.graceArmed.Load(), q.lateArmed.Load())
+	}
+	// Not waited for: the worker is woken once the late wake-up fires.
+	for end := time.Now().Add(5 * time.Second); len(q.wake) == 0 && time.Now().Before(end); {
+		time.Sleep(time.Millisecond)
+	}
+	if n := len(q.wake); n != 1 {
+		t.Errorf("%d wake-ups for the worker after the late wake-up, want 1", n)
+	}
+	<-q.wake
+	// Waited for after promptWait: the streak ends.
+	time.Sleep(2 * promptWait)
+	if err := r.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := q.prompt.Load(); n != 0 {
+		t.Errorf("a wait %v after the call left %d prompt calls counted", 2*promptWait, n)
+	}
+	r = c.AllReduceAsync(ctx, Slice(x), Slice(x), Sum)
+	if !q.graceArmed.Load() || q.lateArmed.Load() {
+		t.Errorf("after the streak's end: grace armed %v, late armed %v; want the grace only",
+			q.graceArmed.Load(), q.lateArmed.Load())
+	}
+	if err := r.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The streak builds again.
+	prompt()
 }

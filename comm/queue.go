@@ -66,10 +66,9 @@ type opQueue struct {
 	graceFor time.Duration
 	// prompt counts, up to promptCalls, the Async requests in a row
 	// that their callers waited for within promptWait of issuing them
-	// (see waited). late is the
-	// wake-up such callers' requests get instead of grace: armed if not
-	// armed already, never stopped, so that it fires at most once per
-	// lateFor whatever the rate of calls.
+	// (see waited). late is the wake-up such callers' requests get
+	// instead of grace: armed if not armed already, never stopped, so
+	// that it fires at most once per lateFor whatever the rate of calls.
 	prompt    atomic.Int32
 	late      *time.Timer
 	lateArmed atomic.Bool
@@ -132,10 +131,10 @@ const issueGrace = 20 * time.Microsecond
 // for waking that thread (on a virtual machine, waking an idle CPU is an
 // exit to the hypervisor), and where the ranks fill the machine's CPUs the
 // woken thread takes one from a rank. Through torch.distributed, on a
-// one-rank group with 200 us of Python between calls, a call took 29-32
-// us with the grace armed per call and 9 us without; at 2 processes on 2
-// CPUs, with 60 us between calls, 21-28% of 32 B all_to_all_single calls
-// took over 20 us with it and 7-8% without.
+// one-rank group with 200 us of Python between calls, a call took 23-27
+// us with the grace armed per call and 9-11 us without; at 2 processes on
+// 2 CPUs, with 60 us between calls, 21-28% of 32 B all_to_all_single
+// calls took over 20 us with it and 7-10% without.
 const promptCalls = 8
 
 // promptWait is how soon after an Async call its caller must wait for the
@@ -150,6 +149,11 @@ const promptWait = 200 * time.Microsecond
 // prompt costs one request up to this delay (its wait ends the streak);
 // its next requests get issueGrace again.
 const lateGrace = 20 * time.Millisecond
+
+// isRewire reports whether r is a rewire.
+func isRewire(r *Request) bool {
+	return r.hdr.Kind == transport.KindCollective && r.hdr.Op == uint8(algo.OpRewire)
+}
 
 // kickLate wakes the worker within lateFor if anything is queued then,
 // unless such a wake-up is pending already; it never re-arms a pending
@@ -422,7 +426,7 @@ func (c *Communicator) issue(r *Request) *Request {
 		// Behind others: its caller cannot run it (help runs the head
 		// only), the worker must.
 		q.kick()
-	} else if q.prompt.Load() >= promptCalls && r.hdr.Op != uint8(algo.OpRewire) {
+	} else if q.prompt.Load() >= promptCalls && !isRewire(r) {
 		// A rewire keeps the short grace: it is issued to overlap with
 		// computation, and takes milliseconds itself.
 		q.kickLate()

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/occl/occl/algo"
 	"github.com/occl/occl/transport"
 )
 
@@ -325,6 +326,13 @@ func TestPromptCallerGetsLateWakeUp(t *testing.T) {
 	if err := r.Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// The streak builds again.
+	// The streak builds again; a rewire keeps the grace all the same.
 	prompt()
+	r = c.issue(c.post(ctx, "Rewire", collHeader(algo.OpRewire, 0, 0, 0, 0), func(context.Context, *opPeers, *opArgs) error { return nil }, opArgs{}))
+	if !q.graceArmed.Load() {
+		t.Error("a prompt caller's rewire did not arm the grace")
+	}
+	if err := r.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
 }

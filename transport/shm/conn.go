@@ -854,8 +854,9 @@ func (c *Conn) Name() string { return "shm" }
 // Close, then gets an error wrapping transport.ErrPeerClosed.
 //
 // Calls running meanwhile fail with transport.ErrClosed (see afterClose).
-// Close does not wait for them: that would cost every call a lock, two
-// locked instructions each way, about 7% of a small operation's time.
+// Close does not wait for them: that would cost every call a shared lock,
+// two locked instructions (BenchmarkTwoProcessesExchange, an 8 B exchange
+// between two processes, took 228-270 ns with it, 217-249 without).
 func (c *Conn) Close() error {
 	c.closeOnce.Do(func() {
 		c.closed.Store(true)

@@ -12,8 +12,9 @@ import (
 // the thread, marked as in a system call, on return. The runtime's monitor
 // (sysmon) takes as stuck a P whose goroutine has not been rescheduled for
 // 10 ms, and from then on takes that P back on every pass, which keeps the
-// monitor itself waking every 20 us: on a machine whose CPUs the ranks
-// fill, each of those wake-ups takes the CPU of a rank's thread. With
+// monitor itself waking every 20 us (retake and sysmon in the runtime's
+// proc.go, Go 1.26): on a machine whose CPUs the ranks fill, each of
+// those wake-ups takes the CPU of a rank's thread. With
 // torch.distributed at 2 processes on 2 CPUs (32 B all_to_all_single with
 // 60 us of Python between calls) a main thread was preempted by the
 // process's own threads a thousand times a second.

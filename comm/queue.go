@@ -89,22 +89,21 @@ func (q *opQueue) init() {
 	q.wake = make(chan struct{}, 1)
 	q.quit = make(chan struct{})
 	q.stopped = make(chan struct{})
-	q.graceFor = issueGrace
-	q.grace = time.AfterFunc(time.Hour, func() {
-		q.graceArmed.Store(false)
+	q.graceFor, q.grace = issueGrace, q.wakeTimer(&q.graceArmed)
+	q.lateFor, q.late = lateGrace, q.wakeTimer(&q.lateArmed)
+}
+
+// wakeTimer returns a stopped timer that, when it fires, clears armed and
+// then wakes the worker if anything is queued (see kickSoon, kickLate).
+func (q *opQueue) wakeTimer(armed *atomic.Bool) *time.Timer {
+	t := time.AfterFunc(time.Hour, func() {
+		armed.Store(false)
 		if q.queued() {
 			q.kick()
 		}
 	})
-	q.grace.Stop()
-	q.lateFor = lateGrace
-	q.late = time.AfterFunc(time.Hour, func() {
-		q.lateArmed.Store(false)
-		if q.queued() {
-			q.kick()
-		}
-	})
-	q.late.Stop()
+	t.Stop()
+	return t
 }
 
 // issueGrace is how long a request issued by an Async call waits in the
@@ -138,16 +137,16 @@ const issueGrace = 20 * time.Microsecond
 const promptCalls = 8
 
 // promptWait is how soon after an Async call its caller must wait for the
-// request to count as waiting at once, and so the most a prompt caller's
-// request that was meant to overlap with computation starts late.
+// request to count as waiting at once.
 const promptWait = 200 * time.Microsecond
 
 // lateGrace is the longest a request of a prompt caller waits in the queue
 // before the worker is woken for it, if its caller neither waits, tests
 // nor issues another (which wake the worker at once): once per lateGrace
-// at most, the wake-up is paid for nothing. A caller that stops being
-// prompt costs one request up to this delay (its wait ends the streak);
-// its next requests get issueGrace again.
+// at most, the wake-up is paid for nothing. A prompt caller that issues a
+// request to overlap with computation loses that overlap for this one
+// request (it starts at the wait, or lateGrace after the call); its wait
+// ends the streak, and the requests after it get issueGrace again.
 const lateGrace = 20 * time.Millisecond
 
 // isRewire reports whether r is a rewire.

@@ -34,9 +34,10 @@ type config struct {
 	chunk            int
 	streams          int
 	sockBuf          int
-	oversubscribed   bool // more local ranks than CPUs: waits do not poll
-	cpus             int  // the CPUs a rank may keep busy (algo.CPUPeers); 0: GOMAXPROCS
-	lazyRings        bool // shm rings are mapped as first touched (a communicator made by Shrink)
+	congestion       string // OCCL_TCP_CONGESTION (tcp.Options.Congestion)
+	oversubscribed   bool   // more local ranks than CPUs: waits do not poll
+	cpus             int    // the CPUs a rank may keep busy (algo.CPUPeers); 0: GOMAXPROCS
+	lazyRings        bool   // shm rings are mapped as first touched (a communicator made by Shrink)
 	hostID           string
 	listenHost       string
 	socketIface      string // OCCL_SOCKET_IFNAME; listenHost wins
@@ -205,7 +206,7 @@ func (c *config) listenAddr() (string, error) {
 
 // tcpOptions returns the options of every TCP connection.
 func (c *config) tcpOptions() tcp.Options {
-	o := tcp.Options{SocketBuffer: c.sockBuf}
+	o := tcp.Options{SocketBuffer: c.sockBuf, Congestion: c.congestion}
 	if c.oversubscribed {
 		o.SpinReads = -1
 	}
@@ -289,6 +290,14 @@ func (c *config) fromEnv() error {
 	env("OCCL_CHUNK_SIZE", func(v string) (e error) { c.chunk, e = ParseSize(v); return })
 	env("OCCL_NSOCKS_PERPEER", func(v string) (e error) { c.streams, e = strconv.Atoi(v); return })
 	env("OCCL_SOCKET_BUFFER", func(v string) (e error) { c.sockBuf, e = ParseSize(v); return })
+	env("OCCL_TCP_CONGESTION", func(v string) error {
+		// The kernel's names are at most 15 bytes (TCP_CA_NAME_MAX).
+		if len(v) > 15 || strings.ContainsAny(v, " \t\n/") {
+			return fmt.Errorf("want auto, system or a congestion control algorithm's name")
+		}
+		c.congestion = strings.ToLower(v)
+		return nil
+	})
 	env("OCCL_HOSTID", func(v string) error { c.hostID = v; return nil })
 	env("OCCL_SOCKET_ADDR", func(v string) error { c.listenHost = v; return nil })
 	env("OCCL_SOCKET_IFNAME", func(v string) error { c.socketIface = v; return nil })

@@ -86,6 +86,12 @@ type Options struct {
 	// transport.WithCoreYield: the process about to send it may be the
 	// one waiting for this core.
 	SpinReads int
+	// Congestion is the congestion control algorithm of every stream
+	// (TCP_CONGESTION): an algorithm's name ("cubic", "reno", "bbr"),
+	// which NewConn fails without, CongestionSystem, or CongestionAuto
+	// (also ""): SameHostCongestion between two addresses of one host,
+	// the system's default elsewhere.
+	Congestion string
 }
 
 func (o Options) withDefaults() Options {
@@ -126,7 +132,7 @@ func NewConn(socks []*net.TCPConn, o Options) (*Conn, error) {
 	o = o.withDefaults()
 	c := &Conn{stripeMin: o.StripeMin, quit: make(chan struct{})}
 	for i, tc := range socks {
-		s, err := newStream(tc, o.SocketBuffer, o.SpinReads, &c.coreYield)
+		s, err := newStream(tc, o, &c.coreYield)
 		if err != nil {
 			for _, t := range socks {
 				t.Close()
@@ -439,11 +445,16 @@ type stream struct {
 	sendDone, recvDone chan error
 }
 
-func newStream(tc *net.TCPConn, sockBuf, spin int, cy *transport.CoreYield) (*stream, error) {
+func newStream(tc *net.TCPConn, o Options, cy *transport.CoreYield) (*stream, error) {
 	tc.SetNoDelay(true)
-	if sockBuf > 0 {
-		tc.SetReadBuffer(sockBuf)
-		tc.SetWriteBuffer(sockBuf)
+	if o.SocketBuffer > 0 {
+		tc.SetReadBuffer(o.SocketBuffer)
+		tc.SetWriteBuffer(o.SocketBuffer)
+	}
+	if cc := congestionFor(o.Congestion, tc.LocalAddr(), tc.RemoteAddr()); cc != "" {
+		if err := setCongestion(tc, o.Congestion, cc); err != nil {
+			return nil, err
+		}
 	}
 	tc.SetKeepAlive(true)
 	tc.SetKeepAlivePeriod(15 * time.Second)
@@ -451,7 +462,7 @@ func newStream(tc *net.TCPConn, sockBuf, spin int, cy *transport.CoreYield) (*st
 	if err != nil {
 		return nil, err
 	}
-	s := &stream{tc: tc, rc: rc, spin: spin, cy: cy}
+	s := &stream{tc: tc, rc: rc, spin: o.SpinReads, cy: cy}
 	s.wfn = s.doWrite
 	s.rfn = s.doRead
 	return s, nil

@@ -137,7 +137,7 @@ func (c *Communicator) allToAll(ctx context.Context, p *opPeers, send []byte, so
 		c.chose(c.lay(), op, a, len(send), nil)
 		c.logChoice(ctx, op, len(send), a, nil)
 	}
-	return c.worker.run(c.worker.op.schedule(ctx, len(send)), op, a, &args)
+	return c.worker.run(c.worker.op.schedule(ctx, len(send), c.links.shm), op, a, &args)
 }
 
 // routable reports whether all-to-alls may take a topology-aware route:

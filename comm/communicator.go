@@ -85,7 +85,7 @@ func newCommunicator(pl placement, conns []transport.Conn, ctrl controlPlane, lk
 	if c.cfg.cpus == 0 {
 		c.cfg.cpus = runtime.GOMAXPROCS(0)
 	}
-	c.links.conns = conns
+	c.links.set(conns)
 	c.failure = newFailure(c.dumpOnFail, c.onFail)
 	c.tune = logx.For(c.log, logx.Tune)
 	c.queue.init()

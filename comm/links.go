@@ -25,6 +25,32 @@ type linkSet struct {
 	// gen counts rewire attempts; it names their new connections.
 	// Worker-only.
 	gen uint32
+	// shm: every connection is shared memory (see shortOp). Worker-only,
+	// kept by set and replace.
+	shm bool
+}
+
+// set installs the first connections, by peer rank (nil at this rank).
+func (l *linkSet) set(conns []transport.Conn) {
+	l.conns = conns
+	l.shm = allShm(conns)
+}
+
+// allShm reports whether every connection of conns is shared memory
+// (transport.Name "shm"); nil entries (this rank) do not count, and a
+// communicator without peers has none.
+func allShm(conns []transport.Conn) bool {
+	n := 0
+	for _, conn := range conns {
+		if conn == nil {
+			continue
+		}
+		if transport.Name(conn) != "shm" {
+			return false
+		}
+		n++
+	}
+	return n > 0
 }
 
 // to returns the connection to peer. Worker only.
@@ -53,6 +79,7 @@ func (l *linkSet) replace(conns map[int]transport.Conn) {
 		l.retired = append(l.retired, l.conns[r])
 		l.conns[r] = conn
 	}
+	l.shm = allShm(l.conns)
 	l.mu.Unlock()
 }
 

@@ -367,7 +367,13 @@ func defaultLogger() *slog.Logger {
 // 7.9-9.0 against 12.6-13.2; at 4 processes, where a lender waits for
 // peers that share its core, 16 and 32 KiB blocks were slower lent (49-54
 // us against 40-41, 89 against 76), 64 KiB even, 256 KiB much faster
-// (380-465 us against 707-753).
+// (380-465 us against 707-753). Since a wait of an operation of up to 256
+// KiB on shared memory gives the core away (see shortOpShm), a lender's
+// wait for a peer on its core costs less, and 64 KiB blocks measured
+// faster lent on a 2-core Sapphire Rapids (4 processes, 10 interleaved
+// rounds, medians, AllToAll of 256 KiB: 72 us lent against 87 through the
+// rings; with the waits giving the core away, 52 against 80; Open MPI's
+// vader 56).
 //
 // Where one process_vm_readv does not beat two memory copies of a block
 // that stays in the cache (shm.SingleCopyRate.Pays), blocks are lent from
@@ -383,7 +389,7 @@ func defaultLogger() *slog.Logger {
 // against 1.2 to 1.6 times slower at 2 and 4 MiB blocks.
 const (
 	lendMinCore     = 16 << 10
-	lendMinShared   = 128 << 10
+	lendMinShared   = 64 << 10
 	lendMinUncached = 1 << 20
 )
 

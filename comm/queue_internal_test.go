@@ -147,14 +147,18 @@ func TestScheduleContext(t *testing.T) {
 	ctx := o.get(context.Background(), time.Minute, now())
 	for _, tc := range []struct {
 		bytes int
+		shm   bool
 		core  bool
-	}{{8, true}, {shortOp, true}, {shortOp + 1, false}, {64 << 20, false}} {
-		s := o.schedule(ctx, tc.bytes)
+	}{
+		{8, false, true}, {shortOp, false, true}, {shortOp + 1, false, false}, {64 << 20, false, false},
+		{shortOp + 1, true, true}, {shortOpShm, true, true}, {shortOpShm + 1, true, false},
+	} {
+		s := o.schedule(ctx, tc.bytes, tc.shm)
 		if transport.Yields(s) {
 			t.Errorf("%d bytes: schedule context of the shared context yields", tc.bytes)
 		}
 		if got := transport.CoreYields(s); got != tc.core {
-			t.Errorf("%d bytes: schedule context gives the core away: %v, want %v", tc.bytes, got, tc.core)
+			t.Errorf("%d bytes (all shm: %v): schedule context gives the core away: %v, want %v", tc.bytes, tc.shm, got, tc.core)
 		}
 		if dl, _ := s.Deadline(); !dl.Equal(o.deadline.time()) {
 			t.Errorf("%d bytes: schedule context deadline %v, want the shared one %v", tc.bytes, dl, o.deadline)
@@ -171,7 +175,7 @@ func TestScheduleContext(t *testing.T) {
 			bytes int
 			core  bool
 		}{{8, true}, {64 << 20, false}} {
-			s := o.schedule(o.get(own, time.Minute, now()), tc.bytes)
+			s := o.schedule(o.get(own, time.Minute, now()), tc.bytes, false)
 			if transport.Yields(s) || transport.CoreYields(s) != tc.core {
 				t.Errorf("%d bytes, caller's context: yields %v, gives the core away %v (want false, %v)", tc.bytes, transport.Yields(s), transport.CoreYields(s), tc.core)
 			}
@@ -187,15 +191,15 @@ func TestScheduleContext(t *testing.T) {
 	}
 	other, cancel2 := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel2()
-	if dl, _ := o.schedule(o.get(other, time.Minute, now()), 8).Deadline(); !dl.Equal(func() time.Time { d, _ := other.Deadline(); return d }()) {
+	if dl, _ := o.schedule(o.get(other, time.Minute, now()), 8, false).Deadline(); !dl.Equal(func() time.Time { d, _ := other.Deadline(); return d }()) {
 		t.Error("a new caller context kept the twins of the previous one")
 	}
 	// A context type that cannot be compared gets twins every time.
 	odd := uncomparableCtx{Context: own, tags: []string{"x"}}
-	if s := o.schedule(odd, 8); transport.Yields(s) || s.Done() != own.Done() {
+	if s := o.schedule(odd, 8, false); transport.Yields(s) || s.Done() != own.Done() {
 		t.Error("uncomparable caller context")
 	}
-	if s := o.schedule(uncomparableCtx{Context: own, tags: []string{"y"}}, 8); transport.Yields(s) {
+	if s := o.schedule(uncomparableCtx{Context: own, tags: []string{"y"}}, 8, false); transport.Yields(s) {
 		t.Error("second uncomparable caller context")
 	}
 }

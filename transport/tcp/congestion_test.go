@@ -1,10 +1,12 @@
 package tcp
 
 import (
+	"context"
 	"net"
 	"os"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestCongestionFor(t *testing.T) {
@@ -28,6 +30,68 @@ func TestCongestionFor(t *testing.T) {
 	}
 	if got := congestionFor("", &net.UDPAddr{}, &net.UDPAddr{}); got != "" {
 		t.Errorf("non-TCP addresses: %q, want the system's", got)
+	}
+}
+
+func TestLocalIP(t *testing.T) {
+	for _, c := range []struct {
+		ip   string
+		want bool
+	}{{"127.0.0.1", true}, {"127.0.0.2", true}, {"::1", true}, {"192.0.2.1", false}} {
+		if got := localIP(net.ParseIP(c.ip)); got != c.want {
+			t.Errorf("localIP(%s) = %v, want %v", c.ip, got, c.want)
+		}
+	}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && !localIP(n.IP) {
+			t.Errorf("localIP(%s) = false for an address of this host", n.IP)
+		}
+	}
+}
+
+// TestPresetCongestion checks that a loopback connection made by Listen
+// and Dial has SameHostCongestion on both ends before NewConn: chosen
+// before connecting, so that no other algorithm ever ran on it.
+func TestPresetCongestion(t *testing.T) {
+	allowed := " " + strings.Join(procWords(t, "tcp_allowed_congestion_control"), " ") + " "
+	if !strings.Contains(allowed, " "+SameHostCongestion+" ") {
+		t.Skipf("%s is not allowed here", SameHostCongestion)
+	}
+	ln, err := Listen("127.0.0.1:0", testSecret, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	h := Hello{Purpose: PurposeData, Comm: 7, From: 1, To: 0, NStreams: 1}
+	type res struct {
+		a   Accepted
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		a, err := ln.Accept(ctx)
+		ch <- res{a, err}
+	}()
+	tc, err := Dial(ctx, ln.Addr().String(), testSecret, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	r := <-ch
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	defer r.a.Conn.Close()
+	for name, c := range map[string]*net.TCPConn{"dialled": tc, "accepted": r.a.Conn} {
+		if got, err := congestionOf(c); err != nil || got != SameHostCongestion {
+			t.Errorf("%s socket before NewConn: %q (%v), want %q", name, got, err, SameHostCongestion)
+		}
 	}
 }
 

@@ -451,10 +451,8 @@ func newStream(tc *net.TCPConn, o Options, cy *transport.CoreYield) (*stream, er
 		tc.SetReadBuffer(o.SocketBuffer)
 		tc.SetWriteBuffer(o.SocketBuffer)
 	}
-	if cc := congestionFor(o.Congestion, tc.LocalAddr(), tc.RemoteAddr()); cc != "" {
-		if err := setCongestion(tc, o.Congestion, cc); err != nil {
-			return nil, err
-		}
+	if err := applyCongestion(tc, o.Congestion); err != nil {
+		return nil, err
 	}
 	tc.SetKeepAlive(true)
 	tc.SetKeepAlivePeriod(15 * time.Second)

@@ -68,6 +68,9 @@ func Listen(addr string, secret []byte, filter func(Hello) error, log *slog.Logg
 	if err != nil {
 		return nil, fmt.Errorf("tcp: listen %s: %w", addr, err)
 	}
+	if rc, err := ln.SyscallConn(); err == nil {
+		presetCongestion(rc)
+	}
 	if filter == nil {
 		filter = func(Hello) error { return nil }
 	}
@@ -285,7 +288,7 @@ func DialOnce(ctx context.Context, addr string, secret []byte, h Hello) (*net.TC
 // dial makes one attempt; connected says whether the TCP connection was
 // made (so a failure is the handshake's).
 func dial(ctx context.Context, addr string, secret []byte, h Hello) (*net.TCPConn, bool, error) {
-	var d net.Dialer
+	d := net.Dialer{Control: dialControl}
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, false, err

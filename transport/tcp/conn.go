@@ -90,7 +90,11 @@ type Options struct {
 	// (TCP_CONGESTION): an algorithm's name ("cubic", "reno", "bbr"),
 	// which NewConn fails without, CongestionSystem, or CongestionAuto
 	// (also ""): SameHostCongestion between two addresses of one host,
-	// the system's default elsewhere.
+	// the system's default elsewhere. Listen and Dial give sockets that
+	// may join two addresses of this host SameHostCongestion before they
+	// connect (every listener, dials to a local address), so that no
+	// other algorithm runs on them first; NewConn then sets what this
+	// asks.
 	Congestion string
 }
 

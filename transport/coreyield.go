@@ -16,15 +16,27 @@ const CoreYieldRounds = 512
 // another program keeps it for its whole time slice, milliseconds. A
 // yield that keeps a wait away for more than coreYieldSlow is slow; after
 // a second slow one within coreYieldSlowWindow of the first, the waits
-// stop yielding their core for coreYieldBackoff and only sleep, which a
-// peer's wake-up ends at once. A lone slow yield (an interrupt, a kernel
-// thread, the runtime's own threads) changes nothing: backing off for a
-// second on one made 4 ranks on 2 cores sleep instead of yield, and their
-// small operations 2-4 times slower, every now and then.
+// stop yielding their core for a while and only sleep, which a peer's
+// wake-up ends at once. A lone slow yield (an interrupt, a kernel thread,
+// the runtime's own threads) changes nothing: backing off for a second on
+// one made 4 ranks on 2 cores sleep instead of yield, and their small
+// operations 2-4 times slower, every now and then.
+//
+// The while is coreYieldBackoffMin at first and doubles, up to
+// coreYieldBackoffMax, each time the waits back off again within
+// coreYieldCalm of the last back-off's end: a program that keeps taking
+// the core is soon left alone for a second at a time, while a burst of
+// slow yields (processes starting beside the ranks, a virtual machine's
+// host taking the core for a moment) costs tens of milliseconds. A fixed
+// second made the first second of a job's small operations sleep: at 4
+// processes on 2 cores the ranks' own start-up had their yields slow, and
+// an 8 B to 64 KiB sweep of occl-bench ran inside the back-off.
 const (
 	coreYieldSlow       = time.Millisecond
 	coreYieldSlowWindow = 100 * time.Millisecond
-	coreYieldBackoff    = time.Second
+	coreYieldBackoffMin = 20 * time.Millisecond
+	coreYieldBackoffMax = time.Second
+	coreYieldCalm       = 5 * time.Second
 )
 
 // CoreYield decides whether the waits of one connection may give their
@@ -34,8 +46,9 @@ const (
 // A wait calls Begin, gives the core away with SchedYield if Begin
 // allows it, and then calls End with what Begin returned.
 type CoreYield struct {
-	off  atomic.Int64 // monotonic time until which Begin refuses
-	slow atomic.Int64 // monotonic time the last slow yield ended
+	off     atomic.Int64 // monotonic time until which Begin refuses
+	slow    atomic.Int64 // monotonic time the last slow yield ended
+	backoff atomic.Int64 // the last back-off's length, 0 before the first
 }
 
 // Begin reports whether a wait may give its core away now, and the time
@@ -52,8 +65,20 @@ func (y *CoreYield) End(start int64) {
 		return
 	}
 	if last := y.slow.Swap(end); last != 0 && end-last < int64(coreYieldSlowWindow) {
-		y.off.Store(end + int64(coreYieldBackoff))
+		y.off.Store(end + y.nextBackoff(end))
 	}
+}
+
+// nextBackoff returns the length of a back-off that starts at now and
+// records it: coreYieldBackoffMin, or twice the last one (at most
+// coreYieldBackoffMax) if that ended less than coreYieldCalm ago.
+func (y *CoreYield) nextBackoff(now int64) int64 {
+	d := int64(coreYieldBackoffMin)
+	if last := y.backoff.Load(); last > 0 && now-y.off.Load() < int64(coreYieldCalm) {
+		d = min(2*last, int64(coreYieldBackoffMax))
+	}
+	y.backoff.Store(d)
+	return d
 }
 
 // SchedYield gives the calling thread's core to the other threads that

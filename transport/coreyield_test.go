@@ -42,10 +42,33 @@ func TestCoreYieldGuard(t *testing.T) {
 			}
 		})
 	}
+	// Back-offs: the shortest first, doubling while they come back to
+	// back, up to the longest; the shortest again after a calm.
 	var y CoreYield
-	y.End(slowStart())
-	y.End(slowStart())
-	if left := time.Duration(y.off.Load() - monotonic()); left < coreYieldBackoff-time.Second/10 || left > coreYieldBackoff {
-		t.Errorf("yields refused for %v more, want about %v", left, coreYieldBackoff)
+	trigger := func() time.Duration {
+		y.End(slowStart())
+		y.End(slowStart())
+		return time.Duration(y.off.Load() - monotonic())
+	}
+	near := func(got, want time.Duration) bool { return got > want-want/4 && got <= want }
+	if left := trigger(); !near(left, coreYieldBackoffMin) {
+		t.Errorf("first back-off %v, want about %v", left, coreYieldBackoffMin)
+	}
+	want := coreYieldBackoffMin
+	for range 10 {
+		y.off.Store(monotonic() - 1) // the last back-off just ended
+		y.slow.Store(0)
+		want = min(2*want, coreYieldBackoffMax)
+		if left := trigger(); !near(left, want) {
+			t.Errorf("back-off right after another: %v, want about %v", left, want)
+		}
+	}
+	if want != coreYieldBackoffMax {
+		t.Fatalf("back-offs reached %v, want %v", want, coreYieldBackoffMax)
+	}
+	y.off.Store(monotonic() - int64(2*coreYieldCalm)) // ended long ago
+	y.slow.Store(0)
+	if left := trigger(); !near(left, coreYieldBackoffMin) {
+		t.Errorf("back-off after a calm: %v, want about %v", left, coreYieldBackoffMin)
 	}
 }

@@ -282,8 +282,8 @@ func (o *opContext) get(user context.Context, timeout time.Duration, now stamp) 
 // bound at 1 MiB made 512 KiB and 1 MiB AllReduce slower and bimodal (366
 // / 437 us, 688 / 1063 us, 10 rounds), where the ring's sender goroutine
 // shares the processor with the waits. Over TCP a 256 KiB AllToAll was
-// slower (252 / 298 us, 6 rounds): its socket reads of 64 KiB blocks took
-// the core from the peers' writes.
+// slower (252 / 298 us, 6 rounds; likely its socket reads of 64 KiB
+// blocks taking the core from the peers' writes, not measured).
 const (
 	shortOp    = 64 << 10
 	shortOpShm = 256 << 10

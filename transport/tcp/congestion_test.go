@@ -1,12 +1,10 @@
 package tcp
 
 import (
-	"context"
 	"net"
 	"os"
 	"strings"
 	"testing"
-	"time"
 )
 
 func TestCongestionFor(t *testing.T) {
@@ -61,13 +59,7 @@ func TestPresetCongestion(t *testing.T) {
 	if !strings.Contains(allowed, " "+SameHostCongestion+" ") {
 		t.Skipf("%s is not allowed here", SameHostCongestion)
 	}
-	ln, err := Listen("127.0.0.1:0", testSecret, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	ln, ctx := testListener(t)
 	h := Hello{Purpose: PurposeData, Comm: 7, From: 1, To: 0, NStreams: 1}
 	type res struct {
 		a   Accepted

@@ -22,16 +22,24 @@ func pairN(t testing.TB, n int) (transport.Conn, transport.Conn) {
 	return pairOpts(t, n, Options{StripeMin: 64 << 10})
 }
 
-// pairOpts is pairN with the given options.
-func pairOpts(t testing.TB, n int, o Options) (transport.Conn, transport.Conn) {
+// testListener returns a listener on 127.0.0.1 and a context of 10 s for
+// a test's connections, both ended when the test ends.
+func testListener(t testing.TB) (*Listener, context.Context) {
 	t.Helper()
 	ln, err := Listen("127.0.0.1:0", testSecret, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	t.Cleanup(func() { ln.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	t.Cleanup(cancel)
+	return ln, ctx
+}
+
+// pairOpts is pairN with the given options.
+func pairOpts(t testing.TB, n int, o Options) (transport.Conn, transport.Conn) {
+	t.Helper()
+	ln, ctx := testListener(t)
 	cfg := func(self int) MeshConfig {
 		return MeshConfig{Self: self, Comm: 42, Epoch: 1, Secret: testSecret, Streams: n,
 			Options: o, Listener: ln}

@@ -102,13 +102,7 @@ func waitInflight(t *testing.T, l *Listener, n int) {
 // for the recovery's AcceptFor.
 func TestConnectKeepsRecoveryConnections(t *testing.T) {
 	const comm = 0xc0ffee
-	ln, err := Listen("127.0.0.1:0", testSecret, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	ln, ctx := testListener(t)
 	rec, err := Dial(ctx, ln.Addr().String(), testSecret, Hello{Purpose: PurposeRecovery, Comm: comm, From: 0, To: 1, NStreams: 1})
 	if err != nil {
 		t.Fatal(err)

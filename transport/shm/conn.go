@@ -63,6 +63,17 @@ type Conn struct {
 	// local: the peer is in this process (both rings were made here), so
 	// a wait always lets other goroutines run: the peer is one of them.
 	local bool
+	// plain: both sides publish their counters (tail, head) with plain
+	// stores (storePlain), and a wait fences (see fence) between storing
+	// its waiting flag and its last look before it sleeps. An atomic
+	// store would order the publication before the publisher's read of
+	// the peer's waiting flag; a plain one may still sit in the store
+	// buffer then, and the sleeper's fence makes up for it, at the cost
+	// of one fence per sleep instead of a locked store per publication.
+	// Set where both processes can fence and both poll (Config.Spin),
+	// as processes with a core each do: there sleeps are rare and every
+	// publication is on an operation's critical path.
+	plain bool
 
 	// Single-copy transfers: payloads of at least cmaOutMin bytes that
 	// this side sends, and of at least cmaInMin bytes that it receives,
@@ -542,12 +553,22 @@ func (c *Conn) publishTail() {
 		return
 	}
 	c.ptail = c.tail
-	c.out.tail.Store(c.tail)
+	c.publish(c.out.tail, c.tail)
 	// Swap clears the flag so that one sleep costs one wake-up, however
 	// many publishes happen before the sleeper runs again.
 	if c.out.dataWaiting.Load() != 0 && c.out.dataWaiting.Swap(0) != 0 {
 		bump(c.out.dataSeq)
 	}
+}
+
+// publish stores counter v in w, with a plain store where the connection
+// allows it (see plain).
+func (c *Conn) publish(w *atomic.Uint64, v uint64) {
+	if c.plain {
+		storePlain(w, v)
+		return
+	}
+	w.Store(v)
 }
 
 // publishHead returns the bytes read so far to the producer and wakes it if
@@ -557,7 +578,7 @@ func (c *Conn) publishHead() {
 		return
 	}
 	c.phead = c.head
-	c.in.head.Store(c.head)
+	c.publish(c.in.head, c.head)
 	// The producer sleeps until head reaches its target, so that it
 	// refills the ring in large pieces instead of waking per frame. A
 	// garbage target only delays it until its sleep times out.
@@ -625,7 +646,10 @@ func (c *Conn) spaceWant() uint64 { return min(chunk, c.out.cap/4) }
 // flag. Go's atomics are sequentially consistent (on amd64 a
 // store is an XCHG, a full barrier), so at least one of the two sees the
 // other's store, and a wake-up bumps the futex word before waking so that a
-// FUTEX_WAIT racing with it returns at once.
+// FUTEX_WAIT racing with it returns at once. Where the other side
+// publishes with plain stores (see Conn.plain) the sleeper fences after
+// storing its flag. The flag stays set from one sleep slice to the next
+// until a wake-up clears it, so that a long wait fences once.
 func (c *Conn) wait(ctx context.Context, w waitFor) error {
 	var (
 		seqw, flag, peerClosed *atomic.Uint32
@@ -657,8 +681,11 @@ func (c *Conn) wait(ctx context.Context, w waitFor) error {
 	if c.local {
 		peerPolls = 0
 	}
-	locked := false
+	locked, flagged := false, false
 	defer func() {
+		if flagged {
+			flag.Store(0)
+		}
 		if locked {
 			runtime.UnlockOSThread()
 			if c.lockHook != nil {
@@ -778,15 +805,22 @@ func (c *Conn) wait(ctx context.Context, w waitFor) error {
 		if w == forSpace {
 			c.out.spaceTarget.Store(c.tail - c.out.cap + c.spaceWant())
 		}
-		flag.Store(1)
+		if !flagged || flag.Load() == 0 {
+			// Not set yet, or cleared by a wake-up.
+			flag.Store(1)
+			flagged = true
+			if c.plain && w != forDone {
+				// An error (none is known once fenceReady holds)
+				// would cost at most one sleep slice.
+				_ = fence()
+			}
+		}
 		if ok, err := c.ready(w, true); ok || err != nil {
-			flag.Store(0)
 			return err
 		}
 		if !c.closed.Load() && !c.gone.Load() && peerClosed.Load() == 0 {
 			offCoreDuring(func() { futexWait(seqw, seq, d) })
 		}
-		flag.Store(0)
 	}
 }
 

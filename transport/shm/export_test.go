@@ -57,3 +57,12 @@ func OffCoreWords() int {
 
 // OffCoreDuring runs f with the process marked off core.
 func OffCoreDuring(f func()) { offCoreDuring(f) }
+
+// Plain reports whether c publishes its counters with plain stores.
+func Plain(c *Conn) bool { return c.plain }
+
+// FenceReady reports whether this process can fence (see fenceReady).
+func FenceReady() bool { return fenceReady() }
+
+// Fence runs one fence.
+func Fence() error { return fence() }

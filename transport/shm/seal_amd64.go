@@ -1,6 +1,9 @@
 package shm
 
-import "unsafe"
+import (
+	"sync/atomic"
+	"unsafe"
+)
 
 // seal stores the seal v of the frame at data offset off, after the rest
 // of the frame. On amd64 a plain store does: stores become visible to
@@ -14,3 +17,12 @@ import "unsafe"
 func (r *ring) seal(off uint64, v uint32) {
 	*(*uint32)(unsafe.Pointer(&r.data[off+sealOff])) = v
 }
+
+// plainPublish tells whether storePlain is a plain store: on amd64 it
+// orders every earlier store before it, as a counter's publication needs.
+const plainPublish = true
+
+// storePlain publishes v in w with a plain store, which does not wait for
+// w's line or drain the store buffer as an atomic store (XCHG) does. What
+// it does not order is a later load: see Conn.plain for who makes up for it.
+func storePlain(w *atomic.Uint64, v uint64) { *(*uint64)(unsafe.Pointer(w)) = v }

@@ -93,6 +93,10 @@ const (
 	// can read its memory. In an ack: the sender of the ack read the
 	// probe, so the direction towards it uses descriptors.
 	flagCMA = 1
+	// flagPlain in an offer: the sender polls (Config.Spin) and can
+	// fence (fenceReady); where both offers carry it the connection's
+	// counters are published with plain stores (see Conn.plain).
+	flagPlain = 2
 )
 
 func setupHeader(cfg *Config, step uint32, from int) transport.Header {
@@ -286,6 +290,10 @@ func Connect(ctx context.Context, ctl transport.Conn, cfg Config) (*Conn, error)
 		}
 	}
 
+	if local == nil && cfg.Spin > 0 && plainPublish && fenceReady() {
+		mine.flags |= flagPlain
+	}
+
 	// Exchange offers.
 	var sb, rb [offerSize]byte
 	mine.encode(sb[:])
@@ -354,6 +362,7 @@ func Connect(ctx context.Context, ctl transport.Conn, cfg Config) (*Conn, error)
 	cma.reader = reader
 	c := newConn(out, in, cfg.Peer, ctl, setupHeader(&cfg, stepWatch, cfg.Peer), cma)
 	c.spin = cfg.Spin
+	c.plain = mine.flags&flagPlain != 0 && theirs.flags&flagPlain != 0
 	if !c.local {
 		addOffCore(c)
 	}

@@ -124,6 +124,80 @@ func TestConformanceLazy(t *testing.T) {
 	runConformance(t, false, func(c *shm.Config) { c.Lazy, c.NoCMA = true, true })
 }
 
+// Both sides polling (Spin), a short spin so that waits sleep often:
+// every publication is a plain store and every sleep fences first.
+func TestConformancePlain(t *testing.T) {
+	requireFence(t)
+	runConformance(t, false, func(c *shm.Config) { c.Spin, c.NoCMA = time.Microsecond, true })
+}
+
+// A small ring: producers sleep for space, consumers for data, both
+// after plain publications.
+func TestConformancePlainSmallRing(t *testing.T) {
+	requireFence(t)
+	runConformance(t, false, func(c *shm.Config) { c.Spin, c.Capacity, c.NoCMA = time.Microsecond, 16<<10, true })
+}
+
+// requireFence skips t where this process cannot fence: there no
+// connection publishes with plain stores.
+func requireFence(t *testing.T) {
+	t.Helper()
+	if !shm.FenceReady() {
+		t.Skip("membarrier's global expedited command is not available: connections publish with atomic stores")
+	}
+}
+
+// TestPlain: a connection publishes with plain stores only where both
+// sides poll and can fence; a fence returns without error then.
+func TestPlain(t *testing.T) {
+	requireFence(t)
+	if err := shm.Fence(); err != nil {
+		t.Fatalf("fence: %v", err)
+	}
+	for _, tc := range []struct {
+		a, b time.Duration
+		want bool
+	}{
+		{0, 0, false},
+		{time.Second, 0, false},
+		{0, time.Second, false},
+		{time.Second, time.Second, true},
+	} {
+		ca, cb := configs(0, "")
+		ca.Spin, cb.Spin = tc.a, tc.b
+		a, b, erra, errb := connectPair(t, ca, cb)
+		if erra != nil || errb != nil {
+			t.Fatalf("Connect: %v / %v", erra, errb)
+		}
+		if shm.Plain(a) != tc.want || shm.Plain(b) != tc.want {
+			t.Errorf("spin %v / %v: plain %v / %v, want %v", tc.a, tc.b, shm.Plain(a), shm.Plain(b), tc.want)
+		}
+		a.Close()
+		b.Close()
+	}
+}
+
+// TestRandomFramesPlain streams frames both ways through small rings with
+// plain publications and waits that sleep after a microsecond.
+func TestRandomFramesPlain(t *testing.T) {
+	requireFence(t)
+	a, b := pairWith(t, func(c *shm.Config) { c.Spin, c.Capacity = time.Microsecond, 16<<10 })
+	defer a.Close()
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	errs := make(chan error, 4)
+	for dir, ends := range [][2]*shm.Conn{{a, b}, {b, a}} {
+		go func() { errs <- streamFrames(ctx, ends[0], uint64(dir), 2000, 40<<10) }()
+		go func() { errs <- checkFrames(ctx, ends[1], uint64(dir), 2000, 40<<10) }()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func TestConnectBadCapacity(t *testing.T) {
 	ca, cb := configs(0, "")
 	ca.Capacity = 12345

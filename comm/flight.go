@@ -4,12 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/occl/occl/algo"
 	"github.com/occl/occl/comm/internal/wire"
+	"github.com/occl/occl/internal/seqlock"
 	"github.com/occl/occl/transport"
 )
 
@@ -62,11 +62,14 @@ const DefaultFlightRecord = 256
 const histLen = 256
 
 // opHistory is a rank's record of its recent operations, in the order
-// they ran: a fixed ring written by the worker. It answers the mismatch
-// probes (the fingerprint of the collective a rank ran at a sequence
-// number) and is the flight record.
+// they ran: a fixed ring written by the goroutine that runs the
+// operations (the holder of the queue's exec), under a sequence lock, so
+// that recording costs an operation no locked instruction; the readers,
+// seldom, copy what they need and retry when a write overlapped the copy.
+// It answers the mismatch probes (the fingerprint of the collective a rank
+// ran at a sequence number) and is the flight record.
 type opHistory struct {
-	mu      sync.Mutex
+	lock    seqlock.Lock
 	ring    []opEntry
 	n       uint64   // entries ever written; the newest is ring[(n-1)%len]
 	cur     *opEntry // the running operation's entry, nil if none
@@ -82,6 +85,9 @@ type opHistory struct {
 	// tag is the running entry's.
 	waiting atomic.Uint64
 	sched   atomic.Uint64
+	// failed marks the running operation failed ahead of its end (see
+	// failRunning), for the entry whose tag it carries.
+	failed atomic.Pointer[failMark]
 	// tag is the running entry's tag (the low 32 bits of n when it
 	// began) and bytes its size, as begin recorded them: written by
 	// begin, read by the goroutines of the operation.
@@ -91,6 +97,13 @@ type opHistory struct {
 	// header counts the elements of one rank's block have a buffer of
 	// size blocks.
 	size int
+}
+
+// failMark is the failure of a running operation, recorded by
+// failRunning before the operation ends.
+type failMark struct {
+	tag uint32
+	err string
 }
 
 // tagged packs v with an operation's tag.
@@ -144,12 +157,12 @@ func (h *opHistory) wait(peer int32) {
 	}
 }
 
-// waitingOn returns the peer the running entry e waits on (-1: none yet).
-// The caller holds mu.
+// waitingOn returns the peer the running entry e (or a copy of it) waits
+// on (-1: none yet).
 func (h *opHistory) waitingOn(e *opEntry) int32 { return untag(h.waiting.Load(), e.tag) }
 
-// withSched records in e the schedule chose stored for it, if any.
-// The caller holds mu.
+// withSched records in e, the running entry or a copy of it, the schedule
+// chose stored for it, if any.
 func (h *opHistory) withSched(e *opEntry) {
 	if a := untag(h.sched.Load(), e.tag); a >= 0 && e.sched == algo.AlgoAuto {
 		e.sched = algo.Algorithm(a)
@@ -177,7 +190,7 @@ func (h *opHistory) begin(r *Request, fp wire.Fingerprint, now stamp) {
 			bytes *= int64(max(h.size, 1))
 		}
 	}
-	h.mu.Lock()
+	h.lock.WriteBegin()
 	e := &h.ring[h.n%uint64(len(h.ring))]
 	h.n++
 	h.tag, h.bytes = uint32(h.n), bytes
@@ -187,7 +200,7 @@ func (h *opHistory) begin(r *Request, fp wire.Fingerprint, now stamp) {
 	if coll {
 		h.started, h.running = r.seq, r.seq
 	}
-	h.mu.Unlock()
+	h.lock.WriteEnd()
 }
 
 // chose records the schedule the running operation chose for bytes bytes
@@ -199,22 +212,21 @@ func (h *opHistory) chose(a algo.Algorithm, bytes int, predicted time.Duration) 
 	if predicted == 0 && int64(bytes) == h.bytes {
 		return
 	}
-	h.mu.Lock()
+	h.lock.WriteBegin()
 	if e := h.cur; e != nil {
 		e.bytes, e.predicted = int64(bytes), predicted
 	}
-	h.mu.Unlock()
+	h.lock.WriteEnd()
 }
 
 // end records that the running operation ended at end with err and, if
 // out is not nil, copies its entry there.
 func (h *opHistory) end(end stamp, err error, out *opEntry) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
 	e := h.cur
 	if e == nil {
 		return
 	}
+	h.lock.WriteBegin()
 	e.end = end
 	h.withSched(e)
 	if err == nil {
@@ -229,61 +241,107 @@ func (h *opHistory) end(end stamp, err error, out *opEntry) {
 			h.done, h.doneFP = e.seq, e.fp
 		}
 	}
+	h.lock.WriteEnd()
+	if h.failed.Load() != nil {
+		// The mark was for this entry, or one before it.
+		h.failed.Store(nil)
+	}
 	if out != nil {
 		*out = *e
 	}
 }
 
 // failRunning marks the running operation failed by err, ahead of its
-// end, so that a record dumped when the communicator fails names it.
+// end, so that a record dumped when the communicator fails names it. It
+// runs beside the writer: the mark is for the entry running when it
+// looked, and readers apply it to that entry only (see marked).
 func (h *opHistory) failRunning(err error) {
-	h.mu.Lock()
-	if e := h.cur; e != nil {
-		h.withSched(e)
-		e.state, e.err, e.peer = OpFailed, err.Error(), h.waitingOn(e)
+	e, ok := h.runningEntry()
+	if !ok {
+		return
 	}
-	h.mu.Unlock()
+	h.failed.Store(&failMark{tag: e.tag, err: err.Error()})
 }
 
-// running returns the entry of the running operation, if any.
+// marked returns e, a copy of the running entry, with what the
+// schedule's goroutines stored for it and the failure failRunning marked
+// it with, if any.
+func (h *opHistory) marked(e opEntry) opEntry {
+	h.withSched(&e)
+	if f := h.failed.Load(); f != nil && f.tag == e.tag && e.state == OpRunning {
+		e.state, e.err, e.peer = OpFailed, f.err, h.waitingOn(&e)
+	}
+	return e
+}
+
+// current returns a copy of the running entry, as stored (see marked), if
+// any.
+func (h *opHistory) current() (opEntry, bool) {
+	for {
+		s := h.lock.ReadBegin()
+		var e opEntry
+		cur := h.cur
+		if cur != nil {
+			e = *cur
+		}
+		if !h.lock.Retry(s) {
+			return e, cur != nil
+		}
+	}
+}
+
+// runningEntry returns the entry of the running operation, if any.
 func (h *opHistory) runningEntry() (opEntry, bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.cur == nil {
+	e, ok := h.current()
+	if !ok {
 		return opEntry{}, false
 	}
-	e := *h.cur
-	h.withSched(&e)
-	return e, true
+	return h.marked(e), true
 }
 
 // runningCollective returns the sequence number of the collective running
 // and when it started, or 0 if none runs.
 func (h *opHistory) runningCollective() (seq uint64, start stamp) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.running == 0 || h.cur == nil {
-		return 0, 0
+	for {
+		s := h.lock.ReadBegin()
+		seq, start = 0, 0
+		if cur := h.cur; h.running != 0 && cur != nil {
+			seq, start = h.running, cur.start
+		}
+		if !h.lock.Retry(s) {
+			return seq, start
+		}
 	}
-	return h.running, h.cur.start
 }
 
 // answer answers a probe about seq: whether this rank reached it and with
 // which call, what it runs now and waits on, and what it completed last.
 func (h *opHistory) answer(seq uint64) wire.Msg {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	for {
+		s := h.lock.ReadBegin()
+		m := h.answerLocked(seq)
+		if !h.lock.Retry(s) {
+			return m
+		}
+	}
+}
+
+// answerLocked is answer within a read of the lock: what it reads may be
+// torn, and it only compares and copies values (the ring's indices are
+// taken modulo its length, which never changes).
+func (h *opHistory) answerLocked(seq uint64) wire.Msg {
 	m := wire.Msg{Type: wire.ProbeAnswer, Seq: seq, Current: h.running, Done: h.done, DoneOp: h.doneFP, Waiting: -1}
-	if h.running != 0 && h.cur != nil {
-		m.Waiting = int(h.waitingOn(h.cur))
+	if cur := h.cur; h.running != 0 && cur != nil {
+		m.Waiting = int(untag(h.waiting.Load(), cur.tag))
 	}
 	if seq > h.started {
 		m.State = notReached
 		return m
 	}
 	m.State = forgotten
-	for i := uint64(0); i < min(h.n, uint64(len(h.ring))); i++ {
-		e := &h.ring[(h.n-1-i)%uint64(len(h.ring))]
+	n, size := h.n, uint64(len(h.ring))
+	for i := uint64(0); i < min(n, size); i++ {
+		e := &h.ring[(n-1-i)%size]
 		if !e.coll {
 			continue
 		}
@@ -300,23 +358,38 @@ func (h *opHistory) answer(seq uint64) wire.Msg {
 
 // records returns the last n entries, oldest first.
 func (h *opHistory) records(n int) []OpRecord {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	k := min(uint64(n), h.n, uint64(len(h.ring)))
-	out := make([]OpRecord, 0, k)
-	for i := h.n - k; i < h.n; i++ {
-		e := &h.ring[i%uint64(len(h.ring))]
-		if e != h.cur {
-			out = append(out, e.record())
+	var (
+		entries []opEntry
+		cur     uint64 // entry number of the running entry, 0 if none
+	)
+	for {
+		s := h.lock.ReadBegin()
+		total := h.n
+		k := min(uint64(n), total, uint64(len(h.ring)))
+		entries = entries[:0]
+		for i := total - k; i < total; i++ {
+			entries = append(entries, h.ring[i%uint64(len(h.ring))])
+		}
+		cur = 0
+		if h.cur != nil {
+			cur = total
+		}
+		if !h.lock.Retry(s) {
+			break
+		}
+	}
+	out := make([]OpRecord, 0, len(entries))
+	for i, e := range entries {
+		if cur != 0 && i == len(entries)-1 {
+			e = h.marked(e)
+			rec := e.record()
+			if e.state == OpRunning {
+				rec.Peer = int(h.waitingOn(&e))
+			}
+			out = append(out, rec)
 			continue
 		}
-		cur := *e
-		h.withSched(&cur)
-		rec := cur.record()
-		if e.state == OpRunning {
-			rec.Peer = int(h.waitingOn(e))
-		}
-		out = append(out, rec)
+		out = append(out, e.record())
 	}
 	return out
 }

@@ -87,3 +87,87 @@ func TestOpRecordOrder(t *testing.T) {
 		t.Errorf("seq %d: state %d, want not reached", histLen+4, m.State)
 	}
 }
+
+// TestOpRecordReadersDuringWrites: readers of the history (the flight
+// record, the probes' answers, the running collective) beside a writer
+// that records operation after operation always see whole entries: the
+// operation of an odd sequence number is an AllReduce of 4 KiB, of an even
+// one a Broadcast of 8 B, and every reader checks that pairing.
+func TestOpRecordReadersDuringWrites(t *testing.T) {
+	const ops = 300000
+	c := &Communicator{}
+	c.hist.init(8, 1)
+	c.obs.flightLen = 8
+	reqs := [2]*Request{
+		{c: c, name: "Broadcast", hdr: collHeader(algo.OpBroadcast, Uint8, 0, 0, 8)},
+		{c: c, name: "AllReduce", hdr: collHeader(algo.OpAllReduce, Float32, Sum, 0, 1024)},
+	}
+	check := func(seq uint64, name string, bytes int64) error {
+		want := reqs[seq%2]
+		if name != want.name || bytes != int64(want.hdr.Count)*int64(DType(want.hdr.DType).Size()) {
+			return fmt.Errorf("seq %d recorded as %s of %d bytes", seq, name, bytes)
+		}
+		return nil
+	}
+	done := make(chan struct{})
+	errs := make(chan error, 3)
+	reader := func(read func() error) {
+		for {
+			if err := read(); err != nil {
+				errs <- err
+				return
+			}
+			select {
+			case <-done:
+				errs <- nil
+				return
+			default:
+			}
+		}
+	}
+	go reader(func() error {
+		recs := c.FlightRecord()
+		for i, rec := range recs {
+			if i > 0 && rec.Seq != recs[i-1].Seq+1 {
+				return fmt.Errorf("record out of order: %+v", recs)
+			}
+			if rec.State != OpDone && rec.State != OpRunning {
+				return fmt.Errorf("seq %d in state %q", rec.Seq, rec.State)
+			}
+			if err := check(rec.Seq, rec.Op, rec.Bytes); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	go reader(func() error {
+		seq, _ := c.hist.runningCollective()
+		if seq == 0 {
+			return nil
+		}
+		m := c.hist.answer(seq)
+		want := fingerprint(&reqs[seq%2].hdr)
+		if m.State == reached && m.Op != want {
+			return fmt.Errorf("seq %d answered with %+v, want %+v", seq, m.Op, want)
+		}
+		return nil
+	})
+	go reader(func() error {
+		if e, ok := c.hist.runningEntry(); ok {
+			return check(e.seq, e.name, e.bytes)
+		}
+		return nil
+	})
+	for i := uint64(1); i <= ops; i++ {
+		r := reqs[i%2]
+		r.seq = i
+		c.hist.begin(r, fingerprint(&r.hdr), now())
+		c.endOp(nil)
+	}
+	close(done)
+	for range 3 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}

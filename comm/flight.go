@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -314,34 +315,61 @@ func (h *opHistory) runningCollective() (seq uint64, start stamp) {
 	}
 }
 
-// answer answers a probe about seq: whether this rank reached it and with
-// which call, what it runs now and waits on, and what it completed last.
-func (h *opHistory) answer(seq uint64) wire.Msg {
+// histState is the history's counters at one moment.
+type histState struct {
+	n, started, running, done uint64
+	doneFP                    wire.Fingerprint
+	cur                       bool   // an operation runs
+	curTag                    uint32 // its entry's tag
+}
+
+// state reads the history's counters.
+func (h *opHistory) state() histState {
 	for {
 		s := h.lock.ReadBegin()
-		m := h.answerLocked(seq)
+		st := histState{n: h.n, started: h.started, running: h.running, done: h.done, doneFP: h.doneFP}
+		if cur := h.cur; cur != nil {
+			st.cur, st.curTag = true, cur.tag
+		}
 		if !h.lock.Retry(s) {
-			return m
+			return st
 		}
 	}
 }
 
-// answerLocked is answer within a read of the lock: what it reads may be
-// torn, and it only compares and copies values (the ring's indices are
-// taken modulo its length, which never changes).
-func (h *opHistory) answerLocked(seq uint64) wire.Msg {
-	m := wire.Msg{Type: wire.ProbeAnswer, Seq: seq, Current: h.running, Done: h.done, DoneOp: h.doneFP, Waiting: -1}
-	if cur := h.cur; h.running != 0 && cur != nil {
-		m.Waiting = int(untag(h.waiting.Load(), cur.tag))
+// entry returns a copy of entry i (the i+1-th ever written), and false if
+// the ring has overwritten it since. Read one entry at a time, each read
+// is short next to an operation, so that a writer recording operations
+// back to back does not keep a reader retrying (a copy of the whole ring,
+// tens of kilobytes, takes as long as several operations).
+func (h *opHistory) entry(i uint64) (opEntry, bool) {
+	for {
+		s := h.lock.ReadBegin()
+		e := h.ring[i%uint64(len(h.ring))]
+		if !h.lock.Retry(s) {
+			return e, e.tag == uint32(i+1)
+		}
 	}
-	if seq > h.started {
+}
+
+// answer answers a probe about seq: whether this rank reached it and with
+// which call, what it runs now and waits on, and what it completed last.
+func (h *opHistory) answer(seq uint64) wire.Msg {
+	st := h.state()
+	m := wire.Msg{Type: wire.ProbeAnswer, Seq: seq, Current: st.running, Done: st.done, DoneOp: st.doneFP, Waiting: -1}
+	if st.running != 0 && st.cur {
+		m.Waiting = int(untag(h.waiting.Load(), st.curTag))
+	}
+	if seq > st.started {
 		m.State = notReached
 		return m
 	}
 	m.State = forgotten
-	n, size := h.n, uint64(len(h.ring))
-	for i := uint64(0); i < min(n, size); i++ {
-		e := &h.ring[(n-1-i)%size]
+	for i := uint64(0); i < min(st.n, uint64(len(h.ring))); i++ {
+		e, ok := h.entry(st.n - 1 - i)
+		if !ok {
+			break // overwritten since, and so is everything older
+		}
 		if !e.coll {
 			continue
 		}
@@ -356,41 +384,38 @@ func (h *opHistory) answerLocked(seq uint64) wire.Msg {
 	return m
 }
 
-// records returns the last n entries, oldest first.
+// records returns the last n entries, oldest first: fewer if the ring
+// overwrote the oldest of them while the newer were read (newest first,
+// so that what is lost to a fast writer is the oldest).
 func (h *opHistory) records(n int) []OpRecord {
-	var (
-		entries []opEntry
-		cur     uint64 // entry number of the running entry, 0 if none
-	)
-	for {
-		s := h.lock.ReadBegin()
-		total := h.n
-		k := min(uint64(n), total, uint64(len(h.ring)))
-		entries = entries[:0]
-		for i := total - k; i < total; i++ {
-			entries = append(entries, h.ring[i%uint64(len(h.ring))])
+	st := h.state()
+	k := min(uint64(n), st.n, uint64(len(h.ring)))
+	out := make([]OpRecord, 0, k)
+	for i := st.n; i > st.n-k; i-- {
+		e, ok := h.entry(i - 1)
+		if !ok && len(out) == 0 {
+			// Even the newest was overwritten (the reader was
+			// descheduled for a lap of the ring): start again from
+			// the writer's position now.
+			st = h.state()
+			k = min(uint64(n), st.n, uint64(len(h.ring)))
+			i = st.n + 1
+			continue
 		}
-		cur = 0
-		if h.cur != nil {
-			cur = total
-		}
-		if !h.lock.Retry(s) {
+		if !ok {
 			break
 		}
-	}
-	out := make([]OpRecord, 0, len(entries))
-	for i, e := range entries {
-		if cur != 0 && i == len(entries)-1 {
+		rec := e.record()
+		if e.state == OpRunning {
 			e = h.marked(e)
-			rec := e.record()
+			rec = e.record()
 			if e.state == OpRunning {
 				rec.Peer = int(h.waitingOn(&e))
 			}
-			out = append(out, rec)
-			continue
 		}
-		out = append(out, e.record())
+		out = append(out, rec)
 	}
+	slices.Reverse(out)
 	return out
 }
 

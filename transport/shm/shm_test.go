@@ -80,14 +80,21 @@ func assertNoFiles(t testing.TB, dir string, comm uint64) {
 }
 
 // runConformance runs the conformance suite on pairs made with edit,
-// checking first that single-copy transfers are used as expected.
+// checking first that single-copy transfers are used as expected, and
+// plain publications where both sides poll and can fence.
 func runConformance(t *testing.T, cma bool, edit func(*shm.Config)) {
 	t.Helper()
+	var cfg shm.Config
+	edit(&cfg)
+	plain := cfg.Spin > 0 && shm.FenceReady()
 	transporttest.Run(t, func(t testing.TB) (transport.Conn, transport.Conn) {
 		a, b := pairWith(t, edit)
 		for _, c := range []*shm.Conn{a, b} {
 			if send, recv := c.CMA(); send != cma || recv != cma {
 				t.Fatalf("CMA() = %v, %v, want %v in both directions", send, recv, cma)
+			}
+			if shm.Plain(c) != plain {
+				t.Fatalf("plain publications %v, want %v", shm.Plain(c), plain)
 			}
 		}
 		return a, b
@@ -184,6 +191,9 @@ func TestRandomFramesPlain(t *testing.T) {
 	a, b := pairWith(t, func(c *shm.Config) { c.Spin, c.Capacity = time.Microsecond, 16<<10 })
 	defer a.Close()
 	defer b.Close()
+	if !shm.Plain(a) || !shm.Plain(b) {
+		t.Fatal("no plain publications between two polling sides")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	errs := make(chan error, 4)

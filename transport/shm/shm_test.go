@@ -194,18 +194,7 @@ func TestRandomFramesPlain(t *testing.T) {
 	if !shm.Plain(a) || !shm.Plain(b) {
 		t.Fatal("no plain publications between two polling sides")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	errs := make(chan error, 4)
-	for dir, ends := range [][2]*shm.Conn{{a, b}, {b, a}} {
-		go func() { errs <- streamFrames(ctx, ends[0], uint64(dir), 2000, 40<<10) }()
-		go func() { errs <- checkFrames(ctx, ends[1], uint64(dir), 2000, 40<<10) }()
-	}
-	for range 4 {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
-		}
-	}
+	streamBothWays(t, a, b, 2000, 40<<10)
 }
 
 func TestConnectBadCapacity(t *testing.T) {
@@ -307,12 +296,19 @@ func TestRandomFrames(t *testing.T) {
 	a, b := pair(t, 64<<10)
 	defer a.Close()
 	defer b.Close()
+	streamBothWays(t, a, b, 500, 300<<10)
+}
+
+// streamBothWays streams n frames of random sizes below maxSize each way
+// between a and b at once, checking every frame.
+func streamBothWays(t *testing.T, a, b *shm.Conn, n, maxSize int) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	errs := make(chan error, 2)
+	errs := make(chan error, 4)
 	for dir, ends := range [][2]*shm.Conn{{a, b}, {b, a}} {
-		go func() { errs <- streamFrames(ctx, ends[0], uint64(dir), 500, 300<<10) }()
-		go func() { errs <- checkFrames(ctx, ends[1], uint64(dir), 500, 300<<10) }()
+		go func() { errs <- streamFrames(ctx, ends[0], uint64(dir), n, maxSize) }()
+		go func() { errs <- checkFrames(ctx, ends[1], uint64(dir), n, maxSize) }()
 	}
 	for range 4 {
 		if err := <-errs; err != nil {

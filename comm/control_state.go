@@ -162,6 +162,7 @@ type ctrlRoot struct {
 	probe        *probeRound
 	reported     uint64           // the last collective a stall report was sent for
 	lost         map[int]wire.Msg // armed timer -> the verdict it declares
+	lostBy       map[int]wire.Msg // reporter -> the verdict its first broken link would declare
 	nextTimer    int
 	out          []ctrlAction
 }
@@ -179,7 +180,7 @@ func newCtrlRoot(size int, now time.Time, hbTimeout, lostGrace time.Duration) *c
 	s := &ctrlRoot{
 		size: size, hbTimeout: hbTimeout, probeTimeout: min(2*time.Second, hbTimeout), lostGrace: lostGrace,
 		heard: make([]time.Time, size), left: make([]bool, size), gone: make([]bool, size),
-		lost: map[int]wire.Msg{},
+		lost: map[int]wire.Msg{}, lostBy: map[int]wire.Msg{},
 	}
 	for r := range s.heard {
 		s.heard[r] = now
@@ -215,7 +216,7 @@ func (s *ctrlRoot) step(ev ctrlEvent) []ctrlAction {
 	case evTimer:
 		if v, ok := s.lost[ev.Timer]; ok {
 			delete(s.lost, ev.Timer)
-			s.declare(v)
+			s.declare(s.upstream(v))
 		} else if s.probe != nil && s.probe.timer == ev.Timer {
 			s.endProbe()
 		}
@@ -261,8 +262,12 @@ func (s *ctrlRoot) recv(from int, m *wire.Msg, now time.Time) {
 		// connection drops too, and that verdict is the precise one. Give
 		// it a moment to arrive before blaming the link.
 		if s.verdict == nil && !s.closing {
-			s.lost[s.arm(s.lostGrace)] = wire.Msg{Type: wire.Verdict, Kind: kindPeerFailed, Peer: m.Peer, Reporter: from,
+			v := wire.Msg{Type: wire.Verdict, Kind: kindPeerFailed, Peer: m.Peer, Reporter: from,
 				Text: fmt.Sprintf("rank %d lost its connection to it: %s", from, m.Text)}
+			s.lost[s.arm(s.lostGrace)] = v
+			if _, ok := s.lostBy[from]; !ok {
+				s.lostBy[from] = v
+			}
 		}
 	case wire.Stalled:
 		s.startProbe(m.Seq)
@@ -275,6 +280,26 @@ func (s *ctrlRoot) recv(from int, m *wire.Msg, now time.Time) {
 		if pr.missing--; pr.missing == 0 {
 			s.endProbe()
 		}
+	}
+}
+
+// upstream returns the verdict to declare for v, a broken link's: if the
+// rank v blames reported a broken link of its own, it is alive, and its
+// link to v's reporter most likely broke because it stopped its operation
+// after losing that other link (a rank whose operation fails gives up the
+// transfers it has under way, and its peers see their links to it break).
+// The blame then follows the reports to the rank whose loss started them:
+// the first blamed rank that reported nothing. In a cycle (two ranks
+// reporting each other, a link broken between them) v stands.
+func (s *ctrlRoot) upstream(v wire.Msg) wire.Msg {
+	seen := map[int]bool{v.Reporter: true, v.Peer: true}
+	for {
+		w, ok := s.lostBy[v.Peer]
+		if !ok || seen[w.Peer] {
+			return v
+		}
+		seen[w.Peer] = true
+		v = w
 	}
 }
 

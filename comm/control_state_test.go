@@ -293,6 +293,45 @@ func TestControlStateMachine(t *testing.T) {
 			want: &verdict{peer: 3, reporter: 1, kind: ErrPeerFailed, text: "rank 1 lost its connection to it: read: EOF"},
 		},
 		{
+			name: "a rank that gave up its transfers after losing another link is not blamed",
+			size: 3,
+			script: func(n *ctrlNet) {
+				// Rank 2 lost its link to rank 1 and stopped its
+				// operation; rank 0 saw its link to rank 2 break
+				// because of that, and its report arrived first.
+				n.member(0, ctrlEvent{Kind: evLinkLost, Peer: 2, Err: "peer closed"})
+				n.flush()
+				n.advance(testHB)
+				n.member(2, ctrlEvent{Kind: evLinkLost, Peer: 1, Err: "read: EOF"})
+				n.flush()
+				n.advance(testLostTO)
+			},
+			want: &verdict{peer: 1, reporter: 2, kind: ErrPeerFailed, text: "rank 2 lost its connection to it: read: EOF"},
+		},
+		{
+			name: "blame follows a chain of broken links to its start",
+			size: 4,
+			script: func(n *ctrlNet) {
+				n.member(0, ctrlEvent{Kind: evLinkLost, Peer: 3, Err: "peer closed"})
+				n.member(3, ctrlEvent{Kind: evLinkLost, Peer: 2, Err: "peer closed"})
+				n.member(2, ctrlEvent{Kind: evLinkLost, Peer: 1, Err: "read: EOF"})
+				n.flush()
+				n.advance(testLostTO)
+			},
+			want: &verdict{peer: 1, reporter: 2, kind: ErrPeerFailed, text: "rank 2 lost its connection to it: read: EOF"},
+		},
+		{
+			name: "two ranks that lost the link between them: the first report stands",
+			size: 3,
+			script: func(n *ctrlNet) {
+				n.member(0, ctrlEvent{Kind: evLinkLost, Peer: 1, Err: "read: EOF"})
+				n.member(1, ctrlEvent{Kind: evLinkLost, Peer: 0, Err: "read: EOF"})
+				n.flush()
+				n.advance(testLostTO)
+			},
+			want: &verdict{peer: 1, reporter: 0, kind: ErrPeerFailed, text: "rank 0 lost its connection to it: read: EOF"},
+		},
+		{
 			name: "a peer dying within the grace period is the precise verdict",
 			size: 4,
 			script: func(n *ctrlNet) {

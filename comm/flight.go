@@ -10,6 +10,7 @@ import (
 
 	"github.com/occl/occl/algo"
 	"github.com/occl/occl/comm/internal/wire"
+	"github.com/occl/occl/internal/plain"
 	"github.com/occl/occl/internal/seqlock"
 	"github.com/occl/occl/transport"
 )
@@ -65,8 +66,7 @@ const histLen = 256
 // opHistory is a rank's record of its recent operations, in the order
 // they ran: a fixed ring written by the goroutine that runs the
 // operations (the holder of the queue's exec), under a sequence lock, so
-// that recording takes no lock (what is left of locked instructions is the
-// schedule's tagged store, see chose); the readers, seldom, copy what they
+// that recording takes no locked instruction on amd64; the readers, seldom, copy what they
 // need, an entry at a time, and retry when a write overlapped the copy.
 // It answers the mismatch probes (the fingerprint of the collective a rank
 // ran at a sequence number) and is the flight record.
@@ -84,7 +84,8 @@ type opHistory struct {
 	// goroutines store it. sched is the schedule it chose, tagged alike.
 	// Tagging spares begin a store that resets them for the next
 	// operation, and chose the lock: a reader sees a value only if its
-	// tag is the running entry's.
+	// tag is the running entry's, so neither needs its stores ordered
+	// with anything, and both are plain stores (internal/plain).
 	waiting atomic.Uint64
 	sched   atomic.Uint64
 	// failed marks the running operation failed ahead of its end (see
@@ -149,13 +150,12 @@ func fingerprint(h *transport.Header) wire.Fingerprint {
 	return wire.Fingerprint{Op: h.Op, DType: h.DType, RedOp: h.RedOp, Root: h.Root, Count: h.Count}
 }
 
-// wait records that the running operation waits on peer. An atomic
-// store is a full barrier on amd64, so it stores only a change: an
-// operation that talks to one peer, as every operation of two ranks does,
-// stores once.
+// wait records that the running operation waits on peer. It stores only
+// a change, so that an operation that talks to one peer, as every
+// operation of two ranks does, writes the line once.
 func (h *opHistory) wait(peer int32) {
 	if w := tagged(h.tag, uint32(peer)); h.waiting.Load() != w {
-		h.waiting.Store(w)
+		plain.Store(&h.waiting, w)
 	}
 }
 
@@ -210,7 +210,7 @@ func (h *opHistory) begin(r *Request, fp wire.Fingerprint, now stamp) {
 // bytes begin recorded and no prediction, is one tagged store; the others
 // take the lock.
 func (h *opHistory) chose(a algo.Algorithm, bytes int, predicted time.Duration) {
-	h.sched.Store(tagged(h.tag, uint32(a)))
+	plain.Store(&h.sched, tagged(h.tag, uint32(a)))
 	if predicted == 0 && int64(bytes) == h.bytes {
 		return
 	}

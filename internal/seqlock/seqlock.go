@@ -17,39 +17,41 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+
+	"github.com/occl/occl/internal/plain"
 )
 
 // Lock is a sequence lock. The zero value is unlocked.
 type Lock struct {
 	// seq is odd while a write is under way.
 	seq atomic.Uint64
-	// mu serializes everything where plain is false.
+	// mu serializes everything where plain.Enabled is false.
 	mu sync.Mutex
 }
 
 // WriteBegin starts a write. Writers must not overlap: the caller
 // serializes them (only mutex mode would do it for it).
 func (l *Lock) WriteBegin() {
-	if !plain {
+	if !plain.Enabled {
 		l.mu.Lock()
 		return
 	}
-	storeSeq(&l.seq, l.seq.Load()+1)
+	plain.Store(&l.seq, l.seq.Load()+1)
 }
 
 // WriteEnd ends the write WriteBegin started.
 func (l *Lock) WriteEnd() {
-	if !plain {
+	if !plain.Enabled {
 		l.mu.Unlock()
 		return
 	}
-	storeSeq(&l.seq, l.seq.Load()+1)
+	plain.Store(&l.seq, l.seq.Load()+1)
 }
 
 // ReadBegin starts a read and returns what to pass to Retry. It waits
 // while a write is under way.
 func (l *Lock) ReadBegin() uint64 {
-	if !plain {
+	if !plain.Enabled {
 		l.mu.Lock()
 		return 0
 	}
@@ -64,7 +66,7 @@ func (l *Lock) ReadBegin() uint64 {
 // Retry ends the read ReadBegin started and reports whether a write
 // overlapped it: the copy made since is then torn and must be made again.
 func (l *Lock) Retry(s uint64) bool {
-	if !plain {
+	if !plain.Enabled {
 		l.mu.Unlock()
 		return false
 	}

@@ -2,8 +2,8 @@
 
 #include "textflag.h"
 
-// func storeSeq(p *atomic.Uint64, v uint64)
-TEXT ·storeSeq(SB), NOSPLIT, $0-16
+// func Store(p *atomic.Uint64, v uint64)
+TEXT ·Store(SB), NOSPLIT, $0-16
 	MOVQ	p+0(FP), AX
 	MOVQ	v+8(FP), BX
 	MOVQ	BX, 0(AX)

@@ -1,0 +1,14 @@
+//go:build !race
+
+package plain
+
+import "sync/atomic"
+
+// Enabled tells whether Store is a plain store.
+const Enabled = true
+
+// Store stores v in *p with a plain store: readers load *p atomically and
+// see either the old value or v, whole.
+//
+//go:noescape
+func Store(p *atomic.Uint64, v uint64)

@@ -137,7 +137,23 @@ func (c *Communicator) allToAll(ctx context.Context, p *opPeers, send []byte, so
 		c.chose(c.lay(), op, a, len(send), nil)
 		c.logChoice(ctx, op, len(send), a, nil)
 	}
-	return c.worker.run(c.worker.op.schedule(ctx, len(send), c.links.shm), op, a, &args)
+	return c.worker.run(c.worker.op.schedule(ctx, shortAllToAll(len(send), largestBlock(uniform, slens, rlens), c.links.shm)), op, a, &args)
+}
+
+// largestBlock returns the largest block of an all-to-all: uniform for
+// AllToAll, the largest of slens and rlens for AllToAllV (uniform -1).
+func largestBlock(uniform int, slens, rlens []int) int {
+	if uniform >= 0 {
+		return uniform
+	}
+	n := 0
+	for i := range slens {
+		n = max(n, slens[i])
+	}
+	for i := range rlens {
+		n = max(n, rlens[i])
+	}
+	return n
 }
 
 // routable reports whether all-to-alls may take a topology-aware route:

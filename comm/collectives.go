@@ -139,7 +139,7 @@ func (c *Communicator) runSchedule(ctx context.Context, op algo.Collective, byte
 		c.chose(l, op, a, bytes, nil)
 		c.logChoice(ctx, op, bytes, a, nil)
 	}
-	return c.worker.run(c.worker.op.schedule(ctx, bytes, c.links.shm), op, a, &args)
+	return c.worker.run(c.worker.op.schedule(ctx, short(bytes, c.links.shm)), op, a, &args)
 }
 
 // Broadcast copies root's send buffer into recv on every rank. recv has the

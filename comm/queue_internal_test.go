@@ -137,6 +137,30 @@ func TestConcurrentBlockingCalls(t *testing.T) {
 	}
 }
 
+// TestShortAllToAll: an all-to-all's waits give the core away by its
+// largest block on shared memory, by its buffer elsewhere.
+func TestShortAllToAll(t *testing.T) {
+	for _, tc := range []struct {
+		bytes, block int
+		shm          bool
+		want         bool
+	}{
+		{shortOp, shortOp, false, true}, {shortOp + 1, shortOp, false, false}, {64 << 20, 1, false, false},
+		{shortOpShm, shortOpShm, true, true}, {4 << 20, shortBlockShm, true, true}, {4 << 20, shortBlockShm + 1, true, false},
+		{shortOpShm, shortOpShm + 1, true, true},
+	} {
+		if got := shortAllToAll(tc.bytes, tc.block, tc.shm); got != tc.want {
+			t.Errorf("all-to-all of %d bytes, largest block %d (all shm: %v): short %v, want %v", tc.bytes, tc.block, tc.shm, got, tc.want)
+		}
+	}
+	if got := largestBlock(-1, []int{3, 9, 0}, []int{8, 1, 2}); got != 9 {
+		t.Errorf("largest block of an AllToAllV: %d, want 9", got)
+	}
+	if got := largestBlock(5, nil, nil); got != 5 {
+		t.Errorf("largest block of an AllToAll: %d, want 5", got)
+	}
+}
+
 // TestScheduleContext: a schedule runs under a twin of the shared
 // default-timeout context that tells polling transports not to yield, and
 // for a small operation to give the core away; a caller's own context (it
@@ -153,7 +177,7 @@ func TestScheduleContext(t *testing.T) {
 		{8, false, true}, {shortOp, false, true}, {shortOp + 1, false, false}, {64 << 20, false, false},
 		{shortOp + 1, true, true}, {shortOpShm, true, true}, {shortOpShm + 1, true, false},
 	} {
-		s := o.schedule(ctx, tc.bytes, tc.shm)
+		s := o.schedule(ctx, short(tc.bytes, tc.shm))
 		if transport.Yields(s) {
 			t.Errorf("%d bytes: schedule context of the shared context yields", tc.bytes)
 		}
@@ -175,7 +199,7 @@ func TestScheduleContext(t *testing.T) {
 			bytes int
 			core  bool
 		}{{8, true}, {64 << 20, false}} {
-			s := o.schedule(o.get(own, time.Minute, now()), tc.bytes, false)
+			s := o.schedule(o.get(own, time.Minute, now()), short(tc.bytes, false))
 			if transport.Yields(s) || transport.CoreYields(s) != tc.core {
 				t.Errorf("%d bytes, caller's context: yields %v, gives the core away %v (want false, %v)", tc.bytes, transport.Yields(s), transport.CoreYields(s), tc.core)
 			}
@@ -191,15 +215,15 @@ func TestScheduleContext(t *testing.T) {
 	}
 	other, cancel2 := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel2()
-	if dl, _ := o.schedule(o.get(other, time.Minute, now()), 8, false).Deadline(); !dl.Equal(func() time.Time { d, _ := other.Deadline(); return d }()) {
+	if dl, _ := o.schedule(o.get(other, time.Minute, now()), true).Deadline(); !dl.Equal(func() time.Time { d, _ := other.Deadline(); return d }()) {
 		t.Error("a new caller context kept the twins of the previous one")
 	}
 	// A context type that cannot be compared gets twins every time.
 	odd := uncomparableCtx{Context: own, tags: []string{"x"}}
-	if s := o.schedule(odd, 8, false); transport.Yields(s) || s.Done() != own.Done() {
+	if s := o.schedule(odd, true); transport.Yields(s) || s.Done() != own.Done() {
 		t.Error("uncomparable caller context")
 	}
-	if s := o.schedule(uncomparableCtx{Context: own, tags: []string{"y"}}, 8, false); transport.Yields(s) {
+	if s := o.schedule(uncomparableCtx{Context: own, tags: []string{"y"}}, true); transport.Yields(s) {
 		t.Error("second uncomparable caller context")
 	}
 }

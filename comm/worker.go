@@ -284,17 +284,42 @@ func (o *opContext) get(user context.Context, timeout time.Duration, now stamp) 
 // shares the processor with the waits. Over TCP a 256 KiB AllToAll was
 // slower (252 / 298 us, 6 rounds; likely its socket reads of 64 KiB
 // blocks taking the core from the peers' writes, not measured).
+//
+// An all-to-all on shared memory whose blocks are at most shortBlockShm
+// (algo's pairwise piece) runs on its calling goroutine alone, its blocks
+// inline or lent, so nothing of its own process needs the processor while
+// it waits: its waits give the core away whatever its buffer. Measured on
+// 2 cores, 4 processes, 8 interleaved rounds, medians, against the bound
+// of shortOpShm on the buffer: 1 MiB AllToAll (256 KiB blocks) 311 -> 279
+// us, 2 MiB 555 -> 525 (Open MPI's vader 271 and 592); again with the
+// bound at the largest block, 1 MiB 311 -> 270, 2 MiB 502 -> 508 (vader
+// 251 and 591). Larger blocks go
+// in pieces from a sender goroutine unless lent, and there the waits
+// giving the core away made a 4 MiB AllToAll through the rings slower
+// (1368 -> 1603 us; lent, 978 -> 962).
 const (
-	shortOp    = 64 << 10
-	shortOpShm = 256 << 10
+	shortOp       = 64 << 10
+	shortOpShm    = 256 << 10
+	shortBlockShm = 512 << 10
 )
 
-// schedule returns the context a schedule runs under for an operation of
-// bytes bytes that runs under ctx: a twin of the shared context or of the
-// caller's own (see opContext). shm tells whether every connection of the
-// communicator is shared memory (see shortOp).
-func (o *opContext) schedule(ctx context.Context, bytes int, shm bool) context.Context {
-	alone, short := o.alone, o.short
+// short reports whether the waits of an operation that moves bytes bytes
+// give the core away (see shortOp). shm tells whether every connection of
+// the communicator is shared memory.
+func short(bytes int, shm bool) bool { return bytes <= shortOp || (shm && bytes <= shortOpShm) }
+
+// shortAllToAll reports whether the waits of an all-to-all of a buffer of
+// bytes bytes whose largest block, sent or received, is block bytes give
+// the core away (see shortBlockShm).
+func shortAllToAll(bytes, block int, shm bool) bool {
+	return short(bytes, shm) || (shm && block <= shortBlockShm)
+}
+
+// schedule returns the context a schedule runs under for an operation
+// that runs under ctx: a twin of the shared context or of the caller's
+// own (see opContext), the one whose waits give the core away if short.
+func (o *opContext) schedule(ctx context.Context, short bool) context.Context {
+	alone, shortCtx := o.alone, o.short
 	switch {
 	case ctx == nil:
 		return ctx
@@ -304,10 +329,10 @@ func (o *opContext) schedule(ctx context.Context, bytes int, shm bool) context.C
 			o.callerAlone = transport.WithoutYield(ctx)
 			o.callerShort = transport.WithCoreYield(o.callerAlone)
 		}
-		alone, short = o.callerAlone, o.callerShort
+		alone, shortCtx = o.callerAlone, o.callerShort
 	}
-	if bytes <= shortOp || (shm && bytes <= shortOpShm) {
-		return short
+	if short {
+		return shortCtx
 	}
 	return alone
 }

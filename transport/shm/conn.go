@@ -28,7 +28,10 @@ const (
 	// counter before it looks at the clock. Then it keeps polling for the
 	// connection's spin time (none when the processes outnumber the
 	// cores: the one awaited may need this core) before it sleeps on the
-	// futex.
+	// futex. Where the processes outnumber the cores, a wait that gives
+	// its core away (transport.WithCoreYield) skips these polls: 4
+	// processes on 2 cores, 10 interleaved rounds, 64 B AllToAll 18%
+	// faster, 8 B AllReduce 16%.
 	spinTight = 64
 	// spinYield is how many more rounds a wait yields to other goroutines
 	// before it sleeps when the processes outnumber the cores.
@@ -710,7 +713,19 @@ func (c *Conn) wait(ctx context.Context, w waitFor) error {
 			return c.peerErr(peerErr)
 		}
 		if i < spinTight {
-			continue
+			if c.spin != 0 {
+				continue
+			}
+			// The processes outnumber the cores. A wait that gives its
+			// core away decides at once, by the peer's mark, whether to
+			// poll on or yield (see below): polls of a peer that is not
+			// running only delay it.
+			if !decided {
+				yield, core, decided = c.local || transport.Yields(ctx), transport.CoreYields(ctx), true
+			}
+			if !core {
+				continue
+			}
 		}
 		if c.spin == 0 {
 			// The processes outnumber the cores: poll only briefly,
@@ -725,7 +740,7 @@ func (c *Conn) wait(ctx context.Context, w waitFor) error {
 			if !decided {
 				yield, core, decided = c.local || transport.Yields(ctx), transport.CoreYields(ctx), true
 			}
-			if core && i < spinTight+transport.CoreYieldRounds {
+			if core && i < transport.CoreYieldRounds {
 				if peerPolls > 0 && peerOff.Load() == 0 {
 					// The peer runs, on another core (see
 					// offCore): poll on, not counting a yield.

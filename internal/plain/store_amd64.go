@@ -12,3 +12,8 @@ const Enabled = true
 //
 //go:noescape
 func Store(p *atomic.Uint64, v uint64)
+
+// Store32 is Store for a 32-bit word.
+//
+//go:noescape
+func Store32(p *atomic.Uint32, v uint32)

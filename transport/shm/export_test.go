@@ -31,12 +31,12 @@ func SetPeerSpin(c *Conn, n int) { c.peerSpin = n }
 // MarkOffCore marks c's side of its rings off core (off true) or back on,
 // as a wait of its process that yields or sleeps does.
 func MarkOffCore(c *Conn, off bool) {
-	d := uint32(1)
-	if !off {
-		d = ^uint32(0)
+	v := uint32(0)
+	if off {
+		v = 1
 	}
-	c.out.prodOff.Add(d)
-	c.in.consOff.Add(d)
+	c.out.prodOff.Store(v)
+	c.in.consOff.Store(v)
 }
 
 // PeerOffCore reports whether c's peer is marked off core in the ring c
@@ -50,8 +50,8 @@ func AddOffCore(c *Conn) { addOffCore(c) }
 // OffCoreWords returns how many words the process marks when it gives its
 // core away.
 func OffCoreWords() int {
-	offCore.mu.RLock()
-	defer offCore.mu.RUnlock()
+	offCore.mu.Lock()
+	defer offCore.mu.Unlock()
 	return len(offCore.words)
 }
 

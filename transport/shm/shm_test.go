@@ -766,6 +766,12 @@ func TestOffCoreWords(t *testing.T) {
 		if !shm.PeerOffCore(b) {
 			t.Error("the peer does not see the process off core during a yield")
 		}
+		// Another wait of the process yields meanwhile: its end
+		// leaves the process off core, since this one still is.
+		shm.OffCoreDuring(func() {})
+		if !shm.PeerOffCore(b) {
+			t.Error("the peer sees the process on core while one of its waits still yields")
+		}
 	})
 	if shm.PeerOffCore(b) {
 		t.Error("the peer sees the process off core after the yield")
@@ -773,5 +779,19 @@ func TestOffCoreWords(t *testing.T) {
 	a.Close()
 	if n := shm.OffCoreWords(); n != before {
 		t.Errorf("%d words after Close, want %d", n, before)
+	}
+	// A connection added while a wait yields is marked at once.
+	c, d := pair(t, 0)
+	defer d.Close()
+	defer c.Close()
+	shm.SetLocal(c, false)
+	shm.OffCoreDuring(func() {
+		shm.AddOffCore(c)
+		if !shm.PeerOffCore(d) {
+			t.Error("a connection added during a yield is not marked off core")
+		}
+	})
+	if shm.PeerOffCore(d) {
+		t.Error("a connection added during a yield is still marked off core after it")
 	}
 }

@@ -65,7 +65,7 @@ func (c *config) stallInterval() time.Duration {
 const maxStallInterval = 30 * time.Second
 
 // watchdog asks for a probe when a collective runs longer than the stall
-// interval. Arming it costs an operation one atomic load: its timer is set
+// interval. Arming it costs an operation one uncontended compare-and-swap: its timer is set
 // only when none is pending, and when it fires it looks in the history at
 // the collective running then (one that started later is given the rest of
 // its interval).
@@ -86,8 +86,12 @@ func (c *Communicator) armWatchdog() {
 	// onStall clears armed before it looks at the history, and this reads
 	// armed after the history recorded the collective: one of the two
 	// sees the other, so the collective is never left without a pending
-	// timer.
-	if !w.armed.Load() {
+	// timer. That needs a full barrier on both sides, between the store
+	// and the load: onStall's is its atomic store, this one's a locked
+	// compare-and-swap that changes nothing, since the history's stores
+	// are plain (a sequence lock) and a plain load could be answered
+	// before they are visible.
+	if !w.armed.CompareAndSwap(true, true) {
 		w.mu.Lock()
 		w.arm(c.cfg.stallInterval(), c.onStall)
 		w.mu.Unlock()

@@ -137,7 +137,7 @@ func (c *Communicator) allToAll(ctx context.Context, p *opPeers, send []byte, so
 		c.chose(c.lay(), op, a, len(send), nil)
 		c.logChoice(ctx, op, len(send), a, nil)
 	}
-	return c.worker.run(c.worker.op.schedule(ctx, shortAllToAll(len(send), largestBlock(uniform, slens, rlens), c.links.shm)), op, a, &args)
+	return c.worker.run(c.worker.op.schedule(ctx, shortAllToAll(len(send), c.links.shm, uniform, slens, rlens)), op, a, &args)
 }
 
 // largestBlock returns the largest block of an all-to-all: uniform for

@@ -149,7 +149,11 @@ func TestShortAllToAll(t *testing.T) {
 		{shortOpShm, shortOpShm, true, true}, {4 << 20, shortBlockShm, true, true}, {4 << 20, shortBlockShm + 1, true, false},
 		{shortOpShm, shortOpShm + 1, true, true},
 	} {
-		if got := shortAllToAll(tc.bytes, tc.block, tc.shm); got != tc.want {
+		if got := shortAllToAll(tc.bytes, tc.shm, tc.block, nil, nil); got != tc.want {
+			t.Errorf("all-to-all of %d bytes, blocks of %d (all shm: %v): short %v, want %v", tc.bytes, tc.block, tc.shm, got, tc.want)
+		}
+		lens := []int{1, tc.block, 0}
+		if got := shortAllToAll(tc.bytes, tc.shm, -1, lens, lens[:1]); got != tc.want {
 			t.Errorf("all-to-all of %d bytes, largest block %d (all shm: %v): short %v, want %v", tc.bytes, tc.block, tc.shm, got, tc.want)
 		}
 	}

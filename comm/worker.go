@@ -290,13 +290,12 @@ func (o *opContext) get(user context.Context, timeout time.Duration, now stamp) 
 // inline or lent, so nothing of its own process needs the processor while
 // it waits: its waits give the core away whatever its buffer. Measured on
 // 2 cores, 4 processes, 8 interleaved rounds, medians, against the bound
-// of shortOpShm on the buffer: 1 MiB AllToAll (256 KiB blocks) 311 -> 279
-// us, 2 MiB 555 -> 525 (Open MPI's vader 271 and 592); again with the
-// bound at the largest block, 1 MiB 311 -> 270, 2 MiB 502 -> 508 (vader
-// 251 and 591). Larger blocks go
-// in pieces from a sender goroutine unless lent, and there the waits
-// giving the core away made a 4 MiB AllToAll through the rings slower
-// (1368 -> 1603 us; lent, 978 -> 962).
+// of shortOpShm on the buffer: 1 MiB AllToAll (256 KiB blocks) 311 -> 270
+// us, 2 MiB 502 -> 508 (Open MPI's vader 251 and 591; with the bound at 1
+// MiB blocks, in another 8 rounds, 311 -> 279 and 555 -> 525). Larger
+// blocks go in pieces from a sender goroutine unless lent, and there the
+// waits giving the core away made a 4 MiB AllToAll through the rings
+// slower (1368 -> 1603 us; lent, 978 -> 962).
 const (
 	shortOp       = 64 << 10
 	shortOpShm    = 256 << 10
@@ -309,10 +308,10 @@ const (
 func short(bytes int, shm bool) bool { return bytes <= shortOp || (shm && bytes <= shortOpShm) }
 
 // shortAllToAll reports whether the waits of an all-to-all of a buffer of
-// bytes bytes whose largest block, sent or received, is block bytes give
-// the core away (see shortBlockShm).
-func shortAllToAll(bytes, block int, shm bool) bool {
-	return short(bytes, shm) || (shm && block <= shortBlockShm)
+// bytes bytes give the core away (see shortBlockShm); its blocks are as
+// largestBlock takes them, looked at only where the buffer is not short.
+func shortAllToAll(bytes int, shm bool, uniform int, slens, rlens []int) bool {
+	return short(bytes, shm) || (shm && largestBlock(uniform, slens, rlens) <= shortBlockShm)
 }
 
 // schedule returns the context a schedule runs under for an operation

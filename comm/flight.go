@@ -66,8 +66,9 @@ const histLen = 256
 // opHistory is a rank's record of its recent operations, in the order
 // they ran: a fixed ring written by the goroutine that runs the
 // operations (the holder of the queue's exec), under a sequence lock, so
-// that recording takes no locked instruction on amd64; the readers, seldom, copy what they
-// need, an entry at a time, and retry when a write overlapped the copy.
+// that recording takes no locked instruction on amd64; the readers,
+// seldom, copy what they need, an entry at a time, and retry when a write
+// overlapped the copy.
 // It answers the mismatch probes (the fingerprint of the collective a rank
 // ran at a sequence number) and is the flight record.
 type opHistory struct {

@@ -851,6 +851,8 @@ def print_tables(records, markdown=False, file=sys.stdout):
     tcp_bw = (limits.get("tcp_loopback") or {}).get("GBps")
     tcp_bidir = (limits.get("tcp_loopback_bidir") or {}).get("GBps")
     rtt = (limits.get("tcp_rtt_8B") or {}).get("us")
+    line_rtt = (limits.get("shm_line_rtt") or {}).get("us")
+    line_exch = (limits.get("shm_line_exchange") or {}).get("us")
     meta = next((r for r in records if r.get("impl") == "meta"), {})
 
     def out(s=""):
@@ -867,8 +869,11 @@ def print_tables(records, markdown=False, file=sys.stdout):
     out()
     out("Machine limits: memcpy %s GB/s, loopback TCP %s GB/s (one stream), %s GB/s per direction "
         "with both directions at once (the ceiling of a 2-rank all-reduce over TCP), "
-        "TCP 8 B round trip %s us"
-        % (fmt_num(memcpy, 0), fmt_num(tcp_bw, 0), fmt_num(tcp_bidir, 0), fmt_num(rtt, 0)))
+        "TCP 8 B round trip %s us, a cache line between two processes through shared memory: "
+        "%s us round trip, %s us per round of an exchange (both write, then both wait: the floor "
+        "of a 2-rank all-reduce of a few bytes on shared memory)"
+        % (fmt_num(memcpy, 0), fmt_num(tcp_bw, 0), fmt_num(tcp_bidir, 0), fmt_num(rtt, 0),
+           fmt_num(line_rtt, 0), fmt_num(line_exch, 0)))
     out()
 
     # Group measurements: group -> (op, np, bytes) -> column -> records;

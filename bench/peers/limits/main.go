@@ -9,19 +9,27 @@
 //     payload, best of several runs.
 //   - tcp_rtt_8B: an 8-byte ping-pong over the same kind of connection
 //     (TCP_NODELAY), average round-trip time in microseconds.
+//   - shm_line_rtt and shm_line_exchange: a word on a cache line of its own
+//     passed between two processes polling shared memory, as a ping-pong
+//     (round trip) and as an exchange (both write, then both wait: the
+//     floor of a 2-rank all-reduce of a few bytes over shared memory),
+//     average time in microseconds.
 //
 // Each result is one JSON line on stdout:
 //
 //	{"impl":"limit","what":"memcpy","bytes":67108864,"GBps":9.1,"us":7375.2}
 //
 // "us" is the time of one copy for memcpy, the time of the whole transfer for
-// tcp_loopback and the round-trip time for tcp_rtt_8B (whose GBps is null).
+// tcp_loopback, the round-trip time for tcp_rtt_8B and shm_line_rtt and the
+// time of one round for shm_line_exchange (the last three have a null
+// GBps).
 // A human summary goes to stderr.
 //
 // Usage:
 //
 //	go run ./bench/peers/limits [-memcpy-mib 64] [-reps 5] [-tcp-mib 1024]
-//	    [-chunk-kib 1024] [-rtt-iters 20000] [-peer process|goroutine]
+//	    [-chunk-kib 1024] [-rtt-iters 20000] [-line-iters 200000]
+//	    [-peer process|goroutine]
 package main
 
 import (
@@ -68,15 +76,23 @@ func main() {
 		}
 		return
 	}
+	if iters := os.Getenv(linePeerEnv); iters != "" {
+		if err := runLinePeer(iters); err != nil {
+			fmt.Fprintln(os.Stderr, "limits line peer:", err)
+			os.Exit(1)
+		}
+		return
+	}
 
 	memMiB := flag.Int("memcpy-mib", 64, "memcpy buffer size in MiB")
 	reps := flag.Int("reps", 5, "repetitions of each bandwidth test (best is reported)")
 	tcpMiB := flag.Int("tcp-mib", 1024, "bytes sent per TCP bandwidth repetition, in MiB")
 	chunkKiB := flag.Int("chunk-kib", 1024, "size of each TCP write, in KiB")
 	rttIters := flag.Int("rtt-iters", 20000, "ping-pong round trips for the latency test")
+	lineIters := flag.Int("line-iters", 200000, "rounds of each shared-memory line test")
 	peerMode := flag.String("peer", "process", "where the TCP peer runs: process or goroutine")
 	flag.Parse()
-	if *memMiB < 1 || *reps < 1 || *tcpMiB < 1 || *chunkKiB < 1 || *rttIters < 1 {
+	if *memMiB < 1 || *reps < 1 || *tcpMiB < 1 || *chunkKiB < 1 || *rttIters < 1 || *lineIters < 1 {
 		fmt.Fprintln(os.Stderr, "limits: sizes, reps and iterations must be positive")
 		os.Exit(2)
 	}
@@ -103,6 +119,14 @@ func main() {
 	emit(bw)
 	emit(bidir)
 	emit(rtt)
+
+	lrtt, lexch, err := measureLine(*lineIters)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "limits: shared-memory line:", err)
+		os.Exit(1)
+	}
+	emit(lrtt)
+	emit(lexch)
 }
 
 func gbps(bytes int64, d time.Duration) *float64 {

@@ -13,12 +13,13 @@ func TestWhole(t *testing.T) {
 	var w atomic.Uint64
 	const n = 1 << 20
 	var wg sync.WaitGroup
+	var stop atomic.Bool
 	errs := make(chan string, 1)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		var last uint64
-		for last != n {
+		for last != n && !stop.Load() {
 			v := w.Load()
 			hi, lo := v>>32, v&0xffffffff
 			if hi != lo {
@@ -35,6 +36,7 @@ func TestWhole(t *testing.T) {
 	for i := uint64(1); i <= n; i++ {
 		Store(&w, i<<32|i)
 	}
+	stop.Store(true) // a reader that missed the last store ends too
 	wg.Wait()
 	select {
 	case e := <-errs:

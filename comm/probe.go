@@ -65,10 +65,10 @@ func (c *config) stallInterval() time.Duration {
 const maxStallInterval = 30 * time.Second
 
 // watchdog asks for a probe when a collective runs longer than the stall
-// interval. Arming it costs an operation one uncontended compare-and-swap: its timer is set
-// only when none is pending, and when it fires it looks in the history at
-// the collective running then (one that started later is given the rest of
-// its interval).
+// interval. Arming it costs an operation one uncontended compare-and-swap:
+// its timer is set only when none is pending, and when it fires it looks in
+// the history at the collective running then (one that started later is
+// given the rest of its interval).
 type watchdog struct {
 	armed atomic.Bool // the timer is pending
 

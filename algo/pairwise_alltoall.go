@@ -201,11 +201,16 @@ func recvRound(ctx context.Context, p Peers, size, r int, lp LendPeers, b *rankB
 	return nil
 }
 
-// pairwiseChunk is the largest piece of a block the pairwise exchange sends
-// as one message when blocks go in pieces. It is within shared memory's
+// PairwisePiece is the largest block the pairwise all-to-all sends as one
+// message, the largest piece of a larger one. It is within shared memory's
 // eager limit (a quarter of its 4 MiB ring), so that an in-place exchange
-// sends its pieces straight from its buffer (exchangePieces).
-var pairwiseChunk = 512 << 10
+// sends its pieces straight from its buffer (exchangePieces). An exchange
+// whose blocks are all at most this (or lent) runs on its calling
+// goroutine alone (exchangeInline); larger ones start a sender goroutine.
+const PairwisePiece = 512 << 10
+
+// pairwiseChunk is PairwisePiece, changed by tests.
+var pairwiseChunk = PairwisePiece
 
 // pieces is how many pieces a block of n bytes goes in.
 func pieces(n int) int { return (n + pairwiseChunk - 1) / pairwiseChunk }

@@ -286,7 +286,7 @@ func (o *opContext) get(user context.Context, timeout time.Duration, now stamp) 
 // blocks taking the core from the peers' writes, not measured).
 //
 // An all-to-all on shared memory whose blocks are at most shortBlockShm
-// (algo's pairwise piece) runs on its calling goroutine alone, its blocks
+// (algo.PairwisePiece) runs on its calling goroutine alone, its blocks
 // inline or lent, so nothing of its own process needs the processor while
 // it waits: its waits give the core away whatever its buffer. Measured on
 // 2 cores, 4 processes, 8 interleaved rounds, medians, against the bound
@@ -299,7 +299,7 @@ func (o *opContext) get(user context.Context, timeout time.Duration, now stamp) 
 const (
 	shortOp       = 64 << 10
 	shortOpShm    = 256 << 10
-	shortBlockShm = 512 << 10
+	shortBlockShm = algo.PairwisePiece
 )
 
 // short reports whether the waits of an operation that moves bytes bytes

@@ -712,20 +712,15 @@ func (c *Conn) wait(ctx context.Context, w waitFor) error {
 			}
 			return c.peerErr(peerErr)
 		}
-		if i < spinTight {
-			if c.spin != 0 {
-				continue
-			}
-			// The processes outnumber the cores. A wait that gives its
-			// core away decides at once, by the peer's mark, whether to
-			// poll on or yield (see below): polls of a peer that is not
-			// running only delay it.
-			if !decided {
-				yield, core, decided = c.local || transport.Yields(ctx), transport.CoreYields(ctx), true
-			}
-			if !core {
-				continue
-			}
+		if c.spin == 0 && !decided {
+			yield, core, decided = c.local || transport.Yields(ctx), transport.CoreYields(ctx), true
+		}
+		// Where the processes outnumber the cores, a wait that gives its
+		// core away skips the tight polls: it decides at once, by the
+		// peer's mark, whether to poll on or yield (see below), since
+		// polls of a peer that is not running only delay it.
+		if i < spinTight && (c.spin != 0 || !core) {
+			continue
 		}
 		if c.spin == 0 {
 			// The processes outnumber the cores: poll only briefly,
@@ -737,9 +732,6 @@ func (c *Conn) wait(ctx context.Context, w waitFor) error {
 			// to the other processes instead (transport.WithCoreYield),
 			// and the processor to its own goroutines only if it must
 			// (transport.WithoutYield).
-			if !decided {
-				yield, core, decided = c.local || transport.Yields(ctx), transport.CoreYields(ctx), true
-			}
 			if core && i < transport.CoreYieldRounds {
 				if peerPolls > 0 && peerOff.Load() == 0 {
 					// The peer runs, on another core (see

@@ -51,6 +51,9 @@ func (c *Communicator) postAllToAll(ctx context.Context, send, recv Buffer) *Req
 func allToAllOp(ctx context.Context, p *opPeers, a *opArgs) error {
 	c := p.c
 	nb := len(a.send.b) / c.size
+	if ok, err := c.directAllToAll(ctx, p, a.send.b, a.recv.b, nb); ok {
+		return err
+	}
 	offs, lens := c.worker.blocks(c.size, nb)
 	return c.allToAll(ctx, p, a.send.b, offs, lens, a.recv.b, offs, lens, nb)
 }

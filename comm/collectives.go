@@ -114,6 +114,9 @@ func (c *Communicator) postAllReduce(ctx context.Context, send, recv Buffer, op 
 }
 
 func allReduceOp(ctx context.Context, p *opPeers, a *opArgs) error {
+	if ok, err := p.c.directAllReduce(ctx, p, a); ok {
+		return err
+	}
 	dt := a.send.dt
 	err := p.c.runSchedule(ctx, algo.OpAllReduce, len(a.recv.b), algo.Args{Peers: p, Src: a.send.b, Dst: a.recv.b, DType: dt, Op: a.op.Combiner()})
 	if err != nil {

@@ -28,12 +28,17 @@ type linkSet struct {
 	// shm: every connection is shared memory (see shortOp). Worker-only,
 	// kept by set and replace.
 	shm bool
+	// eager is the smallest eager limit of the connections (see
+	// transport.Conn.EagerLimit), 0 without peers: a message of at most
+	// this goes to any peer without waiting for it. Worker-only, kept by
+	// set and replace.
+	eager int
 }
 
 // set installs the first connections, by peer rank (nil at this rank).
 func (l *linkSet) set(conns []transport.Conn) {
 	l.conns = conns
-	l.shm = allShm(conns)
+	l.shm, l.eager = allShm(conns), minEager(conns)
 }
 
 // allShm reports whether every connection of conns is shared memory
@@ -51,6 +56,18 @@ func allShm(conns []transport.Conn) bool {
 		n++
 	}
 	return n > 0
+}
+
+// minEager returns the smallest eager limit of conns, 0 if it has no
+// connection (nil entries, this rank, do not count).
+func minEager(conns []transport.Conn) int {
+	n := -1
+	for _, conn := range conns {
+		if conn != nil && (n < 0 || conn.EagerLimit() < n) {
+			n = conn.EagerLimit()
+		}
+	}
+	return max(n, 0)
 }
 
 // to returns the connection to peer. Worker only.
@@ -79,7 +96,7 @@ func (l *linkSet) replace(conns map[int]transport.Conn) {
 		l.retired = append(l.retired, l.conns[r])
 		l.conns[r] = conn
 	}
-	l.shm = allShm(l.conns)
+	l.shm, l.eager = allShm(l.conns), minEager(l.conns)
 	l.mu.Unlock()
 }
 

@@ -1,0 +1,122 @@
+package comm
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/occl/occl/algo"
+)
+
+// directMessage is the largest message of a direct exchange (see
+// directAllReduce): up to it an operation's time is the layers it goes
+// through, not its bytes. It stays below the smallest block the pairwise
+// all-to-all lends (4 KiB), so that a direct all-to-all sends every block
+// as that schedule does.
+const directMessage = 2 << 10
+
+// directAllReduce runs a small AllReduce (at most directMessage bytes) on
+// a power-of-two number of ranks, where the choice is recursive doubling,
+// against the connections themselves: the messages of algo.AllReduceRD
+// (step 1+i with rank r^2^i, the lower rank's partial on the left of
+// every reduction), without the schedule table's dispatch and the Peers
+// adapters around every message, which cost a 2-rank AllReduce of 8 bytes
+// on shared memory about a third of its time. Ranks that run it and ranks
+// that run the schedule (one whose every message is not eager, say) meet,
+// since both send the same messages in the same order. It reports whether
+// it ran the operation, and the operation's error if it did.
+func (c *Communicator) directAllReduce(ctx context.Context, p *opPeers, a *opArgs) (bool, error) {
+	data, n, size := a.recv.b, len(a.recv.b), c.size
+	if !c.direct(n) || size&(size-1) != 0 {
+		return false, nil
+	}
+	l := c.lay()
+	alg := c.worker.choice.get(l, algo.OpAllReduce, n, c.choose)
+	if alg != algo.AlgoRD {
+		return false, nil
+	}
+	c.chose(l, algo.OpAllReduce, alg, n, nil)
+	c.logChoice(ctx, algo.OpAllReduce, n, alg, nil)
+	ctx = c.worker.op.schedule(ctx, short(n, c.links.shm))
+	if !same(a.send.b, data) {
+		copy(data, a.send.b)
+	}
+	stage := c.worker.ws.Get(algo.SlotStage, n)
+	dt, op := a.send.dt, a.op.Combiner()
+	for i, d := 0, 1; d < size; i, d = i+1, d<<1 {
+		peer, step := c.rank^d, uint32(1+i)
+		if err := c.directSendRecv(ctx, p, peer, step, data, stage); err != nil {
+			return true, fmt.Errorf("rd allreduce: rank %d step %d with rank %d: %w", c.rank, i, peer, err)
+		}
+		if c.rank&d == 0 {
+			algo.Reduce3(data, data, stage, dt, op)
+		} else {
+			algo.Reduce3(data, stage, data, dt, op)
+		}
+	}
+	algo.Finalize(data, a.send.dt, a.op, size)
+	return true, nil
+}
+
+// directAllToAll runs a small AllToAll (blocks of nb bytes, at most
+// directMessage, every one eager) where no route applies, against the
+// connections themselves: the messages of the pairwise exchange as it runs
+// blocks that fit the connections' buffers (algo's exchangeInline: step s
+// to rank r+s for every s, then step s from rank r-s), without the
+// schedule table's layers. It reports whether it ran the operation, and
+// the operation's error if it did.
+func (c *Communicator) directAllToAll(ctx context.Context, p *opPeers, send, recv []byte, nb int) (bool, error) {
+	size, r := c.size, c.rank
+	if !c.direct(nb) || c.routable() {
+		return false, nil
+	}
+	l := c.lay()
+	c.chose(l, algo.OpAllToAll, algo.AlgoPairwise, len(send), nil)
+	c.logChoice(ctx, algo.OpAllToAll, len(send), algo.AlgoPairwise, nil)
+	ctx = c.worker.op.schedule(ctx, shortAllToAll(len(send), c.links.shm, nb, nil, nil))
+	h := p.hdr
+	for s := 1; s < size; s++ {
+		to := (r + s) % size
+		h.Step = uint32(s)
+		c.hist.wait(int32(to))
+		if err := c.links.to(to).Send(ctx, h, send[to*nb:(to+1)*nb]); err != nil {
+			return true, fmt.Errorf("pairwise all-to-all: rank %d step %d: %w", r, s, &linkError{peer: to, dir: "send", step: h.Step, err: err})
+		}
+	}
+	if !same(send, recv) {
+		copy(recv[r*nb:(r+1)*nb], send[r*nb:(r+1)*nb])
+	}
+	for s := 1; s < size; s++ {
+		from := (r - s + size) % size
+		h.Step = uint32(s)
+		c.hist.wait(int32(from))
+		if err := c.links.to(from).Recv(ctx, h, recv[from*nb:(from+1)*nb]); err != nil {
+			return true, fmt.Errorf("pairwise all-to-all: rank %d step %d: %w", r, s, &linkError{peer: from, dir: "recv", step: h.Step, err: err})
+		}
+	}
+	return true, nil
+}
+
+// direct reports whether messages of n bytes may go directly (see
+// directAllReduce): n is at most directMessage and goes to any peer
+// without waiting for it, and no timeline is recorded (the timeline
+// records every message as the schedules send it, through opPeers).
+func (c *Communicator) direct(n int) bool {
+	return n > 0 && n <= directMessage && n <= c.links.eager && c.obs.tr == nil
+}
+
+// directSendRecv sends out to peer and then receives in from it, both as
+// message step of the running operation, for a direct exchange: out fits
+// the connection's buffer, so the send does not wait for the peer.
+func (c *Communicator) directSendRecv(ctx context.Context, p *opPeers, peer int, step uint32, out, in []byte) error {
+	h := p.hdr
+	h.Step = step
+	conn := c.links.to(peer)
+	c.hist.wait(int32(peer))
+	if err := conn.Send(ctx, h, out); err != nil {
+		return &linkError{peer: peer, dir: "send", step: step, err: err}
+	}
+	if err := conn.Recv(ctx, h, in); err != nil {
+		return &linkError{peer: peer, dir: "recv", step: step, err: err}
+	}
+	return nil
+}

@@ -1,0 +1,95 @@
+package comm
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/occl/occl/internal/reference"
+	"github.com/occl/occl/trace"
+)
+
+// TestDirectMeetsSchedule runs small AllReduces and AllToAlls where the
+// odd ranks record a timeline, and so run the schedules, and the even
+// ranks go directly (see directAllReduce): both must send the same
+// messages in the same order for the operations to complete, and every
+// rank's result must be the reference's. Sizes reach past directMessage,
+// where every rank runs the schedule.
+func TestDirectMeetsSchedule(t *testing.T) {
+	for _, size := range []int{2, 4} {
+		t.Run(fmt.Sprintf("np%d", size), func(t *testing.T) {
+			comms, err := NewLocal(size)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for r, c := range comms {
+				defer c.Close()
+				if r%2 == 1 {
+					c.obs.tr = trace.NewRecorder(trace.Meta{})
+				}
+				if got, want := c.direct(8), r%2 == 0; got != want {
+					t.Fatalf("rank %d: direct(8) = %v, want %v", r, got, want)
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			errs := make([]error, size)
+			var wg sync.WaitGroup
+			for r, c := range comms {
+				wg.Go(func() { errs[r] = directChecks(ctx, c) })
+			}
+			wg.Wait()
+			for r, err := range errs {
+				if err != nil {
+					t.Errorf("rank %d: %v", r, err)
+				}
+			}
+		})
+	}
+}
+
+// directChecks runs AllReduce with every dtype and reduction and AllToAll
+// with every dtype, in place and not, on sizes around directMessage, and
+// compares each result with the reference.
+func directChecks(ctx context.Context, c *Communicator) error {
+	size, rank := c.Size(), c.Rank()
+	for _, dt := range []DType{Int8, Uint8, Int32, Uint32, Int64, Uint64, Float16, BFloat16, Float32, Float64} {
+		es := dt.Size()
+		for _, n := range []int{1, 3, directMessage / es, directMessage/es + 1} {
+			for _, inPlace := range []bool{false, true} {
+				for _, op := range []Op{Sum, Prod, Max, Min, Avg} {
+					in := reference.Input(dt, op, rank, 0, n)
+					out := bytes.Repeat([]byte{0xA5}, len(in))
+					if inPlace {
+						out = in
+					}
+					if err := c.AllReduce(ctx, Raw(in, dt), Raw(out, dt), op); err != nil {
+						return err
+					}
+					if want := reference.Reduced(dt, op, size, 0, n); !bytes.Equal(out, want) {
+						return fmt.Errorf("AllReduce %s %s n=%d inplace=%v: got %x, want %x", dt, op, n, inPlace, out, want)
+					}
+				}
+				in := reference.Input(dt, Sum, rank, 0, size*n)
+				out := bytes.Repeat([]byte{0xA5}, len(in))
+				if inPlace {
+					out = in
+				}
+				if err := c.AllToAll(ctx, Raw(in, dt), Raw(out, dt)); err != nil {
+					return err
+				}
+				var want []byte
+				for j := range size {
+					want = append(want, reference.Input(dt, Sum, j, rank*n, n)...)
+				}
+				if !bytes.Equal(out, want) {
+					return fmt.Errorf("AllToAll %s n=%d inplace=%v: got %x, want %x", dt, n, inPlace, out, want)
+				}
+			}
+		}
+	}
+	return nil
+}

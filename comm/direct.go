@@ -20,7 +20,7 @@ const directMessage = 2 << 10
 // (step 1+i with rank r^2^i, the lower rank's partial on the left of
 // every reduction), without the schedule table's dispatch and the Peers
 // adapters around every message, which cost a 2-rank AllReduce of 8 bytes
-// on shared memory about a third of its time. Ranks that run it and ranks
+// on shared memory about a sixth of its time. Ranks that run it and ranks
 // that run the schedule (one whose every message is not eager, say) meet,
 // since both send the same messages in the same order. It reports whether
 // it ran the operation, and the operation's error if it did.

@@ -21,7 +21,7 @@ const directMessage = 2 << 10
 // every reduction), without the schedule table's dispatch and the Peers
 // adapters around every message, which cost a 2-rank AllReduce of 8 bytes
 // on shared memory about a sixth of its time. Ranks that run it and ranks
-// that run the schedule (one whose every message is not eager, say) meet,
+// that run the schedule (one that records a timeline, say) meet,
 // since both send the same messages in the same order. It reports whether
 // it ran the operation, and the operation's error if it did.
 func (c *Communicator) directAllReduce(ctx context.Context, p *opPeers, a *opArgs) (bool, error) {

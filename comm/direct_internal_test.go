@@ -28,7 +28,7 @@ func TestDirectMeetsSchedule(t *testing.T) {
 			for r, c := range comms {
 				defer c.Close()
 				if r%2 == 1 {
-					c.obs.tr = trace.NewRecorder(trace.Meta{})
+					c.obs.tr, c.obs.dir = trace.NewRecorder(trace.Meta{}), t.TempDir()
 				}
 				if got, want := c.direct(8), r%2 == 0; got != want {
 					t.Fatalf("rank %d: direct(8) = %v, want %v", r, got, want)

@@ -93,3 +93,32 @@ func directChecks(ctx context.Context, c *Communicator) error {
 	}
 	return nil
 }
+
+// TestDirectBounds checks which messages may go directly: none empty,
+// none above directMessage or the smallest eager limit, none while a
+// timeline is recorded.
+func TestDirectBounds(t *testing.T) {
+	for _, tc := range []struct {
+		n, eager int
+		traced   bool
+		want     bool
+	}{
+		{8, 1 << 20, false, true},
+		{directMessage, 1 << 20, false, true},
+		{directMessage + 1, 1 << 20, false, false},
+		{0, 1 << 20, false, false},
+		{1024, 1024, false, true},
+		{1025, 1024, false, false},
+		{8, 0, false, false}, // no peers
+		{8, 1 << 20, true, false},
+	} {
+		var c Communicator
+		c.links.eager = tc.eager
+		if tc.traced {
+			c.obs.tr = trace.NewRecorder(trace.Meta{})
+		}
+		if got := c.direct(tc.n); got != tc.want {
+			t.Errorf("direct(%d) with eager limit %d, traced %v = %v, want %v", tc.n, tc.eager, tc.traced, got, tc.want)
+		}
+	}
+}

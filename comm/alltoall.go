@@ -134,11 +134,9 @@ func (c *Communicator) allToAll(ctx context.Context, p *opPeers, send []byte, so
 		if route := c.cachedRoute(uniform, bytes); route != nil {
 			a, args.Route, args.Matrix = route.Algorithm, route, bytes
 		}
-		c.chose(c.lay(), op, a, len(send), bytes)
-		c.logChoice(ctx, op, len(send), a, bytes)
+		c.chose(ctx, c.lay(), op, a, len(send), bytes)
 	} else if c.size > 1 {
-		c.chose(c.lay(), op, a, len(send), nil)
-		c.logChoice(ctx, op, len(send), a, nil)
+		c.chose(ctx, c.lay(), op, a, len(send), nil)
 	}
 	return c.worker.run(c.worker.op.schedule(ctx, shortAllToAll(len(send), c.links.shm, uniform, slens, rlens)), op, a, &args)
 }

@@ -139,8 +139,7 @@ func (c *Communicator) runSchedule(ctx context.Context, op algo.Collective, byte
 	a := algo.AlgoAuto
 	if c.size > 1 && bytes > 0 {
 		a = c.worker.choice.get(l, op, bytes, c.choose)
-		c.chose(l, op, a, bytes, nil)
-		c.logChoice(ctx, op, bytes, a, nil)
+		c.chose(ctx, l, op, a, bytes, nil)
 	}
 	return c.worker.run(c.worker.op.schedule(ctx, short(bytes, c.links.shm)), op, a, &args)
 }

@@ -34,8 +34,7 @@ func (c *Communicator) directAllReduce(ctx context.Context, p *opPeers, a *opArg
 	if alg != algo.AlgoRD {
 		return false, nil
 	}
-	c.chose(l, algo.OpAllReduce, alg, n, nil)
-	c.logChoice(ctx, algo.OpAllReduce, n, alg, nil)
+	c.chose(ctx, l, algo.OpAllReduce, alg, n, nil)
 	ctx = c.worker.op.schedule(ctx, short(n, c.links.shm))
 	if !same(a.send.b, data) {
 		copy(data, a.send.b)
@@ -69,9 +68,7 @@ func (c *Communicator) directAllToAll(ctx context.Context, p *opPeers, send, rec
 	if !c.direct(nb) || c.routable() {
 		return false, nil
 	}
-	l := c.lay()
-	c.chose(l, algo.OpAllToAll, algo.AlgoPairwise, len(send), nil)
-	c.logChoice(ctx, algo.OpAllToAll, len(send), algo.AlgoPairwise, nil)
+	c.chose(ctx, c.lay(), algo.OpAllToAll, algo.AlgoPairwise, len(send), nil)
 	ctx = c.worker.op.schedule(ctx, shortAllToAll(len(send), c.links.shm, nb, nil, nil))
 	h := p.hdr
 	for s := 1; s < size; s++ {

@@ -1,6 +1,7 @@
 package comm
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -141,8 +142,9 @@ func (c *Communicator) fileName(kind string) string {
 }
 
 // chose records the schedule the running operation runs, with the cost
-// model's prediction when a timeline is recorded.
-func (c *Communicator) chose(l *layout, op algo.Collective, a algo.Algorithm, bytes int, matrix [][]int) {
+// model's prediction when a timeline is recorded, and logs the choice
+// (logChoice).
+func (c *Communicator) chose(ctx context.Context, l *layout, op algo.Collective, a algo.Algorithm, bytes int, matrix [][]int) {
 	var predicted time.Duration
 	if c.obs.tr != nil && l.model != nil {
 		var s float64
@@ -157,6 +159,7 @@ func (c *Communicator) chose(l *layout, op algo.Collective, a algo.Algorithm, by
 		}
 	}
 	c.hist.chose(a, bytes, predicted)
+	c.logChoice(ctx, op, bytes, a, matrix)
 }
 
 // now reads the clock for an operation's record: the counter (see stamp),

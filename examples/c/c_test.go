@@ -240,14 +240,20 @@ func TestGrowTopology(t *testing.T) {
 	}
 }
 
-// TestBench runs the C benchmark on a small size, checked, as a smoke test
-// of its output (TestBusBWVersusGo measures).
+// TestBench runs the C benchmark on a small size, checked (a wrong element
+// makes it exit 1), for both operations and the three ways of calling
+// (non-blocking back to back, blocking, non-blocking then wait), as a smoke
+// test of its output (TestBusBWVersusGo measures).
 func TestBench(t *testing.T) {
-	out := job(t, 4, "bench", nil, "-b", "1M", "-n", "3", "-w", "1")
-	if _, _, err := parseBusBW(out); err != nil {
-		t.Fatalf("%v\n%s", err, out)
+	for _, op := range []string{"allreduce", "alltoall"} {
+		for _, blocking := range []string{"0", "1", "2"} {
+			out := job(t, 4, "bench", nil, "-o", op, "-b", "1M", "-n", "3", "-w", "1", "-B", blocking)
+			if _, _, err := parseBusBW(out); err != nil {
+				t.Fatalf("%s -B %s: %v\n%s", op, blocking, err, out)
+			}
+			t.Logf("%s -B %s:\n%s", op, blocking, out)
+		}
 	}
-	t.Logf("\n%s", out)
 }
 
 func parseBusBW(out string) (float64, float64, error) {

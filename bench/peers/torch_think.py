@@ -16,6 +16,15 @@ A call's time includes waiting for the other ranks: a rank whose thread
 was kept off its CPU during its think time arrives late, and the others
 wait for it. So the tail says as much about what else runs on the ranks'
 CPUs (the library's own threads among them) as about the call.
+
+With --copy BYTES each rank also copies BYTES between two tensors before
+every call (outside the timed call), as a large operation's data passes
+through the caches: the call's code and data (Python's, torch's, the
+backend's) are then fetched again. On one rank (--nproc_per_node 1) the
+call time is the call path's alone, with no peer to wait for:
+
+    venv/bin/python -m torch.distributed.run --nproc_per_node 1 \\
+        bench/peers/torch_think.py --op all_reduce --bytes 8 --think 0 --copy 0,1048576
 """
 import argparse
 import time
@@ -30,7 +39,8 @@ def main():
     p.add_argument("--op", default="all_to_all_single", choices=("all_to_all_single", "all_reduce"))
     p.add_argument("--bytes", type=int, default=32, help="bytes per rank (float32 elements x 4)")
     p.add_argument("--think", default="0,60", help="comma-separated think times, microseconds")
-    p.add_argument("--iters", type=int, default=20000, help="timed calls per think time")
+    p.add_argument("--copy", default="0", help="comma-separated bytes each rank copies before every call")
+    p.add_argument("--iters", type=int, default=20000, help="timed calls per think time and copy")
     p.add_argument("--warmup", type=int, default=500)
     args = p.parse_args()
     if args.backend == "occl":
@@ -51,9 +61,12 @@ def main():
         def call():
             dist.all_reduce(x)
     clock = time.perf_counter
-    for think in (float(t) for t in args.think.split(",")):
+    for think, copy in ((float(t), int(c)) for t in args.think.split(",") for c in args.copy.split(",")):
+        src, dst = torch.ones(max(1, copy // 4)), torch.empty(max(1, copy // 4))
         times = []
         for i in range(args.warmup + args.iters):
+            if copy:
+                dst.copy_(src)
             end = clock() + think * 1e-6
             while clock() < end:
                 pass
@@ -66,8 +79,8 @@ def main():
         k = len(times)
         if rank == 0:
             over = sum(1 for t in times if t > 20) / k
-            print("%s %s %d B np %d think %4.0f us: p50 %.1f p90 %.1f p99 %.1f max %.0f us, over 20 us %.1f%%"
-                  % (args.backend, args.op, n * 4, size, think, times[k // 2], times[k * 9 // 10],
+            print("%s %s %d B np %d think %4.0f us copy %d B: p50 %.1f p90 %.1f p99 %.1f max %.0f us, over 20 us %.1f%%"
+                  % (args.backend, args.op, n * 4, size, think, copy, times[k // 2], times[k * 9 // 10],
                      times[k * 99 // 100], times[-1], over * 100), flush=True)
     dist.destroy_process_group()
 

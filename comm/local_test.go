@@ -333,7 +333,19 @@ func TestMismatchProbeAfterOperations(t *testing.T) {
 	testMismatchProbe(t, 50, comm.WithStallTimeout(300*time.Millisecond))
 }
 
+// TestMismatchProbeAfterIdle is TestMismatchProbe after collectives and
+// then a pause of several stall intervals, during which the watchdog found
+// nothing running: it must still look at the mismatched pair one stall
+// interval after it started, not only when the operation times out.
+func TestMismatchProbeAfterIdle(t *testing.T) {
+	testMismatchProbeIdle(t, 5, time.Second, comm.WithStallTimeout(300*time.Millisecond), comm.WithTimeout(30*time.Second))
+}
+
 func testMismatchProbe(t *testing.T, before int, opts ...comm.Option) {
+	testMismatchProbeIdle(t, before, 0, opts...)
+}
+
+func testMismatchProbeIdle(t *testing.T, before int, idle time.Duration, opts ...comm.Option) {
 	start := time.Now()
 	errs := runLocal(t, 4, func(ctx context.Context, c *comm.Communicator) error {
 		x := make([]float32, 10)
@@ -342,6 +354,7 @@ func testMismatchProbe(t *testing.T, before int, opts ...comm.Option) {
 				return err
 			}
 		}
+		time.Sleep(idle)
 		root := c.Rank() / 2 // ranks 0,1 use root 0; ranks 2,3 use root 1
 		if err := comm.Broadcast(ctx, c, x, x, root); err != nil {
 			return err
@@ -354,7 +367,7 @@ func testMismatchProbe(t *testing.T, before int, opts ...comm.Option) {
 			t.Errorf("rank %d: %v, want ErrMismatch describing both calls", r, err)
 		}
 	}
-	if d := time.Since(start); d > 20*time.Second {
+	if d := time.Since(start) - idle; d > 20*time.Second {
 		t.Errorf("mismatch found after %v", d)
 	}
 }

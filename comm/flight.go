@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/bits"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -73,12 +74,13 @@ const histLen = 256
 // ran at a sequence number) and is the flight record.
 type opHistory struct {
 	lock    seqlock.Lock
-	ring    []opEntry
-	n       uint64   // entries ever written; the newest is ring[(n-1)%len]
-	cur     *opEntry // the running operation's entry, nil if none
-	started uint64   // highest collective sequence number started
-	running uint64   // collective sequence number running now, 0 if none
-	done    uint64   // last collective sequence number completed
+	ring    []opEntry // a power of two long
+	mask    uint64    // len(ring)-1
+	n       uint64    // entries ever written; the newest is ring[(n-1)%len]
+	cur     *opEntry  // the running operation's entry, nil if none
+	started uint64    // highest collective sequence number started
+	running uint64    // collective sequence number running now, 0 if none
+	done    uint64    // last collective sequence number completed
 	doneFP  wire.Fingerprint
 	// waiting is the peer the running operation last sent to or received
 	// from, tagged with the operation (see tagged); the schedules'
@@ -175,7 +177,10 @@ func (h *opHistory) withSched(e *opEntry) {
 // init sizes the ring for a flight record of n operations of a
 // communicator of size ranks.
 func (h *opHistory) init(n, size int) {
-	h.ring = make([]opEntry, max(n, histLen))
+	// A power of two, so that an entry's place is a mask, not a
+	// division (tens of cycles), on every operation.
+	h.ring = make([]opEntry, 1<<bits.Len(uint(max(n, histLen)-1)))
+	h.mask = uint64(len(h.ring) - 1)
 	h.size = size
 }
 
@@ -194,7 +199,7 @@ func (h *opHistory) begin(r *Request, fp wire.Fingerprint, now stamp) {
 		}
 	}
 	h.lock.WriteBegin()
-	e := &h.ring[h.n%uint64(len(h.ring))]
+	e := &h.ring[h.n&h.mask]
 	h.n++
 	h.tag, h.bytes = uint32(h.n), bytes
 	*e = opEntry{seq: r.seq, name: r.name, fp: fp, coll: coll, bytes: bytes, dtype: dt, hasDType: hasDT,
@@ -347,7 +352,7 @@ func (h *opHistory) state() histState {
 func (h *opHistory) entry(i uint64) (opEntry, bool) {
 	for {
 		s := h.lock.ReadBegin()
-		e := h.ring[i%uint64(len(h.ring))]
+		e := h.ring[i&h.mask]
 		if !h.lock.Retry(s) {
 			return e, e.tag == uint32(i+1)
 		}

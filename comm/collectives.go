@@ -267,6 +267,9 @@ func (c *Communicator) postAllGather(ctx context.Context, send, recv Buffer) *Re
 }
 
 func allGatherOp(ctx context.Context, p *opPeers, a *opArgs) error {
+	if ok, err := p.c.directAllGather(ctx, p, a.send.b, a.recv.b); ok {
+		return err
+	}
 	return p.c.runSchedule(ctx, algo.OpAllGather, len(a.recv.b), algo.Args{Peers: p, Src: a.send.b, Dst: a.recv.b, Block: len(a.send.b)})
 }
 

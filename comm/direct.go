@@ -93,6 +93,48 @@ func (c *Communicator) directAllToAll(ctx context.Context, p *opPeers, send, rec
 	return true, nil
 }
 
+// directAllGather runs a small AllGather (blocks of nb bytes, at most
+// directMessage) where the choice is the ring in rank order, against the
+// connections themselves: the messages of algo.AllGatherRing with every
+// block one chunk (step s sends block r-s to rank r+1, then receives
+// block r-s-1 from rank r-1, both labelled s), without the schedule
+// table's dispatch, its block layout and the Peers adapters. It reports
+// whether it ran the operation, and the operation's error if it did.
+func (c *Communicator) directAllGather(ctx context.Context, p *opPeers, send, recv []byte) (bool, error) {
+	size, r, nb := c.size, c.rank, len(send)
+	if size < 2 || !c.direct(nb) || (c.cfg.chunk > 0 && nb > c.cfg.chunk) {
+		return false, nil
+	}
+	l := c.lay()
+	if l.topo != nil && len(l.topo.Ring) == size {
+		return false, nil // the ring follows the fabric, not the ranks
+	}
+	alg := c.worker.choice.get(l, algo.OpAllGather, len(recv), c.choose)
+	if alg != algo.AlgoRing {
+		return false, nil
+	}
+	c.chose(ctx, l, algo.OpAllGather, alg, len(recv), nil)
+	ctx = c.worker.op.schedule(ctx, short(len(recv), c.links.shm))
+	if own := recv[r*nb : (r+1)*nb]; !same(send, own) {
+		copy(own, send)
+	}
+	next, prev := (r+1)%size, (r-1+size)%size
+	h := p.hdr
+	for s := 0; s < size-1; s++ {
+		sb, rb := (r-s+size)%size, (r-s-1+size)%size
+		h.Step = uint32(s)
+		c.hist.wait(int32(next))
+		if err := c.links.to(next).Send(ctx, h, recv[sb*nb:(sb+1)*nb]); err != nil {
+			return true, fmt.Errorf("ring allgather: rank %d step %d: %w", r, s, &linkError{peer: next, dir: "send", step: h.Step, err: err})
+		}
+		c.hist.wait(int32(prev))
+		if err := c.links.to(prev).Recv(ctx, h, recv[rb*nb:(rb+1)*nb]); err != nil {
+			return true, fmt.Errorf("ring allgather: rank %d step %d: %w", r, s, &linkError{peer: prev, dir: "recv", step: h.Step, err: err})
+		}
+	}
+	return true, nil
+}
+
 // direct reports whether messages of n bytes may go directly (see
 // directAllReduce): n is at most directMessage and goes to any peer
 // without waiting for it, and no timeline is recorded (the timeline

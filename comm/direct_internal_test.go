@@ -12,7 +12,7 @@ import (
 	"github.com/occl/occl/trace"
 )
 
-// TestDirectMeetsSchedule runs small AllReduces and AllToAlls where the
+// TestDirectMeetsSchedule runs small AllReduces, AllToAlls and AllGathers where the
 // odd ranks record a timeline, and so run the schedules, and the even
 // ranks go directly (see directAllReduce): both must send the same
 // messages in the same order for the operations to complete, and every
@@ -51,8 +51,8 @@ func TestDirectMeetsSchedule(t *testing.T) {
 	}
 }
 
-// directChecks runs AllReduce with every dtype and reduction and AllToAll
-// with every dtype, in place and not, on sizes around directMessage, and
+// directChecks runs AllReduce with every dtype and reduction, and AllToAll
+// and AllGather with every dtype, in place and not, on sizes around directMessage, and
 // compares each result with the reference.
 func directChecks(ctx context.Context, c *Communicator) error {
 	size, rank := c.Size(), c.Rank()
@@ -88,8 +88,35 @@ func directChecks(ctx context.Context, c *Communicator) error {
 				if !bytes.Equal(out, want) {
 					return fmt.Errorf("AllToAll %s n=%d inplace=%v: got %x, want %x", dt, n, inPlace, out, want)
 				}
+				if err := directAllGatherCheck(ctx, c, dt, n, inPlace); err != nil {
+					return err
+				}
 			}
 		}
+	}
+	return nil
+}
+
+// directAllGatherCheck runs an AllGather of n elements of dt per rank, in
+// place (each rank's block of the output) or not, and compares the result
+// with every rank's reference input.
+func directAllGatherCheck(ctx context.Context, c *Communicator, dt DType, n int, inPlace bool) error {
+	size, rank, es := c.Size(), c.Rank(), dt.Size()
+	out := bytes.Repeat([]byte{0xA5}, size*n*es)
+	in := reference.Input(dt, Sum, rank, 0, n)
+	if inPlace {
+		copy(out[rank*n*es:], in)
+		in = out[rank*n*es : (rank+1)*n*es]
+	}
+	if err := c.AllGather(ctx, Raw(in, dt), Raw(out, dt)); err != nil {
+		return err
+	}
+	var want []byte
+	for j := range size {
+		want = append(want, reference.Input(dt, Sum, j, 0, n)...)
+	}
+	if !bytes.Equal(out, want) {
+		return fmt.Errorf("AllGather %s n=%d inplace=%v: got %x, want %x", dt, n, inPlace, out, want)
 	}
 	return nil
 }

@@ -310,6 +310,9 @@ func (c *Communicator) postReduceScatter(ctx context.Context, send, recv Buffer,
 }
 
 func reduceScatterOp(ctx context.Context, p *opPeers, a *opArgs) error {
+	if ok, err := p.c.directReduceScatter(ctx, p, a); ok {
+		return err
+	}
 	dt := a.recv.dt
 	err := p.c.runSchedule(ctx, algo.OpReduceScatter, len(a.send.b), algo.Args{Peers: p, Src: a.send.b, Dst: a.recv.b, DType: dt, Op: a.op.Combiner(), Block: len(a.recv.b)})
 	if err != nil {

@@ -135,6 +135,58 @@ func (c *Communicator) directAllGather(ctx context.Context, p *opPeers, send, re
 	return true, nil
 }
 
+// directReduceScatter runs a small ReduceScatter (blocks of nb bytes, at
+// most directMessage) where the choice is the ring in rank order, against
+// the connections themselves: the messages of algo.ReduceScatterRing with
+// every segment one chunk (step s sends the partial of segment r-s-1 to
+// rank r+1, the input's own at step 0, then receives the partial of
+// segment r-s-2 from rank r-1 and combines it with this rank's input
+// there, this rank's operand on the left), without the schedule table's
+// layers. The partials live in the workspace; the input is only read. It
+// reports whether it ran the operation, and the operation's error if it
+// did.
+func (c *Communicator) directReduceScatter(ctx context.Context, p *opPeers, a *opArgs) (bool, error) {
+	size, r, nb := c.size, c.rank, len(a.recv.b)
+	if size < 2 || !c.direct(nb) || (c.cfg.chunk > 0 && nb > c.cfg.chunk) {
+		return false, nil
+	}
+	l := c.lay()
+	if l.topo != nil && len(l.topo.Ring) == size {
+		return false, nil // the ring follows the fabric, not the ranks
+	}
+	src, n := a.send.b, len(a.send.b)
+	alg := c.worker.choice.get(l, algo.OpReduceScatter, n, c.choose)
+	if alg != algo.AlgoRing {
+		return false, nil
+	}
+	c.chose(ctx, l, algo.OpReduceScatter, alg, n, nil)
+	ctx = c.worker.op.schedule(ctx, short(n, c.links.shm))
+	dt, op := a.send.dt, a.op.Combiner()
+	stage, acc := c.worker.ws.Get(algo.SlotStage, nb), c.worker.ws.Get(algo.SlotInput, nb)
+	next, prev := (r+1)%size, (r-1+size)%size
+	h := p.hdr
+	for s := 0; s < size-1; s++ {
+		sb, rb := (r-s-1+size)%size, (r-s-2+2*size)%size
+		out := acc
+		if s == 0 {
+			out = src[sb*nb : (sb+1)*nb]
+		}
+		h.Step = uint32(s)
+		c.hist.wait(int32(next))
+		if err := c.links.to(next).Send(ctx, h, out); err != nil {
+			return true, fmt.Errorf("ring reduce-scatter: rank %d step %d: %w", r, s, &linkError{peer: next, dir: "send", step: h.Step, err: err})
+		}
+		c.hist.wait(int32(prev))
+		if err := c.links.to(prev).Recv(ctx, h, stage); err != nil {
+			return true, fmt.Errorf("ring reduce-scatter: rank %d step %d: %w", r, s, &linkError{peer: prev, dir: "recv", step: h.Step, err: err})
+		}
+		algo.Reduce3(acc, src[rb*nb:(rb+1)*nb], stage, dt, op)
+	}
+	copy(a.recv.b, acc)
+	algo.Finalize(a.recv.b, dt, a.op, size)
+	return true, nil
+}
+
 // direct reports whether messages of n bytes may go directly (see
 // directAllReduce): n is at most directMessage and goes to any peer
 // without waiting for it, and no timeline is recorded (the timeline

@@ -12,12 +12,12 @@ import (
 	"github.com/occl/occl/trace"
 )
 
-// TestDirectMeetsSchedule runs small AllReduces, AllToAlls and AllGathers where the
-// odd ranks record a timeline, and so run the schedules, and the even
-// ranks go directly (see directAllReduce): both must send the same
-// messages in the same order for the operations to complete, and every
-// rank's result must be the reference's. Sizes reach past directMessage,
-// where every rank runs the schedule.
+// TestDirectMeetsSchedule runs small AllReduces, AllToAlls, AllGathers and
+// ReduceScatters where the odd ranks record a timeline, and so run the
+// schedules, and the even ranks go directly (see directAllReduce): both
+// must send the same messages in the same order for the operations to
+// complete, and every rank's result must be the reference's. Sizes reach
+// past directMessage, where every rank runs the schedule.
 func TestDirectMeetsSchedule(t *testing.T) {
 	for _, size := range []int{2, 4} {
 		t.Run(fmt.Sprintf("np%d", size), func(t *testing.T) {
@@ -51,8 +51,8 @@ func TestDirectMeetsSchedule(t *testing.T) {
 	}
 }
 
-// directChecks runs AllReduce with every dtype and reduction, and AllToAll
-// and AllGather with every dtype, in place and not, on sizes around directMessage, and
+// directChecks runs AllReduce and ReduceScatter with every dtype and
+// reduction, and AllToAll and AllGather with every dtype, in place and not, on sizes around directMessage, and
 // compares each result with the reference.
 func directChecks(ctx context.Context, c *Communicator) error {
 	size, rank := c.Size(), c.Rank()
@@ -91,6 +91,11 @@ func directChecks(ctx context.Context, c *Communicator) error {
 				if err := directAllGatherCheck(ctx, c, dt, n, inPlace); err != nil {
 					return err
 				}
+				for _, op := range []Op{Sum, Prod, Max, Min, Avg} {
+					if err := directReduceScatterCheck(ctx, c, dt, op, n, inPlace); err != nil {
+						return err
+					}
+				}
 			}
 		}
 	}
@@ -117,6 +122,30 @@ func directAllGatherCheck(ctx context.Context, c *Communicator, dt DType, n int,
 	}
 	if !bytes.Equal(out, want) {
 		return fmt.Errorf("AllGather %s n=%d inplace=%v: got %x, want %x", dt, n, inPlace, out, want)
+	}
+	return nil
+}
+
+// directReduceScatterCheck runs a ReduceScatter of n elements of dt per
+// rank with op, in place (the output is the rank's block of the input) or
+// not, and compares the result with the reference's reduction of that
+// block, and an input that is not the output with what it was.
+func directReduceScatterCheck(ctx context.Context, c *Communicator, dt DType, op Op, n int, inPlace bool) error {
+	size, rank, es := c.Size(), c.Rank(), dt.Size()
+	in := reference.Input(dt, op, rank, 0, size*n)
+	orig := bytes.Clone(in)
+	out := bytes.Repeat([]byte{0xA5}, n*es)
+	if inPlace {
+		out = in[rank*n*es : (rank+1)*n*es]
+	}
+	if err := c.ReduceScatter(ctx, Raw(in, dt), Raw(out, dt), op); err != nil {
+		return err
+	}
+	if want := reference.Reduced(dt, op, size, rank*n, n); !bytes.Equal(out, want) {
+		return fmt.Errorf("ReduceScatter %s %s n=%d inplace=%v: got %x, want %x", dt, op, n, inPlace, out, want)
+	}
+	if !inPlace && !bytes.Equal(in, orig) {
+		return fmt.Errorf("ReduceScatter %s %s n=%d: the input changed", dt, op, n)
 	}
 	return nil
 }

@@ -43,7 +43,7 @@ func (c *Communicator) directAllReduce(ctx context.Context, p *opPeers, a *opArg
 	dt, op := a.send.dt, a.op.Combiner()
 	for i, d := 0, 1; d < size; i, d = i+1, d<<1 {
 		peer, step := c.rank^d, uint32(1+i)
-		if err := c.directSendRecv(ctx, p, peer, step, data, stage); err != nil {
+		if err := c.directSendRecv(ctx, p, peer, peer, step, data, stage); err != nil {
 			return true, fmt.Errorf("rd allreduce: rank %d step %d with rank %d: %w", c.rank, i, peer, err)
 		}
 		if c.rank&d == 0 {
@@ -93,8 +93,27 @@ func (c *Communicator) directAllToAll(ctx context.Context, p *opPeers, send, rec
 	return true, nil
 }
 
-// directAllGather runs a small AllGather (blocks of nb bytes, at most
-// directMessage) where the choice is the ring in rank order, against the
+// directRing reports whether a collective op of n bytes whose blocks are
+// nb bytes may run the ring's direct form: blocks of at most
+// directMessage, each one chunk, a ring in rank order (not the fabric's)
+// and the ring chosen. If so it records the choice and returns the
+// context the exchange runs under.
+func (c *Communicator) directRing(ctx context.Context, op algo.Collective, n, nb int) (context.Context, bool) {
+	if c.size < 2 || !c.direct(nb) || (c.cfg.chunk > 0 && nb > c.cfg.chunk) {
+		return ctx, false
+	}
+	l := c.lay()
+	if l.topo != nil && len(l.topo.Ring) == c.size {
+		return ctx, false // the ring follows the fabric, not the ranks
+	}
+	if c.worker.choice.get(l, op, n, c.choose) != algo.AlgoRing {
+		return ctx, false
+	}
+	c.chose(ctx, l, op, algo.AlgoRing, n, nil)
+	return c.worker.op.schedule(ctx, short(n, c.links.shm)), true
+}
+
+// directAllGather runs a small AllGather (see directRing) against the
 // connections themselves: the messages of algo.AllGatherRing with every
 // block one chunk (step s sends block r-s to rank r+1, then receives
 // block r-s-1 from rank r-1, both labelled s), without the schedule
@@ -102,41 +121,24 @@ func (c *Communicator) directAllToAll(ctx context.Context, p *opPeers, send, rec
 // whether it ran the operation, and the operation's error if it did.
 func (c *Communicator) directAllGather(ctx context.Context, p *opPeers, send, recv []byte) (bool, error) {
 	size, r, nb := c.size, c.rank, len(send)
-	if size < 2 || !c.direct(nb) || (c.cfg.chunk > 0 && nb > c.cfg.chunk) {
+	ctx, ok := c.directRing(ctx, algo.OpAllGather, len(recv), nb)
+	if !ok {
 		return false, nil
 	}
-	l := c.lay()
-	if l.topo != nil && len(l.topo.Ring) == size {
-		return false, nil // the ring follows the fabric, not the ranks
-	}
-	alg := c.worker.choice.get(l, algo.OpAllGather, len(recv), c.choose)
-	if alg != algo.AlgoRing {
-		return false, nil
-	}
-	c.chose(ctx, l, algo.OpAllGather, alg, len(recv), nil)
-	ctx = c.worker.op.schedule(ctx, short(len(recv), c.links.shm))
 	if own := recv[r*nb : (r+1)*nb]; !same(send, own) {
 		copy(own, send)
 	}
 	next, prev := (r+1)%size, (r-1+size)%size
-	h := p.hdr
 	for s := 0; s < size-1; s++ {
 		sb, rb := (r-s+size)%size, (r-s-1+size)%size
-		h.Step = uint32(s)
-		c.hist.wait(int32(next))
-		if err := c.links.to(next).Send(ctx, h, recv[sb*nb:(sb+1)*nb]); err != nil {
-			return true, fmt.Errorf("ring allgather: rank %d step %d: %w", r, s, &linkError{peer: next, dir: "send", step: h.Step, err: err})
-		}
-		c.hist.wait(int32(prev))
-		if err := c.links.to(prev).Recv(ctx, h, recv[rb*nb:(rb+1)*nb]); err != nil {
-			return true, fmt.Errorf("ring allgather: rank %d step %d: %w", r, s, &linkError{peer: prev, dir: "recv", step: h.Step, err: err})
+		if err := c.directSendRecv(ctx, p, next, prev, uint32(s), recv[sb*nb:(sb+1)*nb], recv[rb*nb:(rb+1)*nb]); err != nil {
+			return true, fmt.Errorf("ring allgather: rank %d step %d: %w", r, s, err)
 		}
 	}
 	return true, nil
 }
 
-// directReduceScatter runs a small ReduceScatter (blocks of nb bytes, at
-// most directMessage) where the choice is the ring in rank order, against
+// directReduceScatter runs a small ReduceScatter (see directRing) against
 // the connections themselves: the messages of algo.ReduceScatterRing with
 // every segment one chunk (step s sends the partial of segment r-s-1 to
 // rank r+1, the input's own at step 0, then receives the partial of
@@ -147,38 +149,22 @@ func (c *Communicator) directAllGather(ctx context.Context, p *opPeers, send, re
 // did.
 func (c *Communicator) directReduceScatter(ctx context.Context, p *opPeers, a *opArgs) (bool, error) {
 	size, r, nb := c.size, c.rank, len(a.recv.b)
-	if size < 2 || !c.direct(nb) || (c.cfg.chunk > 0 && nb > c.cfg.chunk) {
+	src := a.send.b
+	ctx, ok := c.directRing(ctx, algo.OpReduceScatter, len(src), nb)
+	if !ok {
 		return false, nil
 	}
-	l := c.lay()
-	if l.topo != nil && len(l.topo.Ring) == size {
-		return false, nil // the ring follows the fabric, not the ranks
-	}
-	src, n := a.send.b, len(a.send.b)
-	alg := c.worker.choice.get(l, algo.OpReduceScatter, n, c.choose)
-	if alg != algo.AlgoRing {
-		return false, nil
-	}
-	c.chose(ctx, l, algo.OpReduceScatter, alg, n, nil)
-	ctx = c.worker.op.schedule(ctx, short(n, c.links.shm))
 	dt, op := a.send.dt, a.op.Combiner()
 	stage, acc := c.worker.ws.Get(algo.SlotStage, nb), c.worker.ws.Get(algo.SlotInput, nb)
 	next, prev := (r+1)%size, (r-1+size)%size
-	h := p.hdr
 	for s := 0; s < size-1; s++ {
 		sb, rb := (r-s-1+size)%size, (r-s-2+2*size)%size
 		out := acc
 		if s == 0 {
 			out = src[sb*nb : (sb+1)*nb]
 		}
-		h.Step = uint32(s)
-		c.hist.wait(int32(next))
-		if err := c.links.to(next).Send(ctx, h, out); err != nil {
-			return true, fmt.Errorf("ring reduce-scatter: rank %d step %d: %w", r, s, &linkError{peer: next, dir: "send", step: h.Step, err: err})
-		}
-		c.hist.wait(int32(prev))
-		if err := c.links.to(prev).Recv(ctx, h, stage); err != nil {
-			return true, fmt.Errorf("ring reduce-scatter: rank %d step %d: %w", r, s, &linkError{peer: prev, dir: "recv", step: h.Step, err: err})
+		if err := c.directSendRecv(ctx, p, next, prev, uint32(s), out, stage); err != nil {
+			return true, fmt.Errorf("ring reduce-scatter: rank %d step %d: %w", r, s, err)
 		}
 		algo.Reduce3(acc, src[rb*nb:(rb+1)*nb], stage, dt, op)
 	}
@@ -195,19 +181,19 @@ func (c *Communicator) direct(n int) bool {
 	return n > 0 && n <= directMessage && n <= c.links.eager && c.obs.tr == nil
 }
 
-// directSendRecv sends out to peer and then receives in from it, both as
-// message step of the running operation, for a direct exchange: out fits
-// the connection's buffer, so the send does not wait for the peer.
-func (c *Communicator) directSendRecv(ctx context.Context, p *opPeers, peer int, step uint32, out, in []byte) error {
+// directSendRecv sends out to rank to and then receives in from rank from,
+// both as message step of the running operation, for a direct exchange:
+// out fits the connection's buffer, so the send does not wait for the peer.
+func (c *Communicator) directSendRecv(ctx context.Context, p *opPeers, to, from int, step uint32, out, in []byte) error {
 	h := p.hdr
 	h.Step = step
-	conn := c.links.to(peer)
-	c.hist.wait(int32(peer))
-	if err := conn.Send(ctx, h, out); err != nil {
-		return &linkError{peer: peer, dir: "send", step: step, err: err}
+	c.hist.wait(int32(to))
+	if err := c.links.to(to).Send(ctx, h, out); err != nil {
+		return &linkError{peer: to, dir: "send", step: step, err: err}
 	}
-	if err := conn.Recv(ctx, h, in); err != nil {
-		return &linkError{peer: peer, dir: "recv", step: step, err: err}
+	c.hist.wait(int32(from))
+	if err := c.links.to(from).Recv(ctx, h, in); err != nil {
+		return &linkError{peer: from, dir: "recv", step: step, err: err}
 	}
 	return nil
 }

@@ -23,8 +23,9 @@ through the caches: the call's code and data (Python's, torch's, the
 backend's) are then fetched again. On one rank (--nproc_per_node 1) the
 call time is the call path's alone, with no peer to wait for:
 
-    venv/bin/python -m torch.distributed.run --nproc_per_node 1 \\
-        bench/peers/torch_think.py --op all_reduce --bytes 8 --think 0 --copy 0,1048576
+    OMP_NUM_THREADS=1 venv/bin/python -m torch.distributed.run --redirects 1 --tee 1 \\
+        --nproc_per_node 1 bench/peers/torch_think.py --op all_reduce --bytes 8 --think 0 \\
+        --copy 0,1048576
 """
 import argparse
 import time

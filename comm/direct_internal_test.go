@@ -52,8 +52,9 @@ func TestDirectMeetsSchedule(t *testing.T) {
 }
 
 // directChecks runs AllReduce and ReduceScatter with every dtype and
-// reduction, and AllToAll and AllGather with every dtype, in place and not, on sizes around directMessage, and
-// compares each result with the reference.
+// reduction, and AllToAll and AllGather with every dtype, in place and
+// not, on sizes around directMessage, and compares each result with the
+// reference.
 func directChecks(ctx context.Context, c *Communicator) error {
 	size, rank := c.Size(), c.Rank()
 	for _, dt := range []DType{Int8, Uint8, Int32, Uint32, Int64, Uint64, Float16, BFloat16, Float32, Float64} {

@@ -76,7 +76,7 @@ type opHistory struct {
 	lock    seqlock.Lock
 	ring    []opEntry // a power of two long
 	mask    uint64    // len(ring)-1
-	n       uint64    // entries ever written; the newest is ring[(n-1)%len]
+	n       uint64    // entries ever written; the newest is ring[(n-1)&mask]
 	cur     *opEntry  // the running operation's entry, nil if none
 	started uint64    // highest collective sequence number started
 	running uint64    // collective sequence number running now, 0 if none

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/occl/occl/internal/membarrier"
 	"github.com/occl/occl/internal/memcopy"
 	"github.com/occl/occl/transport"
 )
@@ -67,7 +68,7 @@ type Conn struct {
 	// a wait always lets other goroutines run: the peer is one of them.
 	local bool
 	// plain: both sides publish their counters (tail, head) with plain
-	// stores (storePlain), and a wait fences (see fence) between storing
+	// stores (storePlain), and a wait fences (membarrier.Global) between storing
 	// its waiting flag and its last look before it sleeps. An atomic
 	// store would order the publication before the publisher's read of
 	// the peer's waiting flag; a plain one may still sit in the store
@@ -817,9 +818,9 @@ func (c *Conn) wait(ctx context.Context, w waitFor) error {
 			flag.Store(1)
 			flagged = true
 			if c.plain && w != forDone {
-				// An error (none is known once fenceReady holds)
+				// An error (none is known once GlobalReady holds)
 				// would cost at most one sleep slice.
-				_ = fence()
+				_ = membarrier.Global()
 			}
 		}
 		if ok, err := c.ready(w, true); ok || err != nil {

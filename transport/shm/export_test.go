@@ -60,9 +60,3 @@ func OffCoreDuring(f func()) { offCoreDuring(f) }
 
 // Plain reports whether c publishes its counters with plain stores.
 func Plain(c *Conn) bool { return c.plain }
-
-// FenceReady reports whether this process can fence (see fenceReady).
-func FenceReady() bool { return fenceReady() }
-
-// Fence runs one fence.
-func Fence() error { return fence() }

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/occl/occl/internal/membarrier"
 	"github.com/occl/occl/transport"
 )
 
@@ -94,7 +95,7 @@ const (
 	// probe, so the direction towards it uses descriptors.
 	flagCMA = 1
 	// flagPlain in an offer: the sender polls (Config.Spin) and can
-	// fence (fenceReady); where both offers carry it the connection's
+	// fence (membarrier.GlobalReady); where both offers carry it the connection's
 	// counters are published with plain stores (see Conn.plain).
 	flagPlain = 2
 )
@@ -290,7 +291,7 @@ func Connect(ctx context.Context, ctl transport.Conn, cfg Config) (*Conn, error)
 		}
 	}
 
-	if local == nil && cfg.Spin > 0 && plainPublish && fenceReady() {
+	if local == nil && cfg.Spin > 0 && plainPublish && membarrier.GlobalReady() {
 		mine.flags |= flagPlain
 	}
 

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/occl/occl/internal/membarrier"
 	"github.com/occl/occl/transport"
 	"github.com/occl/occl/transport/mem"
 	"github.com/occl/occl/transport/shm"
@@ -86,7 +87,7 @@ func runConformance(t *testing.T, cma bool, edit func(*shm.Config)) {
 	t.Helper()
 	var cfg shm.Config
 	edit(&cfg)
-	plain := cfg.Spin > 0 && shm.FenceReady()
+	plain := cfg.Spin > 0 && membarrier.GlobalReady()
 	transporttest.Run(t, func(t testing.TB) (transport.Conn, transport.Conn) {
 		a, b := pairWith(t, edit)
 		for _, c := range []*shm.Conn{a, b} {
@@ -149,7 +150,7 @@ func TestConformancePlainSmallRing(t *testing.T) {
 // connection publishes with plain stores.
 func requireFence(t *testing.T) {
 	t.Helper()
-	if !shm.FenceReady() {
+	if !membarrier.GlobalReady() {
 		t.Skip("membarrier's global expedited command is not available: connections publish with atomic stores")
 	}
 }
@@ -158,7 +159,7 @@ func requireFence(t *testing.T) {
 // sides poll and can fence; a fence returns without error then.
 func TestPlain(t *testing.T) {
 	requireFence(t)
-	if err := shm.Fence(); err != nil {
+	if err := membarrier.Global(); err != nil {
 		t.Fatalf("fence: %v", err)
 	}
 	for _, tc := range []struct {

@@ -446,6 +446,7 @@ func (e *opEntry) record() OpRecord {
 func (c *Communicator) FlightRecord() []OpRecord {
 	recs := c.hist.records(c.obs.flightLen)
 	c.queue.mu.Lock()
+	c.queue.numberQueued()
 	for _, r := range c.queue.pending {
 		q := &opEntry{seq: r.seq, name: r.name, state: OpQueued, peer: -1}
 		dt := algo.DType(r.hdr.DType)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/occl/occl/algo"
+	"github.com/occl/occl/internal/plain"
 	"github.com/occl/occl/transport"
 )
 
@@ -16,7 +17,7 @@ import (
 //
 // Contract:
 //   - any goroutine may push a request (issue an operation); collectives
-//     are numbered in the order they are pushed, from 1;
+//     are numbered in the order they start, from 1 (see started);
 //   - requests run in the order they were pushed, one at a time, each to
 //     its end before the next starts, by whoever holds exec: the worker,
 //     or a caller about to block on the request at the head of the queue,
@@ -28,8 +29,9 @@ import (
 //     once runs it itself; after lateGrace instead once the caller has
 //     waited within promptWait promptCalls times in a row (see prompt);
 //   - a request whose context ends while it is queued is withdrawn:
-//     removed, completed with its context's error, and the collectives
-//     after it take its sequence number and those after. This happens as
+//     removed and completed with its context's error; it never took a
+//     sequence number, so the collectives after it number as if it had
+//     never been issued. This happens as
 //     soon as someone looks (a blocking call or Wait waiting for it, Test)
 //     or when it reaches the head of the queue, whichever comes first: no
 //     callback is armed on the context, which would cost every operation
@@ -45,8 +47,12 @@ import (
 // (failedRequest) is counted in out until it finishes, so that idle sees
 // it; one run alone is not, and idle waits for exec instead.
 type opQueue struct {
-	mu      sync.Mutex
-	seq     uint64 // collectives pushed (less those withdrawn)
+	mu sync.Mutex
+	// started is the sequence number of the last collective started:
+	// the holder of exec numbers a request as it takes it (take,
+	// takeHead, runAlone), with a plain store, which FlightRecord and
+	// drain read under mu to number the queued ones.
+	started atomic.Uint64
 	pending []*Request
 	// length is len(pending), stored under mu whenever it changes, so
 	// that asking whether anything is queued takes no lock.
@@ -54,8 +60,10 @@ type opQueue struct {
 	// slots is the array pending starts at when the queue is empty again,
 	// so that a queue that empties after every operation (blocking calls)
 	// reuses its array instead of growing a new one as its head advances.
-	slots   []*Request
-	closing bool
+	slots []*Request
+	// closing is set under mu by close; push reads it under mu,
+	// runAlone without.
+	closing atomic.Bool
 	wake    chan struct{} // a request was pushed
 	// grace wakes the worker issueGrace after an Async call queued a
 	// request without waking it (see kickSoon); graceArmed is set while
@@ -73,10 +81,14 @@ type opQueue struct {
 	late      *time.Timer
 	lateArmed atomic.Bool
 	lateFor   time.Duration
-	// exec is held by whoever runs requests: the worker, or a caller
-	// about to block on the request at the head of the queue (see help).
-	exec sync.Mutex
-	out  sync.WaitGroup // requests issued and not finished
+	// exec is held by whoever runs requests: the worker, a caller
+	// about to block on the request at the head of the queue (see
+	// help), or a blocking call running alone (see runAlone), which
+	// takes it as alone.
+	exec execLock
+	// alone is the kind runAlone takes exec as (see aloneKind).
+	alone uint32
+	out   sync.WaitGroup // requests issued and not finished
 
 	quit     chan struct{} // stop was called
 	quitOnce sync.Once
@@ -91,6 +103,7 @@ func (q *opQueue) init() {
 	q.stopped = make(chan struct{})
 	q.graceFor, q.grace = issueGrace, q.wakeTimer(&q.graceArmed)
 	q.lateFor, q.late = lateGrace, q.wakeTimer(&q.lateArmed)
+	q.alone = aloneKind()
 }
 
 // wakeTimer returns a stopped timer that, when it fires, clears armed and
@@ -217,8 +230,10 @@ func (q *opQueue) kickSoon() {
 type Request struct {
 	c    *Communicator
 	name string
-	seq  uint64
-	hdr  transport.Header
+	// seq is a collective's sequence number, given when it starts (see
+	// opQueue.started); 0 until then, and for point-to-point groups.
+	seq uint64
+	hdr transport.Header
 	// target is a rewire's target digest, part of its fingerprint.
 	target uint64
 	ctx    context.Context
@@ -453,18 +468,19 @@ func (c *Communicator) enqueue(r *Request) {
 // help does.
 func (c *Communicator) runAlone(r *Request) bool {
 	q := &c.queue
-	if !q.exec.TryLock() {
+	if !q.exec.tryLock(q.alone) {
 		return false
 	}
 	if !q.pushAlone(r) {
-		q.exec.Unlock()
+		q.exec.unlock()
 		return false
 	}
 	r.err = c.run(r)
-	q.exec.Unlock()
+	q.exec.release(q.alone)
 	if q.queued() {
 		// Pushed while r ran: the worker, if woken meanwhile, found
-		// exec held.
+		// exec held (after a plain release this look may miss a push
+		// that the worker then sees: see execLock).
 		q.kick()
 	}
 	return true
@@ -486,13 +502,9 @@ func (c *Communicator) failedRequest(name string, err error) *Request {
 func (q *opQueue) push(r *Request) bool {
 	q.out.Add(1)
 	q.mu.Lock()
-	if q.closing {
+	if q.closing.Load() {
 		q.mu.Unlock()
 		return false
-	}
-	if r.hdr.Kind == transport.KindCollective {
-		q.seq++
-		r.seq = q.seq
 	}
 	if len(q.pending) == 0 {
 		q.pending = q.slots[:0]
@@ -510,18 +522,53 @@ func (q *opQueue) push(r *Request) bool {
 // it had been pushed and taken from the head of the queue. It reports
 // false, leaving r alone, if the queue holds requests or is closed, or r's
 // context has ended: r then takes the queue's path, which withdraws it or
-// fails it with ErrClosed.
+// fails it with ErrClosed. It takes no lock: a request pushed meanwhile
+// is numbered when it starts, after r.
 func (q *opQueue) pushAlone(r *Request) bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.closing || len(q.pending) > 0 || r.ctx.Err() != nil {
+	if q.closing.Load() || q.queued() || r.ctx.Err() != nil {
 		return false
 	}
-	if r.hdr.Kind == transport.KindCollective {
-		q.seq++
-		r.seq = q.seq
-	}
+	q.number(r)
 	return true
+}
+
+// number gives r, a request about to start, its sequence number if it is
+// a collective. exec is held.
+func (q *opQueue) number(r *Request) {
+	if r.hdr.Kind == transport.KindCollective {
+		r.seq = q.started.Load() + 1
+		plain.Store(&q.started, r.seq)
+	}
+}
+
+// numberQueued gives the queued collectives the sequence numbers they
+// will start with, for a record of them or their failure at close. q.mu
+// is held. A blocking call running alone meanwhile (from another
+// goroutine) may take the first of them.
+func (q *opQueue) numberQueued() {
+	seq := q.started.Load()
+	for _, r := range q.pending {
+		if r.hdr.Kind == transport.KindCollective {
+			seq++
+			r.seq = seq
+		}
+	}
+}
+
+// missed reports whether the worker, which found exec held, must try to
+// take it again at once: held by a call running alone, which releases it
+// with a plain store, while something is queued, after a private barrier
+// shows it released (see execLock). Where the barrier fails, the worker
+// tries again issueGrace later (kickSoon).
+func (q *opQueue) missed() bool {
+	if q.exec.state.Load() != execAlone || !q.queued() {
+		return false
+	}
+	if barrier() != nil {
+		q.kickSoon()
+		return false
+	}
+	return q.exec.state.Load() == execFree
 }
 
 // kick wakes the worker.
@@ -543,6 +590,7 @@ func (q *opQueue) takeHead(r *Request) bool {
 	q.pending[0] = nil
 	q.pending = q.pending[1:]
 	q.length.Store(int32(len(q.pending)))
+	q.number(r)
 	return true
 }
 
@@ -550,9 +598,9 @@ func (q *opQueue) takeHead(r *Request) bool {
 func (q *opQueue) queued() bool { return q.length.Load() > 0 }
 
 // withdraw removes r from the queue if it has not started and completes it
-// with its context's error. The collectives queued after it take the
-// sequence numbers down by one, so this rank's sequence is the one it would
-// have had if r had never been issued.
+// with its context's error. Numbered only when they start, the
+// collectives after it take the numbers they would have had if r had
+// never been issued.
 func (q *opQueue) withdraw(r *Request) {
 	q.mu.Lock()
 	ok := q.unqueue(r)
@@ -562,8 +610,8 @@ func (q *opQueue) withdraw(r *Request) {
 	}
 }
 
-// unqueue removes r from the pending queue and renumbers the collectives
-// after it. It reports whether r was queued. q.mu is held.
+// unqueue removes r from the pending queue. It reports whether r was
+// queued. q.mu is held.
 func (q *opQueue) unqueue(r *Request) bool {
 	i := 0
 	for i < len(q.pending) && q.pending[i] != r {
@@ -577,14 +625,6 @@ func (q *opQueue) unqueue(r *Request) bool {
 	q.pending[len(q.pending)-1] = nil
 	q.pending = q.pending[:len(q.pending)-1]
 	q.length.Store(int32(len(q.pending)))
-	if r.hdr.Kind == transport.KindCollective {
-		for _, p := range q.pending[i:] {
-			if p.hdr.Kind == transport.KindCollective {
-				p.seq--
-			}
-		}
-		q.seq--
-	}
 	return true
 }
 
@@ -609,6 +649,7 @@ func (q *opQueue) take() *Request {
 		q.pending[0] = nil
 		q.pending = q.pending[1:]
 		q.length.Store(int32(len(q.pending)))
+		q.number(r)
 		q.mu.Unlock()
 		return r
 	}
@@ -619,17 +660,11 @@ func (q *opQueue) take() *Request {
 func (q *opQueue) close() (already bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	already = q.closing
-	q.closing = true
-	return already
+	return q.closing.Swap(true)
 }
 
 // closed says whether close was called.
-func (q *opQueue) closed() bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.closing
-}
+func (q *opQueue) closed() bool { return q.closing.Load() }
 
 // idle waits until every request issued has finished, or ctx ends.
 func (q *opQueue) idle(ctx context.Context) error {
@@ -638,9 +673,9 @@ func (q *opQueue) idle(ctx context.Context) error {
 		q.out.Wait()
 		// A request run alone is not counted in out: it runs holding
 		// exec.
-		q.exec.Lock()
-		q.exec.Unlock() //nolint:staticcheck // only waits for the holder
-		close(done)
+		if q.exec.waitFree(ctx) == nil {
+			close(done)
+		}
 	}()
 	select {
 	case <-done:
@@ -657,14 +692,14 @@ func (q *opQueue) stop() {
 	q.quitOnce.Do(func() { close(q.quit) })
 	<-q.stopped
 	// A caller may still be running its own request.
-	q.exec.Lock()
-	q.exec.Unlock() //nolint:staticcheck // only waits for the holder
+	_ = q.exec.waitFree(context.Background())
 }
 
 // drain empties the queue and returns what it held.
 func (q *opQueue) drain() []*Request {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	q.numberQueued()
 	rest := q.pending
 	q.pending = nil
 	q.length.Store(0)

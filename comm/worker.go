@@ -97,11 +97,13 @@ func (c *Communicator) serve() {
 	q := &c.queue
 	defer close(q.stopped)
 	for {
-		if q.exec.TryLock() {
+		if q.exec.tryLock(execHeld) {
 			for r := q.take(); r != nil; r = q.take() {
 				r.finish(c.run(r))
 			}
-			q.exec.Unlock()
+			q.exec.unlock()
+		} else if q.missed() {
+			continue
 		}
 		select {
 		case <-q.wake:
@@ -125,7 +127,7 @@ func (c *Communicator) help(r *Request) {
 		return
 	}
 	q := &c.queue
-	if q.exec.TryLock() {
+	if q.exec.tryLock(execHeld) {
 		if q.takeHead(r) {
 			if !q.queued() {
 				// Nothing is left for the worker: stop its wake-up
@@ -135,7 +137,7 @@ func (c *Communicator) help(r *Request) {
 			}
 			r.finish(c.run(r))
 		}
-		q.exec.Unlock()
+		q.exec.unlock()
 	}
 	if q.queued() {
 		// Left to the worker, which holds exec or was not woken for

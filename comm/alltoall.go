@@ -43,14 +43,13 @@ func (c *Communicator) postAllToAll(ctx context.Context, send, recv Buffer) *Req
 	if err != nil {
 		return c.failedRequest(name, err)
 	}
-	nb := len(send.b) / c.size
-	c.traffic.record(TrafficTag(ctx), c.size, nil, nb)
-	return c.post(ctx, name, collHeader(algo.OpAllToAll, send.dt, 0, 0, send.Len()/c.size), allToAllOp, opArgs{send: send, recv: recv})
+	return c.post(ctx, name, collHeader(algo.OpAllToAll, send.dt, 0, 0, send.Len()/c.size), allToAllOp, opArgs{send: send, recv: recv, tag: TrafficTag(ctx)})
 }
 
 func allToAllOp(ctx context.Context, p *opPeers, a *opArgs) error {
 	c := p.c
 	nb := len(a.send.b) / c.size
+	c.traffic.record(a.tag, c.size, nil, nb)
 	if ok, err := c.directAllToAll(ctx, p, a.send.b, a.recv.b, nb); ok {
 		return err
 	}
@@ -91,12 +90,12 @@ func (c *Communicator) postAllToAllV(ctx context.Context, send Buffer, sendCount
 		vblocks.Put(v)
 		return c.failedRequest(name, err)
 	}
-	c.traffic.record(TrafficTag(ctx), c.size, v.slens, 0)
-	return c.post(ctx, name, collHeader(algo.OpAllToAllV, send.dt, 0, 0, 0), allToAllVOp, opArgs{send: send, recv: recv, v: v})
+	return c.post(ctx, name, collHeader(algo.OpAllToAllV, send.dt, 0, 0, 0), allToAllVOp, opArgs{send: send, recv: recv, v: v, tag: TrafficTag(ctx)})
 }
 
 func allToAllVOp(ctx context.Context, p *opPeers, a *opArgs) error {
 	v := a.v
+	p.c.traffic.record(a.tag, p.c.size, v.slens, 0)
 	return p.c.allToAll(ctx, p, a.send.b, v.soffs, v.slens, a.recv.b, v.roffs, v.rlens, -1)
 }
 

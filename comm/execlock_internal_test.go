@@ -130,12 +130,16 @@ func TestAloneBesideAsync(t *testing.T) {
 	}()
 	go func() {
 		defer wg.Done()
+		// A context other than the requests' own: Wait then leaves
+		// them to the worker (see Request.Wait).
+		wctx, wcancel := context.WithCancel(ctx)
+		defer wcancel()
 		y, z := []float32{1}, []float32{2}
 		for i := range rounds / 2 {
 			a := c.AllReduceAsync(ctx, Slice(y), Slice(y), Sum)
 			b := c.AllReduceAsync(ctx, Slice(z), Slice(z), Sum)
 			for _, r := range []*Request{a, b} {
-				if err := r.Wait(ctx); err != nil {
+				if err := r.Wait(wctx); err != nil {
 					t.Errorf("Async pair %d: %v", i, err)
 					return
 				}

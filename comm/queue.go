@@ -260,6 +260,7 @@ type opArgs struct {
 	op         Op
 	root       int
 	v          *vBlocks // AllToAllV's blocks
+	tag        string   // an all-to-all's traffic tag (TrafficTag of its caller's context)
 	call       func(ctx context.Context, p *opPeers) error
 }
 

@@ -5,13 +5,17 @@ import (
 	"encoding/json"
 	"sort"
 	"sync"
+	"sync/atomic"
+
+	"github.com/occl/occl/algo"
+	"github.com/occl/occl/internal/seqlock"
 )
 
 // The traffic monitor counts the bytes every AllToAll and AllToAllV sends
 // from this rank to each peer, under a tag the caller attaches to the
-// context (an MoE layer and phase, say "layer3/dispatch"). Recording is a
-// few additions per operation on the calling rank; the full matrix of a tag
-// is assembled on demand by TrafficMatrix, a collective that gathers every
+// context (an MoE layer and phase, say "layer3/dispatch"). An operation is
+// counted when it starts, by whoever runs it; the full matrix of a tag is
+// assembled on demand by TrafficMatrix, a collective that gathers every
 // rank's row. Planners use it to predict the next phase's demand.
 
 type tagKey struct{}
@@ -28,57 +32,73 @@ func TrafficTag(ctx context.Context) string {
 	return tag
 }
 
-// monitor is one rank's traffic counters.
+// monitor is one rank's traffic counters. One writer at a time records
+// (the holder of the queue's exec, which runs the operations); readers
+// come from any goroutine. A loop of all-to-alls under one tag adds to the
+// row used last (last) under a sequence lock, which takes no locked
+// instruction on amd64; a row of another tag is found or made under mu,
+// which the readers take too, and they copy a row under the sequence lock
+// as well, retrying when a record overlapped the copy.
 type monitor struct {
 	mu   sync.Mutex
 	rows map[string]*trafficRow
-	// last is the row record used last, under lastTag: a loop of
-	// all-to-alls under one tag finds its row without a map lookup.
-	last    *trafficRow
-	lastTag string
+	last atomic.Pointer[trafficRow]
+	seq  seqlock.Lock
 }
 
 type trafficRow struct {
+	tag   string
 	bytes []uint64 // to each rank
 	ops   uint64
 }
 
-// record adds one operation's bytes per destination under tag.
+// record adds one operation's bytes per destination under tag: lens[j]
+// to rank j, or uniform to every rank where lens is nil. The caller holds
+// the queue's exec.
 func (m *monitor) record(tag string, size int, lens []int, uniform int) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	r := m.last
-	if r == nil || tag != m.lastTag {
+	r := m.last.Load()
+	if r == nil || r.tag != tag {
+		m.mu.Lock()
 		if m.rows == nil {
 			m.rows = map[string]*trafficRow{}
 		}
 		if r = m.rows[tag]; r == nil {
-			r = &trafficRow{bytes: make([]uint64, size)}
+			r = &trafficRow{tag: tag, bytes: make([]uint64, size)}
 			m.rows[tag] = r
 		}
-		m.last, m.lastTag = r, tag
+		m.last.Store(r)
+		m.mu.Unlock()
 	}
+	m.seq.WriteBegin()
 	r.ops++
 	if lens == nil {
 		for j := range r.bytes {
 			r.bytes[j] += uint64(uniform)
 		}
-		return
+	} else {
+		for j, n := range lens {
+			r.bytes[j] += uint64(n)
+		}
 	}
-	for j, n := range lens {
-		r.bytes[j] += uint64(n)
-	}
+	m.seq.WriteEnd()
 }
 
 func (m *monitor) row(tag string, size int) ([]uint64, uint64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := make([]uint64, size)
-	if r := m.rows[tag]; r != nil {
-		copy(out, r.bytes)
-		return out, r.ops
+	r := m.rows[tag]
+	if r == nil {
+		return out, 0
 	}
-	return out, 0
+	for {
+		s := m.seq.ReadBegin()
+		copy(out, r.bytes)
+		ops := r.ops
+		if !m.seq.Retry(s) {
+			return out, ops
+		}
+	}
 }
 
 func (m *monitor) tags() []string {
@@ -95,7 +115,7 @@ func (m *monitor) tags() []string {
 func (m *monitor) reset(tag string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.last, m.lastTag = nil, ""
+	m.last.Store(nil)
 	if tag == "" {
 		m.rows = nil
 		return
@@ -138,15 +158,21 @@ func (c *Communicator) TrafficTags() []string { return c.traffic.tags() }
 func (c *Communicator) ResetTraffic(tag string) { c.traffic.reset(tag) }
 
 // TrafficMatrix gathers every rank's counters of tag into the full matrix,
-// on every rank. It is a collective: every rank must call it.
+// on every rank. It is a collective: every rank must call it. It runs in
+// issue order, as an operation: its counts include every all-to-all
+// issued before it (Async ones too), on every rank.
 func (c *Communicator) TrafficMatrix(ctx context.Context, tag string) (*Traffic, error) {
 	n := c.size
-	row, ops := c.traffic.row(tag, n)
-	mine := make([]uint64, n+1)
-	mine[0] = ops
-	copy(mine[1:], row)
-	all := make([]uint64, n*(n+1))
-	if err := c.AllGather(ctx, Slice(mine), Slice(all)); err != nil {
+	mine, all := make([]uint64, n+1), make([]uint64, n*(n+1))
+	mb, ab := Slice(mine), Slice(all)
+	hdr := collHeader(algo.OpAllGather, mb.dt, 0, 0, mb.Len())
+	err := wait(c.postCall(ctx, "TrafficMatrix", hdr, func(ctx context.Context, p *opPeers) error {
+		row, ops := c.traffic.row(tag, n)
+		mine[0] = ops
+		copy(mine[1:], row)
+		return allGatherBytes(ctx, p, mb.b, ab.b)
+	}))
+	if err != nil {
 		return nil, err
 	}
 	t := &Traffic{Tag: tag, Ops: make([]uint64, n), Ranks: make([][]uint64, n), Host: append([]int(nil), c.hosts...)}

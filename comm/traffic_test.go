@@ -97,6 +97,63 @@ func TestTrafficMatrix(t *testing.T) {
 	}, comm.WithTopology(top)))
 }
 
+// TestTrafficMatrixInIssueOrder: TrafficMatrix runs after the all-to-alls
+// issued before it, so its counts include Async ones nobody waited for yet;
+// LocalTraffic may read the counters while all-to-alls are being counted.
+func TestTrafficMatrixInIssueOrder(t *testing.T) {
+	requireOK(t, runLocal(t, 2, func(ctx context.Context, c *comm.Communicator) error {
+		tagged := comm.WithTrafficTag(ctx, "moe")
+		stop := make(chan struct{})
+		read := make(chan error, 1)
+		go func() {
+			var last uint64
+			for {
+				select {
+				case <-stop:
+					read <- nil
+					return
+				default:
+				}
+				row, ops := c.LocalTraffic("moe")
+				if ops < last || row[1] != 8*ops {
+					read <- fmt.Errorf("LocalTraffic: row %v after %d ops (%d before)", row, ops, last)
+					return
+				}
+				last = ops
+			}
+		}()
+		x := make([]float32, 4)
+		for range 200 {
+			if err := comm.AllToAll(tagged, c, x, x); err != nil {
+				return err
+			}
+		}
+		var reqs []*comm.Request
+		for range 3 {
+			reqs = append(reqs, c.AllToAllAsync(tagged, comm.Slice(x), comm.Slice(x)))
+		}
+		m, err := c.TrafficMatrix(ctx, "moe")
+		for _, r := range reqs {
+			if werr := r.Wait(ctx); werr != nil && err == nil {
+				err = werr
+			}
+		}
+		close(stop)
+		if rerr := <-read; rerr != nil && err == nil {
+			err = rerr
+		}
+		if err != nil {
+			return err
+		}
+		for i, ops := range m.Ops {
+			if ops != 203 || m.Ranks[i][1-i] != 203*8 {
+				return fmt.Errorf("rank %d: %d ops, %d bytes to rank %d; want 203 and %d", i, ops, m.Ranks[i][1-i], 1-i, 203*8)
+			}
+		}
+		return nil
+	}))
+}
+
 // BenchmarkAllToAllMonitor measures a 1 MiB AllToAll on 4 in-process ranks,
 // untagged and tagged (both are counted); BenchmarkTrafficRecord measures
 // the counting alone, so the two show the monitor's share of an operation.

@@ -1,6 +1,7 @@
 package comm
 
 import (
+	"math/bits"
 	"unsafe"
 
 	"github.com/occl/occl/algo"
@@ -104,7 +105,8 @@ func (b Buffer) DType() DType { return b.dt }
 // Len returns the number of elements.
 func (b Buffer) Len() int {
 	if s := b.dt.Size(); s > 0 {
-		return len(b.b) / s
+		// Sizes are powers of two: a shift, not a division.
+		return len(b.b) >> bits.TrailingZeros(uint(s))
 	}
 	return 0
 }

@@ -72,7 +72,7 @@ func (c *Communicator) directAllToAll(ctx context.Context, p *opPeers, send, rec
 	ctx = c.worker.op.schedule(ctx, shortAllToAll(len(send), c.links.shm, nb, nil, nil))
 	h := p.hdr
 	for s := 1; s < size; s++ {
-		to := (r + s) % size
+		to := wrap(r+s, size)
 		h.Step = uint32(s)
 		c.hist.wait(int32(to))
 		if err := c.links.to(to).Send(ctx, h, send[to*nb:(to+1)*nb]); err != nil {
@@ -83,7 +83,7 @@ func (c *Communicator) directAllToAll(ctx context.Context, p *opPeers, send, rec
 		copy(recv[r*nb:(r+1)*nb], send[r*nb:(r+1)*nb])
 	}
 	for s := 1; s < size; s++ {
-		from := (r - s + size) % size
+		from := wrap(r-s, size)
 		h.Step = uint32(s)
 		c.hist.wait(int32(from))
 		if err := c.links.to(from).Recv(ctx, h, recv[from*nb:(from+1)*nb]); err != nil {
@@ -128,9 +128,9 @@ func (c *Communicator) directAllGather(ctx context.Context, p *opPeers, send, re
 	if own := recv[r*nb : (r+1)*nb]; !same(send, own) {
 		copy(own, send)
 	}
-	next, prev := (r+1)%size, (r-1+size)%size
+	next, prev := wrap(r+1, size), wrap(r-1, size)
 	for s := 0; s < size-1; s++ {
-		sb, rb := (r-s+size)%size, (r-s-1+size)%size
+		sb, rb := wrap(r-s, size), wrap(r-s-1, size)
 		if err := c.directSendRecv(ctx, p, next, prev, uint32(s), recv[sb*nb:(sb+1)*nb], recv[rb*nb:(rb+1)*nb]); err != nil {
 			return true, fmt.Errorf("ring allgather: rank %d step %d: %w", r, s, err)
 		}
@@ -156,9 +156,9 @@ func (c *Communicator) directReduceScatter(ctx context.Context, p *opPeers, a *o
 	}
 	dt, op := a.send.dt, a.op.Combiner()
 	stage, acc := c.worker.ws.Get(algo.SlotStage, nb), c.worker.ws.Get(algo.SlotInput, nb)
-	next, prev := (r+1)%size, (r-1+size)%size
+	next, prev := wrap(r+1, size), wrap(r-1, size)
 	for s := 0; s < size-1; s++ {
-		sb, rb := (r-s-1+size)%size, (r-s-2+2*size)%size
+		sb, rb := wrap(r-s-1, size), wrap(r-s-2, size)
 		out := acc
 		if s == 0 {
 			out = src[sb*nb : (sb+1)*nb]
@@ -196,4 +196,17 @@ func (c *Communicator) directSendRecv(ctx context.Context, p *opPeers, to, from 
 		return &linkError{peer: from, dir: "recv", step: step, err: err}
 	}
 	return nil
+}
+
+// wrap returns x modulo size for x in [-size, 2*size): a rank a few steps
+// around the ring, found without a division (tens of cycles, on every
+// step of a small operation).
+func wrap(x, size int) int {
+	switch {
+	case x >= size:
+		return x - size
+	case x < 0:
+		return x + size
+	}
+	return x
 }

@@ -18,8 +18,7 @@ import (
 // issue private barriers (membarrier.PrivateReady). That release ends
 // every blocking call, just after the operation's last stores into the
 // shared rings; a locked instruction there waits for those stores to
-// leave the core (with the queue's mutex that numbering took before, 8%
-// of a 2-process 8 B AllReduce, 16 paired rounds).
+// leave the core.
 //
 // Whoever releases exec then looks at the queue and wakes the worker if
 // anything is queued: a push that found exec held (the worker, woken,
@@ -32,7 +31,12 @@ import (
 // look, and the worker takes exec, or comes after the barrier, and then
 // the holder's look sees the push and wakes it. The worker pays the
 // barrier only when its wake-up meets a blocking call running alone,
-// which takes two goroutines issuing on one communicator at once.
+// which takes two goroutines issuing on one communicator at once. The
+// barrier interrupts every core running a thread of the process, the
+// holder's included, so the helpers keep the atomic release: a caller
+// that issues several Async requests before waiting runs the first while
+// the others are queued and the worker is woken for them (issue), and
+// with a plain release would take that interrupt on each of them.
 type execLock struct {
 	state atomic.Uint32
 }
@@ -53,14 +57,11 @@ func (l *execLock) tryLock(kind uint32) bool {
 // unlock releases the lock with an atomic store.
 func (l *execLock) unlock() { l.state.Store(execFree) }
 
-// unlockPlain releases the lock with a plain store: only a lock taken as
-// execAlone may be.
-func (l *execLock) unlockPlain() { plain.Store32(&l.state, execFree) }
-
-// release releases a lock taken as kind.
+// release releases a lock taken as kind: taken as execAlone, with a plain
+// store.
 func (l *execLock) release(kind uint32) {
 	if kind == execAlone {
-		l.unlockPlain()
+		plain.Store32(&l.state, execFree)
 	} else {
 		l.unlock()
 	}
@@ -78,12 +79,9 @@ func (l *execLock) waitFree(ctx context.Context) error {
 	return nil
 }
 
-// barrier is the worker's private barrier (see opQueue.missed);
-// tests replace it.
-var barrier = defaultBarrier
-
-// defaultBarrier is membarrier.Private.
-var defaultBarrier = membarrier.Private
+// barrier is the worker's private barrier (see opQueue.missed),
+// membarrier.Private; tests replace it.
+var barrier = membarrier.Private
 
 // aloneKind is the kind runAlone takes exec as: execAlone where this
 // process can issue private barriers, which the worker needs to see a

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/occl/occl/internal/membarrier"
 )
 
 // TestExecLock: one holder at a time, whichever kind; waitFree returns once
@@ -26,11 +28,7 @@ func TestExecLock(t *testing.T) {
 		cancel()
 		go func() {
 			time.Sleep(5 * time.Millisecond)
-			if kind == execAlone {
-				l.unlockPlain()
-			} else {
-				l.unlock()
-			}
+			l.release(kind)
 		}()
 		if err := l.waitFree(context.Background()); err != nil {
 			t.Fatalf("kind %d: waitFree: %v", kind, err)
@@ -47,7 +45,7 @@ func TestExecLock(t *testing.T) {
 func TestMissed(t *testing.T) {
 	c, _ := stoppedWorker(t)
 	q := &c.queue
-	defer func() { barrier = defaultBarrier }()
+	defer func() { barrier = membarrier.Private }()
 	for _, tc := range []struct {
 		name      string
 		state     uint32
@@ -82,7 +80,7 @@ func TestMissed(t *testing.T) {
 			barrier = func() error {
 				called = true
 				if tc.release {
-					q.exec.unlockPlain()
+					q.exec.release(execAlone)
 				}
 				return tc.fail
 			}

@@ -202,14 +202,8 @@ func (h *opHistory) begin(r *Request, fp wire.Fingerprint, now stamp) {
 	e := &h.ring[h.n&h.mask]
 	h.n++
 	h.tag, h.bytes = uint32(h.n), bytes
-	// Field by field: a composite literal is built on the stack and
-	// copied, twice the stores.
-	e.seq, e.name, e.fp, e.coll, e.bytes = r.seq, r.name, fp, coll, bytes
-	e.dtype, e.hasDType, e.sched, e.predicted = dt, hasDT, algo.AlgoAuto, 0
-	e.state, e.start, e.end, e.peer, e.tag = OpRunning, now, 0, -1, h.tag
-	if e.err != "" {
-		e.err = ""
-	}
+	*e = opEntry{seq: r.seq, name: r.name, fp: fp, coll: coll, bytes: bytes, dtype: dt, hasDType: hasDT,
+		state: OpRunning, start: now, peer: -1, tag: h.tag}
 	h.cur = e
 	if coll {
 		h.started, h.running = r.seq, r.seq

@@ -231,7 +231,8 @@ type Request struct {
 	c    *Communicator
 	name string
 	// seq is a collective's sequence number, given when it starts (see
-	// opQueue.started); 0 until then, and for point-to-point groups.
+	// opQueue.started; a record of the queue numbers the queued ones as
+	// they will start, numberQueued); 0 for point-to-point groups.
 	seq uint64
 	hdr transport.Header
 	// target is a rewire's target digest, part of its fingerprint.

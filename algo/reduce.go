@@ -196,6 +196,9 @@ func reduceBuffers(dst, a, b []byte, dt DType, op Op) {
 	if len(dst) == 0 {
 		return
 	}
+	if len(dst) <= tinyReduction && op == Sum && canView(dst, a, b, dt.Size()) && sumTiny(dst, a, b, dt) {
+		return
+	}
 	if !canView(dst, a, b, dt.Size()) {
 		reduceBytes(dst, a, b, dt, op)
 		return
@@ -221,5 +224,38 @@ func reduceBuffers(dst, a, b []byte, dt DType, op Op) {
 		reduceFloat32(viewAs[float32](dst), viewAs[float32](a), viewAs[float32](b), op)
 	case Float64:
 		reduceFloat64(viewAs[float64](dst), viewAs[float64](a), viewAs[float64](b), op)
+	}
+}
+
+// tinyReduction is the largest buffer sumTiny takes: a scalar or two, as
+// a loss or a counter is all-reduced, whose time is the calls down to the
+// loops, not the loop.
+const tinyReduction = 16
+
+// sumTiny sums a and b into dst, of at most tinyReduction bytes of the
+// common types (float32, float64, int32, int64), in place of the generic
+// path's calls, and reports whether it did.
+func sumTiny(dst, a, b []byte, dt DType) bool {
+	switch dt {
+	case Float32:
+		addInto(viewAs[float32](dst), viewAs[float32](a), viewAs[float32](b))
+	case Float64:
+		addInto(viewAs[float64](dst), viewAs[float64](a), viewAs[float64](b))
+	case Int32:
+		addInto(viewAs[int32](dst), viewAs[int32](a), viewAs[int32](b))
+	case Int64:
+		addInto(viewAs[int64](dst), viewAs[int64](a), viewAs[int64](b))
+	default:
+		return false
+	}
+	return true
+}
+
+// addInto stores a[i]+b[i] into dst[i]; the loads of an element precede
+// its store, so dst may be a or b. It is small enough to be inlined.
+func addInto[T float32 | float64 | int32 | int64](dst, a, b []T) {
+	a, b = a[:len(dst)], b[:len(dst)]
+	for i := range dst {
+		dst[i] = a[i] + b[i]
 	}
 }

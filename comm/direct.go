@@ -34,8 +34,7 @@ func (c *Communicator) directAllReduce(ctx context.Context, p *opPeers, a *opArg
 	if alg != algo.AlgoRD {
 		return false, nil
 	}
-	c.chose(ctx, l, algo.OpAllReduce, alg, n, nil)
-	ctx = c.worker.op.schedule(ctx, short(n, c.links.shm))
+	sctx := c.worker.op.schedule(ctx, short(n, c.links.shm))
 	if !same(a.send.b, data) {
 		copy(data, a.send.b)
 	}
@@ -43,7 +42,14 @@ func (c *Communicator) directAllReduce(ctx context.Context, p *opPeers, a *opArg
 	dt, op := a.send.dt, a.op.Combiner()
 	for i, d := 0, 1; d < size; i, d = i+1, d<<1 {
 		peer, step := c.rank^d, uint32(1+i)
-		if err := c.directSendRecv(ctx, p, peer, peer, step, data, stage); err != nil {
+		if err := c.directSend(sctx, p, peer, step, data); err != nil {
+			return true, fmt.Errorf("rd allreduce: rank %d step %d with rank %d: %w", c.rank, i, peer, err)
+		}
+		if i == 0 {
+			// Recorded while the peer's message is on its way.
+			c.chose(ctx, l, algo.OpAllReduce, alg, n, nil)
+		}
+		if err := c.directRecv(sctx, p, peer, step, stage); err != nil {
 			return true, fmt.Errorf("rd allreduce: rank %d step %d with rank %d: %w", c.rank, i, peer, err)
 		}
 		if c.rank&d == 0 {
@@ -68,20 +74,22 @@ func (c *Communicator) directAllToAll(ctx context.Context, p *opPeers, send, rec
 	if !c.direct(nb) || c.routable() {
 		return false, nil
 	}
-	c.chose(ctx, c.lay(), algo.OpAllToAll, algo.AlgoPairwise, len(send), nil)
-	ctx = c.worker.op.schedule(ctx, shortAllToAll(len(send), c.links.shm, nb, nil, nil))
+	sctx := c.worker.op.schedule(ctx, shortAllToAll(len(send), c.links.shm, nb, nil, nil))
 	h := p.hdr
 	for s := 1; s < size; s++ {
 		to := wrap(r+s, size)
 		h.Step = uint32(s)
 		c.hist.wait(int32(to))
-		if err := c.links.to(to).Send(ctx, h, send[to*nb:(to+1)*nb]); err != nil {
+		if err := c.links.to(to).Send(sctx, h, send[to*nb:(to+1)*nb]); err != nil {
 			return true, fmt.Errorf("pairwise all-to-all: rank %d step %d: %w", r, s, &linkError{peer: to, dir: "send", step: h.Step, err: err})
 		}
 	}
+	// Recorded while the peers' blocks are on their way.
+	c.chose(ctx, c.lay(), algo.OpAllToAll, algo.AlgoPairwise, len(send), nil)
 	if !same(send, recv) {
 		copy(recv[r*nb:(r+1)*nb], send[r*nb:(r+1)*nb])
 	}
+	ctx = sctx
 	for s := 1; s < size; s++ {
 		from := wrap(r-s, size)
 		h.Step = uint32(s)
@@ -185,12 +193,29 @@ func (c *Communicator) direct(n int) bool {
 // both as message step of the running operation, for a direct exchange:
 // out fits the connection's buffer, so the send does not wait for the peer.
 func (c *Communicator) directSendRecv(ctx context.Context, p *opPeers, to, from int, step uint32, out, in []byte) error {
+	if err := c.directSend(ctx, p, to, step, out); err != nil {
+		return err
+	}
+	return c.directRecv(ctx, p, from, step, in)
+}
+
+// directSend sends out to rank to as message step of the running
+// operation, for a direct exchange (see directSendRecv).
+func (c *Communicator) directSend(ctx context.Context, p *opPeers, to int, step uint32, out []byte) error {
 	h := p.hdr
 	h.Step = step
 	c.hist.wait(int32(to))
 	if err := c.links.to(to).Send(ctx, h, out); err != nil {
 		return &linkError{peer: to, dir: "send", step: step, err: err}
 	}
+	return nil
+}
+
+// directRecv receives message step of the running operation from rank
+// from into in, for a direct exchange (see directSendRecv).
+func (c *Communicator) directRecv(ctx context.Context, p *opPeers, from int, step uint32, in []byte) error {
+	h := p.hdr
+	h.Step = step
 	c.hist.wait(int32(from))
 	if err := c.links.to(from).Recv(ctx, h, in); err != nil {
 		return &linkError{peer: from, dir: "recv", step: step, err: err}

@@ -123,24 +123,44 @@ func untag(w uint64, tag uint32) int32 {
 	return int32(uint32(w))
 }
 
-// opEntry is one operation in the history.
+// opEntry is one operation in the history. Its fields are ordered by
+// size, and its state is a byte (entryState), not the OpState string: begin
+// writes every field of an entry on every operation, and a string field
+// is two words and a pointer the garbage collector must be told of.
 type opEntry struct {
 	seq       uint64
-	name      string
-	fp        wire.Fingerprint
-	coll      bool
-	bytes     int64
-	dtype     algo.DType
-	hasDType  bool
-	sched     algo.Algorithm
-	predicted time.Duration
-	state     OpState
 	start     stamp
 	end       stamp
-	peer      int32
+	bytes     int64
+	predicted time.Duration
+	fp        wire.Fingerprint
+	name      string
 	err       string
+	peer      int32
 	tag       uint32
+	dtype     algo.DType
+	sched     algo.Algorithm
+	state     entryState
+	coll      bool
+	hasDType  bool
 }
+
+// entryState is an entry's OpState, as a byte.
+type entryState uint8
+
+// Entry states, in the order of OpState's.
+const (
+	entryQueued entryState = iota
+	entryRunning
+	entryDone
+	entryFailed
+)
+
+// opStates names the entry states.
+var opStates = [...]OpState{entryQueued: OpQueued, entryRunning: OpRunning, entryDone: OpDone, entryFailed: OpFailed}
+
+// OpState returns s as an OpState.
+func (s entryState) OpState() OpState { return opStates[s] }
 
 // perBlock reports whether the header of collective op counts the
 // elements of one rank's block of its buffer rather than the whole buffer
@@ -202,8 +222,16 @@ func (h *opHistory) begin(r *Request, fp wire.Fingerprint, now stamp) {
 	e := &h.ring[h.n&h.mask]
 	h.n++
 	h.tag, h.bytes = uint32(h.n), bytes
-	*e = opEntry{seq: r.seq, name: r.name, fp: fp, coll: coll, bytes: bytes, dtype: dt, hasDType: hasDT,
-		state: OpRunning, start: now, peer: -1, tag: h.tag}
+	// Field by field: a composite literal is built on the stack and
+	// copied. Every field is written; err only if a failure left one.
+	e.seq, e.start, e.end, e.bytes, e.predicted = r.seq, now, 0, bytes, 0
+	e.fp = fp
+	e.name = r.name
+	if e.err != "" {
+		e.err = ""
+	}
+	e.peer, e.tag = -1, h.tag
+	e.dtype, e.sched, e.state, e.coll, e.hasDType = dt, algo.AlgoAuto, entryRunning, coll, hasDT
 	h.cur = e
 	if coll {
 		h.started, h.running = r.seq, r.seq
@@ -238,9 +266,9 @@ func (h *opHistory) end(end stamp, err error, out *opEntry) {
 	e.end = end
 	h.withSched(e)
 	if err == nil {
-		e.state, e.err, e.peer = OpDone, "", -1
+		e.state, e.peer = entryDone, -1
 	} else {
-		e.state, e.err, e.peer = OpFailed, err.Error(), h.waitingOn(e)
+		e.state, e.err, e.peer = entryFailed, err.Error(), h.waitingOn(e)
 	}
 	h.cur = nil
 	if e.coll {
@@ -276,8 +304,8 @@ func (h *opHistory) failRunning(err error) {
 // it with, if any.
 func (h *opHistory) marked(e opEntry) opEntry {
 	h.withSched(&e)
-	if f := h.failed.Load(); f != nil && f.tag == e.tag && e.state == OpRunning {
-		e.state, e.err, e.peer = OpFailed, f.err, h.waitingOn(&e)
+	if f := h.failed.Load(); f != nil && f.tag == e.tag && e.state == entryRunning {
+		e.state, e.err, e.peer = entryFailed, f.err, h.waitingOn(&e)
 	}
 	return e
 }
@@ -413,10 +441,10 @@ func (h *opHistory) records(n int) []OpRecord {
 			break
 		}
 		rec := e.record()
-		if e.state == OpRunning {
+		if e.state == entryRunning {
 			e = h.marked(e)
 			rec = e.record()
-			if e.state == OpRunning {
+			if e.state == entryRunning {
 				rec.Peer = int(h.waitingOn(&e))
 			}
 		}
@@ -428,7 +456,7 @@ func (h *opHistory) records(n int) []OpRecord {
 
 // record converts e.
 func (e *opEntry) record() OpRecord {
-	rec := OpRecord{Seq: e.seq, Op: e.name, Bytes: e.bytes, State: e.state, Start: e.start.time(), End: e.end.time(), Peer: int(e.peer), Error: e.err}
+	rec := OpRecord{Seq: e.seq, Op: e.name, Bytes: e.bytes, State: e.state.OpState(), Start: e.start.time(), End: e.end.time(), Peer: int(e.peer), Error: e.err}
 	if e.hasDType {
 		rec.DType = e.dtype.String()
 	}
@@ -448,7 +476,7 @@ func (c *Communicator) FlightRecord() []OpRecord {
 	c.queue.mu.Lock()
 	c.queue.numberQueued()
 	for _, r := range c.queue.pending {
-		q := &opEntry{seq: r.seq, name: r.name, state: OpQueued, peer: -1}
+		q := &opEntry{seq: r.seq, name: r.name, state: entryQueued, peer: -1}
 		dt := algo.DType(r.hdr.DType)
 		if dt.Valid() && r.hdr.Count > 0 {
 			q.dtype, q.hasDType, q.bytes = dt, true, int64(r.hdr.Count)*int64(dt.Size())

@@ -399,7 +399,9 @@ func (r *Request) recycle() {
 
 // free returns r, which nobody else sees any more, to the pool.
 func (r *Request) free() {
-	r.args.release()
+	if r.args.v != nil {
+		vblocks.Put(r.args.v)
+	}
 	*r = Request{}
 	requests.Put(r)
 }

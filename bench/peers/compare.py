@@ -10,7 +10,7 @@ It builds the programs it needs into a temporary directory
 
     go build -o <tmp>/occl-bench ./bench/cmd/occl-bench
     go build -o <tmp>/occl-limits ./bench/peers/limits
-    mpicc -std=c99 -O2 -o <tmp>/mpi_bench bench/peers/mpi_bench.c
+    mpicc -std=c99 -O2 -o <tmp>/mpi_bench bench/peers/mpi_bench.c -lm
 
 then runs, for every case below, occl-bench over TCP and over shared memory,
 gloo_bench.py (torch.distributed, Gloo over loopback TCP), and mpi_bench under
@@ -354,7 +354,7 @@ class Tools:
             self.mpirun = None
             return
         out = os.path.join(self.tmp, "mpi_bench")
-        cmd = [mpicc, "-std=c99", "-O2", "-o", out, os.path.join(HERE, "mpi_bench.c")]
+        cmd = [mpicc, "-std=c99", "-O2", "-o", out, os.path.join(HERE, "mpi_bench.c"), "-lm"]
         log("compare: " + " ".join(cmd))
         p = subprocess.run(cmd, capture_output=True, text=True)
         if p.returncode != 0:

@@ -1,7 +1,7 @@
 /*
  * mpi_bench: nccl-tests style benchmark of MPI collectives on host memory.
  *
- * Build:  mpicc -std=c99 -O2 -Wall -o /tmp/mpi_bench bench/peers/mpi_bench.c
+ * Build:  mpicc -std=c99 -O2 -Wall -o /tmp/mpi_bench bench/peers/mpi_bench.c -lm
  *         (or: make -C bench/peers, which writes bench/peers/mpi_bench)
  *
  * Run (Open MPI, shared memory):
@@ -13,7 +13,10 @@
  * would otherwise ignore the --mca btl choice.)
  *
  * Flags (same style as occl-bench and gloo_bench.py):
- *   -op allreduce|allgather|alltoall|reducescatter|broadcast|reduce
+ *   -op allreduce|allgather|alltoall|alltoallv|reducescatter|broadcast|reduce
+ *   -skew uniform|zipf:S   alltoallv's demand, as occl-bench's -skew: every
+ *                   rank sends rank d a share proportional to 1/(d+1)^S of
+ *                   what a uniform all-to-all of the size moves (rounded down)
  *   -b MIN -e MAX   sizes in bytes, K/M/G suffixes (powers of 1024)
  *   -f FACTOR       multiply the size by FACTOR (> 1); -i STEP adds STEP if -f is 1
  *   -n ITERS -w WARMUP   timed and warm-up iterations per size
@@ -38,12 +41,13 @@
  *   - the sweep gives S bytes; count = S / sizeof(type);
  *   - allreduce, broadcast, reduce: one buffer of count elements;
  *     "bytes" = count*size, "count" = count;
- *   - allgather, reducescatter, alltoall: per-rank chunk
+ *   - allgather, reducescatter, alltoall, alltoallv: per-rank chunk
  *     base = (count / np) rounded down to a multiple of 16 bytes of elements;
  *     "count" = base (the count argument of the collective: per-rank send
  *     count of allgather, per-rank receive count of reduce-scatter, per-peer
  *     count of alltoall) and "bytes" = base*np*size, the larger of the send
- *     and receive buffers;
+ *     and receive buffers (alltoallv: of the uniform all-to-all whose
+ *     elements -skew spreads over the pairs);
  *   - algbw = bytes / time with GB = 1e9 bytes; busbw = algbw * 2(n-1)/n for
  *     allreduce, (n-1)/n for allgather, reducescatter and alltoall, 1 for
  *     broadcast and reduce;
@@ -52,16 +56,18 @@
  * Every collective is out of place except broadcast, which MPI defines in
  * place. Sizes whose per-rank chunk rounds down to 0 elements are skipped.
  */
+#include <math.h>
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum op_kind { OP_ALLREDUCE, OP_ALLGATHER, OP_ALLTOALL, OP_REDUCESCATTER, OP_BROADCAST, OP_REDUCE };
+enum op_kind { OP_ALLREDUCE, OP_ALLGATHER, OP_ALLTOALL, OP_REDUCESCATTER, OP_BROADCAST, OP_REDUCE, OP_ALLTOALLV };
 
-static const char *op_names[] = {"allreduce", "allgather",  "alltoall",
-                                 "reducescatter", "broadcast", "reduce"};
+static const char *op_names[] = {"allreduce", "allgather", "alltoall", "reducescatter",
+                                 "broadcast", "reduce",    "alltoallv"};
+#define NUM_OPS 7
 
 enum dtype_kind { DT_F32, DT_F64, DT_I32, DT_I64 };
 
@@ -98,7 +104,13 @@ struct options {
     const char *redop_name;
     MPI_Op redop;
     const char *transport;
+    double zipf; /* -skew zipf:S; negative: uniform */
 };
+
+/* alltoallv's layout of the current size: counts[s*n+d] elements from rank
+ * s to rank d, packed in destination order on the sender and in source
+ * order on the receiver (see vlayout). */
+static int *vcounts, *vsc, *vsd, *vrc, *vrd;
 
 static int rank, nranks;
 
@@ -131,7 +143,8 @@ static void usage(void)
                 "usage: mpi_bench -op OP [-b MIN] [-e MAX] [-f FACTOR] [-i STEP] [-n ITERS]\n"
                 "                 [-w WARMUP] [-t MS] [-c 0|1] [-d TYPE] [-o REDOP] [-r ROOT]\n"
                 "                 [-transport LABEL] [-json]\n"
-                "  OP: allreduce allgather alltoall reducescatter broadcast reduce\n");
+                "                 [-skew uniform|zipf:S]\n"
+                "  OP: allreduce allgather alltoall alltoallv reducescatter broadcast reduce\n");
 }
 
 static void parse_args(int argc, char **argv, struct options *o)
@@ -150,6 +163,7 @@ static void parse_args(int argc, char **argv, struct options *o)
     o->redop_name = "sum";
     o->redop = MPI_SUM;
     o->transport = NULL;
+    o->zipf = -1;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -166,7 +180,7 @@ static void parse_args(int argc, char **argv, struct options *o)
         const char *v = argv[++i];
         if (strcmp(a, "-op") == 0) {
             int found = 0;
-            for (int k = 0; k < 6; k++)
+            for (int k = 0; k < NUM_OPS; k++)
                 if (strcmp(v, op_names[k]) == 0) o->op = (enum op_kind)k, found = 1;
             if (!found) die("unknown -op");
         } else if (strcmp(a, "-b") == 0) {
@@ -199,6 +213,11 @@ static void parse_args(int argc, char **argv, struct options *o)
             else if (strcmp(v, "max") == 0) o->redop = MPI_MAX;
             else if (strcmp(v, "min") == 0) o->redop = MPI_MIN;
             else die("unknown -o (sum, prod, max, min)");
+        } else if (strcmp(a, "-skew") == 0) {
+            char *end;
+            if (strcmp(v, "uniform") == 0) o->zipf = -1;
+            else if (strncmp(v, "zipf:", 5) == 0 && (o->zipf = strtod(v + 5, &end)) >= 0 && *end == '\0' && end != v + 5) {
+            } else die("bad -skew (uniform or zipf:S with S >= 0)");
         } else if (strcmp(a, "-transport") == 0) {
             o->transport = v;
         } else {
@@ -285,6 +304,7 @@ static void run_once(const struct options *o, void *send, void *recv, size_t pc)
     case OP_ALLREDUCE: MPI_Allreduce(send, recv, c, t, o->redop, MPI_COMM_WORLD); break;
     case OP_ALLGATHER: MPI_Allgather(send, c, t, recv, c, t, MPI_COMM_WORLD); break;
     case OP_ALLTOALL: MPI_Alltoall(send, c, t, recv, c, t, MPI_COMM_WORLD); break;
+    case OP_ALLTOALLV: MPI_Alltoallv(send, vsc, vsd, t, recv, vrc, vrd, t, MPI_COMM_WORLD); break;
     case OP_REDUCESCATTER:
         MPI_Reduce_scatter_block(send, recv, c, t, o->redop, MPI_COMM_WORLD);
         break;
@@ -300,6 +320,10 @@ static void buffer_counts(const struct options *o, size_t pc, size_t *nsend, siz
     switch (o->op) {
     case OP_ALLGATHER: *nsend = pc, *nrecv = pc * n; break;
     case OP_ALLTOALL: *nsend = pc * n, *nrecv = pc * n; break;
+    case OP_ALLTOALLV:
+        *nsend = (size_t)vsd[n - 1] + (size_t)vsc[n - 1];
+        *nrecv = (size_t)vrd[n - 1] + (size_t)vrc[n - 1];
+        break;
     case OP_REDUCESCATTER: *nsend = pc * n, *nrecv = pc; break;
     case OP_BROADCAST: *nsend = pc, *nrecv = 0; break;
     default: *nsend = pc, *nrecv = pc; break;
@@ -347,8 +371,45 @@ static long long count_wrong(const struct options *o, const void *send, const vo
                 wrong += load(o->dt, recv, s * pc + i) !=
                          (double)pattern(o->op, (int)s, (size_t)rank * pc + i);
         break;
+    case OP_ALLTOALLV:
+        /* Block s of my output is rank s's block for me, which starts
+         * after its blocks for the ranks before me. */
+        for (size_t s = 0; s < n; s++) {
+            size_t off = 0;
+            for (int d = 0; d < rank; d++) off += (size_t)vcounts[s * n + (size_t)d];
+            for (size_t i = 0; i < (size_t)vrc[s]; i++)
+                wrong += load(o->dt, recv, (size_t)vrd[s] + i) != (double)pattern(o->op, (int)s, off + i);
+        }
+        break;
     }
     return wrong;
+}
+
+/*
+ * Sets alltoallv's layout for pc elements per pair of the uniform
+ * all-to-all: its n*n*pc elements spread over the pairs in proportion to
+ * the weights 1/(d+1)^S of the destinations d (all 1 for uniform), rounded
+ * down, as occl-bench's Demand.Counts does.
+ */
+static void vlayout(const struct options *o, size_t pc)
+{
+    size_t n = (size_t)nranks;
+    double total = 0, *w = malloc(n * sizeof *w);
+    if (!w) die("out of memory");
+    for (size_t d = 0; d < n; d++) w[d] = o->zipf < 0 ? 1.0 : 1.0 / pow((double)(d + 1), o->zipf);
+    for (size_t d = 0; d < n; d++) total += (double)n * w[d];
+    for (size_t s = 0; s < n; s++)
+        for (size_t d = 0; d < n; d++) {
+            double c = w[d] / total * (double)(n * n * pc);
+            if (c > INT32_MAX) die("size too large for an MPI int count");
+            vcounts[s * n + d] = (int)c;
+        }
+    free(w);
+    int sd = 0, rd = 0;
+    for (size_t j = 0; j < n; j++) {
+        vsc[j] = vcounts[(size_t)rank * n + j], vsd[j] = sd, sd += vsc[j];
+        vrc[j] = vcounts[j * n + (size_t)rank], vrd[j] = rd, rd += vrc[j];
+    }
 }
 
 static double busbw_factor(enum op_kind op, int n)
@@ -357,7 +418,8 @@ static double busbw_factor(enum op_kind op, int n)
     case OP_ALLREDUCE: return 2.0 * (n - 1) / n;
     case OP_ALLGATHER:
     case OP_REDUCESCATTER:
-    case OP_ALLTOALL: return (double)(n - 1) / n;
+    case OP_ALLTOALL:
+    case OP_ALLTOALLV: return (double)(n - 1) / n;
     default: return 1.0;
     }
 }
@@ -392,10 +454,17 @@ int main(int argc, char **argv)
     }
 
     const double factor = busbw_factor(o.op, nranks);
+    if (o.op == OP_ALLTOALLV) {
+        size_t n = (size_t)nranks;
+        vcounts = malloc(n * n * sizeof *vcounts);
+        vsc = malloc(n * sizeof *vsc), vsd = malloc(n * sizeof *vsd);
+        vrc = malloc(n * sizeof *vrc), vrd = malloc(n * sizeof *vrd);
+        if (!vcounts || !vsc || !vsd || !vrc || !vrd) die("out of memory");
+    }
     for (size_t size = o.minbytes; size <= o.maxbytes;
          size = o.stepfactor > 1 ? size * (size_t)o.stepfactor : size + o.stepbytes) {
         size_t count = size / elt, pc, nbytes;
-        if (o.op == OP_ALLGATHER || o.op == OP_REDUCESCATTER || o.op == OP_ALLTOALL) {
+        if (o.op == OP_ALLGATHER || o.op == OP_REDUCESCATTER || o.op == OP_ALLTOALL || o.op == OP_ALLTOALLV) {
             size_t align = elt >= 16 ? 1 : 16 / elt;
             pc = (count / (size_t)nranks) / align * align;
             nbytes = pc * (size_t)nranks * elt;
@@ -410,6 +479,7 @@ int main(int argc, char **argv)
             continue;
         }
         if (pc > (size_t)INT32_MAX) die("size too large for an MPI int count");
+        if (o.op == OP_ALLTOALLV) vlayout(&o, pc);
 
         size_t ns, nr;
         buffer_counts(&o, pc, &ns, &nr);

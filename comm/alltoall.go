@@ -138,7 +138,8 @@ func (c *Communicator) allToAll(ctx context.Context, p *opPeers, send []byte, so
 	} else if c.size > 1 {
 		c.chose(ctx, c.lay(), op, a, len(send), nil)
 	}
-	return c.worker.run(c.worker.op.schedule(ctx, shortAllToAll(len(send), c.links.shm, uniform, slens, rlens)), op, a, &args)
+	w := allToAllWaits(len(send), c.links.shm, c.links.lends(), uniform, slens, rlens)
+	return c.worker.run(c.worker.op.schedule(ctx, w), op, a, &args)
 }
 
 // largestBlock returns the largest block of an all-to-all: uniform for

@@ -141,7 +141,7 @@ func (c *Communicator) runSchedule(ctx context.Context, op algo.Collective, byte
 		a = c.worker.choice.get(l, op, bytes, c.choose)
 		c.chose(ctx, l, op, a, bytes, nil)
 	}
-	return c.worker.run(c.worker.op.schedule(ctx, short(bytes, c.links.shm)), op, a, &args)
+	return c.worker.run(c.worker.op.schedule(ctx, opWaits(bytes, c.links.shm)), op, a, &args)
 }
 
 // Broadcast copies root's send buffer into recv on every rank. recv has the

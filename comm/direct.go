@@ -34,7 +34,7 @@ func (c *Communicator) directAllReduce(ctx context.Context, p *opPeers, a *opArg
 	if alg != algo.AlgoRD {
 		return false, nil
 	}
-	sctx := c.worker.op.schedule(ctx, short(n, c.links.shm))
+	sctx := c.worker.op.schedule(ctx, opWaits(n, c.links.shm))
 	if !same(a.send.b, data) {
 		copy(data, a.send.b)
 	}
@@ -74,7 +74,7 @@ func (c *Communicator) directAllToAll(ctx context.Context, p *opPeers, send, rec
 	if !c.direct(nb) || c.routable() {
 		return false, nil
 	}
-	sctx := c.worker.op.schedule(ctx, shortAllToAll(len(send), c.links.shm, nb, nil, nil))
+	sctx := c.worker.op.schedule(ctx, allToAllWaits(len(send), c.links.shm, false, nb, nil, nil))
 	h := p.hdr
 	for s := 1; s < size; s++ {
 		to := wrap(r+s, size)
@@ -118,7 +118,7 @@ func (c *Communicator) directRing(ctx context.Context, op algo.Collective, n, nb
 		return ctx, false
 	}
 	c.chose(ctx, l, op, algo.AlgoRing, n, nil)
-	return c.worker.op.schedule(ctx, short(n, c.links.shm)), true
+	return c.worker.op.schedule(ctx, opWaits(n, c.links.shm)), true
 }
 
 // directAllGather runs a small AllGather (see directRing) against the

@@ -33,12 +33,16 @@ type linkSet struct {
 	// this goes to any peer without waiting for it. Worker-only, kept by
 	// set and replace.
 	eager int
+	// lend: some connection lends large messages (transport.Lender with
+	// a LendMin), as shared memory does when the processes outnumber the
+	// cores (see allToAllWaits). Worker-only, kept by set and replace.
+	lend bool
 }
 
 // set installs the first connections, by peer rank (nil at this rank).
 func (l *linkSet) set(conns []transport.Conn) {
 	l.conns = conns
-	l.shm, l.eager = allShm(conns), minEager(conns)
+	l.shm, l.eager, l.lend = allShm(conns), minEager(conns), anyLends(conns)
 }
 
 // allShm reports whether every connection of conns is shared memory
@@ -70,6 +74,20 @@ func minEager(conns []transport.Conn) int {
 	return max(n, 0)
 }
 
+// anyLends reports whether some connection of conns lends large messages
+// (see transport.Lender).
+func anyLends(conns []transport.Conn) bool {
+	for _, conn := range conns {
+		if l, ok := conn.(transport.Lender); ok && l.LendMin() > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// lends reports whether some connection lends large messages. Worker only.
+func (l *linkSet) lends() bool { return l.lend }
+
 // to returns the connection to peer. Worker only.
 func (l *linkSet) to(peer int) transport.Conn { return l.conns[peer] }
 
@@ -96,7 +114,7 @@ func (l *linkSet) replace(conns map[int]transport.Conn) {
 		l.retired = append(l.retired, l.conns[r])
 		l.conns[r] = conn
 	}
-	l.shm, l.eager = allShm(l.conns), minEager(l.conns)
+	l.shm, l.eager, l.lend = allShm(l.conns), minEager(l.conns), anyLends(l.conns)
 	l.mu.Unlock()
 }
 

@@ -17,6 +17,16 @@ type namedConn struct {
 func (n namedConn) Name() string    { return n.name }
 func (n namedConn) EagerLimit() int { return n.eager }
 
+// lendingConn is a shared-memory connection that lends messages of at
+// least min bytes (transport.Lender; 0: none).
+type lendingConn struct {
+	namedConn
+	transport.Lender
+	min int
+}
+
+func (l lendingConn) LendMin() int { return l.min }
+
 func TestLinkSet(t *testing.T) {
 	shm, tcp := namedConn{name: "shm", eager: 1 << 20}, namedConn{name: "tcp", eager: 64 << 10}
 	for _, tc := range []struct {
@@ -53,5 +63,27 @@ func TestLinkSet(t *testing.T) {
 	l.set([]transport.Conn{nil})
 	if l.eager != 0 {
 		t.Errorf("eager limit %d without peers, want 0", l.eager)
+	}
+
+	// Lending, which makes a large all-to-all's waits wait for copies.
+	lender, none := lendingConn{namedConn: shm, min: 128 << 10}, lendingConn{namedConn: shm}
+	for _, tc := range []struct {
+		conns []transport.Conn
+		want  bool
+	}{
+		{[]transport.Conn{nil, lender, lender}, true},
+		{[]transport.Conn{nil, shm, lender}, true},
+		{[]transport.Conn{nil, none, shm}, false},
+		{[]transport.Conn{nil}, false},
+	} {
+		l.set(tc.conns)
+		if l.lends() != tc.want {
+			t.Errorf("%d connections: lends %v, want %v", len(tc.conns), l.lends(), tc.want)
+		}
+	}
+	l.set([]transport.Conn{nil, lender, lender})
+	l.replace(map[int]transport.Conn{1: tcp, 2: tcp})
+	if l.lends() {
+		t.Error("a rewire to TCP left the set lending")
 	}
 }

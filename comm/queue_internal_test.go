@@ -137,24 +137,27 @@ func TestConcurrentBlockingCalls(t *testing.T) {
 	}
 }
 
-// TestShortAllToAll: an all-to-all's waits give the core away by its
-// largest block on shared memory, by its buffer elsewhere.
-func TestShortAllToAll(t *testing.T) {
+// TestAllToAllWaits: an all-to-all's waits give the core away by its
+// largest block on shared memory, by its buffer elsewhere; larger blocks
+// on shared memory that lends them wait for the peers' copies.
+func TestAllToAllWaits(t *testing.T) {
 	for _, tc := range []struct {
 		bytes, block int
-		shm          bool
-		want         bool
+		shm, lends   bool
+		want         waits
 	}{
-		{shortOp, shortOp, false, true}, {shortOp + 1, shortOp, false, false}, {64 << 20, 1, false, false},
-		{shortOpShm, shortOpShm, true, true}, {4 << 20, shortBlockShm, true, true}, {4 << 20, shortBlockShm + 1, true, false},
-		{shortOpShm, shortOpShm + 1, true, true},
+		{shortOp, shortOp, false, false, waitShort}, {shortOp + 1, shortOp, false, false, waitAlone}, {64 << 20, 1, false, false, waitAlone},
+		{shortOpShm, shortOpShm, true, false, waitShort}, {4 << 20, shortBlockShm, true, false, waitShort}, {4 << 20, shortBlockShm + 1, true, false, waitAlone},
+		{shortOpShm, shortOpShm + 1, true, false, waitShort},
+		{4 << 20, shortBlockShm, true, true, waitShort}, {4 << 20, shortBlockShm + 1, true, true, waitCopy},
+		{64 << 20, 16 << 20, false, true, waitAlone}, {shortOpShm, shortOpShm + 1, true, true, waitShort},
 	} {
-		if got := shortAllToAll(tc.bytes, tc.shm, tc.block, nil, nil); got != tc.want {
-			t.Errorf("all-to-all of %d bytes, blocks of %d (all shm: %v): short %v, want %v", tc.bytes, tc.block, tc.shm, got, tc.want)
+		if got := allToAllWaits(tc.bytes, tc.shm, tc.lends, tc.block, nil, nil); got != tc.want {
+			t.Errorf("all-to-all of %d bytes, blocks of %d (all shm: %v, lent: %v): waits %d, want %d", tc.bytes, tc.block, tc.shm, tc.lends, got, tc.want)
 		}
 		lens := []int{1, tc.block, 0}
-		if got := shortAllToAll(tc.bytes, tc.shm, -1, lens, lens[:1]); got != tc.want {
-			t.Errorf("all-to-all of %d bytes, largest block %d (all shm: %v): short %v, want %v", tc.bytes, tc.block, tc.shm, got, tc.want)
+		if got := allToAllWaits(tc.bytes, tc.shm, tc.lends, -1, lens, lens[:1]); got != tc.want {
+			t.Errorf("all-to-all of %d bytes, largest block %d (all shm: %v, lent: %v): waits %d, want %d", tc.bytes, tc.block, tc.shm, tc.lends, got, tc.want)
 		}
 	}
 	if got := largestBlock(-1, []int{3, 9, 0}, []int{8, 1, 2}); got != 9 {
@@ -181,16 +184,21 @@ func TestScheduleContext(t *testing.T) {
 		{8, false, true}, {shortOp, false, true}, {shortOp + 1, false, false}, {64 << 20, false, false},
 		{shortOp + 1, true, true}, {shortOpShm, true, true}, {shortOpShm + 1, true, false},
 	} {
-		s := o.schedule(ctx, short(tc.bytes, tc.shm))
+		s := o.schedule(ctx, opWaits(tc.bytes, tc.shm))
 		if transport.Yields(s) {
 			t.Errorf("%d bytes: schedule context of the shared context yields", tc.bytes)
 		}
-		if got := transport.CoreYields(s); got != tc.core {
-			t.Errorf("%d bytes (all shm: %v): schedule context gives the core away: %v, want %v", tc.bytes, tc.shm, got, tc.core)
+		if got := transport.CoreYields(s); got != tc.core || transport.CopyWaits(s) {
+			t.Errorf("%d bytes (all shm: %v): schedule context gives the core away: %v, want %v (copy wait %v)", tc.bytes, tc.shm, got, tc.core, transport.CopyWaits(s))
 		}
 		if dl, _ := s.Deadline(); !dl.Equal(o.deadline.time()) {
 			t.Errorf("%d bytes: schedule context deadline %v, want the shared one %v", tc.bytes, dl, o.deadline)
 		}
+	}
+	if s := o.schedule(ctx, waitCopy); !transport.CopyWaits(s) || transport.CoreYields(s) || transport.Yields(s) {
+		t.Errorf("copy-wait twin: copy wait %v, core yield %v, yields %v (want true, false, false)", transport.CopyWaits(s), transport.CoreYields(s), transport.Yields(s))
+	} else if dl, _ := s.Deadline(); !dl.Equal(o.deadline.time()) {
+		t.Errorf("copy-wait twin deadline %v, want the shared one %v", dl, o.deadline)
 	}
 	// A caller's own context: twins with its deadline and cancellation,
 	// made once for a run of operations with the same context.
@@ -203,7 +211,7 @@ func TestScheduleContext(t *testing.T) {
 			bytes int
 			core  bool
 		}{{8, true}, {64 << 20, false}} {
-			s := o.schedule(o.get(own, time.Minute, now()), short(tc.bytes, false))
+			s := o.schedule(o.get(own, time.Minute, now()), opWaits(tc.bytes, false))
 			if transport.Yields(s) || transport.CoreYields(s) != tc.core {
 				t.Errorf("%d bytes, caller's context: yields %v, gives the core away %v (want false, %v)", tc.bytes, transport.Yields(s), transport.CoreYields(s), tc.core)
 			}
@@ -219,15 +227,15 @@ func TestScheduleContext(t *testing.T) {
 	}
 	other, cancel2 := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel2()
-	if dl, _ := o.schedule(o.get(other, time.Minute, now()), true).Deadline(); !dl.Equal(func() time.Time { d, _ := other.Deadline(); return d }()) {
+	if dl, _ := o.schedule(o.get(other, time.Minute, now()), waitShort).Deadline(); !dl.Equal(func() time.Time { d, _ := other.Deadline(); return d }()) {
 		t.Error("a new caller context kept the twins of the previous one")
 	}
 	// A context type that cannot be compared gets twins every time.
 	odd := uncomparableCtx{Context: own, tags: []string{"x"}}
-	if s := o.schedule(odd, true); transport.Yields(s) || s.Done() != own.Done() {
+	if s := o.schedule(odd, waitShort); transport.Yields(s) || s.Done() != own.Done() {
 		t.Error("uncomparable caller context")
 	}
-	if s := o.schedule(uncomparableCtx{Context: own, tags: []string{"y"}}, true); transport.Yields(s) {
+	if s := o.schedule(uncomparableCtx{Context: own, tags: []string{"y"}}, waitShort); transport.Yields(s) {
 		t.Error("second uncomparable caller context")
 	}
 }

@@ -224,14 +224,16 @@ func (c *Communicator) panicked(r *Request, v any, stack []byte) error {
 // within a short window: each still gets at least the full timeout, and at
 // most timeout/64 more.
 //
-// The shared context has twins for schedules (alone): the same context,
-// telling polling transports not to let other goroutines run while they
-// wait, since the schedule's calling goroutine is the only one of the
-// operation (a schedule that starts more goroutines undoes it for them,
-// see transport.WithYield); and for small operations (short), which also
-// lets waits give the core to the other processes when the processes
-// outnumber the cores (transport.WithCoreYield). Made once per window,
-// they cost operations no allocation.
+// The shared context has twins for schedules, one per kind of wait
+// (waits): the same context, telling polling transports not to let other
+// goroutines run while they wait, since the schedule's calling goroutine is
+// the only one of the operation (a schedule that starts more goroutines
+// undoes it for them, see transport.WithYield); for small operations, which
+// also lets waits give the core to the other processes when the processes
+// outnumber the cores (transport.WithCoreYield); and for all-to-alls whose
+// large blocks are lent, whose waits give the core away while peers copy
+// (transport.WithCopyWait). Made once per window, they cost operations no
+// allocation.
 //
 // A caller's own context (one with a deadline) gets the same twins, made
 // when it first runs an operation and kept while the next operations come
@@ -243,13 +245,30 @@ func (c *Communicator) panicked(r *Request, v any, stack []byte) error {
 // closes.
 type opContext struct {
 	ctx      context.Context
-	alone    context.Context
-	short    context.Context
+	twins    [numWaits]context.Context
 	cancel   context.CancelFunc
 	parent   <-chan struct{}
 	deadline stamp
 
-	caller, callerAlone, callerShort context.Context
+	caller      context.Context
+	callerTwins [numWaits]context.Context
+}
+
+// waits is how a schedule's waits on a polling transport behave (see
+// opContext).
+type waits uint8
+
+const (
+	waitAlone waits = iota // nothing else of the operation needs the processor
+	waitShort              // and give the core away: a small operation's peers answer at once
+	waitCopy               // and give it away while peers copy large lent blocks
+	numWaits
+)
+
+// twins returns the twins of ctx, one per kind of wait.
+func twins(ctx context.Context) [numWaits]context.Context {
+	alone := transport.WithoutYield(ctx)
+	return [numWaits]context.Context{waitAlone: alone, waitShort: transport.WithCoreYield(alone), waitCopy: transport.WithCopyWait(alone)}
 }
 
 // get returns the context an operation that starts at now runs under.
@@ -263,8 +282,7 @@ func (o *opContext) get(user context.Context, timeout time.Duration, now stamp) 
 	o.release()
 	o.deadline = now.add(timeout + timeout/64)
 	o.ctx, o.cancel = context.WithDeadline(user, o.deadline.time())
-	o.alone = transport.WithoutYield(o.ctx)
-	o.short = transport.WithCoreYield(o.alone)
+	o.twins = twins(o.ctx)
 	o.parent = user.Done()
 	return o.ctx
 }
@@ -304,38 +322,45 @@ const (
 	shortBlockShm = algo.PairwisePiece
 )
 
-// short reports whether the waits of an operation that moves bytes bytes
-// give the core away (see shortOp). shm tells whether every connection of
-// the communicator is shared memory.
-func short(bytes int, shm bool) bool { return bytes <= shortOp || (shm && bytes <= shortOpShm) }
+// opWaits returns how the waits of an operation that moves bytes bytes
+// behave: they give the core away up to shortOp. shm tells whether every
+// connection of the communicator is shared memory.
+func opWaits(bytes int, shm bool) waits {
+	if bytes <= shortOp || (shm && bytes <= shortOpShm) {
+		return waitShort
+	}
+	return waitAlone
+}
 
-// shortAllToAll reports whether the waits of an all-to-all of a buffer of
-// bytes bytes give the core away (see shortBlockShm); its blocks are as
-// largestBlock takes them, looked at only where the buffer is not short.
-func shortAllToAll(bytes int, shm bool, uniform int, slens, rlens []int) bool {
-	return short(bytes, shm) || (shm && largestBlock(uniform, slens, rlens) <= shortBlockShm)
+// allToAllWaits returns how the waits of an all-to-all of a buffer of
+// bytes bytes behave: they give the core away if its blocks are at most
+// shortBlockShm (see there), looked at only where the buffer is not short
+// (its blocks as largestBlock takes them), or, larger, if they are lent
+// (lends: the connections lend blocks, see transport.WithCopyWait).
+func allToAllWaits(bytes int, shm, lends bool, uniform int, slens, rlens []int) waits {
+	switch {
+	case opWaits(bytes, shm) == waitShort || (shm && largestBlock(uniform, slens, rlens) <= shortBlockShm):
+		return waitShort
+	case shm && lends:
+		return waitCopy
+	}
+	return waitAlone
 }
 
 // schedule returns the context a schedule runs under for an operation
-// that runs under ctx: a twin of the shared context or of the caller's
-// own (see opContext), the one whose waits give the core away if short.
-func (o *opContext) schedule(ctx context.Context, short bool) context.Context {
-	alone, shortCtx := o.alone, o.short
+// that runs under ctx: the twin of the shared context or of the caller's
+// own (see opContext) whose waits behave as w.
+func (o *opContext) schedule(ctx context.Context, w waits) context.Context {
 	switch {
 	case ctx == nil:
 		return ctx
 	case ctx != o.ctx:
 		if !o.sameCaller(ctx) {
-			o.caller = ctx
-			o.callerAlone = transport.WithoutYield(ctx)
-			o.callerShort = transport.WithCoreYield(o.callerAlone)
+			o.caller, o.callerTwins = ctx, twins(ctx)
 		}
-		alone, shortCtx = o.callerAlone, o.callerShort
+		return o.callerTwins[w]
 	}
-	if short {
-		return shortCtx
-	}
-	return alone
+	return o.twins[w]
 }
 
 // sameCaller reports whether ctx is the caller context whose twins o
@@ -355,9 +380,9 @@ func (o *opContext) sameCaller(ctx context.Context) (same bool) {
 func (o *opContext) release() {
 	if o.cancel != nil {
 		o.cancel()
-		o.ctx, o.alone, o.short, o.cancel = nil, nil, nil, nil
+		o.ctx, o.twins, o.cancel = nil, [numWaits]context.Context{}, nil
 	}
-	o.caller, o.callerAlone, o.callerShort = nil, nil, nil
+	o.caller, o.callerTwins = nil, [numWaits]context.Context{}
 }
 
 // opPeers is the algo.Peers view of the communicator for the running

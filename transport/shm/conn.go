@@ -672,8 +672,11 @@ func (c *Conn) wait(ctx context.Context, w waitFor) error {
 		spinUntil time.Time
 		// yield: let other goroutines run between polls (see
 		// transport.WithoutYield); core: give the core to other
-		// processes (transport.WithCoreYield). Decided when first asked.
-		yield, core, decided bool
+		// processes (transport.WithCoreYield); copying: give it away
+		// while peers copy large blocks (transport.WithCopyWait), since
+		// copyFrom. Decided when first asked.
+		yield, core, copying, decided bool
+		copyFrom                      time.Time
 	)
 	// peerOff is the peer's off-core word (see offCore); a peer in this
 	// process has none (it is one of the process's goroutines, which a
@@ -715,12 +718,36 @@ func (c *Conn) wait(ctx context.Context, w waitFor) error {
 		}
 		if c.spin == 0 && !decided {
 			yield, core, decided = c.local || transport.Yields(ctx), transport.CoreYields(ctx), true
+			copying = !c.local && transport.CopyWaits(ctx)
 		}
 		// Where the processes outnumber the cores, a wait that gives its
 		// core away skips the tight polls: it decides at once, by the
 		// peer's mark, whether to poll on or yield (see below), since
 		// polls of a peer that is not running only delay it.
 		if i < spinTight && (c.spin != 0 || !core) {
+			continue
+		}
+		if c.spin == 0 && copying {
+			// Peers copy large blocks, for a time slice or more, and
+			// one of them may share this core: give it away between
+			// polls, bounded (see transport.WithCopyWait).
+			if i%16 == 0 {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				if now := time.Now(); copyFrom.IsZero() {
+					copyFrom = now
+				} else if now.Sub(copyFrom) > transport.CopyWaitYield {
+					copying = false
+					continue
+				}
+			}
+			offCoreDuring(func() {
+				transport.SchedYield()
+				if c.coreYieldHook != nil {
+					c.coreYieldHook()
+				}
+			})
 			continue
 		}
 		if c.spin == 0 {

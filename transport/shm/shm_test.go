@@ -661,6 +661,67 @@ func TestWaitLocksThread(t *testing.T) {
 	}
 }
 
+// TestWaitCopyWait: when the processes outnumber the cores (Spin 0), a
+// wait under transport.WithCopyWait gives its core away (sched_yield)
+// between polls, neither locking its thread nor yielding to the process's
+// goroutines first; it stops after transport.CopyWaitYield, and its
+// deadline holds while it yields. Without the setting the same wait never
+// gives its core away.
+func TestWaitCopyWait(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		copyWait  bool
+		delay     time.Duration
+		wantYield bool
+	}{{"copy wait", true, 5 * time.Millisecond, true}, {"large operation", false, 5 * time.Millisecond, false},
+		{"stalled peer", true, transport.CopyWaitYield + 30*time.Millisecond, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := pairWith(t, func(c *shm.Config) { c.Spin = 0 })
+			defer a.Close()
+			defer b.Close()
+			shm.SetLocal(a, false)
+			var locks, yields atomic.Int64
+			var last atomic.Int64 // when the last core yield ended, since start
+			start := time.Now()
+			shm.SetLockHook(a, func(bool) { locks.Add(1) })
+			shm.SetCoreYieldHook(a, func() {
+				yields.Add(1)
+				last.Store(int64(time.Since(start)))
+			})
+			ctx := transport.WithoutYield(context.Background())
+			if tc.copyWait {
+				ctx = transport.WithCopyWait(ctx)
+			}
+			recvLate(t, ctx, context.Background(), a, b, tc.delay)
+			if got := yields.Load() > 0; got != tc.wantYield {
+				t.Fatalf("%d core yields, want some: %v", yields.Load(), tc.wantYield)
+			}
+			if tc.copyWait && locks.Load() != 0 && tc.delay < transport.CopyWaitYield {
+				t.Errorf("a copy wait locked its thread %d times", locks.Load())
+			}
+			if end := time.Duration(last.Load()); tc.delay > transport.CopyWaitYield && end > transport.CopyWaitYield+10*time.Millisecond {
+				t.Errorf("the wait still gave its core away %v after it began (bound %v)", end, transport.CopyWaitYield)
+			}
+		})
+	}
+	t.Run("deadline", func(t *testing.T) {
+		a, b := pairWith(t, func(c *shm.Config) { c.Spin = 0 })
+		defer a.Close()
+		defer b.Close()
+		shm.SetLocal(a, false)
+		ctx, cancel := context.WithTimeout(transport.WithCopyWait(context.Background()), 5*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		err := a.Recv(ctx, transport.Header{Kind: transport.KindCollective, Seq: 1, Len: 8}, make([]byte, 8))
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Recv with nothing sent: %v, want the deadline", err)
+		}
+		if took := time.Since(start); took > transport.CopyWaitYield {
+			t.Errorf("Recv returned %v after a 5 ms deadline", took)
+		}
+	})
+}
+
 // TestWaitYieldsCore: when the processes outnumber the cores (Spin 0) a
 // wait under transport.WithCoreYield gives its core to the other processes
 // between polls, and stops doing so, sleeping instead, once a yield kept

@@ -209,7 +209,11 @@
 // every process marks, in the control page of each ring it shares, when
 // it gives its core away or sleeps, and a wait for a peer not so marked
 // polls on for a while instead, since that peer runs on another core and
-// a yield would only hand this one to a process that waits as well. After that it sleeps with FUTEX_WAIT on its ring's
+// a yield would only hand this one to a process that waits as well. The
+// waits of an all-to-all whose large blocks are lent (transport.WithCopyWait)
+// give the core away with sched_yield between polls from the start, for up
+// to 20 ms: they last as long as the busiest receiver's copies, and that
+// receiver may share the core. After that a wait sleeps with FUTEX_WAIT on its ring's
 // futex word (the shared, not the process-private, futex operations, since
 // the word lives in memory
 // shared between processes). It announces the sleep in a flag; the other

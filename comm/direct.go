@@ -89,12 +89,11 @@ func (c *Communicator) directAllToAll(ctx context.Context, p *opPeers, send, rec
 	if !same(send, recv) {
 		copy(recv[r*nb:(r+1)*nb], send[r*nb:(r+1)*nb])
 	}
-	ctx = sctx
 	for s := 1; s < size; s++ {
 		from := wrap(r-s, size)
 		h.Step = uint32(s)
 		c.hist.wait(int32(from))
-		if err := c.links.to(from).Recv(ctx, h, recv[from*nb:(from+1)*nb]); err != nil {
+		if err := c.links.to(from).Recv(sctx, h, recv[from*nb:(from+1)*nb]); err != nil {
 			return true, fmt.Errorf("pairwise all-to-all: rank %d step %d: %w", r, s, &linkError{peer: from, dir: "recv", step: h.Step, err: err})
 		}
 	}

@@ -97,6 +97,9 @@ type Conn struct {
 	// unlocks it (false).
 	yieldHook, coreYieldHook func()
 	lockHook                 func(locked bool)
+	// copyWaitYield is how long a copy wait gives its core away
+	// (transport.CopyWaitYield; changed by tests).
+	copyWaitYield time.Duration
 	// coreYield decides whether waits give their core away.
 	coreYield transport.CoreYield
 	// peerSpin is how many rounds a wait that would yield its core polls
@@ -159,7 +162,7 @@ type cmaSetup struct {
 // newConn joins two mapped rings into a Conn. ctl, if not nil, becomes the
 // liveness monitor of the connection and is closed with it.
 func newConn(out, in *mapping, peer int, ctl transport.Conn, want transport.Header, cma cmaSetup) *Conn {
-	c := &Conn{out: out.ring, in: in.ring, outM: out, inM: in, peer: peer, ctl: ctl, peerSpin: peerSpin}
+	c := &Conn{out: out.ring, in: in.ring, outM: out, inM: in, peer: peer, ctl: ctl, peerSpin: peerSpin, copyWaitYield: transport.CopyWaitYield}
 	c.cmaOut, c.cmaOutMin = cma.out && cma.outMin > 0, cma.outMin
 	c.cmaIn, c.cmaInMin = cma.in && cma.inMin > 0, cma.inMin
 	c.reader = cma.reader
@@ -673,8 +676,8 @@ func (c *Conn) wait(ctx context.Context, w waitFor) error {
 		// yield: let other goroutines run between polls (see
 		// transport.WithoutYield); core: give the core to other
 		// processes (transport.WithCoreYield); copying: give it away
-		// while peers copy large blocks (transport.WithCopyWait), since
-		// copyFrom. Decided when first asked.
+		// while peers copy large blocks (transport.WithCopyWait), from
+		// copyFrom on. Decided when first asked.
 		yield, core, copying, decided bool
 		copyFrom                      time.Time
 	)
@@ -718,7 +721,9 @@ func (c *Conn) wait(ctx context.Context, w waitFor) error {
 		}
 		if c.spin == 0 && !decided {
 			yield, core, decided = c.local || transport.Yields(ctx), transport.CoreYields(ctx), true
-			copying = !c.local && transport.CopyWaits(ctx)
+			if copying = !c.local && transport.CopyWaits(ctx); copying {
+				copyFrom = time.Now()
+			}
 		}
 		// Where the processes outnumber the cores, a wait that gives its
 		// core away skips the tight polls: it decides at once, by the
@@ -730,17 +735,15 @@ func (c *Conn) wait(ctx context.Context, w waitFor) error {
 		if c.spin == 0 && copying {
 			// Peers copy large blocks, for a time slice or more, and
 			// one of them may share this core: give it away between
-			// polls, bounded (see transport.WithCopyWait).
-			if i%16 == 0 {
-				if err := ctx.Err(); err != nil {
-					return err
-				}
-				if now := time.Now(); copyFrom.IsZero() {
-					copyFrom = now
-				} else if now.Sub(copyFrom) > transport.CopyWaitYield {
-					copying = false
-					continue
-				}
+			// polls, bounded (see transport.WithCopyWait). A round is a
+			// system call, which a look at the context and the clock
+			// does not add to.
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if time.Since(copyFrom) > c.copyWaitYield {
+				copying = false
+				continue
 			}
 			offCoreDuring(func() {
 				transport.SchedYield()

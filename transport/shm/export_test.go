@@ -1,5 +1,7 @@
 package shm
 
+import "time"
+
 // SetPieceHook makes c call f between the pieces of every cross-memory
 // read, with the number of bytes copied so far.
 func SetPieceHook(c *Conn, f func(done int)) { c.pieceHook = f }
@@ -60,3 +62,7 @@ func OffCoreDuring(f func()) { offCoreDuring(f) }
 
 // Plain reports whether c publishes its counters with plain stores.
 func Plain(c *Conn) bool { return c.plain }
+
+// SetCopyWaitYield sets how long c's copy waits give their core away
+// (transport.CopyWaitYield by default).
+func SetCopyWaitYield(c *Conn, d time.Duration) { c.copyWaitYield = d }

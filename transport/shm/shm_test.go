@@ -757,8 +757,15 @@ func TestWaitYieldsCore(t *testing.T) {
 			if tc.core {
 				ctx = transport.WithCoreYield(ctx)
 			}
+			// Waits of 10 ms, or, when every yield is slow, of 3 ms: the
+			// two slow yields that stop them start a back-off of 20 ms,
+			// which must outlast the three waits on a loaded machine too.
+			delay := 10 * time.Millisecond
+			if tc.slow < 0 {
+				delay = 3 * time.Millisecond
+			}
 			for i := 0; i < 3; i++ {
-				recvLate(t, ctx, context.Background(), a, b, 10*time.Millisecond)
+				recvLate(t, ctx, context.Background(), a, b, delay)
 			}
 			switch n := yields.Load(); {
 			case !tc.core && n != 0:

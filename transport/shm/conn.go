@@ -721,7 +721,9 @@ func (c *Conn) wait(ctx context.Context, w waitFor) error {
 		}
 		if c.spin == 0 && !decided {
 			yield, core, decided = c.local || transport.Yields(ctx), transport.CoreYields(ctx), true
-			if copying = !c.local && transport.CopyWaits(ctx); copying {
+			// Only a wait that nothing else of its process waits for
+			// may keep the processor between its yields.
+			if copying = !yield && transport.CopyWaits(ctx); copying {
 				copyFrom = time.Now()
 			}
 		}

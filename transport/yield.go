@@ -74,7 +74,8 @@ type copyWaitKey struct{}
 const CopyWaitYield = 20 * time.Millisecond
 
 // WithCopyWait returns a copy of ctx under which a polling transport, when
-// the processes of its host outnumber the cores, waits for peers that copy
+// the processes of its host outnumber the cores and nothing else of the
+// process waits for the processor (WithoutYield), waits for peers that copy
 // large blocks (an all-to-all whose blocks are lent: each receiver copies
 // its peers' blocks out of their memory): after its first polls it gives
 // the core away with sched_yield between polls, for up to CopyWaitYield,

@@ -66,7 +66,7 @@
 enum op_kind { OP_ALLREDUCE, OP_ALLGATHER, OP_ALLTOALL, OP_REDUCESCATTER, OP_BROADCAST, OP_REDUCE, OP_ALLTOALLV };
 
 static const char *op_names[] = {"allreduce", "allgather", "alltoall", "reducescatter",
-                                 "broadcast", "reduce",    "alltoallv"};
+                                 "broadcast", "reduce", "alltoallv"};
 #define NUM_OPS 7
 
 enum dtype_kind { DT_F32, DT_F64, DT_I32, DT_I64 };
@@ -214,10 +214,13 @@ static void parse_args(int argc, char **argv, struct options *o)
             else if (strcmp(v, "min") == 0) o->redop = MPI_MIN;
             else die("unknown -o (sum, prod, max, min)");
         } else if (strcmp(a, "-skew") == 0) {
-            char *end;
-            if (strcmp(v, "uniform") == 0) o->zipf = -1;
-            else if (strncmp(v, "zipf:", 5) == 0 && (o->zipf = strtod(v + 5, &end)) >= 0 && *end == '\0' && end != v + 5) {
-            } else die("bad -skew (uniform or zipf:S with S >= 0)");
+            o->zipf = -1;
+            if (strcmp(v, "uniform") != 0) {
+                char *end = (char *)v;
+                if (strncmp(v, "zipf:", 5) == 0) o->zipf = strtod(v + 5, &end);
+                if (end == v || end == v + 5 || *end != '\0' || !(o->zipf >= 0))
+                    die("bad -skew (uniform or zipf:S with S >= 0)");
+            }
         } else if (strcmp(a, "-transport") == 0) {
             o->transport = v;
         } else {

@@ -97,9 +97,6 @@ type Conn struct {
 	// unlocks it (false).
 	yieldHook, coreYieldHook func()
 	lockHook                 func(locked bool)
-	// copyWaitYield is how long a copy wait gives its core away
-	// (transport.CopyWaitYield; changed by tests).
-	copyWaitYield time.Duration
 	// coreYield decides whether waits give their core away.
 	coreYield transport.CoreYield
 	// peerSpin is how many rounds a wait that would yield its core polls
@@ -147,6 +144,11 @@ type Conn struct {
 	ctl       transport.Conn
 	monitored chan struct{} // closed when the liveness monitor returns
 	closeOnce sync.Once
+
+	// copyWaitYield is how long a copy wait gives its core away
+	// (transport.CopyWaitYield; changed by tests). Last, so that the
+	// fields the frames' paths use keep their places in their lines.
+	copyWaitYield time.Duration
 }
 
 var _ transport.Conn = (*Conn)(nil)
@@ -675,11 +677,8 @@ func (c *Conn) wait(ctx context.Context, w waitFor) error {
 		spinUntil time.Time
 		// yield: let other goroutines run between polls (see
 		// transport.WithoutYield); core: give the core to other
-		// processes (transport.WithCoreYield); copying: give it away
-		// while peers copy large blocks (transport.WithCopyWait), from
-		// copyFrom on. Decided when first asked.
-		yield, core, copying, decided bool
-		copyFrom                      time.Time
+		// processes (transport.WithCoreYield). Decided when first asked.
+		yield, core, decided bool
 	)
 	// peerOff is the peer's off-core word (see offCore); a peer in this
 	// process has none (it is one of the process's goroutines, which a
@@ -723,8 +722,13 @@ func (c *Conn) wait(ctx context.Context, w waitFor) error {
 			yield, core, decided = c.local || transport.Yields(ctx), transport.CoreYields(ctx), true
 			// Only a wait that nothing else of its process waits for
 			// may keep the processor between its yields.
-			if copying = !yield && transport.CopyWaits(ctx); copying {
-				copyFrom = time.Now()
+			if !yield && transport.CopyWaits(ctx) {
+				if over, err := c.copyWait(ctx, w, peerClosed); over {
+					return err
+				}
+				// Past its bound, or the peer is going: on to the
+				// sleeps, whose first look reports the latter.
+				i = spinTight + spinYield
 			}
 		}
 		// Where the processes outnumber the cores, a wait that gives its
@@ -732,27 +736,6 @@ func (c *Conn) wait(ctx context.Context, w waitFor) error {
 		// peer's mark, whether to poll on or yield (see below), since
 		// polls of a peer that is not running only delay it.
 		if i < spinTight && (c.spin != 0 || !core) {
-			continue
-		}
-		if c.spin == 0 && copying {
-			// Peers copy large blocks, for a time slice or more, and
-			// one of them may share this core: give it away between
-			// polls, bounded (see transport.WithCopyWait). A round is a
-			// system call, which a look at the context and the clock
-			// does not add to.
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			if time.Since(copyFrom) > c.copyWaitYield {
-				copying = false
-				continue
-			}
-			offCoreDuring(func() {
-				transport.SchedYield()
-				if c.coreYieldHook != nil {
-					c.coreYieldHook()
-				}
-			})
 			continue
 		}
 		if c.spin == 0 {
@@ -861,6 +844,42 @@ func (c *Conn) wait(ctx context.Context, w waitFor) error {
 		if !c.closed.Load() && !c.gone.Load() && peerClosed.Load() == 0 {
 			offCoreDuring(func() { futexWait(seqw, seq, d) })
 		}
+	}
+}
+
+// copyWait is wait's way where peers copy large blocks and the processes
+// outnumber the cores (transport.WithCopyWait): after the first polls it
+// gives the core away (sched_yield) between polls, since one of those
+// peers may share it, until the wait is over (it reports so, with the
+// wait's error, the context's included) or c.copyWaitYield has passed or
+// the peer is going (it reports neither: wait goes on). A round is a system
+// call, which a look at the context and the clock does not add to. Apart
+// from wait's loop, so that the waits of small operations keep theirs as
+// they were.
+func (c *Conn) copyWait(ctx context.Context, w waitFor, peerClosed *atomic.Uint32) (over bool, err error) {
+	start := time.Now()
+	for i := 0; ; i++ {
+		if ok, err := c.ready(w, false); ok || err != nil {
+			return true, err
+		}
+		if c.closed.Load() || peerClosed.Load() != 0 || c.gone.Load() {
+			return false, nil
+		}
+		if i < spinTight {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return true, err
+		}
+		if time.Since(start) > c.copyWaitYield {
+			return false, nil
+		}
+		offCoreDuring(func() {
+			transport.SchedYield()
+			if c.coreYieldHook != nil {
+				c.coreYieldHook()
+			}
+		})
 	}
 }
 

@@ -125,8 +125,9 @@ func untag(w uint64, tag uint32) int32 {
 
 // opEntry is one operation in the history. Its fields are ordered by
 // size, and its state is a byte (entryState), not the OpState string: begin
-// writes every field of an entry on every operation, and a string field
-// is two words and a pointer the garbage collector must be told of.
+// writes the whole entry on every operation (one literal, so that no field
+// added later is left from the entry's last lap), and a string field is two
+// words and a pointer the garbage collector must be told of.
 type opEntry struct {
 	seq       uint64
 	start     stamp
@@ -222,16 +223,8 @@ func (h *opHistory) begin(r *Request, fp wire.Fingerprint, now stamp) {
 	e := &h.ring[h.n&h.mask]
 	h.n++
 	h.tag, h.bytes = uint32(h.n), bytes
-	// Field by field: a composite literal is built on the stack and
-	// copied. Every field is written; err only if a failure left one.
-	e.seq, e.start, e.end, e.bytes, e.predicted = r.seq, now, 0, bytes, 0
-	e.fp = fp
-	e.name = r.name
-	if e.err != "" {
-		e.err = ""
-	}
-	e.peer, e.tag = -1, h.tag
-	e.dtype, e.sched, e.state, e.coll, e.hasDType = dt, algo.AlgoAuto, entryRunning, coll, hasDT
+	*e = opEntry{seq: r.seq, name: r.name, fp: fp, coll: coll, bytes: bytes, dtype: dt, hasDType: hasDT,
+		state: entryRunning, start: now, peer: -1, tag: h.tag}
 	h.cur = e
 	if coll {
 		h.started, h.running = r.seq, r.seq

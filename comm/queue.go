@@ -267,10 +267,15 @@ type opArgs struct {
 
 // release gives back what the arguments hold for the operation's time.
 func (a *opArgs) release() {
+	a.putBlocks()
+	*a = opArgs{}
+}
+
+// putBlocks gives back an AllToAllV's blocks, if the arguments hold any.
+func (a *opArgs) putBlocks() {
 	if a.v != nil {
 		vblocks.Put(a.v)
 	}
-	*a = opArgs{}
 }
 
 // callOp runs an operation whose arguments are bound in a closure.
@@ -399,9 +404,7 @@ func (r *Request) recycle() {
 
 // free returns r, which nobody else sees any more, to the pool.
 func (r *Request) free() {
-	if r.args.v != nil {
-		vblocks.Put(r.args.v)
-	}
+	r.args.putBlocks() // *r = Request{} clears the rest
 	*r = Request{}
 	requests.Put(r)
 }

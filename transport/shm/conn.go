@@ -874,12 +874,7 @@ func (c *Conn) copyWait(ctx context.Context, w waitFor, peerClosed *atomic.Uint3
 		if time.Since(start) > c.copyWaitYield {
 			return false, nil
 		}
-		offCoreDuring(func() {
-			transport.SchedYield()
-			if c.coreYieldHook != nil {
-				c.coreYieldHook()
-			}
-		})
+		c.schedYield()
 	}
 }
 
@@ -892,13 +887,20 @@ func (c *Conn) yieldCore() {
 	if !ok {
 		return
 	}
+	c.schedYield()
+	c.coreYield.End(start)
+}
+
+// schedYield gives this thread's core to the other processes
+// (transport.SchedYield), with the process marked off core meanwhile (see
+// offCore).
+func (c *Conn) schedYield() {
 	offCoreDuring(func() {
 		transport.SchedYield()
 		if c.coreYieldHook != nil {
 			c.coreYieldHook()
 		}
 	})
-	c.coreYield.End(start)
 }
 
 // yieldProcessor lets the process's other goroutines run during a wait.

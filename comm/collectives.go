@@ -181,6 +181,9 @@ func (c *Communicator) postBroadcast(ctx context.Context, send, recv Buffer, roo
 }
 
 func broadcastOp(ctx context.Context, p *opPeers, a *opArgs) error {
+	if ok, err := p.c.directBroadcast(ctx, p, a); ok {
+		return err
+	}
 	return p.c.runSchedule(ctx, algo.OpBroadcast, len(a.recv.b), algo.Args{Peers: p, Src: a.send.b, Dst: a.recv.b, Root: a.root})
 }
 

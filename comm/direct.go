@@ -180,6 +180,58 @@ func (c *Communicator) directReduceScatter(ctx context.Context, p *opPeers, a *o
 	return true, nil
 }
 
+// directBroadcast runs a small Broadcast (at most directMessage bytes, one
+// chunk) against the connections themselves: the messages of
+// algo.BroadcastTree with the buffer one chunk (rank v = r-root receives
+// it from v with its lowest set bit cleared, then sends it to v+2^j for
+// every 2^j below that bit, largest subtree first, every message labelled
+// 0), without the schedule table's dispatch and the Peers adapters. The
+// root sends from its send buffer and copies it into its own recv buffer
+// while the first message is on its way. It reports whether it ran the
+// operation, and the operation's error if it did.
+func (c *Communicator) directBroadcast(ctx context.Context, p *opPeers, a *opArgs) (bool, error) {
+	data, n, size, root := a.recv.b, len(a.recv.b), c.size, a.root
+	if size < 2 || !c.direct(n) || (c.cfg.chunk > 0 && n > c.cfg.chunk) {
+		return false, nil
+	}
+	l := c.lay()
+	if c.worker.choice.get(l, algo.OpBroadcast, n, c.choose) != algo.AlgoTree {
+		return false, nil
+	}
+	sctx := c.worker.op.schedule(ctx, opWaits(n, c.links.shm))
+	v := wrap(c.rank-root, size)
+	top, out := v&-v, data
+	if v == 0 {
+		top, out = 1, a.send.b
+		for top < size {
+			top <<= 1
+		}
+	} else {
+		parent := wrap(v-top+root, size)
+		// Recorded while the parent's message is on its way.
+		c.chose(ctx, l, algo.OpBroadcast, algo.AlgoTree, n, nil)
+		if err := c.directRecv(sctx, p, parent, 0, data); err != nil {
+			return true, fmt.Errorf("tree broadcast: rank %d: recv chunk 0 from rank %d: %w", c.rank, parent, err)
+		}
+	}
+	for m := top >> 1; m >= 1; m >>= 1 {
+		if v+m >= size {
+			continue
+		}
+		child := wrap(v+m+root, size)
+		if err := c.directSend(sctx, p, child, 0, out); err != nil {
+			return true, fmt.Errorf("tree broadcast: rank %d: send chunk 0 to rank %d: %w", c.rank, child, err)
+		}
+	}
+	if v == 0 {
+		c.chose(ctx, l, algo.OpBroadcast, algo.AlgoTree, n, nil)
+		if !same(out, data) {
+			copy(data, out)
+		}
+	}
+	return true, nil
+}
+
 // direct reports whether messages of n bytes may go directly (see
 // directAllReduce): n is at most directMessage and goes to any peer
 // without waiting for it, and no timeline is recorded (the timeline

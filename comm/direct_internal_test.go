@@ -12,14 +12,14 @@ import (
 	"github.com/occl/occl/trace"
 )
 
-// TestDirectMeetsSchedule runs small AllReduces, AllToAlls, AllGathers and
-// ReduceScatters where the odd ranks record a timeline, and so run the
+// TestDirectMeetsSchedule runs small AllReduces, AllToAlls, AllGathers,
+// ReduceScatters and Broadcasts (from every root) where the odd ranks record a timeline, and so run the
 // schedules, and the even ranks go directly (see directAllReduce): both
 // must send the same messages in the same order for the operations to
 // complete, and every rank's result must be the reference's. Sizes reach
 // past directMessage, where every rank runs the schedule.
 func TestDirectMeetsSchedule(t *testing.T) {
-	for _, size := range []int{2, 4} {
+	for _, size := range []int{2, 3, 4} {
 		t.Run(fmt.Sprintf("np%d", size), func(t *testing.T) {
 			comms, err := NewLocal(size)
 			if err != nil {
@@ -97,6 +97,11 @@ func directChecks(ctx context.Context, c *Communicator) error {
 						return err
 					}
 				}
+				for root := range size {
+					if err := directBroadcastCheck(ctx, c, dt, n, root, inPlace); err != nil {
+						return err
+					}
+				}
 			}
 		}
 	}
@@ -123,6 +128,32 @@ func directAllGatherCheck(ctx context.Context, c *Communicator, dt DType, n int,
 	}
 	if !bytes.Equal(out, want) {
 		return fmt.Errorf("AllGather %s n=%d inplace=%v: got %x, want %x", dt, n, inPlace, out, want)
+	}
+	return nil
+}
+
+// directBroadcastCheck runs a Broadcast of n elements of dt from root, in
+// place on the root or not, and compares every rank's result with the
+// root's reference input, and the root's send buffer with what it was.
+func directBroadcastCheck(ctx context.Context, c *Communicator, dt DType, n, root int, inPlace bool) error {
+	want := reference.Input(dt, Sum, root, 0, n)
+	out := bytes.Repeat([]byte{0xA5}, len(want))
+	send := Buffer{}
+	if c.Rank() == root {
+		in := bytes.Clone(want)
+		if inPlace {
+			out = in
+		}
+		send = Raw(in, dt)
+	}
+	if err := c.Broadcast(ctx, send, Raw(out, dt), root); err != nil {
+		return err
+	}
+	if !bytes.Equal(out, want) {
+		return fmt.Errorf("Broadcast %s n=%d root=%d inplace=%v: got %x, want %x", dt, n, root, inPlace, out, want)
+	}
+	if c.Rank() == root && !bytes.Equal(send.b, want) {
+		return fmt.Errorf("Broadcast %s n=%d root=%d: the root's send buffer changed", dt, n, root)
 	}
 	return nil
 }

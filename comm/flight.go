@@ -92,7 +92,7 @@ type opHistory struct {
 	waiting atomic.Uint64
 	sched   atomic.Uint64
 	// failed marks the running operation failed ahead of its end (see
-	// failRunning), for the entry whose tag it carries.
+	// failRunning), for the entry whose tag it carries and those after.
 	failed atomic.Pointer[failMark]
 	// tag is the running entry's tag (the low 32 bits of n when it
 	// began) and bytes its size, as begin recorded them: written by
@@ -271,25 +271,23 @@ func (h *opHistory) end(end stamp, err error, out *opEntry) {
 		}
 	}
 	h.lock.WriteEnd()
-	if h.failed.Load() != nil {
-		// The mark was for this entry, or one before it.
-		h.failed.Store(nil)
-	}
 	if out != nil {
 		*out = *e
 	}
 }
 
 // failRunning marks the running operation failed by err, ahead of its
-// end, so that a record dumped when the communicator fails names it. It
-// runs beside the writer: the mark is for the entry running when it
-// looked, and readers apply it to that entry only (see marked).
+// end, so that a record dumped when the communicator fails names it, and
+// with it every operation that begins later (the communicator fails with
+// err: every later operation fails). It runs beside the writer: the mark
+// is for the entry running when it looked, or the last one to run, and
+// readers apply it to a running entry of that tag or a later one
+// (see marked), so that an entry that ended or began meanwhile is not
+// left out.
 func (h *opHistory) failRunning(err error) {
-	e, ok := h.runningEntry()
-	if !ok {
-		return
-	}
-	h.failed.Store(&failMark{tag: e.tag, err: err.Error()})
+	// The running entry's tag is n's low 32 bits; with none running,
+	// the next entry's tag is above them.
+	h.failed.Store(&failMark{tag: uint32(h.state().n), err: err.Error()})
 }
 
 // marked returns e, a copy of the running entry, with what the
@@ -297,7 +295,7 @@ func (h *opHistory) failRunning(err error) {
 // it with, if any.
 func (h *opHistory) marked(e opEntry) opEntry {
 	h.withSched(&e)
-	if f := h.failed.Load(); f != nil && f.tag == e.tag && e.state == entryRunning {
+	if f := h.failed.Load(); f != nil && int32(e.tag-f.tag) >= 0 && e.state == entryRunning {
 		e.state, e.err, e.peer = entryFailed, f.err, h.waitingOn(&e)
 	}
 	return e

@@ -58,6 +58,14 @@ func BenchmarkMachinery(b *testing.B) {
 			}
 		}
 	})
+	b.Run("Broadcast8B", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			if err := c.Broadcast(ctx, Slice(x), Slice(x), 0); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	z := make([]float32, 4)
 	b.Run("AllToAll16BOutOfPlace", func(b *testing.B) {
 		b.ReportAllocs()

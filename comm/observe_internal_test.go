@@ -219,3 +219,74 @@ func TestOpRecordReadersNotStarved(t *testing.T) {
 		c.endOp(nil)
 	}
 }
+
+// TestOpRecordFailMark: the mark that failRunning leaves as the
+// communicator fails names the operation running when the record is read,
+// whichever of the operations around the failure it is: the one running
+// when the mark was made, one that began after it, one that began after
+// an operation that ended between the mark's look and its store. An
+// operation that ended keeps the state it ended with.
+func TestOpRecordFailMark(t *testing.T) {
+	errPeer := fmt.Errorf("peer failed: rank 2")
+	for _, tc := range []struct {
+		name string
+		// steps: "b" begins the next operation, "e" ends the running one
+		// without an error, "E" with one, "f" marks the failure.
+		steps string
+		want  []OpState
+	}{
+		{"running", "bf", []OpState{OpFailed}},
+		{"ended-with-error", "bfE", []OpState{OpFailed}},
+		{"done-before", "bebf", []OpState{OpDone, OpFailed}},
+		{"between", "befb", []OpState{OpDone, OpFailed}},
+		{"ended-after-mark", "bfeb", []OpState{OpDone, OpFailed}},
+		{"after-end-and-next", "bfebeb", []OpState{OpDone, OpDone, OpFailed}},
+		{"none", "bebeb", []OpState{OpDone, OpDone, OpRunning}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &Communicator{}
+			c.hist.init(8, 1)
+			c.obs.flightLen = 8
+			seq := uint64(0)
+			for _, s := range tc.steps {
+				switch s {
+				case 'b':
+					seq++
+					r := &Request{c: c, name: "AllReduce", seq: seq, hdr: collHeader(algo.OpAllReduce, Float32, Sum, 0, 2)}
+					c.hist.begin(r, fingerprint(&r.hdr), now())
+				case 'e':
+					c.endOp(nil)
+				case 'E':
+					c.endOp(errPeer)
+				case 'f':
+					c.hist.failRunning(errPeer)
+				}
+			}
+			recs := c.FlightRecord()
+			if len(recs) != len(tc.want) {
+				t.Fatalf("%d records %+v, want %d", len(recs), recs, len(tc.want))
+			}
+			for i, rec := range recs {
+				if rec.State != tc.want[i] {
+					t.Errorf("op %d: state %s, want %s", rec.Seq, rec.State, tc.want[i])
+				}
+				if rec.State == OpFailed && rec.Error != errPeer.Error() {
+					t.Errorf("op %d: error %q, want %q", rec.Seq, rec.Error, errPeer)
+				}
+			}
+			if e, ok := c.hist.runningEntry(); ok && e.state != opStateEntry(tc.want[len(tc.want)-1]) {
+				t.Errorf("running entry in state %s, want %s", e.state.OpState(), tc.want[len(tc.want)-1])
+			}
+		})
+	}
+}
+
+// opStateEntry is s as an entry's state.
+func opStateEntry(s OpState) entryState {
+	for i, o := range opStates {
+		if o == s {
+			return entryState(i)
+		}
+	}
+	return entryQueued
+}

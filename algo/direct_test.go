@@ -591,21 +591,23 @@ func checkReceived(t *testing.T, what string, out []byte, a *Args, r int) {
 }
 
 // lenders is LendPeers over a fake network: Lend sends from a goroutine of
-// its own, so that it returns before the receiver takes the block, and
-// Settle waits for those sends. It records what the schedule did: how many
+// its own, so that it returns before the receiver takes the block, after
+// the blocks lent before to the same peer (a connection keeps their
+// order), and Settle waits for those sends. It records what the schedule did: how many
 // blocks were posted (lent or sent) when the first receive started, which
 // peers were lent to and which settled.
 type lenders struct {
 	sendsFirst
 	min           int
 	wg            map[int]*sync.WaitGroup
+	last          map[int]chan struct{} // closed once the last block lent to the peer is sent
 	mu            sync.Mutex
 	err           error
 	lent, settled map[int]int
 }
 
 func newLenders(p Peers, min int) *lenders {
-	return &lenders{sendsFirst: sendsFirst{Peers: p}, min: min, wg: map[int]*sync.WaitGroup{}, lent: map[int]int{}, settled: map[int]int{}}
+	return &lenders{sendsFirst: sendsFirst{Peers: p}, min: min, wg: map[int]*sync.WaitGroup{}, last: map[int]chan struct{}{}, lent: map[int]int{}, settled: map[int]int{}}
 }
 
 func (l *lenders) LendMin(int) int { return l.min }
@@ -624,7 +626,13 @@ func (l *lenders) Lend(ctx context.Context, peer int, step uint32, buf []byte) e
 	}
 	l.lent[peer]++
 	l.count()
+	before, sent := l.last[peer], make(chan struct{})
+	l.last[peer] = sent
 	wg.Go(func() {
+		defer close(sent)
+		if before != nil {
+			<-before
+		}
 		if err := l.Peers.Send(ctx, peer, step, buf); err != nil {
 			l.mu.Lock()
 			l.err = err

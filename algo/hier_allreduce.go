@@ -80,7 +80,7 @@ func AllReduceHierarchical(ctx context.Context, p Peers, ws *Workspace, src, dat
 		if chunkBytes > 0 {
 			chunkBytes = chunkSize(chunkBytes, es)
 		}
-		if err := allGatherRing(ctx, ws.Sub(SubHier, p, hosts[h], hierLocalAG), data, lay, chunkBytes, 0); err != nil {
+		if err := allGatherRing(ctx, ws.Sub(SubHier, p, hosts[h], hierLocalAG), nil, data, lay, chunkBytes, 0); err != nil {
 			return fmt.Errorf("hierarchical allreduce: intra-host allgather: %w", err)
 		}
 	}

@@ -477,38 +477,6 @@ func exchangeInline(ctx context.Context, p Peers, size, r int, lp LendPeers, b *
 	return recvBlocks(ctx, p, size, r, lp, b)
 }
 
-// cancelled is a context that has ended: a wait under it gives up at once.
-var cancelled = func() context.Context {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	return ctx
-}()
-
-// lendFloor: blocks below it are never lent, whatever the transport
-// offers: a descriptor and its completion cost more than copying so few
-// bytes twice, and asking the transport for every block would cost the
-// smallest exchanges their time.
-const lendFloor = 4 << 10
-
-// lent reports whether the block of n bytes to peer to is lent through l.
-func lent(l LendPeers, to, n int) bool {
-	if l == nil || n < lendFloor {
-		return false
-	}
-	m := l.LendMin(to)
-	return m > 0 && n >= m
-}
-
-// lentFrom reports whether peer from lends its block of n bytes to this
-// rank through l: what lent reports on from's side.
-func lentFrom(l LendPeers, from, n int) bool {
-	if l == nil || n < lendFloor {
-		return false
-	}
-	m := l.LentMin(from)
-	return m > 0 && n >= m
-}
-
 // inlineAllToAll reports whether the blocks rank me sends (sendLens) are
 // exchanged inline (exchangeInline): when every block is eager (see
 // eagerEach) and at most a piece (pairwiseChunk) or, with lend, lent by p

@@ -3,6 +3,8 @@ package algo
 import (
 	"context"
 	"fmt"
+
+	"github.com/occl/occl/internal/memcopy"
 )
 
 // AllGatherRing fills every block of data from the rank that owns it: block
@@ -25,7 +27,12 @@ import (
 // is cut into chunks of at most chunkBytes bytes, and the steps are
 // pipelined: a sender goroutine forwards chunk k of step s+1 as soon as the
 // receive loop has received chunk k of step s. Nothing is copied: chunks are
-// received into their final position and sent from it.
+// received into their final position and sent from it. Where not every
+// chunk is eager and the connection to rank r+1 lends every chunk (see
+// LendPeers), a rank lends
+// them instead, on the calling goroutine without waiting for their copies,
+// and waits for rank r+1 to have copied them all at the end: each byte is
+// then copied once per step, by its receiver.
 //
 // Communication steps: p-1, each of ceil(block bytes / chunkBytes) messages.
 // Every message of step s carries the step label s.
@@ -34,23 +41,35 @@ import (
 // where n is the total of all blocks; with p equal blocks (p-1)/p * n each
 // way.
 func AllGatherRing(ctx context.Context, p Peers, data []byte, offs, lens []int, chunkBytes int) error {
-	return allGatherRing(ctx, p, data, layout{offs: offs, lens: lens}, chunkBytes, 0)
+	return allGatherRing(ctx, p, nil, data, layout{offs: offs, lens: lens}, chunkBytes, 0)
 }
 
 // allGatherRing is AllGatherRing over any layout, with step labels starting
-// at base.
-func allGatherRing(ctx context.Context, p Peers, data []byte, l layout, chunkBytes int, base uint32) error {
+// at base. own, unless nil, is this rank's block, which it copies into its
+// place in data: while the next rank copies what it lends, otherwise
+// first.
+func allGatherRing(ctx context.Context, p Peers, own, data []byte, l layout, chunkBytes int, base uint32) error {
 	size, r := p.Size(), p.Rank()
-	if size <= 1 {
-		return nil
-	}
 	chunk := chunkSize(chunkBytes, 1)
 	total, _ := l.chunks(size, chunk)
-	if total == 0 {
+	if size > 1 && total > 0 {
+		next := mod(r+1, size)
+		smallest := l.smallestChunk(size, chunk)
+		// Lent, if the next rank takes every chunk so, and if not every
+		// chunk is eager or they are large enough to pay.
+		if lp := lender(p, []int{next}, smallest); lp != nil && (lendsFirst(lp, []int{next}, smallest) || ringWindow(p, l, chunk, total, next) < total) {
+			return allGatherRingLent(ctx, p, lp, own, data, l, chunk, base)
+		}
+	}
+	if off, n := l.block(r, size); own != nil {
+		memcopy.Copy(data[off:off+n], own)
+	}
+	if size <= 1 || total == 0 {
 		return nil
 	}
 	next, prev := mod(r+1, size), mod(r-1, size)
-	if win := ringWindow(p, l, chunk, total, next); win > 0 {
+	win := ringWindow(p, l, chunk, total, next)
+	if win > 0 {
 		for s := 0; s < size-1; s++ {
 			sb, rb := mod(r-s, size), mod(r-s-1, size)
 			soff, sn := l.block(sb, size)
@@ -119,4 +138,43 @@ recv:
 	}
 	<-done
 	return g.err
+}
+
+// allGatherRingLent is allGatherRing for a rank that lends every chunk to
+// the next rank (lp): each step lends the chunks of the block to forward,
+// then receives those of the next block; at the end it waits for the next
+// rank's copies. Step 0 lends own, if not nil, and copies it into data
+// before it receives.
+func allGatherRingLent(ctx context.Context, p Peers, lp LendPeers, own, data []byte, l layout, chunk int, base uint32) error {
+	size, r := p.Size(), p.Rank()
+	next, prev := mod(r+1, size), mod(r-1, size)
+	var err error
+steps:
+	for s := 0; s < size-1; s++ {
+		sb, rb := mod(r-s, size), mod(r-s-1, size)
+		soff, sn := l.block(sb, size)
+		out := data[soff : soff+sn]
+		if s == 0 && own != nil {
+			out = own
+		}
+		for k, nc := 0, numChunks(sn, chunk); k < nc; k++ {
+			lo, hi := chunkAt(0, sn, chunk, k)
+			if err = lp.Lend(ctx, next, base+uint32(s), out[lo:hi]); err != nil {
+				err = fmt.Errorf("ring allgather: rank %d step %d: lend chunk %d of block %d to rank %d: %w", r, s, k, sb, next, err)
+				break steps
+			}
+		}
+		if s == 0 && own != nil {
+			memcopy.Copy(data[soff:soff+sn], own)
+		}
+		roff, rn := l.block(rb, size)
+		for k, nc := 0, numChunks(rn, chunk); k < nc; k++ {
+			lo, hi := chunkAt(roff, rn, chunk, k)
+			if err = p.Recv(ctx, prev, base+uint32(s), data[lo:hi]); err != nil {
+				err = fmt.Errorf("ring allgather: rank %d step %d: recv chunk %d of block %d from rank %d: %w", r, s, k, rb, prev, err)
+				break steps
+			}
+		}
+	}
+	return settleAll(ctx, lp, []int{next}, err, "ring allgather", r)
 }

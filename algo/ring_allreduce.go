@@ -56,7 +56,7 @@ func AllReduceRingFrom(ctx context.Context, p Peers, ws *Workspace, src, data []
 	if chunkBytes > 0 {
 		chunkBytes = chunkSize(chunkBytes, es)
 	}
-	if err := allGatherRing(ctx, p, data, l, chunkBytes, uint32(size-1)); err != nil {
+	if err := allGatherRing(ctx, p, nil, data, l, chunkBytes, uint32(size-1)); err != nil {
 		return fmt.Errorf("ring allreduce: %w", err)
 	}
 	return nil

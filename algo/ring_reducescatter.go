@@ -101,6 +101,18 @@ func (l layout) chunks(p, chunk int) (total, largest int) {
 	return total, largest
 }
 
+// smallestChunk returns the length in bytes of the smallest chunk of the
+// p blocks cut into chunks of chunk bytes (0 if no block has a byte).
+func (l layout) smallestChunk(p, chunk int) int {
+	smallest := 0
+	for i := 0; i < p; i++ {
+		if _, n := l.block(i, p); n > 0 && (smallest == 0 || lastChunk(n, chunk) < smallest) {
+			smallest = lastChunk(n, chunk)
+		}
+	}
+	return smallest
+}
+
 // largestBlock returns the length in bytes of the largest of the p blocks.
 func (l layout) largestBlock(p int) int {
 	largest := 0

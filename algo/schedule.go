@@ -276,20 +276,6 @@ func reduce(k func(ctx context.Context, a *Args, data []byte) error) func(contex
 	}
 }
 
-// broadcast runs a Broadcast kernel on the output, which holds the root's
-// input.
-func broadcast(k func(ctx context.Context, a *Args, data []byte) error) func(context.Context, *Args) error {
-	return func(ctx context.Context, a *Args) error {
-		if a.Peers.Rank() == a.Root && !same(a.Src, a.Dst) {
-			memcopy.Copy(a.Dst, a.Src)
-		}
-		if a.Peers.Size() == 1 || len(a.Dst) == 0 {
-			return nil
-		}
-		return k(ctx, a, a.Dst)
-	}
-}
-
 // allGather runs an AllGather kernel on the output, which holds this
 // rank's block.
 func allGather(k func(ctx context.Context, a *Args) error) func(context.Context, *Args) error {

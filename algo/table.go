@@ -49,9 +49,10 @@ func init() {
 			Summary:   "binomial tree rooted at the root: log2(p) steps of the whole buffer",
 			Impls: []Impl{{
 				Op: OpBroadcast,
-				Run: broadcast(func(ctx context.Context, a *Args, data []byte) error {
-					return BroadcastTree(ctx, a.Peers, data, a.Root, a.Chunk)
-				}),
+				Run: func(ctx context.Context, a *Args) error {
+					// The root copies its source itself: while it lends it.
+					return broadcastTree(ctx, a.Peers, a.Src, a.Dst, a.Root, a.Chunk)
+				},
 				BySize: always,
 			}, {
 				Op: OpReduce,
@@ -83,11 +84,13 @@ func init() {
 				BySize: always,
 			}, {
 				Op: OpAllGather,
-				Run: allGather(func(ctx context.Context, a *Args) error {
+				Run: func(ctx context.Context, a *Args) error {
+					// The ring copies this rank's block itself: while it
+					// lends it.
 					rp, order := a.ring()
 					offs, lens := a.blockLayout(order)
-					return AllGatherRing(ctx, rp, a.Dst, offs, lens, a.Chunk)
-				}),
+					return allGatherRing(ctx, rp, a.Src, a.Dst, layout{offs: offs, lens: lens}, a.Chunk, 0)
+				},
 				Cost:   func(m *Model, n int) (float64, bool) { return m.ringCollective(n, false), true },
 				BySize: always,
 			}, {

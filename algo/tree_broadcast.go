@@ -3,6 +3,8 @@ package algo
 import (
 	"context"
 	"fmt"
+
+	"github.com/occl/occl/internal/memcopy"
 )
 
 // BroadcastTree copies data from root to every rank. On the root data is
@@ -37,33 +39,42 @@ import (
 // of its children, so the root sends ceil(log2 p) * n, leaves send nothing.
 // In total (p-1) * n bytes cross the wire.
 func BroadcastTree(ctx context.Context, p Peers, data []byte, root int, chunkBytes int) error {
+	return broadcastTree(ctx, p, data, data, root, chunkBytes)
+}
+
+// broadcastTree is BroadcastTree where the root broadcasts src (len(data)
+// bytes; src may be data) and copies it into its own data: while its
+// children copy what it lends them, otherwise first. Other ranks ignore
+// src.
+func broadcastTree(ctx context.Context, p Peers, src, data []byte, root int, chunkBytes int) error {
 	size, r := p.Size(), p.Rank()
 	if size <= 1 || len(data) == 0 {
+		if r == root && !same(src, data) {
+			memcopy.Copy(data, src)
+		}
 		return nil
 	}
 	v := mod(r-root, size)
 	chunk := chunkSize(chunkBytes, 1)
 	nc := numChunks(len(data), chunk)
 
-	// Children, largest subtree first.
-	var children [64]int
-	nchild := 0
-	top := lowBit(v)
-	if v == 0 {
-		top = 1
-		for top < size {
-			top <<= 1
+	var buf [64]int
+	children := treeChildren(v, root, size, buf[:0])
+	nchild := len(children)
+	inline := nc == 1 && eagerTo(p, children, len(data))
+	if nchild > 0 {
+		// Lent, if every child takes every chunk so, and if the buffer
+		// does not go inline or its chunks are large enough to pay.
+		smallest := lastChunk(len(data), chunk)
+		if lp := lender(p, children, smallest); lp != nil && (!inline || lendsFirst(lp, children, smallest)) {
+			return broadcastTreeLent(ctx, p, lp, src, data, v, root, chunk, children)
 		}
 	}
-	for m := top >> 1; m >= 1; m >>= 1 {
-		if v+m < size {
-			children[nchild] = mod(v+m+root, size)
-			nchild++
-		}
+	if v == 0 && !same(src, data) {
+		memcopy.Copy(data, src)
 	}
-
-	if nc == 1 && eagerTo(p, children[:nchild], len(data)) {
-		return broadcastTreeInline(ctx, p, data, v, root, children[:nchild])
+	if inline {
+		return broadcastTreeInline(ctx, p, data, v, root, children)
 	}
 	switch {
 	case v == 0 && nchild == 1:
@@ -154,6 +165,61 @@ func broadcastTreeInline(ctx context.Context, p Peers, data []byte, v, root int,
 		}
 	}
 	return nil
+}
+
+// broadcastTreeLent is BroadcastTree for a rank that lends every chunk to
+// each of its children (lp): it receives chunk k from its parent, if it
+// has one, and lends it to every child without waiting for their copies,
+// all on the calling goroutine, then waits for the children to have
+// copied everything. Every byte is copied once per rank, by the rank that
+// receives it, and a rank forwards chunk k as soon as it has it. The root
+// lends src and copies it into data while its children copy.
+func broadcastTreeLent(ctx context.Context, p Peers, lp LendPeers, src, data []byte, v, root, chunk int, children []int) error {
+	r, size := p.Rank(), p.Size()
+	parent := mod(v-lowBit(v)+root, size)
+	out := data
+	if v == 0 {
+		out = src
+	}
+	var err error
+	for k, nc := 0, numChunks(len(data), chunk); k < nc && err == nil; k++ {
+		lo, hi := chunkAt(0, len(data), chunk, k)
+		if v != 0 {
+			if err = p.Recv(ctx, parent, uint32(k), data[lo:hi]); err != nil {
+				err = fmt.Errorf("tree broadcast: rank %d: recv chunk %d from rank %d: %w", r, k, parent, err)
+				break
+			}
+		}
+		for _, child := range children {
+			if err = lp.Lend(ctx, child, uint32(k), out[lo:hi]); err != nil {
+				err = fmt.Errorf("tree broadcast: rank %d: lend chunk %d to rank %d: %w", r, k, child, err)
+				break
+			}
+		}
+	}
+	if err == nil && !same(out, data) {
+		memcopy.Copy(data, out)
+	}
+	return settleAll(ctx, lp, children, err, "tree broadcast", r)
+}
+
+// treeChildren appends to children the ranks of the children of v (the
+// rank relative to root) in the binomial tree of size ranks rooted at
+// root, largest subtree first, and returns it.
+func treeChildren(v, root, size int, children []int) []int {
+	top := lowBit(v)
+	if v == 0 {
+		top = 1
+		for top < size {
+			top <<= 1
+		}
+	}
+	for m := top >> 1; m >= 1; m >>= 1 {
+		if v+m < size {
+			children = append(children, mod(v+m+root, size))
+		}
+	}
+	return children
 }
 
 // lowBit returns the lowest set bit of v (0 for v == 0).

@@ -111,10 +111,10 @@ func AllReduce2D(ctx context.Context, p Peers, ws *Workspace, src, data []byte, 
 	// Phase 3: allgather, A along X and B along Y.
 	err = both(ctx,
 		func(ctx context.Context) error {
-			return allGatherRing(ctx, SubPeers(p, xs, 2<<20), dataA, layA, agChunk, 0)
+			return allGatherRing(ctx, SubPeers(p, xs, 2<<20), nil, dataA, layA, agChunk, 0)
 		},
 		func(ctx context.Context) error {
-			return allGatherRing(ctx, SubPeers(p, ys, 5<<20), dataB, layB, agChunk, 0)
+			return allGatherRing(ctx, SubPeers(p, ys, 5<<20), nil, dataB, layB, agChunk, 0)
 		})
 	if err != nil {
 		return fmt.Errorf("2d allreduce: phase 3: %w", err)

@@ -2,14 +2,20 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/occl/occl/algo"
 	"github.com/occl/occl/comm"
+	"github.com/occl/occl/internal/pyvenv"
 	"github.com/occl/occl/topo"
 )
 
@@ -102,5 +108,53 @@ func TestSkewedAllToAllV(t *testing.T) {
 	}
 	if res := results[0]; res.Algo != "delegated" || res.Skew != "zipf:1.2" || res.PredictedUS <= 0 {
 		t.Fatalf("result %+v", res)
+	}
+}
+
+// TestPeerSkewCounts: gloo_bench.py spreads an alltoallv's elements over
+// the pairs as Demand.Counts does, so that compare.py's alltoallv columns
+// move the same bytes between the same ranks.
+func TestPeerSkewCounts(t *testing.T) {
+	pyvenv.Require(t)
+	type point struct {
+		skew   string
+		n, per int
+	}
+	var points []point
+	for _, skew := range []string{"uniform", "zipf:1", "zipf:0.5", "zipf:2"} {
+		for _, n := range []int{2, 3, 4, 8} {
+			for _, per := range []int{4, 16, 256, 4096, 1 << 20, 4 << 20} {
+				points = append(points, point{skew, n, per})
+			}
+		}
+	}
+	var script strings.Builder
+	script.WriteString("import json, sys\nsys.path.insert(0, sys.argv[1])\nimport gloo_bench as g\nout = []\n")
+	for _, p := range points {
+		fmt.Fprintf(&script, "out.append(g.skew_counts(g.parse_skew(%q), %d, %d))\n", p.skew, p.n, p.per)
+	}
+	script.WriteString("print(json.dumps(out))\n")
+	dir, err := filepath.Abs("peers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(pyvenv.System, "-c", script.String(), dir)
+	cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")
+	b, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("gloo_bench.skew_counts: %v", err)
+	}
+	var got [][][]int
+	if err := json.Unmarshal(b, &got); err != nil || len(got) != len(points) {
+		t.Fatalf("gloo_bench.skew_counts printed %q (%v)", b, err)
+	}
+	for i, p := range points {
+		d, err := ParseDemand(p.skew, p.n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := d.Counts(p.per); !reflect.DeepEqual(got[i], want) {
+			t.Errorf("%s, %d ranks, %d per pair: gloo_bench spreads %v, occl-bench %v", p.skew, p.n, p.per, got[i], want)
+		}
 	}
 }

@@ -141,7 +141,47 @@ func (c *Communicator) runSchedule(ctx context.Context, op algo.Collective, byte
 		a = c.worker.choice.get(l, op, bytes, c.choose)
 		c.chose(ctx, l, op, a, bytes, nil)
 	}
-	return c.worker.run(c.worker.op.schedule(ctx, opWaits(bytes, c.links.shm)), op, a, &args)
+	return c.worker.run(c.worker.op.schedule(ctx, c.scheduleWaits(op, bytes)), op, a, &args)
+}
+
+// scheduleWaits returns how the waits of the schedule of collective op on
+// bytes bytes behave: as opWaits says, but for a Broadcast or an AllGather
+// whose messages are lent (see lentMessage) as those of an all-to-all of
+// such blocks, which also runs on its calling goroutine alone (see
+// allToAllWaits).
+func (c *Communicator) scheduleWaits(op algo.Collective, bytes int) waits {
+	if msg := c.lentMessage(op, bytes); msg > 0 {
+		return allToAllWaits(bytes, true, true, msg, nil, nil)
+	}
+	return opWaits(bytes, c.links.shm)
+}
+
+// lentMessage returns the size of the messages of a Broadcast or an
+// AllGather of bytes bytes (chunks of the buffer, respectively of a
+// rank's block) if the schedules lend them to every peer: every
+// connection is shared memory and lends messages of that size, which do
+// not fit its eager limit or are large enough to be lent even so
+// (algo.LendFirst). It returns 0 otherwise.
+func (c *Communicator) lentMessage(op algo.Collective, bytes int) int {
+	l := &c.links
+	if !l.shm || l.lendMin == 0 {
+		return 0
+	}
+	msg := bytes
+	switch op {
+	case algo.OpBroadcast:
+	case algo.OpAllGather:
+		msg = bytes / c.size
+	default:
+		return 0
+	}
+	if c.cfg.chunk > 0 {
+		msg = min(msg, c.cfg.chunk)
+	}
+	if msg < l.lendMin || (msg <= l.eager && msg < algo.LendFirst*l.lendMin) {
+		return 0
+	}
+	return msg
 }
 
 // Broadcast copies root's send buffer into recv on every rank. recv has the

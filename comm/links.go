@@ -37,12 +37,16 @@ type linkSet struct {
 	// a LendMin), as shared memory does when the processes outnumber the
 	// cores (see allToAllWaits). Worker-only, kept by set and replace.
 	lend bool
+	// lendMin is the smallest message that every connection lends, 0 if
+	// some connection lends none (see transport.Lender). Worker-only,
+	// kept by set and replace.
+	lendMin int
 }
 
 // set installs the first connections, by peer rank (nil at this rank).
 func (l *linkSet) set(conns []transport.Conn) {
 	l.conns = conns
-	l.shm, l.eager, l.lend = allShm(conns), minEager(conns), anyLends(conns)
+	l.shm, l.eager, l.lend, l.lendMin = allShm(conns), minEager(conns), anyLends(conns), allLend(conns)
 }
 
 // allShm reports whether every connection of conns is shared memory
@@ -85,6 +89,24 @@ func anyLends(conns []transport.Conn) bool {
 	return false
 }
 
+// allLend returns the smallest message that every connection of conns
+// lends (the largest of their LendMin), 0 if one of them lends none or
+// conns has no connection (nil entries, this rank, do not count).
+func allLend(conns []transport.Conn) int {
+	n := 0
+	for _, conn := range conns {
+		if conn == nil {
+			continue
+		}
+		l, ok := conn.(transport.Lender)
+		if !ok || l.LendMin() == 0 {
+			return 0
+		}
+		n = max(n, l.LendMin())
+	}
+	return n
+}
+
 // lends reports whether some connection lends large messages. Worker only.
 func (l *linkSet) lends() bool { return l.lend }
 
@@ -114,7 +136,7 @@ func (l *linkSet) replace(conns map[int]transport.Conn) {
 		l.retired = append(l.retired, l.conns[r])
 		l.conns[r] = conn
 	}
-	l.shm, l.eager, l.lend = allShm(l.conns), minEager(l.conns), anyLends(l.conns)
+	l.shm, l.eager, l.lend, l.lendMin = allShm(l.conns), minEager(l.conns), anyLends(l.conns), allLend(l.conns)
 	l.mu.Unlock()
 }
 

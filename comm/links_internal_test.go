@@ -66,24 +66,30 @@ func TestLinkSet(t *testing.T) {
 	}
 
 	// Lending, which makes a large all-to-all's waits wait for copies.
+	// The smallest message every connection lends, which makes a large
+	// broadcast's and allgather's waits wait for copies.
 	lender, none := lendingConn{namedConn: shm, min: 128 << 10}, lendingConn{namedConn: shm}
+	lender64 := lendingConn{namedConn: shm, min: 64 << 10}
 	for _, tc := range []struct {
-		conns []transport.Conn
-		want  bool
+		conns   []transport.Conn
+		want    bool
+		lendMin int
 	}{
-		{[]transport.Conn{nil, lender, lender}, true},
-		{[]transport.Conn{nil, shm, lender}, true},
-		{[]transport.Conn{nil, none, shm}, false},
-		{[]transport.Conn{nil}, false},
+		{[]transport.Conn{nil, lender, lender}, true, 128 << 10},
+		{[]transport.Conn{nil, lender64, lender}, true, 128 << 10},
+		{[]transport.Conn{nil, shm, lender}, true, 0},
+		{[]transport.Conn{nil, none, shm}, false, 0},
+		{[]transport.Conn{nil, lender, none}, true, 0},
+		{[]transport.Conn{nil}, false, 0},
 	} {
 		l.set(tc.conns)
-		if l.lends() != tc.want {
-			t.Errorf("%d connections: lends %v, want %v", len(tc.conns), l.lends(), tc.want)
+		if l.lends() != tc.want || l.lendMin != tc.lendMin {
+			t.Errorf("%d connections: lends %v, every one from %d, want %v, %d", len(tc.conns), l.lends(), l.lendMin, tc.want, tc.lendMin)
 		}
 	}
 	l.set([]transport.Conn{nil, lender, lender})
 	l.replace(map[int]transport.Conn{1: tcp, 2: tcp})
-	if l.lends() {
+	if l.lends() || l.lendMin != 0 {
 		t.Error("a rewire to TCP left the set lending")
 	}
 }

@@ -18,17 +18,22 @@ mpirun with the TCP BTL on lo and with the shared-memory BTL (vader).
 
 The cases are the collectives of a mixture-of-experts job, float32:
 
-    alltoall, allgather, reducescatter, broadcast, allreduce
+    alltoall, alltoallv, allgather, reducescatter, broadcast, allreduce
     x 8 B, 1 KiB, 64 KiB, 1 MiB, 16 MiB, 64 MiB
     x np = 2 and 4
 
+alltoallv is the skewed all-to-all of an MoE dispatch: the elements of the
+alltoall of the same size, spread so that every rank sends rank d a share
+proportional to 1/(d+1) (-skew zipf:1 in all three programs: MPI_Alltoallv,
+all_to_all_single with split sizes, occl-bench -op alltoallv).
+
 "Size" means what it means in nccl-tests, for all three programs: the whole
 buffer of a rank (the alltoall send buffer, the allgather output, the
-reducescatter input; the one buffer of broadcast and allreduce). gloo_bench.py
-and mpi_bench.c round the per-rank chunk of allgather, reducescatter and
-alltoall down to 16 bytes and skip a size whose chunk is empty ("per-rank
+reducescatter input; the one buffer of broadcast and allreduce; alltoallv's
+alltoall's). gloo_bench.py and mpi_bench.c round the per-rank chunk of
+allgather, reducescatter, alltoall and alltoallv down to 16 bytes and skip a size whose chunk is empty ("per-rank
 chunk rounds down to 0 elements"); occl-bench would run 0 elements. So for
-those three operations the smallest point is 16 B x np instead of 8 B (32 B at
+those four operations the smallest point is 16 B x np instead of 8 B (32 B at
 np=2, 64 B at np=4), marked * in the table. torch 1.13's Gloo has no
 reduce_scatter: gloo_bench.py exits with status 3 and the column stays empty
 (the script does not run it again in later rounds).
@@ -90,7 +95,8 @@ a file without running anything:
 The grid's table has, per point (op, np, bytes), the median time of the five
 columns and these ratios, time(peer) / time(occl), above 1 meaning occl is
 faster: occl-shm against the fastest of the other four columns (named),
-occl-shm/mpi-shm, occl-tcp/mpi-tcp, and for alltoall occl-tcp/gloo. At the
+occl-shm/mpi-shm, occl-tcp/mpi-tcp, and for alltoall and alltoallv
+occl-tcp/gloo. At the
 smallest size of each op and np it shows the spread of occl-shm and mpi-shm
 over the rounds (max/min time). Below the table, the worst point of every
 ratio. Files of the legacy set print their bus bandwidth tables as before.
@@ -149,8 +155,11 @@ class Case:
         self.b, self.e, self.f, self.n, self.w = b, e, f, n, w
 
     def sweep_args(self):
-        return ["-op", self.op, "-b", self.b, "-e", self.e, "-f", str(self.f),
+        args = ["-op", self.op, "-b", self.b, "-e", self.e, "-f", str(self.f),
                 "-n", str(self.n), "-w", str(self.w), "-d", "float32"]
+        if self.op == "alltoallv":
+            args += ["-skew", GRID_SKEW]
+        return args
 
     def describe(self):
         size = self.b if self.b == self.e else "%s..%s" % (self.b, self.e)
@@ -159,12 +168,19 @@ class Case:
 
 # The grid: every collective an MoE layer uses, at the sizes it uses them,
 # on 2 and 4 processes.
-GRID_OPS = ("alltoall", "allgather", "reducescatter", "broadcast", "allreduce")
+GRID_OPS = ("alltoall", "alltoallv", "allgather", "reducescatter", "broadcast", "allreduce")
 GRID_SIZES = (8, 1 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20)
 GRID_NP = (2, 4)
 
 # Operations whose size is the whole buffer of np per-rank chunks.
-SPLIT_OPS = ("allgather", "reducescatter", "alltoall")
+SPLIT_OPS = ("allgather", "reducescatter", "alltoall", "alltoallv")
+
+# The demand of the grid's alltoallv: every rank sends rank d a share
+# proportional to 1/(d+1) of the alltoall of the same size (the experts of
+# the first ranks the most popular, as an MoE gate makes them: at 4
+# processes rank 0 receives 48% of all the bytes). All three benchmarks
+# spread it alike (occl-bench's Demand.Counts).
+GRID_SKEW = "zipf:1"
 
 # Sizes run by one command share its iteration counts: (first grid size,
 # last grid size, iterations, warmup, quick iterations, quick warmup).
@@ -695,7 +711,7 @@ GRID_RATIOS = (
     ("occl-shm/best", "occl-shm", ("occl-tcp", "gloo", "mpi-tcp", "mpi-shm"), None),
     ("occl-shm/mpi-shm", "occl-shm", ("mpi-shm",), None),
     ("occl-tcp/mpi-tcp", "occl-tcp", ("mpi-tcp",), None),
-    ("occl-tcp/gloo", "occl-tcp", ("gloo",), ("alltoall",)),
+    ("occl-tcp/gloo", "occl-tcp", ("gloo",), ("alltoall", "alltoallv")),
 )
 
 # Columns whose spread over rounds (max/min time) is shown at the smallest size.
@@ -824,14 +840,17 @@ def print_grid(records, markdown, out):
         "Each time is the median of up to %d round(s); the rounds of all columns are interleaved." % rounds,
         "Ratios are time(peer)/time(occl) for the same point: above 1x occl is faster. "
         "occl-shm/best takes the fastest of the other four columns and names it; "
-        "occl-tcp/gloo is given for alltoall, the one operation both time out of place over TCP "
+        "occl-tcp/gloo is given for alltoall and alltoallv, the operations both time out of place over TCP "
         "(torch's Gloo allreduce and broadcast exist only in place).",
+        "alltoallv is the alltoall of the same size with its elements spread by %s: rank s sends "
+        "rank d a share proportional to 1/(d+1) (MPI_Alltoallv, all_to_all_single with split sizes, "
+        "occl-bench -op alltoallv -skew %s)." % (GRID_SKEW, GRID_SKEW),
         "spread = max/min of the round times at the smallest size of each op and np.",
         "bytes follow nccl-tests: the whole buffer per rank (alltoall send buffer, allgather output, "
-        "reducescatter input).",
+        "reducescatter input; alltoallv: its alltoall's).",
     ]
     if marked:
-        notes.append("Sizes marked * replace 8 B: allgather, reducescatter and alltoall need a per-rank chunk of "
+        notes.append("Sizes marked * replace 8 B: allgather, reducescatter, alltoall and alltoallv need a per-rank chunk of "
                      "16 bytes (4 float32) in gloo_bench.py and mpi_bench.c, which round the chunk "
                      "down to 16 bytes as nccl-tests does and skip an empty one; the smallest size "
                      "every implementation runs is 16 B x np (32 B at np=2, 64 B at np=4).")

@@ -20,6 +20,11 @@ the per-collective *GetCollByteCount/*GetBw functions, doc/PERFORMANCE.md):
   * The -b/-e/-f sweep gives a size S in bytes; count = S / sizeof(dtype).
   * allreduce, broadcast, reduce: one buffer of `count` elements per rank;
     "bytes" = count*eltsize and "count" = count.
+  * alltoallv (all_to_all_single with split sizes): the elements of the
+    alltoall of the same size spread over the pairs by -skew (zipf:S: rank
+    s sends rank d a share proportional to 1/(d+1)^S, rounded down), as
+    occl-bench's and mpi_bench's -skew do; "bytes" and "count" are the
+    alltoall's.
   * allgather, reducescatter, alltoall: the per-rank chunk is
     base = (count / np) rounded down to a multiple of 16 bytes' worth of
     elements, exactly as current nccl-tests does. "count" is that per-rank
@@ -54,6 +59,7 @@ unsupported with exit code 3; nothing is printed for them.
 import argparse
 import datetime
 import json
+import math
 import os
 import signal
 import socket
@@ -61,14 +67,15 @@ import subprocess
 import sys
 import time
 
-OPS = ("allreduce", "allgather", "alltoall", "reducescatter", "broadcast", "reduce")
+OPS = ("allreduce", "allgather", "alltoall", "alltoallv", "reducescatter", "broadcast", "reduce")
+SPLIT = ("allgather", "reducescatter", "alltoall", "alltoallv")
 REDUCING = ("allreduce", "reducescatter", "reduce")
 
 # busbw / algbw, from nccl-tests doc/PERFORMANCE.md.
 def busbw_factor(op, n):
     if op == "allreduce":
         return 2.0 * (n - 1) / n
-    if op in ("allgather", "reducescatter", "alltoall"):
+    if op in SPLIT:
         return (n - 1) / n
     return 1.0
 
@@ -118,11 +125,38 @@ def layout(op, size, elt, n):
     collective (per-rank chunk for allgather/reducescatter/alltoall), bytes the
     size column (max of send and receive buffer)."""
     count = size // elt
-    if op in ("allgather", "reducescatter", "alltoall"):
+    if op in SPLIT:
         align = max(1, 16 // elt)
         base = (count // n) // align * align
         return base, base * n * elt
     return count, count * elt
+
+
+def parse_skew(text):
+    """-skew: "uniform" (None) or "zipf:S" with S >= 0 (S)."""
+    if text == "uniform":
+        return None
+    if text.startswith("zipf:"):
+        try:
+            v = float(text[len("zipf:"):])
+        except ValueError:
+            v = -1.0
+        if v >= 0 and v != float("inf"):
+            return v
+    raise argparse.ArgumentTypeError("bad -skew %r (uniform or zipf:S with S >= 0)" % text)
+
+
+def skew_counts(zipf, n, pc):
+    """alltoallv's counts: counts[s][d] elements from rank s to rank d, the
+    n*n*pc elements of the uniform all-to-all of pc elements per pair spread
+    over the pairs in proportion to the weights 1/(d+1)^S of the
+    destinations (all 1 for uniform), rounded down: occl-bench's
+    Demand.Counts, computed in mpi_bench.c's order of operations."""
+    w = [1.0 if zipf is None else 1.0 / math.pow(d + 1, zipf) for d in range(n)]
+    total = 0.0
+    for d in range(n):
+        total += float(n) * w[d]
+    return [[int(w[d] / total * float(n * n * pc)) for d in range(n)] for _ in range(n)]
 
 
 def build_parser():
@@ -149,6 +183,9 @@ def build_parser():
     p.add_argument("-o", dest="redop", default="sum", choices=("sum", "prod", "max", "min"))
     p.add_argument("-r", dest="root", type=int, default=0, help="root of broadcast/reduce")
     p.add_argument("-c", dest="check", type=int, default=0, help="1: check results")
+    p.add_argument("-skew", dest="skew", type=parse_skew, default=None, metavar="uniform|zipf:S",
+                   help="alltoallv's demand, as occl-bench's -skew: every rank sends rank d a share "
+                        "proportional to 1/(d+1)^S of the uniform all-to-all's elements (default uniform)")
     p.add_argument("-transport", dest="transport", default="tcp",
                    help="label for the JSON records (Gloo on CPU always uses TCP)")
     p.add_argument("-json", dest="json", action="store_true",
@@ -367,6 +404,29 @@ def run_rank(args):
             api["name"] = "all_to_all_single"
             return run, fill, wrong
 
+        if op == "alltoallv":
+            # The uniform all-to-all's elements spread by -skew: rank s
+            # sends counts[s][d] to rank d, from its send buffer in rank
+            # order, and receives counts[s][rank] from every s.
+            counts = skew_counts(args.skew, n, pc)
+            scounts = counts[rank]
+            rcounts = [counts[s][rank] for s in range(n)]
+            send = pattern(rank, sum(scounts))
+            recv = torch.empty(sum(rcounts), dtype=dtype)
+
+            def run():
+                dist.all_to_all_single(recv, send, output_split_sizes=rcounts, input_split_sizes=scounts)
+
+            def fill():
+                send.copy_(pattern(rank, sum(scounts)))
+                recv.zero_()
+
+            def wrong():
+                exp = torch.cat([pattern(s, counts[s][rank], offset=sum(counts[s][:rank])) for s in range(n)])
+                return int((recv != exp).sum())
+            api["name"] = "all_to_all_single with split sizes"
+            return run, fill, wrong
+
         if op == "allgather":
             send = pattern(rank, pc)
             recv = torch.empty(pc * n, dtype=dtype)
@@ -513,6 +573,8 @@ def run_rank(args):
                 "algbw_GBps": sig(algbw), "busbw_GBps": sig(busbw),
                 "wrong": nwrong, "iters": args.iters,
             }
+            if op == "alltoallv":
+                rec["skew"] = "uniform" if args.skew is None else "zipf:%g" % args.skew
             print(json.dumps(rec), flush=True)
             print("  %10d %12d %8s %6s %5s %10.2f %8.3f %8.3f %8s"
                   % (nbytes, pc, args.dtype, rec["redop"],

@@ -67,11 +67,15 @@ func streamFrom(llc int) int {
 }
 
 // Copy copies min(len(dst), len(src)) bytes from src to dst, which must
-// not overlap, and returns the number copied.
+// not overlap unless they are the same bytes (then nothing is copied), and
+// returns the number copied.
 func Copy(dst, src []byte) int {
 	n := min(len(dst), len(src))
 	if n < Min || !fast {
 		return copy(dst, src)
+	}
+	if &dst[0] == &src[0] {
+		return n // in place: already there
 	}
 	move(&dst[0], &src[0], uintptr(n))
 	return n

@@ -84,7 +84,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		topoSpec  = fs.String("topo", "", "fabric description: a JSON topology file or a spec such as hosts=4x2,hbd=8GB/s,eps=1GB/s (OCCL_TOPO)")
 		emulate   = fs.Bool("emulate", false, "shape every link to the -topo fabric's bandwidth and latency (OCCL_EMULATE=1)")
 		explain   = fs.Bool("explain", false, "print the schedule run and the cost model's predicted time next to the measured one")
-		skew      = fs.String("skew", "uniform", "alltoallv demand: uniform, zipf:S (rank s sends to rank s+k in proportion to 1/(k+1)^S) or a JSON matrix file")
+		skew      = fs.String("skew", "uniform", "alltoallv demand: uniform, zipf:S (every rank sends rank d a share in proportion to 1/(d+1)^S) or a JSON matrix file")
 		swDelay   = fs.Duration("switch-delay", 25*time.Millisecond, "-op reconfig: switching time of the emulated optical switch (25ms: piezo OCS; 1ms: transceiver)")
 		ocsAddr   = fs.String("ocs", "", "-op reconfig: address of an occl-ocsd controller to use instead of an emulated one (token from OCCL_OCS_TOKEN)")
 		circuits  = fs.String("circuits", "", "with -topo: 'auto' installs optical circuits on the host pairs with the most -skew demand (the topology's free OCS ports)")

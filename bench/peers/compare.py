@@ -714,6 +714,11 @@ GRID_RATIOS = (
     ("occl-tcp/gloo", "occl-tcp", ("gloo",), ("alltoall", "alltoallv")),
 )
 
+# Operations whose peers exist only in place (MPI_Bcast, torch's
+# broadcast): the grid compares occl's in-place time there (occl-bench
+# times both forms; out of place, the root copies its source too).
+IN_PLACE_OPS = ("broadcast",)
+
 # Columns whose spread over rounds (max/min time) is shown at the smallest size.
 SPREAD_COLS = ("occl-shm", "mpi-shm")
 
@@ -727,6 +732,9 @@ def grid_points(records):
         col = column_of(r)
         if col not in IMPLS:
             continue
+        if r.get("op") in IN_PLACE_OPS and col.startswith("occl") and isinstance(r.get("inplace_time_us"), (int, float)) \
+                and r["inplace_time_us"] > 0:
+            r = dict(r, time_us=r["inplace_time_us"])
         key = (r.get("op"), r.get("np"), r.get("bytes"))
         points.setdefault(key, {}).setdefault(col, []).append(r)
     return points
@@ -846,6 +854,8 @@ def print_grid(records, markdown, out):
         "rank d a share proportional to 1/(d+1) (MPI_Alltoallv, all_to_all_single with split sizes, "
         "occl-bench -op alltoallv -skew %s)." % (GRID_SKEW, GRID_SKEW),
         "spread = max/min of the round times at the smallest size of each op and np.",
+        "broadcast compares occl's in-place time: MPI_Bcast and torch's broadcast have one buffer "
+        "(out of place, occl's root also copies its source into its output).",
         "bytes follow nccl-tests: the whole buffer per rank (alltoall send buffer, allgather output, "
         "reducescatter input; alltoallv: its alltoall's).",
     ]

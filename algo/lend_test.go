@@ -10,8 +10,9 @@ import (
 )
 
 // TestLentBroadcastAndAllGather: with peers that lend messages of 5000
-// bytes or more, the tree broadcast (out of place on the root) and the
-// ring allgather lend every
+// bytes or more, the tree broadcast (out of place on the root; where the
+// ranks are crowded, or from ranks with several children) and the ring
+// allgather lend every
 // chunk where every chunk a rank sends is that large (each chunk lent once
 // per receiver, every peer lent to settled once) and send them all where
 // one is not (nothing lent), and every rank ends with the right bytes
@@ -51,17 +52,30 @@ func TestLentBroadcastAndAllGather(t *testing.T) {
 					bufs[r] = bytes.Repeat([]byte{0xEE}, tc.n)
 				}
 				src := bytes.Clone(want)
-				runRanks(t, p, opts, func(ctx context.Context, rank int, peers Peers) error {
-					rec[rank] = newLenders(peers, lendMin)
-					return broadcastTree(ctx, rec[rank], src, bufs[rank], root, tc.chunk)
-				})
-				if !bytes.Equal(src, want) {
-					t.Fatal("broadcast: the root's source changed")
-				}
-				checkLends(t, "broadcast", rec, tc.lends, (p-1)*chunks)
-				for r := range bufs {
-					if d := firstDiff(bufs[r], want, 1); d != "" {
-						t.Fatalf("broadcast: rank %d: %s", r, d)
+				for _, crowded := range []bool{true, false} {
+					for r := range bufs {
+						bufs[r] = bytes.Repeat([]byte{0xEE}, tc.n)
+					}
+					runRanks(t, p, opts, func(ctx context.Context, rank int, peers Peers) error {
+						rec[rank] = newLenders(peers, lendMin)
+						return broadcastTree(ctx, rec[rank], src, bufs[rank], root, tc.chunk, crowded)
+					})
+					if !bytes.Equal(src, want) {
+						t.Fatal("broadcast: the root's source changed")
+					}
+					// Crowded, every rank lends to its children; otherwise
+					// only ranks with several children do.
+					lent := 0
+					for r := range p {
+						if children := treeChildren(mod(r-root, p), root, p, nil); crowded || len(children) > 1 {
+							lent += len(children) * chunks
+						}
+					}
+					checkLends(t, fmt.Sprintf("broadcast (crowded: %v)", crowded), rec, tc.lends, lent)
+					for r := range bufs {
+						if d := firstDiff(bufs[r], want, 1); d != "" {
+							t.Fatalf("broadcast (crowded: %v): rank %d: %s", crowded, r, d)
+						}
 					}
 				}
 				// AllGather of blocks of n bytes.

@@ -27,12 +27,12 @@ import (
 // is cut into chunks of at most chunkBytes bytes, and the steps are
 // pipelined: a sender goroutine forwards chunk k of step s+1 as soon as the
 // receive loop has received chunk k of step s. Nothing is copied: chunks are
-// received into their final position and sent from it. Where not every
-// chunk is eager and the connection to rank r+1 lends every chunk (see
-// LendPeers), a rank lends
-// them instead, on the calling goroutine without waiting for their copies,
-// and waits for rank r+1 to have copied them all at the end: each byte is
-// then copied once per step, by its receiver.
+// received into their final position and sent from it. Where the
+// connection to rank r+1 lends every chunk (see LendPeers), and not every
+// chunk is eager or they are at least LendFirst times the smallest message
+// lent, a rank lends them instead, on the calling goroutine without
+// waiting for their copies, and waits for rank r+1 to have copied them all
+// at the end: each byte is then copied once per step, by its receiver.
 //
 // Communication steps: p-1, each of ceil(block bytes / chunkBytes) messages.
 // Every message of step s carries the step label s.

@@ -21,7 +21,8 @@ import (
 //     the reduction over all ranks (see ring_reducescatter.go);
 //  2. allgather, steps p-1 .. 2p-3: every rank forwards the reduced
 //     segments around the ring until all ranks hold all of them (see
-//     ring_allgather.go).
+//     ring_allgather.go; its chunks are lent where AllGatherRing lends
+//     them).
 //
 // Both phases are chunked and pipelined. Every element of the result is
 // computed once, by the rank that owns its segment, and copied to the

@@ -85,6 +85,10 @@ type Args struct {
 	Root int
 	// Chunk is the pipelining chunk size in bytes.
 	Chunk int
+	// Crowded says that the ranks of this rank's host outnumber its
+	// cores: a copy a rank leaves to another then costs a core that is
+	// busy anyway (see broadcastTree).
+	Crowded bool
 	// Hosts are every host's ranks in local-rank order, nil without a
 	// topology.
 	Hosts [][]int

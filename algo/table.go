@@ -51,7 +51,7 @@ func init() {
 				Op: OpBroadcast,
 				Run: func(ctx context.Context, a *Args) error {
 					// The root copies its source itself: while it lends it.
-					return broadcastTree(ctx, a.Peers, a.Src, a.Dst, a.Root, a.Chunk)
+					return broadcastTree(ctx, a.Peers, a.Src, a.Dst, a.Root, a.Chunk, a.Crowded)
 				},
 				BySize: always,
 			}, {

@@ -31,6 +31,14 @@ import (
 // locked to its goroutine, as a call from C is, each one hands the
 // processor to another thread and back).
 //
+// Where every child of a rank takes its chunks lent (see LendPeers), and
+// they do not fit the connections' buffers or are at least LendFirst times
+// the smallest message lent, the rank lends them instead, on the calling
+// goroutine: chunk k to every child as soon as it has it, waiting for the
+// children's copies only at the end. Every byte is then copied once per
+// receiving rank, by that rank; the root lends its source and copies it
+// into its own output meanwhile.
+//
 // Communication steps: ceil(log2 p) tree levels; with c chunks the last
 // rank receives the last chunk after about ceil(log2 p) + c - 1 chunk
 // times. Message step labels: chunk index k.
@@ -39,14 +47,22 @@ import (
 // of its children, so the root sends ceil(log2 p) * n, leaves send nothing.
 // In total (p-1) * n bytes cross the wire.
 func BroadcastTree(ctx context.Context, p Peers, data []byte, root int, chunkBytes int) error {
-	return broadcastTree(ctx, p, data, data, root, chunkBytes)
+	return broadcastTree(ctx, p, data, data, root, chunkBytes, false)
 }
 
 // broadcastTree is BroadcastTree where the root broadcasts src (len(data)
 // bytes; src may be data) and copies it into its own data: while its
 // children copy what it lends them, otherwise first. Other ranks ignore
-// src.
-func broadcastTree(ctx context.Context, p Peers, src, data []byte, root int, chunkBytes int) error {
+// src. A rank with one child lends it nothing unless crowded (the host's
+// ranks outnumber its cores): copying into the connection's buffer while
+// the child copies out keeps two cores busy with half the copying each,
+// where lending leaves all of it to the child's (a 64 MiB broadcast
+// between 2 processes on 2 cores: 5.8-6.9 ms through the rings, 14-17
+// lent); crowded, or with several children, lending saves copies that
+// would share the cores (4 processes on 2 cores, 16 MiB: lent from every
+// rank 5.0-6.3 ms, from the root only 5.8-6.8; 64 MiB 31-34 against
+// 39-45).
+func broadcastTree(ctx context.Context, p Peers, src, data []byte, root int, chunkBytes int, crowded bool) error {
 	size, r := p.Size(), p.Rank()
 	if size <= 1 || len(data) == 0 {
 		if r == root && !same(src, data) {
@@ -62,7 +78,7 @@ func broadcastTree(ctx context.Context, p Peers, src, data []byte, root int, chu
 	children := treeChildren(v, root, size, buf[:0])
 	nchild := len(children)
 	inline := nc == 1 && eagerTo(p, children, len(data))
-	if nchild > 0 {
+	if nchild > 1 || (nchild == 1 && crowded) {
 		// Lent, if every child takes every chunk so, and if the buffer
 		// does not go inline or its chunks are large enough to pay.
 		smallest := lastChunk(len(data), chunk)

@@ -168,11 +168,11 @@ func TestAllToAllWaits(t *testing.T) {
 	}
 }
 
-// TestScheduleWaits: a Broadcast or an AllGather whose messages are lent
-// (all-shm connections that all lend them, above the eager limit or from
-// algo.LendFirst times the smallest message lent) waits
-// as an all-to-all of blocks of that size; every other schedule, and
-// these where not lent, as opWaits says.
+// TestScheduleWaits: a Broadcast whose chunks are lent (all-shm
+// connections that all lend them, above the eager limit or from
+// algo.LendFirst times the smallest message lent, a root with several
+// children or crowded ranks) waits as an all-to-all of blocks of that
+// size; every other schedule, and a Broadcast not lent, as opWaits says.
 func TestScheduleWaits(t *testing.T) {
 	const size, eager, lendMin = 4, 256 << 10, 64 << 10
 	for _, tc := range []struct {
@@ -180,19 +180,17 @@ func TestScheduleWaits(t *testing.T) {
 		bytes    int
 		shm      bool
 		lendMin  int
-		msg      int
+		chunk    int
 		want     waits
 		describe string
 	}{
 		{algo.OpBroadcast, 64 << 20, true, lendMin, DefaultChunkSize, waitShort, "chunks of the default size"},
 		{algo.OpBroadcast, 512 << 10, true, lendMin, DefaultChunkSize, waitShort, "one chunk"},
 		{algo.OpBroadcast, 200 << 10, true, lendMin, 0, waitShort, "inline"},
+		{algo.OpBroadcast, 1 << 20, true, 1 << 20, 0, waitAlone, "below the minimum"},
 		{algo.OpBroadcast, 64 << 20, true, 0, 0, waitAlone, "some connection lends nothing"},
 		{algo.OpBroadcast, 64 << 20, false, lendMin, 0, waitAlone, "not all shared memory"},
-		{algo.OpAllGather, 4 << 20, true, lendMin, 1 << 20 / 2, waitShort, "blocks of 1 MiB, chunks of 512 KiB"},
-		{algo.OpAllGather, 512 << 10, true, lendMin, 0, waitAlone, "blocks of 128 KiB, inline"},
-		{algo.OpAllGather, 2 << 20, true, 1 << 20, 0, waitAlone, "blocks of 512 KiB below the minimum"},
-		{algo.OpAllGather, 1 << 20, true, lendMin, 256 << 10, waitShort, "blocks of 256 KiB, inline but large"},
+		{algo.OpAllGather, 4 << 20, true, lendMin, 0, waitAlone, "the ring's waits"},
 		{algo.OpReduceScatter, 64 << 20, true, lendMin, 0, waitAlone, "nothing lent"},
 		{algo.OpAllReduce, 64 << 20, true, lendMin, 0, waitAlone, "nothing lent"},
 	} {
@@ -200,8 +198,8 @@ func TestScheduleWaits(t *testing.T) {
 		c.size = size
 		c.cfg.chunk = DefaultChunkSize
 		c.links.shm, c.links.eager, c.links.lendMin = tc.shm, eager, tc.lendMin
-		if got := c.lentMessage(tc.op, tc.bytes); got != tc.msg {
-			t.Errorf("%s of %d bytes (%s): lent messages of %d bytes, want %d", tc.op, tc.bytes, tc.describe, got, tc.msg)
+		if got := c.lentChunk(tc.bytes); tc.op == algo.OpBroadcast && got != tc.chunk {
+			t.Errorf("%s of %d bytes (%s): lent chunks of %d bytes, want %d", tc.op, tc.bytes, tc.describe, got, tc.chunk)
 		}
 		if got := c.scheduleWaits(tc.op, tc.bytes); got != tc.want {
 			t.Errorf("%s of %d bytes (%s): waits %d, want %d", tc.op, tc.bytes, tc.describe, got, tc.want)
@@ -213,6 +211,16 @@ func TestScheduleWaits(t *testing.T) {
 	c.links.shm, c.links.eager, c.links.lendMin = true, eager, lendMin
 	if got := c.scheduleWaits(algo.OpBroadcast, 64<<20); got != waitCopy {
 		t.Errorf("Broadcast of 64 MiB in chunks of 4 MiB: waits %d, want the copy waits (%d)", got, waitCopy)
+	}
+	// Between 2 ranks with a core each the root lends its one child
+	// nothing; crowded, it does.
+	c.size = 2
+	if got := c.lentChunk(64 << 20); got != 0 {
+		t.Errorf("Broadcast of 64 MiB between 2 ranks with a core each: lent chunks of %d bytes, want none", got)
+	}
+	c.cfg.oversubscribed = true
+	if got := c.lentChunk(64 << 20); got != 4<<20 {
+		t.Errorf("Broadcast of 64 MiB between 2 crowded ranks: lent chunks of %d bytes, want %d", got, 4<<20)
 	}
 }
 

@@ -158,3 +158,48 @@ func TestPeerSkewCounts(t *testing.T) {
 		}
 	}
 }
+
+// TestGlooBenchAllToAllV runs gloo_bench.py's skewed all-to-all (torch's
+// all_to_all_single with split sizes on Gloo) on 3 processes, with every
+// result checked against the senders' patterns, as compare.py's alltoallv
+// column runs it.
+func TestGlooBenchAllToAllV(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts torch in 3 processes")
+	}
+	pyvenv.Require(t, "torch")
+	script, err := filepath.Abs(filepath.Join("peers", "gloo_bench.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, pyvenv.System, script, "-np", "3", "-op", "alltoallv", "-skew", "zipf:1",
+		"-b", "48", "-e", "3M", "-f", "16", "-n", "2", "-w", "1", "-t", "0", "-c", "1", "-json", "-timeout", "120")
+	cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("gloo_bench.py: %v\n%s", err, stderr.String())
+	}
+	rows := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		var r struct {
+			Op    string `json:"op"`
+			Bytes int    `json:"bytes"`
+			Wrong int    `json:"wrong"`
+			Skew  string `json:"skew"`
+		}
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("bad line %q: %v", line, err)
+		}
+		if r.Op != "alltoallv" || r.Skew != "zipf:1" || r.Wrong != 0 {
+			t.Errorf("row %s: want alltoallv, zipf:1, 0 wrong", line)
+		}
+		rows++
+	}
+	if rows != 5 {
+		t.Errorf("%d rows, want 5 (48 B to 3 MiB by 16):\n%s", rows, out)
+	}
+}

@@ -57,22 +57,11 @@ back to back, in an order that rotates from round to round, so a noisy
 moment of the machine hits all columns of a point alike. The tables show the
 median of the rounds.
 
-Duration: about 23 minutes for the default run on 2 cores, at most (7
-minutes per round: gloo about 215 s, of which most is starting torch in every
-rank, occl-tcp 80 s, occl-shm 58 s, mpi-tcp 38 s, mpi-shm 30 s), plus the
-builds. This is estimated from the per-iteration times of each
-implementation in bench/results/compare-readme.jsonl, compare-20261122.jsonl
-and torch-compare-2026-11-25.jsonl (occl's in-place pass and the checking
-iteration included; an op an implementation was never measured on is charged
-its allreduce time: 96 s of iterations per round), and from the fixed cost
-per command (start-up, buffer set-up) that the "run" lines of
-compare-readme.jsonl show beyond the iterations (325 s per round). That
-fixed cost is pessimistic: a --quick run, nearly all fixed cost, took 216 s
-for its one round on a busy 2-core machine where the same model predicts
-344 s; with the fixed cost of that run, the default run takes about 15
-minutes. The estimate was made for 8 calls after 2 of warm-up at 16 and 64
-MiB; the 16 after 4 run now add about 30 s per round (the large band's
-iterations in those files, doubled), hence 23 minutes, not 21. --ops and --np run a subset:
+Duration: about 24 minutes for the default run on 2 cores, measured: the
+commands of bench/results/compare-20261130-lend.jsonl (six operations, 3
+rounds) took 1373 s, gloo 846 of them (most of it starting torch in every
+rank), occl-tcp 175, occl-shm 143, mpi-tcp 125, mpi-shm 84, plus the builds.
+--ops and --np run a subset:
 
     /usr/bin/python3 bench/peers/compare.py --ops alltoall,allgather --np 4
 

@@ -598,12 +598,15 @@ func checkReceived(t *testing.T, what string, out []byte, a *Args, r int) {
 // peers were lent to and which settled.
 type lenders struct {
 	sendsFirst
-	min           int
-	wg            map[int]*sync.WaitGroup
-	last          map[int]chan struct{} // closed once the last block lent to the peer is sent
-	mu            sync.Mutex
-	err           error
-	lent, settled map[int]int
+	min  int
+	wg   map[int]*sync.WaitGroup
+	last map[int]chan struct{} // closed once the last block lent to the peer is sent
+	// ahead counts the lends since this rank's last receive; maxAhead is
+	// its largest value.
+	ahead, maxAhead int
+	mu              sync.Mutex
+	err             error
+	lent, settled   map[int]int
 }
 
 func newLenders(p Peers, min int) *lenders {
@@ -626,6 +629,8 @@ func (l *lenders) Lend(ctx context.Context, peer int, step uint32, buf []byte) e
 	}
 	l.lent[peer]++
 	l.count()
+	l.ahead++
+	l.maxAhead = max(l.maxAhead, l.ahead)
 	before, sent := l.last[peer], make(chan struct{})
 	l.last[peer] = sent
 	wg.Go(func() {
@@ -640,6 +645,11 @@ func (l *lenders) Lend(ctx context.Context, peer int, step uint32, buf []byte) e
 		}
 	})
 	return nil
+}
+
+func (l *lenders) Recv(ctx context.Context, peer int, step uint32, buf []byte) error {
+	l.ahead = 0
+	return l.sendsFirst.Recv(ctx, peer, step, buf)
 }
 
 func (l *lenders) Settle(ctx context.Context, peer int) error {

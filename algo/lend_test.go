@@ -17,7 +17,8 @@ import (
 // per receiver, every peer lent to settled once) and send them all where
 // one is not (nothing lent), and every rank ends with the right bytes
 // either way. Chunks that fit the connections' buffers are lent only from
-// LendFirst times the smallest message lent.
+// LendFirst times the smallest message lent. The ring lends and receives
+// in turn.
 func TestLentBroadcastAndAllGather(t *testing.T) {
 	const lendMin = 5000
 	for _, p := range testRanks[1:] {
@@ -96,6 +97,13 @@ func TestLentBroadcastAndAllGather(t *testing.T) {
 					return AllGatherRing(ctx, rec[rank], bufs[rank], offs, lens, tc.chunk)
 				})
 				checkLends(t, "allgather", rec, tc.lends, p*(p-1)*chunks)
+				// Lends and receives alternate, so that no connection
+				// piles up descriptors.
+				for r, l := range rec {
+					if l.maxAhead > 1 {
+						t.Errorf("allgather: rank %d lent %d chunks in a row without receiving", r, l.maxAhead)
+					}
+				}
 				for r := range bufs {
 					if d := firstDiff(bufs[r], full, 1); d != "" {
 						t.Fatalf("allgather: rank %d: %s", r, d)

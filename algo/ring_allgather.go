@@ -141,10 +141,13 @@ recv:
 }
 
 // allGatherRingLent is allGatherRing for a rank that lends every chunk to
-// the next rank (lp): each step lends the chunks of the block to forward,
-// then receives those of the next block; at the end it waits for the next
-// rank's copies. Step 0 lends own, if not nil, and copies it into data
-// before it receives.
+// the next rank (lp): each step lends chunk k of the block to forward,
+// then receives chunk k of the next block, k = 0, 1, ..., so that a
+// connection never holds more than a few of its descriptors, whatever the
+// number of chunks (ranks that each lent every chunk of a step before
+// receiving would wait for each other once their buffers filled); at the
+// end it waits for the next rank's copies. Step 0 lends own, if not nil,
+// and copies each chunk of it into data while the next rank copies it.
 func allGatherRingLent(ctx context.Context, p Peers, lp LendPeers, own, data []byte, l layout, chunk int, base uint32) error {
 	size, r := p.Size(), p.Rank()
 	next, prev := mod(r+1, size), mod(r-1, size)
@@ -153,26 +156,29 @@ steps:
 	for s := 0; s < size-1; s++ {
 		sb, rb := mod(r-s, size), mod(r-s-1, size)
 		soff, sn := l.block(sb, size)
+		roff, rn := l.block(rb, size)
 		out := data[soff : soff+sn]
 		if s == 0 && own != nil {
 			out = own
 		}
-		for k, nc := 0, numChunks(sn, chunk); k < nc; k++ {
-			lo, hi := chunkAt(0, sn, chunk, k)
-			if err = lp.Lend(ctx, next, base+uint32(s), out[lo:hi]); err != nil {
-				err = fmt.Errorf("ring allgather: rank %d step %d: lend chunk %d of block %d to rank %d: %w", r, s, k, sb, next, err)
-				break steps
+		snc, rnc := numChunks(sn, chunk), numChunks(rn, chunk)
+		for k := 0; k < max(snc, rnc); k++ {
+			if k < snc {
+				lo, hi := chunkAt(0, sn, chunk, k)
+				if err = lp.Lend(ctx, next, base+uint32(s), out[lo:hi]); err != nil {
+					err = fmt.Errorf("ring allgather: rank %d step %d: lend chunk %d of block %d to rank %d: %w", r, s, k, sb, next, err)
+					break steps
+				}
+				if s == 0 && own != nil {
+					memcopy.Copy(data[soff+lo:soff+hi], own[lo:hi])
+				}
 			}
-		}
-		if s == 0 && own != nil {
-			memcopy.Copy(data[soff:soff+sn], own)
-		}
-		roff, rn := l.block(rb, size)
-		for k, nc := 0, numChunks(rn, chunk); k < nc; k++ {
-			lo, hi := chunkAt(roff, rn, chunk, k)
-			if err = p.Recv(ctx, prev, base+uint32(s), data[lo:hi]); err != nil {
-				err = fmt.Errorf("ring allgather: rank %d step %d: recv chunk %d of block %d from rank %d: %w", r, s, k, rb, prev, err)
-				break steps
+			if k < rnc {
+				lo, hi := chunkAt(roff, rn, chunk, k)
+				if err = p.Recv(ctx, prev, base+uint32(s), data[lo:hi]); err != nil {
+					err = fmt.Errorf("ring allgather: rank %d step %d: recv chunk %d of block %d from rank %d: %w", r, s, k, rb, prev, err)
+					break steps
+				}
 			}
 		}
 	}

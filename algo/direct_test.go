@@ -602,7 +602,8 @@ type lenders struct {
 	wg   map[int]*sync.WaitGroup
 	last map[int]chan struct{} // closed once the last block lent to the peer is sent
 	// ahead counts the lends since this rank's last receive; maxAhead is
-	// its largest value.
+	// its largest value. Both under mu: a schedule may lend from a
+	// goroutine of its own while it receives.
 	ahead, maxAhead int
 	mu              sync.Mutex
 	err             error
@@ -629,8 +630,10 @@ func (l *lenders) Lend(ctx context.Context, peer int, step uint32, buf []byte) e
 	}
 	l.lent[peer]++
 	l.count()
+	l.mu.Lock()
 	l.ahead++
 	l.maxAhead = max(l.maxAhead, l.ahead)
+	l.mu.Unlock()
 	before, sent := l.last[peer], make(chan struct{})
 	l.last[peer] = sent
 	wg.Go(func() {
@@ -648,7 +651,9 @@ func (l *lenders) Lend(ctx context.Context, peer int, step uint32, buf []byte) e
 }
 
 func (l *lenders) Recv(ctx context.Context, peer int, step uint32, buf []byte) error {
+	l.mu.Lock()
 	l.ahead = 0
+	l.mu.Unlock()
 	return l.sendsFirst.Recv(ctx, peer, step, buf)
 }
 

@@ -52,12 +52,14 @@ func allGatherRing(ctx context.Context, p Peers, own, data []byte, l layout, chu
 	size, r := p.Size(), p.Rank()
 	chunk := chunkSize(chunkBytes, 1)
 	total, _ := l.chunks(size, chunk)
+	next, prev := mod(r+1, size), mod(r-1, size)
+	win := 0
 	if size > 1 && total > 0 {
-		next := mod(r+1, size)
-		smallest := l.smallestChunk(size, chunk)
+		win = ringWindow(p, l, chunk, total, next)
 		// Lent, if the next rank takes every chunk so, and if not every
 		// chunk is eager or they are large enough to pay.
-		if lp := lender(p, []int{next}, smallest); lp != nil && (lendsFirst(lp, []int{next}, smallest) || ringWindow(p, l, chunk, total, next) < total) {
+		smallest := l.smallestChunk(size, chunk)
+		if lp := lender(p, []int{next}, smallest); lp != nil && (win < total || lendsFirst(lp, []int{next}, smallest)) {
 			return allGatherRingLent(ctx, p, lp, own, data, l, chunk, base)
 		}
 	}
@@ -67,8 +69,6 @@ func allGatherRing(ctx context.Context, p Peers, own, data []byte, l layout, chu
 	if size <= 1 || total == 0 {
 		return nil
 	}
-	next, prev := mod(r+1, size), mod(r-1, size)
-	win := ringWindow(p, l, chunk, total, next)
 	if win > 0 {
 		for s := 0; s < size-1; s++ {
 			sb, rb := mod(r-s, size), mod(r-s-1, size)

@@ -219,6 +219,23 @@ func broadcastTreeLent(ctx context.Context, p Peers, lp LendPeers, src, data []b
 	return settleAll(ctx, lp, children, err, "tree broadcast", r)
 }
 
+// TreeParent returns the parent of rank r in BroadcastTree's binomial tree
+// of size ranks rooted at root, -1 for the root.
+func TreeParent(r, root, size int) int {
+	v := mod(r-root, size)
+	if v == 0 {
+		return -1
+	}
+	return mod(v-lowBit(v)+root, size)
+}
+
+// TreeChildren appends to children the children of rank r in
+// BroadcastTree's binomial tree of size ranks rooted at root, in the order
+// BroadcastTree sends to them (largest subtree first), and returns it.
+func TreeChildren(r, root, size int, children []int) []int {
+	return treeChildren(mod(r-root, size), root, size, children)
+}
+
 // treeChildren appends to children the ranks of the children of v (the
 // rank relative to root) in the binomial tree of size ranks rooted at
 // root, largest subtree first, and returns it.

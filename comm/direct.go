@@ -182,13 +182,13 @@ func (c *Communicator) directReduceScatter(ctx context.Context, p *opPeers, a *o
 
 // directBroadcast runs a small Broadcast (at most directMessage bytes, one
 // chunk) against the connections themselves: the messages of
-// algo.BroadcastTree with the buffer one chunk (rank v = r-root receives
-// it from v with its lowest set bit cleared, then sends it to v+2^j for
-// every 2^j below that bit, largest subtree first, every message labelled
-// 0), without the schedule table's dispatch and the Peers adapters. The
-// root sends from its send buffer and copies it into its own recv buffer
-// while the first message is on its way. It reports whether it ran the
-// operation, and the operation's error if it did.
+// algo.BroadcastTree with the buffer one chunk (a rank receives it from
+// its parent, then sends it to its children, largest subtree first, every
+// message labelled 0: algo.TreeParent, algo.TreeChildren), without the
+// schedule table's dispatch and the Peers adapters. The root sends from
+// its send buffer and copies it into its own recv buffer while the first
+// message is on its way. It reports whether it ran the operation, and the
+// operation's error if it did.
 func (c *Communicator) directBroadcast(ctx context.Context, p *opPeers, a *opArgs) (bool, error) {
 	data, n, size, root := a.recv.b, len(a.recv.b), c.size, a.root
 	if size < 2 || !c.direct(n) || (c.cfg.chunk > 0 && n > c.cfg.chunk) {
@@ -199,31 +199,23 @@ func (c *Communicator) directBroadcast(ctx context.Context, p *opPeers, a *opArg
 		return false, nil
 	}
 	sctx := c.worker.op.schedule(ctx, opWaits(n, c.links.shm))
-	v := wrap(c.rank-root, size)
-	top, out := v&-v, data
-	if v == 0 {
-		top, out = 1, a.send.b
-		for top < size {
-			top <<= 1
-		}
+	out := data
+	if parent := algo.TreeParent(c.rank, root, size); parent < 0 {
+		out = a.send.b
 	} else {
-		parent := wrap(v-top+root, size)
 		// Recorded while the parent's message is on its way.
 		c.chose(ctx, l, algo.OpBroadcast, algo.AlgoTree, n, nil)
 		if err := c.directRecv(sctx, p, parent, 0, data); err != nil {
 			return true, fmt.Errorf("tree broadcast: rank %d: recv chunk 0 from rank %d: %w", c.rank, parent, err)
 		}
 	}
-	for m := top >> 1; m >= 1; m >>= 1 {
-		if v+m >= size {
-			continue
-		}
-		child := wrap(v+m+root, size)
+	var buf [64]int
+	for _, child := range algo.TreeChildren(c.rank, root, size, buf[:0]) {
 		if err := c.directSend(sctx, p, child, 0, out); err != nil {
 			return true, fmt.Errorf("tree broadcast: rank %d: send chunk 0 to rank %d: %w", c.rank, child, err)
 		}
 	}
-	if v == 0 {
+	if c.rank == root {
 		c.chose(ctx, l, algo.OpBroadcast, algo.AlgoTree, n, nil)
 		if !same(out, data) {
 			copy(data, out)

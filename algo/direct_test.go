@@ -97,17 +97,18 @@ func TestAllToAllPairwiseInlineMeetsPieces(t *testing.T) {
 // and the smallest lent block meet in one AllToAllV: every block travels
 // whole where its sender lends it or it is at most a piece, and in pieces
 // otherwise, whichever path either rank takes, so a rank that lends
-// receives in pieces and a rank that sends in pieces receives lent blocks
-// whole.
+// receives in pieces, and a rank that sends in pieces, or inline without
+// lending, receives lent blocks whole.
 func TestAllToAllPairwiseLentMeetsPieces(t *testing.T) {
 	defer func(c int) { pairwiseChunk = c }(pairwiseChunk)
 	pairwiseChunk = 5000
 	const lendMin = 12000 // and lendFloor, 4 KiB
 	size := [][]int{
-		{0, 3000, 20000, 0},     // eager within a piece, and lent: inline
-		{10000, 0, 2000, 15000}, // 10000: neither eager nor lent: pieces
-		{6000, 25000, 0, 9000},  // above a piece: pieces; one block lent
-		{13000, 4000, 30000, 0}, // lent, or eager within a piece: inline
+		{0, 3000, 20000, 0, 14000},     // eager within a piece, and lent: inline
+		{10000, 0, 2000, 15000, 16000}, // 10000: neither eager nor lent: pieces
+		{6000, 25000, 0, 9000, 12000},  // above a piece: pieces; two blocks lent
+		{13000, 4000, 30000, 0, 20000}, // lent, or eager within a piece: inline
+		{1000, 2000, 500, 3000, 0},     // eager only: inline, lending nothing, and receiving lent blocks
 	}
 	for _, opts := range []fakepeers.Options{{EagerLimit: 8000}, {EagerLimit: 8000, QueueDepth: 1, MaxDelay: time.Millisecond}} {
 		checkAllToAll(t, size, opts, func(ctx context.Context, rank int, peers Peers, b *a2aBufs) error {

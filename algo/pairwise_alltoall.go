@@ -90,6 +90,13 @@ func allToAllPairwise(ctx context.Context, p Peers, send []byte, sendOffs, sendL
 		// taken. No send waits for its receiver, so no rank can block
 		// another, and the exchange costs no goroutine and no context.
 		b := rankBlocks{send, sendOffs, sendLens, recv, recvOffs, recvLens}
+		if lp == nil && lend && lendable(recvLens, r) {
+			// This rank lends nothing, but its peers may lend it their
+			// blocks: it must receive them as lent (none of its own
+			// blocks is lent by lp either, as inlineAllToAll found).
+			from, _ := p.(LendPeers)
+			return exchangeInline(ctx, p, size, r, from, &b, false)
+		}
 		err := exchangeInline(ctx, p, size, r, lp, &b, false)
 		if lp == nil {
 			return err
@@ -475,6 +482,17 @@ func exchangeInline(ctx context.Context, p Peers, size, r int, lp LendPeers, b *
 	}
 	b.copyOwn(r, inPlace)
 	return recvBlocks(ctx, p, size, r, lp, b)
+}
+
+// lendable reports whether any block of lens but rank me's own is large
+// enough to be lent (lendFloor).
+func lendable(lens []int, me int) bool {
+	for i, n := range lens {
+		if i != me && n >= lendFloor {
+			return true
+		}
+	}
+	return false
 }
 
 // inlineAllToAll reports whether the blocks rank me sends (sendLens) are

@@ -461,6 +461,18 @@ func large(ctx context.Context, c *comm.Communicator) error {
 	if err := k.allToAllV(comm.Float32, (16<<20)/4/c.Size()); err != nil {
 		return err
 	}
+	// Rank 0 sends one element to every rank and receives just over
+	// 1 MiB from every other: its sends are small enough to go directly,
+	// but blocks that shared memory lends and TCP sends in pieces come to
+	// it.
+	if err := k.allToAllVCounts(comm.Float32, "small-out", func(src, dst int) int {
+		if dst == 0 && src != 0 {
+			return (1<<20)/4 + 1
+		}
+		return 1
+	}); err != nil {
+		return err
+	}
 	// Skewed: rank 0 sends 2 MiB to rank 1 only, every other rank 2 MiB
 	// to every rank. On shared memory rank 0 lends its one block while a
 	// rank with a peer it does not lend to (another host, over TCP) sends

@@ -65,8 +65,18 @@ func chunkAt(off, n, chunk, k int) (lo, hi int) {
 	return lo, hi
 }
 
-// mod returns a modulo p in [0, p).
+// mod returns a modulo p in [0, p). A rank a step or two around a ring or
+// a tree, a in [-p, 2p), costs no division (tens of cycles, on every
+// message of a small operation).
 func mod(a, p int) int {
+	switch {
+	case a >= 0 && a < p:
+		return a
+	case a >= p && a-p < p:
+		return a - p
+	case a < 0 && a >= -p:
+		return a + p
+	}
 	a %= p
 	if a < 0 {
 		a += p

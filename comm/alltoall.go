@@ -44,17 +44,19 @@ func (c *Communicator) postAllToAll(ctx context.Context, send, recv Buffer) *Req
 	if err != nil {
 		return c.failedRequest(name, err)
 	}
-	return c.post(ctx, name, collHeader(algo.OpAllToAll, send.dt, 0, 0, per), allToAllOp, opArgs{send: send, recv: recv, tag: TrafficTag(ctx)})
+	r := c.postColl(ctx, name, algo.OpAllToAll, send.dt, 0, 0, per, allToAllOp)
+	r.args.send, r.args.recv, r.args.tag = send, recv, TrafficTag(ctx)
+	return r
 }
 
 func allToAllOp(ctx context.Context, p *opPeers, a *opArgs) error {
 	c := p.c
 	nb := int(p.hdr.Count) * a.send.dt.Size() // the block, without a division
 	c.traffic.record(a.tag, c.size, nil, nb)
-	if ok, err := c.directAllToAll(ctx, p, a.send.b, a.recv.b, nb); ok {
+	offs, lens := c.worker.blocks(c.size, nb)
+	if ok, err := c.directAllToAll(ctx, p, a.send.b, offs, lens, a.recv.b, offs, lens, nb); ok {
 		return err
 	}
-	offs, lens := c.worker.blocks(c.size, nb)
 	return c.allToAll(ctx, p, a.send.b, offs, lens, a.recv.b, offs, lens, nb)
 }
 
@@ -84,6 +86,9 @@ func (c *Communicator) postAllToAllV(ctx context.Context, send Buffer, sendCount
 	if err == nil {
 		v.roffs, v.rlens, err = c.vLayout("recv", recv, recvCounts, recvDispls, v.roffs, v.rlens)
 	}
+	if err == nil && sendCounts[c.rank] != recvCounts[c.rank] {
+		err = invalidf("this rank sends itself %d elements and receives %d from itself", sendCounts[c.rank], recvCounts[c.rank])
+	}
 	if err == nil && !same(send.b, recv.b) && overlap(send.b, recv.b) {
 		err = invalidf("send and recv buffers overlap")
 	}
@@ -91,12 +96,17 @@ func (c *Communicator) postAllToAllV(ctx context.Context, send Buffer, sendCount
 		vblocks.Put(v)
 		return c.failedRequest(name, err)
 	}
-	return c.post(ctx, name, collHeader(algo.OpAllToAllV, send.dt, 0, 0, 0), allToAllVOp, opArgs{send: send, recv: recv, v: v, tag: TrafficTag(ctx)})
+	r := c.postColl(ctx, name, algo.OpAllToAllV, send.dt, 0, 0, 0, allToAllVOp)
+	r.args.send, r.args.recv, r.args.v, r.args.tag = send, recv, v, TrafficTag(ctx)
+	return r
 }
 
 func allToAllVOp(ctx context.Context, p *opPeers, a *opArgs) error {
 	v := a.v
 	p.c.traffic.record(a.tag, p.c.size, v.slens, 0)
+	if ok, err := p.c.directAllToAll(ctx, p, a.send.b, v.soffs, v.slens, a.recv.b, v.roffs, v.rlens, -1); ok {
+		return err
+	}
 	return p.c.allToAll(ctx, p, a.send.b, v.soffs, v.slens, a.recv.b, v.roffs, v.rlens, -1)
 }
 

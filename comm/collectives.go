@@ -110,7 +110,9 @@ func (c *Communicator) postAllReduce(ctx context.Context, send, recv Buffer, op 
 	if err != nil {
 		return c.failedRequest(name, err)
 	}
-	return c.post(ctx, name, collHeader(algo.OpAllReduce, send.dt, op, 0, send.Len()), allReduceOp, opArgs{send: send, recv: recv, op: op})
+	r := c.postColl(ctx, name, algo.OpAllReduce, send.dt, op, 0, send.Len(), allReduceOp)
+	r.args.send, r.args.recv, r.args.op = send, recv, op
+	return r
 }
 
 func allReduceOp(ctx context.Context, p *opPeers, a *opArgs) error {
@@ -214,7 +216,9 @@ func (c *Communicator) postBroadcast(ctx context.Context, send, recv Buffer, roo
 	if err != nil {
 		return c.failedRequest(name, err)
 	}
-	return c.post(ctx, name, collHeader(algo.OpBroadcast, recv.dt, 0, root, recv.Len()), broadcastOp, opArgs{send: send, recv: recv, root: root})
+	r := c.postColl(ctx, name, algo.OpBroadcast, recv.dt, 0, root, recv.Len(), broadcastOp)
+	r.args.send, r.args.recv, r.args.root = send, recv, root
+	return r
 }
 
 func broadcastOp(ctx context.Context, p *opPeers, a *opArgs) error {
@@ -258,7 +262,9 @@ func (c *Communicator) postReduce(ctx context.Context, send, recv Buffer, op Op,
 	if err != nil {
 		return c.failedRequest(name, err)
 	}
-	return c.post(ctx, name, collHeader(algo.OpReduce, send.dt, op, root, send.Len()), reduceOp, opArgs{send: send, recv: recv, op: op, root: root})
+	r := c.postColl(ctx, name, algo.OpReduce, send.dt, op, root, send.Len(), reduceOp)
+	r.args.send, r.args.recv, r.args.op, r.args.root = send, recv, op, root
+	return r
 }
 
 func reduceOp(ctx context.Context, p *opPeers, a *opArgs) error {
@@ -303,7 +309,9 @@ func (c *Communicator) postAllGather(ctx context.Context, send, recv Buffer) *Re
 	if err != nil {
 		return c.failedRequest(name, err)
 	}
-	return c.post(ctx, name, collHeader(algo.OpAllGather, send.dt, 0, 0, send.Len()), allGatherOp, opArgs{send: send, recv: recv})
+	r := c.postColl(ctx, name, algo.OpAllGather, send.dt, 0, 0, send.Len(), allGatherOp)
+	r.args.send, r.args.recv = send, recv
+	return r
 }
 
 func allGatherOp(ctx context.Context, p *opPeers, a *opArgs) error {
@@ -346,7 +354,9 @@ func (c *Communicator) postReduceScatter(ctx context.Context, send, recv Buffer,
 	if err != nil {
 		return c.failedRequest(name, err)
 	}
-	return c.post(ctx, name, collHeader(algo.OpReduceScatter, recv.dt, op, 0, recv.Len()), reduceScatterOp, opArgs{send: send, recv: recv, op: op})
+	r := c.postColl(ctx, name, algo.OpReduceScatter, recv.dt, op, 0, recv.Len(), reduceScatterOp)
+	r.args.send, r.args.recv, r.args.op = send, recv, op
+	return r
 }
 
 func reduceScatterOp(ctx context.Context, p *opPeers, a *opArgs) error {
@@ -412,7 +422,9 @@ func (c *Communicator) postGather(ctx context.Context, send, recv Buffer, root i
 	if err != nil {
 		return c.failedRequest(name, err)
 	}
-	return c.post(ctx, name, collHeader(algo.OpGather, send.dt, 0, root, send.Len()), gatherOp, opArgs{send: send, recv: recv, root: root})
+	r := c.postColl(ctx, name, algo.OpGather, send.dt, 0, root, send.Len(), gatherOp)
+	r.args.send, r.args.recv, r.args.root = send, recv, root
+	return r
 }
 
 func gatherOp(ctx context.Context, p *opPeers, a *opArgs) error {
@@ -452,7 +464,9 @@ func (c *Communicator) postScatter(ctx context.Context, send, recv Buffer, root 
 	if err != nil {
 		return c.failedRequest(name, err)
 	}
-	return c.post(ctx, name, collHeader(algo.OpScatter, recv.dt, 0, root, recv.Len()), scatterOp, opArgs{send: send, recv: recv, root: root})
+	r := c.postColl(ctx, name, algo.OpScatter, recv.dt, 0, root, recv.Len(), scatterOp)
+	r.args.send, r.args.recv, r.args.root = send, recv, root
+	return r
 }
 
 func scatterOp(ctx context.Context, p *opPeers, a *opArgs) error {
@@ -472,7 +486,7 @@ func (c *Communicator) BarrierAsync(ctx context.Context) *Request {
 
 // postBarrier checks Barrier's arguments and makes its request, unissued (see post).
 func (c *Communicator) postBarrier(ctx context.Context) *Request {
-	return c.post(ctx, "Barrier", collHeader(algo.OpBarrier, 0, 0, 0, 0), barrierOp, opArgs{})
+	return c.postColl(ctx, "Barrier", algo.OpBarrier, 0, 0, 0, 0, barrierOp)
 }
 
 func barrierOp(ctx context.Context, p *opPeers, _ *opArgs) error {

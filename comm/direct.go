@@ -62,39 +62,49 @@ func (c *Communicator) directAllReduce(ctx context.Context, p *opPeers, a *opArg
 	return true, nil
 }
 
-// directAllToAll runs a small AllToAll (blocks of nb bytes, at most
-// directMessage, every one eager) where no route applies, against the
+// directAllToAll runs a small all-to-all (every block at most
+// directMessage and eager, both ways) where no route applies, against the
 // connections themselves: the messages of the pairwise exchange as it runs
 // blocks that fit the connections' buffers (algo's exchangeInline: step s
-// to rank r+s for every s, then step s from rank r-s), without the
-// schedule table's layers. It reports whether it ran the operation, and
-// the operation's error if it did.
-func (c *Communicator) directAllToAll(ctx context.Context, p *opPeers, send, recv []byte, nb int) (bool, error) {
+// to rank r+s for every s, then step s from rank r-s, empty blocks skipped
+// on both sides), without the schedule table's layers. Block j of send
+// lies at soffs[j] and is slens[j] bytes, and likewise in recv; uniform is
+// the block size of an AllToAll, -1 for an AllToAllV. It reports whether
+// it ran the operation, and the operation's error if it did.
+func (c *Communicator) directAllToAll(ctx context.Context, p *opPeers, send []byte, soffs, slens []int, recv []byte, roffs, rlens []int, uniform int) (bool, error) {
 	size, r := c.size, c.rank
-	if !c.direct(nb) || c.routable() {
+	if !c.direct(largestBlock(uniform, slens, rlens)) || c.routable() {
 		return false, nil
 	}
-	sctx := c.worker.op.schedule(ctx, allToAllWaits(len(send), c.links.shm, false, nb, nil, nil))
-	h := p.hdr
+	op := algo.OpAllToAll
+	if uniform < 0 {
+		op = algo.OpAllToAllV
+	}
+	sctx := c.worker.op.schedule(ctx, allToAllWaits(len(send), c.links.shm, false, uniform, slens, rlens))
 	for s := 1; s < size; s++ {
 		to := wrap(r+s, size)
-		h.Step = uint32(s)
-		c.hist.wait(int32(to))
-		if err := c.links.to(to).Send(sctx, h, send[to*nb:(to+1)*nb]); err != nil {
-			return true, fmt.Errorf("pairwise all-to-all: rank %d step %d: %w", r, s, &linkError{peer: to, dir: "send", step: h.Step, err: err})
+		if slens[to] == 0 {
+			continue
+		}
+		if err := c.directSend(sctx, p, to, uint32(s), send[soffs[to]:soffs[to]+slens[to]]); err != nil {
+			return true, fmt.Errorf("pairwise all-to-all: rank %d step %d: %w", r, s, err)
 		}
 	}
 	// Recorded while the peers' blocks are on their way.
-	c.chose(ctx, c.lay(), algo.OpAllToAll, algo.AlgoPairwise, len(send), nil)
+	c.chose(ctx, c.lay(), op, algo.AlgoPairwise, len(send), nil)
+	own := recv[roffs[r] : roffs[r]+rlens[r]]
 	if !same(send, recv) {
-		copy(recv[r*nb:(r+1)*nb], send[r*nb:(r+1)*nb])
+		copy(own, send[soffs[r]:soffs[r]+slens[r]])
+	} else if soffs[r] != roffs[r] {
+		copy(own, recv[soffs[r]:soffs[r]+slens[r]]) // every block has left
 	}
 	for s := 1; s < size; s++ {
 		from := wrap(r-s, size)
-		h.Step = uint32(s)
-		c.hist.wait(int32(from))
-		if err := c.links.to(from).Recv(sctx, h, recv[from*nb:(from+1)*nb]); err != nil {
-			return true, fmt.Errorf("pairwise all-to-all: rank %d step %d: %w", r, s, &linkError{peer: from, dir: "recv", step: h.Step, err: err})
+		if rlens[from] == 0 {
+			continue
+		}
+		if err := c.directRecv(sctx, p, from, uint32(s), recv[roffs[from]:roffs[from]+rlens[from]]); err != nil {
+			return true, fmt.Errorf("pairwise all-to-all: rank %d step %d: %w", r, s, err)
 		}
 	}
 	return true, nil
@@ -245,10 +255,9 @@ func (c *Communicator) directSendRecv(ctx context.Context, p *opPeers, to, from 
 // directSend sends out to rank to as message step of the running
 // operation, for a direct exchange (see directSendRecv).
 func (c *Communicator) directSend(ctx context.Context, p *opPeers, to int, step uint32, out []byte) error {
-	h := p.hdr
-	h.Step = step
+	p.step(step)
 	c.hist.wait(int32(to))
-	if err := c.links.to(to).Send(ctx, h, out); err != nil {
+	if err := c.links.to(to).Send(ctx, p.hdr, out); err != nil {
 		return &linkError{peer: to, dir: "send", step: step, err: err}
 	}
 	return nil
@@ -257,10 +266,9 @@ func (c *Communicator) directSend(ctx context.Context, p *opPeers, to int, step 
 // directRecv receives message step of the running operation from rank
 // from into in, for a direct exchange (see directSendRecv).
 func (c *Communicator) directRecv(ctx context.Context, p *opPeers, from int, step uint32, in []byte) error {
-	h := p.hdr
-	h.Step = step
+	p.step(step)
 	c.hist.wait(int32(from))
-	if err := c.links.to(from).Recv(ctx, h, in); err != nil {
+	if err := c.links.to(from).Recv(ctx, p.hdr, in); err != nil {
 		return &linkError{peer: from, dir: "recv", step: step, err: err}
 	}
 	return nil

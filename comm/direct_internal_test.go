@@ -12,8 +12,8 @@ import (
 	"github.com/occl/occl/trace"
 )
 
-// TestDirectMeetsSchedule runs small AllReduces, AllToAlls, AllGathers,
-// ReduceScatters and Broadcasts (from every root) where the odd ranks record a timeline, and so run the
+// TestDirectMeetsSchedule runs small AllReduces, AllToAlls, AllToAllVs,
+// AllGathers, ReduceScatters and Broadcasts (from every root) where the odd ranks record a timeline, and so run the
 // schedules, and the even ranks go directly (see directAllReduce): both
 // must send the same messages in the same order for the operations to
 // complete, and every rank's result must be the reference's. Sizes reach
@@ -89,6 +89,9 @@ func directChecks(ctx context.Context, c *Communicator) error {
 				if !bytes.Equal(out, want) {
 					return fmt.Errorf("AllToAll %s n=%d inplace=%v: got %x, want %x", dt, n, inPlace, out, want)
 				}
+				if err := directAllToAllVCheck(ctx, c, dt, inPlace, func(i, j int) int { return n * ((i + 2*j) % 3) }); err != nil {
+					return err
+				}
 				if err := directAllGatherCheck(ctx, c, dt, n, inPlace); err != nil {
 					return err
 				}
@@ -104,6 +107,62 @@ func directChecks(ctx context.Context, c *Communicator) error {
 				}
 			}
 		}
+	}
+	// Rank 0 receives blocks larger than a connection lends from, and
+	// sends small ones, which it may send directly: it must not receive
+	// directly.
+	for _, inPlace := range []bool{false, true} {
+		big := func(i, j int) int {
+			if j == 0 && i != 0 {
+				return 64 << 10
+			}
+			return 1 + i
+		}
+		if err := directAllToAllVCheck(ctx, c, Uint8, inPlace, big); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// directAllToAllVCheck runs an AllToAllV in which rank i sends rank j
+// count(i, j) elements of dt, its blocks in destination order with one
+// element between them on the send side and two on the receive side, in
+// place or not, and compares every block received with its sender's
+// reference input and the elements between the blocks with what they were
+// (in place, the input's).
+func directAllToAllVCheck(ctx context.Context, c *Communicator, dt DType, inPlace bool, count func(i, j int) int) error {
+	size, rank, es := c.Size(), c.Rank(), dt.Size()
+	layout := func(gap int, count func(j int) int) (counts, displs []int, total int) {
+		counts, displs = make([]int, size), make([]int, size)
+		for j := range size {
+			counts[j], displs[j] = count(j), total
+			total += counts[j] + gap
+		}
+		return counts, displs, total
+	}
+	sc, sd, st := layout(1, func(j int) int { return count(rank, j) })
+	rc, rd, rt := layout(2, func(i int) int { return count(i, rank) })
+	in := bytes.Repeat([]byte{0x5A}, max(st, rt)*es)
+	for j := range size {
+		copy(in[sd[j]*es:], reference.Input(dt, Sum, rank, j*4096, sc[j]))
+	}
+	want := bytes.Repeat([]byte{0x5A}, rt*es)
+	if inPlace {
+		copy(want, in) // what no block lands on keeps the input
+	}
+	for i := range size {
+		copy(want[rd[i]*es:], reference.Input(dt, Sum, i, rank*4096, rc[i]))
+	}
+	out := bytes.Repeat([]byte{0x5A}, len(in))
+	if inPlace {
+		out = in
+	}
+	if err := c.AllToAllV(ctx, Raw(in, dt), sc, sd, Raw(out, dt), rc, rd); err != nil {
+		return err
+	}
+	if !bytes.Equal(out[:rt*es], want) {
+		return fmt.Errorf("AllToAllV %s counts %v inplace=%v: got %x, want %x", dt, rc, inPlace, out[:rt*es], want)
 	}
 	return nil
 }

@@ -171,7 +171,18 @@ func perBlock(op algo.Collective) bool {
 }
 
 func fingerprint(h *transport.Header) wire.Fingerprint {
-	return wire.Fingerprint{Op: h.Op, DType: h.DType, RedOp: h.RedOp, Root: h.Root, Count: h.Count}
+	var fp wire.Fingerprint
+	setFingerprint(&fp, h, 0)
+	return fp
+}
+
+// setFingerprint writes the fingerprint of the operation of header h and
+// rewire target target into fp, field by field: a fingerprint built
+// apart and copied in is read back, 16 bytes at a time, from the narrower
+// stores that just built it, which the processor cannot forward (a stall
+// of tens of cycles on every operation).
+func setFingerprint(fp *wire.Fingerprint, h *transport.Header, target uint64) {
+	fp.Op, fp.DType, fp.RedOp, fp.Root, fp.Count, fp.Target = h.Op, h.DType, h.RedOp, h.Root, h.Count, target
 }
 
 // wait records that the running operation waits on peer. It stores only
@@ -206,7 +217,7 @@ func (h *opHistory) init(n, size int) {
 }
 
 // begin records that r starts at now. The worker calls it.
-func (h *opHistory) begin(r *Request, fp wire.Fingerprint, now stamp) {
+func (h *opHistory) begin(r *Request, now stamp) {
 	coll := r.hdr.Kind == transport.KindCollective
 	dt := algo.DType(r.hdr.DType)
 	hasDT := dt.Valid() && r.hdr.Op != uint8(algo.OpBarrier) && r.hdr.Op != uint8(algo.OpRewire) && r.hdr.Op != uint8(algo.OpSplit) && r.hdr.Op != uint8(algo.OpGrow)
@@ -223,8 +234,12 @@ func (h *opHistory) begin(r *Request, fp wire.Fingerprint, now stamp) {
 	e := &h.ring[h.n&h.mask]
 	h.n++
 	h.tag, h.bytes = uint32(h.n), bytes
-	*e = opEntry{seq: r.seq, name: r.name, fp: fp, coll: coll, bytes: bytes, dtype: dt, hasDType: hasDT,
-		state: entryRunning, start: now, peer: -1, tag: h.tag}
+	// Field by field, for the reason setFingerprint gives.
+	e.seq, e.start, e.end, e.bytes, e.predicted = r.seq, now, 0, bytes, 0
+	setFingerprint(&e.fp, &r.hdr, r.target)
+	e.name, e.err = r.name, ""
+	e.peer, e.tag, e.dtype, e.sched = -1, h.tag, dt, algo.AlgoAuto
+	e.state, e.coll, e.hasDType = entryRunning, coll, hasDT
 	h.cur = e
 	if coll {
 		h.started, h.running = r.seq, r.seq
@@ -267,7 +282,10 @@ func (h *opHistory) end(end stamp, err error, out *opEntry) {
 	if e.coll {
 		h.running = 0
 		if err == nil {
-			h.done, h.doneFP = e.seq, e.fp
+			// Two assignments: as one, the fingerprint went through
+			// a copy on the stack (see setFingerprint).
+			h.done = e.seq
+			h.doneFP = e.fp
 		}
 	}
 	h.lock.WriteEnd()

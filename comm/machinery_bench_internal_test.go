@@ -75,4 +75,13 @@ func BenchmarkMachinery(b *testing.B) {
 			}
 		}
 	})
+	counts, displs := []int{1, 3}, []int{0, 1}
+	b.Run("AllToAllV16BOutOfPlace", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			if err := c.AllToAllV(ctx, Slice(y), counts, displs, Slice(z), counts, displs); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

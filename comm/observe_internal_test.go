@@ -38,7 +38,6 @@ func BenchmarkOpRecord(b *testing.B) {
 			}
 			newRecorder()
 			r := &Request{c: c, name: "AllReduce", hdr: collHeader(algo.OpAllReduce, Float32, Sum, 0, 1<<18)}
-			fp := fingerprint(&r.hdr)
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
@@ -51,7 +50,7 @@ func BenchmarkOpRecord(b *testing.B) {
 					b.StartTimer()
 				}
 				r.seq = uint64(i)
-				c.hist.begin(r, fp, now())
+				c.hist.begin(r, now())
 				c.hist.chose(algo.AlgoRing, 1<<20, 0)
 				for x := range bc.transfers {
 					c.obs.transfer(x%4, x%2 == 0, uint32(x/2), 256<<10, time.Now())
@@ -70,7 +69,7 @@ func TestOpRecordOrder(t *testing.T) {
 	c.obs.flightLen = 4
 	for i := 1; i <= histLen+3; i++ {
 		r := &Request{c: c, name: "Barrier", seq: uint64(i), hdr: collHeader(algo.OpBarrier, 0, 0, 0, 0)}
-		c.hist.begin(r, fingerprint(&r.hdr), now())
+		c.hist.begin(r, now())
 		c.endOp(nil)
 	}
 	recs := c.FlightRecord()
@@ -164,7 +163,7 @@ func TestOpRecordReadersDuringWrites(t *testing.T) {
 	for i := uint64(1); i <= ops; i++ {
 		r := reqs[i%2]
 		r.seq = i
-		c.hist.begin(r, fingerprint(&r.hdr), now())
+		c.hist.begin(r, now())
 		c.endOp(nil)
 	}
 	close(done)
@@ -192,10 +191,9 @@ func TestOpRecordReadersNotStarved(t *testing.T) {
 	c.hist.init(DefaultFlightRecord, 1)
 	c.obs.flightLen = DefaultFlightRecord
 	r := &Request{c: c, name: "AllReduce", hdr: collHeader(algo.OpAllReduce, Float32, Sum, 0, 2)}
-	fp := fingerprint(&r.hdr)
 	for i := uint64(1); i <= histLen; i++ {
 		r.seq = i
-		c.hist.begin(r, fp, now())
+		c.hist.begin(r, now())
 		c.endOp(nil)
 	}
 	var done atomic.Int32
@@ -215,7 +213,7 @@ func TestOpRecordReadersNotStarved(t *testing.T) {
 			t.Fatalf("the writer recorded %d operations before two readers made %d reads each", maxOps, reads)
 		}
 		r.seq = i
-		c.hist.begin(r, fp, now())
+		c.hist.begin(r, now())
 		c.endOp(nil)
 	}
 }
@@ -253,7 +251,7 @@ func TestOpRecordFailMark(t *testing.T) {
 				case 'b':
 					seq++
 					r := &Request{c: c, name: "AllReduce", seq: seq, hdr: collHeader(algo.OpAllReduce, Float32, Sum, 0, 2)}
-					c.hist.begin(r, fingerprint(&r.hdr), now())
+					c.hist.begin(r, now())
 				case 'e':
 					c.endOp(nil)
 				case 'E':

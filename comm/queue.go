@@ -428,8 +428,29 @@ func (c *Communicator) postCall(ctx context.Context, name string, hdr transport.
 // goroutine when nothing else is queued or running (runAlone) and queues
 // it otherwise; an Async form passes it to issue.
 func (c *Communicator) post(ctx context.Context, name string, hdr transport.Header, fn opFunc, args opArgs) *Request {
+	r := c.request(ctx, name, fn)
+	r.hdr, r.args = hdr, args
+	return r
+}
+
+// postColl is post for collective op (its header as collHeader makes it),
+// with the header written into the request in place, field by field, and
+// the arguments left to the caller to fill in the same way: a header or
+// arguments built apart and copied in are read back, 16 bytes at a time,
+// from the narrower stores that just built them, which the processor
+// cannot forward (a stall of tens of cycles on every operation).
+func (c *Communicator) postColl(ctx context.Context, name string, op algo.Collective, dt DType, red Op, root, count int, fn opFunc) *Request {
+	r := c.request(ctx, name, fn)
+	h := &r.hdr
+	h.Kind, h.Op, h.DType, h.RedOp, h.Root, h.Count = transport.KindCollective, uint8(op), uint8(dt), uint8(red), uint32(root), uint64(count)
+	return r
+}
+
+// request returns a cleared request (see free) of operation fn, with no
+// header or arguments yet.
+func (c *Communicator) request(ctx context.Context, name string, fn opFunc) *Request {
 	r := requests.Get().(*Request)
-	r.c, r.name, r.hdr, r.ctx, r.fn, r.args, r.issued = c, name, hdr, ctx, fn, args, 0
+	r.c, r.name, r.ctx, r.fn = c, name, ctx, fn
 	return r
 }
 

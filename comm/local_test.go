@@ -210,6 +210,7 @@ func TestInvalidArguments(t *testing.T) {
 		"alltoallv count": c.AllToAllV(ctx, f32, []int{1}, []int{0}, f32, []int{1, 1}, []int{0, 1}),
 		"alltoallv range": c.AllToAllV(ctx, f32, []int{3, 3}, []int{0, 3}, f32, []int{1, 1}, []int{0, 1}),
 		"alltoallv neg":   c.AllToAllV(ctx, f32, []int{-1, 1}, []int{0, 1}, f32, []int{1, 1}, []int{0, 1}),
+		"alltoallv self":  c.AllToAllV(ctx, f32, []int{2, 1}, []int{0, 2}, f32, []int{1, 1}, []int{0, 1}),
 		"overlap":         c.AllReduce(ctx, comm.Slice(backing[:4]), comm.Slice(backing[1:5]), comm.Sum),
 		"send peer":       c.Send(ctx, f32, 5),
 		"self unmatched":  c.NewGroup().Send(f32, 0).Run(ctx),

@@ -116,18 +116,7 @@ func TestSkewedAllToAllV(t *testing.T) {
 // move the same bytes between the same ranks.
 func TestPeerSkewCounts(t *testing.T) {
 	pyvenv.Require(t)
-	type point struct {
-		skew   string
-		n, per int
-	}
-	var points []point
-	for _, skew := range []string{"uniform", "zipf:1", "zipf:0.5", "zipf:2"} {
-		for _, n := range []int{2, 3, 4, 8} {
-			for _, per := range []int{4, 16, 256, 4096, 1 << 20, 4 << 20} {
-				points = append(points, point{skew, n, per})
-			}
-		}
-	}
+	points := skewPoints()
 	var script strings.Builder
 	script.WriteString("import json, sys\nsys.path.insert(0, sys.argv[1])\nimport gloo_bench as g\nout = []\n")
 	for _, p := range points {
@@ -201,5 +190,83 @@ func TestGlooBenchAllToAllV(t *testing.T) {
 	}
 	if rows != 5 {
 		t.Errorf("%d rows, want 5 (48 B to 3 MiB by 16):\n%s", rows, out)
+	}
+}
+
+// skewPoint is a skewed all-to-all's demand (Demand's spec) on n ranks
+// with per elements per pair in its uniform form.
+type skewPoint struct {
+	skew   string
+	n, per int
+}
+
+// skewPoints are the demands the peers' skew counts are checked on.
+func skewPoints() []skewPoint {
+	var points []skewPoint
+	for _, skew := range []string{"uniform", "zipf:1", "zipf:0.5", "zipf:2"} {
+		for _, n := range []int{2, 3, 4, 8} {
+			for _, per := range []int{4, 16, 256, 4096, 1 << 20, 4 << 20} {
+				points = append(points, skewPoint{skew, n, per})
+			}
+		}
+	}
+	return points
+}
+
+// TestMPIBenchSkewCounts: mpi_bench.c spreads an alltoallv's elements over
+// the pairs as Demand.Counts does (skew_counts in bench/peers/skew.h,
+// built here with gcc alone, without MPI), so that compare.py's alltoallv
+// columns move the same bytes between the same ranks.
+func TestMPIBenchSkewCounts(t *testing.T) {
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Skip("gcc not found: this test builds bench/peers/skew.h (apt-get install -y gcc)")
+	}
+	points := skewPoints()
+	var src strings.Builder
+	src.WriteString("#include \"skew.h\"\n#include <stdio.h>\n#include <stdlib.h>\nstatic void show(double zipf, size_t n, size_t pc) {\n" +
+		"\tint *c = malloc(n * n * sizeof *c);\n\tif (!c || skew_counts(zipf, n, pc, c) != 0) { puts(\"error\"); exit(1); }\n" +
+		"\tfor (size_t i = 0; i < n * n; i++) printf(\"%d \", c[i]);\n\tputs(\"\");\n\tfree(c);\n}\nint main(void) {\n")
+	for _, p := range points {
+		zipf := "-1"
+		if p.skew != "uniform" {
+			zipf = strings.TrimPrefix(p.skew, "zipf:")
+		}
+		fmt.Fprintf(&src, "\tshow(%s, %d, %d);\n", zipf, p.n, p.per)
+	}
+	src.WriteString("\treturn 0;\n}\n")
+	dir := t.TempDir()
+	peers, err := filepath.Abs("peers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	file, bin := filepath.Join(dir, "counts.c"), filepath.Join(dir, "counts")
+	if err := os.WriteFile(file, []byte(src.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("gcc", "-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-I", peers, "-o", bin, file, "-lm").CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin).Output()
+	if err != nil {
+		t.Fatalf("%s: %v", bin, err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) != len(points) {
+		t.Fatalf("skew_counts printed %d lines for %d demands", len(lines), len(points))
+	}
+	for i, p := range points {
+		d, err := ParseDemand(p.skew, p.n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want []string
+		for _, row := range d.Counts(p.per) {
+			for _, v := range row {
+				want = append(want, fmt.Sprint(v))
+			}
+		}
+		if got := strings.Fields(lines[i]); !reflect.DeepEqual(got, want) {
+			t.Errorf("%s, %d ranks, %d per pair: mpi_bench spreads %v, occl-bench %v", p.skew, p.n, p.per, got, want)
+		}
 	}
 }

@@ -63,6 +63,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "skew.h"
+
 enum op_kind { OP_ALLREDUCE, OP_ALLGATHER, OP_ALLTOALL, OP_REDUCESCATTER, OP_BROADCAST, OP_REDUCE, OP_ALLTOALLV };
 
 static const char *op_names[] = {"allreduce", "allgather", "alltoall", "reducescatter",
@@ -392,22 +394,12 @@ static long long count_wrong(const struct options *o, const void *send, const vo
  * Sets alltoallv's layout for pc elements per pair of the uniform
  * all-to-all: its n*n*pc elements spread over the pairs in proportion to
  * the weights 1/(d+1)^S of the destinations d (all 1 for uniform), rounded
- * down, as occl-bench's Demand.Counts does.
+ * down, as occl-bench's Demand.Counts does (skew_counts, skew.h).
  */
 static void vlayout(const struct options *o, size_t pc)
 {
     size_t n = (size_t)nranks;
-    double total = 0, *w = malloc(n * sizeof *w);
-    if (!w) die("out of memory");
-    for (size_t d = 0; d < n; d++) w[d] = o->zipf < 0 ? 1.0 : 1.0 / pow((double)(d + 1), o->zipf);
-    for (size_t d = 0; d < n; d++) total += (double)n * w[d];
-    for (size_t s = 0; s < n; s++)
-        for (size_t d = 0; d < n; d++) {
-            double c = w[d] / total * (double)(n * n * pc);
-            if (c > INT32_MAX) die("size too large for an MPI int count");
-            vcounts[s * n + d] = (int)c;
-        }
-    free(w);
+    if (skew_counts(o->zipf, n, pc, vcounts) != 0) die("size too large for an MPI int count");
     int sd = 0, rd = 0;
     for (size_t j = 0; j < n; j++) {
         vsc[j] = vcounts[(size_t)rank * n + j], vsd[j] = sd, sd += vsc[j];

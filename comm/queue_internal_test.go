@@ -377,8 +377,10 @@ func TestPromptCallerGetsLateWakeUp(t *testing.T) {
 	c, ctx := stoppedWorker(t)
 	q := &c.queue
 	// Long enough that a slow machine (the race detector) cannot let
-	// either pass between a call and its wait.
-	q.graceFor, q.lateFor = time.Second, time.Second
+	// either pass between a call and its wait; a prompt wait within
+	// 10 ms (a call and its wait were once more than promptWait apart
+	// there), still shorter than the late wake-up of 30 ms below.
+	q.graceFor, q.lateFor, q.promptFor = time.Second, time.Second, 10*time.Millisecond
 	x := []float32{1, 2, 3}
 	prompt := func() {
 		t.Helper()

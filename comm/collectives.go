@@ -17,8 +17,19 @@ import (
 // ReduceScatter, the output is the rank's block of the input). In-place
 // ReduceScatter uses the rest of the input as scratch.
 
+// collHeader returns the frame header template of collective op: Kind,
+// Op, DType, RedOp, Root and Count; the worker fills in communicator,
+// epoch and sequence.
 func collHeader(op algo.Collective, dt DType, red Op, root, count int) transport.Header {
-	return transport.Header{Kind: transport.KindCollective, Op: uint8(op), DType: uint8(dt), RedOp: uint8(red), Root: uint32(root), Count: uint64(count)}
+	var h transport.Header
+	setCollHeader(&h, op, dt, red, root, count)
+	return h
+}
+
+// setCollHeader writes into h, field by field, the fields of the header of
+// collective op that collHeader sets (see postColl for why in place).
+func setCollHeader(h *transport.Header, op algo.Collective, dt DType, red Op, root, count int) {
+	h.Kind, h.Op, h.DType, h.RedOp, h.Root, h.Count = transport.KindCollective, uint8(op), uint8(dt), uint8(red), uint32(root), uint64(count)
 }
 
 func (c *Communicator) checkRoot(root int) error {

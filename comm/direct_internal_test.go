@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/occl/occl/algo"
 	"github.com/occl/occl/internal/reference"
 	"github.com/occl/occl/trace"
 )
@@ -108,13 +109,13 @@ func directChecks(ctx context.Context, c *Communicator) error {
 			}
 		}
 	}
-	// Rank 0 receives blocks larger than a connection lends from, and
-	// sends small ones, which it may send directly: it must not receive
-	// directly.
+	// Rank 0 receives blocks of more than a piece, which their senders
+	// send in pieces, and sends small ones, which it could send directly:
+	// it must not receive directly, as one message each.
 	for _, inPlace := range []bool{false, true} {
 		big := func(i, j int) int {
 			if j == 0 && i != 0 {
-				return 64 << 10
+				return algo.PairwisePiece + 1
 			}
 			return 1 + i
 		}

@@ -445,8 +445,7 @@ func (c *Communicator) post(ctx context.Context, name string, hdr transport.Head
 // cannot forward (a stall of tens of cycles on every operation).
 func (c *Communicator) postColl(ctx context.Context, name string, op algo.Collective, dt DType, red Op, root, count int, fn opFunc) *Request {
 	r := c.request(ctx, name, fn)
-	h := &r.hdr
-	h.Kind, h.Op, h.DType, h.RedOp, h.Root, h.Count = transport.KindCollective, uint8(op), uint8(dt), uint8(red), uint32(root), uint64(count)
+	setCollHeader(&r.hdr, op, dt, red, root, count)
 	return r
 }
 

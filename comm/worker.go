@@ -397,8 +397,11 @@ type opPeers struct {
 // Recv copy the header and set the step in the copy, but a header passed
 // on right after a field of it was stored is read back, 16 bytes at a
 // time, from a store it only partly covers, which the processor cannot
-// forward (a stall of tens of cycles). Most direct exchanges label every
-// message alike, so the store is skipped when the step is the same.
+// forward (a stall of tens of cycles). The store is skipped when the step
+// is the one the header has: a direct Broadcast labels every message 0, as
+// the request's header does, and pays it never; the others pay it once
+// per step (a 2-rank AllReduce or AllToAll, once per operation: labelling
+// the first message earlier in the operation measured no faster).
 func (p *opPeers) step(step uint32) {
 	if p.hdr.Step != step {
 		p.hdr.Step = step

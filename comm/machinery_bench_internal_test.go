@@ -23,8 +23,9 @@ func (e *echoConn) Recv(_ context.Context, _ transport.Header, buf []byte) error
 	return nil
 }
 
-func (e *echoConn) EagerLimit() int { return 1 << 20 }
-func (e *echoConn) Close() error    { return nil }
+func (e *echoConn) EagerLimit() int    { return 1 << 20 }
+func (e *echoConn) Buffers(n int) bool { return true }
+func (e *echoConn) Close() error       { return nil }
 
 // BenchmarkMachinery measures a small blocking collective on rank 0 of two
 // ranks whose peer answers at once (echoConn): the cost of the operation's
@@ -71,6 +72,14 @@ func BenchmarkMachinery(b *testing.B) {
 		b.ReportAllocs()
 		for range b.N {
 			if err := c.AllToAll(ctx, Slice(y), Slice(z)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("SendRecv8B", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			if err := c.NewGroup().Send(Slice(x), 1).Recv(Slice(x), 1).Run(ctx); err != nil {
 				b.Fatal(err)
 			}
 		}

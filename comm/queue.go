@@ -266,6 +266,7 @@ type opArgs struct {
 	root       int
 	v          *vBlocks // AllToAllV's blocks
 	tag        string   // an all-to-all's traffic tag (TrafficTag of its caller's context)
+	p2p        []p2pOp  // a Group's operations
 	call       func(ctx context.Context, p *opPeers) error
 }
 

@@ -89,6 +89,21 @@ type Lender interface {
 	Settle(ctx context.Context) error
 }
 
+// Buffered is implemented by connections that can tell whether a Send
+// would return at once: a group of sends and receives whose sends all do
+// can run on one goroutine, its sends first, with no send waiting for a
+// receive (see comm.Group).
+type Buffered interface {
+	// Buffers reports whether a Send of a payload of n bytes would now
+	// return without waiting for the peer: the frame fits in the space the
+	// peer has freed, and nothing about the payload makes the send wait
+	// for the peer to copy it. Only the sending side may ask, between its
+	// own sends and Lends; a true answer holds until its next one, as the
+	// peer only frees space meanwhile. A closed connection, or one whose
+	// peer closed it, reports false (Send then returns the error).
+	Buffers(n int) bool
+}
+
 // Named is implemented by connections that can say which transport they
 // are: "tcp", "shm", "rdma", "mem", or a layer over another such as
 // "emu(shm)".

@@ -13,7 +13,7 @@
  * would otherwise ignore the --mca btl choice.)
  *
  * Flags (same style as occl-bench and gloo_bench.py):
- *   -op allreduce|allgather|alltoall|alltoallv|reducescatter|broadcast|reduce
+ *   -op allreduce|allgather|alltoall|alltoallv|reducescatter|broadcast|reduce|sendrecv
  *   -skew uniform|zipf:S   alltoallv's demand, as occl-bench's -skew: every
  *                   rank sends rank d a share proportional to 1/(d+1)^S of
  *                   what a uniform all-to-all of the size moves (rounded down)
@@ -40,6 +40,8 @@
  * doc/PERFORMANCE.md):
  *   - the sweep gives S bytes; count = S / sizeof(type);
  *   - allreduce, broadcast, reduce: one buffer of count elements;
+ *   - sendrecv: count elements sent to the next rank and received from the
+ *     previous one (MPI_Sendrecv), as occl-bench's sendrecv;
  *     "bytes" = count*size, "count" = count;
  *   - allgather, reducescatter, alltoall, alltoallv: per-rank chunk
  *     base = (count / np) rounded down to a multiple of 16 bytes of elements;
@@ -65,11 +67,20 @@
 
 #include "skew.h"
 
-enum op_kind { OP_ALLREDUCE, OP_ALLGATHER, OP_ALLTOALL, OP_REDUCESCATTER, OP_BROADCAST, OP_REDUCE, OP_ALLTOALLV };
+enum op_kind {
+    OP_ALLREDUCE,
+    OP_ALLGATHER,
+    OP_ALLTOALL,
+    OP_REDUCESCATTER,
+    OP_BROADCAST,
+    OP_REDUCE,
+    OP_ALLTOALLV,
+    OP_SENDRECV
+};
 
 static const char *op_names[] = {"allreduce", "allgather", "alltoall", "reducescatter",
-                                 "broadcast", "reduce", "alltoallv"};
-#define NUM_OPS 7
+                                 "broadcast", "reduce", "alltoallv", "sendrecv"};
+#define NUM_OPS 8
 
 enum dtype_kind { DT_F32, DT_F64, DT_I32, DT_I64 };
 
@@ -146,7 +157,7 @@ static void usage(void)
                 "                 [-w WARMUP] [-t MS] [-c 0|1] [-d TYPE] [-o REDOP] [-r ROOT]\n"
                 "                 [-transport LABEL] [-json]\n"
                 "                 [-skew uniform|zipf:S]\n"
-                "  OP: allreduce allgather alltoall alltoallv reducescatter broadcast reduce\n");
+                "  OP: allreduce allgather alltoall alltoallv reducescatter broadcast reduce sendrecv\n");
 }
 
 static void parse_args(int argc, char **argv, struct options *o)
@@ -315,6 +326,11 @@ static void run_once(const struct options *o, void *send, void *recv, size_t pc)
         break;
     case OP_BROADCAST: MPI_Bcast(send, c, t, o->root, MPI_COMM_WORLD); break;
     case OP_REDUCE: MPI_Reduce(send, recv, c, t, o->redop, o->root, MPI_COMM_WORLD); break;
+    case OP_SENDRECV:
+        /* A ring step, as occl-bench's sendrecv: to the right, from the left. */
+        MPI_Sendrecv(send, c, t, (rank + 1) % nranks, 0, recv, c, t, (rank + nranks - 1) % nranks, 0,
+                     MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        break;
     }
 }
 
@@ -385,6 +401,10 @@ static long long count_wrong(const struct options *o, const void *send, const vo
             for (size_t i = 0; i < (size_t)vrc[s]; i++)
                 wrong += load(o->dt, recv, (size_t)vrd[s] + i) != (double)pattern(o->op, (int)s, off + i);
         }
+        break;
+    case OP_SENDRECV:
+        for (size_t i = 0; i < pc; i++)
+            wrong += load(o->dt, recv, i) != (double)pattern(o->op, (rank + nranks - 1) % nranks, i);
         break;
     }
     return wrong;

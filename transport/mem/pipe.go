@@ -39,7 +39,10 @@ type Conn struct {
 	closeMu sync.Once
 }
 
-var _ transport.Conn = (*Conn)(nil)
+var (
+	_ transport.Conn     = (*Conn)(nil)
+	_ transport.Buffered = (*Conn)(nil)
+)
 
 // Send implements transport.Conn.
 func (c *Conn) Send(ctx context.Context, h transport.Header, payload []byte) error {
@@ -69,6 +72,15 @@ func (c *Conn) Recv(ctx context.Context, want transport.Header, buf []byte) erro
 
 // EagerLimit implements transport.Conn: a quarter of the ring.
 func (c *Conn) EagerLimit() int { return (c.out.cap() - transport.HeaderSize) / 4 }
+
+// Buffers implements transport.Buffered: the header and n payload bytes
+// fit in the ring's free space, and neither end is closed.
+func (c *Conn) Buffers(n int) bool {
+	q := c.out
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return n >= 0 && !q.wclosed && !q.rclosed && len(q.buf)-(q.w-q.r) >= transport.HeaderSize+n
+}
 
 // Name returns "mem" (see transport.Named).
 func (c *Conn) Name() string { return "mem" }

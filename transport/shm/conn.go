@@ -151,7 +151,10 @@ type Conn struct {
 	copyWaitYield time.Duration
 }
 
-var _ transport.Conn = (*Conn)(nil)
+var (
+	_ transport.Conn     = (*Conn)(nil)
+	_ transport.Buffered = (*Conn)(nil)
+)
 
 // cmaSetup is what Connect agreed on about single-copy transfers.
 type cmaSetup struct {
@@ -256,6 +259,21 @@ func (c *Conn) send(ctx context.Context, h transport.Header, payload []byte) err
 	}
 	c.publishTail()
 	return nil
+}
+
+// Buffers implements transport.Buffered: the frame of a payload of n
+// bytes fits in the space the consumer has freed (looked up afresh if the
+// last head seen leaves too little), and the payload does not go by
+// descriptor, whose Send waits for the consumer's copy.
+func (c *Conn) Buffers(n int) bool {
+	if n < 0 || c.sendable() != nil || (c.descSend && n >= c.cmaOutMin) {
+		return false
+	}
+	need := frameEnd(c.tail, n) - c.tail
+	if c.out.cap-(c.tail-c.headC) >= need {
+		return true
+	}
+	return c.loadHead() == nil && c.out.cap-(c.tail-c.headC) >= need
 }
 
 // putPad pads the frame written last to its end (see frameEnd).

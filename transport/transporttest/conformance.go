@@ -32,6 +32,7 @@ func Run(t *testing.T, newPair PairFunc) {
 	t.Run("CloseDuringTraffic", func(t *testing.T) { testCloseDuringTraffic(t, newPair) })
 	t.Run("Eager", func(t *testing.T) { testEager(t, newPair) })
 	t.Run("NoAllocs", func(t *testing.T) { testNoAllocs(t, newPair) })
+	t.Run("Buffers", func(t *testing.T) { testBuffers(t, newPair) })
 }
 
 func hdr(seq uint64, step uint32) transport.Header {
@@ -322,6 +323,61 @@ func testEager(t *testing.T, newPair PairFunc) {
 	}
 	if err := b.Recv(ctx, hdr(1, 0), make([]byte, n)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// testBuffers checks transport.Buffered, where a Conn implements it: with
+// nobody receiving, every Send it reports room for returns, until it
+// reports none (within what the transport can hold); once the peer has
+// received them all (in order, intact), there is room again. A closed end
+// reports none.
+func testBuffers(t *testing.T, newPair PairFunc) {
+	a, b := newPair(t)
+	defer a.Close()
+	defer b.Close()
+	ba, ok := a.(transport.Buffered)
+	if !ok {
+		t.Skipf("%s does not implement transport.Buffered", transport.Name(a))
+	}
+	ctx := ctxT(t, 30*time.Second)
+	const n, most = 1000, 1 << 16
+	if ba.Buffers(-1) {
+		t.Fatal("Buffers(-1) = true")
+	}
+	if !ba.Buffers(n) {
+		t.Fatalf("a fresh connection has no room for %d bytes", n)
+	}
+	msg := make([]byte, n)
+	sent := uint64(0)
+	for ; ba.Buffers(n); sent++ {
+		if sent == most {
+			t.Fatalf("Buffers(%d) still true after %d unreceived sends", n, most)
+		}
+		fill(msg, sent)
+		// Nobody receives: a Send that waited would end at ctx's
+		// deadline.
+		if err := a.Send(ctx, hdr(sent, 0), msg); err != nil {
+			t.Fatalf("send %d, with room reported: %v", sent, err)
+		}
+	}
+	if sent == 0 {
+		t.Fatal("no send had room")
+	}
+	got, want := make([]byte, n), make([]byte, n)
+	for i := range sent {
+		if err := b.Recv(ctx, hdr(i, 0), got); err != nil {
+			t.Fatalf("recv %d of %d: %v", i, sent, err)
+		}
+		if fill(want, i); !bytes.Equal(got, want) {
+			t.Fatalf("message %d of %d corrupted", i, sent)
+		}
+	}
+	if !ba.Buffers(n) {
+		t.Fatalf("no room for %d bytes after the peer received all %d messages", n, sent)
+	}
+	a.Close()
+	if ba.Buffers(n) {
+		t.Fatal("a closed connection reports room")
 	}
 }
 

@@ -461,6 +461,13 @@ func large(ctx context.Context, c *comm.Communicator) error {
 	if err := k.allToAllV(comm.Float32, (16<<20)/4/c.Size()); err != nil {
 		return err
 	}
+	// Messages past the eager limit: shared memory lends them (a group's
+	// sends go first, two of them to the same peer at 2 ranks, and it
+	// waits for their copies last), TCP sends them from one goroutine
+	// per peer.
+	if err := k.sendRecv(comm.Float32, 1<<20+3); err != nil {
+		return err
+	}
 	// Rank 0 sends one element to every rank and receives just over
 	// 1 MiB from every other: its sends are small enough to go directly,
 	// but blocks that shared memory lends and TCP sends in pieces come to

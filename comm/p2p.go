@@ -2,6 +2,7 @@ package comm
 
 import (
 	"context"
+	"slices"
 	"sync"
 
 	"github.com/occl/occl/algo"
@@ -22,11 +23,14 @@ import (
 // A Group is used once and is not safe for concurrent use.
 type Group struct {
 	c   *Communicator
-	ops []p2pOp
 	err error
-	// first holds the first operations, so that a small group (a
-	// sendrecv, a pipeline stage) costs one allocation, the Group's.
+	// n operations: the first ones in first, the others in more. A
+	// group of up to len(first) operations that Run or Start posts
+	// allocates nothing: its operations move into pooled storage
+	// (p2pOps), and the Group itself can live on its caller's stack.
+	n     int
 	first [4]p2pOp
+	more  []p2pOp
 }
 
 type p2pOp struct {
@@ -35,12 +39,15 @@ type p2pOp struct {
 	buf  Buffer
 }
 
+// p2pOps holds a posted group's operations until it completes (see
+// opArgs.putBlocks).
+type p2pOps struct{ list []p2pOp }
+
+// groupOps recycles the operations of posted groups.
+var groupOps = sync.Pool{New: func() any { return new(p2pOps) }}
+
 // NewGroup returns an empty group on c.
-func (c *Communicator) NewGroup() *Group {
-	g := &Group{c: c}
-	g.ops = g.first[:0]
-	return g
-}
+func (c *Communicator) NewGroup() *Group { return &Group{c: c} }
 
 // Send adds sending buf to peer.
 func (g *Group) Send(buf Buffer, peer int) *Group { return g.add(true, buf, peer) }
@@ -56,7 +63,13 @@ func (g *Group) add(send bool, buf Buffer, peer int) *Group {
 			g.err = invalidf("peer %d out of range [0, %d)", peer, g.c.size)
 		}
 	}
-	g.ops = append(g.ops, p2pOp{send: send, peer: peer, buf: buf})
+	op := p2pOp{send: send, peer: peer, buf: buf}
+	if g.n < len(g.first) {
+		g.first[g.n] = op
+	} else {
+		g.more = append(g.more, op)
+	}
+	g.n++
 	return g
 }
 
@@ -67,86 +80,132 @@ func (g *Group) Run(ctx context.Context) error { return wait(g.post(ctx)) }
 func (g *Group) Start(ctx context.Context) *Request { return g.c.issue(g.post(ctx)) }
 
 // post checks the group and makes its request, unissued (see
-// Communicator.post).
+// Communicator.post). The group is empty afterwards.
 func (g *Group) post(ctx context.Context) *Request {
 	const name = "Group"
 	c := g.c
 	if g.err != nil {
 		return c.failedRequest(name, g.err)
 	}
+	ops := groupOps.Get().(*p2pOps)
+	ops.list = append(append(ops.list[:0], g.first[:min(g.n, len(g.first))]...), g.more...)
+	g.n, g.first, g.more = 0, [len(g.first)]p2pOp{}, nil
 	// Sends to self are matched with receives from self, in order.
-	var selfSend, selfRecv []Buffer
-	for _, op := range g.ops {
+	sends, recvs := 0, 0
+	for _, op := range ops.list {
 		if op.peer == c.rank {
 			if op.send {
-				selfSend = append(selfSend, op.buf)
+				sends++
 			} else {
-				selfRecv = append(selfRecv, op.buf)
+				recvs++
 			}
 		}
 	}
-	if len(selfSend) != len(selfRecv) {
-		return c.failedRequest(name, invalidf("%d sends to self but %d receives from self", len(selfSend), len(selfRecv)))
+	err := error(nil)
+	if sends != recvs {
+		err = invalidf("%d sends to self but %d receives from self", sends, recvs)
+	} else {
+		err = selfPairs(ops.list, c.rank, func(s, r Buffer) error {
+			if s.dt != r.dt || len(s.b) != len(r.b) {
+				return invalidf("send to self of %d %s does not match receive of %d %s", s.Len(), s.dt, r.Len(), r.dt)
+			}
+			return nil
+		})
 	}
-	for i := range selfSend {
-		if selfSend[i].dt != selfRecv[i].dt || len(selfSend[i].b) != len(selfRecv[i].b) {
-			return c.failedRequest(name, invalidf("send to self of %d %s does not match receive of %d %s",
-				selfSend[i].Len(), selfSend[i].dt, selfRecv[i].Len(), selfRecv[i].dt))
-		}
+	if err != nil {
+		ops.put()
+		return c.failedRequest(name, err)
 	}
-	args := opArgs{p2p: g.ops}
-	g.ops = nil
 	hdr := transport.Header{Kind: transport.KindP2P, Op: uint8(algo.OpSendRecv)}
-	return c.post(ctx, name, hdr, groupOp, args)
+	return c.post(ctx, name, hdr, groupOp, opArgs{p2p: ops})
+}
+
+// put clears the operations and gives them back to groupOps.
+func (o *p2pOps) put() {
+	clear(o.list)
+	o.list = o.list[:0]
+	groupOps.Put(o)
+}
+
+// selfPairs calls fn on each send to self (rank) of ops and the receive
+// from self it is matched with, in order, and returns fn's first error.
+// Every send to self must have its receive.
+func selfPairs(ops []p2pOp, rank int, fn func(send, recv Buffer) error) error {
+	r := 0
+	for _, s := range ops {
+		if !s.send || s.peer != rank {
+			continue
+		}
+		for ops[r].send || ops[r].peer != rank {
+			r++
+		}
+		if err := fn(s.buf, ops[r].buf); err != nil {
+			return err
+		}
+		r++
+	}
+	return nil
 }
 
 // groupOp runs a group (its operations in a.p2p): the sends to self are
-// copied into the receives from self, pairing them in order (post checked
-// that they match), and the remote operations run (runP2P).
+// copied into the receives from self (post checked that they pair up),
+// and the remote operations run (runP2P).
 func groupOp(ctx context.Context, p *opPeers, a *opArgs) error {
-	c, ops, r := p.c, a.p2p, 0
-	for _, s := range ops {
-		if !s.send || s.peer != c.rank {
-			continue
-		}
-		for r < len(ops) && (ops[r].send || ops[r].peer != c.rank) {
-			r++
-		}
-		if r == len(ops) {
-			break // post checked that they pair up
-		}
-		copy(ops[r].buf.b, s.buf.b)
-		r++
-	}
+	c, ops := p.c, a.p2p.list
+	selfPairs(ops, c.rank, func(s, r Buffer) error {
+		copy(r.b, s.b)
+		return nil
+	})
 	return c.runP2P(ctx, p, ops)
 }
 
 // runP2P runs the remote operations of a group. Its sends go first, on
-// the calling goroutine, as long as each connection buffers them at once
-// (transport.Buffered); if they all did, its receives follow there too,
-// in order, where each is eager. Otherwise the operations left run on one
-// goroutine per peer and direction, each going through its operations in
-// order, so that no send waits for a receive of the same group.
+// the calling goroutine, as long as each returns at once: a payload above
+// its connection's eager limit lent where the connection lends it
+// (transport.Lender: the receiver copies it out of this process, one copy
+// instead of two through a ring), any other buffered by the connection
+// (transport.Buffered). If they all did, its receives follow there too,
+// in order, where each is eager or lent. Otherwise the operations left run
+// on one goroutine per peer and direction, each going through its
+// operations in order, so that no send waits for a receive of the same
+// group. Last, it waits until its lent payloads have been copied.
 //
 // The calling goroutine cannot deadlock: its sends return without any
-// peer, and each receive waits only for a peer's send, which a group posts
-// first or on a goroutine of its own. A small exchange (a ring's
-// sendrecv, a pipeline stage's send and receive) so costs no goroutine:
-// 8 B between 2 processes on shared memory went from 6-7 us to the
-// time of the messages themselves.
+// peer, each receive waits only for a peer's send, which a group posts
+// first or on a goroutine of its own, and a lent payload is copied by a
+// receive that waits for nothing of this group. A payload within the eager
+// limit is never lent, so that a send the connection would buffer never
+// waits for its receiver: a rank's send may be received in the peer's next
+// operation. A small exchange (a ring's sendrecv, a pipeline stage's send
+// and receive) so costs no goroutine: 8 B between 2 processes on shared
+// memory went from 6-7 us to the time of the messages themselves.
 func (c *Communicator) runP2P(ctx context.Context, p *opPeers, ops []p2pOp) error {
-	rest, err := c.p2pInline(ctx, p, ops)
-	if err != nil || len(rest) == 0 {
-		return err
+	var to [4]int
+	rest, lent, err := c.p2pInline(ctx, p, ops, to[:0])
+	if err == nil && len(rest) > 0 {
+		err = c.p2pLanes(ctx, p, rest)
 	}
-	return c.p2pLanes(ctx, p, rest)
+	for _, peer := range lent {
+		settle := ctx
+		if err != nil {
+			// Withdrawn at once: the caller may reuse its buffers.
+			var cancel context.CancelFunc
+			settle, cancel = context.WithCancel(ctx)
+			cancel()
+		}
+		if serr := c.links.to(peer).(transport.Lender).Settle(settle); serr != nil && err == nil {
+			err = &linkError{peer: peer, dir: "send", err: serr}
+		}
+	}
+	return err
 }
 
-// p2pInline runs a group's remote sends while their connections buffer
-// them, and then, if all did, its receives where all are eager. It
-// returns the operations it did not run: none, the receives alone, or the
-// first send that could wait, every later send and every receive.
-func (c *Communicator) p2pInline(ctx context.Context, p *opPeers, ops []p2pOp) ([]p2pOp, error) {
+// p2pInline runs a group's remote sends while each returns at once (see
+// runP2P), and then, if all did, its receives where all are eager or lent.
+// It returns the operations it did not run: none, the receives alone, or
+// the first send that could wait, every later send and every receive; and
+// the peers it lent payloads to, appended to lent.
+func (c *Communicator) p2pInline(ctx context.Context, p *opPeers, ops []p2pOp, lent []int) ([]p2pOp, []int, error) {
 	// Nothing else of the operation needs the processor while this
 	// goroutine waits; a small group's waits give the core away, as a
 	// small collective's do.
@@ -167,36 +226,62 @@ func (c *Communicator) p2pInline(ctx context.Context, p *opPeers, ops []p2pOp) (
 		if op.peer == c.rank {
 			continue
 		}
-		conn := c.links.to(op.peer)
+		conn, n := c.links.to(op.peer), len(op.buf.b)
 		if !op.send {
-			eager = eager && len(op.buf.b) <= conn.EagerLimit()
+			eager = eager && (n <= conn.EagerLimit() || lentFrom(conn, n))
 			continue
 		}
-		if b, ok := conn.(transport.Buffered); !ok || !b.Buffers(len(op.buf.b)) {
-			if !sent {
-				return ops, nil
+		var err error
+		if l := lends(conn, n); l != nil && l.LendBuffers() {
+			err = c.p2pLend(sctx, p, op.peer, op.buf, l)
+			if !slices.Contains(lent, op.peer) {
+				lent = append(lent, op.peer)
 			}
-			return p2pLeft(ops, i), nil
+		} else if b, ok := conn.(transport.Buffered); ok && l == nil && b.Buffers(n) {
+			err = c.p2pSend(sctx, p, op.peer, op.buf)
+		} else if !sent {
+			return ops, lent, nil
+		} else {
+			return p2pLeft(ops, i), lent, nil
 		}
-		if err := c.p2pSend(sctx, p, op.peer, op.buf); err != nil {
-			return nil, err
+		if err != nil {
+			return nil, lent, err
 		}
 		sent = true
 	}
 	if !eager {
 		if !sent {
-			return ops, nil
+			return ops, lent, nil
 		}
-		return p2pLeft(ops, len(ops)), nil
+		return p2pLeft(ops, len(ops)), lent, nil
 	}
 	for _, op := range ops {
 		if op.peer != c.rank && !op.send {
 			if err := c.p2pRecv(sctx, p, op.peer, op.buf); err != nil {
-				return nil, err
+				return nil, lent, err
 			}
 		}
 	}
-	return nil, nil
+	return nil, lent, nil
+}
+
+// lends returns conn as a transport.Lender if it lends a payload of n
+// bytes and a group lends it (n is above conn's eager limit), else nil.
+func lends(conn transport.Conn, n int) transport.Lender {
+	if n <= conn.EagerLimit() {
+		return nil
+	}
+	if l, ok := conn.(transport.Lender); ok && l.LendMin() > 0 && n >= l.LendMin() {
+		return l
+	}
+	return nil
+}
+
+// lentFrom reports whether conn's peer lends a payload of n bytes (see
+// transport.Lender.LentMin).
+func lentFrom(conn transport.Conn, n int) bool {
+	l, ok := conn.(transport.Lender)
+	return ok && l.LentMin() > 0 && n >= l.LentMin()
 }
 
 // p2pLeft returns the operations of ops that p2pInline has not run when
@@ -280,6 +365,15 @@ func (c *Communicator) p2pHeader(p *opPeers, seq uint64, b Buffer) transport.Hea
 func (c *Communicator) p2pSend(ctx context.Context, p *opPeers, peer int, b Buffer) error {
 	c.worker.p2pTx[peer]++
 	if err := c.links.to(peer).Send(ctx, c.p2pHeader(p, c.worker.p2pTx[peer], b), b.b); err != nil {
+		return &linkError{peer: peer, dir: "send", err: err}
+	}
+	return nil
+}
+
+// p2pLend lends b to peer through l, its connection (see runP2P).
+func (c *Communicator) p2pLend(ctx context.Context, p *opPeers, peer int, b Buffer, l transport.Lender) error {
+	c.worker.p2pTx[peer]++
+	if err := l.Lend(ctx, c.p2pHeader(p, c.worker.p2pTx[peer], b), b.b); err != nil {
 		return &linkError{peer: peer, dir: "send", err: err}
 	}
 	return nil

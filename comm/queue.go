@@ -266,7 +266,7 @@ type opArgs struct {
 	root       int
 	v          *vBlocks // AllToAllV's blocks
 	tag        string   // an all-to-all's traffic tag (TrafficTag of its caller's context)
-	p2p        []p2pOp  // a Group's operations
+	p2p        *p2pOps  // a Group's operations
 	call       func(ctx context.Context, p *opPeers) error
 }
 
@@ -276,10 +276,14 @@ func (a *opArgs) release() {
 	*a = opArgs{}
 }
 
-// putBlocks gives back an AllToAllV's blocks, if the arguments hold any.
+// putBlocks gives back an AllToAllV's blocks or a group's operations, if
+// the arguments hold any.
 func (a *opArgs) putBlocks() {
 	if a.v != nil {
 		vblocks.Put(a.v)
+	}
+	if a.p2p != nil {
+		a.p2p.put()
 	}
 }
 

@@ -87,6 +87,12 @@ type Lender interface {
 	// the caller may have overwritten since, and the Conn must be
 	// closed.
 	Settle(ctx context.Context) error
+	// LendBuffers reports whether a Lend would now return without
+	// waiting for the peer: the frame that tells the peer where the
+	// payload is fits in the space the peer has freed (see Buffered, for
+	// Send). A schedule that lends to a peer which has received every
+	// earlier frame need not ask.
+	LendBuffers() bool
 }
 
 // Buffered is implemented by connections that can tell whether a Send

@@ -241,6 +241,16 @@ func (c *Conn) lend(ctx context.Context, h transport.Header, payload []byte) err
 	return nil
 }
 
+// LendBuffers implements transport.Lender: a lent frame (the header and
+// the descriptor) fits in the space the consumer has freed, and this
+// direction lends.
+func (c *Conn) LendBuffers() bool {
+	if !c.cmaOut || c.sendable() != nil {
+		return false
+	}
+	return c.fits(frameEnd(c.tail, descSize) - c.tail)
+}
+
 // Settle waits until the receiver has copied every payload lent to it
 // (see transport.Lender).
 func (c *Conn) Settle(ctx context.Context) error {

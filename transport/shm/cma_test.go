@@ -394,6 +394,75 @@ func TestLend(t *testing.T) {
 	exchangeSizes(t, a, b, []int{10, 64 << 10})
 }
 
+// TestLendBuffers: with nobody receiving, every Lend made while
+// LendBuffers reports room returns, until the ring is full of their
+// frames; the receiver then copies them all, in order and intact, Settle
+// returns and there is room again. A connection that lends nothing, or a
+// closed one, reports none.
+func TestLendBuffers(t *testing.T) {
+	const ring, n = 16 << 10, 4 << 10
+	a, b := pairWith(t, func(c *shm.Config) { c.Capacity, c.CMAThreshold = ring, n })
+	defer a.Close()
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	hdr := func(i int) transport.Header {
+		return transport.Header{Kind: transport.KindP2P, Comm: 7, Seq: uint64(i), Step: 1}
+	}
+	// A frame without payload first (one line), so that the loans leave
+	// a line free, too little for one more.
+	if err := a.Send(ctx, hdr(-1), nil); err != nil {
+		t.Fatal(err)
+	}
+	var lent [][]byte
+	for a.LendBuffers() {
+		if len(lent) == ring/64 {
+			t.Fatalf("LendBuffers still true after %d unreceived loans", len(lent))
+		}
+		buf := make([]byte, n)
+		fillSeq(buf, 5, len(lent))
+		// Nobody receives: a Lend that waited would end at ctx's
+		// deadline.
+		if err := a.Lend(ctx, hdr(len(lent)), buf); err != nil {
+			t.Fatalf("lend %d, with room reported: %v", len(lent), err)
+		}
+		lent = append(lent, buf)
+	}
+	// Each lent frame is a header and a descriptor: two lines of the ring.
+	if want := (ring - 64) / 128; len(lent) != want {
+		t.Fatalf("%d loans had room, want %d (a ring of %d bytes, 64 taken, 128 per lent frame)", len(lent), want, ring)
+	}
+	if err := b.Recv(ctx, hdr(-1), nil); err != nil {
+		t.Fatal(err)
+	}
+	got, want := make([]byte, n), make([]byte, n)
+	for i := range lent {
+		if err := b.Recv(ctx, hdr(i), got); err != nil {
+			t.Fatalf("recv %d of %d: %v", i, len(lent), err)
+		}
+		if fillSeq(want, 5, i); !bytes.Equal(got, want) {
+			t.Fatalf("loan %d of %d: payload differs", i, len(lent))
+		}
+	}
+	if err := a.Settle(ctx); err != nil {
+		t.Fatalf("Settle: %v", err)
+	}
+	if !a.LendBuffers() {
+		t.Fatal("no room for a loan after the receiver took them all")
+	}
+	// A connection that lends nothing reports no room.
+	c, d := pairWith(t, func(c *shm.Config) { c.NoCMA = true })
+	defer c.Close()
+	defer d.Close()
+	if c.LendBuffers() {
+		t.Fatal("a connection that lends nothing reports room for a loan")
+	}
+	a.Close()
+	if a.LendBuffers() {
+		t.Fatal("a closed connection reports room for a loan")
+	}
+}
+
 // TestSettleWithdraws: a Settle that gives up withdraws the lent payload:
 // the receiver fails as from a peer that closed, and never delivers it.
 func TestSettleWithdraws(t *testing.T) {

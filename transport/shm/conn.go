@@ -269,7 +269,12 @@ func (c *Conn) Buffers(n int) bool {
 	if n < 0 || c.sendable() != nil || (c.descSend && n >= c.cmaOutMin) {
 		return false
 	}
-	need := frameEnd(c.tail, n) - c.tail
+	return c.fits(frameEnd(c.tail, n) - c.tail)
+}
+
+// fits reports whether need bytes of the out ring are free, looking up
+// the consumer's head afresh if the last one seen leaves too few.
+func (c *Conn) fits(need uint64) bool {
 	if c.out.cap-(c.tail-c.headC) >= need {
 		return true
 	}

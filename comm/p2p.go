@@ -17,10 +17,17 @@ import (
 // Group to post sends and receives that must progress together.
 
 // Group posts several sends and receives as one operation, like
-// ncclGroupStart / ncclGroupEnd: all of them progress concurrently, so a
-// ring exchange or an all-to-all written with Send and Recv cannot
-// deadlock. Build it with NewGroup, add operations, then Run or Start it.
-// A Group is used once and is not safe for concurrent use.
+// ncclGroupStart / ncclGroupEnd: no send of a group waits for a receive of
+// the same group, so a ring exchange or an all-to-all written with Send
+// and Recv cannot deadlock. Build it with NewGroup, add operations, then
+// Run or Start it. A Group is used once and is not safe for concurrent
+// use.
+//
+// A send of at most its connection's eager limit (transport.Conn) returns
+// without its receiver, as long as the connection has room (the peer has
+// received earlier messages); a larger one returns once its receiver has
+// it, and on shared memory the receiver copies it straight out of the
+// sender's buffer (see runP2P).
 type Group struct {
 	c   *Communicator
 	err error
@@ -181,12 +188,13 @@ func groupOp(ctx context.Context, p *opPeers, a *opArgs) error {
 // memory went from 6-7 us to the time of the messages themselves.
 func (c *Communicator) runP2P(ctx context.Context, p *opPeers, ops []p2pOp) error {
 	var to [4]int
-	rest, lent, err := c.p2pInline(ctx, p, ops, to[:0])
+	sctx := c.worker.op.schedule(ctx, c.p2pWaits(ops))
+	rest, lent, err := c.p2pInline(sctx, p, ops, to[:0])
 	if err == nil && len(rest) > 0 {
 		err = c.p2pLanes(ctx, p, rest)
 	}
 	for _, peer := range lent {
-		settle := ctx
+		settle := sctx
 		if err != nil {
 			// Withdrawn at once: the caller may reuse its buffers.
 			var cancel context.CancelFunc
@@ -200,27 +208,36 @@ func (c *Communicator) runP2P(ctx context.Context, p *opPeers, ops []p2pOp) erro
 	return err
 }
 
-// p2pInline runs a group's remote sends while each returns at once (see
-// runP2P), and then, if all did, its receives where all are eager or lent.
-// It returns the operations it did not run: none, the receives alone, or
-// the first send that could wait, every later send and every receive; and
-// the peers it lent payloads to, appended to lent.
-func (c *Communicator) p2pInline(ctx context.Context, p *opPeers, ops []p2pOp, lent []int) ([]p2pOp, []int, error) {
-	// Nothing else of the operation needs the processor while this
-	// goroutine waits; a small group's waits give the core away, as a
-	// small collective's do.
-	out, in := 0, 0
+// p2pWaits returns how the waits of a group on its calling goroutine
+// behave (see runP2P): nothing else of the operation needs the processor
+// meanwhile; a small group's waits give the core away, as a small
+// collective's do, and so do those of a group that lends on shared memory
+// while its peers copy, as a lending all-to-all's do.
+func (c *Communicator) p2pWaits(ops []p2pOp) waits {
+	out, in, lending := 0, 0, false
 	for _, op := range ops {
 		if op.peer == c.rank {
 			continue
 		}
 		if op.send {
 			out += len(op.buf.b)
+			lending = lending || lends(c.links.to(op.peer), len(op.buf.b)) != nil
 		} else {
 			in += len(op.buf.b)
 		}
 	}
-	sctx := c.worker.op.schedule(ctx, opWaits(max(out, in), c.links.shm))
+	if w := opWaits(max(out, in), c.links.shm); w == waitShort || !lending || !c.links.shm {
+		return w
+	}
+	return waitCopy
+}
+
+// p2pInline runs a group's remote sends while each returns at once (see
+// runP2P), and then, if all did, its receives where all are eager or lent.
+// It returns the operations it did not run: none, the receives alone, or
+// the first send that could wait, every later send and every receive; and
+// the peers it lent payloads to, appended to lent.
+func (c *Communicator) p2pInline(ctx context.Context, p *opPeers, ops []p2pOp, lent []int) ([]p2pOp, []int, error) {
 	eager, sent := true, false
 	for i, op := range ops {
 		if op.peer == c.rank {
@@ -233,12 +250,12 @@ func (c *Communicator) p2pInline(ctx context.Context, p *opPeers, ops []p2pOp, l
 		}
 		var err error
 		if l := lends(conn, n); l != nil && l.LendBuffers() {
-			err = c.p2pLend(sctx, p, op.peer, op.buf, l)
+			err = c.p2pLend(ctx, p, op.peer, op.buf, l)
 			if !slices.Contains(lent, op.peer) {
 				lent = append(lent, op.peer)
 			}
 		} else if b, ok := conn.(transport.Buffered); ok && l == nil && b.Buffers(n) {
-			err = c.p2pSend(sctx, p, op.peer, op.buf)
+			err = c.p2pSend(ctx, p, op.peer, op.buf)
 		} else if !sent {
 			return ops, lent, nil
 		} else {
@@ -257,7 +274,7 @@ func (c *Communicator) p2pInline(ctx context.Context, p *opPeers, ops []p2pOp, l
 	}
 	for _, op := range ops {
 		if op.peer != c.rank && !op.send {
-			if err := c.p2pRecv(sctx, p, op.peer, op.buf); err != nil {
+			if err := c.p2pRecv(ctx, p, op.peer, op.buf); err != nil {
 				return nil, lent, err
 			}
 		}

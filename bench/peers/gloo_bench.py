@@ -67,7 +67,7 @@ import subprocess
 import sys
 import time
 
-OPS = ("allreduce", "allgather", "alltoall", "alltoallv", "reducescatter", "broadcast", "reduce")
+OPS = ("allreduce", "allgather", "alltoall", "alltoallv", "reducescatter", "broadcast", "reduce", "sendrecv")
 SPLIT = ("allgather", "reducescatter", "alltoall", "alltoallv")
 REDUCING = ("allreduce", "reducescatter", "reduce")
 
@@ -384,6 +384,28 @@ def run_rank(args):
                     return 0
                 return int((buf != reduce_expected(pc)).sum())
             api["name"] = "reduce"
+            return run, fill, wrong
+
+        if op == "sendrecv":
+            # A ring step, as occl-bench's and mpi_bench's sendrecv: pc
+            # elements to the next rank, from the previous one, posted
+            # together (batch_isend_irecv).
+            send = pattern(rank, pc)
+            recv = torch.empty(pc, dtype=dtype)
+            right, left = (rank + 1) % n, (rank + n - 1) % n
+
+            def run():
+                ops = [dist.P2POp(dist.isend, send, right), dist.P2POp(dist.irecv, recv, left)]
+                for w in dist.batch_isend_irecv(ops):
+                    w.wait()
+
+            def fill():
+                send.copy_(pattern(rank, pc))
+                recv.zero_()
+
+            def wrong():
+                return int((recv != pattern(left, pc)).sum())
+            api["name"] = "batch_isend_irecv"
             return run, fill, wrong
 
         if op == "alltoall":

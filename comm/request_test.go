@@ -60,6 +60,10 @@ func TestBlockingCallsAllocateNothing(t *testing.T) {
 			return comm.Scatter(ctx, c, x[:n*c.Size()], y[:n], 1)
 		}},
 		{"Barrier", func(c *comm.Communicator, x, y []float32) error { return c.Barrier(ctx) }},
+		{"Group, a ring step", func(c *comm.Communicator, x, y []float32) error {
+			r, size := c.Rank(), c.Size()
+			return c.NewGroup().Send(comm.Slice(x[:n]), (r+1)%size).Recv(comm.Slice(y[:n]), (r+size-1)%size).Run(ctx)
+		}},
 		{"AllReduceAsync, released", func(c *comm.Communicator, x, y []float32) error {
 			r := c.AllReduceAsync(ctx, comm.Slice(x[:n]), comm.Slice(y[:n]), comm.Sum)
 			err := r.Wait(ctx)

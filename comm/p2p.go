@@ -314,7 +314,8 @@ func p2pLeft(ops []p2pOp, i int) []p2pOp {
 }
 
 // p2pLanes runs a group's remote operations on one goroutine per peer and
-// direction, each going through its operations in order.
+// direction (the last one on the calling goroutine), each going through
+// its operations in order.
 func (c *Communicator) p2pLanes(ctx context.Context, p *opPeers, ops []p2pOp) error {
 	type lane struct {
 		send bool
@@ -359,7 +360,9 @@ func (c *Communicator) p2pLanes(ctx context.Context, p *opPeers, ops []p2pOp) er
 			once.Do(func() { first = err })
 		}
 	}
-	for _, l := range order {
+	// The last lane runs on the calling goroutine, the others on their
+	// own.
+	for _, l := range order[:len(order)-1] {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -367,6 +370,7 @@ func (c *Communicator) p2pLanes(ctx context.Context, p *opPeers, ops []p2pOp) er
 			fail(run(l))
 		}()
 	}
+	fail(run(order[len(order)-1]))
 	wg.Wait()
 	return first
 }

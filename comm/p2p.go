@@ -370,7 +370,10 @@ func (c *Communicator) p2pLanes(ctx context.Context, p *opPeers, ops []p2pOp) er
 			fail(run(l))
 		}()
 	}
-	fail(run(order[len(order)-1]))
+	func() {
+		defer algo.RecoverTo(fail)
+		fail(run(order[len(order)-1]))
+	}()
 	wg.Wait()
 	return first
 }

@@ -22,6 +22,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -122,9 +123,14 @@ type Conn struct {
 	// coreYield decides whether reads give their core away (see
 	// stream.doRead).
 	coreYield transport.CoreYield
+	// buffers: Buffers may answer (see there).
+	buffers bool
 }
 
-var _ transport.Conn = (*Conn)(nil)
+var (
+	_ transport.Conn     = (*Conn)(nil)
+	_ transport.Buffered = (*Conn)(nil)
+)
 
 // NewConn wraps connected, authenticated sockets (stream i of the pair at
 // index i) into a Conn. Both sides must pass their sockets in the same
@@ -146,6 +152,7 @@ func NewConn(socks []*net.TCPConn, o Options) (*Conn, error) {
 		c.streams = append(c.streams, s)
 	}
 	c.eager = c.streams[0].eagerLimit()
+	c.buffers = unlimitedNotSent()
 	c.tx.conn, c.tx.write = c, true
 	c.rx.conn = c
 	for _, s := range c.streams[1:] {
@@ -159,6 +166,28 @@ func (c *Conn) Streams() int { return len(c.streams) }
 
 // EagerLimit implements transport.Conn.
 func (c *Conn) EagerLimit() int { return c.eager }
+
+// Buffers implements transport.Buffered: a payload within the eager limit
+// that goes on one stream, whose socket's send buffer holds the frame on
+// top of what it holds now, with room for the kernel's bookkeeping (see
+// sendRoom). One system call. Where the system limits the unsent bytes of
+// a socket (net.ipv4.tcp_notsent_lowat), a write may wait for the peer
+// with memory to spare, and Buffers reports false.
+func (c *Conn) Buffers(n int) bool {
+	if n < 0 || n > c.eager || !c.buffers || c.closed.Load() || c.stripes(n) != 1 {
+		return false
+	}
+	return c.streams[0].sendRoom(transport.HeaderSize + n)
+}
+
+// unlimitedNotSent reports whether this network namespace leaves the
+// unsent bytes of a socket unlimited (net.ipv4.tcp_notsent_lowat at its
+// default, the largest uint32): then only its send buffer decides whether
+// a write waits.
+func unlimitedNotSent() bool {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/tcp_notsent_lowat")
+	return err == nil && strings.TrimSpace(string(b)) == "4294967295"
+}
 
 // LocalAddr returns the local address of the first stream.
 func (c *Conn) LocalAddr() net.Addr { return c.streams[0].tc.LocalAddr() }
@@ -485,6 +514,35 @@ func (s *stream) eagerLimit() int {
 		v, _ = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF)
 	})
 	return max(0, min(v/4-transport.HeaderSize, maxEager))
+}
+
+// Indices of SO_MEMINFO's values (SK_MEMINFO_* in linux/sock_diag.h).
+const (
+	memSndbuf      = 3
+	memWmemQueued  = 5
+	memInfoValues  = 9
+	skbBookkeeping = 4 << 10 // more than a socket buffer's overhead per skb
+	skbPayload     = 64 << 10
+)
+
+// sendRoom reports whether a write of frame bytes to the stream's socket
+// returns without waiting: the kernel takes a write while the memory
+// queued for sending (sk_wmem_queued, counting every buffer's overhead,
+// and the sent bytes until they are acknowledged) is below the socket's
+// send buffer, checked before each new buffer, so the frame must fit
+// below it with the overhead of the buffers it takes. One getsockopt
+// (SO_MEMINFO), which does not block.
+func (s *stream) sendRoom(frame int) bool {
+	var mi [memInfoValues]uint32
+	l := uint32(unsafe.Sizeof(mi))
+	ok := false
+	s.rc.Control(func(fd uintptr) {
+		_, _, errno := unix.RawSyscall6(unix.SYS_GETSOCKOPT, fd, unix.SOL_SOCKET, unix.SO_MEMINFO,
+			uintptr(unsafe.Pointer(&mi[0])), uintptr(unsafe.Pointer(&l)), 0)
+		ok = errno == 0 && l == uint32(unsafe.Sizeof(mi))
+	})
+	need := uint64(frame) + uint64(frame/skbPayload+2)*skbBookkeeping
+	return ok && uint64(mi[memWmemQueued])+need < uint64(mi[memSndbuf])
 }
 
 func (s *stream) startWorkers(quit chan struct{}) {

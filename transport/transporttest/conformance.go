@@ -372,8 +372,13 @@ func testBuffers(t *testing.T, newPair PairFunc) {
 			t.Fatalf("message %d of %d corrupted", i, sent)
 		}
 	}
-	if !ba.Buffers(n) {
-		t.Fatalf("no room for %d bytes after the peer received all %d messages", n, sent)
+	// The peer's end may free the room on its own time (a TCP peer's
+	// kernel acknowledges what it received): within the deadline.
+	for !ba.Buffers(n) {
+		if ctx.Err() != nil {
+			t.Fatalf("no room for %d bytes after the peer received all %d messages", n, sent)
+		}
+		time.Sleep(time.Millisecond)
 	}
 	a.Close()
 	if ba.Buffers(n) {

@@ -172,7 +172,9 @@ func (c *Conn) EagerLimit() int { return c.eager }
 // top of what it holds now, with room for the kernel's bookkeeping (see
 // sendRoom). One system call. Where the system limits the unsent bytes of
 // a socket (net.ipv4.tcp_notsent_lowat), a write may wait for the peer
-// with memory to spare, and Buffers reports false.
+// with memory to spare, and Buffers reports false. Under system-wide TCP
+// memory pressure (net.ipv4.tcp_mem) a write it reported may still wait,
+// for the system's memory, not for the peer.
 func (c *Conn) Buffers(n int) bool {
 	if n < 0 || n > c.eager || !c.buffers || c.closed.Load() || c.stripes(n) != 1 {
 		return false
@@ -476,6 +478,12 @@ type stream struct {
 
 	sendq, recvq       chan task
 	sendDone, recvDone chan error
+
+	// mem is the socket's SO_MEMINFO as readMem (memfn) read it last,
+	// memOK whether it could; the sending side's (see sendRoom).
+	mem   [memInfoValues]uint32
+	memOK bool
+	memfn func(fd uintptr)
 }
 
 func newStream(tc *net.TCPConn, o Options, cy *transport.CoreYield) (*stream, error) {
@@ -496,6 +504,7 @@ func newStream(tc *net.TCPConn, o Options, cy *transport.CoreYield) (*stream, er
 	s := &stream{tc: tc, rc: rc, spin: o.SpinReads, cy: cy}
 	s.wfn = s.doWrite
 	s.rfn = s.doRead
+	s.memfn = s.readMem
 	return s, nil
 }
 
@@ -533,16 +542,20 @@ const (
 // below it with the overhead of the buffers it takes. One getsockopt
 // (SO_MEMINFO), which does not block.
 func (s *stream) sendRoom(frame int) bool {
-	var mi [memInfoValues]uint32
-	l := uint32(unsafe.Sizeof(mi))
-	ok := false
-	s.rc.Control(func(fd uintptr) {
-		_, _, errno := unix.RawSyscall6(unix.SYS_GETSOCKOPT, fd, unix.SOL_SOCKET, unix.SO_MEMINFO,
-			uintptr(unsafe.Pointer(&mi[0])), uintptr(unsafe.Pointer(&l)), 0)
-		ok = errno == 0 && l == uint32(unsafe.Sizeof(mi))
-	})
+	s.memOK = false
+	s.rc.Control(s.memfn)
 	need := uint64(frame) + uint64(frame/skbPayload+2)*skbBookkeeping
-	return ok && uint64(mi[memWmemQueued])+need < uint64(mi[memSndbuf])
+	return s.memOK && uint64(s.mem[memWmemQueued])+need < uint64(s.mem[memSndbuf])
+}
+
+// readMem reads the socket's SO_MEMINFO into s.mem, setting s.memOK if it
+// could (see sendRoom). A method value made once (memfn), so that asking
+// allocates nothing.
+func (s *stream) readMem(fd uintptr) {
+	l := uint32(unsafe.Sizeof(s.mem))
+	_, _, errno := unix.RawSyscall6(unix.SYS_GETSOCKOPT, fd, unix.SOL_SOCKET, unix.SO_MEMINFO,
+		uintptr(unsafe.Pointer(&s.mem[0])), uintptr(unsafe.Pointer(&l)), 0)
+	s.memOK = errno == 0 && l == uint32(unsafe.Sizeof(s.mem))
 }
 
 func (s *stream) startWorkers(quit chan struct{}) {

@@ -326,6 +326,30 @@ func TestFlightRecordQueuedAndRunning(t *testing.T) {
 	}
 }
 
+// TestFlightRecordGroupPeer: a group blocked on a receive shows as running
+// with the peer it waits on, as a collective does.
+func TestFlightRecordGroupPeer(t *testing.T) {
+	comms, err := comm.NewLocal(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, c := range comms {
+			c.Abort()
+		}
+	}()
+	c := comms[0]
+	c.RecvAsync(context.Background(), comm.Slice(make([]int32, 4)), 2) // rank 2 never sends
+	var recs []comm.OpRecord
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		if recs = c.FlightRecord(); len(recs) == 1 && recs[0].State == comm.OpRunning && recs[0].Peer == 2 {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatalf("record %+v, want the group running, waiting on rank 2", recs)
+}
+
 // runBoth runs fn on every communicator concurrently.
 func runBoth(comms []*comm.Communicator, fn func(c *comm.Communicator) error) error {
 	errs := make([]error, len(comms))

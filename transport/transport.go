@@ -105,8 +105,10 @@ type Buffered interface {
 	// peer has freed, and nothing about the payload makes the send wait
 	// for the peer to copy it. Only the sending side may ask, between its
 	// own sends and Lends; a true answer holds until its next one, as the
-	// peer only frees space meanwhile. A closed connection, or one whose
-	// peer closed it, reports false (Send then returns the error).
+	// peer only frees space meanwhile. A closed connection reports false;
+	// so does one whose peer closed it, where the transport knows (shared
+	// memory and the in-process pipes do, TCP may not until a write
+	// fails); Send then returns the error at once either way.
 	Buffers(n int) bool
 }
 

@@ -159,16 +159,21 @@ func (c *Communicator) runSchedule(ctx context.Context, op algo.Collective, byte
 
 // scheduleWaits returns how the waits of the schedule of collective op on
 // bytes bytes behave: as opWaits says, but for a Broadcast whose chunks are
-// lent (see lentChunk) as those of an all-to-all of such blocks, which also
-// runs on its calling goroutine alone (see allToAllWaits). An AllGather's
-// ring, lent or not, waits as opWaits says: with the all-to-all's waits it
-// was slower at 4 processes on 2 cores (4 MiB 1155 against 1075 us, 16 MiB
-// 5.9 against 4.5 ms, 5 rotating rounds) and no faster at 2.
+// lent (see lentChunk) and that is above shortOpShm, as those of a lent
+// all-to-all (waitCopy): such a broadcast runs on its calling goroutine
+// alone, and a rank waits for its parent's copies of every chunk down the
+// tree, which a wait that sleeps and must be woken delays. Measured on 2
+// cores, 4 processes, chunks of 512 KiB, 4 rotating rounds, medians with
+// the waits of an all-to-all of such blocks (which give the core away and
+// then sleep) / copy waits / Open MPI's vader: 1 MiB 285 / 262 / 255 us,
+// 4 MiB 1235 / 946 / 1355, 16 MiB 6.26 / 5.18 / 4.10 ms, 64 MiB 31.7 /
+// 29.7 / 32.3 ms; 512 KiB even. An AllGather's ring, lent or not, waits as
+// opWaits says: with the all-to-all's waits it was slower at 4 processes
+// on 2 cores (4 MiB 1155 against 1075 us, 16 MiB 5.9 against 4.5 ms, 5
+// rotating rounds) and no faster at 2.
 func (c *Communicator) scheduleWaits(op algo.Collective, bytes int) waits {
-	if op == algo.OpBroadcast {
-		if chunk := c.lentChunk(bytes); chunk > 0 {
-			return allToAllWaits(bytes, true, true, chunk, nil, nil)
-		}
+	if op == algo.OpBroadcast && bytes > shortOpShm && c.lentChunk(bytes) > 0 {
+		return waitCopy
 	}
 	return opWaits(bytes, c.links.shm)
 }

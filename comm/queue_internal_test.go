@@ -171,8 +171,9 @@ func TestAllToAllWaits(t *testing.T) {
 // TestScheduleWaits: a Broadcast whose chunks are lent (all-shm
 // connections that all lend them, above the eager limit or from
 // algo.LendFirst times the smallest message lent, a root with several
-// children or crowded ranks) waits as an all-to-all of blocks of that
-// size; every other schedule, and a Broadcast not lent, as opWaits says.
+// children or crowded ranks) waits as a lent all-to-all's copies above
+// shortOpShm; every other schedule, and a Broadcast not lent, as opWaits
+// says.
 func TestScheduleWaits(t *testing.T) {
 	const size, eager, lendMin = 4, 256 << 10, 64 << 10
 	for _, tc := range []struct {
@@ -184,8 +185,9 @@ func TestScheduleWaits(t *testing.T) {
 		want     waits
 		describe string
 	}{
-		{algo.OpBroadcast, 64 << 20, true, lendMin, DefaultChunkSize, waitShort, "chunks of the default size"},
-		{algo.OpBroadcast, 512 << 10, true, lendMin, DefaultChunkSize, waitShort, "one chunk"},
+		{algo.OpBroadcast, 64 << 20, true, lendMin, DefaultChunkSize, waitCopy, "chunks of the default size"},
+		{algo.OpBroadcast, 512 << 10, true, lendMin, DefaultChunkSize, waitCopy, "one chunk"},
+		{algo.OpBroadcast, shortOpShm, true, lendMin, shortOpShm, waitShort, "one short chunk"},
 		{algo.OpBroadcast, 200 << 10, true, lendMin, 0, waitShort, "inline"},
 		{algo.OpBroadcast, 1 << 20, true, 1 << 20, 0, waitAlone, "below the minimum"},
 		{algo.OpBroadcast, 64 << 20, true, 0, 0, waitAlone, "some connection lends nothing"},

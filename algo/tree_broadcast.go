@@ -61,7 +61,14 @@ func BroadcastTree(ctx context.Context, p Peers, data []byte, root int, chunkByt
 // lent); crowded, or with several children, lending saves copies that
 // would share the cores (4 processes on 2 cores, 16 MiB: lent from every
 // rank 5.0-6.3 ms, from the root only 5.8-6.8; 64 MiB 31-34 against
-// 39-45).
+// 39-45). Crowded, a broadcast of one chunk is not lent: a child forwards
+// the chunk only once it has all of it, so the tree's levels copy one
+// after the other whichever way it goes, and there two copies through the
+// rings took less than one process_vm_readv with its descriptor and
+// completion (4 processes on 2 cores, 4 rotating rounds, medians: 256 KiB
+// 59 us through the rings against 85 lent, 512 KiB 121 against 143; Open
+// MPI's vader 56 and 116; from 2 chunks on lending is faster: 1 MiB 259
+// against 360).
 func broadcastTree(ctx context.Context, p Peers, src, data []byte, root int, chunkBytes int, crowded bool) error {
 	size, r := p.Size(), p.Rank()
 	if size <= 1 || len(data) == 0 {
@@ -78,7 +85,7 @@ func broadcastTree(ctx context.Context, p Peers, src, data []byte, root int, chu
 	children := treeChildren(v, root, size, buf[:0])
 	nchild := len(children)
 	inline := nc == 1 && eagerTo(p, children, len(data))
-	if nchild > 1 || (nchild == 1 && crowded) {
+	if (nchild > 1 || (nchild == 1 && crowded)) && (nc > 1 || !crowded) {
 		// Lent, if every child takes every chunk so, and if the buffer
 		// does not go inline or its chunks are large enough to pay.
 		smallest := lastChunk(len(data), chunk)

@@ -183,7 +183,8 @@ func (c *Communicator) scheduleWaits(op algo.Collective, bytes int) waits {
 // connection is shared memory and lends chunks of that size, which do not
 // fit its eager limit or are large enough to be lent even so
 // (algo.LendFirst), and the root has several children or the ranks are
-// crowded. It returns 0 otherwise.
+// crowded, where the broadcast is more than one chunk. It returns 0
+// otherwise.
 func (c *Communicator) lentChunk(bytes int) int {
 	l := &c.links
 	if !l.shm || l.lendMin == 0 || (c.size <= 2 && !c.cfg.oversubscribed) {
@@ -193,7 +194,7 @@ func (c *Communicator) lentChunk(bytes int) int {
 	if c.cfg.chunk > 0 {
 		chunk = min(chunk, c.cfg.chunk)
 	}
-	if chunk < l.lendMin || (chunk <= l.eager && chunk < algo.LendFirst*l.lendMin) {
+	if chunk < l.lendMin || (chunk <= l.eager && chunk < algo.LendFirst*l.lendMin) || (c.cfg.oversubscribed && chunk == bytes) {
 		return 0
 	}
 	return chunk

@@ -171,9 +171,9 @@ func TestAllToAllWaits(t *testing.T) {
 // TestScheduleWaits: a Broadcast whose chunks are lent (all-shm
 // connections that all lend them, above the eager limit or from
 // algo.LendFirst times the smallest message lent, a root with several
-// children or crowded ranks) waits as a lent all-to-all's copies above
-// shortOpShm; every other schedule, and a Broadcast not lent, as opWaits
-// says.
+// children or crowded ranks, where it is more than one chunk) waits as a
+// lent all-to-all's copies above shortOpShm; every other schedule, and a
+// Broadcast not lent, as opWaits says.
 func TestScheduleWaits(t *testing.T) {
 	const size, eager, lendMin = 4, 256 << 10, 64 << 10
 	for _, tc := range []struct {
@@ -223,6 +223,14 @@ func TestScheduleWaits(t *testing.T) {
 	c.cfg.oversubscribed = true
 	if got := c.lentChunk(64 << 20); got != 4<<20 {
 		t.Errorf("Broadcast of 64 MiB between 2 crowded ranks: lent chunks of %d bytes, want %d", got, 4<<20)
+	}
+	// Crowded, a broadcast of one chunk goes through the rings.
+	c.size = size
+	if got, w := c.lentChunk(4<<20), c.scheduleWaits(algo.OpBroadcast, 4<<20); got != 0 || w != waitAlone {
+		t.Errorf("Broadcast of one chunk of 4 MiB among 4 crowded ranks: lent chunks of %d bytes, waits %d; want none lent, waits %d", got, w, waitAlone)
+	}
+	if got := c.lentChunk(4<<20 + 1); got != 4<<20 {
+		t.Errorf("Broadcast of two chunks among 4 crowded ranks: lent chunks of %d bytes, want %d", got, 4<<20)
 	}
 }
 

@@ -35,8 +35,10 @@ type OpRecord struct {
 	Seq uint64 `json:"seq"`
 	// Op names the operation ("AllReduce", "Group", "Rewire", ...).
 	Op string `json:"op"`
-	// Bytes is the size of the operation's buffer on this rank; DType is
-	// its element type (empty where the operation has none).
+	// Bytes is the size of the operation's buffer on this rank, and for
+	// a group the bytes of all its sends and receives there; DType is its
+	// element type (empty where the operation has none, or a group's
+	// buffers have different ones).
 	Bytes int64  `json:"bytes"`
 	DType string `json:"dtype,omitempty"`
 	// Schedule is the schedule that ran ("ring", "rhd", ...), empty until
@@ -219,17 +221,7 @@ func (h *opHistory) init(n, size int) {
 // begin records that r starts at now. The worker calls it.
 func (h *opHistory) begin(r *Request, now stamp) {
 	coll := r.hdr.Kind == transport.KindCollective
-	dt := algo.DType(r.hdr.DType)
-	hasDT := dt.Valid() && r.hdr.Op != uint8(algo.OpBarrier) && r.hdr.Op != uint8(algo.OpRewire) && r.hdr.Op != uint8(algo.OpSplit) && r.hdr.Op != uint8(algo.OpGrow)
-	var bytes int64
-	if hasDT {
-		// The size of the buffer the schedule runs on, as chose will
-		// record it: then chose need not take the lock to correct it.
-		bytes = int64(r.hdr.Count) * int64(dt.Size())
-		if coll && perBlock(algo.Collective(r.hdr.Op)) {
-			bytes *= int64(max(h.size, 1))
-		}
-	}
+	dt, hasDT, bytes := entrySize(r, h.size)
 	h.lock.WriteBegin()
 	e := &h.ring[h.n&h.mask]
 	h.n++
@@ -245,6 +237,29 @@ func (h *opHistory) begin(r *Request, now stamp) {
 		h.started, h.running = r.seq, r.seq
 	}
 	h.lock.WriteEnd()
+}
+
+// entrySize returns the element type of r's flight record entry, whether
+// it has one, and its bytes: for a collective, the size of the buffer its
+// schedule runs on, as chose records it (then chose need not take the
+// lock to correct it); for a group, all its sends and receives on this
+// rank, with the type they share, if they do. size is the communicator's.
+func entrySize(r *Request, size int) (dt algo.DType, hasDT bool, bytes int64) {
+	if r.hdr.Kind == transport.KindP2P {
+		if ops := r.args.p2p; ops != nil {
+			return ops.dt, ops.oneType, ops.bytes
+		}
+		return 0, false, 0
+	}
+	dt = algo.DType(r.hdr.DType)
+	hasDT = dt.Valid() && r.hdr.Op != uint8(algo.OpBarrier) && r.hdr.Op != uint8(algo.OpRewire) && r.hdr.Op != uint8(algo.OpSplit) && r.hdr.Op != uint8(algo.OpGrow)
+	if hasDT {
+		bytes = int64(r.hdr.Count) * int64(dt.Size())
+		if r.hdr.Kind == transport.KindCollective && perBlock(algo.Collective(r.hdr.Op)) {
+			bytes *= int64(max(size, 1))
+		}
+	}
+	return dt, hasDT, bytes
 }
 
 // chose records the schedule the running operation chose for bytes bytes
@@ -486,10 +501,7 @@ func (c *Communicator) FlightRecord() []OpRecord {
 	c.queue.numberQueued()
 	for _, r := range c.queue.pending {
 		q := &opEntry{seq: r.seq, name: r.name, state: entryQueued, peer: -1}
-		dt := algo.DType(r.hdr.DType)
-		if dt.Valid() && r.hdr.Count > 0 {
-			q.dtype, q.hasDType, q.bytes = dt, true, int64(r.hdr.Count)*int64(dt.Size())
-		}
+		q.dtype, q.hasDType, q.bytes = entrySize(r, c.size)
 		recs = append(recs, q.record())
 	}
 	c.queue.mu.Unlock()

@@ -326,8 +326,10 @@ func TestFlightRecordQueuedAndRunning(t *testing.T) {
 	}
 }
 
-// TestFlightRecordGroupPeer: a group blocked on a receive shows as running
-// with the peer it waits on, as a collective does.
+// TestFlightRecordGroupPeer: a group's flight record entry shows the rank
+// it waits on while it runs, and, done, running or queued, the bytes of
+// all its sends and receives on this rank with the element type they
+// share (none where they differ).
 func TestFlightRecordGroupPeer(t *testing.T) {
 	comms, err := comm.NewLocal(3)
 	if err != nil {
@@ -338,16 +340,38 @@ func TestFlightRecordGroupPeer(t *testing.T) {
 			c.Abort()
 		}
 	}()
+	ctx := context.Background()
+	if err := runBoth(comms[:2], func(c *comm.Communicator) error {
+		peer := 1 - c.Rank()
+		return c.NewGroup().Send(comm.Slice(make([]float32, 5)), peer).Recv(comm.Slice(make([]float32, 5)), peer).Run(ctx)
+	}); err != nil {
+		t.Fatal(err)
+	}
 	c := comms[0]
-	c.RecvAsync(context.Background(), comm.Slice(make([]int32, 4)), 2) // rank 2 never sends
+	c.RecvAsync(ctx, comm.Slice(make([]int32, 4)), 2) // rank 2 never sends
+	c.NewGroup().Send(comm.Slice(make([]float64, 2)), 1).Recv(comm.Slice(make([]int32, 3)), 1).Start(ctx)
+	want := []comm.OpRecord{
+		{Op: "Group", Bytes: 40, DType: "float32", State: comm.OpDone, Peer: -1},
+		{Op: "Group", Bytes: 16, DType: "int32", State: comm.OpRunning, Peer: 2},
+		{Op: "Group", Bytes: 28, State: comm.OpQueued, Peer: -1},
+	}
 	var recs []comm.OpRecord
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
-		if recs = c.FlightRecord(); len(recs) == 1 && recs[0].State == comm.OpRunning && recs[0].Peer == 2 {
-			return
+		if recs = c.FlightRecord(); len(recs) == len(want) && recs[1].Peer == 2 {
+			break
 		}
 		time.Sleep(time.Millisecond)
 	}
-	t.Fatalf("record %+v, want the group running, waiting on rank 2", recs)
+	if len(recs) != len(want) {
+		t.Fatalf("record %+v, want %d entries", recs, len(want))
+	}
+	for i, w := range want {
+		r := recs[i]
+		if r.Op != w.Op || r.Bytes != w.Bytes || r.DType != w.DType || r.State != w.State || r.Peer != w.Peer {
+			t.Errorf("entry %d: %s of %d bytes (dtype %q), %s, peer %d; want %s of %d bytes (dtype %q), %s, peer %d",
+				i, r.Op, r.Bytes, r.DType, r.State, r.Peer, w.Op, w.Bytes, w.DType, w.State, w.Peer)
+		}
+	}
 }
 
 // runBoth runs fn on every communicator concurrently.

@@ -47,8 +47,15 @@ type p2pOp struct {
 }
 
 // p2pOps holds a posted group's operations until it completes (see
-// opArgs.putBlocks).
-type p2pOps struct{ list []p2pOp }
+// opArgs.putBlocks), with what its flight record entry shows: the bytes of
+// all its sends and receives, and the element type they share (oneType),
+// if they do.
+type p2pOps struct {
+	list    []p2pOp
+	bytes   int64
+	dt      DType
+	oneType bool
+}
 
 // groupOps recycles the operations of posted groups.
 var groupOps = sync.Pool{New: func() any { return new(p2pOps) }}
@@ -99,7 +106,14 @@ func (g *Group) post(ctx context.Context) *Request {
 	g.n, g.first, g.more = 0, [len(g.first)]p2pOp{}, nil
 	// Sends to self are matched with receives from self, in order.
 	sends, recvs := 0, 0
-	for _, op := range ops.list {
+	ops.bytes, ops.oneType = 0, len(ops.list) > 0
+	for i, op := range ops.list {
+		ops.bytes += int64(len(op.buf.b))
+		if i == 0 {
+			ops.dt = op.buf.dt
+		} else if op.buf.dt != ops.dt {
+			ops.oneType = false
+		}
 		if op.peer == c.rank {
 			if op.send {
 				sends++

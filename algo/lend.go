@@ -30,13 +30,14 @@ const lendFloor = 4 << 10
 // descriptor and the wait for the receiver's copy. The connection's
 // minimum says what lending costs there (shared memory lends from 16 KiB
 // where every process has a core, from 64 KiB where they outnumber the
-// cores). Measured on 2 cores, AllGather, medians of 4-5 rotating rounds:
-// at 2 processes (lending from 16 KiB) blocks of 64 KiB took 7.6 us lent
-// against 11.1 inline, of 128 KiB 13.5 against 22.3, of 512 KiB 69
-// against 101 (Open MPI's vader: 9.4, 13.2, 64); at 4 processes (from 64
-// KiB) blocks of 64 KiB took 91 us lent against 64 inline, of 128 KiB 173
-// against 165.
-const LendFirst = 4
+// cores). Measured on 2 cores, AllGather, medians of 4-6 rotating rounds:
+// at 2 processes (lending from 16 KiB) blocks of 32 KiB took 6.30 us lent
+// against 7.19 inline, of 48 KiB 7.51 against 10.5 (Open MPI's vader:
+// 6.97, 8.24), of 64 KiB 7.6 against 11.1, of 128 KiB 13.5 against 22.3,
+// of 512 KiB 69 against 101; at 4 processes (from 64 KiB) blocks of 64 KiB
+// took 91 us lent against 64 inline, of 128 KiB 173 against 205 (vader
+// 151; 173 against 165 before a lending ring's waits gave the core away).
+const LendFirst = 2
 
 // lendsFirst reports whether lp, which lends messages of n bytes to every
 // rank of tos, lends them even where they could go inline (see

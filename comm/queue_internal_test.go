@@ -188,7 +188,7 @@ func TestScheduleWaits(t *testing.T) {
 		{algo.OpBroadcast, 64 << 20, true, lendMin, DefaultChunkSize, waitCopy, "chunks of the default size"},
 		{algo.OpBroadcast, 512 << 10, true, lendMin, DefaultChunkSize, waitCopy, "one chunk"},
 		{algo.OpBroadcast, shortOpShm, true, lendMin, shortOpShm, waitShort, "one short chunk"},
-		{algo.OpBroadcast, 200 << 10, true, lendMin, 0, waitShort, "inline"},
+		{algo.OpBroadcast, 100 << 10, true, lendMin, 0, waitShort, "inline"},
 		{algo.OpBroadcast, 1 << 20, true, 1 << 20, 0, waitAlone, "below the minimum"},
 		{algo.OpBroadcast, 64 << 20, true, 0, 0, waitAlone, "some connection lends nothing"},
 		{algo.OpBroadcast, 64 << 20, false, lendMin, 0, waitAlone, "not all shared memory"},

@@ -36,7 +36,7 @@ const lendFloor = 4 << 10
 // 6.97, 8.24), of 64 KiB 7.6 against 11.1, of 128 KiB 13.5 against 22.3,
 // of 512 KiB 69 against 101; at 4 processes (from 64 KiB) blocks of 64 KiB
 // took 91 us lent against 64 inline, of 128 KiB 173 against 205 (vader
-// 151; 173 against 165 before a lending ring's waits gave the core away).
+// 151; 173 against 165 when first measured, on an earlier build).
 const LendFirst = 2
 
 // lendsFirst reports whether lp, which lends messages of n bytes to every

@@ -277,15 +277,7 @@ func inSeq(comms []*comm.Communicator, seq uint64) bool {
 // cannot complete show as queued, the blocked one as running with the peer
 // it waits on.
 func TestFlightRecordQueuedAndRunning(t *testing.T) {
-	comms, err := comm.NewLocal(2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		for _, c := range comms {
-			c.Abort()
-		}
-	}()
+	comms := abortedLocal(t, 2)
 	ctx := context.Background()
 	c := comms[0]
 	x := make([]int32, 10)
@@ -294,14 +286,7 @@ func TestFlightRecordQueuedAndRunning(t *testing.T) {
 	}
 	c.AllReduceAsync(ctx, comm.Slice(x), comm.Slice(x), comm.Sum) // rank 1 never joins
 	c.BroadcastAsync(ctx, comm.Slice(x), comm.Slice(x), 0)
-	var recs []comm.OpRecord
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
-		recs = c.FlightRecord()
-		if len(recs) == 3 && recs[1].State == comm.OpRunning && recs[1].Peer == 1 {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+	recs := recordRunning(c, 3, 1, 1)
 	want := []struct {
 		op    string
 		seq   uint64
@@ -331,15 +316,7 @@ func TestFlightRecordQueuedAndRunning(t *testing.T) {
 // all its sends and receives on this rank with the element type they
 // share (none where they differ).
 func TestFlightRecordGroupPeer(t *testing.T) {
-	comms, err := comm.NewLocal(3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		for _, c := range comms {
-			c.Abort()
-		}
-	}()
+	comms := abortedLocal(t, 3)
 	ctx := context.Background()
 	if err := runBoth(comms[:2], func(c *comm.Communicator) error {
 		peer := 1 - c.Rank()
@@ -355,13 +332,7 @@ func TestFlightRecordGroupPeer(t *testing.T) {
 		{Op: "Group", Bytes: 16, DType: "int32", State: comm.OpRunning, Peer: 2},
 		{Op: "Group", Bytes: 28, State: comm.OpQueued, Peer: -1},
 	}
-	var recs []comm.OpRecord
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
-		if recs = c.FlightRecord(); len(recs) == len(want) && recs[1].Peer == 2 {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+	recs := recordRunning(c, len(want), 1, 2)
 	if len(recs) != len(want) {
 		t.Fatalf("record %+v, want %d entries", recs, len(want))
 	}
@@ -372,6 +343,35 @@ func TestFlightRecordGroupPeer(t *testing.T) {
 				i, r.Op, r.Bytes, r.DType, r.State, r.Peer, w.Op, w.Bytes, w.DType, w.State, w.Peer)
 		}
 	}
+}
+
+// abortedLocal returns n communicators in this process, aborted when the
+// test ends.
+func abortedLocal(t *testing.T, n int) []*comm.Communicator {
+	t.Helper()
+	comms, err := comm.NewLocal(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, c := range comms {
+			c.Abort()
+		}
+	})
+	return comms
+}
+
+// recordRunning reads c's flight record until it has n entries, entry i
+// running and waiting on peer, for up to 10 s, and returns the last one
+// read.
+func recordRunning(c *comm.Communicator, n, i, peer int) []comm.OpRecord {
+	var recs []comm.OpRecord
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if recs = c.FlightRecord(); len(recs) == n && recs[i].State == comm.OpRunning && recs[i].Peer == peer {
+			break
+		}
+	}
+	return recs
 }
 
 // runBoth runs fn on every communicator concurrently.

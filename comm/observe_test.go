@@ -15,6 +15,7 @@ import (
 
 	"github.com/occl/occl/algo"
 	"github.com/occl/occl/comm"
+	"github.com/occl/occl/internal/commtest"
 	"github.com/occl/occl/trace"
 )
 
@@ -277,7 +278,8 @@ func inSeq(comms []*comm.Communicator, seq uint64) bool {
 // cannot complete show as queued, the blocked one as running with the peer
 // it waits on.
 func TestFlightRecordQueuedAndRunning(t *testing.T) {
-	comms := abortedLocal(t, 2)
+	comms := commtest.Local(t, 2)
+	commtest.AbortAtEnd(t, comms)
 	ctx := context.Background()
 	c := comms[0]
 	x := make([]int32, 10)
@@ -316,7 +318,8 @@ func TestFlightRecordQueuedAndRunning(t *testing.T) {
 // all its sends and receives on this rank with the element type they
 // share (none where they differ).
 func TestFlightRecordGroupPeer(t *testing.T) {
-	comms := abortedLocal(t, 3)
+	comms := commtest.Local(t, 3)
+	commtest.AbortAtEnd(t, comms)
 	ctx := context.Background()
 	if err := runBoth(comms[:2], func(c *comm.Communicator) error {
 		peer := 1 - c.Rank()
@@ -343,22 +346,6 @@ func TestFlightRecordGroupPeer(t *testing.T) {
 				i, r.Op, r.Bytes, r.DType, r.State, r.Peer, w.Op, w.Bytes, w.DType, w.State, w.Peer)
 		}
 	}
-}
-
-// abortedLocal returns n communicators in this process, aborted when the
-// test ends.
-func abortedLocal(t *testing.T, n int) []*comm.Communicator {
-	t.Helper()
-	comms, err := comm.NewLocal(n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		for _, c := range comms {
-			c.Abort()
-		}
-	})
-	return comms
 }
 
 // recordRunning reads c's flight record until it has n entries, entry i

@@ -22,3 +22,14 @@ func Local(t testing.TB, n int, opts ...comm.Option) []*comm.Communicator {
 	})
 	return comms
 }
+
+// AbortAtEnd aborts comms when the test ends, before the cleanups
+// registered earlier run (Local's Close, which would wait for operations
+// left blocked): for tests that leave an operation blocked on purpose.
+func AbortAtEnd(t testing.TB, comms []*comm.Communicator) {
+	t.Cleanup(func() {
+		for _, c := range comms {
+			c.Abort()
+		}
+	})
+}

@@ -468,6 +468,12 @@ func large(ctx context.Context, c *comm.Communicator) error {
 	if err := k.sendRecv(comm.Float32, 1<<20+3); err != nil {
 		return err
 	}
+	// Messages that a group's sends offer on shared memory (from 32 KiB,
+	// from 128 KiB where the ranks outnumber the cores): each copied by
+	// its receiver while offered, or taken back into the ring.
+	if err := k.sendRecv(comm.Float32, (256<<10)/4); err != nil {
+		return err
+	}
 	// Rank 0 sends one element to every rank and receives just over
 	// 1 MiB from every other: its sends are small enough to go directly,
 	// but blocks that shared memory lends and TCP sends in pieces come to

@@ -413,6 +413,34 @@ func (c *config) shmCMA() (off bool, threshold int, send bool) {
 	return false, lendMinCore, false
 }
 
+// The smallest message a group's send offers over shared memory (see
+// transport.Offerer and shmOffer): where the local ranks have a core each,
+// and where they share the cores. A Send and Recv pair with the previous
+// and next rank, 3 rotating rounds on 2 cores, medians through the rings /
+// by one process_vm_readv each (OCCL_SHM_CMA=8K, every message sent by
+// descriptor) / Open MPI's vader: 2 processes, 16 KiB 3.95 / 3.68 / 3.57
+// us, 32 KiB 5.94 / 4.97 / 5.12, 128 KiB 20.8 / 9.46 / 9.90, 1 MiB 93.5 /
+// 92.2 / 86.0; 4 processes, 16 KiB 8.52 / 13.1 / 11.9, 64 KiB 21.0 / 21.9
+// / 19.7, 256 KiB 82.4 / 53.7 / 48.7, 1 MiB 244 / 257 / 265.
+const (
+	offerMinCore   = 32 << 10
+	offerMinShared = 128 << 10
+)
+
+// shmOffer returns the smallest message a group's send offers over shared
+// memory, 0 for none: none where single copies are off or every large
+// message is sent by descriptor (OCCL_SHM_CMA=SIZE), whose sends wait
+// for the receiver anyway.
+func (c *config) shmOffer() int {
+	switch off, _, send := c.shmCMA(); {
+	case off || send:
+		return 0
+	case c.oversubscribed:
+		return offerMinShared
+	}
+	return offerMinCore
+}
+
 // singleCopyPays reports whether one process_vm_readv of a block beats
 // the rings' two memory copies on this machine; a variable so that tests
 // can take either answer.

@@ -184,12 +184,16 @@ func groupOp(ctx context.Context, p *opPeers, a *opArgs) error {
 // the calling goroutine, as long as each returns at once: a payload above
 // its connection's eager limit lent where the connection lends it
 // (transport.Lender: the receiver copies it out of this process, one copy
-// instead of two through a ring), any other buffered by the connection
-// (transport.Buffered). If they all did, its receives follow there too,
-// in order, where each is eager or lent. Otherwise the operations left run
-// on one goroutine per peer and direction, each going through its
-// operations in order, so that no send waits for a receive of the same
-// group. Last, it waits until its lent payloads have been copied.
+// instead of two through a ring), a smaller one offered where the
+// connection offers it (transport.Offerer: lent until the group ends, and
+// taken back into the connection if the receiver has not begun to copy
+// it by then), any other buffered by the connection (transport.Buffered).
+// If they all did, its receives follow there too, in order, where each is
+// eager or lent. Otherwise the operations left run on one goroutine per
+// peer and direction, each going through its operations in order, so that
+// no send waits for a receive of the same group. Last, it waits until its
+// lent payloads have been copied and takes back its offers not yet
+// claimed.
 //
 // The calling goroutine cannot deadlock: its sends return without any
 // peer, each receive waits only for a peer's send, which a group posts
@@ -197,9 +201,13 @@ func groupOp(ctx context.Context, p *opPeers, a *opArgs) error {
 // receive that waits for nothing of this group. A payload within the eager
 // limit is never lent, so that a send the connection would buffer never
 // waits for its receiver: a rank's send may be received in the peer's next
-// operation. A small exchange (a ring's sendrecv, a pipeline stage's send
-// and receive) so costs no goroutine: 8 B between 2 processes on shared
-// memory went from 3.7-8 us to 0.43 (Open MPI's vader: 0.41).
+// operation; an offered one keeps that promise, as the group ends without
+// waiting for a receiver that has not claimed it. A small exchange (a
+// ring's sendrecv, a pipeline stage's send and receive) so costs no
+// goroutine: 8 B between 2 processes on shared memory went from 3.7-8 us
+// to 0.43 (Open MPI's vader: 0.41). An exchange of 32 KiB to 1 MiB whose
+// sends are offered costs one copy per message instead of two when the
+// ranks' receives overlap (see offerMinCore).
 func (c *Communicator) runP2P(ctx context.Context, p *opPeers, ops []p2pOp) error {
 	var to [4]int
 	sctx := c.worker.op.schedule(ctx, c.p2pWaits(ops))
@@ -226,32 +234,43 @@ func (c *Communicator) runP2P(ctx context.Context, p *opPeers, ops []p2pOp) erro
 // p2pWaits returns how the waits of a group on its calling goroutine
 // behave (see runP2P): nothing else of the operation needs the processor
 // meanwhile; a small group's waits give the core away, as a small
-// collective's do, and so do those of a group that lends on shared memory
-// while its peers copy, as a lending all-to-all's do.
+// collective's do, and so do those of a group that lends or offers on
+// shared memory while its peers copy, as a lending all-to-all's do.
+// Offered sends of more than 256 KiB (shortOpShm) between 4 processes on
+// 2 cores waited alone, without giving the core away, and so kept the
+// receivers from claiming them: 288 KiB took 384 us, against 57 with the
+// copy waits and 121 through the rings.
 func (c *Communicator) p2pWaits(ops []p2pOp) waits {
-	out, in, lending := 0, 0, false
+	out, in := 0, 0
 	for _, op := range ops {
-		if op.peer == c.rank {
-			continue
-		}
-		if op.send {
+		switch {
+		case op.peer == c.rank:
+		case op.send:
 			out += len(op.buf.b)
-			lending = lending || lends(c.links.to(op.peer), len(op.buf.b)) != nil
-		} else {
+		default:
 			in += len(op.buf.b)
 		}
 	}
-	if w := opWaits(max(out, in), c.links.shm); w == waitShort || !lending || !c.links.shm {
+	w := opWaits(max(out, in), c.links.shm)
+	if w == waitShort || !c.links.shm {
 		return w
 	}
-	return waitCopy
+	for _, op := range ops {
+		if op.send && op.peer != c.rank {
+			conn, n := c.links.to(op.peer), len(op.buf.b)
+			if lends(conn, n) != nil || offers(conn, n) != nil {
+				return waitCopy
+			}
+		}
+	}
+	return w
 }
 
 // p2pInline runs a group's remote sends while each returns at once (see
 // runP2P), and then, if all did, its receives where all are eager or lent.
 // It returns the operations it did not run: none, the receives alone, or
 // the first send that could wait, every later send and every receive; and
-// the peers it lent payloads to, appended to lent.
+// the peers it lent or offered payloads to, appended to lent.
 func (c *Communicator) p2pInline(ctx context.Context, p *opPeers, ops []p2pOp, lent []int) ([]p2pOp, []int, error) {
 	eager, sent := true, false
 	for i, op := range ops {
@@ -267,12 +286,17 @@ func (c *Communicator) p2pInline(ctx context.Context, p *opPeers, ops []p2pOp, l
 		}
 		var err error
 		if l := lends(conn, n); l != nil && l.LendBuffers() {
-			err = c.p2pSend(ctx, p, op.peer, op.buf, l)
+			err = c.p2pSend(ctx, p, op.peer, op.buf, l, sendLent)
+			if !slices.Contains(lent, op.peer) {
+				lent = append(lent, op.peer)
+			}
+		} else if o := offers(conn, n); o != nil {
+			err = c.p2pSend(ctx, p, op.peer, op.buf, o, sendOffered)
 			if !slices.Contains(lent, op.peer) {
 				lent = append(lent, op.peer)
 			}
 		} else if b, ok := conn.(transport.Buffered); ok && l == nil && b.Buffers(n) {
-			err = c.p2pSend(ctx, p, op.peer, op.buf, nil)
+			err = c.p2pSend(ctx, p, op.peer, op.buf, nil, sendBuffered)
 		} else if !sent {
 			return ops, lent, nil
 		} else {
@@ -307,6 +331,19 @@ func lends(conn transport.Conn, n int) transport.Lender {
 	}
 	if l, ok := conn.(transport.Lender); ok && l.LendMin() > 0 && n >= l.LendMin() {
 		return l
+	}
+	return nil
+}
+
+// offers returns conn as a transport.Offerer if it offers a payload of n
+// bytes now and a group offers it (n is within conn's eager limit, so that
+// the send returns without the receiver as a buffered one does), else nil.
+func offers(conn transport.Conn, n int) transport.Offerer {
+	if n > conn.EagerLimit() {
+		return nil
+	}
+	if o, ok := conn.(transport.Offerer); ok && o.Offers(n) {
+		return o
 	}
 	return nil
 }
@@ -347,7 +384,7 @@ func (c *Communicator) p2pLanes(ctx context.Context, p *opPeers, ops []p2pOp) er
 		for _, b := range lanes[l] {
 			var err error
 			if l.send {
-				err = c.p2pSend(ctx, p, l.peer, b, nil)
+				err = c.p2pSend(ctx, p, l.peer, b, nil, sendBuffered)
 			} else {
 				err = c.p2pRecv(ctx, p, l.peer, b)
 			}
@@ -398,14 +435,26 @@ func (c *Communicator) p2pHeader(p *opPeers, seq uint64, b Buffer) transport.Hea
 
 // p2pSend sends b to peer, lent through l, its connection, if l is not
 // nil (see runP2P).
-func (c *Communicator) p2pSend(ctx context.Context, p *opPeers, peer int, b Buffer, l transport.Lender) error {
+// How p2pSend sends a payload.
+const (
+	sendBuffered = iota // Send
+	sendLent            // Lend, on l
+	sendOffered         // Offer, on l (a transport.Offerer)
+)
+
+// p2pSend sends a group's payload b to peer: with Send, or lent or
+// offered on l, the peer's connection (see runP2P).
+func (c *Communicator) p2pSend(ctx context.Context, p *opPeers, peer int, b Buffer, l transport.Lender, how int) error {
 	c.worker.p2pTx[peer]++
 	h := c.p2pHeader(p, c.worker.p2pTx[peer], b)
 	c.hist.wait(int32(peer))
 	var err error
-	if l != nil {
+	switch how {
+	case sendLent:
 		err = l.Lend(ctx, h, b.b)
-	} else {
+	case sendOffered:
+		err = l.(transport.Offerer).Offer(ctx, h, b.b)
+	default:
 		err = c.links.to(peer).Send(ctx, h, b.b)
 	}
 	if err != nil {

@@ -7,7 +7,8 @@ import (
 // The shared-memory single-copy setting follows OCCL_SHM_CMA, and by
 // default lends all-to-all blocks when the ranks outnumber the cores and
 // otherwise as this machine's rates say; a communicator whose transport
-// is not shared memory measures nothing.
+// is not shared memory measures nothing. Groups offer their sends unless
+// single copies are off or every large message is sent by descriptor.
 func TestSingleCopySetting(t *testing.T) {
 	defer func(f func() bool) { singleCopyPays = f }(singleCopyPays)
 	for _, pays := range []bool{true, false} {
@@ -50,6 +51,18 @@ func TestSingleCopySetting(t *testing.T) {
 			if off != tc.off || from != tc.from || send != tc.send {
 				t.Errorf("pays %v, OCCL_SHM_CMA=%q, %s, oversubscribed %v: shmCMA() = %v, %d, %v; want %v, %d, %v (%s)",
 					pays, tc.env, tc.transport, tc.oversubscribed, off, from, send, tc.off, tc.from, tc.send, c.singleCopy())
+			}
+			wantOffer := 0
+			switch {
+			case tc.off || tc.send:
+			case tc.oversubscribed:
+				wantOffer = offerMinShared
+			default:
+				wantOffer = offerMinCore
+			}
+			if got := c.shmOffer(); got != wantOffer {
+				t.Errorf("pays %v, OCCL_SHM_CMA=%q, %s, oversubscribed %v: shmOffer() = %d, want %d",
+					pays, tc.env, tc.transport, tc.oversubscribed, got, wantOffer)
 			}
 			if got := measured > before; got != tc.measures {
 				t.Errorf("pays %v, OCCL_SHM_CMA=%q, %s, oversubscribed %v: asked the machine's rates: %v, want %v",

@@ -95,6 +95,31 @@ type Lender interface {
 	LendBuffers() bool
 }
 
+// Offerer is implemented by Lenders that can also offer a payload: lend
+// it for as long as the sender has nothing else to do, and take it back
+// if the peer has not begun to copy it by then. An offered payload so
+// costs one copy where the peer receives it while it is offered (two
+// exchanging ranks whose receives overlap their sends), and otherwise
+// the two of a buffered Send, written into the connection when taken
+// back; either way the send never waits for the peer to receive it, as a
+// Send that Buffers would not.
+type Offerer interface {
+	Lender
+	// Offers reports whether an Offer of a payload of n bytes can be
+	// made now: n is at least the connection's smallest offer, nothing
+	// lent earlier is unsettled, and the connection has room for the
+	// payload should it be taken back. Only the sending side may ask; a
+	// true answer holds until its next send, Lend or Offer.
+	Offers(n int) bool
+	// Offer sends a frame carrying payload, for which Offers must hold,
+	// without waiting for the peer. The next Settle, Send or Lend on the
+	// connection takes the payload back unless the peer has begun to
+	// copy it, in which case Settle waits for that copy (the payload
+	// must stay unchanged until Settle returns, as for Lend). The peer's
+	// Recv takes either form.
+	Offer(ctx context.Context, h Header, payload []byte) error
+}
+
 // Buffered is implemented by connections that can tell whether a Send
 // would return at once: a group of sends and receives whose sends all do
 // can run on one goroutine, its sends first, with no send waiting for a

@@ -74,6 +74,9 @@ type Config struct {
 	// CMASend makes shm send every message of CMAThreshold bytes or more
 	// by descriptor, not only lend them (shm.Config.SendByDescriptor).
 	CMASend bool
+	// CMAOffer is the smallest message shm offers (shm.Config.OfferThreshold;
+	// 0: none).
+	CMAOffer int
 	// ShmSpin is how long shm's waits poll before they sleep (shm.Config.Spin).
 	ShmSpin time.Duration
 	// ShmLazy maps shm rings page by page as they are first touched
@@ -199,7 +202,7 @@ func connectSHM(ctx context.Context, cfg *Config, mesh map[int]*tcp.Conn, peers 
 	}
 	return each(peers, func(r int) (transport.Conn, error) {
 		sc, err := shm.Connect(ctx, mesh[r], shm.Config{Comm: cfg.Mesh.Comm, Epoch: cfg.Mesh.Epoch, Self: cfg.Mesh.Self, Peer: r,
-			NoCMA: cfg.NoCMA, CMAThreshold: cfg.CMAThreshold, SendByDescriptor: cfg.CMASend, Spin: cfg.ShmSpin, Lazy: cfg.ShmLazy})
+			NoCMA: cfg.NoCMA, CMAThreshold: cfg.CMAThreshold, SendByDescriptor: cfg.CMASend, OfferThreshold: cfg.CMAOffer, Spin: cfg.ShmSpin, Lazy: cfg.ShmLazy})
 		switch {
 		case err == nil:
 			return sc, nil

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -31,6 +32,10 @@ const (
 	// transfer (1 for the first one on the ring), all uint64 little endian.
 	descSize         = 32
 	descMagic uint64 = 0x31414d434c43434f // "OCCLCMA1", little endian
+
+	// claimTakenBack marks, in a ring's claim word, the ticket of an
+	// offered transfer that its sender took back (see Conn.Offer).
+	claimTakenBack uint64 = 1 << 63
 
 	// The probe is a page of the offering process filled with a random
 	// pattern, which the peer must read back through process_vm_readv.
@@ -228,6 +233,17 @@ func (c *Conn) lend(ctx context.Context, h transport.Header, payload []byte) err
 	if err := c.sendable(); err != nil {
 		return err
 	}
+	if c.offered != 0 {
+		if err := c.takeBack(ctx); err != nil {
+			return c.settled(err)
+		}
+	}
+	return c.lendFrame(ctx, h, payload)
+}
+
+// lendFrame writes the frame of a lent payload: its header, flagged lent,
+// and its descriptor.
+func (c *Conn) lendFrame(ctx context.Context, h transport.Header, payload []byte) error {
 	h.Len = uint64(len(payload))
 	h.Encode(c.shdr[:])
 	c.shdr[flagsOff] = flagLent
@@ -248,11 +264,73 @@ func (c *Conn) LendBuffers() bool {
 	if !c.cmaOut || c.sendable() != nil {
 		return false
 	}
-	return c.fits(frameEnd(c.tail, descSize) - c.tail)
+	return c.fits(frameEnd(c.tail, descSize) - c.tail + c.offerSpace())
+}
+
+// Offers implements transport.Offerer: n is at least this direction's
+// smallest offer, nothing lent on the connection is unsettled, and the
+// space the consumer has freed holds the offer's frame and, should it be
+// taken back, its payload.
+func (c *Conn) Offers(n int) bool {
+	if c.offerMin == 0 || n < c.offerMin || len(c.lent) != 0 || c.sendable() != nil {
+		return false
+	}
+	return c.fits(alignUp(frameEnd(c.tail, descSize)+uint64(n)) - c.tail)
+}
+
+// Offer lends payload as Lend does, but only until Settle or the next
+// Send or Lend on the connection: whichever comes first takes the payload
+// back, unless the receiver has begun to copy it, and writes it into the
+// ring after its descriptor instead (see transport.Offerer). The ring's
+// claim word decides the race between the two: the receiver stores the
+// transfer's ticket there before it copies, the sender the ticket marked
+// taken back, each with a compare-and-swap from the value before. Offers
+// must hold.
+func (c *Conn) Offer(ctx context.Context, h transport.Header, payload []byte) error {
+	return c.afterClose(c.offer(ctx, h, payload))
+}
+
+func (c *Conn) offer(ctx context.Context, h transport.Header, payload []byte) error {
+	if !c.Offers(len(payload)) {
+		if err := c.sendable(); err != nil {
+			return err
+		}
+		return fmt.Errorf("shm: offer: %d bytes to rank %d: this connection offers payloads of %d bytes or more (none if 0), one at a time, where the ring has room for them", len(payload), c.peer, c.offerMin)
+	}
+	if err := c.lendFrame(ctx, h, payload); err != nil {
+		return err
+	}
+	c.offered = c.sticket
+	return nil
+}
+
+// takeBack settles the offer not yet settled: if the receiver has not
+// claimed it, it is marked taken back and its payload follows its
+// descriptor in the ring (space Offers found free, which only grows);
+// otherwise the receiver is copying it, or has, and it stays lent until a
+// Settle waits for that copy.
+func (c *Conn) takeBack(ctx context.Context) error {
+	t := c.offered
+	c.offered = 0
+	v := c.out.claim.Load()
+	if v&^claimTakenBack >= t || !c.out.claim.CompareAndSwap(v, t|claimTakenBack) {
+		return nil
+	}
+	if err := c.put(ctx, c.lent[0]); err != nil {
+		return err
+	}
+	if err := c.putPad(ctx); err != nil {
+		return err
+	}
+	c.publishTail()
+	clear(c.lent)
+	c.lent = c.lent[:0]
+	return nil
 }
 
 // Settle waits until the receiver has copied every payload lent to it
-// (see transport.Lender).
+// (see transport.Lender), after it has taken back an offered payload that
+// the receiver has not claimed (see Offer).
 func (c *Conn) Settle(ctx context.Context) error {
 	return c.afterClose(c.settle(ctx))
 }
@@ -264,7 +342,40 @@ func (c *Conn) settle(ctx context.Context) error {
 	if c.closed.Load() {
 		return c.settled(transport.ErrClosed)
 	}
+	if c.offered != 0 {
+		c.awaitClaim(ctx)
+		if err := c.takeBack(ctx); err != nil || len(c.lent) == 0 {
+			return c.settled(err)
+		}
+	}
 	return c.settled(c.wait(ctx, forDone))
+}
+
+// claimWaitRate bounds how long awaitClaim waits for an offer of n bytes:
+// n / claimWaitRate nanoseconds, about what taking it back and the
+// receiver's second copy cost on a machine that copies 4 bytes a
+// nanosecond.
+const claimWaitRate = 4
+
+// awaitClaim gives the receiver of the offer not yet settled a little time
+// to claim it, where the processes outnumber the cores (no Config.Spin):
+// there the receiver is often waiting for a core rather than busy with
+// something else, and this thread's core lets it run meanwhile. It waits
+// at most about as long as taking the offer back would cost
+// (claimWaitRate), not at all where the peer has sent something this side
+// has not read yet (a peer settling its own offer to this side waits for
+// nothing here), and it returns early when ctx ends.
+func (c *Conn) awaitClaim(ctx context.Context) {
+	if c.spin > 0 || c.loadTail() != nil || c.tailC != c.head {
+		return
+	}
+	t, limit := c.offered, time.Duration(len(c.lent[0])/claimWaitRate)
+	for start := time.Now(); c.out.claim.Load()&^claimTakenBack < t; {
+		if time.Since(start) > limit || ctx.Err() != nil {
+			return
+		}
+		c.schedYield()
+	}
 }
 
 // recvDesc receives the payload of a frame sent by descriptor into buf:
@@ -290,6 +401,20 @@ func (c *Conn) recvDesc(ctx context.Context, buf []byte) error {
 	case addr == 0 || addr+n < addr:
 		return &transport.FrameError{Reason: fmt.Sprintf("transfer descriptor at bad address %#x+%d", addr, n)}
 	}
+	if takenBack, err := c.claim(ticket); err != nil {
+		return err
+	} else if takenBack {
+		// An offer taken back: the payload follows in the ring.
+		if err := c.get(ctx, buf); err != nil {
+			return err
+		}
+		if err := c.getPad(ctx); err != nil {
+			return err
+		}
+		c.publishHead()
+		c.completed(ticket)
+		return nil
+	}
 	if err := c.pull(ctx, uintptr(addr), buf); err != nil {
 		return err
 	}
@@ -305,12 +430,42 @@ func (c *Conn) recvDesc(ctx context.Context, buf []byte) error {
 	if err := c.reader.alive(); err != nil {
 		return c.peerErr(fmt.Errorf("shm: recv: rank %d: %w (process %d is gone: %v)", c.peer, transport.ErrPeerClosed, c.reader.pid, err))
 	}
+	c.completed(ticket)
+	return nil
+}
+
+// claim claims the transfer with the given ticket before the receiver
+// copies it, unless its sender has taken it back (see Offer). A sender
+// offers only once every payload it lent before has been copied, so a
+// claim word that says taken back for this ticket or a later one can only
+// mean that this transfer, unread, was an offer taken back; one at or past
+// the ticket otherwise is a corrupt ring. The sender changes the word at
+// most once meanwhile, so a second failed compare-and-swap is corrupt too.
+func (c *Conn) claim(ticket uint64) (takenBack bool, err error) {
+	w := c.in.claim
+	v := w.Load()
+	for range 2 {
+		switch t := v &^ claimTakenBack; {
+		case t >= ticket && v&claimTakenBack != 0:
+			return true, nil
+		case t >= ticket:
+			return false, corrupt("claim", t, 0, ticket-1)
+		case w.CompareAndSwap(v, ticket):
+			return false, nil
+		}
+		v = w.Load()
+	}
+	return false, corrupt("claim", v&^claimTakenBack, 0, ticket-1)
+}
+
+// completed publishes the end of the transfer with the given ticket and
+// wakes the sender if it sleeps waiting for it.
+func (c *Conn) completed(ticket uint64) {
 	c.rticket = ticket
 	c.in.done.Store(ticket)
 	if c.in.doneWaiting.Load() != 0 && c.in.doneWaiting.Swap(0) != 0 {
 		bump(c.in.doneSeq)
 	}
-	return nil
 }
 
 // pull copies len(buf) bytes at addr in the peer's process into buf, in

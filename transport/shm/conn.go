@@ -87,7 +87,11 @@ type Conn struct {
 	// descSend: Send, not only Lend, sends payloads of cmaOutMin bytes
 	// or more by descriptor (Config.SendByDescriptor).
 	descSend bool
-	reader   cmaReader // the peer's process, when cmaIn
+	// offerMin is the smallest payload Offer offers, 0 if it offers none
+	// (Config.OfferThreshold); descInMin the smallest payload the peer
+	// may send by descriptor, lent or offered.
+	offerMin, descInMin int
+	reader              cmaReader // the peer's process, when cmaIn
 	// pieceHook, if set (by tests), runs between the pieces of a
 	// cross-memory read with the number of bytes copied so far.
 	pieceHook func(done int)
@@ -114,6 +118,7 @@ type Conn struct {
 	sticket uint64   // descriptors sent on out
 	doneC   uint64   // last completion count read from shared memory (validated)
 	lent    [][]byte // the payloads the peer may be reading
+	offered uint64   // ticket of the offer (lent[0]) not yet settled, 0 if none
 	shdr    [transport.HeaderSize]byte
 	sdesc   [descSize]byte
 
@@ -160,8 +165,11 @@ var (
 type cmaSetup struct {
 	out, in       bool
 	outMin, inMin int
-	send          bool      // Send uses descriptors too (Config.SendByDescriptor)
-	reader        cmaReader // owned by the Conn from newConn on
+	// outOffer and inOffer are the smallest payloads this side and the
+	// peer offer (Config.OfferThreshold), 0 if none.
+	outOffer, inOffer int
+	send              bool      // Send uses descriptors too (Config.SendByDescriptor)
+	reader            cmaReader // owned by the Conn from newConn on
 }
 
 // newConn joins two mapped rings into a Conn. ctl, if not nil, becomes the
@@ -170,6 +178,13 @@ func newConn(out, in *mapping, peer int, ctl transport.Conn, want transport.Head
 	c := &Conn{out: out.ring, in: in.ring, outM: out, inM: in, peer: peer, ctl: ctl, peerSpin: peerSpin, copyWaitYield: transport.CopyWaitYield}
 	c.cmaOut, c.cmaOutMin = cma.out && cma.outMin > 0, cma.outMin
 	c.cmaIn, c.cmaInMin = cma.in && cma.inMin > 0, cma.inMin
+	if c.cmaOut {
+		c.offerMin = max(cma.outOffer, 0)
+	}
+	c.descInMin = c.cmaInMin
+	if cma.inOffer > 0 {
+		c.descInMin = min(c.descInMin, cma.inOffer)
+	}
 	c.reader = cma.reader
 	pid := uint32(os.Getpid())
 	c.local = out.creatorID.Load() == pid && in.creatorID.Load() == pid
@@ -216,6 +231,13 @@ func (c *Conn) Send(ctx context.Context, h transport.Header, payload []byte) err
 func (c *Conn) send(ctx context.Context, h transport.Header, payload []byte) error {
 	if err := c.sendable(); err != nil {
 		return err
+	}
+	if c.offered != 0 {
+		// The frame goes after the offered payload's, in the ring if
+		// the peer has not claimed it.
+		if err := c.takeBack(ctx); err != nil {
+			return c.settled(err)
+		}
 	}
 	h.Len = uint64(len(payload))
 	if off, end, ok := c.room(len(payload)); ok {
@@ -269,7 +291,16 @@ func (c *Conn) Buffers(n int) bool {
 	if n < 0 || c.sendable() != nil || (c.descSend && n >= c.cmaOutMin) {
 		return false
 	}
-	return c.fits(frameEnd(c.tail, n) - c.tail)
+	return c.fits(frameEnd(c.tail, n) - c.tail + c.offerSpace())
+}
+
+// offerSpace is the space of the ring that the offer not yet settled
+// keeps for its payload, in case it is taken back (see Offer).
+func (c *Conn) offerSpace() uint64 {
+	if c.offered == 0 {
+		return 0
+	}
+	return alignUp(uint64(len(c.lent[0])))
 }
 
 // fits reports whether need bytes of the out ring are free, looking up
@@ -361,8 +392,8 @@ func (c *Conn) recv(ctx context.Context, want transport.Header, buf []byte) erro
 	}
 	if flags&flagLent != 0 {
 		// The frame carries a descriptor instead of the payload.
-		if !c.cmaIn || len(buf) < c.cmaInMin {
-			return &transport.FrameError{Reason: fmt.Sprintf("shared ring: a lent frame of %d bytes, where this direction lends nothing or nothing below %d bytes", len(buf), c.cmaInMin)}
+		if !c.cmaIn || len(buf) < c.descInMin {
+			return &transport.FrameError{Reason: fmt.Sprintf("shared ring: a lent frame of %d bytes, where this direction lends nothing or nothing below %d bytes", len(buf), c.descInMin)}
 		}
 		return c.recvDesc(ctx, buf)
 	}
@@ -429,7 +460,7 @@ func (c *Conn) room(n int) (off, end uint64, ok bool) {
 // being streamed: a mismatch), or the frame is not small, the general
 // path reads it and reports what is wrong with it.
 func (c *Conn) frameAt(ctx context.Context, n int) (off, end uint64, ok bool, err error) {
-	off, end, ok = smallSlot(&c.in, c.head, n, c.cmaIn && n >= c.cmaInMin)
+	off, end, ok = smallSlot(&c.in, c.head, n, c.cmaIn && n >= c.descInMin)
 	if !ok {
 		return 0, 0, false, nil
 	}

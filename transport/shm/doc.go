@@ -24,6 +24,8 @@
 //	1408 producer-waiting-for-done flag
 //	1536 producer-off-core count (see Waiting)
 //	1664 consumer-off-core count
+//	1792 claim: ticket of the last descriptor transfer the consumer claimed
+//	     or, with the top bit set, the producer took back (see Offers)
 //
 // Each field that changes sits in its own 128-byte slot so that the two
 // sides never write to the same cache line. Head and tail are free-running
@@ -193,6 +195,33 @@
 // where every rank has a core, communicators lend if MeasureSingleCopy
 // says one copy pays on this machine, and otherwise only blocks too
 // large to stay in the cache with the rings (1 MiB).
+//
+// # Offers
+//
+// A Send must return without the receiver when the ring has room for it
+// (transport.Buffered), so that a rank may receive it in a later
+// operation; a lent payload waits for its receiver. An offer
+// (Conn.Offer, transport.Offerer, from Config.OfferThreshold, announced
+// in the setup offer next to the threshold) is lent for as long as the
+// sender has nothing else to send on the connection: its frame is a lent
+// one, and the sender makes sure at offer time that the ring also has
+// room for the payload. Before it copies any lent payload, the receiver
+// claims the transfer: a compare-and-swap of the claim word from the
+// value it holds, below the ticket, to the ticket. The sender's Settle,
+// or its next Send or Lend on the connection, takes an unclaimed offer
+// back with a compare-and-swap of the same word to the ticket with the
+// top bit set, and then writes the payload into the ring after the
+// descriptor; a receiver that finds the word so marked reads the payload
+// from the ring instead of the sender's memory. One of the two wins, so
+// the payload is copied once, by the receiver, if it claimed in time, and
+// otherwise twice, as through the ring, and the sender never waits for
+// the receiver to arrive (it waits only for a copy already begun). A
+// sender offers only once everything it lent before has been copied, so
+// a receiver that finds a later ticket marked taken back knows that the
+// transfer it reads was taken back too. Communicators offer the sends of
+// a group (comm.Group) from 32 KiB where every rank has a core and from
+// 128 KiB where they share the cores, up to the eager limit; above it a
+// group's sends are lent.
 //
 // # Waiting
 //

@@ -66,3 +66,7 @@ func Plain(c *Conn) bool { return c.plain }
 // SetCopyWaitYield sets how long c's copy waits give their core away
 // (transport.CopyWaitYield by default).
 func SetCopyWaitYield(c *Conn, d time.Duration) { c.copyWaitYield = d }
+
+// StoreClaim stores v in the claim word of the ring c receives from, as a
+// corrupt or malicious peer could.
+func StoreClaim(c *Conn, v uint64) { c.in.claim.Store(v) }

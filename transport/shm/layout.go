@@ -55,9 +55,10 @@ const (
 	offDoneWaiting  = 11 * slot  // uint32, 1 while the producer sleeps for a transfer
 	offProdOff      = 12 * slot  // uint32, nonzero while the producer's process is off core (see offCore)
 	offConsOff      = 13 * slot  // uint32, nonzero while the consumer's process is off core
+	offClaim        = 14 * slot  // uint64, ticket of the last transfer claimed (consumer) or taken back (producer, | claimTakenBack)
 
 	ringMagic   uint64 = 0x314d48534c43434f // "OCCLSHM1", little endian
-	ringVersion uint32 = 4
+	ringVersion uint32 = 5
 	nonceSize          = 16
 	filePrefix         = "occl-"
 )
@@ -77,6 +78,7 @@ type ring struct {
 	spaceTarget                *atomic.Uint64
 	prodClosed, consClosed     *atomic.Uint32
 	done                       *atomic.Uint64
+	claim                      *atomic.Uint64
 	doneSeq, doneWaiting       *atomic.Uint32
 	prodOff, consOff           *atomic.Uint32
 	magic                      *atomic.Uint64
@@ -112,6 +114,7 @@ func viewRing(m []byte, capacity uint64) ring {
 		prodClosed:   u32(offProdClosed),
 		consClosed:   u32(offConsClosed),
 		done:         u64(offDone),
+		claim:        u64(offClaim),
 		doneSeq:      u32(offDoneSeq),
 		doneWaiting:  u32(offDoneWaiting),
 		prodOff:      u32(offProdOff),

@@ -56,6 +56,12 @@ type Config struct {
 	// Without it only Lend (transport.Lender) lends payloads, and Send
 	// writes every payload into the ring.
 	SendByDescriptor bool
+	// OfferThreshold is the smallest payload this side offers (Conn.Offer)
+	// where the peer can read this process's memory; 0 offers none.
+	// Offers are independent of CMAThreshold: an offer is taken back,
+	// into the ring, if the peer has not begun to copy it by Settle, so
+	// it keeps the ring's promise that a send returns without the peer.
+	OfferThreshold int
 	// Spin is how long a side that waits for the peer keeps polling
 	// before it sleeps on the futex. Polling keeps latency low and stable
 	// when every process has a core of its own (a futex wake-up costs tens
@@ -116,13 +122,14 @@ type offer struct {
 	probeAddr uint64          // address of the probe in process pid
 	threshold uint64          // smallest payload sent by descriptor
 	pattern   [probeSize]byte // what the probe holds
+	offerMin  uint64          // smallest payload offered, 0 if none
 }
 
 // Offer wire layout (offerSize bytes, little endian): magic u64, status
 // u32, pid u32, capacity u64, nonce [16], text length u16, flags u16,
 // 4 reserved bytes, probe address u64, probe length u32, 4 reserved
-// bytes, descriptor threshold u64, probe pattern [32], 24 reserved bytes,
-// text.
+// bytes, descriptor threshold u64, probe pattern [32], offer threshold
+// u64, 16 reserved bytes, text.
 func (o *offer) encode(b []byte) {
 	clear(b)
 	putU64(b[0:], ringMagic)
@@ -137,6 +144,7 @@ func (o *offer) encode(b []byte) {
 	putU32(b[56:], probeSize)
 	putU64(b[64:], o.threshold)
 	copy(b[72:72+probeSize], o.pattern[:])
+	putU64(b[104:], o.offerMin)
 }
 
 func (o *offer) decode(b []byte) error {
@@ -156,8 +164,12 @@ func (o *offer) decode(b []byte) error {
 	o.probeAddr = getU64(b[48:])
 	o.threshold = getU64(b[64:])
 	copy(o.pattern[:], b[72:72+probeSize])
+	o.offerMin = getU64(b[104:])
 	if o.flags&flagCMA != 0 && (getU32(b[56:]) != probeSize || o.threshold == 0 || o.threshold > transport.MaxLen) {
 		o.flags &^= flagCMA // not an offer this side can take up
+	}
+	if o.flags&flagCMA == 0 || o.offerMin > transport.MaxLen {
+		o.offerMin = 0
 	}
 	return nil
 }
@@ -222,6 +234,9 @@ func Connect(ctx context.Context, ctl transport.Conn, cfg Config) (*Conn, error)
 		if cfg.CMAThreshold < 0 {
 			local = fmt.Errorf("invalid CMA threshold %d", cfg.CMAThreshold)
 		}
+	}
+	if cfg.OfferThreshold < 0 || uint64(cfg.OfferThreshold) > transport.MaxLen {
+		local = fmt.Errorf("invalid offer threshold %d", cfg.OfferThreshold)
 	}
 	capacity := uint64(DefaultCapacity)
 	if cfg.Capacity != 0 {
@@ -288,6 +303,7 @@ func Connect(ctx context.Context, ctl transport.Conn, cfg Config) (*Conn, error)
 			mine.probeAddr = p.addr()
 			mine.threshold = uint64(threshold)
 			mine.pattern = p.pattern
+			mine.offerMin = uint64(cfg.OfferThreshold)
 		}
 	}
 
@@ -326,7 +342,7 @@ func Connect(ctx context.Context, ctl transport.Conn, cfg Config) (*Conn, error)
 	if local == nil && remote == nil && !cfg.NoCMA && theirs.flags&flagCMA != 0 {
 		if r, err := probePeer(theirs.pid, theirs.probeAddr, theirs.pattern[:]); err == nil {
 			reader = r
-			cma.in, cma.inMin = true, int(theirs.threshold)
+			cma.in, cma.inMin, cma.inOffer = true, int(theirs.threshold), int(theirs.offerMin)
 		}
 	}
 
@@ -348,7 +364,7 @@ func Connect(ctx context.Context, ctl transport.Conn, cfg Config) (*Conn, error)
 		remote = errors.New(text)
 	}
 	if mine.flags&flagCMA != 0 && flags&flagCMA != 0 {
-		cma.out, cma.outMin, cma.send = true, threshold, cfg.SendByDescriptor
+		cma.out, cma.outMin, cma.send, cma.outOffer = true, threshold, cfg.SendByDescriptor, cfg.OfferThreshold
 	}
 	switch {
 	case local != nil:

@@ -18,14 +18,16 @@ func wireSized(data []byte, size int) []byte {
 
 // FuzzDecodeOffer checks that the offer decoder never panics on a message
 // from a peer, that what it accepts is something this side can take up (a
-// descriptor offer only with a sane threshold) and that it survives a round
-// trip.
+// descriptor offer only with a sane threshold, offered payloads only with
+// it) and that it survives a round trip.
 func FuzzDecodeOffer(f *testing.F) {
 	seeds := []offer{
 		{status: statusOK, pid: 1234, capacity: 4 << 20, nonce: [nonceSize]byte{1, 2, 3}, text: "/dev/shm/occl-ring-1"},
 		{status: statusError, text: "no /dev/shm"},
 		{status: statusOK, pid: 7, capacity: 1 << 16, text: "/dev/shm/x", flags: flagCMA, probeAddr: 0x7f0000001000, threshold: 4 << 20,
 			pattern: [probeSize]byte{9, 8, 7}},
+		{status: statusOK, pid: 8, capacity: 4 << 20, text: "/dev/shm/y", flags: flagCMA, probeAddr: 0x7f0000002000, threshold: 1 << 20,
+			pattern: [probeSize]byte{1}, offerMin: 32 << 10},
 	}
 	for _, o := range seeds {
 		b := make([]byte, offerSize)
@@ -41,6 +43,9 @@ func FuzzDecodeOffer(f *testing.F) {
 		}
 		if o.flags&flagCMA != 0 && (o.threshold == 0 || o.threshold > transport.MaxLen) {
 			t.Fatalf("descriptor offer accepted with threshold %d", o.threshold)
+		}
+		if o.offerMin != 0 && (o.flags&flagCMA == 0 || o.offerMin > transport.MaxLen) {
+			t.Fatalf("offers from %d bytes accepted without a sane descriptor offer (flags %#x)", o.offerMin, o.flags)
 		}
 		if len(o.text) > offerSize-offerText {
 			t.Fatalf("text of %d bytes from a %d-byte offer", len(o.text), offerSize)

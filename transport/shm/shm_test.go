@@ -107,6 +107,11 @@ func TestConformance(t *testing.T) {
 	runConformance(t, true, func(c *shm.Config) {})
 }
 
+// Offers from 32 KiB, loans from 1 MiB, Send through the ring.
+func TestConformanceOffers(t *testing.T) {
+	runConformance(t, true, func(c *shm.Config) { c.SendByDescriptor, c.CMAThreshold, c.OfferThreshold = false, 1<<20, 32<<10 })
+}
+
 func TestConformanceNoCMA(t *testing.T) {
 	runConformance(t, false, func(c *shm.Config) { c.NoCMA = true })
 }

@@ -33,6 +33,7 @@ func Run(t *testing.T, newPair PairFunc) {
 	t.Run("Eager", func(t *testing.T) { testEager(t, newPair) })
 	t.Run("NoAllocs", func(t *testing.T) { testNoAllocs(t, newPair) })
 	t.Run("Buffers", func(t *testing.T) { testBuffers(t, newPair) })
+	t.Run("Offers", func(t *testing.T) { testOffers(t, newPair) })
 }
 
 func hdr(seq uint64, step uint32) transport.Header {
@@ -383,6 +384,79 @@ func testBuffers(t *testing.T, newPair PairFunc) {
 	a.Close()
 	if ba.Buffers(n) {
 		t.Fatal("a closed connection reports room")
+	}
+}
+
+// testOffers checks transport.Offerer, where a Conn implements it and
+// offers some payload of up to 1 MiB: with nobody receiving, an offer and
+// its Settle return, and the peer later receives the payload as it was
+// offered although the sender has overwritten its buffer since; an offer
+// followed by a Send arrives before it; an offer the peer receives at
+// once arrives intact, and Settle returns after it.
+func testOffers(t *testing.T, newPair PairFunc) {
+	a, b := newPair(t)
+	defer a.Close()
+	defer b.Close()
+	oa, ok := a.(transport.Offerer)
+	if !ok {
+		t.Skipf("%s does not implement transport.Offerer", transport.Name(a))
+	}
+	n := 1 << 10
+	for ; n <= 1<<20 && !oa.Offers(n); n *= 2 {
+	}
+	if n > 1<<20 {
+		t.Skipf("%s offers no payload of up to 1 MiB", transport.Name(a))
+	}
+	ctx := ctxT(t, 30*time.Second)
+	buf := make([]byte, n)
+	// Nobody receives: an offer or a Settle that waited would end at
+	// ctx's deadline.
+	fill(buf, 1)
+	if err := oa.Offer(ctx, hdr(1, 0), buf); err != nil {
+		t.Fatalf("offer of %d bytes: %v", n, err)
+	}
+	if err := oa.Settle(ctx); err != nil {
+		t.Fatalf("Settle of an offer nobody received: %v", err)
+	}
+	clear(buf)
+	if !oa.Offers(n) {
+		t.Fatalf("Offers(%d) = false after the offer before settled", n)
+	}
+	fill(buf, 2)
+	if err := oa.Offer(ctx, hdr(2, 0), buf); err != nil {
+		t.Fatalf("second offer: %v", err)
+	}
+	small := []byte("after the offer")
+	if err := a.Send(ctx, hdr(3, 0), small); err != nil {
+		t.Fatalf("send after an offer: %v", err)
+	}
+	clear(buf)
+	got, want := make([]byte, n), make([]byte, n)
+	for i := uint64(1); i <= 2; i++ {
+		if err := b.Recv(ctx, hdr(i, 0), got); err != nil {
+			t.Fatalf("recv of offer %d: %v", i, err)
+		}
+		if fill(want, i); !bytes.Equal(got, want) {
+			t.Fatalf("offer %d: payload differs from what was offered", i)
+		}
+	}
+	gotSmall := make([]byte, len(small))
+	if err := b.Recv(ctx, hdr(3, 0), gotSmall); err != nil || !bytes.Equal(gotSmall, small) {
+		t.Fatalf("the send after the offer: %q, %v", gotSmall, err)
+	}
+	// Received while offered.
+	fill(buf, 4)
+	if err := oa.Offer(ctx, hdr(4, 0), buf); err != nil {
+		t.Fatalf("third offer: %v", err)
+	}
+	if err := b.Recv(ctx, hdr(4, 0), got); err != nil {
+		t.Fatalf("recv of offer 4: %v", err)
+	}
+	if err := oa.Settle(ctx); err != nil {
+		t.Fatalf("Settle of an offer received: %v", err)
+	}
+	if fill(want, 4); !bytes.Equal(got, want) {
+		t.Fatal("offer 4: payload differs")
 	}
 }
 

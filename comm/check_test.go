@@ -469,7 +469,7 @@ func large(ctx context.Context, c *comm.Communicator) error {
 		return err
 	}
 	// Messages that a group's sends offer on shared memory (from 32 KiB,
-	// from 128 KiB where the ranks outnumber the cores): each copied by
+	// from 64 KiB where the ranks outnumber the cores): each copied by
 	// its receiver while offered, or taken back into the ring.
 	if err := k.sendRecv(comm.Float32, (256<<10)/4); err != nil {
 		return err

@@ -421,10 +421,14 @@ func (c *config) shmCMA() (off bool, threshold int, send bool) {
 // descriptor) / Open MPI's vader: 2 processes, 16 KiB 3.95 / 3.68 / 3.57
 // us, 32 KiB 5.94 / 4.97 / 5.12, 128 KiB 20.8 / 9.46 / 9.90, 1 MiB 93.5 /
 // 92.2 / 86.0; 4 processes, 16 KiB 8.52 / 13.1 / 11.9, 64 KiB 21.0 / 21.9
-// / 19.7, 256 KiB 82.4 / 53.7 / 48.7, 1 MiB 244 / 257 / 265.
+// / 19.7, 256 KiB 82.4 / 53.7 / 48.7, 1 MiB 244 / 257 / 265. With offers
+// (their sender's brief wait for the claim where the ranks share the
+// cores, and the copy waits), 4 processes, 4 rotating rounds, offered from
+// 32 KiB / from 128 KiB / vader: 32 KiB 15.1 / 13.2 / 14.2 us, 64 KiB 19.1
+// / 24.8 / 13.9, 96 KiB 22.1 / 36.3 / 20.0.
 const (
 	offerMinCore   = 32 << 10
-	offerMinShared = 128 << 10
+	offerMinShared = 64 << 10
 )
 
 // shmOffer returns the smallest message a group's send offers over shared

@@ -220,7 +220,7 @@
 // a receiver that finds a later ticket marked taken back knows that the
 // transfer it reads was taken back too. Communicators offer the sends of
 // a group (comm.Group) from 32 KiB where every rank has a core and from
-// 128 KiB where they share the cores, up to the eager limit; above it a
+// 64 KiB where they share the cores, up to the eager limit; above it a
 // group's sends are lent.
 //
 // # Waiting

@@ -41,12 +41,16 @@ type linkSet struct {
 	// some connection lends none (see transport.Lender). Worker-only,
 	// kept by set and replace.
 	lendMin int
+	// offerMin is the smallest message some connection offers
+	// (transport.Offerer), 0 if none does, so that a smaller send asks
+	// no connection. Worker-only, kept by set and replace.
+	offerMin int
 }
 
 // set installs the first connections, by peer rank (nil at this rank).
 func (l *linkSet) set(conns []transport.Conn) {
 	l.conns = conns
-	l.shm, l.eager, l.lend, l.lendMin = allShm(conns), minEager(conns), anyLends(conns), allLend(conns)
+	l.shm, l.eager, l.lend, l.lendMin, l.offerMin = allShm(conns), minEager(conns), anyLends(conns), allLend(conns), minOffer(conns)
 }
 
 // allShm reports whether every connection of conns is shared memory
@@ -107,6 +111,36 @@ func allLend(conns []transport.Conn) int {
 	return n
 }
 
+// minOffer returns the smallest message that some connection of conns
+// offers (the smallest of their OfferMin), 0 if none offers.
+func minOffer(conns []transport.Conn) int {
+	n := 0
+	for _, conn := range conns {
+		if o, ok := conn.(transport.Offerer); ok && o.OfferMin() > 0 && (n == 0 || o.OfferMin() < n) {
+			n = o.OfferMin()
+		}
+	}
+	return n
+}
+
+// offers returns the connection to peer as a transport.Offerer if it
+// offers a payload of n bytes now and a group offers it (n is within its
+// eager limit, so that the send returns without the receiver as a
+// buffered one does), else nil. Worker only.
+func (l *linkSet) offers(peer, n int) transport.Offerer {
+	if l.offerMin == 0 || n < l.offerMin {
+		return nil
+	}
+	conn := l.conns[peer]
+	if n > conn.EagerLimit() {
+		return nil
+	}
+	if o, ok := conn.(transport.Offerer); ok && o.Offers(n) {
+		return o
+	}
+	return nil
+}
+
 // lends reports whether some connection lends large messages. Worker only.
 func (l *linkSet) lends() bool { return l.lend }
 
@@ -136,7 +170,7 @@ func (l *linkSet) replace(conns map[int]transport.Conn) {
 		l.retired = append(l.retired, l.conns[r])
 		l.conns[r] = conn
 	}
-	l.shm, l.eager, l.lend, l.lendMin = allShm(l.conns), minEager(l.conns), anyLends(l.conns), allLend(l.conns)
+	l.shm, l.eager, l.lend, l.lendMin, l.offerMin = allShm(l.conns), minEager(l.conns), anyLends(l.conns), allLend(l.conns), minOffer(l.conns)
 	l.mu.Unlock()
 }
 

@@ -27,6 +27,42 @@ type lendingConn struct {
 
 func (l lendingConn) LendMin() int { return l.min }
 
+// offeringMinConn is a shared-memory connection that offers messages of
+// at least min bytes (transport.Offerer; 0: none).
+type offeringMinConn struct {
+	namedConn
+	transport.Offerer
+	min int
+}
+
+func (o offeringMinConn) OfferMin() int { return o.min }
+func (o offeringMinConn) LendMin() int  { return 0 }
+
+// The smallest message some connection offers, so that smaller sends ask
+// none of them.
+func TestMinOffer(t *testing.T) {
+	shm := namedConn{name: "shm", eager: 1 << 20}
+	o32, o64, none := offeringMinConn{namedConn: shm, min: 32 << 10}, offeringMinConn{namedConn: shm, min: 64 << 10}, offeringMinConn{namedConn: shm}
+	for _, tc := range []struct {
+		conns []transport.Conn
+		want  int
+	}{
+		{[]transport.Conn{nil, o64, o32}, 32 << 10},
+		{[]transport.Conn{nil, none, o64}, 64 << 10},
+		{[]transport.Conn{nil, shm, none}, 0},
+		{[]transport.Conn{nil}, 0},
+	} {
+		var l linkSet
+		l.set(tc.conns)
+		if l.offerMin != tc.want {
+			t.Errorf("%v: offerMin %d, want %d", tc.conns, l.offerMin, tc.want)
+		}
+		if tc.want > 0 && l.offers(1, tc.want-1) != nil {
+			t.Errorf("%v: a message below the smallest offer asked to be offered", tc.conns)
+		}
+	}
+}
+
 func TestLinkSet(t *testing.T) {
 	shm, tcp := namedConn{name: "shm", eager: 1 << 20}, namedConn{name: "tcp", eager: 64 << 10}
 	for _, tc := range []struct {

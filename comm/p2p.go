@@ -257,8 +257,7 @@ func (c *Communicator) p2pWaits(ops []p2pOp) waits {
 	}
 	for _, op := range ops {
 		if op.send && op.peer != c.rank {
-			conn, n := c.links.to(op.peer), len(op.buf.b)
-			if lends(conn, n) != nil || offers(conn, n) != nil {
+			if n := len(op.buf.b); lends(c.links.to(op.peer), n) != nil || c.links.offers(op.peer, n) != nil {
 				return waitCopy
 			}
 		}
@@ -290,7 +289,7 @@ func (c *Communicator) p2pInline(ctx context.Context, p *opPeers, ops []p2pOp, l
 			if !slices.Contains(lent, op.peer) {
 				lent = append(lent, op.peer)
 			}
-		} else if o := offers(conn, n); o != nil {
+		} else if o := c.links.offers(op.peer, n); o != nil {
 			err = c.p2pSend(ctx, p, op.peer, op.buf, o, sendOffered)
 			if !slices.Contains(lent, op.peer) {
 				lent = append(lent, op.peer)
@@ -331,19 +330,6 @@ func lends(conn transport.Conn, n int) transport.Lender {
 	}
 	if l, ok := conn.(transport.Lender); ok && l.LendMin() > 0 && n >= l.LendMin() {
 		return l
-	}
-	return nil
-}
-
-// offers returns conn as a transport.Offerer if it offers a payload of n
-// bytes now and a group offers it (n is within conn's eager limit, so that
-// the send returns without the receiver as a buffered one does), else nil.
-func offers(conn transport.Conn, n int) transport.Offerer {
-	if n > conn.EagerLimit() {
-		return nil
-	}
-	if o, ok := conn.(transport.Offerer); ok && o.Offers(n) {
-		return o
 	}
 	return nil
 }

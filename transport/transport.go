@@ -105,6 +105,9 @@ type Lender interface {
 // Send that Buffers would not.
 type Offerer interface {
 	Lender
+	// OfferMin returns the smallest payload Offer offers; 0 if it
+	// offers none.
+	OfferMin() int
 	// Offers reports whether an Offer of a payload of n bytes can be
 	// made now: n is at least the connection's smallest offer, nothing
 	// lent earlier is unsettled, and the connection has room for the

@@ -267,6 +267,10 @@ func (c *Conn) LendBuffers() bool {
 	return c.fits(frameEnd(c.tail, descSize) - c.tail + c.offerSpace())
 }
 
+// OfferMin returns the smallest payload Offer offers, 0 if this
+// direction offers none (see transport.Offerer).
+func (c *Conn) OfferMin() int { return c.offerMin }
+
 // Offers implements transport.Offerer: n is at least this direction's
 // smallest offer, nothing lent on the connection is unsettled, and the
 // space the consumer has freed holds the offer's frame and, should it be

@@ -194,6 +194,9 @@ func TestOffers(t *testing.T) {
 	defer b.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	if got := a.OfferMin(); got != 32<<10 {
+		t.Fatalf("OfferMin() = %d, want %d", got, 32<<10)
+	}
 	if a.Offers(32<<10 - 1) {
 		t.Fatal("Offers below the threshold")
 	}

@@ -27,7 +27,11 @@ import (
 // without its receiver, as long as the connection has room (the peer has
 // received earlier messages); a larger one returns once its receiver has
 // it, and on shared memory the receiver copies it straight out of the
-// sender's buffer (see runP2P).
+// sender's buffer (see runP2P). On shared memory a send of 32 KiB (64 KiB
+// where the processes outnumber the cores) up to the eager limit is
+// offered: a receiver that receives it while the group runs copies it out
+// of the sender's buffer too, and otherwise the group's end writes it into
+// the connection as a smaller send.
 type Group struct {
 	c   *Communicator
 	err error

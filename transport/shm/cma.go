@@ -183,21 +183,21 @@ func (c *Conn) postDesc(ctx context.Context, payload []byte) error {
 	return err
 }
 
-// settled ends the loans after the wait for them returned err: on an
-// error the receiver may still be reading, or read later, while the
-// caller reuses the buffers, so this end of the ring is closed first (a
-// receiver checks the flag after its copy and discards what it read if
-// the flag is set). A connection closed already closed it, and its rings
-// are gone: the caller holds mu for reading, so Close, which sets closed
-// before it takes mu to unmap them, has not unmapped them if closed is
-// not set yet.
+// settled ends the loans (an offer among them) after the wait for them
+// returned err: on an error the receiver may still be reading, or read
+// later, while the caller reuses the buffers, so this end of the ring is
+// closed first (a receiver checks the flag after its copy and discards
+// what it read if the flag is set). A connection closed already closed
+// it, and its rings are gone: the caller holds mu for reading, so Close,
+// which sets closed before it takes mu to unmap them, has not unmapped
+// them if closed is not set yet.
 func (c *Conn) settled(err error) error {
 	if err != nil && !c.closed.Load() {
 		c.out.prodClosed.Store(1)
 		bump(c.out.dataSeq)
 	}
 	clear(c.lent)
-	c.lent = c.lent[:0]
+	c.lent, c.offered = c.lent[:0], 0
 	return err
 }
 
@@ -327,9 +327,7 @@ func (c *Conn) takeBack(ctx context.Context) error {
 		return err
 	}
 	c.publishTail()
-	clear(c.lent)
-	c.lent = c.lent[:0]
-	return nil
+	return c.settled(nil)
 }
 
 // Settle waits until the receiver has copied every payload lent to it

@@ -274,3 +274,26 @@ func TestClaimCorrupt(t *testing.T) {
 		t.Fatal("Recv wrote into the buffer")
 	}
 }
+
+// TestOfferClosed: an offer outstanding when its connection closes ends
+// with it: Settle reports the closed connection, and the connection
+// neither buffers nor offers afterwards.
+func TestOfferClosed(t *testing.T) {
+	a, b := offerPair(t, nil)
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := a.Offer(ctx, offerHeader(0), make([]byte, 64<<10)); err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	if err := a.Settle(ctx); !errors.Is(err, transport.ErrClosed) {
+		t.Fatalf("Settle after Close = %v, want ErrClosed", err)
+	}
+	if a.Buffers(8) || a.LendBuffers() || a.Offers(64<<10) {
+		t.Fatal("a closed connection with a settled offer reports room")
+	}
+	if err := a.Send(ctx, offerHeader(1), make([]byte, 8)); !errors.Is(err, transport.ErrClosed) {
+		t.Fatalf("Send after Close = %v, want ErrClosed", err)
+	}
+}

@@ -169,3 +169,32 @@ func offerStep(c *Communicator, step int, sizes []int, split bool) error {
 	}
 	return nil
 }
+
+// TestGroupOfferWaits: a group that offers a send above the short
+// operations on shared memory waits as a lending all-to-all does (the
+// copy waits, which give the core away), and so does one that lends a
+// send past the eager limit; a short one keeps the short waits, and a
+// large one that neither offers nor lends (a send past the eager limit
+// below the smallest loan, receives alone) waits alone.
+func TestGroupOfferWaits(t *testing.T) {
+	comms, _ := offeringPair(t)
+	c := comms[0]
+	eager, lendMin := c.links.to(1).EagerLimit(), c.links.to(1).(transport.Lender).LendMin()
+	send := func(n int) p2pOp { return p2pOp{send: true, peer: 1, buf: Raw(make([]byte, n), Uint8)} }
+	recv := func(n int) p2pOp { return p2pOp{peer: 1, buf: Raw(make([]byte, n), Uint8)} }
+	for _, tc := range []struct {
+		name string
+		ops  []p2pOp
+		want waits
+	}{
+		{"offered 512 KiB", []p2pOp{send(512 << 10), recv(512 << 10)}, waitCopy},
+		{"lent past the eager limit", []p2pOp{send(lendMin)}, waitCopy},
+		{"past the eager limit, not lent", []p2pOp{send(eager + 1)}, waitAlone},
+		{"short, offered 64 KiB", []p2pOp{send(64 << 10), recv(64 << 10)}, waitShort},
+		{"receives alone", []p2pOp{recv(512 << 10)}, waitAlone},
+	} {
+		if got := c.p2pWaits(tc.ops); got != tc.want {
+			t.Errorf("%s: waits %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}

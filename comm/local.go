@@ -33,7 +33,6 @@ func NewLocal(size int, opts ...Option) ([]*Communicator, error) {
 	if err := cfg.checkTopology(size); err != nil {
 		return nil, err
 	}
-	reg := &localRegistry{groups: map[uint64]*localGroup{}}
 	g := newLocalGroup(size)
 	hostIDs := make([]string, size)
 	for r := range hostIDs {
@@ -48,11 +47,18 @@ func NewLocal(size int, opts ...Option) ([]*Communicator, error) {
 	if err := g.emulate(cfg, rootID); err != nil {
 		return nil, err
 	}
-	comms := make([]*Communicator, size)
+	return g.members(rootID, hostIDs, cfg), nil
+}
+
+// members makes the communicators of every rank of the group, element r
+// rank r, with communicator id rootID and the ranks' host ids.
+func (g *localGroup) members(rootID uint64, hostIDs []string, cfg config) []*Communicator {
+	reg := &localRegistry{groups: map[uint64]*localGroup{}}
+	comms := make([]*Communicator, g.size)
 	for r := range comms {
 		comms[r] = g.member(newPlacement(rootID, g.nonce, r, hostIDs, cfg.fabricRanks), reg, cfg)
 	}
-	return comms, nil
+	return comms
 }
 
 // emulate wraps every pipe of the group in one in-process emulated fabric.

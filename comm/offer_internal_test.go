@@ -67,12 +67,7 @@ func offeringPair(t *testing.T) ([]*Communicator, *atomic.Int64) {
 	offers := new(atomic.Int64)
 	g.conns[0][1], g.conns[1][0] = offeringConn{ends[0], offers}, offeringConn{ends[1], offers}
 	cfg.cpus = 1
-	reg := &localRegistry{groups: map[uint64]*localGroup{}}
-	hostIDs := []string{cfg.hostID, cfg.hostID}
-	comms := make([]*Communicator, 2)
-	for r := range comms {
-		comms[r] = g.member(newPlacement(0x0ffe, g.nonce, r, hostIDs, cfg.fabricRanks), reg, cfg)
-	}
+	comms := g.members(0x0ffe, []string{cfg.hostID, cfg.hostID}, cfg)
 	t.Cleanup(func() {
 		for _, c := range comms {
 			c.Close()

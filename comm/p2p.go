@@ -206,7 +206,8 @@ func groupOp(ctx context.Context, p *opPeers, a *opArgs) error {
 // limit is never lent, so that a send the connection would buffer never
 // waits for its receiver: a rank's send may be received in the peer's next
 // operation; an offered one keeps that promise, as the group ends without
-// waiting for a receiver that has not claimed it. A small exchange (a
+// waiting for a receiver that has not claimed it (beyond a moment bounded
+// by the cost of taking it back, where the processes share the cores). A small exchange (a
 // ring's sendrecv, a pipeline stage's send and receive) so costs no
 // goroutine: 8 B between 2 processes on shared memory went from 3.7-8 us
 // to 0.43 (Open MPI's vader: 0.41). An exchange of 32 KiB to 1 MiB whose
@@ -287,26 +288,24 @@ func (c *Communicator) p2pInline(ctx context.Context, p *opPeers, ops []p2pOp, l
 			eager = eager && (n <= conn.EagerLimit() || (m > 0 && n >= m))
 			continue
 		}
-		var err error
-		if l := lends(conn, n); l != nil && l.LendBuffers() {
-			err = c.p2pSend(ctx, p, op.peer, op.buf, l, sendLent)
-			if !slices.Contains(lent, op.peer) {
-				lent = append(lent, op.peer)
+		how, l := sendBuffered, lends(conn, n)
+		switch b, ok := conn.(transport.Buffered); {
+		case l != nil && l.LendBuffers():
+			how = sendLent
+		case l == nil && c.links.offers(op.peer, n) != nil:
+			how = sendOffered
+		case l != nil || !ok || !b.Buffers(n):
+			// This send could wait.
+			if !sent {
+				return ops, lent, nil
 			}
-		} else if o := c.links.offers(op.peer, n); o != nil {
-			err = c.p2pSend(ctx, p, op.peer, op.buf, o, sendOffered)
-			if !slices.Contains(lent, op.peer) {
-				lent = append(lent, op.peer)
-			}
-		} else if b, ok := conn.(transport.Buffered); ok && l == nil && b.Buffers(n) {
-			err = c.p2pSend(ctx, p, op.peer, op.buf, nil, sendBuffered)
-		} else if !sent {
-			return ops, lent, nil
-		} else {
 			return p2pLeft(ops, i), lent, nil
 		}
-		if err != nil {
+		if err := c.p2pSend(ctx, p, op.peer, op.buf, how); err != nil {
 			return nil, lent, err
+		}
+		if how != sendBuffered && !slices.Contains(lent, op.peer) {
+			lent = append(lent, op.peer)
 		}
 		sent = true
 	}
@@ -374,7 +373,7 @@ func (c *Communicator) p2pLanes(ctx context.Context, p *opPeers, ops []p2pOp) er
 		for _, b := range lanes[l] {
 			var err error
 			if l.send {
-				err = c.p2pSend(ctx, p, l.peer, b, nil, sendBuffered)
+				err = c.p2pSend(ctx, p, l.peer, b, sendBuffered)
 			} else {
 				err = c.p2pRecv(ctx, p, l.peer, b)
 			}
@@ -425,27 +424,29 @@ func (c *Communicator) p2pHeader(p *opPeers, seq uint64, b Buffer) transport.Hea
 
 // p2pSend sends b to peer, lent through l, its connection, if l is not
 // nil (see runP2P).
-// How p2pSend sends a payload.
+// sendMode is how p2pSend sends a payload on the peer's connection.
+type sendMode uint8
+
 const (
-	sendBuffered = iota // Send
-	sendLent            // Lend, on l
-	sendOffered         // Offer, on l (a transport.Offerer)
+	sendBuffered sendMode = iota // Send
+	sendLent                     // Lend (transport.Lender)
+	sendOffered                  // Offer (transport.Offerer)
 )
 
-// p2pSend sends a group's payload b to peer: with Send, or lent or
-// offered on l, the peer's connection (see runP2P).
-func (c *Communicator) p2pSend(ctx context.Context, p *opPeers, peer int, b Buffer, l transport.Lender, how int) error {
+// p2pSend sends a group's payload b to peer as how says (see runP2P).
+func (c *Communicator) p2pSend(ctx context.Context, p *opPeers, peer int, b Buffer, how sendMode) error {
 	c.worker.p2pTx[peer]++
 	h := c.p2pHeader(p, c.worker.p2pTx[peer], b)
 	c.hist.wait(int32(peer))
+	conn := c.links.to(peer)
 	var err error
 	switch how {
 	case sendLent:
-		err = l.Lend(ctx, h, b.b)
+		err = conn.(transport.Lender).Lend(ctx, h, b.b)
 	case sendOffered:
-		err = l.(transport.Offerer).Offer(ctx, h, b.b)
+		err = conn.(transport.Offerer).Offer(ctx, h, b.b)
 	default:
-		err = c.links.to(peer).Send(ctx, h, b.b)
+		err = conn.Send(ctx, h, b.b)
 	}
 	if err != nil {
 		return &linkError{peer: peer, dir: "send", err: err}

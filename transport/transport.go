@@ -101,8 +101,9 @@ type Lender interface {
 // costs one copy where the peer receives it while it is offered (two
 // exchanging ranks whose receives overlap their sends), and otherwise
 // the two of a buffered Send, written into the connection when taken
-// back; either way the send never waits for the peer to receive it, as a
-// Send that Buffers would not.
+// back; either way the send does not wait for the peer to come and
+// receive it (an implementation may give it a moment bounded by the cost
+// of the take-back), as a Send that Buffers would not.
 type Offerer interface {
 	Lender
 	// OfferMin returns the smallest payload Offer offers; 0 if it
@@ -117,7 +118,8 @@ type Offerer interface {
 	// Offer sends a frame carrying payload, for which Offers must hold,
 	// without waiting for the peer. The next Settle, Send or Lend on the
 	// connection takes the payload back unless the peer has begun to
-	// copy it, in which case Settle waits for that copy (the payload
+	// copy it (Settle may first wait a bounded moment for it to begin),
+	// in which case Settle waits for that copy (the payload
 	// must stay unchanged until Settle returns, as for Lend). The peer's
 	// Recv takes either form.
 	Offer(ctx context.Context, h Header, payload []byte) error

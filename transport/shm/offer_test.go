@@ -12,15 +12,23 @@ import (
 )
 
 // offerPair connects a pair that offers payloads of 32 KiB or more and
-// lends (Lend) from 1 MiB.
-func offerPair(t *testing.T, edit func(*shm.Config)) (*shm.Conn, *shm.Conn) {
+// lends (Lend) from 1 MiB, closed when the test ends, and a context for
+// the test's calls.
+func offerPair(t *testing.T, edit func(*shm.Config)) (*shm.Conn, *shm.Conn, context.Context) {
 	t.Helper()
-	return pairWith(t, func(c *shm.Config) {
+	a, b := pairWith(t, func(c *shm.Config) {
 		c.SendByDescriptor, c.CMAThreshold, c.OfferThreshold = false, 1<<20, 32<<10
 		if edit != nil {
 			edit(c)
 		}
 	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(func() {
+		cancel()
+		a.Close()
+		b.Close()
+	})
+	return a, b, ctx
 }
 
 func offerHeader(i int) transport.Header {
@@ -40,11 +48,7 @@ func recvAsync(ctx context.Context, c *shm.Conn, i, n int) (<-chan error, []byte
 // sender's Settle then returns, and nothing of the payload is left in the
 // ring: the next frame is received as the next frame.
 func TestOfferTaken(t *testing.T) {
-	a, b := offerPair(t, nil)
-	defer a.Close()
-	defer b.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	a, b, ctx := offerPair(t, nil)
 	for i, n := range []int{32 << 10, 200<<10 + 5, a.EagerLimit()} {
 		payload := make([]byte, n)
 		fillSeq(payload, 11, i)
@@ -76,11 +80,7 @@ func TestOfferTaken(t *testing.T) {
 // since. A Send or Lend after an offer takes it back first, so that frames
 // arrive in order.
 func TestOfferTakenBack(t *testing.T) {
-	a, b := offerPair(t, nil)
-	defer a.Close()
-	defer b.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	a, b, ctx := offerPair(t, nil)
 	frames := []struct {
 		n    int
 		next string // what follows the offer: "settle", "send" or "lend"
@@ -145,11 +145,7 @@ func TestOfferTakenBack(t *testing.T) {
 // copy instead of taking the payload back, and the receiver gets it whole.
 func TestOfferSettleWaitsForCopy(t *testing.T) {
 	const n = shm.PieceSize + 64<<10 // two pieces
-	a, b := offerPair(t, func(c *shm.Config) { c.Capacity = 4 * shm.PieceSize })
-	defer a.Close()
-	defer b.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	a, b, ctx := offerPair(t, func(c *shm.Config) { c.Capacity = 4 * shm.PieceSize })
 	between, resume := make(chan struct{}), make(chan struct{})
 	shm.SetPieceHook(b, func(int) {
 		close(between)
@@ -189,11 +185,7 @@ func TestOfferSettleWaitsForCopy(t *testing.T) {
 // cross-memory attach or once closed. The receiver knows its peer's
 // offers: it takes an offered payload below the peer's smallest loan.
 func TestOffers(t *testing.T) {
-	a, b := offerPair(t, func(c *shm.Config) { c.Capacity = 256 << 10 })
-	defer a.Close()
-	defer b.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	a, b, ctx := offerPair(t, func(c *shm.Config) { c.Capacity = 256 << 10 })
 	if got := a.OfferMin(); got != 32<<10 {
 		t.Fatalf("OfferMin() = %d, want %d", got, 32<<10)
 	}
@@ -256,11 +248,7 @@ func TestOffers(t *testing.T) {
 // does not say taken back, at or past the ticket of the transfer it
 // receives, is reported as a malformed frame; nothing is copied.
 func TestClaimCorrupt(t *testing.T) {
-	a, b := offerPair(t, nil)
-	defer a.Close()
-	defer b.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	a, b, ctx := offerPair(t, nil)
 	if err := a.Offer(ctx, offerHeader(0), make([]byte, 64<<10)); err != nil {
 		t.Fatal(err)
 	}
@@ -279,10 +267,7 @@ func TestClaimCorrupt(t *testing.T) {
 // with it: Settle reports the closed connection, and the connection
 // neither buffers nor offers afterwards.
 func TestOfferClosed(t *testing.T) {
-	a, b := offerPair(t, nil)
-	defer b.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	a, _, ctx := offerPair(t, nil)
 	if err := a.Offer(ctx, offerHeader(0), make([]byte, 64<<10)); err != nil {
 		t.Fatal(err)
 	}

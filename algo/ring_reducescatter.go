@@ -159,6 +159,15 @@ func ringWindow(p Peers, l layout, chunk, total, next int) int {
 // for a block of n chunks.
 func windowEnd(w, k, n int) int { return min(n, w+k) }
 
+// operand returns the bytes lo to hi of src, the other operand of a ring
+// reduce-scatter's received chunk, or nil in place (src is the output).
+func operand(src []byte, lo, hi int, inPlace bool) []byte {
+	if inPlace {
+		return nil
+	}
+	return src[lo:hi]
+}
+
 // reduceScatterRing is ReduceScatterRing over any layout, with step labels
 // starting at base. A nil src means in place (src is data).
 func reduceScatterRing(ctx context.Context, p Peers, ws *Workspace, src, data []byte, dt DType, op Op, l layout, chunkBytes int, base uint32) error {
@@ -200,14 +209,8 @@ func reduceScatterRing(ctx context.Context, p Peers, ws *Workspace, src, data []
 				}
 				for k := w; k < windowEnd(w, win, rnc); k++ {
 					lo, hi := chunkAt(roff, rn, chunk, k)
-					buf := stage[:hi-lo]
-					if err := p.Recv(ctx, prev, base+uint32(s), buf); err != nil {
+					if err := recvReduce(ctx, p, ws, prev, base+uint32(s), stage[:hi-lo], data[lo:hi], operand(src, lo, hi, inPlace), dt, op, false); err != nil {
 						return fmt.Errorf("ring reduce-scatter: rank %d step %d: recv chunk %d of segment %d from rank %d: %w", r, s, k, rb, prev, err)
-					}
-					if inPlace {
-						ReduceInto(data[lo:hi], buf, dt, op)
-					} else {
-						Reduce3(data[lo:hi], src[lo:hi], buf, dt, op)
 					}
 				}
 			}
@@ -254,15 +257,9 @@ recv:
 		off, n := l.block(b, size)
 		for k, nc := 0, numChunks(n, chunk); k < nc; k++ {
 			lo, hi := chunkAt(off, n, chunk, k)
-			buf := stage[:hi-lo]
-			if err := p.Recv(g.ctx, prev, base+uint32(s), buf); err != nil {
+			if err := recvReduce(g.ctx, p, ws, prev, base+uint32(s), stage[:hi-lo], data[lo:hi], operand(src, lo, hi, inPlace), dt, op, false); err != nil {
 				g.fail(fmt.Errorf("ring reduce-scatter: rank %d step %d: recv chunk %d of segment %d from rank %d: %w", r, s, k, b, prev, err))
 				break recv
-			}
-			if inPlace {
-				ReduceInto(data[lo:hi], buf, dt, op)
-			} else {
-				Reduce3(data[lo:hi], src[lo:hi], buf, dt, op)
 			}
 			if s < size-2 {
 				ready <- struct{}{}

@@ -1,6 +1,10 @@
 package algo
 
-import "context"
+import (
+	"context"
+
+	"github.com/occl/occl/transport"
+)
 
 // SubPeers returns a view of a subset of p's ranks as a smaller Peers, so a
 // schedule written for a whole communicator can run on one group of it (the
@@ -63,6 +67,19 @@ func (s subPeers) Send(ctx context.Context, peer int, step uint32, buf []byte) e
 
 func (s subPeers) Recv(ctx context.Context, peer int, step uint32, buf []byte) error {
 	return s.p.Recv(ctx, s.ranks[peer], s.base+step, buf)
+}
+
+// RecvView implements ViewPeers where p does, and is Recv with the
+// payload handed whole otherwise.
+func (s subPeers) RecvView(ctx context.Context, peer int, step uint32, buf []byte, align int, use transport.Consumer) error {
+	if vp, ok := s.p.(ViewPeers); ok {
+		return vp.RecvView(ctx, s.ranks[peer], s.base+step, buf, align, use)
+	}
+	if err := s.p.Recv(ctx, s.ranks[peer], s.base+step, buf); err != nil {
+		return err
+	}
+	use.Consume(0, buf)
+	return nil
 }
 
 type eagerSubPeers struct {

@@ -10,6 +10,16 @@ type Workspace struct {
 	subs     []*eagerSubPeers
 	children []*Workspace
 	routed   *routedScratch
+	reduce   *reducer
+}
+
+// reducer returns the Workspace's reducer (see recvReduce), made on first
+// use.
+func (w *Workspace) reducer() *reducer {
+	if w.reduce == nil {
+		w.reduce = new(reducer)
+	}
+	return w.reduce
 }
 
 // Ints returns n ints for the given slot, zeroed: a schedule's offsets,

@@ -411,6 +411,7 @@ func (p *opPeers) step(step uint32) {
 var (
 	_ algo.EagerPeers = (*opPeers)(nil)
 	_ algo.CPUPeers   = (*opPeers)(nil)
+	_ algo.ViewPeers  = (*opPeers)(nil)
 )
 
 // CPUs implements algo.CPUPeers: the rank's share of its machine's CPUs
@@ -482,6 +483,30 @@ func (p *opPeers) Settle(ctx context.Context, peer int) error {
 	p.c.hist.wait(int32(peer))
 	if err := l.Settle(ctx); err != nil {
 		return &linkError{peer: peer, dir: "send", step: p.hdr.Step, err: err}
+	}
+	return nil
+}
+
+// RecvView receives message step from peer and hands it to use where it
+// lies if the connection can (transport.Viewer), else received into buf
+// and whole (see algo.ViewPeers).
+func (p *opPeers) RecvView(ctx context.Context, peer int, step uint32, buf []byte, align int, use transport.Consumer) error {
+	v, ok := p.c.links.to(peer).(transport.Viewer)
+	if !ok {
+		if err := p.Recv(ctx, peer, step, buf); err != nil {
+			return err
+		}
+		use.Consume(0, buf)
+		return nil
+	}
+	h := p.hdr
+	h.Step = step
+	p.c.hist.wait(int32(peer))
+	if p.c.obs.tr != nil {
+		defer p.c.obs.transfer(peer, false, step, len(buf), time.Now())
+	}
+	if err := v.RecvView(ctx, h, buf, align, use); err != nil {
+		return &linkError{peer: peer, dir: "recv", step: step, err: err}
 	}
 	return nil
 }

@@ -142,6 +142,33 @@ type Buffered interface {
 	Buffers(n int) bool
 }
 
+// Consumer takes a received payload piece by piece (see Viewer).
+type Consumer interface {
+	// Consume is given the payload's bytes from offset off on. piece is
+	// valid only until Consume returns and must not be written; Consume
+	// must not call the connection.
+	Consume(off int, piece []byte)
+}
+
+// Viewer is implemented by connections that can hand a received payload to
+// its receiver where it lies, in memory the peer wrote it to, so that a
+// receiver that reads it once (to reduce it into its own data, say) need
+// not copy it out first.
+//
+// RecvView is a receive: it must not overlap Recv or another RecvView.
+type Viewer interface {
+	// RecvView receives the next frame as Recv does (want.Len taken from
+	// len(buf); a frame that does not match is reported before any of its
+	// payload is seen) and hands its payload to use in consecutive
+	// pieces, in order, each byte once. Every piece but the last is a
+	// multiple of align bytes, a power of two up to 64 (an element's
+	// size). A payload the connection cannot show where it lies (one the
+	// peer lent, say) is received into buf and handed as one piece;
+	// otherwise buf is not written. After an error use may have been
+	// given part of the payload.
+	RecvView(ctx context.Context, want Header, buf []byte, align int, use Consumer) error
+}
+
 // Named is implemented by connections that can say which transport they
 // are: "tcp", "shm", "rdma", "mem", or a layer over another such as
 // "emu(shm)".

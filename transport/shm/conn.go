@@ -139,6 +139,13 @@ type Conn struct {
 	rpad    [frameAlign]byte
 	liov    [1]unix.Iovec
 	riov    [1]unix.RemoteIovec
+	// view, while RecvView runs, takes the payload in pieces instead of
+	// buf (see view.go); valign is its alignment, and vcarry holds the
+	// vn bytes of an element that a piece's end split.
+	view   transport.Consumer
+	valign int
+	vn     int
+	vcarry [maxViewAlign]byte
 
 	_ pad
 
@@ -159,6 +166,7 @@ type Conn struct {
 var (
 	_ transport.Conn     = (*Conn)(nil)
 	_ transport.Buffered = (*Conn)(nil)
+	_ transport.Viewer   = (*Conn)(nil)
 )
 
 // cmaSetup is what Connect agreed on about single-copy transfers.
@@ -372,7 +380,11 @@ func (c *Conn) recv(ctx context.Context, want transport.Header, buf []byte) erro
 			return &transport.FrameError{Reason: fmt.Sprintf("shared ring: a lent frame of %d bytes, below this direction's smallest loan", len(buf))}
 		}
 		start := off + transport.HeaderSize
-		copy(buf, c.in.data[start:start+uint64(len(buf))])
+		if c.view != nil {
+			c.view.Consume(0, c.in.data[start:start+uint64(len(buf))])
+		} else {
+			copy(buf, c.in.data[start:start+uint64(len(buf))])
+		}
 		c.head, c.armed = end, flags&flagArmed != 0
 		if int64(end-c.tailC) > 0 {
 			c.tailC = end
@@ -395,9 +407,19 @@ func (c *Conn) recv(ctx context.Context, want transport.Header, buf []byte) erro
 		if !c.cmaIn || len(buf) < c.descInMin {
 			return &transport.FrameError{Reason: fmt.Sprintf("shared ring: a lent frame of %d bytes, where this direction lends nothing or nothing below %d bytes", len(buf), c.descInMin)}
 		}
-		return c.recvDesc(ctx, buf)
+		if err := c.recvDesc(ctx, buf); err != nil {
+			return err
+		}
+		if c.view != nil {
+			c.view.Consume(0, buf)
+		}
+		return nil
 	}
-	if err := c.get(ctx, buf); err != nil {
+	if c.view != nil {
+		if err := c.getView(ctx, len(buf)); err != nil {
+			return err
+		}
+	} else if err := c.get(ctx, buf); err != nil {
 		return err
 	}
 	if err := c.getPad(ctx); err != nil {

@@ -34,6 +34,7 @@ func Run(t *testing.T, newPair PairFunc) {
 	t.Run("NoAllocs", func(t *testing.T) { testNoAllocs(t, newPair) })
 	t.Run("Buffers", func(t *testing.T) { testBuffers(t, newPair) })
 	t.Run("Offers", func(t *testing.T) { testOffers(t, newPair) })
+	t.Run("Views", func(t *testing.T) { testViews(t, newPair) })
 }
 
 func hdr(seq uint64, step uint32) transport.Header {
@@ -457,6 +458,102 @@ func testOffers(t *testing.T, newPair PairFunc) {
 	}
 	if fill(want, 4); !bytes.Equal(got, want) {
 		t.Fatal("offer 4: payload differs")
+	}
+}
+
+// pieces is a transport.Consumer that checks the pieces of one payload
+// against it as they come: in order, each byte once, every piece but the
+// last whole elements of align bytes.
+type pieces struct {
+	want   []byte
+	align  int
+	next   int
+	calls  int
+	ragged bool // a piece before this one was not whole elements
+	err    error
+}
+
+func (p *pieces) Consume(off int, piece []byte) {
+	p.calls++
+	switch {
+	case p.err != nil:
+	case off != p.next:
+		p.err = fmt.Errorf("piece %d at offset %d, want %d", p.calls, off, p.next)
+	case p.ragged:
+		p.err = fmt.Errorf("piece %d follows one that was not whole elements of %d bytes", p.calls, p.align)
+	case off+len(piece) > len(p.want):
+		p.err = fmt.Errorf("piece %d ends at %d, past the payload's %d bytes", p.calls, off+len(piece), len(p.want))
+	case !bytes.Equal(piece, p.want[off:off+len(piece)]):
+		p.err = fmt.Errorf("piece %d (bytes %d to %d) differs from what was sent", p.calls, off, off+len(piece))
+	}
+	p.ragged = len(piece)%p.align != 0
+	p.next = off + len(piece)
+}
+
+// testViews checks a Viewer's RecvView: payloads of every size, through
+// the ring and (where the connection lends) lent, reach the consumer in
+// order and whole; a header that does not match is reported before any
+// piece.
+func testViews(t *testing.T, newPair PairFunc) {
+	a, b := newPair(t)
+	defer a.Close()
+	defer b.Close()
+	vb, ok := b.(transport.Viewer)
+	if !ok {
+		t.Skipf("%s does not implement transport.Viewer", transport.Name(b))
+	}
+	ctx := ctxT(t, 60*time.Second)
+	sizes := []int{0, 1, 3, 8, 60, 4 << 10, 4<<10 + 2, 64<<10 + 6, 256<<10 + 4, 1<<20 + 12, 3<<20 + 2}
+	aligns := []int{1, 2, 4, 8, 64}
+	lender, _ := a.(transport.Lender)
+	seq := uint64(0)
+	for _, n := range sizes {
+		for _, align := range aligns {
+			for _, lend := range []bool{false, true} {
+				if lend && (lender == nil || lender.LendMin() == 0 || n < lender.LendMin()) {
+					continue
+				}
+				seq++
+				payload := make([]byte, n)
+				fill(payload, seq)
+				errc := make(chan error, 1)
+				go func(h transport.Header) {
+					if lend {
+						if err := lender.Lend(ctx, h, payload); err != nil {
+							errc <- err
+							return
+						}
+						errc <- lender.Settle(ctx)
+						return
+					}
+					errc <- a.Send(ctx, h, payload)
+				}(hdr(seq, 5))
+				p := &pieces{want: payload, align: align}
+				if err := vb.RecvView(ctx, hdr(seq, 5), make([]byte, n), align, p); err != nil {
+					t.Fatalf("%d bytes, align %d, lent %v: RecvView: %v", n, align, lend, err)
+				}
+				if err := <-errc; err != nil {
+					t.Fatalf("%d bytes, lent %v: send: %v", n, lend, err)
+				}
+				switch {
+				case p.err != nil:
+					t.Fatalf("%d bytes, align %d, lent %v: %v", n, align, lend, p.err)
+				case p.next != n:
+					t.Fatalf("%d bytes, align %d, lent %v: pieces ended at %d", n, align, lend, p.next)
+				}
+			}
+		}
+	}
+	// A mismatch: nothing of the payload is handed over.
+	seq++
+	if err := a.Send(ctx, hdr(seq, 1), make([]byte, 16)); err != nil {
+		t.Fatal(err)
+	}
+	p := &pieces{want: make([]byte, 16), align: 8}
+	err := vb.RecvView(ctx, hdr(seq, 2), make([]byte, 16), 8, p)
+	var me *transport.MismatchError
+	if !errors.As(err, &me) || p.calls != 0 {
+		t.Fatalf("RecvView of a mismatched frame = %v after %d pieces, want a MismatchError before any", err, p.calls)
 	}
 }
 

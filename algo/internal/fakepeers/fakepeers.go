@@ -16,8 +16,8 @@
 // random one; Run's errors name it, so that a failure can be rerun with
 // the same delays (the goroutine interleaving is still the scheduler's).
 //
-// The package does not import algo; *Peer has the method set of algo.Peers
-// and algo.EagerPeers.
+// The package does not import algo; *Peer has the method set of
+// algo.Peers, algo.EagerPeers and algo.ViewPeers.
 package fakepeers
 
 import (
@@ -32,6 +32,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/occl/occl/transport"
 )
 
 // Options configure a Network.
@@ -328,6 +330,30 @@ func (p *Peer) Send(ctx context.Context, peer int, step uint32, buf []byte) erro
 // Recv receives the next message from peer into buf. It fails if that
 // message is not labelled step or is not exactly len(buf) bytes long.
 func (p *Peer) Recv(ctx context.Context, peer int, step uint32, buf []byte) error {
+	return p.recv(ctx, peer, step, buf, func(data []byte) { copy(buf, data) })
+}
+
+// RecvView receives as Recv does but hands the payload to use where it
+// lies, in pieces cut at random multiples of align (as a ring's end and
+// its producer's progress cut a shared-memory connection's), and never
+// writes buf.
+func (p *Peer) RecvView(ctx context.Context, peer int, step uint32, buf []byte, align int, use transport.Consumer) error {
+	rnd := p.net.links[peer*p.net.n+p.rank].recvRand
+	return p.recv(ctx, peer, step, buf, func(data []byte) {
+		for off := 0; off < len(data); {
+			k := len(data) - off
+			if k > align && rnd.IntN(2) == 0 {
+				k = align * (1 + rnd.IntN((k-1)/align))
+			}
+			use.Consume(off, data[off:off+k])
+			off += k
+		}
+	})
+}
+
+// recv receives the next message from peer, for buf, and hands its
+// payload to take if it is labelled step and has len(buf) bytes.
+func (p *Peer) recv(ctx context.Context, peer int, step uint32, buf []byte, take func(data []byte)) error {
 	if err := p.check("recv", peer); err != nil {
 		return err
 	}
@@ -352,7 +378,7 @@ func (p *Peer) Recv(ctx context.Context, peer int, step uint32, buf []byte) erro
 	case len(m.data) != len(buf):
 		err = fmt.Errorf("fakepeers: rank %d: recv step %d from rank %d: got %d bytes, want %d", p.rank, step, peer, len(m.data), len(buf))
 	default:
-		copy(buf, m.data)
+		take(m.data)
 	}
 	abandonedMsg := m.state == abandoned
 	m.state = taken
@@ -370,7 +396,7 @@ func (p *Peer) Recv(ctx context.Context, peer int, step uint32, buf []byte) erro
 	return nil
 }
 
-// plain hides EagerLimit.
+// plain hides EagerLimit and RecvView.
 type plain struct{ p *Peer }
 
 func (q plain) Rank() int { return q.p.Rank() }

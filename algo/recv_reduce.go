@@ -1,0 +1,68 @@
+package algo
+
+import (
+	"context"
+
+	"github.com/occl/occl/transport"
+)
+
+// ViewPeers is implemented by Peers whose connections can hand a received
+// message to the schedule where it lies (see transport.Viewer), so that a
+// message that is only reduced into this rank's data is not first copied
+// out of the connection.
+type ViewPeers interface {
+	Peers
+	// RecvView receives message step from peer as Recv does and hands its
+	// payload to use in pieces of whole elements of align bytes. A
+	// payload the connection cannot show where it lies is received into
+	// buf, which has the message's length, and handed whole.
+	RecvView(ctx context.Context, peer int, step uint32, buf []byte, align int, use transport.Consumer) error
+}
+
+// reducer is the transport.Consumer of recvReduce: it reduces each piece
+// of a message into the same bytes of dst, with src (dst itself where src
+// is nil) as the other operand, the message on the left where msgFirst.
+// A Workspace keeps one, so that handing it to a connection allocates
+// nothing.
+type reducer struct {
+	dst, src []byte
+	dt       DType
+	op       Op
+	msgFirst bool
+}
+
+// Consume implements transport.Consumer.
+func (r *reducer) Consume(off int, piece []byte) {
+	d := r.dst[off : off+len(piece)]
+	s := d
+	if r.src != nil {
+		s = r.src[off : off+len(piece)]
+	}
+	if r.msgFirst {
+		Reduce3(d, piece, s, r.dt, r.op)
+	} else {
+		Reduce3(d, s, piece, r.dt, r.op)
+	}
+}
+
+// recvReduce receives message step from peer and reduces it into dst:
+// dst = src op message, or message op src where msgFirst, with dst itself
+// for a nil src. Where p can show the message where it lies (ViewPeers),
+// it is reduced from there, one read of it instead of a copy and a read;
+// otherwise it is received into stage (len(dst) bytes) first. op is a
+// combiner (see Op.Combiner).
+func recvReduce(ctx context.Context, p Peers, ws *Workspace, peer int, step uint32, stage, dst, src []byte, dt DType, op Op, msgFirst bool) error {
+	if vp, ok := p.(ViewPeers); ok && len(dst) > 0 {
+		r := ws.reducer()
+		*r = reducer{dst: dst, src: src, dt: dt, op: op, msgFirst: msgFirst}
+		err := vp.RecvView(ctx, peer, step, stage, dt.Size(), r)
+		*r = reducer{} // drop the references to the caller's buffers
+		return err
+	}
+	if err := p.Recv(ctx, peer, step, stage); err != nil {
+		return err
+	}
+	r := reducer{dst: dst, src: src, dt: dt, op: op, msgFirst: msgFirst}
+	r.Consume(0, stage)
+	return nil
+}

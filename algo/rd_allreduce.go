@@ -104,10 +104,9 @@ func foldRanks(ctx context.Context, p Peers, ws *Workspace, data []byte, dt DTyp
 		return -1, nil
 	}
 	stage := ws.Get(SlotStage, len(data))
-	if err := p.Recv(ctx, r-1, 0, stage); err != nil {
+	if err := recvReduce(ctx, p, r-1, 0, stage, &reduction{ws: ws, dst: data, dt: dt, op: op, msgFirst: true}); err != nil {
 		return -1, fmt.Errorf("%s: rank %d fold: recv from rank %d: %w", name, r, r-1, err)
 	}
-	Reduce3(data, stage, data, dt, op)
 	return r / 2, nil
 }
 

@@ -45,24 +45,34 @@ func (r *reducer) Consume(off int, piece []byte) {
 	}
 }
 
-// recvReduce receives message step from peer and reduces it into dst:
-// dst = src op message, or message op src where msgFirst, with dst itself
-// for a nil src. Where p can show the message where it lies (ViewPeers),
-// it is reduced from there, one read of it instead of a copy and a read;
-// otherwise it is received into stage (len(dst) bytes) first. op is a
-// combiner (see Op.Combiner).
-func recvReduce(ctx context.Context, p Peers, ws *Workspace, peer int, step uint32, stage, dst, src []byte, dt DType, op Op, msgFirst bool) error {
-	if vp, ok := p.(ViewPeers); ok && len(dst) > 0 {
-		r := ws.reducer()
-		*r = reducer{dst: dst, src: src, dt: dt, op: op, msgFirst: msgFirst}
-		err := vp.RecvView(ctx, peer, step, stage, dt.Size(), r)
+// reduction says what recvReduce does with a received message: reduce it
+// into dst, dst = src op message, or message op src where msgFirst, with
+// dst itself for a nil src. op is a combiner (see Op.Combiner); ws holds
+// the reducer handed to the connection.
+type reduction struct {
+	ws       *Workspace
+	dst, src []byte
+	dt       DType
+	op       Op
+	msgFirst bool
+}
+
+// recvReduce receives message step from peer and reduces it as red says.
+// Where p can show the message where it lies (ViewPeers), it is reduced
+// from there, one read of it instead of a copy and a read; otherwise it
+// is received into stage (len(red.dst) bytes) first.
+func recvReduce(ctx context.Context, p Peers, peer int, step uint32, stage []byte, red *reduction) error {
+	if vp, ok := p.(ViewPeers); ok && len(red.dst) > 0 {
+		r := red.ws.reducer()
+		*r = reducer{dst: red.dst, src: red.src, dt: red.dt, op: red.op, msgFirst: red.msgFirst}
+		err := vp.RecvView(ctx, peer, step, stage, red.dt.Size(), r)
 		*r = reducer{} // drop the references to the caller's buffers
 		return err
 	}
 	if err := p.Recv(ctx, peer, step, stage); err != nil {
 		return err
 	}
-	r := reducer{dst: dst, src: src, dt: dt, op: op, msgFirst: msgFirst}
+	r := reducer{dst: red.dst, src: red.src, dt: red.dt, op: red.op, msgFirst: red.msgFirst}
 	r.Consume(0, stage)
 	return nil
 }

@@ -84,16 +84,9 @@ func AllReduceRHD(ctx context.Context, p Peers, ws *Workspace, data []byte, dt D
 		}
 		k := keep[i]
 		mine := data[k.lo*es : k.hi*es]
-		buf := stage[:len(mine)]
-		if err := exchange(ctx, p, peer, data[give.lo*es:give.hi*es], peer, buf, uint32(1+i)); err != nil {
+		red := reduction{ws: ws, dst: mine, dt: dt, op: op, msgFirst: v&d != 0}
+		if err := exchangeReduce(ctx, p, peer, data[give.lo*es:give.hi*es], peer, stage[:len(mine)], uint32(1+i), &red); err != nil {
 			return fmt.Errorf("rhd allreduce: rank %d halving step %d with rank %d: %w", r, i, peer, err)
-		}
-		if len(mine) > 0 {
-			if v&d == 0 {
-				Reduce3(mine, mine, buf, dt, op)
-			} else {
-				Reduce3(mine, buf, mine, dt, op)
-			}
 		}
 		lo, hi = k.lo, k.hi
 	}

@@ -209,7 +209,7 @@ func reduceScatterRing(ctx context.Context, p Peers, ws *Workspace, src, data []
 				}
 				for k := w; k < windowEnd(w, win, rnc); k++ {
 					lo, hi := chunkAt(roff, rn, chunk, k)
-					if err := recvReduce(ctx, p, ws, prev, base+uint32(s), stage[:hi-lo], data[lo:hi], operand(src, lo, hi, inPlace), dt, op, false); err != nil {
+					if err := recvReduce(ctx, p, prev, base+uint32(s), stage[:hi-lo], &reduction{ws: ws, dst: data[lo:hi], src: operand(src, lo, hi, inPlace), dt: dt, op: op}); err != nil {
 						return fmt.Errorf("ring reduce-scatter: rank %d step %d: recv chunk %d of segment %d from rank %d: %w", r, s, k, rb, prev, err)
 					}
 				}
@@ -257,7 +257,7 @@ recv:
 		off, n := l.block(b, size)
 		for k, nc := 0, numChunks(n, chunk); k < nc; k++ {
 			lo, hi := chunkAt(off, n, chunk, k)
-			if err := recvReduce(g.ctx, p, ws, prev, base+uint32(s), stage[:hi-lo], data[lo:hi], operand(src, lo, hi, inPlace), dt, op, false); err != nil {
+			if err := recvReduce(g.ctx, p, prev, base+uint32(s), stage[:hi-lo], &reduction{ws: ws, dst: data[lo:hi], src: operand(src, lo, hi, inPlace), dt: dt, op: op}); err != nil {
 				g.fail(fmt.Errorf("ring reduce-scatter: rank %d step %d: recv chunk %d of segment %d from rank %d: %w", r, s, k, b, prev, err))
 				break recv
 			}

@@ -53,11 +53,26 @@ type LendPeers interface {
 // goroutine while the caller receives. SendRecv waits for both and returns
 // the first error; a failure on one side cancels the other.
 func SendRecv(ctx context.Context, p Peers, to int, sstep uint32, sbuf []byte, from int, rstep uint32, rbuf []byte) error {
+	return sendRecv(ctx, p, to, sstep, sbuf, from, rstep, rbuf, nil)
+}
+
+// recv receives message step from peer into buf, or, where red is not
+// nil, reduces it as red says (see recvReduce; buf is then its stage).
+func recv(ctx context.Context, p Peers, peer int, step uint32, buf []byte, red *reduction) error {
+	if red != nil {
+		return recvReduce(ctx, p, peer, step, buf, red)
+	}
+	return p.Recv(ctx, peer, step, buf)
+}
+
+// sendRecv is SendRecv whose received message is reduced as red says
+// where red is not nil.
+func sendRecv(ctx context.Context, p Peers, to int, sstep uint32, sbuf []byte, from int, rstep uint32, rbuf []byte, red *reduction) error {
 	if ep, ok := p.(EagerPeers); ok && len(sbuf) <= ep.EagerLimit(to) {
 		if err := p.Send(ctx, to, sstep, sbuf); err != nil {
 			return fmt.Errorf("send step %d to rank %d: %w", sstep, to, err)
 		}
-		if err := p.Recv(ctx, from, rstep, rbuf); err != nil {
+		if err := recv(ctx, p, from, rstep, rbuf, red); err != nil {
 			return fmt.Errorf("recv step %d from rank %d: %w", rstep, from, err)
 		}
 		return nil
@@ -72,7 +87,7 @@ func SendRecv(ctx context.Context, p Peers, to int, sstep uint32, sbuf []byte, f
 			g.fail(fmt.Errorf("send step %d to rank %d: %w", sstep, to, err))
 		}
 	}()
-	if err := p.Recv(g.ctx, from, rstep, rbuf); err != nil {
+	if err := recv(g.ctx, p, from, rstep, rbuf, red); err != nil {
 		g.fail(fmt.Errorf("recv step %d from rank %d: %w", rstep, from, err))
 	}
 	<-done
@@ -83,6 +98,12 @@ func SendRecv(ctx context.Context, p Peers, to int, sstep uint32, sbuf []byte, f
 // empty messages. Both sides of every message must know its length, so that
 // a message is skipped by its sender exactly when its receiver skips it.
 func exchange(ctx context.Context, p Peers, to int, sbuf []byte, from int, rbuf []byte, step uint32) error {
+	return exchangeReduce(ctx, p, to, sbuf, from, rbuf, step, nil)
+}
+
+// exchangeReduce is exchange whose received message is reduced as red
+// says where red is not nil (rbuf is then its stage).
+func exchangeReduce(ctx context.Context, p Peers, to int, sbuf []byte, from int, rbuf []byte, step uint32, red *reduction) error {
 	switch {
 	case len(sbuf) == 0 && len(rbuf) == 0:
 		return nil
@@ -92,12 +113,12 @@ func exchange(ctx context.Context, p Peers, to int, sbuf []byte, from int, rbuf 
 		}
 		return nil
 	case len(sbuf) == 0:
-		if err := p.Recv(ctx, from, step, rbuf); err != nil {
+		if err := recv(ctx, p, from, step, rbuf, red); err != nil {
 			return fmt.Errorf("recv step %d from rank %d: %w", step, from, err)
 		}
 		return nil
 	}
-	return SendRecv(ctx, p, to, step, sbuf, from, step, rbuf)
+	return sendRecv(ctx, p, to, step, sbuf, from, step, rbuf, red)
 }
 
 // group tracks the helper goroutines of one operation: the first failure is

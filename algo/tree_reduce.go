@@ -55,10 +55,9 @@ func ReduceTree(ctx context.Context, p Peers, ws *Workspace, data []byte, dt DTy
 		if stage == nil {
 			stage = ws.Get(SlotStage, len(data))
 		}
-		if err := p.Recv(ctx, child, uint32(j), stage); err != nil {
+		if err := recvReduce(ctx, p, child, uint32(j), stage, &reduction{ws: ws, dst: data, dt: dt, op: op}); err != nil {
 			return fmt.Errorf("tree reduce: rank %d level %d: recv from rank %d: %w", r, j, child, err)
 		}
-		ReduceInto(data, stage, dt, op)
 	}
 	return nil
 }

@@ -544,12 +544,30 @@ func testViews(t *testing.T, newPair PairFunc) {
 			}
 		}
 	}
+	// A viewed receive allocates nothing.
+	payload := make([]byte, 4<<10)
+	fill(payload, seq)
+	p := &pieces{want: payload, align: 8}
+	buf := make([]byte, len(payload))
+	allocs := testing.AllocsPerRun(50, func() {
+		seq++
+		if err := a.Send(ctx, hdr(seq, 5), payload); err != nil {
+			t.Fatal(err)
+		}
+		p.next, p.ragged = 0, false
+		if err := vb.RecvView(ctx, hdr(seq, 5), buf, 8, p); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if p.err != nil || allocs != 0 {
+		t.Fatalf("Send and RecvView of %d bytes: %v, %.1f allocations each", len(payload), p.err, allocs)
+	}
 	// A mismatch: nothing of the payload is handed over.
 	seq++
 	if err := a.Send(ctx, hdr(seq, 1), make([]byte, 16)); err != nil {
 		t.Fatal(err)
 	}
-	p := &pieces{want: make([]byte, 16), align: 8}
+	p = &pieces{want: make([]byte, 16), align: 8}
 	err := vb.RecvView(ctx, hdr(seq, 2), make([]byte, 16), 8, p)
 	var me *transport.MismatchError
 	if !errors.As(err, &me) || p.calls != 0 {

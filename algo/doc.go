@@ -6,7 +6,12 @@
 // the same code runs over TCP, shared memory, RDMA, the in-process transport
 // and the emulated fabric. Schedules do no I/O of their own beyond Peers and
 // allocate nothing per message: staging memory comes from a Workspace that the
-// communicator keeps between operations.
+// communicator keeps between operations. A message that a schedule only
+// reduces into its own data is reduced where the connection holds it
+// when the Peers can show it there (ViewPeers, over transport.Viewer: the
+// shared-memory rings), one read of every byte instead of a copy out and
+// a read: the ring and recursive halving-doubling reduce-scatters, the
+// tree reduce and the fold of a non-power-of-two all-reduce do so.
 //
 // # Schedules as data
 //

@@ -34,8 +34,9 @@ import (
 // elements), and the steps are pipelined: a sender goroutine sends chunk k
 // of step s+1 as soon as the receive loop has reduced chunk k of step s, so
 // that sending one chunk overlaps receiving and reducing the next. The
-// receive loop receives each chunk into a staging buffer of one chunk and
-// reduces it into place.
+// receive loop reduces each chunk into place from where the connection
+// holds it where the peers can show it (ViewPeers: a shared-memory ring),
+// else from a staging buffer of one chunk that it receives it into.
 //
 // Communication steps: p-1, each of ceil(segment bytes / chunkBytes)
 // messages. Every message of step s carries the step label s.

@@ -223,6 +223,20 @@
 // 64 KiB where they share the cores, up to the eager limit; above it a
 // group's sends are lent.
 //
+// # Viewed receives
+//
+// RecvView (transport.Viewer) hands a payload to its receiver where it
+// lies in the ring instead of copying it into the receiver's buffer: a
+// schedule that reduces a received chunk into its own data so reads every
+// byte once, where Recv would write it to a staging buffer and the
+// reduction read it back. The pieces are cut by the ring's end and by how
+// far the producer has written (every chunk it publishes), rounded to
+// whole elements (an element split between two pieces is handed from a
+// copy of its bytes); the consumer's head moves past a piece only after
+// the piece is handed back, so the producer cannot overwrite it while it
+// is read. A lent payload is copied out of the sender's memory into the
+// caller's buffer, as Recv does, and handed whole.
+//
 // # Waiting
 //
 // A side that cannot make progress re-reads the shared counter a few dozen

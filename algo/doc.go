@@ -58,7 +58,7 @@
 //	    steps 2 log2 p' (+2 when p is not a power of two)
 //	    bytes 2(p'-1)/p' n (folded pairs +n)
 //	tree (AlgoTree)             Broadcast, Reduce         BroadcastTree, ReduceTree
-//	    binomial tree; Reduce by size rule when n <= ReduceTreeMaxBytes
+//	    binomial tree; Reduce by size rule when n <= ReduceTreeMaxBytes or p = 2
 //	    steps ceil(log2 p) levels (Broadcast pipelined in chunks)
 //	    bytes every non-root rank receives (Broadcast) or sends (Reduce) n;
 //	          the root sends or receives ceil(log2 p) n

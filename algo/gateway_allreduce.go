@@ -51,7 +51,7 @@ func AllReduceGateway(ctx context.Context, p Peers, ws *Workspace, src, data []b
 	}
 	local := hosts[host]
 	if len(local) > 1 {
-		if err := ReduceTree(ctx, SubPeers(p, local, hierLocalRS), ws, data, dt, op, 0); err != nil {
+		if err := ReduceTree(ctx, SubPeers(p, local, hierLocalRS), ws, data, dt, op, 0, chunkBytes); err != nil {
 			return fmt.Errorf("gateway allreduce: intra-host reduce: %w", err)
 		}
 	}

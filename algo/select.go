@@ -13,9 +13,10 @@ var (
 	// halving-doubling; larger ones use the pipelined ring, whose 2(p-1)
 	// steps are amortized and which keeps every link busy.
 	AllReduceRHDMaxBytes = 512 << 10
-	// ReduceTreeMaxBytes is the largest Reduce that uses the binomial tree;
-	// larger ones use the ring reduce, which spreads the reduction work and
-	// the root's inbound traffic.
+	// ReduceTreeMaxBytes is the largest Reduce over more than two ranks
+	// that uses the binomial tree; larger ones use the ring reduce, which
+	// spreads the reduction work and the root's inbound traffic. Between
+	// two ranks the tree reduces at every size (see reduceByTree).
 	ReduceTreeMaxBytes = 256 << 10
 )
 
@@ -36,7 +37,7 @@ func Select(c Collective, bytes, nranks int, forced Algorithm) Algorithm {
 		return forced
 	}
 	for _, s := range schedules {
-		if im := s.Impl(c); im != nil && im.BySize != nil && im.BySize(bytes) {
+		if im := s.Impl(c); im != nil && im.BySize != nil && im.BySize(bytes, nranks) {
 			return s.Algorithm
 		}
 	}

@@ -145,6 +145,20 @@ func TestSelect(t *testing.T) {
 			t.Errorf("Select(%v, %d, 8, %v) = %v, want %v", tc.c, tc.bytes, tc.forced, got, tc.want)
 		}
 	}
+	// Between two ranks a Reduce of any size takes the tree.
+	for _, tc := range []struct {
+		bytes, ranks int
+		want         Algorithm
+	}{
+		{1 << 30, 2, AlgoTree},
+		{ReduceTreeMaxBytes + 1, 2, AlgoTree},
+		{ReduceTreeMaxBytes + 1, 3, AlgoRing},
+		{ReduceTreeMaxBytes, 3, AlgoTree},
+	} {
+		if got := Select(OpReduce, tc.bytes, tc.ranks, AlgoAuto); got != tc.want {
+			t.Errorf("Select(Reduce, %d, %d, auto) = %v, want %v", tc.bytes, tc.ranks, got, tc.want)
+		}
+	}
 	// Whatever Select picks must implement the collective.
 	for c := OpAllReduce; c <= OpBarrier; c++ {
 		for a := AlgoAuto; a < numAlgorithms; a++ {

@@ -57,9 +57,9 @@ func init() {
 			}, {
 				Op: OpReduce,
 				Run: reduce(func(ctx context.Context, a *Args, data []byte) error {
-					return ReduceTree(ctx, a.Peers, a.WS, data, a.DType, a.Op, a.Root)
+					return ReduceTree(ctx, a.Peers, a.WS, data, a.DType, a.Op, a.Root, a.Chunk)
 				}),
-				BySize: upTo(&ReduceTreeMaxBytes),
+				BySize: reduceByTree,
 			}},
 		},
 		&Schedule{

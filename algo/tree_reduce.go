@@ -8,7 +8,7 @@ import (
 // ReduceTree reduces data over all ranks with op's combiner (Avg is summed;
 // the caller divides) into data on root. On the other ranks data is
 // clobbered (it holds partial results on return). Staging uses workspace
-// SlotStage (len(data) bytes).
+// SlotStage (one chunk).
 //
 // # Binomial tree reduce
 //
@@ -24,27 +24,38 @@ import (
 // The combination tree is fixed by p and root, so results are
 // deterministic.
 //
-// Communication steps: ceil(log2 p). Message step labels: j, the tree level.
+// A partial goes in chunks of at most chunkBytes (whole elements; <= 0:
+// one message), each reduced as it comes, so that over a stream (TCP)
+// receiving a chunk overlaps reducing the one before.
+//
+// Communication steps: ceil(log2 p). Message step labels: j, the tree
+// level, on every chunk of it.
 //
 // Bytes on the wire: every non-root rank sends n once; a rank receives n
 // from each of its children, so the root receives ceil(log2 p) * n. Best
-// for small vectors; large ones go to the ring reduce.
+// for small vectors and two ranks; large ones over more ranks go to the
+// ring reduce.
 //
 // data is overwritten on every rank: at the root with the result, on the
 // other ranks with the partial result of their subtree.
-func ReduceTree(ctx context.Context, p Peers, ws *Workspace, data []byte, dt DType, op Op, root int) error {
+func ReduceTree(ctx context.Context, p Peers, ws *Workspace, data []byte, dt DType, op Op, root, chunkBytes int) error {
 	size, r := p.Size(), p.Rank()
 	if size <= 1 || len(data) == 0 {
 		return nil
 	}
 	op = op.Combiner()
 	v := mod(r-root, size)
+	chunk := chunkSize(chunkBytes, dt.Size())
+	nc := numChunks(len(data), chunk)
 	var stage []byte
 	for j, m := 0, 1; m < size; j, m = j+1, m<<1 {
 		if v&m != 0 {
 			parent := mod(v-m+root, size)
-			if err := p.Send(ctx, parent, uint32(j), data); err != nil {
-				return fmt.Errorf("tree reduce: rank %d level %d: send to rank %d: %w", r, j, parent, err)
+			for k := range nc {
+				lo, hi := chunkAt(0, len(data), chunk, k)
+				if err := p.Send(ctx, parent, uint32(j), data[lo:hi]); err != nil {
+					return fmt.Errorf("tree reduce: rank %d level %d: send chunk %d to rank %d: %w", r, j, k, parent, err)
+				}
 			}
 			return nil
 		}
@@ -53,10 +64,13 @@ func ReduceTree(ctx context.Context, p Peers, ws *Workspace, data []byte, dt DTy
 		}
 		child := mod(v+m+root, size)
 		if stage == nil {
-			stage = ws.Get(SlotStage, len(data))
+			stage = ws.Get(SlotStage, min(len(data), chunk))
 		}
-		if err := recvReduce(ctx, p, child, uint32(j), stage, &reduction{ws: ws, dst: data, dt: dt, op: op}); err != nil {
-			return fmt.Errorf("tree reduce: rank %d level %d: recv from rank %d: %w", r, j, child, err)
+		for k := range nc {
+			lo, hi := chunkAt(0, len(data), chunk, k)
+			if err := recvReduce(ctx, p, child, uint32(j), stage[:hi-lo], &reduction{ws: ws, dst: data[lo:hi], dt: dt, op: op}); err != nil {
+				return fmt.Errorf("tree reduce: rank %d level %d: recv chunk %d from rank %d: %w", r, j, k, child, err)
+			}
 		}
 	}
 	return nil

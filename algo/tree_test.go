@@ -60,13 +60,14 @@ func TestReduceTree(t *testing.T) {
 			for _, root := range []int{0, p - 1, p / 2} {
 				c := cs[i%len(cs)]
 				net, opts := netConfig(i)
+				chunk := []int{0, 24, 1000}[i%3] // whole, in chunks of a few elements, in uneven ones
 				i++
-				t.Run(fmt.Sprintf("p%d/n%d/root%d/%v/%v/%s", p, count, root, c.dt, c.op, net), func(t *testing.T) {
+				t.Run(fmt.Sprintf("p%d/n%d/root%d/%v/%v/%s/chunk%d", p, count, root, c.dt, c.op, net, chunk), func(t *testing.T) {
 					t.Parallel()
 					in := rankInputs(c.dt, c.op, p, count)
 					want := serialReduce(c.dt, c.op, in)
 					runRanks(t, p, opts, func(ctx context.Context, rank int, peers Peers) error {
-						return ReduceTree(ctx, peers, new(Workspace), in[rank], c.dt, c.op, root)
+						return ReduceTree(ctx, peers, new(Workspace), in[rank], c.dt, c.op, root, chunk)
 					})
 					if d := firstDiff(in[root], want, c.dt.Size()); d != "" {
 						t.Fatalf("root %d: %s", root, d)
@@ -90,7 +91,7 @@ func TestReduceTypes(t *testing.T) {
 					tree[r] = append([]byte(nil), in[r]...)
 				}
 				runRanks(t, p, opts, func(ctx context.Context, rank int, peers Peers) error {
-					if err := ReduceTree(ctx, peers, new(Workspace), tree[rank], c.dt, c.op, 1); err != nil {
+					if err := ReduceTree(ctx, peers, new(Workspace), tree[rank], c.dt, c.op, 1, 0); err != nil {
 						return err
 					}
 					return ReduceRing(ctx, peers, new(Workspace), in[rank], c.dt, c.op, 2, 128)
@@ -121,7 +122,7 @@ func TestLarge(t *testing.T) {
 	copy(bcast[root], want)
 	runRanks(t, p, netConfigs[2].opts, func(ctx context.Context, rank int, peers Peers) error {
 		ws := new(Workspace)
-		if err := ReduceTree(ctx, peers, ws, tree[rank], Int32, Sum, root); err != nil {
+		if err := ReduceTree(ctx, peers, ws, tree[rank], Int32, Sum, root, 64<<10); err != nil {
 			return err
 		}
 		if err := ReduceRing(ctx, peers, ws, in[rank], Int32, Sum, root, 8<<10); err != nil {

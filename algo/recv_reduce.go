@@ -19,20 +19,22 @@ type ViewPeers interface {
 	RecvView(ctx context.Context, peer int, step uint32, buf []byte, align int, use transport.Consumer) error
 }
 
-// reducer is the transport.Consumer of recvReduce: it reduces each piece
-// of a message into the same bytes of dst, with src (dst itself where src
-// is nil) as the other operand, the message on the left where msgFirst.
-// A Workspace keeps one, so that handing it to a connection allocates
-// nothing.
-type reducer struct {
+// reduction says what recvReduce does with a received message: reduce it
+// into dst, dst = src op message, or message op src where msgFirst, with
+// dst itself for a nil src. op is a combiner (see Op.Combiner). It is the
+// transport.Consumer handed to the connection: the copy ws keeps (see
+// Workspace.reduction), so that handing it over allocates nothing.
+type reduction struct {
+	ws       *Workspace
 	dst, src []byte
 	dt       DType
 	op       Op
 	msgFirst bool
 }
 
-// Consume implements transport.Consumer.
-func (r *reducer) Consume(off int, piece []byte) {
+// Consume implements transport.Consumer: it reduces piece into the same
+// bytes of dst.
+func (r *reduction) Consume(off int, piece []byte) {
 	d := r.dst[off : off+len(piece)]
 	s := d
 	if r.src != nil {
@@ -45,34 +47,30 @@ func (r *reducer) Consume(off int, piece []byte) {
 	}
 }
 
-// reduction says what recvReduce does with a received message: reduce it
-// into dst, dst = src op message, or message op src where msgFirst, with
-// dst itself for a nil src. op is a combiner (see Op.Combiner); ws holds
-// the reducer handed to the connection.
-type reduction struct {
-	ws       *Workspace
-	dst, src []byte
-	dt       DType
-	op       Op
-	msgFirst bool
-}
-
 // recvReduce receives message step from peer and reduces it as red says.
 // Where p can show the message where it lies (ViewPeers), it is reduced
 // from there, one read of it instead of a copy and a read; otherwise it
 // is received into stage (len(red.dst) bytes) first.
 func recvReduce(ctx context.Context, p Peers, peer int, step uint32, stage []byte, red *reduction) error {
-	if vp, ok := p.(ViewPeers); ok && len(red.dst) > 0 {
-		r := red.ws.reducer()
-		*r = reducer{dst: red.dst, src: red.src, dt: red.dt, op: red.op, msgFirst: red.msgFirst}
-		err := vp.RecvView(ctx, peer, step, stage, red.dt.Size(), r)
-		*r = reducer{} // drop the references to the caller's buffers
+	r := red.ws.reduction()
+	*r = *red
+	var err error
+	if vp, ok := p.(ViewPeers); ok {
+		err = vp.RecvView(ctx, peer, step, stage, red.dt.Size(), r)
+	} else {
+		err = recvWhole(ctx, p, peer, step, stage, r)
+	}
+	*r = reduction{} // drop the references to the caller's buffers
+	return err
+}
+
+// recvWhole receives message step from peer into buf and hands it to use
+// in one piece: RecvView where the connection cannot show the message
+// where it lies.
+func recvWhole(ctx context.Context, p Peers, peer int, step uint32, buf []byte, use transport.Consumer) error {
+	if err := p.Recv(ctx, peer, step, buf); err != nil {
 		return err
 	}
-	if err := p.Recv(ctx, peer, step, stage); err != nil {
-		return err
-	}
-	r := reducer{dst: red.dst, src: red.src, dt: red.dt, op: red.op, msgFirst: red.msgFirst}
-	r.Consume(0, stage)
+	use.Consume(0, buf)
 	return nil
 }

@@ -75,11 +75,7 @@ func (s subPeers) RecvView(ctx context.Context, peer int, step uint32, buf []byt
 	if vp, ok := s.p.(ViewPeers); ok {
 		return vp.RecvView(ctx, s.ranks[peer], s.base+step, buf, align, use)
 	}
-	if err := s.p.Recv(ctx, s.ranks[peer], s.base+step, buf); err != nil {
-		return err
-	}
-	use.Consume(0, buf)
-	return nil
+	return recvWhole(ctx, s.p, s.ranks[peer], s.base+step, buf, use)
 }
 
 type eagerSubPeers struct {

@@ -10,14 +10,14 @@ type Workspace struct {
 	subs     []*eagerSubPeers
 	children []*Workspace
 	routed   *routedScratch
-	reduce   *reducer
+	reduce   *reduction
 }
 
-// reducer returns the Workspace's reducer (see recvReduce), made on first
-// use.
-func (w *Workspace) reducer() *reducer {
+// reduction returns the Workspace's reduction (see recvReduce), made on
+// first use.
+func (w *Workspace) reduction() *reduction {
 	if w.reduce == nil {
-		w.reduce = new(reducer)
+		w.reduce = new(reduction)
 	}
 	return w.reduce
 }

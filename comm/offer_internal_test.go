@@ -32,6 +32,18 @@ func (o offeringConn) Offer(ctx context.Context, h transport.Header, payload []b
 // lends them from 1 MiB, and the count of their offers.
 func offeringPair(t *testing.T) ([]*Communicator, *atomic.Int64) {
 	t.Helper()
+	offers := new(atomic.Int64)
+	sc := shm.Config{CMAThreshold: 1 << 20, OfferThreshold: 32 << 10}
+	comms := shmPair(t, sc, func(c *shm.Conn) transport.Conn { return offeringConn{c, offers} })
+	return comms, offers
+}
+
+// shmPair makes two in-process communicators of one core each joined by
+// a shared-memory connection configured as sc (its ranks, communicator
+// and epoch filled in), which wrap turns into the connection each
+// communicator uses.
+func shmPair(t *testing.T, sc shm.Config, wrap func(*shm.Conn) transport.Conn) []*Communicator {
+	t.Helper()
 	cfg, err := newConfig(nil)
 	if err != nil {
 		t.Fatal(err)
@@ -39,7 +51,7 @@ func offeringPair(t *testing.T) ([]*Communicator, *atomic.Int64) {
 	x, y := mem.Pipe(0)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	sc := shm.Config{Comm: rand.Uint64(), Epoch: 1, CMAThreshold: 1 << 20, OfferThreshold: 32 << 10}
+	sc.Comm, sc.Epoch = rand.Uint64(), 1
 	var (
 		ends [2]*shm.Conn
 		errs [2]error
@@ -64,8 +76,7 @@ func offeringPair(t *testing.T) ([]*Communicator, *atomic.Int64) {
 	g := newLocalGroup(2)
 	g.conns[0][1].Close()
 	g.conns[1][0].Close()
-	offers := new(atomic.Int64)
-	g.conns[0][1], g.conns[1][0] = offeringConn{ends[0], offers}, offeringConn{ends[1], offers}
+	g.conns[0][1], g.conns[1][0] = wrap(ends[0]), wrap(ends[1])
 	cfg.cpus = 1
 	comms := g.members(0x0ffe, []string{cfg.hostID, cfg.hostID}, cfg)
 	t.Cleanup(func() {
@@ -73,7 +84,7 @@ func offeringPair(t *testing.T) ([]*Communicator, *atomic.Int64) {
 			c.Close()
 		}
 	})
-	return comms, offers
+	return comms
 }
 
 // TestGroupOffers: over shared memory, a group's send of at least the

@@ -104,6 +104,8 @@ const (
 	// AlgoXY routes all-to-all blocks along the X rail, then the Y rail
 	// (RailX grids).
 	AlgoXY
+	// AlgoChain is the pipelined chain reduce (Reduce).
+	AlgoChain
 
 	numAlgorithms
 )
@@ -141,6 +143,7 @@ func (a Algorithm) String() string {
 //	delegated      AlgoDelegated
 //	railfwd        AlgoRailForward
 //	xy             AlgoXY
+//	chain          AlgoChain
 func ParseAlgorithm(s string) (Algorithm, error) {
 	s = strings.ToLower(strings.TrimSpace(s))
 	if s == "" {

@@ -35,7 +35,7 @@
 //     special cases.
 //
 // The default size thresholds (AllReduceRDMaxBytes, AllReduceRHDMaxBytes,
-// ReduceTreeMaxBytes) are variables so that benchmarks and configuration
+// ReduceTreeMaxBytes, ReduceChainMinBytes, ReduceChainMaxRanks) are variables so that benchmarks and configuration
 // can retune them for a machine and fabric.
 //
 // # Index of schedules
@@ -57,6 +57,11 @@
 //	    (size rule: n <= AllReduceRHDMaxBytes)
 //	    steps 2 log2 p' (+2 when p is not a power of two)
 //	    bytes 2(p'-1)/p' n (folded pairs +n)
+//	chain (AlgoChain)           Reduce                    ReduceChain
+//	    pipelined chain p-1 -> ... -> 0 towards the root, in chunks; by size
+//	    rule when n > ReduceChainMinBytes and 3 <= p <= ReduceChainMaxRanks
+//	    steps p-1, pipelined over the chunks
+//	    bytes every non-root rank sends n, every rank but the last receives n
 //	tree (AlgoTree)             Broadcast, Reduce         BroadcastTree, ReduceTree
 //	    binomial tree; Reduce by size rule when n <= ReduceTreeMaxBytes or p = 2
 //	    steps ceil(log2 p) levels (Broadcast pipelined in chunks)

@@ -373,3 +373,20 @@ func always(int, int) bool { return true }
 // and reduces the whole vector once per level, and the ring spreads that
 // work.
 func reduceByTree(n, p int) bool { return n <= ReduceTreeMaxBytes || p == 2 }
+
+// reduceByChain is the chain Reduce's size rule, ahead of the tree's:
+// from ReduceChainMinBytes up, between 3 and ReduceChainMaxRanks ranks.
+// There every rank reduces the vector once, all at the same time, where
+// the tree's root reduces it once per level while its children wait and
+// the ring adds a gather to its reduce-scatter. Measured on 2 cores, 3-4
+// rotating rounds, chain / tree / ring / Open MPI's vader (whose tuned
+// Reduce is a pipelined chain there too), microseconds: 3 processes 128
+// KiB 47.6 / 69.5 / - / 37.6, 256 KiB 85.4 / 130 / - / 80.0, 1 MiB 323 /
+// 556 / 618 / 351, 4 MiB 1673 / 2469 / 2691 / 1953, 16 MiB 7846 / 13986
+// / 11986 / 8919; 4 processes 256 KiB 160 / 176 / - / 134, 1 MiB 558 /
+// 502 / 862 / 661, 16 MiB 13655 / 13994 / 14927 / 15275. The chain's last
+// chunk reaches the root p-1 chunks after its first, which bounds the
+// ranks it is chosen for (not measured past 4 here).
+func reduceByChain(n, p int) bool {
+	return n > ReduceChainMinBytes && p >= 3 && p <= ReduceChainMaxRanks
+}

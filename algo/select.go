@@ -13,11 +13,18 @@ var (
 	// halving-doubling; larger ones use the pipelined ring, whose 2(p-1)
 	// steps are amortized and which keeps every link busy.
 	AllReduceRHDMaxBytes = 512 << 10
-	// ReduceTreeMaxBytes is the largest Reduce over more than two ranks
-	// that uses the binomial tree; larger ones use the ring reduce, which
-	// spreads the reduction work and the root's inbound traffic. Between
-	// two ranks the tree reduces at every size (see reduceByTree).
+	// ReduceTreeMaxBytes is the largest Reduce over more than
+	// ReduceChainMaxRanks ranks that uses the binomial tree; larger ones
+	// use the ring reduce, which spreads the reduction work and the root's
+	// inbound traffic. Between two ranks the tree reduces at every size
+	// (see reduceByTree); between 3 and ReduceChainMaxRanks, the chain
+	// from ReduceChainMinBytes.
 	ReduceTreeMaxBytes = 256 << 10
+	// ReduceChainMinBytes and ReduceChainMaxRanks bound the Reduces that
+	// take the pipelined chain: above ReduceChainMinBytes, between 3 and
+	// ReduceChainMaxRanks ranks (see reduceByChain).
+	ReduceChainMinBytes = 64 << 10
+	ReduceChainMaxRanks = 8
 )
 
 // Supports reports whether a implements collective c in this package.

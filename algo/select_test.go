@@ -128,7 +128,7 @@ func TestSelect(t *testing.T) {
 		{OpBroadcast, 1 << 30, AlgoAuto, AlgoTree},
 		{OpBroadcast, 1, AlgoRing, AlgoTree},
 		{OpReduce, 100, AlgoAuto, AlgoTree},
-		{OpReduce, ReduceTreeMaxBytes + 1, AlgoAuto, AlgoRing},
+		{OpReduce, ReduceTreeMaxBytes + 1, AlgoAuto, AlgoChain},
 		{OpReduce, 100, AlgoRing, AlgoRing},
 		{OpAllGather, 100, AlgoAuto, AlgoRing},
 		{OpReduceScatter, 1 << 20, AlgoRHD, AlgoRing},
@@ -145,15 +145,19 @@ func TestSelect(t *testing.T) {
 			t.Errorf("Select(%v, %d, 8, %v) = %v, want %v", tc.c, tc.bytes, tc.forced, got, tc.want)
 		}
 	}
-	// Between two ranks a Reduce of any size takes the tree.
+	// Between two ranks a Reduce of any size takes the tree; between three
+	// and ReduceChainMaxRanks, the chain above ReduceChainMinBytes.
 	for _, tc := range []struct {
 		bytes, ranks int
 		want         Algorithm
 	}{
 		{1 << 30, 2, AlgoTree},
 		{ReduceTreeMaxBytes + 1, 2, AlgoTree},
-		{ReduceTreeMaxBytes + 1, 3, AlgoRing},
-		{ReduceTreeMaxBytes, 3, AlgoTree},
+		{ReduceChainMinBytes, 3, AlgoTree},
+		{ReduceChainMinBytes + 1, 3, AlgoChain},
+		{1 << 30, ReduceChainMaxRanks, AlgoChain},
+		{ReduceTreeMaxBytes, ReduceChainMaxRanks + 1, AlgoTree},
+		{ReduceTreeMaxBytes + 1, ReduceChainMaxRanks + 1, AlgoRing},
 	} {
 		if got := Select(OpReduce, tc.bytes, tc.ranks, AlgoAuto); got != tc.want {
 			t.Errorf("Select(Reduce, %d, %d, auto) = %v, want %v", tc.bytes, tc.ranks, got, tc.want)

@@ -44,6 +44,18 @@ func init() {
 			}},
 		},
 		&Schedule{
+			Algorithm: AlgoChain,
+			Name:      "chain",
+			Summary:   "pipelined chain towards the root: every rank reduces the vector once, all at the same time",
+			Impls: []Impl{{
+				Op: OpReduce,
+				Run: reduce(func(ctx context.Context, a *Args, data []byte) error {
+					return ReduceChain(ctx, a.Peers, a.WS, data, a.DType, a.Op, a.Root, a.Chunk)
+				}),
+				BySize: reduceByChain,
+			}},
+		},
+		&Schedule{
 			Algorithm: AlgoTree,
 			Name:      "tree",
 			Summary:   "binomial tree rooted at the root: log2(p) steps of the whole buffer",

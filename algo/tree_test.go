@@ -78,6 +78,32 @@ func TestReduceTree(t *testing.T) {
 	}
 }
 
+func TestReduceChain(t *testing.T) {
+	cs := combos()
+	i := 0
+	for _, p := range testRanks {
+		for _, count := range testCounts(p) {
+			for _, root := range []int{0, p - 1, p / 2} {
+				c := cs[i%len(cs)]
+				net, opts := netConfig(i)
+				chunk := []int{0, 24, 1000}[i%3]
+				i++
+				t.Run(fmt.Sprintf("p%d/n%d/root%d/%v/%v/%s/chunk%d", p, count, root, c.dt, c.op, net, chunk), func(t *testing.T) {
+					t.Parallel()
+					in := rankInputs(c.dt, c.op, p, count)
+					want := serialReduce(c.dt, c.op, in)
+					runRanks(t, p, opts, func(ctx context.Context, rank int, peers Peers) error {
+						return ReduceChain(ctx, peers, new(Workspace), in[rank], c.dt, c.op, root, chunk)
+					})
+					if d := firstDiff(in[root], want, c.dt.Size()); d != "" {
+						t.Fatalf("root %d: %s", root, d)
+					}
+				})
+			}
+		}
+	}
+}
+
 func TestReduceTypes(t *testing.T) {
 	for _, p := range []int{5, 8} {
 		for j, c := range combos() {

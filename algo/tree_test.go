@@ -52,53 +52,34 @@ func TestBroadcastTree(t *testing.T) {
 	}
 }
 
-func TestReduceTree(t *testing.T) {
-	cs := combos()
-	i := 0
-	for _, p := range testRanks {
-		for _, count := range testCounts(p) {
-			for _, root := range []int{0, p - 1, p / 2} {
-				c := cs[i%len(cs)]
-				net, opts := netConfig(i)
-				chunk := []int{0, 24, 1000}[i%3] // whole, in chunks of a few elements, in uneven ones
-				i++
-				t.Run(fmt.Sprintf("p%d/n%d/root%d/%v/%v/%s/chunk%d", p, count, root, c.dt, c.op, net, chunk), func(t *testing.T) {
-					t.Parallel()
-					in := rankInputs(c.dt, c.op, p, count)
-					want := serialReduce(c.dt, c.op, in)
-					runRanks(t, p, opts, func(ctx context.Context, rank int, peers Peers) error {
-						return ReduceTree(ctx, peers, new(Workspace), in[rank], c.dt, c.op, root, chunk)
+// TestReduceTreeChain runs the binomial tree and the pipelined chain, whole
+// and in chunks, against a serial reduction.
+func TestReduceTreeChain(t *testing.T) {
+	for _, sched := range []struct {
+		name string
+		run  func(ctx context.Context, p Peers, ws *Workspace, data []byte, dt DType, op Op, root, chunkBytes int) error
+	}{{"tree", ReduceTree}, {"chain", ReduceChain}} {
+		cs := combos()
+		i := 0
+		for _, p := range testRanks {
+			for _, count := range testCounts(p) {
+				for _, root := range []int{0, p - 1, p / 2} {
+					c := cs[i%len(cs)]
+					net, opts := netConfig(i)
+					chunk := []int{0, 24, 1000}[i%3] // whole, in chunks of a few elements, in uneven ones
+					i++
+					t.Run(fmt.Sprintf("%s/p%d/n%d/root%d/%v/%v/%s/chunk%d", sched.name, p, count, root, c.dt, c.op, net, chunk), func(t *testing.T) {
+						t.Parallel()
+						in := rankInputs(c.dt, c.op, p, count)
+						want := serialReduce(c.dt, c.op, in)
+						runRanks(t, p, opts, func(ctx context.Context, rank int, peers Peers) error {
+							return sched.run(ctx, peers, new(Workspace), in[rank], c.dt, c.op, root, chunk)
+						})
+						if d := firstDiff(in[root], want, c.dt.Size()); d != "" {
+							t.Fatalf("root %d: %s", root, d)
+						}
 					})
-					if d := firstDiff(in[root], want, c.dt.Size()); d != "" {
-						t.Fatalf("root %d: %s", root, d)
-					}
-				})
-			}
-		}
-	}
-}
-
-func TestReduceChain(t *testing.T) {
-	cs := combos()
-	i := 0
-	for _, p := range testRanks {
-		for _, count := range testCounts(p) {
-			for _, root := range []int{0, p - 1, p / 2} {
-				c := cs[i%len(cs)]
-				net, opts := netConfig(i)
-				chunk := []int{0, 24, 1000}[i%3]
-				i++
-				t.Run(fmt.Sprintf("p%d/n%d/root%d/%v/%v/%s/chunk%d", p, count, root, c.dt, c.op, net, chunk), func(t *testing.T) {
-					t.Parallel()
-					in := rankInputs(c.dt, c.op, p, count)
-					want := serialReduce(c.dt, c.op, in)
-					runRanks(t, p, opts, func(ctx context.Context, rank int, peers Peers) error {
-						return ReduceChain(ctx, peers, new(Workspace), in[rank], c.dt, c.op, root, chunk)
-					})
-					if d := firstDiff(in[root], want, c.dt.Size()); d != "" {
-						t.Fatalf("root %d: %s", root, d)
-					}
-				})
+				}
 			}
 		}
 	}

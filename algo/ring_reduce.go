@@ -25,7 +25,7 @@ import (
 // the reduce-scatter; then every non-root rank sends n/p and the root
 // receives (p-1)/p * n. The root's link carries about 2(p-1)/p * n inbound
 // instead of the tree's ceil(log2 p) * n, which is what makes it the choice
-// for large vectors.
+// for large vectors over more than ReduceChainMaxRanks ranks.
 //
 // data is overwritten on every rank: at the root with the result, on the
 // other ranks with partial results.

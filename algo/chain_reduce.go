@@ -24,7 +24,7 @@ import (
 // so that rank v reduces chunk k while v+1 reduces chunk k+1: every rank
 // but the last reduces the vector once, at the same time as the others,
 // where the binomial tree's root reduces it once per level while its
-// children wait. The combination order is fixed by p and root, so results
+// children wait. Between two ranks it sends the tree's messages. The combination order is fixed by p and root, so results
 // are deterministic.
 //
 // Communication steps: p-1 down the chain, pipelined over the chunks

@@ -11,7 +11,8 @@
 // when the Peers can show it there (ViewPeers, over transport.Viewer: the
 // shared-memory rings), one read of every byte instead of a copy out and
 // a read: the ring and recursive halving-doubling reduce-scatters, the
-// tree reduce and the fold of a non-power-of-two all-reduce do so.
+// tree and chain reduces and the fold of a non-power-of-two all-reduce do
+// so.
 //
 // # Schedules as data
 //
@@ -59,11 +60,12 @@
 //	    bytes 2(p'-1)/p' n (folded pairs +n)
 //	chain (AlgoChain)           Reduce                    ReduceChain
 //	    pipelined chain p-1 -> ... -> 0 towards the root, in chunks; by size
-//	    rule when n > ReduceChainMinBytes and 3 <= p <= ReduceChainMaxRanks
+//	    rule when n > ReduceChainMinBytes and p <= ReduceChainMaxRanks
 //	    steps p-1, pipelined over the chunks
 //	    bytes every non-root rank sends n, every rank but the last receives n
 //	tree (AlgoTree)             Broadcast, Reduce         BroadcastTree, ReduceTree
-//	    binomial tree; Reduce by size rule when n <= ReduceTreeMaxBytes or p = 2
+//	    binomial tree; Reduce by size rule when n <= ReduceTreeMaxBytes
+//	    (and the chain's does not apply)
 //	    steps ceil(log2 p) levels (Broadcast pipelined in chunks)
 //	    bytes every non-root rank receives (Broadcast) or sends (Reduce) n;
 //	          the root sends or receives ceil(log2 p) n

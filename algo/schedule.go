@@ -362,31 +362,25 @@ func upTo(max *int) func(n, p int) bool { return func(n, _ int) bool { return n 
 // always is the size rule of a collective's fallback schedule.
 func always(int, int) bool { return true }
 
-// reduceByTree is the tree Reduce's size rule: up to ReduceTreeMaxBytes,
-// and at any size between two ranks. There the ring's reduce-scatter and
-// gather are two steps of half the vector each, which could halve the
-// reduction's time on the critical path, but the tree's one stream of
-// chunks measured faster at every size, 2 processes on 2 cores, 4
-// rotating rounds, ring / tree: shared memory 1 MiB 205 / 159 us, 16 MiB
-// 3.80 / 2.79 ms (Open MPI's vader 181 us, 3.21 ms); TCP 1 MiB 384 / 238
-// us, 16 MiB 6.00 / 4.47 ms. Between more ranks the tree's root receives
-// and reduces the whole vector once per level, and the ring spreads that
-// work.
-func reduceByTree(n, p int) bool { return n <= ReduceTreeMaxBytes || p == 2 }
-
 // reduceByChain is the chain Reduce's size rule, ahead of the tree's:
-// from ReduceChainMinBytes up, between 3 and ReduceChainMaxRanks ranks.
-// There every rank reduces the vector once, all at the same time, where
-// the tree's root reduces it once per level while its children wait and
-// the ring adds a gather to its reduce-scatter. Measured on 2 cores, 3-4
-// rotating rounds, chain / tree / ring / Open MPI's vader (whose tuned
-// Reduce is a pipelined chain there too), microseconds: 3 processes 128
-// KiB 47.6 / 69.5 / - / 37.6, 256 KiB 85.4 / 130 / - / 80.0, 1 MiB 323 /
-// 556 / 618 / 351, 4 MiB 1673 / 2469 / 2691 / 1953, 16 MiB 7846 / 13986
-// / 11986 / 8919; 4 processes 256 KiB 160 / 176 / - / 134, 1 MiB 558 /
-// 502 / 862 / 661, 16 MiB 13655 / 13994 / 14927 / 15275. The chain's last
+// above ReduceChainMinBytes, up to ReduceChainMaxRanks ranks. There every
+// rank reduces the vector once, all at the same time, where the tree's
+// root reduces it once per level while its children wait and the ring
+// adds a gather to its reduce-scatter; between two ranks the chain is the
+// tree's one stream of chunks, which the ring's two half-size steps
+// (faster on paper by half a reduction) trailed at every size. Measured on
+// 2 cores, 3-4 rotating rounds, chain / tree / ring / Open MPI's vader
+// (whose tuned Reduce is a pipelined chain there too), microseconds: 2
+// processes 1 MiB 126 / 128 / - / 149, 16 MiB 2659 / 2648 / - / 2993, TCP
+// 1 MiB 213 / 219, 16 MiB 3705 / 3640 (and in an earlier set, tree / ring
+// / vader: 1 MiB 159 / 205 / 181, 16 MiB 2793 / 3805 / 3208, TCP 1 MiB 238
+// / 384, 16 MiB 4472 / 5995); 3 processes 128 KiB
+// 47.6 / 69.5 / - / 37.6, 256 KiB 85.4 / 130 / - / 80.0, 1 MiB 323 / 556
+// / 618 / 351, 4 MiB 1673 / 2469 / 2691 / 1953, 16 MiB 7846 / 13986 /
+// 11986 / 8919; 4 processes 256 KiB 160 / 176 / - / 134, 1 MiB 558 / 502
+// / 862 / 661, 16 MiB 13655 / 13994 / 14927 / 15275. The chain's last
 // chunk reaches the root p-1 chunks after its first, which bounds the
 // ranks it is chosen for (not measured past 4 here).
 func reduceByChain(n, p int) bool {
-	return n > ReduceChainMinBytes && p >= 3 && p <= ReduceChainMaxRanks
+	return n > ReduceChainMinBytes && p <= ReduceChainMaxRanks
 }

@@ -16,12 +16,10 @@ var (
 	// ReduceTreeMaxBytes is the largest Reduce over more than
 	// ReduceChainMaxRanks ranks that uses the binomial tree; larger ones
 	// use the ring reduce, which spreads the reduction work and the root's
-	// inbound traffic. Between two ranks the tree reduces at every size
-	// (see reduceByTree); between 3 and ReduceChainMaxRanks, the chain
-	// from ReduceChainMinBytes.
+	// inbound traffic.
 	ReduceTreeMaxBytes = 256 << 10
 	// ReduceChainMinBytes and ReduceChainMaxRanks bound the Reduces that
-	// take the pipelined chain: above ReduceChainMinBytes, between 3 and
+	// take the pipelined chain: above ReduceChainMinBytes, up to
 	// ReduceChainMaxRanks ranks (see reduceByChain).
 	ReduceChainMinBytes = 64 << 10
 	ReduceChainMaxRanks = 8

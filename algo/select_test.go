@@ -145,14 +145,14 @@ func TestSelect(t *testing.T) {
 			t.Errorf("Select(%v, %d, 8, %v) = %v, want %v", tc.c, tc.bytes, tc.forced, got, tc.want)
 		}
 	}
-	// Between two ranks a Reduce of any size takes the tree; between three
-	// and ReduceChainMaxRanks, the chain above ReduceChainMinBytes.
+	// Up to ReduceChainMaxRanks ranks a Reduce above ReduceChainMinBytes
+	// takes the chain; beyond, the tree up to ReduceTreeMaxBytes.
 	for _, tc := range []struct {
 		bytes, ranks int
 		want         Algorithm
 	}{
-		{1 << 30, 2, AlgoTree},
-		{ReduceTreeMaxBytes + 1, 2, AlgoTree},
+		{1 << 30, 2, AlgoChain},
+		{ReduceChainMinBytes, 2, AlgoTree},
 		{ReduceChainMinBytes, 3, AlgoTree},
 		{ReduceChainMinBytes + 1, 3, AlgoChain},
 		{1 << 30, ReduceChainMaxRanks, AlgoChain},

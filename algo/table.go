@@ -71,7 +71,7 @@ func init() {
 				Run: reduce(func(ctx context.Context, a *Args, data []byte) error {
 					return ReduceTree(ctx, a.Peers, a.WS, data, a.DType, a.Op, a.Root, a.Chunk)
 				}),
-				BySize: reduceByTree,
+				BySize: upTo(&ReduceTreeMaxBytes),
 			}},
 		},
 		&Schedule{

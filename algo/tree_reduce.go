@@ -33,8 +33,9 @@ import (
 //
 // Bytes on the wire: every non-root rank sends n once; a rank receives n
 // from each of its children, so the root receives ceil(log2 p) * n. Best
-// for small vectors and two ranks; large ones over more ranks go to the
-// chain (up to ReduceChainMaxRanks) or the ring reduce.
+// for small vectors; large ones go to the chain (up to
+// ReduceChainMaxRanks ranks; between two it is this tree's messages) or
+// the ring reduce.
 //
 // data is overwritten on every rank: at the root with the result, on the
 // other ranks with the partial result of their subtree.

@@ -566,32 +566,52 @@ func (c *Conn) get(ctx context.Context, p []byte) error {
 	r := &c.in
 	for len(p) > 0 {
 		want := uint64(min(len(p), chunk))
-		avail := c.tailC - c.head
-		if avail < want {
-			if err := c.loadTail(); err != nil {
-				return err
-			}
-			avail = c.tailC - c.head
-			if avail == 0 {
-				c.publishHead()
-				if err := c.wait(ctx, forData); err != nil {
-					return err
-				}
-				continue
-			}
+		avail, err := c.readable(ctx, want)
+		if err != nil {
+			return err
 		}
 		n := min(want, avail)
 		off := c.head & r.mask
 		if k := memcopy.Copy(p[:n], r.data[off:]); uint64(k) < n {
 			memcopy.Copy(p[k:n], r.data) // wrapped around the ring's end
 		}
-		c.head += n
 		p = p[n:]
-		if c.head-c.phead >= chunk {
-			c.publishHead()
-			if c.closed.Load() {
-				return transport.ErrClosed
-			}
+		if err := c.consumed(n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readable returns how many bytes past the head of the in ring are there
+// to read, at least one: those already known if they make want, else
+// those the producer has published since, waiting for one as needed.
+func (c *Conn) readable(ctx context.Context, want uint64) (uint64, error) {
+	for {
+		if avail := c.tailC - c.head; avail >= want {
+			return avail, nil
+		}
+		if err := c.loadTail(); err != nil {
+			return 0, err
+		}
+		if avail := c.tailC - c.head; avail > 0 {
+			return avail, nil
+		}
+		c.publishHead()
+		if err := c.wait(ctx, forData); err != nil {
+			return 0, err
+		}
+	}
+}
+
+// consumed moves the head past n bytes read and publishes it every chunk
+// bytes (the caller publishes the rest).
+func (c *Conn) consumed(n uint64) error {
+	c.head += n
+	if c.head-c.phead >= chunk {
+		c.publishHead()
+		if c.closed.Load() {
+			return transport.ErrClosed
 		}
 	}
 	return nil

@@ -33,30 +33,16 @@ func (c *Conn) getView(ctx context.Context, n int) error {
 	r := &c.in
 	for done := 0; done < n; {
 		want := uint64(min(n-done, chunk))
-		avail := c.tailC - c.head
-		if avail < want {
-			if err := c.loadTail(); err != nil {
-				return err
-			}
-			avail = c.tailC - c.head
-			if avail == 0 {
-				c.publishHead()
-				if err := c.wait(ctx, forData); err != nil {
-					return err
-				}
-				continue
-			}
+		avail, err := c.readable(ctx, want)
+		if err != nil {
+			return err
 		}
 		off := c.head & r.mask
 		k := min(want, avail, r.cap-off) // up to the ring's end
 		c.consume(done, r.data[off:off+k])
-		c.head += k
 		done += int(k)
-		if c.head-c.phead >= chunk {
-			c.publishHead()
-			if c.closed.Load() {
-				return transport.ErrClosed
-			}
+		if err := c.consumed(k); err != nil {
+			return err
 		}
 	}
 	if c.vn > 0 { // the payload is not a whole number of elements

@@ -87,6 +87,27 @@ func shmPair(t *testing.T, sc shm.Config, wrap func(*shm.Conn) transport.Conn) [
 	return comms
 }
 
+// onEach calls fn for every rank of comms at once, each on a goroutine of
+// its own, and fails t, naming what, if any returns an error.
+func onEach(t *testing.T, what string, comms []*Communicator, fn func(r int, c *Communicator) error) {
+	t.Helper()
+	errs := make([]error, len(comms))
+	var wg sync.WaitGroup
+	for r, c := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = fn(r, c)
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("%s: rank %d: %v", what, r, err)
+		}
+	}
+}
+
 // TestGroupOffers: over shared memory, a group's send of at least the
 // connection's smallest offer and within its eager limit is offered, and
 // arrives intact whether the peer copies it while offered or the sender
@@ -113,21 +134,7 @@ func TestGroupOffers(t *testing.T) {
 	}
 	for i, st := range steps {
 		before := offers.Load()
-		errs := make([]error, 2)
-		var wg sync.WaitGroup
-		for r, c := range comms {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				errs[r] = offerStep(c, i, st.sizes, st.split)
-			}()
-		}
-		wg.Wait()
-		for r, err := range errs {
-			if err != nil {
-				t.Fatalf("%s: rank %d: %v", st.name, r, err)
-			}
-		}
+		onEach(t, st.name, comms, func(r int, c *Communicator) error { return offerStep(c, i, st.sizes, st.split) })
 		if got := offers.Load() - before; got != 2*st.offers {
 			t.Errorf("%s: %d offers, want %d per rank", st.name, got, st.offers)
 		}

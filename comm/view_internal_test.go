@@ -3,7 +3,6 @@ package comm
 import (
 	"context"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -63,38 +62,25 @@ func TestReductionsView(t *testing.T) {
 				{"allreduce", 5001},    // recursive halving-doubling
 				{"allreduce", 300_001}, // ring, odd count
 				{"reducescatter", 300_002},
-				{"reduce", 700_003}, // the chunked tree
+				{"reduce", 700_003}, // the chain, in chunks
 			} {
 				before := views.Load()
 				out := make([][]float32, 2)
-				errs := make([]error, 2)
-				var wg sync.WaitGroup
-				for r, c := range comms {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-						defer cancel()
-						in := input(r, tc.n)
-						switch tc.op {
-						case "allreduce":
-							out[r] = make([]float32, tc.n)
-							errs[r] = AllReduce(ctx, c, in, out[r], Sum)
-						case "reducescatter":
-							out[r] = make([]float32, tc.n/2)
-							errs[r] = ReduceScatter(ctx, c, in, out[r], Sum)
-						case "reduce":
-							out[r] = make([]float32, tc.n)
-							errs[r] = Reduce(ctx, c, in, out[r], Sum, 1)
-						}
-					}()
-				}
-				wg.Wait()
-				for r, err := range errs {
-					if err != nil {
-						t.Fatalf("%s of %d: rank %d: %v", tc.op, tc.n, r, err)
+				onEach(t, fmt.Sprintf("%s of %d", tc.op, tc.n), comms, func(r int, c *Communicator) error {
+					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+					defer cancel()
+					in := input(r, tc.n)
+					switch tc.op {
+					case "allreduce":
+						out[r] = make([]float32, tc.n)
+						return AllReduce(ctx, c, in, out[r], Sum)
+					case "reducescatter":
+						out[r] = make([]float32, tc.n/2)
+						return ReduceScatter(ctx, c, in, out[r], Sum)
 					}
-				}
+					out[r] = make([]float32, tc.n)
+					return Reduce(ctx, c, in, out[r], Sum, 1)
+				})
 				want := sum(tc.n)
 				for r := range comms {
 					got, exp := out[r], want

@@ -499,18 +499,11 @@ func BenchmarkLend(b *testing.B) {
 			ctx := context.Background()
 			out, in := make([]byte, size), make([]byte, size)
 			h := transport.Header{Kind: transport.KindP2P, Comm: 7}
-			done := make(chan error, 1)
-			go func() {
-				for i := range b.N {
-					h := h
-					h.Seq = uint64(i)
-					if err := c.Recv(ctx, h, in); err != nil {
-						done <- err
-						return
-					}
-				}
-				done <- nil
-			}()
+			done := background(b.N, func(i int) error {
+				h := h
+				h.Seq = uint64(i)
+				return c.Recv(ctx, h, in)
+			})
 			b.SetBytes(int64(size))
 			b.ReportAllocs()
 			b.ResetTimer()

@@ -887,3 +887,20 @@ func TestOffCoreWords(t *testing.T) {
 		t.Error("a connection added during a yield is still marked off core after it")
 	}
 }
+
+// background calls step for 0 .. n-1 on a goroutine of its own, and sends
+// its first error, or nil once every step has returned, on the channel it
+// returns: the peer side of a benchmark.
+func background(n int, step func(i int) error) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		for i := range n {
+			if err := step(i); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	return done
+}

@@ -34,18 +34,11 @@ func BenchmarkRecvReduce(b *testing.B) {
 				ctx := context.Background()
 				out, stage, acc := make([]byte, size), make([]byte, size), make([]byte, size)
 				h := transport.Header{Kind: transport.KindCollective, Comm: 7}
-				done := make(chan error, 1)
-				go func() {
-					for i := range b.N {
-						h := h
-						h.Seq = uint64(i)
-						if err := a.Send(ctx, h, out); err != nil {
-							done <- err
-							return
-						}
-					}
-					done <- nil
-				}()
+				done := background(b.N, func(i int) error {
+					h := h
+					h.Seq = uint64(i)
+					return a.Send(ctx, h, out)
+				})
 				sink := &sumInto{dst: acc}
 				b.SetBytes(int64(size))
 				b.ReportAllocs()

@@ -37,6 +37,16 @@ func Run(t *testing.T, newPair PairFunc) {
 	t.Run("Views", func(t *testing.T) { testViews(t, newPair) })
 }
 
+// implements returns c as a T, the transport interface named name, and
+// skips t if c is not one.
+func implements[T any](t *testing.T, c transport.Conn, name string) T {
+	x, ok := c.(T)
+	if !ok {
+		t.Skipf("%s does not implement transport.%s", transport.Name(c), name)
+	}
+	return x
+}
+
 func hdr(seq uint64, step uint32) transport.Header {
 	return transport.Header{Kind: transport.KindCollective, Op: 1, DType: 7, Comm: 0xC0FFEE, Epoch: 3, Seq: seq, Step: step, Count: 99, Root: 2}
 }
@@ -337,10 +347,7 @@ func testBuffers(t *testing.T, newPair PairFunc) {
 	a, b := newPair(t)
 	defer a.Close()
 	defer b.Close()
-	ba, ok := a.(transport.Buffered)
-	if !ok {
-		t.Skipf("%s does not implement transport.Buffered", transport.Name(a))
-	}
+	ba := implements[transport.Buffered](t, a, "Buffered")
 	ctx := ctxT(t, 30*time.Second)
 	const n, most = 1000, 1 << 16
 	if ba.Buffers(-1) {
@@ -398,10 +405,7 @@ func testOffers(t *testing.T, newPair PairFunc) {
 	a, b := newPair(t)
 	defer a.Close()
 	defer b.Close()
-	oa, ok := a.(transport.Offerer)
-	if !ok {
-		t.Skipf("%s does not implement transport.Offerer", transport.Name(a))
-	}
+	oa := implements[transport.Offerer](t, a, "Offerer")
 	n := 1 << 10
 	for ; n <= 1<<20 && !oa.Offers(n); n *= 2 {
 	}
@@ -498,10 +502,7 @@ func testViews(t *testing.T, newPair PairFunc) {
 	a, b := newPair(t)
 	defer a.Close()
 	defer b.Close()
-	vb, ok := b.(transport.Viewer)
-	if !ok {
-		t.Skipf("%s does not implement transport.Viewer", transport.Name(b))
-	}
+	vb := implements[transport.Viewer](t, b, "Viewer")
 	ctx := ctxT(t, 60*time.Second)
 	sizes := []int{0, 1, 3, 8, 60, 4 << 10, 4<<10 + 2, 64<<10 + 6, 256<<10 + 4, 1<<20 + 12, 3<<20 + 2}
 	aligns := []int{1, 2, 4, 8, 64}

@@ -29,6 +29,8 @@ of the rounds per point and three ratios: gloo / occl-torch (above 1:
 occl is faster), occl-torch's bus bandwidth as a fraction of
 occl-bench's (the cost of the Python layer at large sizes), and
 occl-torch's time minus occl-bench's (its cost per call at small ones).
+all_reduce and broadcast exist in torch.distributed only in place, so for
+them occl-bench's in-place time is the one compared.
 The runs on occl record occl's timeline (OCCL_TRACE), from which the last
 two columns come: the median time of the operation inside occl, and the
 median gap between the end of one operation and the start of the next
@@ -54,6 +56,9 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 OPS = ("allreduce", "alltoall", "allgather", "broadcast")
+# The operations torch.distributed runs only in place (the result replaces
+# the input): occl-bench's in-place column is what they compare with.
+IN_PLACE = ("allreduce", "broadcast")
 IMPLS = ("occl-torch", "gloo", "occl-bench")
 
 
@@ -203,8 +208,9 @@ def table(path, markdown):
         for impl in IMPLS:
             rows = t.get((op, n, b, impl), [])
             if rows:
-                med[impl] = statistics.median(r["time_us"] for r in rows)
-                bus[impl] = statistics.median(r["busbw_GBps"] for r in rows)
+                pre = "inplace_" if impl == "occl-bench" and op in IN_PLACE and "inplace_time_us" in rows[0] else ""
+                med[impl] = statistics.median(r[pre + "time_us"] for r in rows)
+                bus[impl] = statistics.median(r[pre + "busbw_GBps"] for r in rows)
         if "occl-torch" not in med:
             continue
         o = med["occl-torch"]

@@ -224,3 +224,71 @@ func TestCompareQuickAllToAll(t *testing.T) {
 		}
 	}
 }
+
+// TestCompareHugePages runs compare.py --quick --hugepages for AllToAll on 2
+// processes with occl and Open MPI and checks that every command was given
+// huge-page buffers (occl-bench -hugepages, glibc's hugetlb tunable passed by
+// mpirun -x), that the run is marked so, and that every result is right.
+func TestCompareHugePages(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds occl-bench and mpi_bench and runs 12 benchmark commands")
+	}
+	skip := t.Skipf
+	if os.Getenv(pyvenv.RequireEnv) == "1" {
+		skip = t.Fatalf
+	}
+	for _, tool := range []string{"go", "mpirun", "mpicc"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			skip("%s not found: the comparison needs it (apt-get install -y openmpi-bin libopenmpi-dev)", tool)
+		}
+	}
+	jsonl := filepath.Join(t.TempDir(), "huge.jsonl")
+	out := runCompare(t, 10*time.Minute, "--quick", "--hugepages", "--ops", "alltoall", "--np", "2",
+		"--skip", "gloo,limits", "--out", jsonl)
+	if !strings.Contains(out, "in transparent huge pages (--hugepages)") {
+		t.Errorf("the table does not say the run had huge pages:\n%s", out)
+	}
+	data, err := os.ReadFile(jsonl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var meta, runs, measured int
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var r struct {
+			Impl      string   `json:"impl"`
+			Run       string   `json:"run"`
+			Argv      []string `json:"argv"`
+			HugePages bool     `json:"hugepages"`
+			TimeUS    *float64 `json:"time_us"`
+			Wrong     *int     `json:"wrong"`
+		}
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("bad JSONL line %q: %v", line, err)
+		}
+		switch {
+		case r.Impl == "meta":
+			meta++
+			if !r.HugePages {
+				t.Errorf("meta record without hugepages: %s", line)
+			}
+		case r.Impl == "run":
+			runs++
+			argv := " " + strings.Join(r.Argv, " ") + " "
+			want := " -hugepages "
+			if strings.HasPrefix(r.Run, "mpi-") {
+				want = " -x GLIBC_TUNABLES=glibc.malloc.hugetlb=1 "
+			}
+			if !strings.Contains(argv, want) {
+				t.Errorf("%s ran without %q: %s", r.Run, strings.TrimSpace(want), line)
+			}
+		case r.TimeUS != nil:
+			measured++
+			if *r.TimeUS <= 0 || r.Wrong == nil || *r.Wrong != 0 {
+				t.Errorf("bad measurement %s", line)
+			}
+		}
+	}
+	if meta != 1 || runs != 12 || measured != 24 {
+		t.Errorf("%d meta records, %d commands, %d measurements; want 1, 12, 24", meta, runs, measured)
+	}
+}

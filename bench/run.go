@@ -34,6 +34,12 @@ type Config struct {
 	Issue Issue
 	// Demand shapes AllToAllV (nil: uniform).
 	Demand *Demand
+	// HugePages puts the send and receive buffers (from 2 MiB) in memory
+	// advised for transparent huge pages (Linux), as a program does whose
+	// tensors come from a huge-page allocator: a peer that copies a
+	// block out of this process's memory (shared memory's single copy)
+	// then pins one page per 2 MiB instead of one per 4 KiB.
+	HugePages bool
 }
 
 // Issue is how the benchmark issues operations and waits for them.
@@ -96,6 +102,8 @@ type Runner struct {
 	rbuf   []byte
 	expect []byte
 	reqs   []*comm.Request
+	// release frees the buffers of Config.HugePages.
+	release []func() error
 	// AllToAllV: the element matrix of the current size and this rank's
 	// counts and displacements.
 	v vLayout
@@ -159,13 +167,38 @@ func NewRunner(c *comm.Communicator, cfg Config, maxBytes int) (*Runner, error) 
 		v := newVLayout(cfg.Demand.Counts(l.Count/c.Size()), c.Rank())
 		send, recv = v.send, v.recv
 	}
-	return &Runner{
+	r := &Runner{
 		c: c, cfg: cfg, es: es,
 		sbuf:   make([]byte, send*es),
 		rbuf:   make([]byte, recv*es),
 		expect: make([]byte, max(send, recv)*es),
 		reqs:   make([]*comm.Request, 0, max(cfg.Iters, cfg.Warmup)),
-	}, nil
+	}
+	if cfg.HugePages {
+		for _, b := range []*[]byte{&r.sbuf, &r.rbuf} {
+			h, release, err := hugeBuffer(len(*b))
+			if err != nil {
+				r.Close()
+				return nil, err
+			}
+			*b = h
+			r.release = append(r.release, release)
+		}
+	}
+	return r, nil
+}
+
+// Close releases the runner's buffers (those of Config.HugePages; the
+// others are the garbage collector's). The runner is not used after it.
+func (r *Runner) Close() error {
+	var first error
+	for _, f := range r.release {
+		if err := f(); err != nil && first == nil {
+			first = err
+		}
+	}
+	r.release, r.sbuf, r.rbuf = nil, nil, nil
+	return first
 }
 
 // HasInPlace reports whether the operation has an in-place form.

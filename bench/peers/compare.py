@@ -65,6 +65,15 @@ rank), occl-tcp 175, occl-shm 143, mpi-tcp 125, mpi-shm 84, plus the builds.
 
     /usr/bin/python3 bench/peers/compare.py --ops alltoall,allgather --np 4
 
+--hugepages puts every implementation's send and receive buffers in
+transparent huge pages: occl-bench -hugepages (its buffers from 2 MiB
+mapped on a 2 MiB boundary with madvise(MADV_HUGEPAGE)) and
+GLIBC_TUNABLES=glibc.malloc.hugetlb=1 for mpi_bench (passed by mpirun -x)
+and for torch's tensors in gloo_bench.py (both allocate with glibc's
+malloc, which then advises what it maps). Large single-copy transfers,
+where the receiver pins the sender's pages, gain the most; the header of
+the tables says when a run had them.
+
 --quick runs every case with 1-5 iterations and one round (a smoke test,
 about 4 minutes). --legacy runs the earlier AllReduce-centred set instead:
 
@@ -378,6 +387,8 @@ def commands(case, tools, args):
             argv = [tools.occl, "-np", str(case.np)] + case.sweep_args() + ["-transport", t, "-z", "1", "-json"]
             if not args.check:
                 argv += ["-c", "0"]
+            if args.hugepages:
+                argv += ["-hugepages"]
             out.append(("occl-" + t, argv))
     if tools.gloo_ok:
         out.append(("gloo", [args.python, os.path.join(HERE, "gloo_bench.py"), "-np", str(case.np)]
@@ -388,6 +399,8 @@ def commands(case, tools, args):
             base.append("--allow-run-as-root")
         base += ["--oversubscribe", "-np", str(case.np),
                  "--mca", "pml", "ob1", "--mca", "oob_tcp_if_include", "lo"]
+        if args.hugepages:
+            base += ["-x", HUGE_MALLOC]
         btls = {
             "tcp": ["--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include", "lo"],
             "shm": ["--mca", "btl", "self,vader"],
@@ -458,6 +471,12 @@ def warn_if_busy(label, secs, other):
             "its numbers are disturbed" % (other, secs))
 
 
+# HUGE_MALLOC makes glibc's malloc advise the memory it maps for
+# transparent huge pages (glibc 2.35 and later): what --hugepages gives
+# mpi_bench's buffers and torch's tensors in gloo_bench.py.
+HUGE_MALLOC = "GLIBC_TUNABLES=glibc.malloc.hugetlb=1"
+
+
 def machine_meta(tools):
     meta = {
         "impl": "meta",
@@ -516,6 +535,10 @@ def run_all(args):
         "compare-%s.jsonl" % datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
     os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
 
+    if args.hugepages:
+        # For gloo_bench.py's torch, which allocates its tensors with
+        # glibc's malloc (mpirun passes it on with -x as well).
+        os.environ["GLIBC_TUNABLES"] = HUGE_MALLOC.split("=", 1)[1]
     records = []
     with tempfile.TemporaryDirectory(prefix="occl-compare-") as tmp, open(out_path, "w") as out:
         tools = Tools(args, tmp)
@@ -530,6 +553,7 @@ def run_all(args):
             out.flush()
 
         meta = machine_meta(tools)
+        meta["hugepages"] = args.hugepages
         meta["load1"] = loadavg()
         b0 = busy_seconds()
         time.sleep(1.0)
@@ -884,6 +908,8 @@ def print_tables(records, markdown=False, file=sys.stdout):
         out("%s, torch %s, %s, CPUs busy with other work at start: %s" % (
             meta.get("date", ""), meta.get("torch", "-"), meta.get("mpi", "MPI -"),
             meta.get("busy_cpus_at_start", "-")))
+    if meta.get("hugepages"):
+        out("Every implementation's buffers in transparent huge pages (--hugepages)")
     out()
     out("Machine limits: memcpy %s GB/s, loopback TCP %s GB/s (one stream), %s GB/s per direction "
         "with both directions at once (the ceiling of a 2-rank all-reduce over TCP), "
@@ -1108,6 +1134,9 @@ def main():
                    + ",".join(str(n) for n in GRID_NP))
     p.add_argument("--legacy", action="store_true",
                    help="run the earlier AllReduce-centred set instead of the grid")
+    p.add_argument("--hugepages", action="store_true",
+                   help="every implementation's buffers in transparent huge pages: occl-bench -hugepages, "
+                        "and " + HUGE_MALLOC + " for mpi_bench and gloo_bench.py")
     p.add_argument("--timeout", type=float, default=600, help="seconds allowed per command")
     p.add_argument("--repeat", type=int, default=None,
                    help="rounds of every command; tables show the median (default 3, 1 with --quick)")

@@ -81,6 +81,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		chunk     = sizeFlag(0)
 		noProgres = fs.Bool("quiet", false, "no progress lines on standard error")
 		affinity  = fs.Bool("affinity", true, "bind each local rank to its share of the CPUs (and GOMAXPROCS)")
+		hugePages = fs.Bool("hugepages", false, "put the send and receive buffers in transparent huge pages (madvise, Linux; from 2 MiB), as tensors from a huge-page allocator are")
 		topoSpec  = fs.String("topo", "", "fabric description: a JSON topology file or a spec such as hosts=4x2,hbd=8GB/s,eps=1GB/s (OCCL_TOPO)")
 		emulate   = fs.Bool("emulate", false, "shape every link to the -topo fabric's bandwidth and latency (OCCL_EMULATE=1)")
 		explain   = fs.Bool("explain", false, "print the schedule run and the cost model's predicted time next to the measured one")
@@ -228,7 +229,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if op == bench.Reconfig {
 		return runReconfig(ctx, c, *iters, *warmup, *check != 0, *swDelay, *ocsAddr, *jsonOut, stdout, fail)
 	}
-	cfg := bench.Config{Op: op, DType: dt, RedOp: red, Root: *root, Iters: *iters, Warmup: *warmup, WarmupTime: *warmTime, Check: *check != 0, Issue: bench.Issue(*issue)}
+	cfg := bench.Config{Op: op, DType: dt, RedOp: red, Root: *root, Iters: *iters, Warmup: *warmup, WarmupTime: *warmTime, Check: *check != 0, Issue: bench.Issue(*issue), HugePages: *hugePages}
 	if op == bench.AllToAllV {
 		cfg.Demand = demand
 	}
@@ -236,6 +237,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail("%v", err)
 	}
+	defer runner.Close()
 	if rank != 0 {
 		stdout = io.Discard
 	}

@@ -169,27 +169,37 @@ func NewRunner(c *comm.Communicator, cfg Config, maxBytes int) (*Runner, error) 
 	}
 	r := &Runner{
 		c: c, cfg: cfg, es: es,
-		sbuf:   make([]byte, send*es),
-		rbuf:   make([]byte, recv*es),
 		expect: make([]byte, max(send, recv)*es),
 		reqs:   make([]*comm.Request, 0, max(cfg.Iters, cfg.Warmup)),
 	}
-	if cfg.HugePages {
-		for _, b := range []*[]byte{&r.sbuf, &r.rbuf} {
-			h, release, err := hugeBuffer(len(*b))
-			if err != nil {
-				r.Close()
-				return nil, err
-			}
-			*b = h
-			r.release = append(r.release, release)
-		}
+	var err error
+	if r.sbuf, err = r.buffer(send * es); err == nil {
+		r.rbuf, err = r.buffer(recv * es)
+	}
+	if err != nil {
+		r.Close()
+		return nil, err
 	}
 	return r, nil
 }
 
+// buffer returns a send or receive buffer of n bytes: from the heap, or
+// with Config.HugePages in huge pages, released by Close.
+func (r *Runner) buffer(n int) ([]byte, error) {
+	if !r.cfg.HugePages {
+		return make([]byte, n), nil
+	}
+	b, release, err := hugeBuffer(n)
+	if err != nil {
+		return nil, err
+	}
+	r.release = append(r.release, release)
+	return b, nil
+}
+
 // Close releases the runner's buffers (those of Config.HugePages; the
-// others are the garbage collector's). The runner is not used after it.
+// others are the garbage collector's), once every operation on them has
+// completed. The runner is not used after it.
 func (r *Runner) Close() error {
 	var first error
 	for _, f := range r.release {

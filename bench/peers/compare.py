@@ -400,7 +400,7 @@ def commands(case, tools, args):
         base += ["--oversubscribe", "-np", str(case.np),
                  "--mca", "pml", "ob1", "--mca", "oob_tcp_if_include", "lo"]
         if args.hugepages:
-            base += ["-x", HUGE_MALLOC]
+            base += ["-x", "GLIBC_TUNABLES=" + huge_tunables()]
         btls = {
             "tcp": ["--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include", "lo"],
             "shm": ["--mca", "btl", "self,vader"],
@@ -477,6 +477,13 @@ def warn_if_busy(label, secs, other):
 HUGE_MALLOC = "GLIBC_TUNABLES=glibc.malloc.hugetlb=1"
 
 
+def huge_tunables():
+    """GLIBC_TUNABLES with HUGE_MALLOC's tunable added to any already set."""
+    ours = HUGE_MALLOC.split("=", 1)[1]
+    have = os.environ.get("GLIBC_TUNABLES", "")
+    return have + ":" + ours if have and ours not in have.split(":") else (have or ours)
+
+
 def machine_meta(tools):
     meta = {
         "impl": "meta",
@@ -538,7 +545,7 @@ def run_all(args):
     if args.hugepages:
         # For gloo_bench.py's torch, which allocates its tensors with
         # glibc's malloc (mpirun passes it on with -x as well).
-        os.environ["GLIBC_TUNABLES"] = HUGE_MALLOC.split("=", 1)[1]
+        os.environ["GLIBC_TUNABLES"] = huge_tunables()
     records = []
     with tempfile.TemporaryDirectory(prefix="occl-compare-") as tmp, open(out_path, "w") as out:
         tools = Tools(args, tmp)

@@ -49,9 +49,9 @@ func init() {
 			Summary:   "pipelined chain towards the root: every rank reduces the vector once, all at the same time",
 			Impls: []Impl{{
 				Op: OpReduce,
-				Run: reduce(func(ctx context.Context, a *Args, data []byte) error {
-					return ReduceChain(ctx, a.Peers, a.WS, data, a.DType, a.Op, a.Root, a.Chunk)
-				}),
+				Run: func(ctx context.Context, a *Args) error {
+					return ReduceChain(ctx, a.Peers, a.WS, a.Src, a.Dst, a.DType, a.Op, a.Root, a.Chunk)
+				},
 				BySize: reduceByChain,
 			}},
 		},

@@ -57,8 +57,15 @@ func TestBroadcastTree(t *testing.T) {
 func TestReduceTreeChain(t *testing.T) {
 	for _, sched := range []struct {
 		name string
-		run  func(ctx context.Context, p Peers, ws *Workspace, data []byte, dt DType, op Op, root, chunkBytes int) error
-	}{{"tree", ReduceTree}, {"chain", ReduceChain}} {
+		// run reduces src into dst on root; the tree works in place only.
+		run        func(ctx context.Context, p Peers, ws *Workspace, src, dst []byte, dt DType, op Op, root, chunkBytes int) error
+		outOfPlace bool
+	}{
+		{"tree", func(ctx context.Context, p Peers, ws *Workspace, src, _ []byte, dt DType, op Op, root, chunkBytes int) error {
+			return ReduceTree(ctx, p, ws, src, dt, op, root, chunkBytes)
+		}, false},
+		{"chain", ReduceChain, true},
+	} {
 		cs := combos()
 		i := 0
 		for _, p := range testRanks {
@@ -67,16 +74,37 @@ func TestReduceTreeChain(t *testing.T) {
 					c := cs[i%len(cs)]
 					net, opts := netConfig(i)
 					chunk := []int{0, 24, 1000}[i%3] // whole, in chunks of a few elements, in uneven ones
+					outOfPlace := sched.outOfPlace && i%2 == 1
 					i++
-					t.Run(fmt.Sprintf("%s/p%d/n%d/root%d/%v/%v/%s/chunk%d", sched.name, p, count, root, c.dt, c.op, net, chunk), func(t *testing.T) {
+					t.Run(fmt.Sprintf("%s/p%d/n%d/root%d/%v/%v/%s/chunk%d/outofplace=%v", sched.name, p, count, root, c.dt, c.op, net, chunk, outOfPlace), func(t *testing.T) {
 						t.Parallel()
 						in := rankInputs(c.dt, c.op, p, count)
 						want := serialReduce(c.dt, c.op, in)
+						kept := make([][]byte, p)
+						dst := make([][]byte, p)
+						for r := range in {
+							kept[r] = append([]byte(nil), in[r]...)
+							dst[r] = in[r]
+							if outOfPlace {
+								dst[r] = make([]byte, len(in[r]))
+							}
+						}
 						runRanks(t, p, opts, func(ctx context.Context, rank int, peers Peers) error {
-							return sched.run(ctx, peers, new(Workspace), in[rank], c.dt, c.op, root, chunk)
+							return sched.run(ctx, peers, new(Workspace), in[rank], dst[rank], c.dt, c.op, root, chunk)
 						})
-						if d := firstDiff(in[root], want, c.dt.Size()); d != "" {
+						if d := firstDiff(dst[root], want, c.dt.Size()); d != "" {
 							t.Fatalf("root %d: %s", root, d)
+						}
+						if !outOfPlace {
+							return
+						}
+						for r := range in {
+							if !bytes.Equal(in[r], kept[r]) {
+								t.Fatalf("rank %d: the input changed", r)
+							}
+							if r != root && !bytes.Equal(dst[r], make([]byte, len(dst[r]))) {
+								t.Fatalf("rank %d, not the root: the output was written", r)
+							}
 						}
 					})
 				}

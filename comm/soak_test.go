@@ -94,9 +94,9 @@ const soakMax, soakKinds = 512 << 10, 12
 // soakLargest is the number of operations of the warm-up's sweep at
 // soakMax: every kind in place and out of place, with roots 0 and 1, so
 // that every rank has run the largest operation of each kind in each of
-// its roles (a rank that is not the root of a Reduce, for one, keeps a
-// copy of its input in its workspace, which keeps that size). soakSweep
-// is the number of operations of the whole sweep.
+// its roles, whose buffers can differ in size (a Reduce's ranks other
+// than the root copied their whole input into the workspace, for one).
+// soakSweep is the number of operations of the whole sweep.
 const (
 	soakLargest = 4 * soakKinds
 	soakSweep   = soakLargest + 8*soakKinds

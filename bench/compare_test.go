@@ -40,6 +40,22 @@ func runCompare(t *testing.T, limit time.Duration, args ...string) string {
 	return stdout.String()
 }
 
+// requireCompareTools skips t unless go, mpirun and mpicc are installed;
+// where CI sets pyvenv.RequireEnv (it installs Open MPI), a missing tool
+// fails it instead.
+func requireCompareTools(t *testing.T) {
+	t.Helper()
+	skip := t.Skipf
+	if os.Getenv(pyvenv.RequireEnv) == "1" {
+		skip = t.Fatalf
+	}
+	for _, tool := range []string{"go", "mpirun", "mpicc"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			skip("%s not found: the comparison needs it (apt-get install -y openmpi-bin libopenmpi-dev)", tool)
+		}
+	}
+}
+
 // markdownRows returns the cells of every data row of the Markdown tables
 // in out, keyed by their first three cells ("op np bytes").
 func markdownRows(out string) map[string][]string {
@@ -141,17 +157,7 @@ func TestCompareQuickAllToAll(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds occl-bench and mpi_bench and runs 12 benchmark commands")
 	}
-	// CI installs Open MPI and sets pyvenv.RequireEnv: there a missing tool
-	// fails the test.
-	skip := t.Skipf
-	if os.Getenv(pyvenv.RequireEnv) == "1" {
-		skip = t.Fatalf
-	}
-	for _, tool := range []string{"go", "mpirun", "mpicc"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			skip("%s not found: the comparison needs it (apt-get install -y openmpi-bin libopenmpi-dev)", tool)
-		}
-	}
+	requireCompareTools(t)
 	jsonl := filepath.Join(t.TempDir(), "quick.jsonl")
 	out := runCompare(t, 10*time.Minute, "--quick", "--repeat", "2", "--ops", "alltoall", "--np", "2",
 		"--skip", "gloo,limits", "--out", jsonl)
@@ -233,15 +239,7 @@ func TestCompareHugePages(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds occl-bench and mpi_bench and runs 12 benchmark commands")
 	}
-	skip := t.Skipf
-	if os.Getenv(pyvenv.RequireEnv) == "1" {
-		skip = t.Fatalf
-	}
-	for _, tool := range []string{"go", "mpirun", "mpicc"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			skip("%s not found: the comparison needs it (apt-get install -y openmpi-bin libopenmpi-dev)", tool)
-		}
-	}
+	requireCompareTools(t)
 	jsonl := filepath.Join(t.TempDir(), "huge.jsonl")
 	out := runCompare(t, 10*time.Minute, "--quick", "--hugepages", "--ops", "alltoall", "--np", "2",
 		"--skip", "gloo,limits", "--out", jsonl)

@@ -9,12 +9,12 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/occl/occl/algo"
 	"github.com/occl/occl/comm"
+	"github.com/occl/occl/internal/commtest"
 	"github.com/occl/occl/internal/pyvenv"
 	"github.com/occl/occl/topo"
 )
@@ -70,42 +70,25 @@ func TestSkewedAllToAllV(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	comms, err := comm.NewLocal(4, comm.WithTopology(top), comm.WithAlgorithm(algo.AlgoDelegated))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		for _, c := range comms {
-			c.Close()
-		}
-	}()
+	comms := commtest.Local(t, 4, comm.WithTopology(top), comm.WithAlgorithm(algo.AlgoDelegated))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	results := make([]Result, 4)
-	errs := make([]error, 4)
-	var wg sync.WaitGroup
-	for r, c := range comms {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			run, err := NewRunner(c, Config{Op: AllToAllV, DType: algo.Float32, Iters: 2, Check: true, Demand: d}, 1<<16)
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			for _, size := range []int{0, 100, 1 << 16} {
-				if results[r], errs[r] = run.Run(ctx, size); errs[r] != nil || results[r].Wrong != 0 {
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	for r := range errs {
-		if errs[r] != nil || results[r].Wrong != 0 {
-			t.Fatalf("rank %d: %v, %d wrong", r, errs[r], results[r].Wrong)
+	commtest.OnEach(t, comms, func(r int, c *comm.Communicator) error {
+		run, err := NewRunner(c, Config{Op: AllToAllV, DType: algo.Float32, Iters: 2, Check: true, Demand: d}, 1<<16)
+		if err != nil {
+			return err
 		}
-	}
+		for _, size := range []int{0, 100, 1 << 16} {
+			if results[r], err = run.Run(ctx, size); err != nil {
+				return err
+			}
+			if results[r].Wrong != 0 {
+				return fmt.Errorf("%d bytes: %d wrong", size, results[r].Wrong)
+			}
+		}
+		return nil
+	})
 	if res := results[0]; res.Algo != "delegated" || res.Skew != "zipf:1.2" || res.PredictedUS <= 0 {
 		t.Fatalf("result %+v", res)
 	}

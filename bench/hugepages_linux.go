@@ -7,7 +7,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// hugePage is the size of a transparent huge page on amd64 and arm64.
+// hugePage is the size of a transparent huge page with 4 KiB base pages
+// (amd64; arm64 with 4 KiB pages).
 const hugePage = 2 << 20
 
 // hugeBuffer returns n bytes of anonymous memory starting on a huge-page

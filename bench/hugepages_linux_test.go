@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 	"unsafe"
 
 	"github.com/occl/occl/algo"
 	"github.com/occl/occl/comm"
+	"github.com/occl/occl/internal/commtest"
 )
 
 // vmFlags returns the VmFlags of the mapping of /proc/self/smaps that
@@ -36,74 +36,59 @@ func vmFlags(t *testing.T, addr uintptr) string {
 	return ""
 }
 
+// advisedHuge reports whether b starts in a mapping advised for huge pages
+// (smaps' "hg" flag).
+func advisedHuge(t *testing.T, b []byte) bool {
+	return strings.Contains(" "+vmFlags(t, uintptr(unsafe.Pointer(unsafe.SliceData(b))))+" ", " hg ")
+}
+
 // TestHugePages: with Config.HugePages a runner's buffers from 2 MiB start
 // on a huge-page boundary in a mapping the kernel has been advised to back
-// with huge pages (smaps' "hg" flag), an AllToAll over them gives the right
-// results, and Close unmaps them.
+// with huge pages, an AllToAll over them gives the right results, and
+// Close unmaps them; below 2 MiB they are the heap's.
 func TestHugePages(t *testing.T) {
 	const n = 3
 	const max = 6 << 20
-	comms, err := comm.NewLocal(n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		for _, c := range comms {
-			c.Close()
-		}
-	}()
+	comms := commtest.Local(t, n)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	runs := make([]*Runner, n)
 	for r, c := range comms {
+		var err error
 		if runs[r], err = NewRunner(c, Config{Op: AllToAll, DType: algo.Float32, Iters: 2, Warmup: 1, Check: true, HugePages: true}, max); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for _, b := range [][]byte{runs[0].sbuf, runs[0].rbuf} {
-		addr := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
-		if addr%hugePage != 0 {
+	sbuf := runs[0].sbuf
+	for _, b := range [][]byte{sbuf, runs[0].rbuf} {
+		if addr := uintptr(unsafe.Pointer(unsafe.SliceData(b))); addr%hugePage != 0 {
 			t.Errorf("buffer at %#x: not on a huge-page boundary", addr)
 		}
-		if f := vmFlags(t, addr); !strings.Contains(" "+f+" ", " hg ") {
-			t.Errorf("buffer at %#x: mapping's flags %q lack hg (MADV_HUGEPAGE)", addr, f)
+		if !advisedHuge(t, b) {
+			t.Errorf("buffer of %d bytes: its mapping lacks hg (MADV_HUGEPAGE)", len(b))
 		}
 	}
-	results := make([]Result, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range runs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			results[r], errs[r] = runs[r].Run(ctx, max)
-		}()
-	}
-	wg.Wait()
-	for r := range runs {
-		if errs[r] != nil {
-			t.Fatalf("rank %d: %v", r, errs[r])
+	commtest.OnEach(t, comms, func(r int, _ *comm.Communicator) error {
+		res, err := runs[r].Run(ctx, max)
+		if err == nil && (res.Wrong != 0 || res.InPlaceWrong != 0) {
+			err = fmt.Errorf("%d wrong out of place, %d in place", res.Wrong, res.InPlaceWrong)
 		}
-		if results[r].Wrong != 0 || results[r].InPlaceWrong != 0 {
-			t.Fatalf("rank %d: %d wrong out of place, %d in place", r, results[r].Wrong, results[r].InPlaceWrong)
-		}
-	}
-	addr := uintptr(unsafe.Pointer(unsafe.SliceData(runs[0].sbuf)))
+		return err
+	})
 	for _, run := range runs {
 		if err := run.Close(); err != nil {
 			t.Fatalf("Close: %v", err)
 		}
 	}
-	if f := vmFlags(t, addr); strings.Contains(" "+f+" ", " hg ") {
-		t.Errorf("buffer at %#x still mapped with hg after Close", addr)
+	if advisedHuge(t, sbuf[:1]) {
+		t.Error("the send buffer is still mapped with hg after Close")
 	}
-	// Below a huge page the buffers are the heap's.
 	small, err := NewRunner(comms[0], Config{Op: AllReduce, DType: algo.Float32, Iters: 1, HugePages: true}, 1<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f := vmFlags(t, uintptr(unsafe.Pointer(unsafe.SliceData(small.sbuf)))); strings.Contains(" "+f+" ", " hg ") {
-		t.Errorf("a 1 MiB buffer is in an hg mapping (%q)", f)
+	defer small.Close()
+	if advisedHuge(t, small.sbuf) {
+		t.Error("a 1 MiB buffer is in an hg mapping")
 	}
-	small.Close()
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/occl/occl/bench/launch"
 	"github.com/occl/occl/comm"
+	"github.com/occl/occl/internal/commtest"
 	"github.com/occl/occl/internal/logx"
 	"github.com/occl/occl/topo"
 	"github.com/occl/occl/transport/tcp"
@@ -45,22 +46,6 @@ func tcpGroup(t *testing.T, ctx context.Context, size int, opts ...comm.Option) 
 		t.Cleanup(func() { comms[r].Close() })
 	}
 	return comms
-}
-
-// onEach runs f on every communicator, each in its own goroutine, and
-// returns their errors by index.
-func onEach(comms []*comm.Communicator, f func(i int, c *comm.Communicator) error) []error {
-	errs := make([]error, len(comms))
-	var wg sync.WaitGroup
-	for i, c := range comms {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = f(i, c)
-		}()
-	}
-	wg.Wait()
-	return errs
 }
 
 // grownChecks runs every kind of collective on one rank of a grown
@@ -175,7 +160,7 @@ func TestGrowNoJoiner(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	errs := onEach(old, func(_ int, c *comm.Communicator) error {
+	errs := commtest.Each(old, func(_ int, c *comm.Communicator) error {
 		gctx, gcancel := context.WithTimeout(ctx, 2*time.Second)
 		defer gcancel()
 		g, err := c.Grow(gctx, id, 1)
@@ -219,7 +204,7 @@ func TestGrowOneOfTwo(t *testing.T) {
 		}
 		joinErr = err
 	}()
-	errs := onEach(old, func(_ int, c *comm.Communicator) error {
+	errs := commtest.Each(old, func(_ int, c *comm.Communicator) error {
 		gctx, gcancel := context.WithTimeout(ctx, 2*time.Second)
 		defer gcancel()
 		g, err := c.Grow(gctx, id, 2)
@@ -314,7 +299,7 @@ func TestGrowRefusesExtraJoiner(t *testing.T) {
 			jerrs[j] = sum(g)
 		}()
 	}
-	errs := onEach(old, func(r int, c *comm.Communicator) error {
+	errs := commtest.Each(old, func(r int, c *comm.Communicator) error {
 		if r == 1 {
 			// Rank 0 serves the rendezvous from its call of Grow, and
 			// accepts the joiners' connections (they retry every 200 ms
@@ -478,7 +463,7 @@ func TestGrowMismatch(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			old := tcpGroup(t, ctx, 2)
-			errs := onEach(old, func(r int, c *comm.Communicator) error {
+			errs := commtest.Each(old, func(r int, c *comm.Communicator) error {
 				g, err := c.Grow(ctx, tc.id(r), tc.n(r))
 				if g != nil {
 					g.Close()
@@ -523,7 +508,7 @@ func TestGrowLocal(t *testing.T) {
 				t.Fatalf("Grow of NewLocal: %v, want errors.ErrUnsupported", err)
 			}
 			grown := make([]*comm.Communicator, 6)
-			errs := onEach(old, func(r int, c *comm.Communicator) error {
+			errs := commtest.Each(old, func(r int, c *comm.Communicator) error {
 				g, joiners, err := c.GrowLocal(ctx, 2, growOpts...)
 				if err != nil {
 					return err
@@ -752,7 +737,7 @@ func TestGrowAfterShrink(t *testing.T) {
 	defer closeAll(old)
 	survivors := []*comm.Communicator{old[0], old[2], old[3]}
 	shrunk := make([]*comm.Communicator, 3)
-	for i, err := range onEach(survivors, func(i int, c *comm.Communicator) error {
+	for i, err := range commtest.Each(survivors, func(i int, c *comm.Communicator) error {
 		var err error
 		shrunk[i], err = c.Shrink(ctx, []int{1})
 		return err
@@ -766,7 +751,7 @@ func TestGrowAfterShrink(t *testing.T) {
 		t.Fatalf("shrunk fabric ranks %s, want [0 2 3]", got)
 	}
 	grown := make([]*comm.Communicator, 4)
-	for r, err := range onEach(shrunk, func(r int, c *comm.Communicator) error {
+	for r, err := range commtest.Each(shrunk, func(r int, c *comm.Communicator) error {
 		g, joiners, err := c.GrowLocal(ctx, 1, comm.WithTopology(fabric))
 		if err != nil {
 			return err
@@ -793,7 +778,7 @@ func TestGrowAfterShrink(t *testing.T) {
 	checkGrown(t, ctx, grown, "grown communicator")
 	// A Split of the shrunk communicator is part of a fabric again.
 	split := make([]*comm.Communicator, 3)
-	for i, err := range onEach(shrunk, func(i int, c *comm.Communicator) error {
+	for i, err := range commtest.Each(shrunk, func(i int, c *comm.Communicator) error {
 		var err error
 		split[i], err = c.Split(ctx, 0, i)
 		return err
@@ -812,7 +797,7 @@ func TestGrowAfterShrink(t *testing.T) {
 // them in a failure) and fails the test if any rank fails.
 func checkGrown(t *testing.T, ctx context.Context, comms []*comm.Communicator, what string) {
 	t.Helper()
-	for i, err := range onEach(comms, func(_ int, c *comm.Communicator) error { return grownChecks(ctx, c) }) {
+	for i, err := range commtest.Each(comms, func(_ int, c *comm.Communicator) error { return grownChecks(ctx, c) }) {
 		if err != nil {
 			t.Fatalf("rank %d of the %s: %v", i, what, err)
 		}
@@ -836,7 +821,7 @@ func TestGrowStallReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	onEach(old, func(_ int, c *comm.Communicator) error {
+	commtest.Each(old, func(_ int, c *comm.Communicator) error {
 		gctx, gcancel := context.WithTimeout(ctx, 1500*time.Millisecond)
 		defer gcancel()
 		if g, err := c.Grow(gctx, id, 2); err == nil {

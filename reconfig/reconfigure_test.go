@@ -128,7 +128,7 @@ func TestSoak(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	ctl := &fakeController{}
-	eachRank(t, comms, func(_ int, c *comm.Communicator) error {
+	commtest.OnEach(t, comms, func(_ int, c *comm.Communicator) error {
 		return soakRank(ctx, c, n, targets, ctl)
 	})
 	if len(ctl.calls) != n {
@@ -198,13 +198,13 @@ func TestReconfigureSubCommunicators(t *testing.T) {
 	defer cancel()
 	// One rank per host in each child: their links between hosts follow
 	// the circuits.
-	eachRank(t, world, func(r int, c *comm.Communicator) (err error) {
+	commtest.OnEach(t, world, func(r int, c *comm.Communicator) (err error) {
 		children[r], err = c.Split(ctx, r%2, r)
 		return err
 	})
 	ctl := &fakeController{delay: 2 * time.Millisecond}
 	target := spec(t, base+",circuits=0-1/0-1/2-3/2-3")
-	eachRank(t, world, func(r int, c *comm.Communicator) error {
+	commtest.OnEach(t, world, func(r int, c *comm.Communicator) error {
 		child := children[r]
 		if fr := child.FabricRanks(); len(fr) != 4 || fr[child.Rank()] != r {
 			return fmt.Errorf("child fabric ranks %v", fr)
@@ -233,7 +233,7 @@ func TestReconfigureSubCommunicators(t *testing.T) {
 	}
 
 	ctl.err = errors.New("port 3 failed")
-	eachRank(t, world, func(r int, c *comm.Communicator) error {
+	commtest.OnEach(t, world, func(r int, c *comm.Communicator) error {
 		child := children[r]
 		before := child.Topology().Circuits
 		_, err := reconfig.Reconfigure(ctx, []*comm.Communicator{c, child}, spec(t, base),
@@ -276,26 +276,4 @@ func checkedAllToAll(ctx context.Context, c *comm.Communicator) error {
 		}
 	}
 	return nil
-}
-
-// eachRank runs fn for every rank of an in-process communicator, each on
-// its own goroutine as each in its own process, and fails the test with
-// the first rank's error.
-func eachRank(t *testing.T, comms []*comm.Communicator, fn func(r int, c *comm.Communicator) error) {
-	t.Helper()
-	errs := make([]error, len(comms))
-	var wg sync.WaitGroup
-	for r, c := range comms {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[r] = fn(r, c)
-		}()
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
 }

@@ -47,7 +47,7 @@ func TestRecoveryTarget(t *testing.T) {
 	kept := []int{0, 1, 4, 5, 6, 7, 8, 9}
 	part := target.Subset(kept)
 	sub := commtest.Local(t, len(kept), comm.WithTopology(part), comm.WithEmulation(true))
-	eachRank(t, sub, func(r int, c *comm.Communicator) error {
+	commtest.OnEach(t, sub, func(r int, c *comm.Communicator) error {
 		x := make([]float64, 1000)
 		for i := range x {
 			x[i] = float64(r*1000 + i)
@@ -82,7 +82,7 @@ func TestReconfigureShrunk(t *testing.T) {
 	defer cancel()
 	target := surv.Topology
 	shrunk := make([]*comm.Communicator, len(kept))
-	eachRank(t, shrunk, func(i int, _ *comm.Communicator) error {
+	commtest.OnEach(t, shrunk, func(i int, _ *comm.Communicator) error {
 		var err error
 		shrunk[i], err = comms[kept[i]].Shrink(ctx, nil)
 		return err
@@ -97,7 +97,7 @@ func TestReconfigureShrunk(t *testing.T) {
 	}
 	// Groups split from the shrunk communicator: its even and odd ranks.
 	split := make([]*comm.Communicator, len(kept))
-	eachRank(t, shrunk, func(r int, c *comm.Communicator) error {
+	commtest.OnEach(t, shrunk, func(r int, c *comm.Communicator) error {
 		var err error
 		split[r], err = c.Split(ctx, r%2, r)
 		return err
@@ -125,7 +125,7 @@ func TestReconfigureShrunk(t *testing.T) {
 	if len(ctl.sets) != 1 || fmt.Sprint(ctl.sets[0]) != fmt.Sprint(want) {
 		t.Fatalf("switched %v, want once %v", ctl.sets, want)
 	}
-	eachRank(t, shrunk, func(r int, c *comm.Communicator) error {
+	commtest.OnEach(t, shrunk, func(r int, c *comm.Communicator) error {
 		if got := fmt.Sprint(c.Topology().Circuits); got != fmt.Sprint(target.Circuits) {
 			return fmt.Errorf("circuits %s, want %s", got, fmt.Sprint(target.Circuits))
 		}
@@ -133,7 +133,7 @@ func TestReconfigureShrunk(t *testing.T) {
 	})
 	// Each group runs on its part of the target, in the shrunk
 	// communicator's numbering: old ranks 0, 4, 6 and 1, 5, 7.
-	eachRank(t, split, func(r int, c *comm.Communicator) error {
+	commtest.OnEach(t, split, func(r int, c *comm.Communicator) error {
 		part := target.Subset([]int{r % 2, r%2 + 2, r%2 + 4})
 		if len(part.Circuits) == 0 {
 			return fmt.Errorf("group %d: no circuit in its part of the target", r%2)
@@ -176,7 +176,7 @@ func TestRecover(t *testing.T) {
 			}
 			recovered := make([]*comm.Communicator, len(kept))
 			errs := make([]error, len(kept))
-			eachRank(t, recovered, func(i int, _ *comm.Communicator) error {
+			commtest.OnEach(t, recovered, func(i int, _ *comm.Communicator) error {
 				recovered[i], _, errs[i] = reconfig.Recover(ctx, comms[kept[i]], nil, reconfig.WithController(ctl))
 				if recovered[i] == nil {
 					return fmt.Errorf("no communicator: %v", errs[i])
@@ -189,7 +189,7 @@ func TestRecover(t *testing.T) {
 				}
 			}()
 			checkRecovered(t, errs, ctl, failing)
-			eachRank(t, recovered, func(r int, c *comm.Communicator) error {
+			commtest.OnEach(t, recovered, func(r int, c *comm.Communicator) error {
 				if c.Size() != len(kept) || c.Rank() != r {
 					return fmt.Errorf("rank %d of %d, want %d of %d", c.Rank(), c.Size(), r, len(kept))
 				}
@@ -314,7 +314,7 @@ func TestRecoverIdle(t *testing.T) {
 	if len(kept) != len(surv.Ranks) {
 		t.Fatalf("%d recovered, want %d", len(kept), len(surv.Ranks))
 	}
-	eachRank(t, kept, func(r int, c *comm.Communicator) error {
+	commtest.OnEach(t, kept, func(r int, c *comm.Communicator) error {
 		if c.Size() != len(kept) {
 			return fmt.Errorf("size %d, want %d", c.Size(), len(kept))
 		}

@@ -60,7 +60,7 @@ func TestRecoverSpare(t *testing.T) {
 			grown := make([]*comm.Communicator, len(kept)+2)
 			errs := make([]error, len(grown))
 			var joined []reconfig.Joined
-			eachRank(t, grown[:len(kept)], func(i int, _ *comm.Communicator) error {
+			commtest.OnEach(t, grown[:len(kept)], func(i int, _ *comm.Communicator) error {
 				var res reconfig.Result
 				grown[i], res, errs[i] = reconfig.Recover(ctx, comms[kept[i]], nil, reconfig.WithController(ctl), reconfig.WithSpare(spare))
 				if grown[i] == nil {
@@ -192,7 +192,7 @@ func TestRecoverSpareTCP(t *testing.T) {
 		t.Fatal(err)
 	}
 	comms := make([]*comm.Communicator, 8)
-	eachRank(t, comms, func(r int, _ *comm.Communicator) error {
+	commtest.OnEach(t, comms, func(r int, _ *comm.Communicator) error {
 		var err error
 		comms[r], err = comm.Init(ctx, id, r, 8, append(slices.Clone(opts), comm.WithTopology(fabric))...)
 		return err
@@ -223,7 +223,7 @@ func TestRecoverSpareTCP(t *testing.T) {
 			}
 		}
 	}()
-	eachRank(t, grown, func(r int, _ *comm.Communicator) error {
+	commtest.OnEach(t, grown, func(r int, _ *comm.Communicator) error {
 		var err error
 		if r < len(kept) {
 			grown[r], _, err = reconfig.Recover(ctx, comms[kept[r]], nil, reconfig.WithController(ctl), reconfig.WithSpare(spare))
@@ -237,7 +237,7 @@ func TestRecoverSpareTCP(t *testing.T) {
 	}
 	want := fmt.Sprint(circuitNames(p.Target))
 	x := make([][]int64, 8)
-	eachRank(t, grown, func(r int, c *comm.Communicator) error {
+	commtest.OnEach(t, grown, func(r int, c *comm.Communicator) error {
 		if got := fmt.Sprint(circuitNames(c.Topology())); c.Size() != 8 || got != want {
 			return fmt.Errorf("size %d on circuits %s, want 8 on %s", c.Size(), got, want)
 		}
@@ -266,7 +266,7 @@ func TestRecoverSpareDrop(t *testing.T) {
 	out := make([]*comm.Communicator, len(alive))
 	errs := make([]error, len(alive))
 	var joined []reconfig.Joined
-	eachRank(t, out, func(i int, _ *comm.Communicator) error {
+	commtest.OnEach(t, out, func(i int, _ *comm.Communicator) error {
 		var res reconfig.Result
 		out[i], res, errs[i] = reconfig.Recover(ctx, comms[alive[i]], nil, reconfig.WithController(&fakeController{}), reconfig.WithSpare(reconfig.Spare{Host: spareHost(t)}))
 		if len(res.Joined) > 0 {
@@ -302,7 +302,7 @@ func TestRecoverSpareDrop(t *testing.T) {
 	if len(grown) != 8 {
 		t.Fatalf("%d ranks after the recovery, want 8", len(grown))
 	}
-	eachRank(t, grown, func(r int, c *comm.Communicator) error {
+	commtest.OnEach(t, grown, func(r int, c *comm.Communicator) error {
 		if c.Rank() != r || c.Size() != 8 {
 			return fmt.Errorf("rank %d of %d, want %d of 8", c.Rank(), c.Size(), r)
 		}
@@ -332,7 +332,7 @@ func TestRecoverWrongSpare(t *testing.T) {
 		{strings.Replace(base, "hosts=4x2", "hosts=1x2", 1) + ",switch_ports=8/7", "both switch port 7"},
 	} {
 		spare := spec(t, wrong.spec)
-		eachRank(t, comms, func(r int, c *comm.Communicator) error {
+		commtest.OnEach(t, comms, func(r int, c *comm.Communicator) error {
 			nc, _, err := reconfig.Recover(ctx, c, nil, reconfig.WithSpare(reconfig.Spare{Host: spare}))
 			if nc != nil || err == nil || !strings.Contains(err.Error(), wrong.says) {
 				return fmt.Errorf("Recover with the spare %s: %v, %v; want an error saying %q", wrong.spec, nc, err, wrong.says)

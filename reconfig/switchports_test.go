@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/occl/occl/comm"
+	"github.com/occl/occl/internal/commtest"
 	"github.com/occl/occl/reconfig"
 	"github.com/occl/occl/reconfig/plan"
 	"github.com/occl/occl/topo"
@@ -101,7 +102,7 @@ func TestRecoverSwitchPorts(t *testing.T) {
 		t.Fatalf("planned cross-connects %v, want [0-4 1-7 5-6]", want)
 	}
 	recovered := make([]*comm.Communicator, len(kept))
-	eachRank(t, recovered, func(i int, _ *comm.Communicator) error {
+	commtest.OnEach(t, recovered, func(i int, _ *comm.Communicator) error {
 		var err error
 		recovered[i], _, err = reconfig.Recover(ctx, comms[kept[i]], nil, reconfig.WithController(em))
 		return err
@@ -118,7 +119,7 @@ func TestRecoverSwitchPorts(t *testing.T) {
 		t.Fatalf("the switch applied %d times, want twice (the fabric, the recovery)", n)
 	}
 	wantNames := fmt.Sprint(circuitNames(planned))
-	eachRank(t, recovered, func(r int, c *comm.Communicator) error {
+	commtest.OnEach(t, recovered, func(r int, c *comm.Communicator) error {
 		if got := fmt.Sprint(circuitNames(c.Topology())); got != wantNames {
 			return fmt.Errorf("circuits %s, want the plan's %s", got, wantNames)
 		}
@@ -153,7 +154,7 @@ func TestRecoverSpareSwitchPorts(t *testing.T) {
 	spare := reconfig.Spare{Host: spareHost(t)}
 	grown := make([]*comm.Communicator, len(kept)+2)
 	var joined []reconfig.Joined
-	eachRank(t, grown[:len(kept)], func(i int, _ *comm.Communicator) error {
+	commtest.OnEach(t, grown[:len(kept)], func(i int, _ *comm.Communicator) error {
 		var res reconfig.Result
 		var err error
 		grown[i], res, err = reconfig.Recover(ctx, comms[kept[i]], nil, reconfig.WithController(em), reconfig.WithSpare(spare))
@@ -180,7 +181,7 @@ func TestRecoverSpareSwitchPorts(t *testing.T) {
 		t.Fatalf("after Recover with the spare the switch holds %v, want the plan's %v", got, want)
 	}
 	wantNames := fmt.Sprint(circuitNames(planned))
-	eachRank(t, grown, func(r int, c *comm.Communicator) error {
+	commtest.OnEach(t, grown, func(r int, c *comm.Communicator) error {
 		if got := fmt.Sprint(circuitNames(c.Topology())); got != wantNames {
 			return fmt.Errorf("circuits %s, want the plan's %s", got, wantNames)
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/occl/occl/comm"
+	"github.com/occl/occl/internal/commtest"
 	"github.com/occl/occl/reconfig"
 	"github.com/occl/occl/topo"
 	"github.com/occl/occl/transport/emu"
@@ -32,7 +33,7 @@ func TestRecoverTraffic(t *testing.T) {
 			defer cancel()
 			ctl := &fakeController{}
 			next := make([]*comm.Communicator, len(kept))
-			eachRank(t, next, func(i int, _ *comm.Communicator) error {
+			commtest.OnEach(t, next, func(i int, _ *comm.Communicator) error {
 				var err error
 				if recover {
 					next[i], _, err = reconfig.Recover(ctx, comms[kept[i]], nil, reconfig.WithController(ctl))
@@ -71,7 +72,7 @@ func collectiveTraffic(t *testing.T, ctx context.Context, comms []*comm.Communic
 		t.Fatal("the communicator has no emulated fabric")
 	}
 	n := len(comms)
-	eachRank(t, comms, func(r int, c *comm.Communicator) error {
+	commtest.OnEach(t, comms, func(r int, c *comm.Communicator) error {
 		x := make([]int64, 1<<14)
 		for i := range x {
 			x[i] = int64(kept[r] + i)

@@ -2,6 +2,7 @@
 package commtest
 
 import (
+	"sync"
 	"testing"
 
 	"github.com/occl/occl/comm"
@@ -32,4 +33,31 @@ func AbortAtEnd(t testing.TB, comms []*comm.Communicator) {
 			c.Abort()
 		}
 	})
+}
+
+// Each runs fn for every rank of comms at once, each on a goroutine of its
+// own as each rank would run in its own process, and returns their errors
+// by rank.
+func Each(comms []*comm.Communicator, fn func(r int, c *comm.Communicator) error) []error {
+	errs := make([]error, len(comms))
+	var wg sync.WaitGroup
+	for r, c := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = fn(r, c)
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+// OnEach is Each that fails the test with the first rank's error.
+func OnEach(t testing.TB, comms []*comm.Communicator, fn func(r int, c *comm.Communicator) error) {
+	t.Helper()
+	for r, err := range Each(comms, fn) {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
 }

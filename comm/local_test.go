@@ -13,6 +13,7 @@ import (
 
 	"github.com/occl/occl/algo"
 	"github.com/occl/occl/comm"
+	"github.com/occl/occl/internal/commtest"
 	"github.com/occl/occl/topo"
 )
 
@@ -26,16 +27,7 @@ func runLocal(t *testing.T, size int, fn func(ctx context.Context, c *comm.Commu
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	errs := make([]error, size)
-	var wg sync.WaitGroup
-	for r, c := range comms {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[r] = fn(ctx, c)
-		}()
-	}
-	wg.Wait()
+	errs := commtest.Each(comms, func(_ int, c *comm.Communicator) error { return fn(ctx, c) })
 	for _, c := range comms {
 		c.Close()
 	}

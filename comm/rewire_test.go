@@ -17,6 +17,7 @@ import (
 
 	"github.com/occl/occl/algo"
 	"github.com/occl/occl/comm"
+	"github.com/occl/occl/internal/commtest"
 	"github.com/occl/occl/topo"
 	"github.com/occl/occl/transport"
 )
@@ -278,17 +279,10 @@ func TestRewireLeavesNoPipes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	rewireTo := func(target *topo.Topology, apply func(context.Context) error) []error {
-		errs := make([]error, len(comms))
-		var wg sync.WaitGroup
-		for r, c := range comms {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				_, errs[r] = c.Rewire(ctx, comm.Rewire{Target: target, Apply: apply})
-			}()
-		}
-		wg.Wait()
-		return errs
+		return commtest.Each(comms, func(_ int, c *comm.Communicator) error {
+			_, err := c.Rewire(ctx, comm.Rewire{Target: target, Apply: apply})
+			return err
+		})
 	}
 	rewireAll := func(apply func(context.Context) error) []error { return rewireTo(target, apply) }
 	// The switch fails: every rank has connected, and the pipes of the

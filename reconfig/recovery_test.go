@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -281,16 +280,10 @@ func TestRecoverIdle(t *testing.T) {
 	}
 	alive := slices.Delete(slices.Clone(comms), 8, 9)
 	recovered := make([]*comm.Communicator, len(alive))
-	errs := make([]error, len(alive))
-	var wg sync.WaitGroup
-	for i, c := range alive {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			recovered[i], _, errs[i] = reconfig.Recover(ctx, c, nil)
-		}()
-	}
-	wg.Wait()
+	errs := commtest.Each(alive, func(i int, c *comm.Communicator) (err error) {
+		recovered[i], _, err = reconfig.Recover(ctx, c, nil)
+		return err
+	})
 	var kept []*comm.Communicator
 	for i, c := range alive {
 		old := c.Rank()

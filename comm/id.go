@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strconv"
 	"strings"
+
+	"github.com/occl/occl/internal/freeport"
 )
 
 // UniqueID identifies one communicator before it exists, like
@@ -40,7 +43,10 @@ func NewUniqueID() (UniqueID, error) {
 }
 
 // NewUniqueIDAt returns an id with a fresh secret for the rendezvous address
-// addr. Port 0 picks a port that is free now (rank 0 binds it in Init).
+// addr. Port 0 picks a port that is free now (rank 0 binds it in Init or
+// Grow), below the kernel's ephemeral range where the host has one, so that
+// no connection or port-0 listener the kernel sets up before that bind can
+// take it.
 func NewUniqueIDAt(addr string) (UniqueID, error) {
 	var id UniqueID
 	if _, err := rand.Read(id.Secret[:]); err != nil {
@@ -51,12 +57,11 @@ func NewUniqueIDAt(addr string) (UniqueID, error) {
 		return id, fmt.Errorf("occl: unique id: bad address %q: %w", addr, err)
 	}
 	if port == "0" {
-		ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+		p, err := freeport.On(host)
 		if err != nil {
-			return id, fmt.Errorf("occl: unique id: find a free port on %s: %w", host, err)
+			return id, fmt.Errorf("occl: unique id: %w", err)
 		}
-		addr = ln.Addr().String()
-		ln.Close()
+		addr = net.JoinHostPort(host, strconv.Itoa(p))
 	}
 	id.Addr = addr
 	return id, nil

@@ -11,7 +11,6 @@ package pyvenv
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +20,7 @@ import (
 	"time"
 
 	"github.com/occl/occl/internal/clib"
+	"github.com/occl/occl/internal/freeport"
 )
 
 // System is the interpreter that has Debian's python3-torch and
@@ -142,7 +142,7 @@ func (j Job) Run(t testing.TB) (outs []string, errs []error) {
 	ctx, cancel := context.WithTimeout(context.Background(), j.Limit)
 	defer cancel()
 	for try := 1; ; try++ {
-		port, err := freePort()
+		port, err := freeport.On("127.0.0.1")
 		if err != nil {
 			errs = make([]error, j.NP)
 			for r := range errs {
@@ -155,16 +155,6 @@ func (j Job) Run(t testing.TB) (outs []string, errs []error) {
 			return outs, errs
 		}
 	}
-}
-
-// freePort returns a TCP port on 127.0.0.1 that is free now.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // runOn runs the job's processes with MASTER_PORT=port.

@@ -10,7 +10,7 @@ import (
 // AllReduceGateway reduces data over all ranks with op's combiner, going
 // through one gateway rank per host. hosts lists every host's ranks, the
 // gateway first. src, if not nil, is the input (read only). Staging uses
-// SlotStage.
+// SlotStage and, on inner ranks of a host's reduce tree, SlotInput.
 //
 // # Gateway allreduce
 //
@@ -32,10 +32,10 @@ import (
 // Message step labels: tree levels for the reduce, hierRail+s for the
 // gateway ring, chunk indices (offset by hierLocalAG) for the broadcast.
 func AllReduceGateway(ctx context.Context, p Peers, ws *Workspace, src, data []byte, dt DType, op Op, hosts [][]int, chunkBytes int) error {
-	if src != nil {
-		memcopy.Copy(data, src)
-	}
 	if p.Size() <= 1 || len(data) == 0 {
+		if src != nil {
+			memcopy.Copy(data, src)
+		}
 		return nil
 	}
 	host := -1
@@ -51,9 +51,17 @@ func AllReduceGateway(ctx context.Context, p Peers, ws *Workspace, src, data []b
 	}
 	local := hosts[host]
 	if len(local) > 1 {
-		if err := ReduceTree(ctx, SubPeers(p, local, hierLocalRS), ws, data, dt, op, 0, chunkBytes); err != nil {
+		// The tree reads the input where it lies and writes the host's
+		// sum into the gateway's data only; the broadcast fills the rest.
+		in := data
+		if src != nil {
+			in = src
+		}
+		if err := ReduceTree(ctx, SubPeers(p, local, hierLocalRS), ws, in, data, dt, op, 0, chunkBytes); err != nil {
 			return fmt.Errorf("gateway allreduce: intra-host reduce: %w", err)
 		}
+	} else if src != nil {
+		memcopy.Copy(data, src)
 	}
 	if p.Rank() == local[0] && len(hosts) > 1 {
 		gateways := make([]int, len(hosts))

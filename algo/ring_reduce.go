@@ -3,12 +3,17 @@ package algo
 import (
 	"context"
 	"fmt"
+
+	"github.com/occl/occl/internal/memcopy"
 )
 
-// ReduceRing reduces data over all ranks with op's combiner (Avg is summed;
-// the caller divides) into data on root. On the other ranks data is
-// clobbered. chunkBytes is the reduce-scatter pipelining unit (<= 0: one
-// message per segment). Staging uses SlotStage.
+// ReduceRing reduces src over all ranks with op's combiner (Avg is summed;
+// the caller divides) into dst on root. src is only read, on every rank;
+// dst, which may be src (in place), is written on root only (other ranks
+// may pass nil). chunkBytes is the reduce-scatter pipelining unit (<= 0:
+// one message per segment). Staging uses SlotStage and, on ranks other
+// than the root, SlotInput (the vector, of which the reduce-scatter fills
+// the rank's own segment).
 //
 // # Ring reduce
 //
@@ -27,16 +32,26 @@ import (
 // instead of the tree's ceil(log2 p) * n, which is what makes it the choice
 // for large vectors over more than ReduceChainMaxRanks ranks.
 //
-// data is overwritten on every rank: at the root with the result, on the
-// other ranks with partial results.
-func ReduceRing(ctx context.Context, p Peers, ws *Workspace, data []byte, dt DType, op Op, root int, chunkBytes int) error {
+// The reduce-scatter reads src where it lies and writes the reduced
+// segments into dst on the root and into scratch elsewhere: no rank copies
+// its input first.
+func ReduceRing(ctx context.Context, p Peers, ws *Workspace, src, dst []byte, dt DType, op Op, root int, chunkBytes int) error {
 	size, r := p.Size(), p.Rank()
 	es := dt.Size()
-	if size <= 1 || es == 0 || len(data) < es {
+	if size <= 1 || es == 0 || len(src) < es {
+		if r == root && !same(src, dst) {
+			memcopy.Copy(dst, src)
+		}
 		return nil
 	}
-	l := layout{count: len(data) / es, scale: es}
-	if err := reduceScatterRing(ctx, p, ws, nil, data, dt, op, l, chunkBytes, 0); err != nil {
+	data, from := dst, src
+	if r != root {
+		data = ws.Get(SlotInput, len(src))
+	} else if same(src, dst) {
+		from = nil
+	}
+	l := layout{count: len(src) / es, scale: es}
+	if err := reduceScatterRing(ctx, p, ws, from, data, dt, op, l, chunkBytes, 0); err != nil {
 		return fmt.Errorf("ring reduce: %w", err)
 	}
 	step := uint32(size - 1)

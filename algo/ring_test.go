@@ -130,7 +130,7 @@ func TestReduceRing(t *testing.T) {
 						in := rankInputs(c.dt, c.op, p, count)
 						want := serialReduce(c.dt, c.op, in)
 						runRanks(t, p, opts, func(ctx context.Context, rank int, peers Peers) error {
-							return ReduceRing(ctx, peers, new(Workspace), in[rank], c.dt, c.op, root, chunk)
+							return ReduceRing(ctx, peers, new(Workspace), in[rank], in[rank], c.dt, c.op, root, chunk)
 						})
 						if d := firstDiff(in[root], want, c.dt.Size()); d != "" {
 							t.Fatalf("root %d: %s", root, d)

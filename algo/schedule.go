@@ -259,28 +259,6 @@ func inPlace(k func(ctx context.Context, a *Args, data []byte) error) func(ctx c
 	}
 }
 
-// reduce runs a Reduce kernel that accumulates into data: the root's
-// output, a private copy of the input elsewhere.
-func reduce(k func(ctx context.Context, a *Args, data []byte) error) func(context.Context, *Args) error {
-	return func(ctx context.Context, a *Args) error {
-		var data []byte
-		if a.Peers.Rank() == a.Root {
-			data = a.Dst
-			if !same(a.Src, a.Dst) {
-				memcopy.Copy(data, a.Src)
-			}
-		} else {
-			// Schedules accumulate into the buffer; keep the caller's input.
-			data = a.WS.Get(SlotInput, len(a.Src))
-			memcopy.Copy(data, a.Src)
-		}
-		if a.Peers.Size() == 1 || len(data) == 0 {
-			return nil
-		}
-		return k(ctx, a, data)
-	}
-}
-
 // allGather runs an AllGather kernel on the output, which holds this
 // rank's block.
 func allGather(k func(ctx context.Context, a *Args) error) func(context.Context, *Args) error {

@@ -68,9 +68,9 @@ func init() {
 				BySize: always,
 			}, {
 				Op: OpReduce,
-				Run: reduce(func(ctx context.Context, a *Args, data []byte) error {
-					return ReduceTree(ctx, a.Peers, a.WS, data, a.DType, a.Op, a.Root, a.Chunk)
-				}),
+				Run: func(ctx context.Context, a *Args) error {
+					return ReduceTree(ctx, a.Peers, a.WS, a.Src, a.Dst, a.DType, a.Op, a.Root, a.Chunk)
+				},
 				BySize: upTo(&ReduceTreeMaxBytes),
 			}},
 		},
@@ -90,9 +90,9 @@ func init() {
 				BySize: always,
 			}, {
 				Op: OpReduce,
-				Run: reduce(func(ctx context.Context, a *Args, data []byte) error {
-					return ReduceRing(ctx, a.Peers, a.WS, data, a.DType, a.Op, a.Root, a.Chunk)
-				}),
+				Run: func(ctx context.Context, a *Args) error {
+					return ReduceRing(ctx, a.Peers, a.WS, a.Src, a.Dst, a.DType, a.Op, a.Root, a.Chunk)
+				},
 				BySize: always,
 			}, {
 				Op: OpAllGather,

@@ -52,19 +52,18 @@ func TestBroadcastTree(t *testing.T) {
 	}
 }
 
-// TestReduceTreeChain runs the binomial tree and the pipelined chain, whole
-// and in chunks, against a serial reduction.
+// TestReduceTreeChain runs the binomial tree, the pipelined chain and the
+// ring, whole and in chunks, in place and out of place, against a serial
+// reduction.
 func TestReduceTreeChain(t *testing.T) {
 	for _, sched := range []struct {
 		name string
-		// run reduces src into dst on root; the tree works in place only.
-		run        func(ctx context.Context, p Peers, ws *Workspace, src, dst []byte, dt DType, op Op, root, chunkBytes int) error
-		outOfPlace bool
+		// run reduces src into dst on root.
+		run func(ctx context.Context, p Peers, ws *Workspace, src, dst []byte, dt DType, op Op, root, chunkBytes int) error
 	}{
-		{"tree", func(ctx context.Context, p Peers, ws *Workspace, src, _ []byte, dt DType, op Op, root, chunkBytes int) error {
-			return ReduceTree(ctx, p, ws, src, dt, op, root, chunkBytes)
-		}, false},
-		{"chain", ReduceChain, true},
+		{"tree", ReduceTree},
+		{"chain", ReduceChain},
+		{"ring", ReduceRing},
 	} {
 		cs := combos()
 		i := 0
@@ -74,7 +73,7 @@ func TestReduceTreeChain(t *testing.T) {
 					c := cs[i%len(cs)]
 					net, opts := netConfig(i)
 					chunk := []int{0, 24, 1000}[i%3] // whole, in chunks of a few elements, in uneven ones
-					outOfPlace := sched.outOfPlace && i%2 == 1
+					outOfPlace := i%2 == 1
 					i++
 					t.Run(fmt.Sprintf("%s/p%d/n%d/root%d/%v/%v/%s/chunk%d/outofplace=%v", sched.name, p, count, root, c.dt, c.op, net, chunk, outOfPlace), func(t *testing.T) {
 						t.Parallel()
@@ -126,10 +125,10 @@ func TestReduceTypes(t *testing.T) {
 					tree[r] = append([]byte(nil), in[r]...)
 				}
 				runRanks(t, p, opts, func(ctx context.Context, rank int, peers Peers) error {
-					if err := ReduceTree(ctx, peers, new(Workspace), tree[rank], c.dt, c.op, 1, 0); err != nil {
+					if err := ReduceTree(ctx, peers, new(Workspace), tree[rank], tree[rank], c.dt, c.op, 1, 0); err != nil {
 						return err
 					}
-					return ReduceRing(ctx, peers, new(Workspace), in[rank], c.dt, c.op, 2, 128)
+					return ReduceRing(ctx, peers, new(Workspace), in[rank], in[rank], c.dt, c.op, 2, 128)
 				})
 				if d := firstDiff(tree[1], want, c.dt.Size()); d != "" {
 					t.Fatalf("tree: %s", d)
@@ -157,10 +156,10 @@ func TestLarge(t *testing.T) {
 	copy(bcast[root], want)
 	runRanks(t, p, netConfigs[2].opts, func(ctx context.Context, rank int, peers Peers) error {
 		ws := new(Workspace)
-		if err := ReduceTree(ctx, peers, ws, tree[rank], Int32, Sum, root, 64<<10); err != nil {
+		if err := ReduceTree(ctx, peers, ws, tree[rank], tree[rank], Int32, Sum, root, 64<<10); err != nil {
 			return err
 		}
-		if err := ReduceRing(ctx, peers, ws, in[rank], Int32, Sum, root, 8<<10); err != nil {
+		if err := ReduceRing(ctx, peers, ws, in[rank], in[rank], Int32, Sum, root, 8<<10); err != nil {
 			return err
 		}
 		return BroadcastTree(ctx, peers, bcast[rank], root, 8<<10)

@@ -3,43 +3,22 @@ package bench
 import (
 	"context"
 	"fmt"
-	"os"
-	"strings"
 	"testing"
 	"time"
 	"unsafe"
 
 	"github.com/occl/occl/algo"
 	"github.com/occl/occl/comm"
+	"github.com/occl/occl/hugemem"
 	"github.com/occl/occl/internal/commtest"
+	"github.com/occl/occl/internal/smaps"
 )
 
-// vmFlags returns the VmFlags of the mapping of /proc/self/smaps that
-// holds addr, "" if none does.
-func vmFlags(t *testing.T, addr uintptr) string {
-	t.Helper()
-	b, err := os.ReadFile("/proc/self/smaps")
-	if err != nil {
-		t.Skipf("no /proc/self/smaps: %v", err)
-	}
-	in := false
-	for _, line := range strings.Split(string(b), "\n") {
-		var lo, hi uintptr
-		if n, _ := fmt.Sscanf(line, "%x-%x", &lo, &hi); n == 2 { // a mapping's first line
-			in = lo <= addr && addr < hi
-			continue
-		}
-		if in && strings.HasPrefix(line, "VmFlags:") {
-			return strings.TrimSpace(strings.TrimPrefix(line, "VmFlags:"))
-		}
-	}
-	return ""
-}
-
 // advisedHuge reports whether b starts in a mapping advised for huge pages
-// (smaps' "hg" flag).
-func advisedHuge(t *testing.T, b []byte) bool {
-	return strings.Contains(" "+vmFlags(t, uintptr(unsafe.Pointer(unsafe.SliceData(b))))+" ", " hg ")
+// (smaps' "hg" flag); false where no mapping holds it.
+func advisedHuge(b []byte) bool {
+	m, err := smaps.Of(uintptr(unsafe.Pointer(unsafe.SliceData(b))))
+	return err == nil && m.Advised()
 }
 
 // TestHugePages: with Config.HugePages a runner's buffers from 2 MiB start
@@ -61,10 +40,10 @@ func TestHugePages(t *testing.T) {
 	}
 	sbuf := runs[0].sbuf
 	for _, b := range [][]byte{sbuf, runs[0].rbuf} {
-		if addr := uintptr(unsafe.Pointer(unsafe.SliceData(b))); addr%hugePage != 0 {
+		if addr := uintptr(unsafe.Pointer(unsafe.SliceData(b))); addr%hugemem.PageSize != 0 {
 			t.Errorf("buffer at %#x: not on a huge-page boundary", addr)
 		}
-		if !advisedHuge(t, b) {
+		if !advisedHuge(b) {
 			t.Errorf("buffer of %d bytes: its mapping lacks hg (MADV_HUGEPAGE)", len(b))
 		}
 	}
@@ -80,7 +59,7 @@ func TestHugePages(t *testing.T) {
 			t.Fatalf("Close: %v", err)
 		}
 	}
-	if advisedHuge(t, sbuf[:1]) {
+	if advisedHuge(sbuf[:1]) {
 		t.Error("the send buffer is still mapped with hg after Close")
 	}
 	small, err := NewRunner(comms[0], Config{Op: AllReduce, DType: algo.Float32, Iters: 1, HugePages: true}, 1<<20)
@@ -88,7 +67,7 @@ func TestHugePages(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer small.Close()
-	if advisedHuge(t, small.sbuf) {
+	if advisedHuge(small.sbuf) {
 		t.Error("a 1 MiB buffer is in an hg mapping")
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/occl/occl/algo"
 	"github.com/occl/occl/comm"
+	"github.com/occl/occl/hugemem"
 	"github.com/occl/occl/internal/reference"
 )
 
@@ -35,8 +36,8 @@ type Config struct {
 	// Demand shapes AllToAllV (nil: uniform).
 	Demand *Demand
 	// HugePages puts the send and receive buffers (from 2 MiB) in memory
-	// advised for transparent huge pages (Linux), as a program does whose
-	// tensors come from a huge-page allocator: a peer that copies a
+	// of hugemem.Alloc, advised for transparent huge pages (Linux), as a
+	// program does whose tensors come from a huge-page allocator: a peer that copies a
 	// block out of this process's memory (shared memory's single copy)
 	// then pins one page per 2 MiB instead of one per 4 KiB.
 	HugePages bool
@@ -102,8 +103,8 @@ type Runner struct {
 	rbuf   []byte
 	expect []byte
 	reqs   []*comm.Request
-	// release frees the buffers of Config.HugePages.
-	release []func() error
+	// huge are the buffers of Config.HugePages, freed by Close.
+	huge [][]byte
 	// AllToAllV: the element matrix of the current size and this rank's
 	// counts and displacements.
 	v vLayout
@@ -184,16 +185,17 @@ func NewRunner(c *comm.Communicator, cfg Config, maxBytes int) (*Runner, error) 
 }
 
 // buffer returns a send or receive buffer of n bytes: from the heap, or
-// with Config.HugePages in huge pages, released by Close.
+// with Config.HugePages from hugemem when it spans a huge page, freed by
+// Close.
 func (r *Runner) buffer(n int) ([]byte, error) {
-	if !r.cfg.HugePages {
+	if !r.cfg.HugePages || n < hugemem.PageSize {
 		return make([]byte, n), nil
 	}
-	b, release, err := hugeBuffer(n)
+	b, err := hugemem.Alloc(n)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("bench: %w", err)
 	}
-	r.release = append(r.release, release)
+	r.huge = append(r.huge, b)
 	return b, nil
 }
 
@@ -202,12 +204,12 @@ func (r *Runner) buffer(n int) ([]byte, error) {
 // completed. The runner is not used after it.
 func (r *Runner) Close() error {
 	var first error
-	for _, f := range r.release {
-		if err := f(); err != nil && first == nil {
+	for _, b := range r.huge {
+		if err := hugemem.Free(b); err != nil && first == nil {
 			first = err
 		}
 	}
-	r.release, r.sbuf, r.rbuf = nil, nil, nil
+	r.huge, r.sbuf, r.rbuf = nil, nil, nil
 	return first
 }
 

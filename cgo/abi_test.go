@@ -162,14 +162,7 @@ func TestBadHandles(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("linux only")
 	}
-	dir := buildLib(t)
-	src := `#include <stdio.h>
-#include <string.h>
-#include "occl.h"
-#define EXPECT(call, want) do { occlResult_t r_ = (call); const char* m_ = occlGetLastError(NULL); \
-  if (r_ != (want) || ((want) != occlSuccess && m_[0] == 0)) { \
-    fprintf(stderr, "%s: got %d (%s)\n", #call, r_, m_); return 1; } \
-  if ((want) != occlSuccess) printf("%s: %s\n", #call, m_); } while (0)
+	runC(t, "bad", expectMacro+`
 int main(void) {
   int n, x = 0;
   occlRequest_t req;
@@ -204,13 +197,33 @@ int main(void) {
   puts("ok");
   return 0;
 }
+`)
+}
+
+// expectMacro starts the C programs of runC: the headers and
+// EXPECT(call, want), which fails main unless call returns want and, for
+// a failure, occlGetLastError says something (which it prints).
+const expectMacro = `#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include "occl.h"
+#define EXPECT(call, want) do { occlResult_t r_ = (call); const char* m_ = occlGetLastError(NULL); \
+  if (r_ != (want) || ((want) != occlSuccess && m_[0] == 0)) { \
+    fprintf(stderr, "%s: got %d (%s)\n", #call, r_, m_); return 1; } \
+  if ((want) != occlSuccess) printf("%s: %s\n", #call, m_); } while (0)
 `
+
+// runC compiles the C program src against the library and runs it; it
+// must exit 0 after printing "ok" last.
+func runC(t *testing.T, name, src string) {
+	t.Helper()
+	dir := buildLib(t)
 	tmp := t.TempDir()
-	file := filepath.Join(tmp, "bad.c")
+	file := filepath.Join(tmp, name+".c")
 	if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(tmp, "bad")
+	bin := filepath.Join(tmp, name)
 	cc(t, dir, bin, file)
 	out, err := exec.Command(bin).CombinedOutput()
 	if err != nil || !strings.HasSuffix(string(out), "ok\n") {

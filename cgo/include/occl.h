@@ -47,9 +47,9 @@
  *
  * THREAD SAFETY
  *
- *  - occlGetVersion, occlGetUniqueId, occlGetErrorString, occlGetLastError and
- *    the communicator creation functions may be called from any thread at any
- *    time.
+ *  - occlGetVersion, occlGetUniqueId, occlGetErrorString, occlGetLastError,
+ *    occlMemAlloc, occlMemFree and the communicator creation functions may be
+ *    called from any thread at any time.
  *  - On one communicator, these may be called from any thread, concurrently
  *    with anything else on it: occlCommCount, occlCommUserRank,
  *    occlCommGetAsyncError, occlGetLastError, occlCommSetTrafficTag,
@@ -204,6 +204,25 @@ const char* occlGetErrorString(occlResult_t result);
  * Returns "" if nothing failed. The string is in a buffer of the calling
  * thread, valid until that thread's next call of occlGetLastError. */
 const char* occlGetLastError(occlComm_t comm);
+
+/* ---- Memory ----------------------------------------------------------- */
+
+/* Allocates size bytes (at least 1) of zeroed host memory for transfers and
+ * stores its address in *ptr, as ncclMemAlloc does for NCCL. From 2 MiB up
+ * the buffer starts on a 2 MiB boundary and is advised for transparent huge
+ * pages (madvise(MADV_HUGEPAGE)), which the kernel uses where
+ * /sys/kernel/mm/transparent_hugepage/enabled is "always" or "madvise": a
+ * peer process that copies a block out of it (shared memory's single copy)
+ * pins one page per 2 MiB instead of one per 4 KiB, and copies miss the TLB
+ * less. Any buffer works with every call; this one makes large transfers
+ * faster. Fails with occlSystemError when the memory cannot be mapped
+ * (and on systems other than Linux). Release it with occlMemFree. */
+occlResult_t occlMemAlloc(void** ptr, size_t size);
+
+/* Releases a buffer of occlMemAlloc, given the address it returned; no
+ * operation may still use it. Fails with occlInvalidArgument for any other
+ * address (NULL, one inside a buffer, one freed already). */
+occlResult_t occlMemFree(void* ptr);
 
 /* ---- Communicators ---------------------------------------------------- */
 

@@ -1,0 +1,13 @@
+//go:build !linux
+
+package hugemem
+
+import "errors"
+
+// allocate fails: transparent huge pages are asked for on Linux only.
+func allocate(n int) (b, mapping []byte, err error) {
+	return nil, nil, errors.New("huge-page buffers need Linux")
+}
+
+// release is never reached without allocate.
+func release(mapping []byte) error { return nil }

@@ -89,6 +89,15 @@ func (v *Venv) make() (string, error) {
 	if out, err := exec.Command("cp", "-r", filepath.Join(root, "cgo", "python"), src).CombinedOutput(); err != nil {
 		return "", fmt.Errorf("copy the package: %v\n%s", err, out)
 	}
+	// Without what an earlier in-tree build left (ignored by git): the copy
+	// gives every file the same age, so setuptools could take a stale
+	// build/lib module for an up-to-date one.
+	stale, _ := filepath.Glob(filepath.Join(src, "*.egg-info"))
+	for _, p := range append(stale, filepath.Join(src, "build")) {
+		if err := os.RemoveAll(p); err != nil {
+			return "", err
+		}
+	}
 	env := filepath.Join(dir, "env")
 	run := func(name string, args ...string) error {
 		cmd := exec.Command(name, args...)

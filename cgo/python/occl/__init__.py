@@ -28,6 +28,7 @@ import json
 import os
 import sys
 import threading
+import weakref
 
 __all__ = [
     "OcclError",
@@ -40,6 +41,8 @@ __all__ = [
     "library",
     "library_path",
     "plan_circuits",
+    "empty",
+    "mem_alloc",
 ]
 
 # Result codes, data types and reductions of occl.h.
@@ -131,6 +134,8 @@ _i = ctypes.c_int
 _p_sz = ctypes.POINTER(ctypes.c_size_t)
 _SIGNATURES = {
     "occlGetVersion": [ctypes.POINTER(_i)],
+    "occlMemAlloc": [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t],
+    "occlMemFree": [ctypes.c_void_p],
     "occlGetUniqueId": [ctypes.POINTER(UniqueId)],
     "occlCommInitRank": [ctypes.POINTER(_c), _i, UniqueId, _i],
     "occlCommInitRankConfig": [ctypes.POINTER(_c), _i, UniqueId, _i, ctypes.POINTER(_Config)],
@@ -273,6 +278,36 @@ def plan_circuits(topology, demand):
 
 
 # ---- Buffers --------------------------------------------------------------
+
+
+def mem_alloc(nbytes):
+    """nbytes (at least 1) of zeroed memory from occlMemAlloc, as a ctypes
+    byte array: from 2 MiB on a 2 MiB boundary and advised for transparent
+    huge pages, which make large transfers between processes faster (see
+    occl.h). It supports the buffer protocol, so numpy.frombuffer and
+    torch.frombuffer view it without a copy; the memory goes back to
+    occlMemFree when the array and every view of it are gone."""
+    p = ctypes.c_void_p()
+    lib = library()
+    _check(lib.occlMemAlloc(ctypes.byref(p), nbytes))
+    mem = (ctypes.c_ubyte * nbytes).from_address(p.value)
+    weakref.finalize(mem, lib.occlMemFree, p.value)
+    return mem
+
+
+def empty(shape, dtype="float32"):
+    """A NumPy array of shape and dtype on memory of mem_alloc (zeroed): use
+    it for large send and receive buffers. occl.torch.empty makes tensors."""
+    np = __import__("numpy")
+    dt = np.dtype(dtype)
+    _numpy_dtype(dt)
+    count = 1
+    for d in (shape if isinstance(shape, (tuple, list)) else (shape,)):
+        count *= int(d)
+    if count * dt.itemsize == 0:
+        return np.zeros(shape, dt)
+    return np.frombuffer(mem_alloc(count * dt.itemsize), dtype=dt).reshape(shape)
+
 
 
 def _numpy_dtype(dt):

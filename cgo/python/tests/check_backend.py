@@ -11,11 +11,13 @@ Each rank prints "rank R: ok" at the end; any failure raises.
 
 import argparse
 import datetime
+import gc
 import os
 
 import torch
 import torch.distributed as dist
 
+import occl
 import occl.torch
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.uint8, torch.int32, torch.int64]
@@ -152,6 +154,53 @@ def check_all_to_all(rank, n):
         dist.all_to_all(outs, ins)
         for s in range(n):
             same(outs[s], torch.full((split(s, rank) + 1,), s * 10 + rank, dtype=torch.int64).to(dtype), "all_to_all %s from %d" % (dtype, s))
+
+
+def hg_mapping(addr):
+    """Whether a mapping of /proc/self/smaps advised for huge pages holds addr."""
+    inside = False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split(" ", 1)[0]
+            if "-" in head and ":" not in head:
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                inside = lo <= addr < hi
+            elif inside and line.startswith("VmFlags:"):
+                return " hg" in line
+    return False
+
+
+def check_huge_buffers(rank, n):
+    """all_to_all_single of 8 MiB per rank on tensors of occl.torch.empty:
+    on 2 MiB boundaries in mappings advised for huge pages, right results,
+    unmapped once the tensors and their views are gone; occl.empty gives
+    NumPy arrays the same way."""
+    count = 2 << 20  # float32: 8 MiB, 2 MiB per peer
+    inp = occl.torch.empty(count)
+    out = occl.torch.empty(count // 1024, 1024)
+    for p in (inp.data_ptr(), out.data_ptr()):
+        if p % (2 << 20) or not hg_mapping(p):
+            raise AssertionError("occl.torch.empty: %#x not on a huge page boundary or not advised" % p)
+    if float(out.abs().sum()) != 0:
+        raise AssertionError("occl.torch.empty: not zeroed")
+    inp.copy_(vals(rank, count, torch.float32, hi=1000))
+    dist.all_to_all_single(out, inp.view(n, -1))
+    blk = count // n
+    want = torch.cat([vals(r, count, torch.float32, hi=1000)[rank * blk : (rank + 1) * blk] for r in range(n)])
+    same(out.flatten(), want, "all_to_all_single on occl.torch.empty")
+    a = occl.empty((512, 1024), "float64")
+    if a.ctypes.data % (2 << 20) or not hg_mapping(a.ctypes.data) or a.any():
+        raise AssertionError("occl.empty: %#x" % a.ctypes.data)
+    addrs = [inp.data_ptr(), out.data_ptr(), a.ctypes.data]
+    tail = out[1:]
+    del inp, out, a
+    gc.collect()
+    if not hg_mapping(addrs[1]):
+        raise AssertionError("occl.torch.empty: freed while a view of it lives")
+    del tail
+    gc.collect()
+    if any(hg_mapping(x) for x in addrs):
+        raise AssertionError("occl.torch.empty / occl.empty: memory not freed after the last view")
 
 
 def check_p2p(rank, n):
@@ -297,7 +346,7 @@ def main():
     rank, n = dist.get_rank(), dist.get_world_size()
     assert dist.get_backend() == "occl", dist.get_backend()
     assert n == 4, "run on 4 processes"
-    for check in (check_all_reduce, check_broadcast_reduce, check_gathers, check_all_to_all, check_p2p, check_async, check_groups, check_errors, check_traffic):
+    for check in (check_all_reduce, check_broadcast_reduce, check_gathers, check_all_to_all, check_huge_buffers, check_p2p, check_async, check_groups, check_errors, check_traffic):
         check(rank, n)
         print("rank %d: %s passed" % (rank, check.__name__), flush=True)
     dist.destroy_process_group()

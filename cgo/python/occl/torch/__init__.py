@@ -30,6 +30,7 @@ wait for each other's receive; post such exchanges with
 import ctypes
 import json
 import threading
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -37,11 +38,32 @@ import torch.distributed as dist
 import occl
 from . import _C
 
-__all__ = ["shrink", "grow", "join", "reconfigure", "set_traffic_tag", "traffic_matrix", "topology", "plan", "communicator", "Reconfiguration"]
+__all__ = ["empty", "shrink", "grow", "join", "reconfigure", "set_traffic_tag", "traffic_matrix", "topology", "plan", "communicator", "Reconfiguration"]
 
 _C.load(occl.library_path())
 
 _UID_KEY = "occl/unique_id"
+
+
+def empty(*size, dtype=None):
+    """A CPU tensor of size (as torch.empty takes it) on memory of
+    occl.mem_alloc, zeroed: from 2 MiB on transparent huge pages, which make
+    large collectives between processes faster (a peer copying out of it
+    pins one page per 2 MiB instead of one per 4 KiB). The memory goes back
+    to the library when the tensor and every view of it are gone."""
+    if len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)):
+        size = tuple(size[0])
+    dtype = dtype or torch.get_default_dtype()
+    count = 1
+    for d in size:
+        count *= int(d)
+    nbytes = count * torch.empty((), dtype=dtype).element_size()
+    if nbytes == 0:
+        return torch.zeros(size, dtype=dtype)
+    with warnings.catch_warnings():
+        # torch.frombuffer warns about buffers it cannot tell are writable.
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.frombuffer(occl.mem_alloc(nbytes), dtype=dtype).view(size)
 
 
 def _create_process_group(*args):

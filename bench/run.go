@@ -37,9 +37,9 @@ type Config struct {
 	Demand *Demand
 	// HugePages puts the send and receive buffers (from 2 MiB) in memory
 	// of hugemem.Alloc, advised for transparent huge pages (Linux), as a
-	// program does whose tensors come from a huge-page allocator: a peer that copies a
-	// block out of this process's memory (shared memory's single copy)
-	// then pins one page per 2 MiB instead of one per 4 KiB.
+	// program does whose tensors come from a huge-page allocator: a peer
+	// that copies a block out of this process's memory (shared memory's
+	// single copy) then pins one page per 2 MiB instead of one per 4 KiB.
 	HugePages bool
 }
 

@@ -287,6 +287,8 @@ def mem_alloc(nbytes):
     occl.h). It supports the buffer protocol, so numpy.frombuffer and
     torch.frombuffer view it without a copy; the memory goes back to
     occlMemFree when the array and every view of it are gone."""
+    if nbytes < 1:
+        raise ValueError("occl: mem_alloc of %d bytes: the size must be at least 1" % nbytes)
     p = ctypes.c_void_p()
     lib = library()
     _check(lib.occlMemAlloc(ctypes.byref(p), nbytes))
@@ -307,7 +309,6 @@ def empty(shape, dtype="float32"):
     if count * dt.itemsize == 0:
         return np.zeros(shape, dt)
     return np.frombuffer(mem_alloc(count * dt.itemsize), dtype=dt).reshape(shape)
-
 
 
 def _numpy_dtype(dt):

@@ -14,6 +14,8 @@
 //
 // The memory is outside Go's heap: C code may keep it (the C ABI's
 // occlMemAlloc returns it), and it lives until Free, whatever refers to it.
+// Every Alloc maps fresh memory, which the kernel zeroes as it is first
+// touched: allocate long-lived buffers once and reuse them.
 package hugemem
 
 import (

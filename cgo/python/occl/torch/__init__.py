@@ -50,7 +50,8 @@ def empty(*size, dtype=None):
     occl.mem_alloc, zeroed: from 2 MiB on transparent huge pages, which make
     large collectives between processes faster (a peer copying out of it
     pins one page per 2 MiB instead of one per 4 KiB). The memory goes back
-    to the library when the tensor and every view of it are gone."""
+    to the library when the tensor and every view of it are gone. Each call
+    maps fresh memory: allocate a loop's buffers once and reuse them."""
     if len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)):
         size = tuple(size[0])
     dtype = dtype or torch.get_default_dtype()

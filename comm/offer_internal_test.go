@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/occl/occl/internal/fanout"
 	"github.com/occl/occl/internal/reference"
 	"github.com/occl/occl/transport"
 	"github.com/occl/occl/transport/mem"
@@ -91,17 +92,7 @@ func shmPair(t *testing.T, sc shm.Config, wrap func(*shm.Conn) transport.Conn) [
 // its own, and fails t, naming what, if any returns an error.
 func onEach(t *testing.T, what string, comms []*Communicator, fn func(r int, c *Communicator) error) {
 	t.Helper()
-	errs := make([]error, len(comms))
-	var wg sync.WaitGroup
-	for r, c := range comms {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[r] = fn(r, c)
-		}()
-	}
-	wg.Wait()
-	for r, err := range errs {
+	for r, err := range fanout.Each(comms, fn) {
 		if err != nil {
 			t.Fatalf("%s: rank %d: %v", what, r, err)
 		}

@@ -2,10 +2,10 @@
 package commtest
 
 import (
-	"sync"
 	"testing"
 
 	"github.com/occl/occl/comm"
+	"github.com/occl/occl/internal/fanout"
 )
 
 // Local makes n ranks in this process (comm.NewLocal) with opts, closed
@@ -39,17 +39,7 @@ func AbortAtEnd(t testing.TB, comms []*comm.Communicator) {
 // own as each rank would run in its own process, and returns their errors
 // by rank.
 func Each(comms []*comm.Communicator, fn func(r int, c *comm.Communicator) error) []error {
-	errs := make([]error, len(comms))
-	var wg sync.WaitGroup
-	for r, c := range comms {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[r] = fn(r, c)
-		}()
-	}
-	wg.Wait()
-	return errs
+	return fanout.Each(comms, fn)
 }
 
 // OnEach is Each that fails the test with the first rank's error.

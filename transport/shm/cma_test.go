@@ -525,7 +525,7 @@ func BenchmarkLend(b *testing.B) {
 }
 
 // One process_vm_readv pays when it is faster than the rings' two copies
-// (two and a half copies within one process), and never when it could
+// (two and three quarters copies within one process), and never when it could
 // not be measured; this machine's rates are measured once and are
 // positive.
 func TestSingleCopyRate(t *testing.T) {
@@ -536,8 +536,8 @@ func TestSingleCopyRate(t *testing.T) {
 	}{
 		{shm.SingleCopyRate{Block: 1, CMA: 30 * us, Copy: 9 * us}, false},
 		{shm.SingleCopyRate{Block: 1, CMA: 49 * us, Copy: 47 * us}, true},
-		{shm.SingleCopyRate{Block: 1, CMA: 23 * us, Copy: 9 * us}, false},
-		{shm.SingleCopyRate{Block: 1, CMA: 22 * us, Copy: 9 * us}, true},
+		{shm.SingleCopyRate{Block: 1, CMA: 25 * us, Copy: 9 * us}, false},
+		{shm.SingleCopyRate{Block: 1, CMA: 24 * us, Copy: 9 * us}, true},
 		{shm.SingleCopyRate{Block: 1, CMA: 18 * us, Copy: 9 * us}, true},
 		{shm.SingleCopyRate{Block: 1, CMA: 1 * us, Copy: 9 * us, Err: errors.New("EPERM")}, false},
 	} {

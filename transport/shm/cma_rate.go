@@ -65,12 +65,13 @@ func (r SingleCopyRate) String() string {
 // machine busy for part of the measurement slows both alike. The fastest
 // of 8 rounds left the verdict to chance on a machine whose ratio lies
 // near ringCopies: on a 2-core Intel Xeon virtual machine, 12 measurements
-// of 8 rounds gave ratios of 2.04 to 2.80, a third of them above 2.5 (so
-// that one process in three lent all-to-all blocks only from 1 MiB, and
-// ran 128 KiB to 1 MiB blocks 1.3 to 1.7 times slower than the next),
-// while 36 measurements of 32 rounds gave 2.00 to 2.39. The slowest
-// process_vm_readv rounds are the ones that vary (the pinning of the
-// pages), and more rounds find the fast ones.
+// of 8 rounds in one process gave ratios of 2.04 to 2.80, a quarter of
+// them above 2.5, and at the start of a run, where both ranks measure at
+// once, more were: a 1 MiB AllToAll of 2 processes went through the rings
+// (over 180 us against 116-143 lent) in 6 of 10 runs. 36 measurements of
+// 32 rounds gave 2.00 to 2.39. The slowest process_vm_readv rounds are the
+// ones that vary (the pinning of the pages), and more rounds find the fast
+// ones.
 const (
 	rateBlock  = 256 << 10
 	rateRounds = 32

@@ -48,7 +48,9 @@ func (r SingleCopyRate) Pays() bool {
 // (the fastest of 32 rounds), it took 2.02 to 2.55 times as long, and
 // lending won by more (256 KiB 21.6 / 36.0 us, 1 MiB 126 / 180 us): the
 // factor sits midway between that machine's highest and the EPYC's
-// lowest, so that neither is near it.
+// lowest. The EPYC's ratios were read with the fastest of 8 rounds (see
+// rateRounds), which reads high; with 32 it may come closer to the
+// factor: not measured, that machine was not available again.
 const ringCopies = 2.75
 
 // String gives the two times and the verdict, for logs.

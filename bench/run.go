@@ -35,11 +35,12 @@ type Config struct {
 	Issue Issue
 	// Demand shapes AllToAllV (nil: uniform).
 	Demand *Demand
-	// HugePages puts the send and receive buffers (from 2 MiB) in memory
-	// of hugemem.Alloc, advised for transparent huge pages (Linux), as a
-	// program does whose tensors come from a huge-page allocator: a peer
-	// that copies a block out of this process's memory (shared memory's
-	// single copy) then pins one page per 2 MiB instead of one per 4 KiB.
+	// HugePages puts the send and receive buffers (from
+	// hugemem.SharedMin) in memory of hugemem.Alloc, as a program does
+	// whose tensors come from occl's allocator (the C ABI's occlMemAlloc,
+	// Python's occl.torch.empty): shared memory that a peer on the host
+	// maps and copies blocks out of with memcpy instead of
+	// process_vm_readv, advised for transparent huge pages from 2 MiB.
 	HugePages bool
 }
 
@@ -185,10 +186,10 @@ func NewRunner(c *comm.Communicator, cfg Config, maxBytes int) (*Runner, error) 
 }
 
 // buffer returns a send or receive buffer of n bytes: from the heap, or
-// with Config.HugePages from hugemem when it spans a huge page, freed by
-// Close.
+// with Config.HugePages from hugemem from hugemem.SharedMin bytes up,
+// freed by Close.
 func (r *Runner) buffer(n int) ([]byte, error) {
-	if !r.cfg.HugePages || n < hugemem.PageSize {
+	if !r.cfg.HugePages || n < hugemem.SharedMin {
 		return make([]byte, n), nil
 	}
 	b, err := hugemem.Alloc(n)

@@ -13,7 +13,7 @@ import (
 
 // This file: buffers for large transfers (package hugemem).
 
-// occlMemAlloc allocates size bytes of zeroed memory for transfers, on transparent huge pages from 2 MiB. See occl.h.
+// occlMemAlloc allocates size bytes of zeroed memory for transfers, shared with the peers on the host from 64 KiB (hugemem.SharedMin). See occl.h.
 //
 //export occlMemAlloc
 func occlMemAlloc(ptr *unsafe.Pointer, size C.size_t) (res C.occlResult_t) {

@@ -16,12 +16,27 @@
 // occlMemAlloc returns it), and it lives until Free, whatever refers to it.
 // Every Alloc maps fresh memory, which the kernel zeroes as it is first
 // touched: allocate long-lived buffers once and reuse them.
+//
+// Buffers of SharedMin bytes or more are shared memory: each is the
+// mapping of its own memory file (memfd_create), sealed so that its size
+// cannot change, which another process allowed to read this one's memory
+// (the same permission process_vm_readv needs) can map too. Shared finds
+// the file of a buffer; occl's shared-memory transport sends it with the
+// blocks it lends, and the receiver maps it once and then copies lent
+// blocks with memcpy instead of a process_vm_readv that pins the pages on
+// every call. Being shared, such a buffer is not copied on write across
+// fork: a child process writes the parent's buffer. Where the system's
+// shmem_enabled policy is "never" (a common default) shared buffers are on
+// base pages.
 package hugemem
 
 import (
 	"errors"
 	"fmt"
+	"os"
+	"sort"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -34,12 +49,78 @@ const PageSize = 2 << 20
 // where a live buffer of Alloc starts (never allocated here, or freed).
 var ErrNotAllocated = errors.New("hugemem: not a buffer of Alloc (or freed already)")
 
+// SharedMin is the smallest buffer Alloc makes shared (see the package
+// comment); smaller buffers are private.
+const SharedMin = 64 << 10
+
+// Region is a shared buffer of Alloc: the memory file it maps, and where.
+type Region struct {
+	// ID identifies the buffer among every shared buffer this process
+	// has allocated; it is never 0 and never reused.
+	ID uint64
+	// Base is the address of the buffer's first byte, Size the bytes of
+	// its file, mapped from Base (its length rounded up to a page).
+	Base uintptr
+	Size int
+	// FD is the file's descriptor in this process, open until Free.
+	FD int
+}
+
+// buffer is a live buffer of Alloc: its whole mapping and, if shared, its
+// region (FD -1 otherwise).
+type buffer struct {
+	mapping []byte
+	region  Region
+}
+
 // live maps the address of every buffer Alloc returned and Free has not
-// released to its mapping.
-var live = struct {
-	sync.Mutex
-	m map[uintptr][]byte
-}{m: map[uintptr][]byte{}}
+// released to it; shared holds the regions of the shared ones, sorted by
+// address, replaced (never changed) under live's lock.
+var (
+	live = struct {
+		sync.Mutex
+		m      map[uintptr]buffer
+		lastID uint64
+	}{m: map[uintptr]buffer{}}
+	shared   atomic.Pointer[[]Region]
+	released atomic.Uint64
+)
+
+// Shared returns the region of the shared buffer of Alloc that holds the n
+// bytes at p, if there is one. It takes no lock.
+func Shared(p uintptr, n int) (Region, bool) {
+	rs := shared.Load()
+	if rs == nil || n < 0 {
+		return Region{}, false
+	}
+	i := sort.Search(len(*rs), func(i int) bool { return (*rs)[i].Base > p }) - 1
+	if i < 0 {
+		return Region{}, false
+	}
+	r := (*rs)[i]
+	if p-r.Base > uintptr(r.Size) || uintptr(n) > uintptr(r.Size)-(p-r.Base) {
+		return Region{}, false
+	}
+	return r, true
+}
+
+// Released returns how many shared buffers Free has released in this
+// process: a process that maps another's buffers drops its mappings when
+// this count changes there, rather than keep memory the other has freed.
+func Released() uint64 { return released.Load() }
+
+// publishShared replaces the sorted list of shared regions; live's lock is
+// held.
+func publishShared() {
+	rs := make([]Region, 0, len(live.m))
+	for _, b := range live.m {
+		if b.region.FD >= 0 {
+			rs = append(rs, b.region)
+		}
+	}
+	sort.Slice(rs, func(i, j int) bool { return rs[i].Base < rs[j].Base })
+	shared.Store(&rs)
+}
 
 // Alloc returns n bytes (n > 0) of zeroed memory outside Go's heap. From
 // PageSize bytes up it starts on a huge-page boundary and is advised for
@@ -49,13 +130,22 @@ func Alloc(n int) ([]byte, error) {
 	if n <= 0 {
 		return nil, fmt.Errorf("hugemem: allocate %d bytes: size must be positive", n)
 	}
-	b, mapping, err := allocate(n)
+	b, mapping, fd, err := allocate(n)
 	if err != nil {
 		return nil, fmt.Errorf("hugemem: allocate %d bytes: %w", n, err)
 	}
 	live.Lock()
-	live.m[addr(b)] = mapping
-	live.Unlock()
+	defer live.Unlock()
+	e := buffer{mapping: mapping, region: Region{FD: -1}}
+	if fd >= 0 {
+		live.lastID++
+		size := (n + os.Getpagesize() - 1) &^ (os.Getpagesize() - 1)
+		e.region = Region{ID: live.lastID, Base: addr(b), Size: size, FD: fd}
+	}
+	live.m[addr(b)] = e
+	if fd >= 0 {
+		publishShared()
+	}
 	return b, nil
 }
 
@@ -72,13 +162,17 @@ func Free(b []byte) error {
 // hold its address only (the C ABI).
 func FreeAt(p uintptr) error {
 	live.Lock()
-	mapping, ok := live.m[p]
+	e, ok := live.m[p]
 	delete(live.m, p)
+	if ok && e.region.FD >= 0 {
+		publishShared()
+		released.Add(1)
+	}
 	live.Unlock()
 	if !ok {
 		return ErrNotAllocated
 	}
-	if err := release(mapping); err != nil {
+	if err := release(e.mapping, e.region.FD); err != nil {
 		return fmt.Errorf("hugemem: free %#x: %w", p, err)
 	}
 	return nil

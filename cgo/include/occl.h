@@ -208,15 +208,18 @@ const char* occlGetLastError(occlComm_t comm);
 /* ---- Memory ----------------------------------------------------------- */
 
 /* Allocates size bytes (at least 1) of zeroed host memory for transfers and
- * stores its address in *ptr, as ncclMemAlloc does for NCCL. From 2 MiB up
- * the buffer starts on a 2 MiB boundary and is advised for transparent huge
- * pages (madvise(MADV_HUGEPAGE)), which the kernel uses where
- * /sys/kernel/mm/transparent_hugepage/enabled is "always" or "madvise": a
- * peer process that copies a block out of it (shared memory's single copy)
- * pins one page per 2 MiB instead of one per 4 KiB, and copies miss the TLB
- * less. Any buffer works with every call; this one makes large transfers
- * faster. Fails with occlSystemError when the memory cannot be mapped
- * (and on systems other than Linux). Release it with occlMemFree. */
+ * stores its address in *ptr, as ncclMemAlloc does for NCCL. From 64 KiB up
+ * the buffer is shared memory (a sealed memory file of its own), which a
+ * peer process on the same host maps once and then copies blocks out of
+ * with memcpy, where it would otherwise call process_vm_readv for every
+ * block (shared memory's single copy); being shared, it is not copied on
+ * write across fork. From 2 MiB up it starts on a 2 MiB boundary and is
+ * advised for transparent huge pages (madvise(MADV_HUGEPAGE)), which the
+ * kernel honours for shared memory where
+ * /sys/kernel/mm/transparent_hugepage/shmem_enabled allows it. Any buffer
+ * works with every call; this one makes large transfers faster. Fails with
+ * occlSystemError when the memory cannot be mapped (and on systems other
+ * than Linux). Release it with occlMemFree. */
 occlResult_t occlMemAlloc(void** ptr, size_t size);
 
 /* Releases a buffer of occlMemAlloc, given the address it returned; no

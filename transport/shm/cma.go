@@ -13,6 +13,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/occl/occl/hugemem"
+	"github.com/occl/occl/internal/memcopy"
 	"github.com/occl/occl/transport"
 )
 
@@ -28,10 +30,14 @@ const (
 	cmaPiece = 4 << 20
 
 	// A descriptor replaces the payload of a frame in the ring: magic,
-	// address and length of the sender's buffer, and the ticket of the
-	// transfer (1 for the first one on the ring), all uint64 little endian.
-	descSize         = 32
-	descMagic uint64 = 0x31414d434c43434f // "OCCLCMA1", little endian
+	// address and length of the sender's buffer, the ticket of the
+	// transfer (1 for the first one on the ring), and, where the payload
+	// lies in a shared buffer of hugemem.Alloc, the buffer's ID, address
+	// and memory file descriptor in the sender (all 0 otherwise) and the
+	// sender's hugemem.Released count (see peermem.go); all uint64 little
+	// endian.
+	descSize         = 64
+	descMagic uint64 = 0x32414d434c43434f // "OCCLCMA2", little endian
 
 	// claimTakenBack marks, in a ring's claim word, the ticket of an
 	// offered transfer that its sender took back (see Conn.Offer).
@@ -168,10 +174,19 @@ func (c *Conn) sendDesc(ctx context.Context, payload []byte) error {
 // settled.
 func (c *Conn) postDesc(ctx context.Context, payload []byte) error {
 	c.sticket++
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(payload)))
 	putU64(c.sdesc[0:], descMagic)
-	putU64(c.sdesc[8:], uint64(uintptr(unsafe.Pointer(unsafe.SliceData(payload)))))
+	putU64(c.sdesc[8:], uint64(p))
 	putU64(c.sdesc[16:], uint64(len(payload)))
 	putU64(c.sdesc[24:], c.sticket)
+	r, ok := hugemem.Shared(p, len(payload))
+	if !ok {
+		r.FD = 0
+	}
+	putU64(c.sdesc[32:], r.ID)
+	putU64(c.sdesc[40:], uint64(r.Base))
+	putU64(c.sdesc[48:], uint64(r.FD))
+	putU64(c.sdesc[56:], hugemem.Released())
 	c.lent = append(c.lent, payload)
 	err := c.put(ctx, c.sdesc[:])
 	if err == nil {
@@ -383,8 +398,9 @@ func (c *Conn) awaitClaim(ctx context.Context) {
 }
 
 // recvDesc receives the payload of a frame sent by descriptor into buf:
-// it reads and checks the descriptor, copies the sender's buffer with
-// process_vm_readv and publishes the completion.
+// it reads and checks the descriptor, copies the sender's buffer, from a
+// mapping of it (see peermem.go) or with process_vm_readv, and publishes
+// the completion.
 func (c *Conn) recvDesc(ctx context.Context, buf []byte) error {
 	if err := c.get(ctx, c.rdesc[:]); err != nil {
 		return err
@@ -419,7 +435,11 @@ func (c *Conn) recvDesc(ctx context.Context, buf []byte) error {
 		c.completed(ticket)
 		return nil
 	}
-	if err := c.pull(ctx, uintptr(addr), buf); err != nil {
+	src, err := c.regions.source(atomic.LoadInt32(&c.reader.pidfd), getU64(c.rdesc[32:]), getU64(c.rdesc[40:]), getU64(c.rdesc[48:]), getU64(c.rdesc[56:]), addr, n)
+	if err != nil {
+		return err
+	}
+	if err := c.pull(ctx, uintptr(addr), src, buf); err != nil {
 		return err
 	}
 	// The sender sets this flag before it gives up waiting and lets its
@@ -429,9 +449,14 @@ func (c *Conn) recvDesc(ctx context.Context, buf []byte) error {
 	if c.in.prodClosed.Load() != 0 {
 		return c.peerErr(errAbandoned)
 	}
-	// The bytes came from the peer's process only if its pid was not
-	// reused during the copy, which holds if the process still exists.
-	if err := c.reader.alive(); err != nil {
+	// Bytes read by pid came from the peer's process only if its pid was
+	// not reused during the copy, which holds if the process still
+	// exists; a mapping was made through the peer's pidfd.
+	if src != nil {
+		if c.closed.Load() {
+			return transport.ErrClosed
+		}
+	} else if err := c.reader.alive(); err != nil {
 		return c.peerErr(fmt.Errorf("shm: recv: rank %d: %w (process %d is gone: %v)", c.peer, transport.ErrPeerClosed, c.reader.pid, err))
 	}
 	c.completed(ticket)
@@ -473,14 +498,25 @@ func (c *Conn) completed(ticket uint64) {
 }
 
 // pull copies len(buf) bytes at addr in the peer's process into buf, in
-// pieces of at most cmaPiece bytes.
-func (c *Conn) pull(ctx context.Context, addr uintptr, buf []byte) error {
+// pieces of at most cmaPiece bytes: from src, a mapping of them, or with
+// process_vm_readv if src is nil.
+func (c *Conn) pull(ctx context.Context, addr uintptr, src, buf []byte) error {
 	defer func() {
 		c.liov[0] = unix.Iovec{}
 		c.riov[0] = unix.RemoteIovec{}
 	}()
 	for off := 0; off < len(buf); {
 		n := min(len(buf)-off, cmaPiece)
+		if src != nil {
+			off += memcopy.Copy(buf[off:off+n], src[off:])
+			if off == len(buf) {
+				break
+			}
+			if err := c.betweenPieces(ctx, off); err != nil {
+				return err
+			}
+			continue
+		}
 		c.liov[0].Base = &buf[off]
 		c.liov[0].SetLen(n)
 		c.riov[0] = unix.RemoteIovec{Base: addr + uintptr(off), Len: n}
@@ -497,22 +533,29 @@ func (c *Conn) pull(ctx context.Context, addr uintptr, buf []byte) error {
 		if off == len(buf) {
 			break
 		}
-		if c.pieceHook != nil {
-			c.pieceHook(off)
-		}
-		switch {
-		case c.closed.Load():
-			return transport.ErrClosed
-		case c.in.prodClosed.Load() != 0:
-			return c.peerErr(errAbandoned)
-		case c.gone.Load():
-			return c.goneErr
-		}
-		if err := ctx.Err(); err != nil {
+		if err := c.betweenPieces(ctx, off); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// betweenPieces checks, between the pieces of a copy of the peer's memory
+// (done bytes copied so far), that the connection, the transfer and ctx
+// are still on.
+func (c *Conn) betweenPieces(ctx context.Context, done int) error {
+	if c.pieceHook != nil {
+		c.pieceHook(done)
+	}
+	switch {
+	case c.closed.Load():
+		return transport.ErrClosed
+	case c.in.prodClosed.Load() != 0:
+		return c.peerErr(errAbandoned)
+	case c.gone.Load():
+		return c.goneErr
+	}
+	return ctx.Err()
 }
 
 // readPeer reads remote, in process pid, into local with one

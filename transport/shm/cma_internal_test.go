@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/occl/occl/hugemem"
 	"github.com/occl/occl/transport"
 )
 
@@ -124,21 +125,40 @@ func TestCorruptDone(t *testing.T) {
 // FuzzRecvDescriptor receives a well-formed header followed by an
 // arbitrary descriptor. Recv must fail or deliver, never panic or hang;
 // it delivers only a descriptor with the right magic, length and ticket.
+// The descriptor names no shared buffer (region 0), the shared buffer the
+// payload lies in (1: then the payload is copied from a mapping of it), or
+// an arbitrary one (2: id, base and descriptor fuzzed, through this
+// process's pidfd standing for the peer's).
 func FuzzRecvDescriptor(f *testing.F) {
-	f.Add(descMagic, uint64(0), uint64(100), uint64(1), true, uint16(100))
-	f.Add(descMagic, uint64(5), uint64(100), uint64(1), true, uint16(100))
-	f.Add(descMagic, uint64(0), uint64(100), uint64(1), false, uint16(100))
-	f.Add(descMagic, uint64(1<<47), uint64(100), uint64(1), false, uint16(100))
-	f.Add(descMagic, uint64(1<<64-1), uint64(100), uint64(1), false, uint16(100))
-	f.Add(uint64(0), uint64(0), uint64(0), uint64(0), true, uint16(16))
-	f.Add(descMagic, uint64(0), uint64(1<<20), uint64(7), true, uint16(1<<15))
-	src := make([]byte, 1<<16+64)
+	f.Add(descMagic, uint64(0), uint64(100), uint64(1), true, uint16(100), uint8(0), uint64(0), uint64(0), uint64(0))
+	f.Add(descMagic, uint64(5), uint64(100), uint64(1), true, uint16(100), uint8(1), uint64(0), uint64(0), uint64(0))
+	f.Add(descMagic, uint64(0), uint64(100), uint64(1), false, uint16(100), uint8(0), uint64(0), uint64(0), uint64(0))
+	f.Add(descMagic, uint64(1<<47), uint64(100), uint64(1), false, uint16(100), uint8(0), uint64(0), uint64(0), uint64(0))
+	f.Add(descMagic, uint64(1<<64-1), uint64(100), uint64(1), false, uint16(100), uint8(0), uint64(0), uint64(0), uint64(0))
+	f.Add(uint64(0), uint64(0), uint64(0), uint64(0), true, uint16(16), uint8(0), uint64(0), uint64(0), uint64(0))
+	f.Add(descMagic, uint64(0), uint64(1<<20), uint64(7), true, uint16(1<<15), uint8(0), uint64(0), uint64(0), uint64(0))
+	f.Add(descMagic, uint64(3), uint64(100), uint64(1), true, uint16(100), uint8(2), uint64(1), uint64(1<<30), uint64(2))
+	f.Add(descMagic, uint64(3), uint64(100), uint64(1), true, uint16(100), uint8(2), uint64(1<<63), uint64(0), uint64(1<<40))
+	src, err := hugemem.Alloc(1<<16 + 64)
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer hugemem.Free(src)
 	for i := range src {
 		src[i] = byte(i)
 	}
+	region, ok := hugemem.Shared(uintptr(addrOf(src)), len(src))
+	if !ok {
+		f.Fatal("the source buffer is not shared")
+	}
+	pidfd, err := unix.PidfdOpen(os.Getpid(), 0)
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer unix.Close(pidfd)
 	in, out := anonRing(f, MinCapacity), anonRing(f, MinCapacity)
 	buf := make([]byte, 1<<16)
-	f.Fuzz(func(t *testing.T, magic, addr, length, ticket uint64, real bool, n uint16) {
+	f.Fuzz(func(t *testing.T, magic, addr, length, ticket uint64, real bool, n uint16, mode uint8, id, base, fd uint64) {
 		if n < 16 {
 			n = 16 // below the threshold the frame goes through the ring
 		}
@@ -146,10 +166,24 @@ func FuzzRecvDescriptor(f *testing.F) {
 			addr = addrOf(src) + addr%64
 		}
 		fr := descFrame(int(n), magic, addr, length, ticket)
+		d := fr[transport.HeaderSize:]
+		switch mode % 3 {
+		case 1:
+			id, base, fd = region.ID, uint64(region.Base), uint64(region.FD)
+		case 0:
+			id, base, fd = 0, 0, 0
+		}
+		putU64(d[32:], id)
+		putU64(d[40:], base)
+		putU64(d[48:], fd)
+		putU64(d[56:], hugemem.Released())
 		in.reset(0, uint64(len(fr)))
 		in.fill(0, fr)
 		out.reset(0, 0)
 		c := descConn(t, in, out)
+		c.reader.pidfd = int32(pidfd)
+		c.regions = &peerRegions{}
+		defer c.regions.unmapAll()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		err := c.Recv(ctx, fuzzWant, buf[:n])
@@ -162,6 +196,9 @@ func FuzzRecvDescriptor(f *testing.F) {
 			}
 			if real && string(buf[:n]) != string(src[addr-addrOf(src):][:n]) {
 				t.Fatal("payload differs from the buffer described")
+			}
+			if real && mode%3 == 1 && c.regions.mapped != 1 {
+				t.Fatal("a payload in a shared buffer was not copied from a mapping of it")
 			}
 		}
 	})

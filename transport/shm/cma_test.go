@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/occl/occl/hugemem"
 	"github.com/occl/occl/transport"
 	"github.com/occl/occl/transport/shm"
 )
@@ -108,6 +109,28 @@ func sendSizes(ctx context.Context, c transport.Conn, seed uint64, sizes []int) 
 		// The buffer may be reused at once: later frames must not see
 		// this.
 		clear(buf)
+	}
+	return nil
+}
+
+// sendSizesShared is sendSizes from buffers of hugemem.Alloc (shared from
+// hugemem.SharedMin bytes up), each freed once its frame is sent.
+func sendSizesShared(ctx context.Context, c transport.Conn, seed uint64, sizes []int) error {
+	for i, n := range sizes {
+		b, err := hugemem.Alloc(n + 3)
+		if err != nil {
+			return err
+		}
+		buf := b[3:] // not aligned
+		fillSeq(buf, seed, i)
+		h := transport.Header{Kind: transport.KindP2P, Comm: 7, Seq: uint64(i), Step: uint32(seed)}
+		err = c.Send(ctx, h, buf)
+		if ferr := hugemem.Free(b); err == nil {
+			err = ferr
+		}
+		if err != nil {
+			return fmt.Errorf("send %d (%d bytes): %w", i, n, err)
+		}
 	}
 	return nil
 }

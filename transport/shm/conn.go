@@ -136,6 +136,9 @@ type Conn struct {
 	rticket uint64 // descriptors completed on in
 	rhdr    [transport.HeaderSize]byte
 	rdesc   [descSize]byte
+	// regions maps the peer's shared buffers whose blocks it lends (see
+	// peermem.go); nil where the peer is this process or lends nothing.
+	regions *peerRegions
 	rpad    [frameAlign]byte
 	liov    [1]unix.Iovec
 	riov    [1]unix.RemoteIovec
@@ -198,6 +201,10 @@ func newConn(out, in *mapping, peer int, ctl transport.Conn, want transport.Head
 	c.local = out.creatorID.Load() == pid && in.creatorID.Load() == pid
 	if !c.cmaIn {
 		c.reader.close()
+	}
+	if c.cmaIn && c.reader.pidfd >= 0 {
+		c.regions = &peerRegions{}
+		runtime.AddCleanup(c, (*peerRegions).unmapAll, c.regions)
 	}
 	c.eager = max(0, int(c.out.cap/4)-transport.HeaderSize)
 	c.descSend = c.cmaOut && cma.send

@@ -70,3 +70,12 @@ func SetCopyWaitYield(c *Conn, d time.Duration) { c.copyWaitYield = d }
 // StoreClaim stores v in the claim word of the ring c receives from, as a
 // corrupt or malicious peer could.
 func StoreClaim(c *Conn, v uint64) { c.in.claim.Store(v) }
+
+// MappedPayloads returns how many payloads c has copied from its mappings
+// of the peer's shared buffers.
+func MappedPayloads(c *Conn) uint64 {
+	if c.regions == nil {
+		return 0
+	}
+	return c.regions.mapped
+}

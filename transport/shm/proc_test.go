@@ -119,6 +119,18 @@ func child(mode string) error {
 			}
 		}
 		return c.Recv(ctx, transport.Header{Kind: transport.KindControl, Comm: comm, Seq: 1}, nil)
+	case "sharedsizes":
+		// As sizes, sending from shared buffers of hugemem.Alloc.
+		sizes := cmaSizes(shm.DefaultCMAThreshold)
+		errs := make(chan error, 2)
+		go func() { errs <- sendSizesShared(ctx, c, 1, sizes) }()
+		go func() { errs <- recvSizes(ctx, c, 0, sizes) }()
+		for range 2 {
+			if err := <-errs; err != nil {
+				return err
+			}
+		}
+		return c.Recv(ctx, transport.Header{Kind: transport.KindControl, Comm: comm, Seq: 1}, nil)
 	case "hang":
 		if err := c.Send(ctx, transport.Header{Kind: transport.KindControl, Comm: comm}, []byte("ready")); err != nil {
 			return err
@@ -224,6 +236,41 @@ func TestTwoProcessesCMA(t *testing.T) {
 		if err := <-errs; err != nil {
 			t.Fatal(err)
 		}
+	}
+	if err := c.Send(ctx, transport.Header{Kind: transport.KindControl, Comm: comm, Seq: 1}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("child: %v", err)
+	}
+}
+
+// Frames sent by descriptor from the peer's shared buffers (hugemem.Alloc)
+// are copied from mappings of them, every one of them, intact; the peer
+// frees each buffer after its frame, so that the mappings go stale and are
+// replaced.
+func TestTwoProcessesSharedBuffers(t *testing.T) {
+	c, cmd, comm := startChildWith(t, "sharedsizes", childConfig{})
+	defer c.Close()
+	sizes := cmaSizes(shm.DefaultCMAThreshold)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	errs := make(chan error, 2)
+	go func() { errs <- sendSizesShared(ctx, c, 0, sizes) }()
+	go func() { errs <- recvSizes(ctx, c, 1, sizes) }()
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := 0
+	for _, n := range sizes {
+		if n >= c.LentMin() {
+			want++
+		}
+	}
+	if got := shm.MappedPayloads(c); want == 0 || got != uint64(want) {
+		t.Errorf("%d payloads copied from mappings of the peer's buffers, want %d (the peer lends from %d bytes)", got, want, c.LentMin())
 	}
 	if err := c.Send(ctx, transport.Header{Kind: transport.KindControl, Comm: comm, Seq: 1}, nil); err != nil {
 		t.Fatal(err)

@@ -81,7 +81,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		chunk     = sizeFlag(0)
 		noProgres = fs.Bool("quiet", false, "no progress lines on standard error")
 		affinity  = fs.Bool("affinity", true, "bind each local rank to its share of the CPUs (and GOMAXPROCS)")
-		hugePages = fs.Bool("hugepages", false, "put the send and receive buffers in transparent huge pages (madvise, Linux; from 2 MiB), as tensors from a huge-page allocator are")
+		hugePages = fs.Bool("hugepages", false, "put the send and receive buffers (from 64 KiB) in occl's allocator's memory (hugemem, the C ABI's occlMemAlloc), as tensors from occl.torch.empty are: shared with the peers on the host, advised for transparent huge pages from 2 MiB (Linux)")
 		topoSpec  = fs.String("topo", "", "fabric description: a JSON topology file or a spec such as hosts=4x2,hbd=8GB/s,eps=1GB/s (OCCL_TOPO)")
 		emulate   = fs.Bool("emulate", false, "shape every link to the -topo fabric's bandwidth and latency (OCCL_EMULATE=1)")
 		explain   = fs.Bool("explain", false, "print the schedule run and the cost model's predicted time next to the measured one")

@@ -282,9 +282,10 @@ def plan_circuits(topology, demand):
 
 def mem_alloc(nbytes):
     """nbytes (at least 1) of zeroed memory from occlMemAlloc, as a ctypes
-    byte array: from 2 MiB on a 2 MiB boundary and advised for transparent
-    huge pages, which make large transfers between processes faster (see
-    occl.h). It supports the buffer protocol, so numpy.frombuffer and
+    byte array: from 64 KiB shared memory, which the peer processes on the
+    host map once and copy blocks out of with memcpy, from 2 MiB advised
+    for transparent huge pages; both make large transfers between
+    processes faster (see occl.h). It supports the buffer protocol, so numpy.frombuffer and
     torch.frombuffer view it without a copy; the memory goes back to
     occlMemFree when the array and every view of it are gone."""
     if nbytes < 1:

@@ -47,9 +47,11 @@ _UID_KEY = "occl/unique_id"
 
 def empty(*size, dtype=None):
     """A CPU tensor of size (as torch.empty takes it) on memory of
-    occl.mem_alloc, zeroed: from 2 MiB on transparent huge pages, which make
-    large collectives between processes faster (a peer copying out of it
-    pins one page per 2 MiB instead of one per 4 KiB). The memory goes back
+    occl.mem_alloc, zeroed: from 64 KiB shared memory, which a peer process
+    on the host maps once and copies blocks out of with memcpy instead of
+    a process_vm_readv per block, from 2 MiB advised for transparent huge
+    pages; both make large collectives between processes faster. The
+    memory is not copied on write across fork. The memory goes back
     to the library when the tensor and every view of it are gone. Each call
     maps fresh memory: allocate a loop's buffers once and reuse them."""
     if len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)):

@@ -606,9 +606,12 @@ type lenders struct {
 	// its largest value. Both under mu: a schedule may lend from a
 	// goroutine of its own while it receives.
 	ahead, maxAhead int
-	mu              sync.Mutex
-	err             error
-	lent, settled   map[int]int
+	// shared: LendsShared says yes to every message, and Lend lends
+	// below min (a transport whose buffers the receiver maps).
+	shared        bool
+	mu            sync.Mutex
+	err           error
+	lent, settled map[int]int
 }
 
 func newLenders(p Peers, min int) *lenders {
@@ -620,8 +623,11 @@ func (l *lenders) LendMin(int) int { return l.min }
 // LentMin is every peer's LendMin: the ranks of a test lend alike.
 func (l *lenders) LentMin(int) int { return l.min }
 
+// LendsShared implements SharedLendPeers.
+func (l *lenders) LendsShared(int, []byte) bool { return l.shared }
+
 func (l *lenders) Lend(ctx context.Context, peer int, step uint32, buf []byte) error {
-	if len(buf) < l.min {
+	if len(buf) < l.min && !l.shared {
 		return fmt.Errorf("lend of %d bytes below %d", len(buf), l.min)
 	}
 	wg := l.wg[peer]
@@ -666,6 +672,47 @@ func (l *lenders) Settle(ctx context.Context, peer int) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.err
+}
+
+// TestAllToAllPairwiseLendsShared: peers that lend blocks of 1 MiB or
+// more, and smaller ones in memory the receiver maps (SharedLendPeers),
+// lend such blocks from lendFloor up to a piece, not larger ones, which
+// their receivers expect in pieces; inline (every other block eager) and
+// not; every rank gets its blocks and settles every peer it lent to.
+func TestAllToAllPairwiseLendsShared(t *testing.T) {
+	defer func(c int) { pairwiseChunk = c }(pairwiseChunk)
+	pairwiseChunk = 7000
+	const p = 4
+	for _, sizes := range [][]int{{0, 1000, 5000}, {0, 1000, 5000, 20000}} {
+		rng := rand.New(rand.NewPCG(4, uint64(len(sizes))))
+		size := make([][]int, p)
+		for a := range size {
+			size[a] = make([]int, p)
+			for b := range size[a] {
+				size[a][b] = sizes[rng.IntN(len(sizes))]
+			}
+		}
+		rec := make([]*lenders, p)
+		checkAllToAll(t, size, fakepeers.Options{EagerLimit: 8 << 10}, func(ctx context.Context, rank int, peers Peers, b *a2aBufs) error {
+			rec[rank] = newLenders(peers, 1<<20)
+			rec[rank].shared = true
+			return AllToAllPairwise(ctx, rec[rank], b.send, b.sOffs, b.sLens, b.recv, b.rOffs, b.rLens)
+		})
+		for r, l := range rec {
+			for to, n := range size[r] {
+				want := 0
+				if to != r && n >= lendFloor && n <= pairwiseChunk {
+					want = 1
+				}
+				if l.lent[to] != want {
+					t.Errorf("sizes %v: rank %d lent %d blocks of %d bytes to rank %d, want %d", sizes, r, l.lent[to], n, to, want)
+				}
+				if want == 1 && l.settled[to] != 1 {
+					t.Errorf("sizes %v: rank %d settled rank %d %d times, want once", sizes, r, to, l.settled[to])
+				}
+			}
+		}
+	}
 }
 
 // TestAllToAllPairwiseLends: with peers that lend blocks of 5000 bytes or

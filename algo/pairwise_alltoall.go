@@ -83,7 +83,7 @@ func allToAllPairwise(ctx context.Context, p Peers, send []byte, sendOffs, sendL
 		memcopy.Deliver(recv[recvOffs[r]:recvOffs[r]+recvLens[r]], send[sendOffs[r]:sendOffs[r]+sendLens[r]])
 		return nil
 	}
-	if lp, ok := inlineAllToAll(p, r, sendLens, lend); ok {
+	if lp, ok := inlineAllToAll(p, r, send, sendOffs, sendLens, lend); ok {
 		// Every block fits in its connection's buffer, or is lent to
 		// its receiver (LendPeers): send them all, then receive, on the
 		// caller's goroutine, then wait for the lent blocks to be
@@ -101,7 +101,7 @@ func allToAllPairwise(ctx context.Context, p Peers, send []byte, sendOffs, sendL
 		if lp == nil {
 			return err
 		}
-		return settleLent(ctx, p, lp, sendLens, err)
+		return settleLent(ctx, p, lp, &b, err)
 	}
 	var lp LendPeers
 	if lend {
@@ -109,7 +109,7 @@ func allToAllPairwise(ctx context.Context, p Peers, send []byte, sendOffs, sendL
 	}
 	nsend, nlent := 0, 0
 	for s := 1; s < size; s++ {
-		if to := mod(r+s, size); lent(lp, to, sendLens[to]) {
+		if to := mod(r+s, size); lentBlock(lp, to, send[sendOffs[to]:sendOffs[to]+sendLens[to]]) {
 			nlent++
 		} else if sendLens[to] > 0 {
 			nsend++
@@ -136,10 +136,9 @@ func allToAllPairwise(ctx context.Context, p Peers, send []byte, sendOffs, sendL
 				for s := 1; s < size; s++ {
 					to := mod(r+s, size)
 					var err error
-					if lent(lp, to, sendLens[to]) {
+					if blk := send[sendOffs[to] : sendOffs[to]+sendLens[to]]; lentBlock(lp, to, blk) {
 						if c == 0 {
-							off := sendOffs[to]
-							err = lp.Lend(g.ctx, to, uint32(s), send[off:off+sendLens[to]])
+							err = lp.Lend(g.ctx, to, uint32(s), blk)
 						}
 					} else if lo, hi, ok := piece(sendLens[to], c); ok {
 						off := sendOffs[to]
@@ -159,7 +158,7 @@ func allToAllPairwise(ctx context.Context, p Peers, send []byte, sendOffs, sendL
 		<-done
 	}
 	if nlent > 0 {
-		return settleLent(ctx, p, lp, sendLens, g.err)
+		return settleLent(ctx, p, lp, &b, g.err)
 	}
 	return g.err
 }
@@ -252,7 +251,7 @@ func pairwiseInPlace(ctx context.Context, a *Args) (bool, error) {
 	}
 	r := p.Rank()
 	b := rankBlocks{a.Dst, a.SendOffs, a.SendLens, a.Dst, a.RecvOffs, a.RecvLens}
-	if _, ok := inlineAllToAll(p, r, a.SendLens, false); ok {
+	if _, ok := inlineAllToAll(p, r, a.Dst, a.SendOffs, a.SendLens, false); ok {
 		return true, exchangeInline(ctx, p, p.Size(), r, nil, &b, true)
 	}
 	if !symmetric(a) {
@@ -427,6 +426,11 @@ type rankBlocks struct {
 
 // copyOwn copies rank r's own block; in place, its source and destination
 // may overlap.
+// sendBlock returns the block b sends to rank to.
+func (b *rankBlocks) sendBlock(to int) []byte {
+	return b.send[b.sendOffs[to] : b.sendOffs[to]+b.sendLens[to]]
+}
+
 func (b *rankBlocks) copyOwn(r int, inPlace bool) {
 	dst, src := b.recv[b.recvOffs[r]:b.recvOffs[r]+b.recvLens[r]], b.send[b.sendOffs[r]:b.sendOffs[r]+b.sendLens[r]]
 	if inPlace {
@@ -437,10 +441,10 @@ func (b *rankBlocks) copyOwn(r int, inPlace bool) {
 }
 
 // settleLent waits until every peer has taken the blocks lent to it (the
-// blocks of sendLens that lp lends), after an exchange that returned err:
+// send blocks of b that lp lends), after an exchange that returned err:
 // if it failed, the lent blocks are withdrawn at once. It returns the
 // first error.
-func settleLent(ctx context.Context, p Peers, lp LendPeers, sendLens []int, err error) error {
+func settleLent(ctx context.Context, p Peers, lp LendPeers, b *rankBlocks, err error) error {
 	size, r := p.Size(), p.Rank()
 	settle := ctx
 	if err != nil {
@@ -448,7 +452,7 @@ func settleLent(ctx context.Context, p Peers, lp LendPeers, sendLens []int, err 
 	}
 	for s := 1; s < size; s++ {
 		to := mod(r+s, size)
-		if !lent(lp, to, sendLens[to]) {
+		if !lentBlock(lp, to, b.sendBlock(to)) {
 			continue
 		}
 		if serr := lp.Settle(settle, to); serr != nil && err == nil {
@@ -471,7 +475,7 @@ func exchangeInline(ctx context.Context, p Peers, size, r int, lp LendPeers, b *
 		}
 		blk := b.send[sendOffs[to] : sendOffs[to]+sendLens[to]]
 		var err error
-		if lent(lp, to, len(blk)) {
+		if lentBlock(lp, to, blk) {
 			err = lp.Lend(ctx, to, uint32(s), blk)
 		} else {
 			err = p.Send(ctx, to, uint32(s), blk)
@@ -500,7 +504,7 @@ func lendable(lens []int, me int) bool {
 // eagerEach) and at most a piece (pairwiseChunk) or, with lend, lent by p
 // (LendPeers). lp is p's LendPeers if
 // at least one block is lent.
-func inlineAllToAll(p Peers, me int, sendLens []int, lend bool) (lp LendPeers, ok bool) {
+func inlineAllToAll(p Peers, me int, send []byte, sendOffs, sendLens []int, lend bool) (lp LendPeers, ok bool) {
 	ep, _ := p.(EagerPeers)
 	var l LendPeers
 	lends, large := false, false
@@ -515,7 +519,7 @@ func inlineAllToAll(p Peers, me int, sendLens []int, lend bool) (lp LendPeers, o
 					l = nil
 				}
 			}
-			if lent(l, to, n) {
+			if lentBlock(l, to, send[sendOffs[to]:sendOffs[to]+n]) {
 				lends = true
 				continue
 			}

@@ -454,6 +454,13 @@ func (p *opPeers) LentMin(peer int) int {
 	return 0
 }
 
+// LendsShared reports whether the connection to peer lends buf although
+// it is below LendMin(peer) (see algo.SharedLendPeers).
+func (p *opPeers) LendsShared(peer int, buf []byte) bool {
+	l, ok := p.c.links.to(peer).(transport.SharedLender)
+	return ok && l.LendsShared(buf)
+}
+
 // Lend sends buf to peer without waiting for its copy (see
 // algo.LendPeers).
 func (p *opPeers) Lend(ctx context.Context, peer int, step uint32, buf []byte) error {

@@ -95,6 +95,20 @@ type Lender interface {
 	LendBuffers() bool
 }
 
+// SharedLender is implemented by Lenders that lend some payloads below
+// LendMin: those in memory the peer maps instead of reading it with a
+// system call (shared memory's peers map the buffers of hugemem.Alloc),
+// which the peer takes with one memcpy. The peer's Recv takes them as any
+// lent payload, and expects no payload of more than LendMin whole unless
+// LentMin says it is lent: a schedule lends such payloads only where its
+// receiver takes them whole either way.
+type SharedLender interface {
+	Lender
+	// LendsShared reports whether Lend lends payload although it has
+	// fewer than LendMin bytes.
+	LendsShared(payload []byte) bool
+}
+
 // Offerer is implemented by Lenders that can also offer a payload: lend
 // it for as long as the sender has nothing else to do, and take it back
 // if the peer has not begun to copy it by then. An offered payload so

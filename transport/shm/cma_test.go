@@ -417,6 +417,63 @@ func TestLend(t *testing.T) {
 	exchangeSizes(t, a, b, []int{10, 64 << 10})
 }
 
+// TestLendsShared: below LendMin a connection that lends still lends a
+// payload of SharedLendMin bytes or more in a shared buffer of
+// hugemem.Alloc, not one on the heap or a smaller one, and the receiver
+// takes it as any lent payload.
+func TestLendsShared(t *testing.T) {
+	a, b := lendPair(t)
+	defer a.Close()
+	defer b.Close()
+	buf, err := hugemem.Alloc(64 << 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hugemem.Free(buf)
+	small := buf[:shm.SharedLendMin]
+	for _, tc := range []struct {
+		name string
+		p    []byte
+		want bool
+	}{
+		{"shared", small, true},
+		{"shared, inside", buf[5 : 5+shm.SharedLendMin+100], true},
+		{"shared, small", buf[:shm.SharedLendMin-1], false},
+		{"heap", make([]byte, shm.SharedLendMin), false},
+	} {
+		if got := a.LendsShared(tc.p); got != tc.want {
+			t.Errorf("%s: LendsShared = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	h := transport.Header{Kind: transport.KindP2P, Comm: 7, Step: 4}
+	fillSeq(small, 4, 0)
+	if err := a.Lend(ctx, h, small); err != nil {
+		t.Fatalf("Lend of %d bytes in a shared buffer (LendMin %d): %v", len(small), a.LendMin(), err)
+	}
+	got := make([]byte, len(small))
+	if err := b.Recv(ctx, h, got); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Settle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, small) {
+		t.Fatal("payload differs")
+	}
+	if err := a.Lend(ctx, h, make([]byte, shm.SharedLendMin)); err == nil {
+		t.Fatal("Lend of a heap payload below LendMin succeeded")
+	}
+	// A connection that lends nothing lends nothing shared either.
+	c, d := pairWith(t, func(c *shm.Config) { c.NoCMA = true })
+	defer c.Close()
+	defer d.Close()
+	if c.LendsShared(small) {
+		t.Error("a connection without single copies lends a shared payload")
+	}
+}
+
 // TestLendBuffers: with nobody receiving, every Lend made while
 // LendBuffers reports room returns, until the ring is full of their
 // frames; the receiver then copies them all, in order and intact, Settle

@@ -170,6 +170,8 @@ var (
 	_ transport.Conn     = (*Conn)(nil)
 	_ transport.Buffered = (*Conn)(nil)
 	_ transport.Viewer   = (*Conn)(nil)
+
+	_ transport.SharedLender = (*Conn)(nil)
 )
 
 // cmaSetup is what Connect agreed on about single-copy transfers.
@@ -195,6 +197,10 @@ func newConn(out, in *mapping, peer int, ctl transport.Conn, want transport.Head
 	c.descInMin = c.cmaInMin
 	if cma.inOffer > 0 {
 		c.descInMin = min(c.descInMin, cma.inOffer)
+	}
+	if c.cmaIn {
+		// The peer lends payloads in its shared buffers from here.
+		c.descInMin = min(c.descInMin, SharedLendMin)
 	}
 	c.reader = cma.reader
 	pid := uint32(os.Getpid())

@@ -424,13 +424,13 @@ type rankBlocks struct {
 	recvOffs, recvLens []int
 }
 
-// copyOwn copies rank r's own block; in place, its source and destination
-// may overlap.
 // sendBlock returns the block b sends to rank to.
 func (b *rankBlocks) sendBlock(to int) []byte {
 	return b.send[b.sendOffs[to] : b.sendOffs[to]+b.sendLens[to]]
 }
 
+// copyOwn copies rank r's own block; in place, its source and destination
+// may overlap.
 func (b *rankBlocks) copyOwn(r int, inPlace bool) {
 	dst, src := b.recv[b.recvOffs[r]:b.recvOffs[r]+b.recvLens[r]], b.send[b.sendOffs[r]:b.sendOffs[r]+b.sendLens[r]]
 	if inPlace {

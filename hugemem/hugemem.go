@@ -1,16 +1,20 @@
-// Package hugemem allocates buffers for large transfers on transparent huge
-// pages, as ncclMemAlloc hands out memory suited to NCCL's transports.
+// Package hugemem allocates buffers for transfers, as ncclMemAlloc hands
+// out memory suited to NCCL's transports: from SharedMin bytes shared
+// memory that the peer processes of a host map, from PageSize bytes
+// advised for transparent huge pages.
 //
 // A buffer of a few MiB on 4 KiB pages costs a collective twice over: the
 // copies walk 512 TLB entries per 2 MiB, and where a peer reads the buffer
-// across processes (occl lends large blocks on shared memory, see
-// transport/shm) the kernel pins it one base page at a time. Go's heap and
-// glibc's malloc get transparent huge pages only where the system's policy
-// is "always"; with the common "madvise" policy a buffer gets them only if
-// it is advised to. Alloc maps the buffer itself, on a 2 MiB boundary, and
-// advises it (MADV_HUGEPAGE), so the kernel backs it with huge pages as it
-// is touched wherever /sys/kernel/mm/transparent_hugepage/enabled is
-// "always" or "madvise" (with "never" the buffer works on base pages).
+// across processes with process_vm_readv (occl lends large blocks on
+// shared memory, see transport/shm) the kernel pins it one base page at a
+// time. Go's heap and glibc's malloc get transparent huge pages only where
+// the system's policy is "always"; with the common "madvise" policy a
+// buffer gets them only if it is advised to. Alloc maps the buffer itself,
+// from PageSize up on a 2 MiB boundary, and advises it (MADV_HUGEPAGE), so
+// the kernel backs it with huge pages as it is touched wherever the policy
+// allows (for private memory /sys/kernel/mm/transparent_hugepage/enabled,
+// for shared memory .../shmem_enabled; otherwise the buffer works on base
+// pages).
 //
 // The memory is outside Go's heap: C code may keep it (the C ABI's
 // occlMemAlloc returns it), and it lives until Free, whatever refers to it.
@@ -25,9 +29,12 @@
 // blocks it lends, and the receiver maps it once and then copies lent
 // blocks with memcpy instead of a process_vm_readv that pins the pages on
 // every call. Being shared, such a buffer is not copied on write across
-// fork: a child process writes the parent's buffer. Where the system's
-// shmem_enabled policy is "never" (a common default) shared buffers are on
-// base pages.
+// fork: a child process writes the parent's buffer. Each holds a file
+// descriptor of this process until Free (Go raises the soft limit on open
+// files to the hard one as a program starts); where no descriptor or
+// memory file can be had, Alloc returns private memory instead, which
+// peers read with process_vm_readv. Where the system's shmem_enabled
+// policy is "never" (a common default) shared buffers are on base pages.
 package hugemem
 
 import (
@@ -123,9 +130,9 @@ func publishShared() {
 }
 
 // Alloc returns n bytes (n > 0) of zeroed memory outside Go's heap. From
-// PageSize bytes up it starts on a huge-page boundary and is advised for
-// transparent huge pages; smaller buffers are page-aligned. Release it
-// with Free.
+// SharedMin bytes up it is shared (see Shared), from PageSize bytes up it
+// starts on a huge-page boundary and is advised for transparent huge
+// pages; smaller buffers are page-aligned. Release it with Free.
 func Alloc(n int) ([]byte, error) {
 	if n <= 0 {
 		return nil, fmt.Errorf("hugemem: allocate %d bytes: size must be positive", n)

@@ -99,9 +99,9 @@ type Lender interface {
 // LendMin: those in memory the peer maps instead of reading it with a
 // system call (shared memory's peers map the buffers of hugemem.Alloc),
 // which the peer takes with one memcpy. The peer's Recv takes them as any
-// lent payload, and expects no payload of more than LendMin whole unless
-// LentMin says it is lent: a schedule lends such payloads only where its
-// receiver takes them whole either way.
+// lent payload, but cannot tell in advance which payloads come lent this
+// way (LentMin does not say): a schedule lends them only where its
+// receiver takes the payload whole whether it is lent or not.
 type SharedLender interface {
 	Lender
 	// LendsShared reports whether Lend lends payload although it has

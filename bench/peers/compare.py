@@ -65,14 +65,15 @@ rank), occl-tcp 175, occl-shm 143, mpi-tcp 125, mpi-shm 84, plus the builds.
 
     /usr/bin/python3 bench/peers/compare.py --ops alltoall,allgather --np 4
 
---hugepages puts every implementation's send and receive buffers in
-transparent huge pages: occl-bench -hugepages (its buffers from 2 MiB
-mapped on a 2 MiB boundary with madvise(MADV_HUGEPAGE)) and
-GLIBC_TUNABLES=glibc.malloc.hugetlb=1 for mpi_bench (passed by mpirun -x)
-and for torch's tensors in gloo_bench.py (both allocate with glibc's
-malloc, which then advises what it maps). Large single-copy transfers,
-where the receiver pins the sender's pages, gain the most; the header of
-the tables says when a run had them.
+--hugepages gives every implementation the buffers a program tuned for it
+would use: occl-bench -hugepages allocates from occl's allocator
+(hugemem: from 64 KiB memory files the peers map, so that a lent block is
+copied with memcpy, from 2 MiB advised for huge pages), and
+GLIBC_TUNABLES=glibc.malloc.hugetlb=1 puts mpi_bench's buffers (passed by
+mpirun -x) and torch's tensors in gloo_bench.py in transparent huge pages
+(both allocate with glibc's malloc, which then advises what it maps), so
+that a process_vm_readv pins one page per 2 MiB. Single-copy transfers
+gain the most; the header of the tables says when a run had them.
 
 --quick runs every case with 1-5 iterations and one round (a smoke test,
 about 4 minutes). --legacy runs the earlier AllReduce-centred set instead:
@@ -916,7 +917,7 @@ def print_tables(records, markdown=False, file=sys.stdout):
             meta.get("date", ""), meta.get("torch", "-"), meta.get("mpi", "MPI -"),
             meta.get("busy_cpus_at_start", "-")))
     if meta.get("hugepages"):
-        out("Every implementation's buffers in transparent huge pages (--hugepages)")
+        out("occl's buffers from its allocator, the others' in transparent huge pages (--hugepages)")
     out()
     out("Machine limits: memcpy %s GB/s, loopback TCP %s GB/s (one stream), %s GB/s per direction "
         "with both directions at once (the ceiling of a 2-rank all-reduce over TCP), "
@@ -1142,8 +1143,9 @@ def main():
     p.add_argument("--legacy", action="store_true",
                    help="run the earlier AllReduce-centred set instead of the grid")
     p.add_argument("--hugepages", action="store_true",
-                   help="every implementation's buffers in transparent huge pages: occl-bench -hugepages, "
-                        "and " + HUGE_MALLOC + " for mpi_bench and gloo_bench.py")
+                   help="every implementation's buffers as a program tuned for it allocates them: "
+                        "occl-bench -hugepages (occl's allocator, whose buffers the peers map), "
+                        "and " + HUGE_MALLOC + " for mpi_bench and gloo_bench.py (transparent huge pages)")
     p.add_argument("--timeout", type=float, default=600, help="seconds allowed per command")
     p.add_argument("--repeat", type=int, default=None,
                    help="rounds of every command; tables show the median (default 3, 1 with --quick)")

@@ -45,11 +45,10 @@ type peerRegions struct {
 }
 
 // source returns the n bytes at addr in the peer's buffer id (at base,
-// descriptor fd in the peer), mapping the buffer through pidfd, the
-// peer's, if it is not mapped yet, or nil
-// if the payload is to be read with process_vm_readv: the descriptor names
-// no shared buffer, or mapping is off. A payload outside the buffer it
-// names is a corrupt descriptor.
+// descriptor fd in the peer), mapping the buffer through the peer's pidfd
+// if it is not mapped yet, or nil if the payload is to be read with
+// process_vm_readv: the descriptor names no shared buffer, or mapping is
+// off. A payload outside the buffer it names is a corrupt descriptor.
 func (p *peerRegions) source(pidfd int32, id, base, fd, released, addr, n uint64) ([]byte, error) {
 	if p == nil || p.off || id == 0 {
 		return nil, nil

@@ -107,28 +107,15 @@ func child(mode string) error {
 		}
 		// Wait for the parent to finish receiving before closing.
 		return c.Recv(ctx, transport.Header{Kind: transport.KindControl, Comm: comm, Seq: 1}, nil)
-	case "sizes":
-		// Large frames both ways, then wait for the parent.
-		sizes := cmaSizes(shm.DefaultCMAThreshold)
-		errs := make(chan error, 2)
-		go func() { errs <- sendSizes(ctx, c, 1, sizes) }()
-		go func() { errs <- recvSizes(ctx, c, 0, sizes) }()
-		for range 2 {
-			if err := <-errs; err != nil {
-				return err
-			}
+	case "sizes", "sharedsizes":
+		// Large frames both ways (sharedsizes: sent from shared
+		// buffers of hugemem.Alloc), then wait for the parent.
+		send := sendSizes
+		if mode == "sharedsizes" {
+			send = sendSizesShared
 		}
-		return c.Recv(ctx, transport.Header{Kind: transport.KindControl, Comm: comm, Seq: 1}, nil)
-	case "sharedsizes":
-		// As sizes, sending from shared buffers of hugemem.Alloc.
-		sizes := cmaSizes(shm.DefaultCMAThreshold)
-		errs := make(chan error, 2)
-		go func() { errs <- sendSizesShared(ctx, c, 1, sizes) }()
-		go func() { errs <- recvSizes(ctx, c, 0, sizes) }()
-		for range 2 {
-			if err := <-errs; err != nil {
-				return err
-			}
+		if err := sizesBothWays(ctx, c, send, 1, 0); err != nil {
+			return err
 		}
 		return c.Recv(ctx, transport.Header{Kind: transport.KindControl, Comm: comm, Seq: 1}, nil)
 	case "hang":
@@ -223,61 +210,55 @@ func TestTwoProcesses(t *testing.T) {
 
 // Large frames, sent by descriptor and read across processes, go both ways
 // intact: sizes around the threshold, several MiB, not multiples of 4 KiB.
+// From the heap they are read with process_vm_readv; from shared buffers
+// of hugemem.Alloc, which the peer frees after each frame (so that the
+// mappings go stale and are replaced), every one is copied from a mapping.
 func TestTwoProcessesCMA(t *testing.T) {
-	c, cmd, comm := startChildWith(t, "sizes", childConfig{})
-	defer c.Close()
-	sizes := cmaSizes(shm.DefaultCMAThreshold)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	errs := make(chan error, 2)
-	go func() { errs <- sendSizes(ctx, c, 0, sizes) }()
-	go func() { errs <- recvSizes(ctx, c, 1, sizes) }()
-	for range 2 {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := c.Send(ctx, transport.Header{Kind: transport.KindControl, Comm: comm, Seq: 1}, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("child: %v", err)
+	for _, tc := range []struct {
+		mode   string
+		send   func(context.Context, transport.Conn, uint64, []int) error
+		shared bool
+	}{{"sizes", sendSizes, false}, {"sharedsizes", sendSizesShared, true}} {
+		t.Run(tc.mode, func(t *testing.T) {
+			c, cmd, comm := startChildWith(t, tc.mode, childConfig{})
+			defer c.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			if err := sizesBothWays(ctx, c, tc.send, 0, 1); err != nil {
+				t.Fatal(err)
+			}
+			want := 0
+			for _, n := range cmaSizes(shm.DefaultCMAThreshold) {
+				if tc.shared && n >= c.LentMin() {
+					want++
+				}
+			}
+			if got := shm.MappedPayloads(c); got != uint64(want) || tc.shared && want == 0 {
+				t.Errorf("%d payloads copied from mappings of the peer's buffers, want %d (the peer lends from %d bytes)", got, want, c.LentMin())
+			}
+			if err := c.Send(ctx, transport.Header{Kind: transport.KindControl, Comm: comm, Seq: 1}, nil); err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Wait(); err != nil {
+				t.Fatalf("child: %v", err)
+			}
+		})
 	}
 }
 
-// Frames sent by descriptor from the peer's shared buffers (hugemem.Alloc)
-// are copied from mappings of them, every one of them, intact; the peer
-// frees each buffer after its frame, so that the mappings go stale and are
-// replaced.
-func TestTwoProcessesSharedBuffers(t *testing.T) {
-	c, cmd, comm := startChildWith(t, "sharedsizes", childConfig{})
-	defer c.Close()
+// sizesBothWays sends the frames of cmaSizes with send (seed mine) while it
+// receives the peer's (seed theirs), and returns the first error.
+func sizesBothWays(ctx context.Context, c transport.Conn, send func(context.Context, transport.Conn, uint64, []int) error, mine, theirs uint64) error {
 	sizes := cmaSizes(shm.DefaultCMAThreshold)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
 	errs := make(chan error, 2)
-	go func() { errs <- sendSizesShared(ctx, c, 0, sizes) }()
-	go func() { errs <- recvSizes(ctx, c, 1, sizes) }()
+	go func() { errs <- send(ctx, c, mine, sizes) }()
+	go func() { errs <- recvSizes(ctx, c, theirs, sizes) }()
 	for range 2 {
 		if err := <-errs; err != nil {
-			t.Fatal(err)
+			return err
 		}
 	}
-	want := 0
-	for _, n := range sizes {
-		if n >= c.LentMin() {
-			want++
-		}
-	}
-	if got := shm.MappedPayloads(c); want == 0 || got != uint64(want) {
-		t.Errorf("%d payloads copied from mappings of the peer's buffers, want %d (the peer lends from %d bytes)", got, want, c.LentMin())
-	}
-	if err := c.Send(ctx, transport.Header{Kind: transport.KindControl, Comm: comm, Seq: 1}, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("child: %v", err)
-	}
+	return nil
 }
 
 // A peer killed while this side is blocked in Recv and in Send is noticed

@@ -1,7 +1,6 @@
 package hugemem
 
 import (
-	"os"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -56,7 +55,7 @@ func aligned(m []byte, n int) []byte {
 // shared memory only where /sys/kernel/mm/transparent_hugepage/
 // shmem_enabled allows it).
 func allocateShared(n int) (b, mapping []byte, fd int, err error) {
-	size := (n + os.Getpagesize() - 1) &^ (os.Getpagesize() - 1)
+	size := pageRound(n)
 	fd, err = unix.MemfdCreate("occl-hugemem", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		return nil, nil, -1, err

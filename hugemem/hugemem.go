@@ -146,8 +146,7 @@ func Alloc(n int) ([]byte, error) {
 	e := buffer{mapping: mapping, region: Region{FD: -1}}
 	if fd >= 0 {
 		live.lastID++
-		size := (n + os.Getpagesize() - 1) &^ (os.Getpagesize() - 1)
-		e.region = Region{ID: live.lastID, Base: addr(b), Size: size, FD: fd}
+		e.region = Region{ID: live.lastID, Base: addr(b), Size: pageRound(n), FD: fd}
 	}
 	live.m[addr(b)] = e
 	if fd >= 0 {
@@ -184,6 +183,10 @@ func FreeAt(p uintptr) error {
 	}
 	return nil
 }
+
+// pageRound returns n rounded up to a multiple of the base page size: the
+// size of a shared buffer's memory file.
+func pageRound(n int) int { return (n + os.Getpagesize() - 1) &^ (os.Getpagesize() - 1) }
 
 // addr returns the address of b's first byte.
 func addr(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }

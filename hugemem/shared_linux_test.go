@@ -77,3 +77,33 @@ func TestShared(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkShared: the lookup a lending connection makes for every block
+// it lends (and, below its threshold, asks about), with 8 shared buffers
+// live: one inside them, one on the heap.
+func BenchmarkShared(b *testing.B) {
+	bufs := make([][]byte, 8)
+	for i := range bufs {
+		buf, err := Alloc(SharedMin)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer Free(buf)
+		bufs[i] = buf
+	}
+	heap := make([]byte, 1<<16)
+	for _, tc := range []struct {
+		name string
+		p    []byte
+		want bool
+	}{{"shared", bufs[5][100:], true}, {"heap", heap, false}} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for range b.N {
+				if _, ok := Shared(addr(tc.p), 4096); ok != tc.want {
+					b.Fatalf("Shared = %v", ok)
+				}
+			}
+		})
+	}
+}

@@ -606,9 +606,10 @@ type lenders struct {
 	// its largest value. Both under mu: a schedule may lend from a
 	// goroutine of its own while it receives.
 	ahead, maxAhead int
-	// shared: LendsShared says yes to every message, and Lend lends
-	// below min (a transport whose buffers the receiver maps).
-	shared        bool
+	// whole: LendsWhole says yes to every message, and Lend lends
+	// below min (a transport whose buffers the receiver maps, or that
+	// lends whole payloads from a lower threshold).
+	whole         bool
 	mu            sync.Mutex
 	err           error
 	lent, settled map[int]int
@@ -623,11 +624,11 @@ func (l *lenders) LendMin(int) int { return l.min }
 // LentMin is every peer's LendMin: the ranks of a test lend alike.
 func (l *lenders) LentMin(int) int { return l.min }
 
-// LendsShared implements SharedLendPeers.
-func (l *lenders) LendsShared(int, []byte) bool { return l.shared }
+// LendsWhole implements WholeLendPeers.
+func (l *lenders) LendsWhole(int, []byte) bool { return l.whole }
 
 func (l *lenders) Lend(ctx context.Context, peer int, step uint32, buf []byte) error {
-	if len(buf) < l.min && !l.shared {
+	if len(buf) < l.min && !l.whole {
 		return fmt.Errorf("lend of %d bytes below %d", len(buf), l.min)
 	}
 	wg := l.wg[peer]
@@ -674,12 +675,13 @@ func (l *lenders) Settle(ctx context.Context, peer int) error {
 	return l.err
 }
 
-// TestAllToAllPairwiseLendsShared: peers that lend blocks of 1 MiB or
-// more, and smaller ones in memory the receiver maps (SharedLendPeers),
+// TestAllToAllPairwiseLendsWhole: peers that lend blocks of 1 MiB or
+// more, and smaller ones where their receivers take them whole
+// (WholeLendPeers),
 // lend such blocks from lendFloor up to a piece, not larger ones, which
 // their receivers expect in pieces; inline (every other block eager) and
 // not; every rank gets its blocks and settles every peer it lent to.
-func TestAllToAllPairwiseLendsShared(t *testing.T) {
+func TestAllToAllPairwiseLendsWhole(t *testing.T) {
 	defer func(c int) { pairwiseChunk = c }(pairwiseChunk)
 	pairwiseChunk = 7000
 	const p = 4
@@ -695,7 +697,7 @@ func TestAllToAllPairwiseLendsShared(t *testing.T) {
 		rec := make([]*lenders, p)
 		checkAllToAll(t, size, fakepeers.Options{EagerLimit: 8 << 10}, func(ctx context.Context, rank int, peers Peers, b *a2aBufs) error {
 			rec[rank] = newLenders(peers, 1<<20)
-			rec[rank].shared = true
+			rec[rank].whole = true
 			return AllToAllPairwise(ctx, rec[rank], b.send, b.sOffs, b.sLens, b.recv, b.rOffs, b.rLens)
 		})
 		for r, l := range rec {

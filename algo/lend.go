@@ -60,21 +60,23 @@ func lent(l LendPeers, to, n int) bool {
 	return m > 0 && n >= m
 }
 
-// SharedLendPeers is implemented by LendPeers whose transport lends some
-// messages below LendMin: those in memory the receiver maps (see
-// transport.SharedLender). A receiver cannot tell them in advance, so a
-// schedule lends them only where the receiver takes the message whole
-// either way.
-type SharedLendPeers interface {
-	// LendsShared reports whether Lend lends buf to peer although it is
-	// below LendMin(peer).
-	LendsShared(peer int, buf []byte) bool
+// WholeLendPeers is implemented by LendPeers whose transport lends some
+// messages below LendMin where the receiver takes them whole: those in
+// memory the receiver maps, and those large enough that one copy pays for
+// whole blocks (see transport.WholeLender). A receiver cannot tell them in
+// advance, so a schedule lends them only where the receiver takes the
+// message whole either way.
+type WholeLendPeers interface {
+	// LendsWhole reports whether Lend lends buf, which peer takes whole,
+	// although it is below LendMin(peer).
+	LendsWhole(peer int, buf []byte) bool
 }
 
 // lentBlock reports whether the all-to-all block blk to peer to is lent
-// through l: by its size (lent), or where l lends it for the memory it
-// lies in (SharedLendPeers) and it is at most a piece, which its receiver
-// takes whole whether it is lent or not (recvBlocks).
+// through l: by its size (lent), or where l lends it whole
+// (WholeLendPeers: for the memory it lies in, or its size) and it is at
+// most a piece, which its receiver takes whole whether it is lent or not
+// (recvBlocks).
 func lentBlock(l LendPeers, to int, blk []byte) bool {
 	if lent(l, to, len(blk)) {
 		return true
@@ -82,8 +84,8 @@ func lentBlock(l LendPeers, to int, blk []byte) bool {
 	if l == nil || len(blk) < lendFloor || len(blk) > pairwiseChunk {
 		return false
 	}
-	s, ok := l.(SharedLendPeers)
-	return ok && s.LendsShared(to, blk)
+	s, ok := l.(WholeLendPeers)
+	return ok && s.LendsWhole(to, blk)
 }
 
 // lentFrom reports whether peer from lends its block of n bytes to this

@@ -453,7 +453,7 @@ func large(ctx context.Context, c *comm.Communicator) error {
 	}
 	// Blocks of 0 to 160 KiB: on shared memory some lent and some
 	// through the rings in one exchange when the ranks outnumber the
-	// cores (lent from 128 KiB), all lent when they do not and
+	// cores (lent from 32 KiB, taken whole), all lent when they do not and
 	// OCCL_SHM_CMA=lend or the machine's rates say so (from 16 KiB).
 	if err := k.allToAllV(comm.Float32, 40000); err != nil {
 		return err

@@ -136,7 +136,8 @@ func WithTransport(name string) Option { return func(c *config) { c.transport = 
 // (transport.Lender): a rank posts all its blocks, copies its peers'
 // blocks out of their memory, and then waits for its own to be taken, so
 // that every byte is copied once and no send waits for its receiver.
-// Blocks are lent when the local ranks outnumber the cores, and otherwise
+// Blocks are lent when the local ranks outnumber the cores (from 64 KiB,
+// and from 32 KiB those their receivers take whole), and otherwise
 // where one process_vm_readv of a block is faster than the two memory
 // copies of the rings (shm.MeasureSingleCopy, measured once per process,
 // and shm.SingleCopyRate.Pays)
@@ -151,7 +152,8 @@ func WithSingleCopy(threshold int) Option {
 
 // WithLending lends the blocks of a large all-to-all over shared memory
 // whatever this machine's measured rates (OCCL_SHM_CMA=lend): from 16 KiB
-// when every local rank has a core, from 128 KiB when they share cores.
+// when every local rank has a core, from 64 KiB when they share cores
+// (blocks their receivers take whole from 32 KiB, see lendMinWholeShared).
 // It replaces an earlier WithSingleCopy. Use it where process_vm_readv is
 // known to beat the rings' two copies but the measurement says otherwise
 // (see WithSingleCopy).
@@ -393,6 +395,20 @@ const (
 	lendMinUncached = 1 << 20
 )
 
+// lendMinWholeShared is the smallest all-to-all block lent over shared
+// memory where the ranks outnumber the cores, among the blocks that their
+// receivers take whole (up to algo.PairwisePiece; see
+// transport.WholeLender): lendMinShared stays the threshold of a ring's or
+// a tree's chunks, whose receivers read them as they come. Measured on 2
+// cores, 4 processes, AllToAll from the heap, 8 rotating rounds, medians,
+// blocks lent from 32 KiB / from 64 KiB (the rings below) / Open MPI's
+// vader: 128 KiB (32 KiB blocks) 38.6 / 53.5 / 34.6 us, 192 KiB (48 KiB
+// blocks) 49.3 / 78.9 / 50.9; 16 KiB blocks lent took 21 to 53 us (64
+// KiB, median 42.5 against 31.8 through the rings). With every lending
+// threshold at 32 KiB, AllGather of 256 KiB (64 KiB blocks, lent as 2 x
+// 32 KiB, see algo.LendFirst) took 120 us against 91, 5 rounds.
+const lendMinWholeShared = 32 << 10
+
 // shmCMA returns the shared-memory transport's single-copy setting: off,
 // the smallest message sent so, and whether every message from that size
 // is (send) or only lent all-to-all blocks.
@@ -445,6 +461,18 @@ func (c *config) shmOffer() int {
 	return offerMinCore
 }
 
+// shmWhole returns the smallest all-to-all block, below the lending
+// threshold of shmCMA, that shared memory lends where its receiver takes
+// it whole (shm.Config.WholeLendThreshold), 0 for none: lendMinWholeShared
+// where the local ranks outnumber the cores and blocks are lent by
+// default.
+func (c *config) shmWhole() int {
+	if off, from, send := c.shmCMA(); off || send || !c.oversubscribed || from <= lendMinWholeShared {
+		return 0
+	}
+	return lendMinWholeShared
+}
+
 // singleCopyPays reports whether one process_vm_readv of a block beats
 // the rings' two memory copies on this machine; a variable so that tests
 // can take either answer.
@@ -460,6 +488,8 @@ func (c *config) singleCopy() string {
 		return "off"
 	case send:
 		return strconv.Itoa(from)
+	case c.shmWhole() > 0:
+		return "lend from " + strconv.Itoa(from) + ", whole all-to-all blocks from " + strconv.Itoa(c.shmWhole())
 	case c.cmaLend || c.oversubscribed:
 		return "lend from " + strconv.Itoa(from)
 	}

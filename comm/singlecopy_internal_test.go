@@ -9,6 +9,8 @@ import (
 // otherwise as this machine's rates say; a communicator whose transport
 // is not shared memory measures nothing. Groups offer their sends unless
 // single copies are off or every large message is sent by descriptor.
+// Where the ranks outnumber the cores and blocks are lent, all-to-all
+// blocks taken whole are lent from lendMinWholeShared.
 func TestSingleCopySetting(t *testing.T) {
 	defer func(f func() bool) { singleCopyPays = f }(singleCopyPays)
 	for _, pays := range []bool{true, false} {
@@ -25,19 +27,20 @@ func TestSingleCopySetting(t *testing.T) {
 			from           int
 			send           bool
 			measures       bool
+			whole          int
 		}{
-			{"", TransportAuto, false, false, autoFrom, false, true},
-			{"auto", TransportSHM, false, false, autoFrom, false, true},
-			{"", TransportAuto, true, false, lendMinShared, false, false},
-			{"lend", TransportAuto, false, false, lendMinCore, false, false},
-			{"LEND", TransportSHM, true, false, lendMinShared, false, false},
-			{"off", TransportAuto, false, true, 0, false, false},
-			{"off", TransportAuto, true, true, 0, false, false},
-			{"0", TransportAuto, false, true, 0, false, false},
-			{"64K", TransportAuto, false, false, 64 << 10, true, false},
-			{"64K", TransportSHM, true, false, 64 << 10, true, false},
-			{"", TransportTCP, false, true, 0, false, false},
-			{"lend", TransportRDMA, false, true, 0, false, false},
+			{"", TransportAuto, false, false, autoFrom, false, true, 0},
+			{"auto", TransportSHM, false, false, autoFrom, false, true, 0},
+			{"", TransportAuto, true, false, lendMinShared, false, false, lendMinWholeShared},
+			{"lend", TransportAuto, false, false, lendMinCore, false, false, 0},
+			{"LEND", TransportSHM, true, false, lendMinShared, false, false, lendMinWholeShared},
+			{"off", TransportAuto, false, true, 0, false, false, 0},
+			{"off", TransportAuto, true, true, 0, false, false, 0},
+			{"0", TransportAuto, false, true, 0, false, false, 0},
+			{"64K", TransportAuto, false, false, 64 << 10, true, false, 0},
+			{"64K", TransportSHM, true, false, 64 << 10, true, false, 0},
+			{"", TransportTCP, false, true, 0, false, false, 0},
+			{"lend", TransportRDMA, false, true, 0, false, false, 0},
 		}
 		for _, tc := range cases {
 			t.Setenv("OCCL_SHM_CMA", tc.env)
@@ -51,6 +54,10 @@ func TestSingleCopySetting(t *testing.T) {
 			if off != tc.off || from != tc.from || send != tc.send {
 				t.Errorf("pays %v, OCCL_SHM_CMA=%q, %s, oversubscribed %v: shmCMA() = %v, %d, %v; want %v, %d, %v (%s)",
 					pays, tc.env, tc.transport, tc.oversubscribed, off, from, send, tc.off, tc.from, tc.send, c.singleCopy())
+			}
+			if got := c.shmWhole(); got != tc.whole {
+				t.Errorf("pays %v, OCCL_SHM_CMA=%q, %s, oversubscribed %v: shmWhole() = %d, want %d (%s)",
+					pays, tc.env, tc.transport, tc.oversubscribed, got, tc.whole, c.singleCopy())
 			}
 			wantOffer := 0
 			switch {

@@ -454,11 +454,12 @@ func (p *opPeers) LentMin(peer int) int {
 	return 0
 }
 
-// LendsShared reports whether the connection to peer lends buf although
-// it is below LendMin(peer) (see algo.SharedLendPeers).
-func (p *opPeers) LendsShared(peer int, buf []byte) bool {
-	l, ok := p.c.links.to(peer).(transport.SharedLender)
-	return ok && l.LendsShared(buf)
+// LendsWhole reports whether the connection to peer lends buf, which peer
+// takes whole, although it is below LendMin(peer) (see
+// algo.WholeLendPeers).
+func (p *opPeers) LendsWhole(peer int, buf []byte) bool {
+	l, ok := p.c.links.to(peer).(transport.WholeLender)
+	return ok && l.LendsWhole(buf)
 }
 
 // Lend sends buf to peer without waiting for its copy (see

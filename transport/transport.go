@@ -95,18 +95,22 @@ type Lender interface {
 	LendBuffers() bool
 }
 
-// SharedLender is implemented by Lenders that lend some payloads below
-// LendMin: those in memory the peer maps instead of reading it with a
-// system call (shared memory's peers map the buffers of hugemem.Alloc),
-// which the peer takes with one memcpy. The peer's Recv takes them as any
-// lent payload, but cannot tell in advance which payloads come lent this
-// way (LentMin does not say): a schedule lends them only where its
-// receiver takes the payload whole whether it is lent or not.
-type SharedLender interface {
+// WholeLender is implemented by Lenders that lend some payloads below
+// LendMin where the receiver takes them whole (one Recv of the whole
+// message, not a message it reads in pieces): a payload in memory the peer
+// maps instead of reading it with a system call (shared memory's peers
+// map the buffers of hugemem.Alloc and copy with one memcpy), or one large
+// enough that a single copy pays where whole blocks are exchanged but not
+// for a ring's pipelined chunks (Config.WholeLendThreshold of package
+// shm). The peer's Recv takes them as any lent payload, but cannot tell in
+// advance which payloads come lent this way (LentMin does not say): a
+// schedule lends them only where its receiver takes the payload whole
+// whether it is lent or not.
+type WholeLender interface {
 	Lender
-	// LendsShared reports whether Lend lends payload although it has
-	// fewer than LendMin bytes.
-	LendsShared(payload []byte) bool
+	// LendsWhole reports whether Lend lends payload, which its receiver
+	// takes whole, although it has fewer than LendMin bytes.
+	LendsWhole(payload []byte) bool
 }
 
 // Offerer is implemented by Lenders that can also offer a payload: lend

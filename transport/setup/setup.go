@@ -77,6 +77,10 @@ type Config struct {
 	// CMAOffer is the smallest message shm offers (shm.Config.OfferThreshold;
 	// 0: none).
 	CMAOffer int
+	// CMAWhole is the smallest message below CMAThreshold that shm lends
+	// where its receiver takes it whole (shm.Config.WholeLendThreshold;
+	// 0: none but those in shared buffers).
+	CMAWhole int
 	// ShmSpin is how long shm's waits poll before they sleep (shm.Config.Spin).
 	ShmSpin time.Duration
 	// ShmLazy maps shm rings page by page as they are first touched
@@ -202,7 +206,7 @@ func connectSHM(ctx context.Context, cfg *Config, mesh map[int]*tcp.Conn, peers 
 	}
 	return each(peers, func(r int) (transport.Conn, error) {
 		sc, err := shm.Connect(ctx, mesh[r], shm.Config{Comm: cfg.Mesh.Comm, Epoch: cfg.Mesh.Epoch, Self: cfg.Mesh.Self, Peer: r,
-			NoCMA: cfg.NoCMA, CMAThreshold: cfg.CMAThreshold, SendByDescriptor: cfg.CMASend, OfferThreshold: cfg.CMAOffer, Spin: cfg.ShmSpin, Lazy: cfg.ShmLazy})
+			NoCMA: cfg.NoCMA, CMAThreshold: cfg.CMAThreshold, SendByDescriptor: cfg.CMASend, OfferThreshold: cfg.CMAOffer, WholeLendThreshold: cfg.CMAWhole, Spin: cfg.ShmSpin, Lazy: cfg.ShmLazy})
 		switch {
 		case err == nil:
 			return sc, nil

@@ -47,6 +47,15 @@ func TestChoose(t *testing.T) {
 // rank's connection to the other.
 func connectPair(t *testing.T, policy string, sameHost bool, f *emu.Fabric) [2]transport.Conn {
 	t.Helper()
+	return connectPairWith(t, func(c *setup.Config) {
+		c.Policy, c.SameHost, c.Emulation = policy, func(int) bool { return sameHost }, f
+	})
+}
+
+// connectPairWith is connectPair with the configuration edit makes of
+// each rank's (its mesh filled in).
+func connectPairWith(t *testing.T, edit func(*setup.Config)) [2]transport.Conn {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	secret := []byte("0123456789abcdef")
@@ -65,10 +74,9 @@ func connectPair(t *testing.T, policy string, sameHost bool, f *emu.Fabric) [2]t
 	for r := range 2 {
 		go func() {
 			peer := 1 - r
-			conns, err := setup.Connect(ctx, setup.Config{Policy: policy,
-				Mesh:     tcp.MeshConfig{Self: r, Comm: comm, Secret: secret, Streams: 1, Listener: lns[r]},
-				SameHost: func(int) bool { return sameHost }, Emulation: f},
-				[]tcp.Endpoint{{Rank: peer, Addr: lns[peer].Addr().String()}})
+			cfg := setup.Config{Mesh: tcp.MeshConfig{Self: r, Comm: comm, Secret: secret, Streams: 1, Listener: lns[r]}}
+			edit(&cfg)
+			conns, err := setup.Connect(ctx, cfg, []tcp.Endpoint{{Rank: peer, Addr: lns[peer].Addr().String()}})
 			if err == nil && len(conns) != 1 {
 				err = fmt.Errorf("rank %d: %d connections, want 1", r, len(conns))
 			}
@@ -136,6 +144,33 @@ func TestConnectFollowsTheTable(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestConnectSHMSingleCopy checks that the single-copy settings reach the
+// shared-memory connections: what they lend, offer and lend whole.
+func TestConnectSHMSingleCopy(t *testing.T) {
+	const lendMin, offerMin, wholeMin = 64 << 10, 32 << 10, 32 << 10
+	conns := connectPairWith(t, func(c *setup.Config) {
+		c.Policy, c.SameHost = setup.PolicySHM, func(int) bool { return true }
+		c.CMAThreshold, c.CMAOffer, c.CMAWhole = lendMin, offerMin, wholeMin
+	})
+	for r, c := range conns {
+		l, ok := c.(transport.WholeLender)
+		if !ok {
+			t.Fatalf("rank %d: %T lends nothing whole", r, c)
+		}
+		o, ok := c.(transport.Offerer)
+		if !ok {
+			t.Fatalf("rank %d: %T offers nothing", r, c)
+		}
+		if l.LendMin() != lendMin || o.OfferMin() != offerMin {
+			t.Errorf("rank %d: lends from %d, offers from %d; want %d, %d", r, l.LendMin(), o.OfferMin(), lendMin, offerMin)
+		}
+		if !l.LendsWhole(make([]byte, wholeMin)) || l.LendsWhole(make([]byte, wholeMin-1)) {
+			t.Errorf("rank %d: a payload of %d bytes taken whole is lent: %v, of %d: %v; want true, false",
+				r, wholeMin, l.LendsWhole(make([]byte, wholeMin)), wholeMin-1, l.LendsWhole(make([]byte, wholeMin-1)))
+		}
 	}
 }
 

@@ -215,22 +215,27 @@ func (c *Conn) settled(err error) error {
 
 // SharedLendMin is the smallest payload a connection that lends lends from
 // a shared buffer of hugemem.Alloc whatever its LendMin (see
-// Conn.LendsShared): the receiver copies it from its mapping of the buffer
+// Conn.LendsWhole): the receiver copies it from its mapping of the buffer
 // with memcpy, which beats the rings' two copies where process_vm_readv
-// does not (processes that outnumber the cores lend other payloads from
-// 64 KiB). AllToAll of 64 KiB at 4 processes on 2 cores from shared
+// does not (where processes outnumber the cores, occl's communicators lend
+// other whole payloads from 32 KiB, and others from 64 KiB). AllToAll of 64 KiB at 4 processes on 2 cores from shared
 // buffers, 16 KiB blocks, 4 rotating rounds, medians: 15.2 us lent against
 // 36.1 through the rings (Open MPI's vader 29.4).
 const SharedLendMin = 16 << 10
 
-// LendsShared implements transport.SharedLender: this direction lends,
-// and payload, of at least SharedLendMin bytes, lies in a shared buffer
-// of hugemem.Alloc, which the receiver maps.
-func (c *Conn) LendsShared(payload []byte) bool {
-	if !c.cmaOut || len(payload) < SharedLendMin {
+// LendsWhole implements transport.WholeLender: this direction lends, and
+// payload has at least Config.WholeLendThreshold bytes, or at least
+// SharedLendMin and lies in a shared buffer of hugemem.Alloc, which the
+// receiver maps.
+func (c *Conn) LendsWhole(payload []byte) bool {
+	n := len(payload)
+	if !c.cmaOut || n < SharedLendMin {
 		return false
 	}
-	_, ok := hugemem.Shared(uintptr(unsafe.Pointer(unsafe.SliceData(payload))), len(payload))
+	if c.wholeMin > 0 && n >= c.wholeMin {
+		return true
+	}
+	_, ok := hugemem.Shared(uintptr(unsafe.Pointer(unsafe.SliceData(payload))), n)
 	return ok
 }
 
@@ -260,8 +265,8 @@ func (c *Conn) Lend(ctx context.Context, h transport.Header, payload []byte) err
 }
 
 func (c *Conn) lend(ctx context.Context, h transport.Header, payload []byte) error {
-	if !c.cmaOut || len(payload) < c.cmaOutMin && !c.LendsShared(payload) {
-		return fmt.Errorf("shm: lend: %d bytes to rank %d: this connection lends payloads of %d bytes or more (of %d in shared buffers), none if 0", len(payload), c.peer, c.LendMin(), min(c.LendMin(), SharedLendMin))
+	if !c.cmaOut || len(payload) < c.cmaOutMin && !c.LendsWhole(payload) {
+		return fmt.Errorf("shm: lend: %d bytes to rank %d: this connection lends payloads of %d bytes or more (taken whole, from %d; in shared buffers, from %d), none if 0", len(payload), c.peer, c.LendMin(), c.wholeMin, min(c.LendMin(), SharedLendMin))
 	}
 	if err := c.sendable(); err != nil {
 		return err

@@ -417,11 +417,11 @@ func TestLend(t *testing.T) {
 	exchangeSizes(t, a, b, []int{10, 64 << 10})
 }
 
-// TestLendsShared: below LendMin a connection that lends still lends a
+// TestLendsWhole: below LendMin a connection that lends still lends a
 // payload of SharedLendMin bytes or more in a shared buffer of
 // hugemem.Alloc, not one on the heap or a smaller one, and the receiver
 // takes it as any lent payload.
-func TestLendsShared(t *testing.T) {
+func TestLendsWhole(t *testing.T) {
 	a, b := lendPair(t)
 	defer a.Close()
 	defer b.Close()
@@ -441,8 +441,8 @@ func TestLendsShared(t *testing.T) {
 		{"shared, small", buf[:shm.SharedLendMin-1], false},
 		{"heap", make([]byte, shm.SharedLendMin), false},
 	} {
-		if got := a.LendsShared(tc.p); got != tc.want {
-			t.Errorf("%s: LendsShared = %v, want %v", tc.name, got, tc.want)
+		if got := a.LendsWhole(tc.p); got != tc.want {
+			t.Errorf("%s: LendsWhole = %v, want %v", tc.name, got, tc.want)
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -469,8 +469,69 @@ func TestLendsShared(t *testing.T) {
 	c, d := pairWith(t, func(c *shm.Config) { c.NoCMA = true })
 	defer c.Close()
 	defer d.Close()
-	if c.LendsShared(small) {
+	if c.LendsWhole(small) {
 		t.Error("a connection without single copies lends a shared payload")
+	}
+}
+
+// TestWholeLendThreshold: with Config.WholeLendThreshold a connection
+// also lends heap payloads taken whole from that size (and shared ones
+// from SharedLendMin); the receiver takes them intact, Lend still refuses
+// smaller ones, and a threshold below what every receiver accepts is
+// refused at setup.
+func TestWholeLendThreshold(t *testing.T) {
+	const whole = 32 << 10
+	a, b := pairWith(t, func(c *shm.Config) {
+		c.SendByDescriptor, c.CMAThreshold, c.WholeLendThreshold = false, 64<<10, whole
+	})
+	defer a.Close()
+	defer b.Close()
+	shared, err := hugemem.Alloc(64 << 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hugemem.Free(shared)
+	for _, tc := range []struct {
+		name string
+		p    []byte
+		want bool
+	}{
+		{"heap, at the threshold", make([]byte, whole), true},
+		{"heap, below", make([]byte, whole-1), false},
+		{"shared, below", shared[:shm.SharedLendMin], true},
+		{"shared, small", shared[:shm.SharedLendMin-1], false},
+	} {
+		if got := a.LendsWhole(tc.p); got != tc.want {
+			t.Errorf("%s: LendsWhole = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	h := transport.Header{Kind: transport.KindP2P, Comm: 7, Step: 5}
+	for _, n := range []int{whole, 48 << 10} {
+		p := make([]byte, n)
+		fillSeq(p, uint64(n>>10), 0)
+		if err := a.Lend(ctx, h, p); err != nil {
+			t.Fatalf("Lend of %d heap bytes (LendMin %d, whole from %d): %v", n, a.LendMin(), whole, err)
+		}
+		got := make([]byte, n)
+		if err := b.Recv(ctx, h, got); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Settle(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, p) {
+			t.Fatalf("%d bytes lent whole: payload differs", n)
+		}
+	}
+	if err := a.Lend(ctx, h, make([]byte, whole-1)); err == nil {
+		t.Fatal("Lend of a heap payload below the whole-payload threshold succeeded")
+	}
+	ca, cb := configs(0, "")
+	ca.WholeLendThreshold = shm.SharedLendMin - 1
+	if _, _, erra, _ := connectPair(t, ca, cb); erra == nil {
+		t.Errorf("Connect with a whole-payload threshold of %d (below %d) succeeded", ca.WholeLendThreshold, shm.SharedLendMin)
 	}
 }
 

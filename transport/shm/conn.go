@@ -91,7 +91,11 @@ type Conn struct {
 	// (Config.OfferThreshold); descInMin the smallest payload the peer
 	// may send by descriptor, lent or offered.
 	offerMin, descInMin int
-	reader              cmaReader // the peer's process, when cmaIn
+	// wholeMin is the smallest payload below cmaOutMin lent where the
+	// receiver takes it whole (see LendsWhole), 0 if none but those in
+	// shared buffers.
+	wholeMin int
+	reader   cmaReader // the peer's process, when cmaIn
 	// pieceHook, if set (by tests), runs between the pieces of a
 	// cross-memory read with the number of bytes copied so far.
 	pieceHook func(done int)
@@ -171,7 +175,7 @@ var (
 	_ transport.Buffered = (*Conn)(nil)
 	_ transport.Viewer   = (*Conn)(nil)
 
-	_ transport.SharedLender = (*Conn)(nil)
+	_ transport.WholeLender = (*Conn)(nil)
 )
 
 // cmaSetup is what Connect agreed on about single-copy transfers.
@@ -181,8 +185,12 @@ type cmaSetup struct {
 	// outOffer and inOffer are the smallest payloads this side and the
 	// peer offer (Config.OfferThreshold), 0 if none.
 	outOffer, inOffer int
-	send              bool      // Send uses descriptors too (Config.SendByDescriptor)
-	reader            cmaReader // owned by the Conn from newConn on
+	// outWhole is the smallest payload below outMin this side lends
+	// where its receiver takes it whole (Config.WholeLendThreshold), 0
+	// if none.
+	outWhole int
+	send     bool      // Send uses descriptors too (Config.SendByDescriptor)
+	reader   cmaReader // owned by the Conn from newConn on
 }
 
 // newConn joins two mapped rings into a Conn. ctl, if not nil, becomes the
@@ -192,7 +200,7 @@ func newConn(out, in *mapping, peer int, ctl transport.Conn, want transport.Head
 	c.cmaOut, c.cmaOutMin = cma.out && cma.outMin > 0, cma.outMin
 	c.cmaIn, c.cmaInMin = cma.in && cma.inMin > 0, cma.inMin
 	if c.cmaOut {
-		c.offerMin = max(cma.outOffer, 0)
+		c.offerMin, c.wholeMin = max(cma.outOffer, 0), max(cma.outWhole, 0)
 	}
 	c.descInMin = c.cmaInMin
 	if cma.inOffer > 0 {

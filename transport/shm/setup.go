@@ -62,6 +62,15 @@ type Config struct {
 	// into the ring, if the peer has not begun to copy it by Settle, so
 	// it keeps the ring's promise that a send returns without the peer.
 	OfferThreshold int
+	// WholeLendThreshold is the smallest payload below CMAThreshold that
+	// this side lends where its receiver takes it whole
+	// (transport.WholeLender), when that direction uses cross-memory
+	// attach: the blocks of an all-to-all, each copied once, where one
+	// process_vm_readv pays for whole blocks but not for a ring's chunks.
+	// 0 lends none below CMAThreshold but those in shared buffers
+	// (SharedLendMin); otherwise it is at least SharedLendMin, the
+	// smallest lent payload every receiver accepts.
+	WholeLendThreshold int
 	// Spin is how long a side that waits for the peer keeps polling
 	// before it sleeps on the futex. Polling keeps latency low and stable
 	// when every process has a core of its own (a futex wake-up costs tens
@@ -238,6 +247,9 @@ func Connect(ctx context.Context, ctl transport.Conn, cfg Config) (*Conn, error)
 	if cfg.OfferThreshold < 0 || uint64(cfg.OfferThreshold) > transport.MaxLen {
 		local = fmt.Errorf("invalid offer threshold %d", cfg.OfferThreshold)
 	}
+	if w := cfg.WholeLendThreshold; w != 0 && (w < SharedLendMin || uint64(w) > transport.MaxLen) {
+		local = fmt.Errorf("invalid whole-payload lending threshold %d (0, or at least %d)", w, SharedLendMin)
+	}
 	capacity := uint64(DefaultCapacity)
 	if cfg.Capacity != 0 {
 		capacity = uint64(cfg.Capacity)
@@ -364,7 +376,7 @@ func Connect(ctx context.Context, ctl transport.Conn, cfg Config) (*Conn, error)
 		remote = errors.New(text)
 	}
 	if mine.flags&flagCMA != 0 && flags&flagCMA != 0 {
-		cma.out, cma.outMin, cma.send, cma.outOffer = true, threshold, cfg.SendByDescriptor, cfg.OfferThreshold
+		cma.out, cma.outMin, cma.send, cma.outOffer, cma.outWhole = true, threshold, cfg.SendByDescriptor, cfg.OfferThreshold, cfg.WholeLendThreshold
 	}
 	switch {
 	case local != nil:

@@ -49,9 +49,11 @@ type Communicator struct {
 	placement // who and where; never changes
 	cfg       config
 	log       *slog.Logger
-	// tune logs the choice of schedules (subsystem TUNE).
-	tune  *slog.Logger
-	epoch atomic.Uint32 // topology epoch, bumped by every rewire
+	// tune logs the choice of schedules (subsystem TUNE); tuneNever
+	// says it never logs them (logx.Never).
+	tune      *slog.Logger
+	tuneNever bool
+	epoch     atomic.Uint32 // topology epoch, bumped by every rewire
 	// shrinks counts the Shrinks that led to this communicator;
 	// shrinking says Shrink was called on it.
 	shrinks   int32
@@ -88,6 +90,7 @@ func newCommunicator(pl placement, conns []transport.Conn, ctrl controlPlane, lk
 	c.links.set(conns)
 	c.failure = newFailure(c.dumpOnFail, c.onFail)
 	c.tune = logx.For(c.log, logx.Tune)
+	c.tuneNever = logx.Never(c.tune, slog.LevelDebug)
 	c.queue.init()
 	c.worker.p2pTx = make([]uint64, pl.size)
 	c.worker.p2pRx = make([]uint64, pl.size)

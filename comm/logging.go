@@ -46,10 +46,11 @@ func (c *Communicator) logSettings() {
 // size rules) and every candidate's predicted time (n/a: the schedule
 // does not apply; no-path: it needs a link the fabric lacks). An
 // all-to-all passes
-// its byte matrix (nil when it is not routed). It costs one call to
-// Enabled when the subsystem or level is off.
+// its byte matrix (nil when it is not routed). It costs a load when
+// occl's own logger has the subsystem or level off, and one call to
+// Enabled when another handler does.
 func (c *Communicator) logChoice(ctx context.Context, op algo.Collective, bytes int, chosen algo.Algorithm, matrix [][]int) {
-	if !c.tune.Enabled(ctx, slog.LevelDebug) {
+	if c.tuneNever || !c.tune.Enabled(ctx, slog.LevelDebug) {
 		return
 	}
 	l := c.lay()

@@ -185,6 +185,15 @@ func (h *Handler) Enabled(ctx context.Context, level slog.Level) bool {
 	return h.cfg.Enabled(level, h.sub) && h.inner.Enabled(ctx, level)
 }
 
+// Never reports whether l never logs records of level: its handler is a
+// Handler whose configuration, fixed when it was made, leaves level out
+// for its subsystem. For any other handler, whose mind may change, it
+// reports false. A hot path can so skip even the call to Enabled.
+func Never(l *slog.Logger, level slog.Level) bool {
+	h, ok := l.Handler().(*Handler)
+	return ok && !h.cfg.Enabled(level, h.sub)
+}
+
 // Handle passes r on.
 func (h *Handler) Handle(ctx context.Context, r slog.Record) error { return h.inner.Handle(ctx, r) }
 

@@ -93,6 +93,13 @@ func TestHandler(t *testing.T) {
 	if coll.Enabled(t.Context(), slog.LevelDebug) || !tune.Enabled(t.Context(), slog.LevelDebug) {
 		t.Error("Enabled ignores the subsystem")
 	}
+	if !Never(coll, slog.LevelDebug) || Never(coll, slog.LevelWarn) || Never(tune, slog.LevelDebug) {
+		t.Error("Never ignores the subsystem or the level")
+	}
+	other := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelError}))
+	if Never(For(other, Tune), slog.LevelDebug) {
+		t.Error("Never decides for a handler of another package")
+	}
 
 	buf.Reset()
 	quiet := New(&buf, Default)

@@ -218,9 +218,10 @@ func (c *Conn) settled(err error) error {
 // Conn.LendsWhole): the receiver copies it from its mapping of the buffer
 // with memcpy, which beats the rings' two copies where process_vm_readv
 // does not (where processes outnumber the cores, occl's communicators lend
-// other whole payloads from 32 KiB, and others from 64 KiB). AllToAll of 64 KiB at 4 processes on 2 cores from shared
-// buffers, 16 KiB blocks, 4 rotating rounds, medians: 15.2 us lent against
-// 36.1 through the rings (Open MPI's vader 29.4).
+// other payloads taken whole from 32 KiB, and the rest from 64 KiB).
+// AllToAll of 64 KiB at 4 processes on 2 cores from shared buffers, 16 KiB
+// blocks, 4 rotating rounds, medians: 15.2 us lent against 36.1 through
+// the rings (Open MPI's vader 29.4).
 const SharedLendMin = 16 << 10
 
 // LendsWhole implements transport.WholeLender: this direction lends, and
@@ -265,8 +266,15 @@ func (c *Conn) Lend(ctx context.Context, h transport.Header, payload []byte) err
 }
 
 func (c *Conn) lend(ctx context.Context, h transport.Header, payload []byte) error {
-	if !c.cmaOut || len(payload) < c.cmaOutMin && !c.LendsWhole(payload) {
-		return fmt.Errorf("shm: lend: %d bytes to rank %d: this connection lends payloads of %d bytes or more (taken whole, from %d; in shared buffers, from %d), none if 0", len(payload), c.peer, c.LendMin(), c.wholeMin, min(c.LendMin(), SharedLendMin))
+	if !c.cmaOut {
+		return fmt.Errorf("shm: lend: %d bytes to rank %d: this connection lends nothing", len(payload), c.peer)
+	}
+	if len(payload) < c.cmaOutMin && !c.LendsWhole(payload) {
+		whole := c.cmaOutMin
+		if c.wholeMin > 0 {
+			whole = c.wholeMin
+		}
+		return fmt.Errorf("shm: lend: %d bytes to rank %d: this connection lends payloads of %d bytes or more, taken whole from %d, in shared buffers from %d", len(payload), c.peer, c.cmaOutMin, whole, min(whole, SharedLendMin))
 	}
 	if err := c.sendable(); err != nil {
 		return err

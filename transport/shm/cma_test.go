@@ -417,10 +417,10 @@ func TestLend(t *testing.T) {
 	exchangeSizes(t, a, b, []int{10, 64 << 10})
 }
 
-// TestLendsWhole: below LendMin a connection that lends still lends a
-// payload of SharedLendMin bytes or more in a shared buffer of
-// hugemem.Alloc, not one on the heap or a smaller one, and the receiver
-// takes it as any lent payload.
+// TestLendsWhole: below LendMin a connection that lends (without a
+// whole-payload threshold) still lends a payload of SharedLendMin bytes or
+// more in a shared buffer of hugemem.Alloc, not one on the heap or a
+// smaller one, and the receiver takes it as any lent payload.
 func TestLendsWhole(t *testing.T) {
 	a, b := lendPair(t)
 	defer a.Close()

@@ -479,17 +479,19 @@ func (c *config) shmWhole() int {
 var singleCopyPays = func() bool { return shm.MeasureSingleCopy().Pays() }
 
 // singleCopy describes the shared-memory single-copy setting: "off",
-// "lend" (with the smallest block lent), or the size from which every
-// message goes so; by default, with the rates it was chosen from.
+// "lend" (with the smallest block lent, and the smallest whole all-to-all
+// block where that is lower), or the size from which every message goes
+// so; by default, with the rates it was chosen from.
 func (c *config) singleCopy() string {
 	off, from, send := c.shmCMA()
+	whole := c.shmWhole()
 	switch {
 	case off:
 		return "off"
 	case send:
 		return strconv.Itoa(from)
-	case c.shmWhole() > 0:
-		return "lend from " + strconv.Itoa(from) + ", whole all-to-all blocks from " + strconv.Itoa(c.shmWhole())
+	case whole > 0:
+		return "lend from " + strconv.Itoa(from) + ", whole all-to-all blocks from " + strconv.Itoa(whole)
 	case c.cmaLend || c.oversubscribed:
 		return "lend from " + strconv.Itoa(from)
 	}

@@ -417,116 +417,88 @@ func TestLend(t *testing.T) {
 	exchangeSizes(t, a, b, []int{10, 64 << 10})
 }
 
-// TestLendsWhole: below LendMin a connection that lends (without a
-// whole-payload threshold) still lends a payload of SharedLendMin bytes or
-// more in a shared buffer of hugemem.Alloc, not one on the heap or a
-// smaller one, and the receiver takes it as any lent payload.
+// TestLendsWhole: below LendMin a connection that lends still lends a
+// payload of SharedLendMin bytes or more in a shared buffer of
+// hugemem.Alloc and, with Config.WholeLendThreshold, a payload of that
+// size or more in any memory; not a smaller one, nor one on the heap
+// without the threshold. Lend lends exactly what LendsWhole reports, and
+// the receiver takes it intact as any lent payload. A connection that
+// lends nothing lends nothing whole, and a threshold below what every
+// receiver accepts is refused at setup.
 func TestLendsWhole(t *testing.T) {
-	a, b := lendPair(t)
-	defer a.Close()
-	defer b.Close()
+	const whole = 32 << 10
 	buf, err := hugemem.Alloc(64 << 10)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer hugemem.Free(buf)
-	small := buf[:shm.SharedLendMin]
-	for _, tc := range []struct {
+	type payload struct {
 		name string
 		p    []byte
 		want bool
+	}
+	for _, cfg := range []struct {
+		name     string
+		whole    int
+		payloads []payload
 	}{
-		{"shared", small, true},
-		{"shared, inside", buf[5 : 5+shm.SharedLendMin+100], true},
-		{"shared, small", buf[:shm.SharedLendMin-1], false},
-		{"heap", make([]byte, shm.SharedLendMin), false},
+		{"no whole threshold", 0, []payload{
+			{"shared", buf[:shm.SharedLendMin], true},
+			{"shared, inside", buf[5 : 5+shm.SharedLendMin+100], true},
+			{"shared, small", buf[:shm.SharedLendMin-1], false},
+			{"heap", make([]byte, shm.SharedLendMin), false},
+			{"heap, at the would-be threshold", make([]byte, whole), false},
+		}},
+		{"whole from 32 KiB", whole, []payload{
+			{"heap, at the threshold", make([]byte, whole), true},
+			{"heap, 48 KiB", make([]byte, 48<<10), true},
+			{"heap, below", make([]byte, whole-1), false},
+			{"shared, below", buf[:shm.SharedLendMin], true},
+			{"shared, small", buf[:shm.SharedLendMin-1], false},
+		}},
 	} {
-		if got := a.LendsWhole(tc.p); got != tc.want {
-			t.Errorf("%s: LendsWhole = %v, want %v", tc.name, got, tc.want)
-		}
+		t.Run(cfg.name, func(t *testing.T) {
+			a, b := pairWith(t, func(c *shm.Config) {
+				c.SendByDescriptor, c.CMAThreshold, c.WholeLendThreshold = false, 64<<10, cfg.whole
+			})
+			defer a.Close()
+			defer b.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			for i, tc := range cfg.payloads {
+				if got := a.LendsWhole(tc.p); got != tc.want {
+					t.Errorf("%s: LendsWhole = %v, want %v", tc.name, got, tc.want)
+				}
+				h := transport.Header{Kind: transport.KindP2P, Comm: 7, Step: uint32(i)}
+				fillSeq(tc.p, uint64(i), 0)
+				err := a.Lend(ctx, h, tc.p)
+				if !tc.want {
+					if err == nil {
+						t.Fatalf("%s: Lend of %d bytes below LendMin %d succeeded", tc.name, len(tc.p), a.LendMin())
+					}
+					continue
+				}
+				if err != nil {
+					t.Fatalf("%s: Lend of %d bytes (LendMin %d): %v", tc.name, len(tc.p), a.LendMin(), err)
+				}
+				got := make([]byte, len(tc.p))
+				if err := b.Recv(ctx, h, got); err != nil {
+					t.Fatal(err)
+				}
+				if err := a.Settle(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(got, tc.p) {
+					t.Fatalf("%s: payload differs", tc.name)
+				}
+			}
+		})
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	h := transport.Header{Kind: transport.KindP2P, Comm: 7, Step: 4}
-	fillSeq(small, 4, 0)
-	if err := a.Lend(ctx, h, small); err != nil {
-		t.Fatalf("Lend of %d bytes in a shared buffer (LendMin %d): %v", len(small), a.LendMin(), err)
-	}
-	got := make([]byte, len(small))
-	if err := b.Recv(ctx, h, got); err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Settle(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, small) {
-		t.Fatal("payload differs")
-	}
-	if err := a.Lend(ctx, h, make([]byte, shm.SharedLendMin)); err == nil {
-		t.Fatal("Lend of a heap payload below LendMin succeeded")
-	}
-	// A connection that lends nothing lends nothing shared either.
 	c, d := pairWith(t, func(c *shm.Config) { c.NoCMA = true })
 	defer c.Close()
 	defer d.Close()
-	if c.LendsWhole(small) {
+	if c.LendsWhole(buf[:shm.SharedLendMin]) {
 		t.Error("a connection without single copies lends a shared payload")
-	}
-}
-
-// TestWholeLendThreshold: with Config.WholeLendThreshold a connection
-// also lends heap payloads taken whole from that size (and shared ones
-// from SharedLendMin); the receiver takes them intact, Lend still refuses
-// smaller ones, and a threshold below what every receiver accepts is
-// refused at setup.
-func TestWholeLendThreshold(t *testing.T) {
-	const whole = 32 << 10
-	a, b := pairWith(t, func(c *shm.Config) {
-		c.SendByDescriptor, c.CMAThreshold, c.WholeLendThreshold = false, 64<<10, whole
-	})
-	defer a.Close()
-	defer b.Close()
-	shared, err := hugemem.Alloc(64 << 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hugemem.Free(shared)
-	for _, tc := range []struct {
-		name string
-		p    []byte
-		want bool
-	}{
-		{"heap, at the threshold", make([]byte, whole), true},
-		{"heap, below", make([]byte, whole-1), false},
-		{"shared, below", shared[:shm.SharedLendMin], true},
-		{"shared, small", shared[:shm.SharedLendMin-1], false},
-	} {
-		if got := a.LendsWhole(tc.p); got != tc.want {
-			t.Errorf("%s: LendsWhole = %v, want %v", tc.name, got, tc.want)
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	h := transport.Header{Kind: transport.KindP2P, Comm: 7, Step: 5}
-	for _, n := range []int{whole, 48 << 10} {
-		p := make([]byte, n)
-		fillSeq(p, uint64(n>>10), 0)
-		if err := a.Lend(ctx, h, p); err != nil {
-			t.Fatalf("Lend of %d heap bytes (LendMin %d, whole from %d): %v", n, a.LendMin(), whole, err)
-		}
-		got := make([]byte, n)
-		if err := b.Recv(ctx, h, got); err != nil {
-			t.Fatal(err)
-		}
-		if err := a.Settle(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(got, p) {
-			t.Fatalf("%d bytes lent whole: payload differs", n)
-		}
-	}
-	if err := a.Lend(ctx, h, make([]byte, whole-1)); err == nil {
-		t.Fatal("Lend of a heap payload below the whole-payload threshold succeeded")
 	}
 	ca, cb := configs(0, "")
 	ca.WholeLendThreshold = shm.SharedLendMin - 1

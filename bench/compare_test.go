@@ -128,6 +128,47 @@ func TestCompareTableRatios(t *testing.T) {
 	}
 }
 
+// TestCompareTableBaseline checks the grid table of a run with a baseline
+// build (bench/testdata/compare-baseline.jsonl, hand-made): its columns
+// base-tcp and base-shm, the ratios occl-shm/base-shm and occl-tcp/base-tcp
+// and the spread of base-shm, while occl-shm/best still takes the fastest
+// peer only.
+//
+//	alltoall np=2 32 B: occl-shm 10, base-shm 6, 10, 8 over three rounds
+//	(median 8: 0.80; spread 10/6), mpi-shm 12, occl-tcp 50, base-tcp 55
+//	(1.10), mpi-tcp 40.
+//	allreduce np=4 8 B: occl-shm 5, base-shm 6 (1.20), mpi-shm 8, occl-tcp 4,
+//	base-tcp 2 (0.50, faster than any peer but no peer: best is occl-tcp,
+//	0.80), mpi-tcp 20.
+func TestCompareTableBaseline(t *testing.T) {
+	out := runCompare(t, time.Minute, "--table", "bench/testdata/compare-baseline.jsonl", "--markdown")
+	rows := markdownRows(out)
+	// op, np, bytes, occl-tcp, occl-shm, gloo, mpi-tcp, mpi-shm, base-tcp,
+	// base-shm, occl-shm/best, occl-shm/mpi-shm, occl-tcp/mpi-tcp,
+	// occl-tcp/gloo, occl-shm/base-shm, occl-tcp/base-tcp, spread
+	// occl-shm, spread mpi-shm, spread base-shm.
+	want := [][]string{
+		{"alltoall", "2", "32B*", "50.0", "10.0", "-", "40.0", "12.0", "55.0", "8.000", "1.20x mpi-shm", "1.20x", "0.80x", "-", "0.80x", "1.10x", "1.00", "1.00", "1.67"},
+		{"allreduce", "4", "8B", "4.000", "5.000", "-", "20.0", "8.000", "2.000", "6.000", "0.80x occl-tcp", "1.60x", "5.00x", "", "1.20x", "0.50x", "", "", ""},
+	}
+	for _, w := range want {
+		key := strings.Join(w[:3], " ")
+		if got := rows[key]; strings.Join(got, "|") != strings.Join(w, "|") {
+			t.Errorf("row %q:\n got %q\nwant %q", key, got, w)
+		}
+	}
+	for _, w := range []string{
+		"worst occl-shm/base-shm: 0.80x at alltoall np=2 32B (vs base-shm)",
+		"worst occl-tcp/base-tcp: 0.50x at allreduce np=4 8B (vs base-tcp)",
+		"worst occl-shm/best: 0.80x at allreduce np=4 8B (vs occl-tcp)",
+		"base-tcp and base-shm are a second occl-bench (--baseline)",
+	} {
+		if !strings.Contains(out, w) {
+			t.Errorf("output lacks %q:\n%s", w, out)
+		}
+	}
+}
+
 // TestCompareTableLegacy checks that a file of the earlier AllReduce-centred
 // run still prints its bus bandwidth tables (the README cites such files).
 func TestCompareTableLegacy(t *testing.T) {
@@ -147,20 +188,27 @@ func TestCompareTableLegacy(t *testing.T) {
 }
 
 // TestCompareQuickAllToAll runs compare.py --quick end to end for AllToAll on
-// 2 processes with occl (TCP and shared memory) and Open MPI (TCP and vader),
-// two rounds, and checks that every implementation measured every grid
-// point with correct results, that the rounds are interleaved (every command
-// of round 1, then of round 2; within a case the implementations back to
-// back, starting one column later in round 2) and that the table names the
-// worst points.
+// 2 processes with occl (TCP and shared memory), the same occl-bench again
+// as the baseline (--baseline) and Open MPI (TCP and vader), two rounds, and
+// checks that every implementation measured every grid point with correct
+// results, that the rounds are interleaved (every command of round 1, then
+// of round 2; within a case the implementations back to back, starting one
+// column later in round 2) and that the table names the worst points,
+// against the peers and against the baseline.
 func TestCompareQuickAllToAll(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds occl-bench and mpi_bench and runs 12 benchmark commands")
+		t.Skip("builds occl-bench and mpi_bench and runs 18 benchmark commands")
 	}
 	requireCompareTools(t)
-	jsonl := filepath.Join(t.TempDir(), "quick.jsonl")
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "occl-bench")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/occl-bench")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	jsonl := filepath.Join(dir, "quick.jsonl")
 	out := runCompare(t, 10*time.Minute, "--quick", "--repeat", "2", "--ops", "alltoall", "--np", "2",
-		"--skip", "gloo,limits", "--out", jsonl)
+		"--skip", "gloo,limits", "--occl-bin", bin, "--baseline", bin, "--out", jsonl)
 
 	data, err := os.ReadFile(jsonl)
 	if err != nil {
@@ -203,7 +251,7 @@ func TestCompareQuickAllToAll(t *testing.T) {
 		}
 	}
 	// 8 B cannot be split into 2 float32 chunks of 16 bytes: 32 B instead.
-	for _, col := range []string{"occl-tcp", "occl-shm", "mpi-tcp", "mpi-shm"} {
+	for _, col := range []string{"occl-tcp", "occl-shm", "base-tcp", "base-shm", "mpi-tcp", "mpi-shm"} {
 		for _, b := range []int{32, 1 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20} {
 			if !seen[col+" "+strconv.Itoa(b)] {
 				t.Errorf("%s measured nothing at %d bytes", col, b)
@@ -212,8 +260,8 @@ func TestCompareQuickAllToAll(t *testing.T) {
 	}
 	var want []string
 	for _, cols := range [][]string{
-		{"occl-tcp", "occl-shm", "mpi-tcp", "mpi-shm"},
-		{"occl-shm", "mpi-tcp", "mpi-shm", "occl-tcp"},
+		{"occl-tcp", "occl-shm", "base-tcp", "base-shm", "mpi-tcp", "mpi-shm"},
+		{"occl-shm", "base-tcp", "base-shm", "mpi-tcp", "mpi-shm", "occl-tcp"},
 	} {
 		for _, c := range []string{"grid-alltoall-np2-32B", "grid-alltoall-np2-64KiB", "grid-alltoall-np2-16MiB"} {
 			for _, col := range cols {
@@ -224,7 +272,8 @@ func TestCompareQuickAllToAll(t *testing.T) {
 	if strings.Join(order, "\n") != strings.Join(want, "\n") {
 		t.Errorf("commands ran in the order\n%s\nwant\n%s", strings.Join(order, "\n"), strings.Join(want, "\n"))
 	}
-	for _, w := range []string{"median of up to 2 round(s)", "worst occl-shm/best: ", "worst occl-shm/mpi-shm: ", "worst occl-tcp/mpi-tcp: ", "alltoall   2   32B*"} {
+	for _, w := range []string{"median of up to 2 round(s)", "worst occl-shm/best: ", "worst occl-shm/mpi-shm: ", "worst occl-tcp/mpi-tcp: ",
+		"worst occl-shm/base-shm: ", "worst occl-tcp/base-tcp: ", "alltoall   2   32B*"} {
 		if !strings.Contains(out, w) {
 			t.Errorf("table lacks %q:\n%s", w, out)
 		}

@@ -100,6 +100,18 @@ smallest size of each op and np it shows the spread of occl-shm and mpi-shm
 over the rounds (max/min time). Below the table, the worst point of every
 ratio. Files of the legacy set print their bus bandwidth tables as before.
 
+--baseline BIN runs a second occl-bench, built from another commit, as two
+more columns, base-tcp and base-shm, in the same rotation as the others, and
+adds the ratios occl-shm/base-shm and occl-tcp/base-tcp (above 1 this build
+is faster) with their worst points: a regression check of every point
+measured in one run. Given the same binary as the one under test, the two
+ratios are an A/A comparison, which shows how far apart one build lands from
+itself in a run of this many rounds on this machine, the margin any other
+ratio of the table needs before it means something:
+
+    go build -o /tmp/occl-bench-old ./bench/cmd/occl-bench   # at the older commit
+    /usr/bin/python3 bench/peers/compare.py --ops allreduce,alltoall --baseline /tmp/occl-bench-old
+
 Each "run" line also carries other_cpu_s, the CPU time that other processes
 used while the command ran; the script warns when it is large, because on a
 small machine anything else running distorts every number. --wait-idle N
@@ -143,6 +155,10 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 
 # Columns of the comparison, in order.
 IMPLS = ("occl-tcp", "occl-shm", "gloo", "mpi-tcp", "mpi-shm")
+
+# Columns of the second occl-bench that --baseline runs, shown only where a
+# run has them.
+BASE_IMPLS = ("base-tcp", "base-shm")
 
 
 class Case:
@@ -309,7 +325,7 @@ class Tools:
 
     def __init__(self, args, tmp):
         self.args, self.tmp = args, tmp
-        self.occl = self.limits = self.mpi = self.mpirun = None
+        self.occl = self.base = self.limits = self.mpi = self.mpirun = None
         self.gloo_ok = False
         self.torch_version = None
         self.missing = {}  # peer -> reason
@@ -317,6 +333,8 @@ class Tools:
     def prepare(self, skip):
         if "occl" not in skip:
             self.occl = self._go_build("occl", "./bench/cmd/occl-bench", "occl-bench", self.args.occl_bin)
+            if self.args.baseline:
+                self.base = self._given("baseline", self.args.baseline)
         if "limits" not in skip:
             self.limits = self._go_build("limits", "./bench/peers/limits", "occl-limits", None)
         if "gloo" not in skip:
@@ -326,12 +344,15 @@ class Tools:
         for peer, why in self.missing.items():
             log("compare: %s unavailable: %s; its columns stay empty" % (peer, why))
 
+    def _given(self, peer, path):
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+        self.missing[peer] = "%s is not an executable file" % path
+        return None
+
     def _go_build(self, peer, pkg, name, given):
         if given:
-            if os.access(given, os.X_OK):
-                return given
-            self.missing[peer] = "%s is not executable" % given
-            return None
+            return self._given(peer, given)
         if not shutil.which("go"):
             self.missing[peer] = "the go command is not on PATH"
             return None
@@ -383,14 +404,16 @@ def commands(case, tools, args):
     """(run label, argv) for every implementation of one case."""
     out = []
     check = ["-c", "1"] if args.check else ["-c", "0"]
-    if tools.occl:
+    for label, binary in (("occl", tools.occl), ("base", tools.base)):
+        if not binary:
+            continue
         for t in ("tcp", "shm"):
-            argv = [tools.occl, "-np", str(case.np)] + case.sweep_args() + ["-transport", t, "-z", "1", "-json"]
+            argv = [binary, "-np", str(case.np)] + case.sweep_args() + ["-transport", t, "-z", "1", "-json"]
             if not args.check:
                 argv += ["-c", "0"]
             if args.hugepages:
                 argv += ["-hugepages"]
-            out.append(("occl-" + t, argv))
+            out.append((label + "-" + t, argv))
     if tools.gloo_ok:
         out.append(("gloo", [args.python, os.path.join(HERE, "gloo_bench.py"), "-np", str(case.np)]
                     + case.sweep_args() + check))
@@ -611,7 +634,7 @@ def run_all(args):
             warn_if_busy(label, secs, other)
             want_transport = label.split("-", 1)[1] if "-" in label else "tcp"
             for r in recs:
-                if label.startswith("occl") and r.get("transport") not in (None, want_transport):
+                if label.startswith(("occl", "base")) and r.get("transport") not in (None, want_transport):
                     log("compare: warning: %s asked for transport %s but reports %r"
                         % (label, want_transport, r.get("transport")))
                 r.update(case=case.name, group=case.group, run=label)
@@ -663,7 +686,7 @@ def load_records(path):
 
 def column_of(rec):
     """Which comparison column a measurement belongs to."""
-    if rec.get("run") in IMPLS:
+    if rec.get("run") in IMPLS + BASE_IMPLS:
         return rec["run"]
     impl, t = rec.get("impl"), rec.get("transport")
     if impl == "gloo":
@@ -735,6 +758,13 @@ GRID_RATIOS = (
     ("occl-tcp/gloo", "occl-tcp", ("gloo",), ("alltoall", "alltoallv")),
 )
 
+# The ratios of this build against the --baseline build, shown only where
+# the records have its columns.
+BASE_RATIOS = (
+    ("occl-shm/base-shm", "occl-shm", ("base-shm",), None),
+    ("occl-tcp/base-tcp", "occl-tcp", ("base-tcp",), None),
+)
+
 # Operations whose peers exist only in place (MPI_Bcast, torch's
 # broadcast): the grid compares occl's in-place time there (occl-bench
 # times both forms; out of place, the root copies its source too).
@@ -744,6 +774,15 @@ IN_PLACE_OPS = ("broadcast",)
 SPREAD_COLS = ("occl-shm", "mpi-shm")
 
 
+def grid_layout(points):
+    """(columns, ratios, spread columns) of a grid table of points: the
+    baseline's columns, ratios and spread join the others where any point
+    has a baseline column."""
+    if any(c in BASE_IMPLS for cells in points.values() for c in cells):
+        return IMPLS + BASE_IMPLS, GRID_RATIOS + BASE_RATIOS, SPREAD_COLS + ("base-shm",)
+    return IMPLS, GRID_RATIOS, SPREAD_COLS
+
+
 def grid_points(records):
     """{(op, np, bytes): {column: [time_us of each round]}} of grid records."""
     points = {}
@@ -751,9 +790,9 @@ def grid_points(records):
         if r.get("impl") in ("meta", "run", "limit") or not isinstance(r.get("time_us"), (int, float)):
             continue
         col = column_of(r)
-        if col not in IMPLS:
+        if col not in IMPLS + BASE_IMPLS:
             continue
-        if r.get("op") in IN_PLACE_OPS and col.startswith("occl") and isinstance(r.get("inplace_time_us"), (int, float)) \
+        if r.get("op") in IN_PLACE_OPS and col.startswith(("occl", "base")) and isinstance(r.get("inplace_time_us"), (int, float)) \
                 and r["inplace_time_us"] > 0:
             r = dict(r, time_us=r["inplace_time_us"])
         key = (r.get("op"), r.get("np"), r.get("bytes"))
@@ -773,6 +812,7 @@ def grid_rows(records):
     spread (column -> max/min over rounds, at the smallest size of each op
     and np only), rounds and wrong (columns with a wrong result)."""
     points = grid_points(records)
+    _, ratios, spread_cols = grid_layout(points)
     smallest = {}
     for op, np, b in points:
         smallest[(op, np)] = min(b, smallest.get((op, np), b))
@@ -783,7 +823,7 @@ def grid_rows(records):
         cells = points[key]
         time = {c: median([r["time_us"] for r in rs]) for c, rs in cells.items()}
         ratio = {}
-        for name, mine, peers, ops in GRID_RATIOS:
+        for name, mine, peers, ops in ratios:
             if ops is not None and op not in ops:
                 continue
             have = [(time[p], p) for p in peers if time.get(p)]
@@ -794,7 +834,7 @@ def grid_rows(records):
             ratio[name] = (t / time[mine], peer)
         spread = {}
         if b == smallest[(op, np)]:
-            for c in SPREAD_COLS:
+            for c in spread_cols:
                 ts = [r["time_us"] for r in cells.get(c, [])]
                 if len(ts) > 1 and min(ts) > 0:
                     spread[c] = max(ts) / min(ts)
@@ -807,11 +847,11 @@ def grid_rows(records):
     return rows
 
 
-def worst_points(rows):
-    """header -> the row with the smallest value of that ratio (None if the
-    ratio was never measured)."""
+def worst_points(rows, ratios=GRID_RATIOS):
+    """header -> the row with the smallest value of each of ratios (None if
+    the ratio was never measured)."""
     worst = {}
-    for name, _, _, _ in GRID_RATIOS:
+    for name, _, _, _ in ratios:
         have = [r for r in rows if (r["ratio"].get(name) or (None,))[0] is not None]
         worst[name] = min(have, key=lambda r: r["ratio"][name][0]) if have else None
     return worst
@@ -822,11 +862,12 @@ def print_grid(records, markdown, out):
     ratios of GRID_RATIOS, the spread over rounds at the smallest size, and
     the worst point of every ratio."""
     rows = grid_rows(records)
+    cols, ratios, spread_cols = grid_layout(grid_points(records))
     out("%sCollectives of an MoE layer, float32: median time (us) and time ratios peer/occl"
         % ("## " if markdown else "== "))
     out()
-    headers = ["op", "np", "bytes"] + list(IMPLS) + [h for h, _, _, _ in GRID_RATIOS] + [
-        "spread " + c for c in SPREAD_COLS]
+    headers = ["op", "np", "bytes"] + list(cols) + [h for h, _, _, _ in ratios] + [
+        "spread " + c for c in spread_cols]
     table = []
     marked = False
     for r in rows:
@@ -834,8 +875,8 @@ def print_grid(records, markdown, out):
         if r["bytes"] not in GRID_SIZES:
             size += "*"
             marked = True
-        line = [r["op"], str(r["np"]), size] + [fmt_num(r["time"].get(c)) for c in IMPLS]
-        for name, _, _, _ in GRID_RATIOS:
+        line = [r["op"], str(r["np"]), size] + [fmt_num(r["time"].get(c)) for c in cols]
+        for name, _, _, _ in ratios:
             v, peer = r["ratio"].get(name, (None, None))
             if name not in r["ratio"]:
                 line.append("")
@@ -845,13 +886,13 @@ def print_grid(records, markdown, out):
                 line.append("%.2fx %s" % (v, peer))
             else:
                 line.append("%.2fx" % v)
-        line += ["%.2f" % r["spread"][c] if c in r["spread"] else "" for c in SPREAD_COLS]
+        line += ["%.2f" % r["spread"][c] if c in r["spread"] else "" for c in spread_cols]
         table.append(line)
     out(render(headers, table, markdown))
     out()
     bullet = "* " if markdown else ""
-    worst = worst_points(rows)
-    for name, _, _, _ in GRID_RATIOS:
+    worst = worst_points(rows, ratios)
+    for name, _, _, _ in ratios:
         w = worst[name]
         if w is None:
             out("%sworst %s: not measured" % (bullet, name))
@@ -880,6 +921,11 @@ def print_grid(records, markdown, out):
         "bytes follow nccl-tests: the whole buffer per rank (alltoall send buffer, allgather output, "
         "reducescatter input; alltoallv: its alltoall's).",
     ]
+    if ratios is not GRID_RATIOS:
+        notes.append("base-tcp and base-shm are a second occl-bench (--baseline), run in the same rotation; "
+                     "occl-shm/base-shm and occl-tcp/base-tcp are time(base)/time(occl), above 1x this "
+                     "build is faster. Where both are the same binary, they show how far one build "
+                     "lands from itself in this run (spread base-shm: its rounds at the smallest size).")
     if marked:
         notes.append("Sizes marked * replace 8 B: allgather, reducescatter, alltoall and alltoallv need a per-rank chunk of "
                      "16 bytes (4 float32) in gloo_bench.py and mpi_bench.c, which round the chunk "
@@ -1131,6 +1177,9 @@ def main():
     p.add_argument("--out", help="JSONL file for all raw records "
                    "(default bench/results/compare-<date>.jsonl)")
     p.add_argument("--occl-bin", help="use this occl-bench instead of building it")
+    p.add_argument("--baseline", metavar="BIN",
+                   help="also run this occl-bench (another build, or the same one for an A/A "
+                        "comparison) as the columns base-tcp and base-shm")
     p.add_argument("--python", default="/usr/bin/python3", help="interpreter with torch for Gloo")
     p.add_argument("--skip", default="", help="comma-separated: occl,gloo,mpi,limits")
     p.add_argument("--no-check", dest="check", action="store_false",

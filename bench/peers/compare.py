@@ -107,7 +107,9 @@ is faster) with their worst points: a regression check of every point
 measured in one run. Given the same binary as the one under test, the two
 ratios are an A/A comparison, which shows how far apart one build lands from
 itself in a run of this many rounds on this machine, the margin any other
-ratio of the table needs before it means something:
+ratio of the table needs before it means something. The two columns cost
+what occl's do: bench/results/compare-20261201-aa.jsonl (AllReduce and
+AllToAll, 3 rounds) ran 744 s of commands, 142 of them the baseline's.
 
     go build -o /tmp/occl-bench-old ./bench/cmd/occl-bench   # at the older commit
     /usr/bin/python3 bench/peers/compare.py --ops allreduce,alltoall --baseline /tmp/occl-bench-old
@@ -335,6 +337,8 @@ class Tools:
             self.occl = self._go_build("occl", "./bench/cmd/occl-bench", "occl-bench", self.args.occl_bin)
             if self.args.baseline:
                 self.base = self._given("baseline", self.args.baseline)
+        elif self.args.baseline:
+            self.missing["baseline"] = "--skip occl leaves it out as well"
         if "limits" not in skip:
             self.limits = self._go_build("limits", "./bench/peers/limits", "occl-limits", None)
         if "gloo" not in skip:
@@ -859,8 +863,9 @@ def worst_points(rows, ratios=GRID_RATIOS):
 
 def print_grid(records, markdown, out):
     """The table of the grid: per point the median time of every column, the
-    ratios of GRID_RATIOS, the spread over rounds at the smallest size, and
-    the worst point of every ratio."""
+    ratios of GRID_RATIOS (and BASE_RATIOS where the records have a
+    baseline), the spread over rounds at the smallest size, and the worst
+    point of every ratio."""
     rows = grid_rows(records)
     cols, ratios, spread_cols = grid_layout(grid_points(records))
     out("%sCollectives of an MoE layer, float32: median time (us) and time ratios peer/occl"

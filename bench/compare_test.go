@@ -93,7 +93,6 @@ func markdownRows(out string) map[string][]string {
 //	8): the fastest other column is occl-tcp, 0.80; 1.60; 5.00.
 func TestCompareTableRatios(t *testing.T) {
 	out := runCompare(t, time.Minute, "--table", "bench/testdata/compare-grid.jsonl", "--markdown")
-	rows := markdownRows(out)
 	// op, np, bytes, occl-tcp, occl-shm, gloo, mpi-tcp, mpi-shm,
 	// occl-shm/best, occl-shm/mpi-shm, occl-tcp/mpi-tcp, occl-tcp/gloo,
 	// spread occl-shm, spread mpi-shm.
@@ -103,6 +102,22 @@ func TestCompareTableRatios(t *testing.T) {
 		{"reducescatter", "2", "1KiB", "30.0", "10.0", "-", "15.0", "40.0", "1.50x mpi-tcp", "4.00x", "0.50x", "", "", ""},
 		{"allreduce", "4", "8B", "4.000", "5.000", "500.0", "20.0", "8.000", "0.80x occl-tcp", "1.60x", "5.00x", "", "", ""},
 	}
+	checkGridTable(t, out, want, []string{
+		"worst occl-shm/best: 0.25x at alltoall np=2 32B (vs mpi-shm)",
+		"worst occl-shm/mpi-shm: 0.25x at alltoall np=2 32B (vs mpi-shm)",
+		"worst occl-tcp/mpi-tcp: 0.50x at reducescatter np=2 1KiB (vs mpi-tcp)",
+		"worst occl-tcp/gloo: 1.50x at alltoall np=2 64MiB (vs gloo)",
+		"median of up to 3 round(s)",
+		"16 B x np (32 B at np=2, 64 B at np=4)",
+	})
+}
+
+// checkGridTable checks the Markdown grid table out: each row of want
+// (keyed by its first three cells) has exactly those cells, and out has
+// every one of lines.
+func checkGridTable(t *testing.T, out string, want [][]string, lines []string) {
+	t.Helper()
+	rows := markdownRows(out)
 	for _, w := range want {
 		key := strings.Join(w[:3], " ")
 		got, ok := rows[key]
@@ -114,16 +129,9 @@ func TestCompareTableRatios(t *testing.T) {
 			t.Errorf("row %q:\n got %q\nwant %q", key, got, w)
 		}
 	}
-	for _, w := range []string{
-		"worst occl-shm/best: 0.25x at alltoall np=2 32B (vs mpi-shm)",
-		"worst occl-shm/mpi-shm: 0.25x at alltoall np=2 32B (vs mpi-shm)",
-		"worst occl-tcp/mpi-tcp: 0.50x at reducescatter np=2 1KiB (vs mpi-tcp)",
-		"worst occl-tcp/gloo: 1.50x at alltoall np=2 64MiB (vs gloo)",
-		"median of up to 3 round(s)",
-		"16 B x np (32 B at np=2, 64 B at np=4)",
-	} {
-		if !strings.Contains(out, w) {
-			t.Errorf("output lacks %q:\n%s", w, out)
+	for _, l := range lines {
+		if !strings.Contains(out, l) {
+			t.Errorf("output lacks %q:\n%s", l, out)
 		}
 	}
 }
@@ -142,7 +150,6 @@ func TestCompareTableRatios(t *testing.T) {
 //	0.80), mpi-tcp 20.
 func TestCompareTableBaseline(t *testing.T) {
 	out := runCompare(t, time.Minute, "--table", "bench/testdata/compare-baseline.jsonl", "--markdown")
-	rows := markdownRows(out)
 	// op, np, bytes, occl-tcp, occl-shm, gloo, mpi-tcp, mpi-shm, base-tcp,
 	// base-shm, occl-shm/best, occl-shm/mpi-shm, occl-tcp/mpi-tcp,
 	// occl-tcp/gloo, occl-shm/base-shm, occl-tcp/base-tcp, spread
@@ -151,22 +158,12 @@ func TestCompareTableBaseline(t *testing.T) {
 		{"alltoall", "2", "32B*", "50.0", "10.0", "-", "40.0", "12.0", "55.0", "8.000", "1.20x mpi-shm", "1.20x", "0.80x", "-", "0.80x", "1.10x", "1.00", "1.00", "1.67"},
 		{"allreduce", "4", "8B", "4.000", "5.000", "-", "20.0", "8.000", "2.000", "6.000", "0.80x occl-tcp", "1.60x", "5.00x", "", "1.20x", "0.50x", "", "", ""},
 	}
-	for _, w := range want {
-		key := strings.Join(w[:3], " ")
-		if got := rows[key]; strings.Join(got, "|") != strings.Join(w, "|") {
-			t.Errorf("row %q:\n got %q\nwant %q", key, got, w)
-		}
-	}
-	for _, w := range []string{
+	checkGridTable(t, out, want, []string{
 		"worst occl-shm/base-shm: 0.80x at alltoall np=2 32B (vs base-shm)",
 		"worst occl-tcp/base-tcp: 0.50x at allreduce np=4 8B (vs base-tcp)",
 		"worst occl-shm/best: 0.80x at allreduce np=4 8B (vs occl-tcp)",
 		"base-tcp and base-shm are a second occl-bench (--baseline)",
-	} {
-		if !strings.Contains(out, w) {
-			t.Errorf("output lacks %q:\n%s", w, out)
-		}
-	}
+	})
 }
 
 // TestCompareTableLegacy checks that a file of the earlier AllReduce-centred

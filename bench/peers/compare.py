@@ -778,11 +778,11 @@ IN_PLACE_OPS = ("broadcast",)
 SPREAD_COLS = ("occl-shm", "mpi-shm")
 
 
-def grid_layout(points):
-    """(columns, ratios, spread columns) of a grid table of points: the
-    baseline's columns, ratios and spread join the others where any point
-    has a baseline column."""
-    if any(c in BASE_IMPLS for cells in points.values() for c in cells):
+def grid_layout(columns):
+    """(columns, ratios, spread columns) of a grid table whose points have
+    the given columns: the baseline's columns, ratios and spread join the
+    others where any point has a baseline column."""
+    if any(c in BASE_IMPLS for c in columns):
         return IMPLS + BASE_IMPLS, GRID_RATIOS + BASE_RATIOS, SPREAD_COLS + ("base-shm",)
     return IMPLS, GRID_RATIOS, SPREAD_COLS
 
@@ -816,7 +816,7 @@ def grid_rows(records):
     spread (column -> max/min over rounds, at the smallest size of each op
     and np only), rounds and wrong (columns with a wrong result)."""
     points = grid_points(records)
-    _, ratios, spread_cols = grid_layout(points)
+    _, ratios, spread_cols = grid_layout({c for cells in points.values() for c in cells})
     smallest = {}
     for op, np, b in points:
         smallest[(op, np)] = min(b, smallest.get((op, np), b))
@@ -867,7 +867,7 @@ def print_grid(records, markdown, out):
     baseline), the spread over rounds at the smallest size, and the worst
     point of every ratio."""
     rows = grid_rows(records)
-    cols, ratios, spread_cols = grid_layout(grid_points(records))
+    cols, ratios, spread_cols = grid_layout({c for r in rows for c in r["time"]})
     out("%sCollectives of an MoE layer, float32: median time (us) and time ratios peer/occl"
         % ("## " if markdown else "== "))
     out()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -87,10 +88,17 @@ func markdownRows(out string) map[string][]string {
 //	occl-tcp/gloo = 1000/50 = 20, spreads 30/10 = 3 and 4/2 = 2.
 //	alltoall np=2 64 MiB (occl-shm 1000, occl-tcp 4000, gloo 6000, mpi-tcp
 //	8000, mpi-shm 2000): 2.00 mpi-shm, 2.00, 2.00, 1.50.
-//	reducescatter np=2 1 KiB (occl-shm 10, occl-tcp 30, mpi-tcp 15, mpi-shm
-//	40, no gloo): best is mpi-tcp, 1.50; 4.00; 0.50; no occl/gloo ratio.
+//	reducescatter np=2 1 KiB (occl-shm 10 in three rounds, occl-tcp 30,
+//	mpi-tcp 15, mpi-shm 40 in two, no gloo): best is mpi-tcp, 1.50; 4.00;
+//	0.50; no occl/gloo ratio; spreads 1.00.
 //	allreduce np=4 8 B (occl-shm 5, occl-tcp 4, gloo 500, mpi-tcp 20, mpi-shm
 //	8): the fastest other column is occl-tcp, 0.80; 1.60; 5.00.
+//
+// Only alltoall np=2 32 B has rounds to pair (occl-shm slower than mpi-shm
+// in all three), so every ratio of occl-shm counts one point slower in every
+// round, with 1/8 expected by chance, and the others count none: the
+// records carry no round, and at reducescatter the three rounds of
+// occl-shm and two of mpi-shm cannot be paired.
 func TestCompareTableRatios(t *testing.T) {
 	out := runCompare(t, time.Minute, "--table", "bench/testdata/compare-grid.jsonl", "--markdown")
 	// op, np, bytes, occl-tcp, occl-shm, gloo, mpi-tcp, mpi-shm,
@@ -99,7 +107,7 @@ func TestCompareTableRatios(t *testing.T) {
 	want := [][]string{
 		{"alltoall", "2", "32B*", "50.0", "12.0", "1000", "40.0", "3.000", "0.25x mpi-shm", "0.25x", "0.80x", "20.00x", "3.00", "2.00"},
 		{"alltoall", "2", "64MiB", "4000", "1000", "6000", "8000", "2000", "2.00x mpi-shm", "2.00x", "2.00x", "1.50x", "", ""},
-		{"reducescatter", "2", "1KiB", "30.0", "10.0", "-", "15.0", "40.0", "1.50x mpi-tcp", "4.00x", "0.50x", "", "", ""},
+		{"reducescatter", "2", "1KiB", "30.0", "10.0", "-", "15.0", "40.0", "1.50x mpi-tcp", "4.00x", "0.50x", "", "1.00", "1.00"},
 		{"allreduce", "4", "8B", "4.000", "5.000", "500.0", "20.0", "8.000", "0.80x occl-tcp", "1.60x", "5.00x", "", "", ""},
 	}
 	checkGridTable(t, out, want, []string{
@@ -107,9 +115,16 @@ func TestCompareTableRatios(t *testing.T) {
 		"worst occl-shm/mpi-shm: 0.25x at alltoall np=2 32B (vs mpi-shm)",
 		"worst occl-tcp/mpi-tcp: 0.50x at reducescatter np=2 1KiB (vs mpi-tcp)",
 		"worst occl-tcp/gloo: 1.50x at alltoall np=2 64MiB (vs gloo)",
+		"occl-shm/best: slower in every round at 1 of 1 points (0.12 expected by chance alone): alltoall np=2 32B\n",
+		"occl-shm/mpi-shm: slower in every round at 1 of 1 points (0.12 expected by chance alone): alltoall np=2 32B\n",
 		"median of up to 3 round(s)",
 		"16 B x np (32 B at np=2, 64 B at np=4)",
 	})
+	for _, r := range []string{"occl-tcp/mpi-tcp: slower", "occl-tcp/gloo: slower"} {
+		if strings.Contains(out, r) {
+			t.Errorf("output counts rounds of a ratio without two paired rounds (%q):\n%s", r, out)
+		}
+	}
 }
 
 // checkGridTable checks the Markdown grid table out: each row of want
@@ -148,6 +163,14 @@ func checkGridTable(t *testing.T, out string, want [][]string, lines []string) {
 //	allreduce np=4 8 B: occl-shm 5, base-shm 6 (1.20), mpi-shm 8, occl-tcp 4,
 //	base-tcp 2 (0.50, faster than any peer but no peer: best is occl-tcp,
 //	0.80), mpi-tcp 20.
+//
+// Rounds, all at alltoall np=2 32 B: occl-shm 10 10 10 against base-shm
+// 6 10 8 is slower in two rounds and even in one, so not in every round;
+// occl-tcp 50 70 50 (median 50) is slower than mpi-tcp's 40 in all three.
+// occl-tcp's and base-tcp's records carry their round, and base-tcp ran
+// rounds 1 and 3 only (45 and 65, median 55): paired by round, occl-tcp is
+// slower in round 1 only (by their order, rounds 1 and 2, it would be
+// slower in both).
 func TestCompareTableBaseline(t *testing.T) {
 	out := runCompare(t, time.Minute, "--table", "bench/testdata/compare-baseline.jsonl", "--markdown")
 	// op, np, bytes, occl-tcp, occl-shm, gloo, mpi-tcp, mpi-shm, base-tcp,
@@ -163,6 +186,9 @@ func TestCompareTableBaseline(t *testing.T) {
 		"worst occl-tcp/base-tcp: 0.50x at allreduce np=4 8B (vs base-tcp)",
 		"worst occl-shm/best: 0.80x at allreduce np=4 8B (vs occl-tcp)",
 		"base-tcp and base-shm are a second occl-bench (--baseline)",
+		"occl-shm/base-shm: slower in every round at 0 of 1 points (0.12 expected by chance alone)\n",
+		"occl-tcp/mpi-tcp: slower in every round at 1 of 1 points (0.12 expected by chance alone): alltoall np=2 32B\n",
+		"occl-tcp/base-tcp: slower in every round at 0 of 1 points (0.25 expected by chance alone)\n",
 	})
 }
 
@@ -184,14 +210,77 @@ func TestCompareTableLegacy(t *testing.T) {
 	}
 }
 
+// TestCompareRoundOrder checks the orders compare.py runs a case's
+// commands in, round after round (round_order), for 1 to 9 commands: every
+// round runs each command once, and over n rounds (2n for an odd n) every
+// command runs equally often at every position and right after every other
+// command equally often, as a Williams design does.
+func TestCompareRoundOrder(t *testing.T) {
+	pyvenv.Require(t)
+	const code = `import json, compare
+print(json.dumps({n: [compare.round_order(n, r) for r in range(2 * n)] for n in range(1, 10)}))`
+	cmd := exec.Command(pyvenv.System, "-c", code)
+	cmd.Dir = "peers"
+	cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("round_order: %v", err)
+	}
+	var orders map[int][][]int
+	if err := json.Unmarshal(out, &orders); err != nil {
+		t.Fatalf("round_order printed %q: %v", out, err)
+	}
+	for n := 1; n <= 9; n++ {
+		rounds := n
+		if n%2 == 1 {
+			rounds = 2 * n
+		}
+		if len(orders[n]) < rounds {
+			t.Fatalf("n=%d: %d rounds printed", n, len(orders[n]))
+		}
+		at := map[[2]int]int{}    // (command, position) -> rounds
+		after := map[[2]int]int{} // (command, the one before it) -> rounds
+		for r, o := range orders[n][:rounds] {
+			seen := map[int]bool{}
+			for i, x := range o {
+				if x < 0 || x >= n || seen[x] {
+					t.Fatalf("n=%d round %d: %v is not an order of %d commands", n, r, o, n)
+				}
+				seen[x] = true
+				at[[2]int{x, i}]++
+				if i > 0 {
+					after[[2]int{x, o[i-1]}]++
+				}
+			}
+			if len(o) != n {
+				t.Fatalf("n=%d round %d: %v is not an order of %d commands", n, r, o, n)
+			}
+		}
+		each := rounds / n
+		for x := 0; x < n; x++ {
+			for i := 0; i < n; i++ {
+				if at[[2]int{x, i}] != each {
+					t.Errorf("n=%d: command %d at position %d in %d of %d rounds, want %d", n, x, i, at[[2]int{x, i}], rounds, each)
+				}
+			}
+			for y := 0; y < n; y++ {
+				if x != y && after[[2]int{x, y}] != each {
+					t.Errorf("n=%d: command %d right after %d in %d of %d rounds, want %d", n, x, y, after[[2]int{x, y}], rounds, each)
+				}
+			}
+		}
+	}
+}
+
 // TestCompareQuickAllToAll runs compare.py --quick end to end for AllToAll on
 // 2 processes with occl (TCP and shared memory), the same occl-bench again
 // as the baseline (--baseline) and Open MPI (TCP and vader), two rounds, and
 // checks that every implementation measured every grid point with correct
 // results, that the rounds are interleaved (every command of round 1, then
-// of round 2; within a case the implementations back to back, starting one
-// column later in round 2) and that the table names the worst points,
-// against the peers and against the baseline.
+// of round 2; within a case the implementations back to back, in the
+// orders of round_order), that every record carries the round it ran
+// in, and that the table names the worst points, against the peers and
+// against the baseline, and counts the points slower in both rounds.
 func TestCompareQuickAllToAll(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds occl-bench and mpi_bench and runs 18 benchmark commands")
@@ -221,8 +310,10 @@ func TestCompareQuickAllToAll(t *testing.T) {
 		Wrong  *int     `json:"wrong"`
 		RC     *int     `json:"rc"`
 		Case   string   `json:"case"`
+		Round  int      `json:"round"`
 	}
 	seen := map[string]bool{}
+	round := 0         // the round of the last command
 	var order []string // case and column of every command, in order
 	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
 		var r rec
@@ -235,7 +326,8 @@ func TestCompareQuickAllToAll(t *testing.T) {
 				t.Errorf("command failed: %s", line)
 			}
 			if r.Case != "limits" {
-				order = append(order, r.Case+" "+r.Run)
+				order = append(order, fmt.Sprintf("%s %s %d", r.Case, r.Run, r.Round))
+				round = r.Round
 			}
 		case r.TimeUS != nil:
 			if r.Op != "alltoall" || r.NP != 2 {
@@ -243,6 +335,9 @@ func TestCompareQuickAllToAll(t *testing.T) {
 			}
 			if *r.TimeUS <= 0 || r.Wrong == nil || *r.Wrong != 0 {
 				t.Errorf("bad measurement %s", line)
+			}
+			if r.Round != round {
+				t.Errorf("record of round %d after a command of round %d: %s", r.Round, round, line)
 			}
 			seen[r.Run+" "+strconv.Itoa(r.Bytes)] = true
 		}
@@ -256,13 +351,16 @@ func TestCompareQuickAllToAll(t *testing.T) {
 		}
 	}
 	var want []string
-	for _, cols := range [][]string{
-		{"occl-tcp", "occl-shm", "base-tcp", "base-shm", "mpi-tcp", "mpi-shm"},
-		{"occl-shm", "base-tcp", "base-shm", "mpi-tcp", "mpi-shm", "occl-tcp"},
+	// Rows 0 and 1 of the Williams design of six columns (round_order):
+	// 0 1 5 2 4 3 and 1 2 0 3 5 4 of occl-tcp, occl-shm, base-tcp,
+	// base-shm, mpi-tcp, mpi-shm.
+	for i, cols := range [][]string{
+		{"occl-tcp", "occl-shm", "mpi-shm", "base-tcp", "mpi-tcp", "base-shm"},
+		{"occl-shm", "base-tcp", "occl-tcp", "base-shm", "mpi-shm", "mpi-tcp"},
 	} {
 		for _, c := range []string{"grid-alltoall-np2-32B", "grid-alltoall-np2-64KiB", "grid-alltoall-np2-16MiB"} {
 			for _, col := range cols {
-				want = append(want, c+" "+col)
+				want = append(want, fmt.Sprintf("%s %s %d", c, col, i+1))
 			}
 		}
 	}
@@ -270,7 +368,8 @@ func TestCompareQuickAllToAll(t *testing.T) {
 		t.Errorf("commands ran in the order\n%s\nwant\n%s", strings.Join(order, "\n"), strings.Join(want, "\n"))
 	}
 	for _, w := range []string{"median of up to 2 round(s)", "worst occl-shm/best: ", "worst occl-shm/mpi-shm: ", "worst occl-tcp/mpi-tcp: ",
-		"worst occl-shm/base-shm: ", "worst occl-tcp/base-tcp: ", "alltoall   2   32B*"} {
+		"worst occl-shm/base-shm: ", "worst occl-tcp/base-tcp: ", "alltoall   2   32B*",
+		"occl-shm/mpi-shm: slower in every round at ", " of 6 points (1.50 expected by chance alone)"} {
 		if !strings.Contains(out, w) {
 			t.Errorf("table lacks %q:\n%s", w, out)
 		}

@@ -53,8 +53,15 @@ iterations (warmup) scaled to the size:
 (every warm-up lasting at least 20 ms, in all three programs), and every
 command runs --repeat 3 rounds. Rounds are interleaved: round 1 of
 every case, then round 2, ...; within a case the five implementations run
-back to back, in an order that rotates from round to round, so a noisy
-moment of the machine hits all columns of a point alike. The tables show the
+back to back, in an order that changes from round to round, so a noisy
+moment of the machine hits all columns of a point alike. The orders are the
+rows of a Williams design: over as many rounds as there are columns (twice
+as many for an odd number, 10 for these five) every column runs once at
+every position and right after every other column equally often. (An order
+that only rotated kept every column's neighbours: in a 7-round run of one
+occl-bench against itself, the copy that always ran right after mpi-shm was
+the slower over TCP in 101 of 168 paired rounds;
+bench/results/compare-20261201-aa7.jsonl.) The tables show the
 median of the rounds.
 
 Duration: about 24 minutes for the default run on 2 cores, measured: the
@@ -98,10 +105,16 @@ occl-shm/mpi-shm, occl-tcp/mpi-tcp, and for alltoall and alltoallv
 occl-tcp/gloo. At the
 smallest size of each op and np it shows the spread of occl-shm and mpi-shm
 over the rounds (max/min time). Below the table, the worst point of every
-ratio. Files of the legacy set print their bus bandwidth tables as before.
+ratio, and for every ratio the points where occl was slower than that peer
+in every round (paired by round: the records carry it), with the number of
+such points two equally fast columns would give by chance alone (a point
+of n rounds loses all of them with probability 1/2^n): with 3 rounds that is
+one point in 8, with 7 one in 128, which is what more rounds buy on a
+noisy machine. Files of the legacy set print their bus bandwidth tables as
+before.
 
 --baseline BIN runs a second occl-bench, built from another commit, as two
-more columns, base-tcp and base-shm, in the same rotation as the others, and
+more columns, base-tcp and base-shm, in the same rounds as the others, and
 adds the ratios occl-shm/base-shm and occl-tcp/base-tcp (above 1 this build
 is faster) with their worst points: a regression check of every point
 measured in one run. Given the same binary as the one under test, the two
@@ -439,6 +452,27 @@ def commands(case, tools, args):
     return out
 
 
+def round_order(n, r):
+    """The order in which round r (from 0) runs the n commands of a case:
+    row r of a Williams design, a Latin square balanced for what ran just
+    before. Over n rounds (2n when n is odd, the second n reversed) every
+    command runs once at every position, and right after every other
+    command equally often, so that a command that slows or speeds up the
+    next one (a program's exit still tearing down its memory, say) does not
+    always fall on the same column. Row 0 is 0, 1, n-1, 2, n-2, ...;
+    row r adds r to every entry, modulo n."""
+    row, lo, hi = [0], 1, n - 1
+    while len(row) < n:
+        row.append(lo)
+        lo += 1
+        if len(row) < n:
+            row.append(hi)
+            hi -= 1
+    if n % 2 == 1 and (r // n) % 2 == 1:
+        row.reverse()
+    return [(x + r) % n for x in row]
+
+
 def parse_json_lines(text):
     recs = []
     for line in (text or "").splitlines():
@@ -616,24 +650,24 @@ def run_all(args):
         # Rounds run every command once each, interleaved, so that a slow
         # spell of the machine hits every implementation alike; the tables
         # report the median over rounds.
-        # Within a case the order of the implementations rotates from round
-        # to round, so that none always runs first (after a heavy command of
-        # the previous case) or last.
+        # Within a case the order of the implementations changes from
+        # round to round (round_order), so that none always runs first
+        # (after a heavy command of the previous case), last, or right
+        # after the same other one.
         plan = []
         for rnd_i in range(args.repeat):
             for c in cases:
                 cmds = commands(c, tools, args)
-                k = rnd_i % len(cmds) if cmds else 0
-                plan += [(c, label, argv) for label, argv in cmds[k:] + cmds[:k]]
+                plan += [(rnd_i + 1, c) + cmds[j] for j in round_order(len(cmds), rnd_i)]
         unsupported = set()  # (run label, op) that exited with status 3
-        for i, (case, label, argv) in enumerate(plan, 1):
+        for i, (round_no, case, label, argv) in enumerate(plan, 1):
             if (label, case.op) in unsupported:
                 continue
             log("compare: [%d/%d] %-8s %s" % (i, len(plan), label, case.describe()))
             if args.wait_idle > 0:
                 wait_idle(args.wait_idle)
             recs, rc, secs, err, other = run_one(label, argv, args.timeout, args.verbose)
-            write({"impl": "run", "case": case.name, "group": case.group, "run": label,
+            write({"impl": "run", "case": case.name, "group": case.group, "run": label, "round": round_no,
                    "argv": argv, "rc": rc, "seconds": round(secs, 2), "other_cpu_s": rnd(other)})
             warn_if_busy(label, secs, other)
             want_transport = label.split("-", 1)[1] if "-" in label else "tcp"
@@ -641,7 +675,7 @@ def run_all(args):
                 if label.startswith(("occl", "base")) and r.get("transport") not in (None, want_transport):
                     log("compare: warning: %s asked for transport %s but reports %r"
                         % (label, want_transport, r.get("transport")))
-                r.update(case=case.name, group=case.group, run=label)
+                r.update(case=case.name, group=case.group, run=label, round=round_no)
                 write(r)
             if rc == 3 and label == "gloo":
                 unsupported.add((label, case.op))
@@ -813,6 +847,7 @@ def median(xs):
 def grid_rows(records):
     """The grid table's rows as data: a list of dicts with op, np, bytes,
     time (column -> median time_us), ratio (header -> (value, peer column)),
+    slower (header -> rounds_slower of occl's column against that peer),
     spread (column -> max/min over rounds, at the smallest size of each op
     and np only), rounds and wrong (columns with a wrong result)."""
     points = grid_points(records)
@@ -826,7 +861,7 @@ def grid_rows(records):
         op, np, b = key
         cells = points[key]
         time = {c: median([r["time_us"] for r in rs]) for c, rs in cells.items()}
-        ratio = {}
+        ratio, slower = {}, {}
         for name, mine, peers, ops in ratios:
             if ops is not None and op not in ops:
                 continue
@@ -836,6 +871,7 @@ def grid_rows(records):
                 continue
             t, peer = min(have)
             ratio[name] = (t / time[mine], peer)
+            slower[name] = rounds_slower(cells[mine], cells[peer])
         spread = {}
         if b == smallest[(op, np)]:
             for c in spread_cols:
@@ -843,12 +879,53 @@ def grid_rows(records):
                 if len(ts) > 1 and min(ts) > 0:
                     spread[c] = max(ts) / min(ts)
         rows.append({
-            "op": op, "np": np, "bytes": b, "time": time, "ratio": ratio, "spread": spread,
+            "op": op, "np": np, "bytes": b, "time": time, "ratio": ratio, "slower": slower, "spread": spread,
             "rounds": max(len(rs) for rs in cells.values()),
             "wrong": sorted(c for c, rs in cells.items()
                             if any((r.get("wrong") or 0) > 0 for r in rs)),
         })
     return rows
+
+
+def rounds_slower(mine, peer):
+    """(k, n): in how many of the n rounds both columns ran the time of mine
+    was above the peer's in the same round (a round runs every column of a
+    point back to back). Records carry their round; in files written
+    before they did, a column's records are in the order of the rounds, one
+    per round, and two columns with a different number of them (a command
+    that failed in one round) cannot be paired: n is 0."""
+    a, b = round_times(mine), round_times(peer)
+    if a is None or b is None:
+        if len(mine) != len(peer):
+            return 0, 0
+        a, b = dict(enumerate(r["time_us"] for r in mine)), dict(enumerate(r["time_us"] for r in peer))
+    common = a.keys() & b.keys()
+    return sum(1 for i in common if a[i] > b[i]), len(common)
+
+
+def round_times(rs):
+    """{round: time_us} of records that all carry their round, else None."""
+    if not all(isinstance(r.get("round"), int) for r in rs):
+        return None
+    return {r["round"]: r["time_us"] for r in rs}
+
+
+def slower_every_round(rows, name):
+    """(lost, paired, chance) for ratio name: the rows where occl's column
+    was slower than its peer in every one of at least two paired rounds,
+    how many rows have two such rounds, and how many rows two columns of
+    the same speed would lose by chance: a point of n independent rounds
+    loses all of them with probability 2**-n."""
+    lost, paired, chance = [], 0, 0.0
+    for r in rows:
+        k, n = r["slower"].get(name, (0, 0))
+        if n < 2:
+            continue
+        paired += 1
+        chance += 0.5 ** n
+        if k == n:
+            lost.append(r)
+    return lost, paired, chance
 
 
 def worst_points(rows, ratios=GRID_RATIOS):
@@ -905,6 +982,14 @@ def print_grid(records, markdown, out):
         v, peer = w["ratio"][name]
         out("%sworst %s: %.2fx at %s np=%d %s (vs %s)"
             % (bullet, name, v, w["op"], w["np"], fmt_bytes(w["bytes"]), peer))
+    for name, _, _, _ in ratios:
+        lost, paired, chance = slower_every_round(rows, name)
+        if not paired:
+            continue
+        out("%s%s: slower in every round at %d of %d points (%.2f expected by chance alone)%s"
+            % (bullet, name, len(lost), paired, chance,
+               ": " + ", ".join("%s np=%d %s" % (r["op"], r["np"], fmt_bytes(r["bytes"])) for r in lost)
+               if lost else ""))
     wrong = ["%s np=%d %s %s" % (r["op"], r["np"], fmt_bytes(r["bytes"]), c) for r in rows for c in r["wrong"]]
     if wrong:
         out()
@@ -921,13 +1006,17 @@ def print_grid(records, markdown, out):
         "rank d a share proportional to 1/(d+1) (MPI_Alltoallv, all_to_all_single with split sizes, "
         "occl-bench -op alltoallv -skew %s)." % (GRID_SKEW, GRID_SKEW),
         "spread = max/min of the round times at the smallest size of each op and np.",
+        "slower in every round: the points where occl's column took longer than the ratio's peer in each "
+        "round both ran (at least two, paired by round). Were the two equally fast, a point of n rounds "
+        "would lose all n with probability 1/2^n, which sums to the count expected by chance alone; "
+        "a slow spell of the machine can span rounds, which makes the count of two alike columns larger.",
         "broadcast compares occl's in-place time: MPI_Bcast and torch's broadcast have one buffer "
         "(out of place, occl's root also copies its source into its output).",
         "bytes follow nccl-tests: the whole buffer per rank (alltoall send buffer, allgather output, "
         "reducescatter input; alltoallv: its alltoall's).",
     ]
     if ratios is not GRID_RATIOS:
-        notes.append("base-tcp and base-shm are a second occl-bench (--baseline), run in the same rotation; "
+        notes.append("base-tcp and base-shm are a second occl-bench (--baseline), run in the same rounds; "
                      "occl-shm/base-shm and occl-tcp/base-tcp are time(base)/time(occl), above 1x this "
                      "build is faster. Where both are the same binary, they show how far one build "
                      "lands from itself in this run (spread base-shm: its rounds at the smallest size).")

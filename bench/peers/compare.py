@@ -458,7 +458,7 @@ def round_order(n, r):
     before. Over n rounds (2n when n is odd, the second n reversed) every
     command runs once at every position, and right after every other
     command equally often, so that a command that slows or speeds up the
-    next one (a program's exit still tearing down its memory, say) does not
+    next one (seen, not explained: see the module's docstring) does not
     always fall on the same column. Row 0 is 0, 1, n-1, 2, n-2, ...;
     row r adds r to every entry, modulo n."""
     row, lo, hi = [0], 1, n - 1

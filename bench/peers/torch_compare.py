@@ -10,8 +10,10 @@ cgo/python), from the repository root:
 
 For each round, process count (2, 4), operation (all_reduce,
 all_to_all_single, all_gather_into_tensor, broadcast) and implementation,
-in an order that rotates from round to round (interleaved, so that a noisy
-moment hits every column alike), it runs three size sweeps, 8 B to 64 KiB
+in an order that changes from round to round (compare.py's round_order, a
+Williams design: over 6 of them every implementation runs at every position
+and right after each of the other two equally often; interleaved, so that a
+noisy moment hits every column alike), it runs three size sweeps, 8 B to 64 KiB
 (1000 timed iterations), 128 KiB to 4 MiB (200) and 8 MiB to 64 MiB (20),
 factor 2, of
 
@@ -52,6 +54,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
+
+from compare import round_order
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -167,7 +171,7 @@ def measure(args):
         for rnd in range(args.rounds):
             for np_ in args.np:
                 for op in args.ops:
-                    order = IMPLS[k % 3 :] + IMPLS[: k % 3]
+                    order = [IMPLS[j] for j in round_order(len(IMPLS), k)]
                     k += 1
                     for impl in order:
                         meta = {"round": rnd, "impl": impl}

@@ -119,12 +119,15 @@ type Conn struct {
 	// cleared: the seal words of the lines from the tail's frame boundary
 	// up to here are cleared (see clearAhead).
 	cleared uint64
-	sticket uint64   // descriptors sent on out
-	doneC   uint64   // last completion count read from shared memory (validated)
-	lent    [][]byte // the payloads the peer may be reading
-	offered uint64   // ticket of the offer (lent[0]) not yet settled, 0 if none
-	shdr    [transport.HeaderSize]byte
-	sdesc   [descSize]byte
+	// rewindAt: a rewind (see hotWindow) that found the consumer too far
+	// behind reads its head again only from this tail on.
+	rewindAt uint64
+	sticket  uint64   // descriptors sent on out
+	doneC    uint64   // last completion count read from shared memory (validated)
+	lent     [][]byte // the payloads the peer may be reading
+	offered  uint64   // ticket of the offer (lent[0]) not yet settled, 0 if none
+	shdr     [transport.HeaderSize]byte
+	sdesc    [descSize]byte
 
 	_ pad
 	// Consumer state, used only by Recv.
@@ -269,6 +272,9 @@ func (c *Conn) send(ctx context.Context, h transport.Header, payload []byte) err
 		}
 	}
 	h.Len = uint64(len(payload))
+	if c.tail&c.out.mask >= hotWindow {
+		c.rewind(len(payload))
+	}
 	if off, end, ok := c.room(len(payload)); ok {
 		// A small frame that fits before the ring's end: written in
 		// place, in one piece, and sealed. Its first line, which the
@@ -377,6 +383,42 @@ func (c *Conn) clearAhead() {
 	}
 }
 
+// rewind starts the out ring's next lap with a skip frame (see hotWindow)
+// if a frame with a payload of n bytes is small, the tail is a frame
+// boundary, and the consumer has read all but the last armWindow bytes of
+// this lap. Before the skip frame it clears the seal words of the first
+// armWindow bytes of the next lap, which the consumer has read, so that
+// the skip arms the frame after it. Where it does not rewind, the frame
+// goes where it would have gone.
+func (c *Conn) rewind(n int) {
+	r := &c.out
+	if c.tail%frameAlign != 0 || frameEnd(c.tail, n)-c.tail > smallFrame || (c.cmaOut && n >= c.cmaOutMin) {
+		return
+	}
+	off := c.tail & r.mask
+	lap := c.tail - off + r.cap
+	if need := lap + armWindow - r.cap; int64(need-c.headC) > 0 {
+		// The last head seen is that old; look again, but not at every
+		// frame while the consumer is behind (each look is a miss).
+		if int64(c.tail-c.rewindAt) < 0 {
+			return
+		}
+		c.rewindAt = c.tail + armWindow
+		if c.loadHead() != nil || int64(need-c.headC) > 0 {
+			return
+		}
+	}
+	for p := lap; p < lap+armWindow; p += frameAlign {
+		r.clearSeal(p & r.mask)
+	}
+	b := r.data[off : off+frameAlign]
+	h := skipHeader(c.tail, r.cap)
+	h.Encode(b)
+	b[flagsOff] = flagSkip | flagArmed
+	r.seal(off, sealOf(c.tail))
+	c.tail, c.cleared = lap, lap+armWindow
+}
+
 // Recv implements transport.Conn. The header is decoded and checked before
 // any payload byte is copied into buf.
 func (c *Conn) Recv(ctx context.Context, want transport.Header, buf []byte) error {
@@ -384,21 +426,35 @@ func (c *Conn) Recv(ctx context.Context, want transport.Header, buf []byte) erro
 }
 
 func (c *Conn) recv(ctx context.Context, want transport.Header, buf []byte) error {
+	for {
+		skipped, err := c.recvFrame(ctx, want, buf)
+		if !skipped || err != nil {
+			return err
+		}
+	}
+}
+
+// recvFrame receives the frame at the head into buf, or moves the head
+// past a skip frame (see flagSkip) and reports that it did.
+func (c *Conn) recvFrame(ctx context.Context, want transport.Header, buf []byte) (skipped bool, err error) {
 	if c.closed.Load() {
-		return transport.ErrClosed
+		return false, transport.ErrClosed
 	}
 	want.Len = uint64(len(buf))
 	if off, end, ok, err := c.frameAt(ctx, len(buf)); err != nil {
-		return err
+		return false, err
 	} else if ok {
 		// A small frame, all there and in one piece: checked and
 		// copied out in place.
-		flags, err := decodeFrame(c.in.data[off:off+transport.HeaderSize], &want)
+		flags, err := decodeFrame(c.in.data[off:off+transport.HeaderSize], &want, c.head, c.in.cap)
 		if err != nil {
-			return err
+			return false, err
+		}
+		if flags&flagSkip != 0 {
+			return true, c.skip(c.head, flags)
 		}
 		if flags&flagLent != 0 {
-			return &transport.FrameError{Reason: fmt.Sprintf("shared ring: a lent frame of %d bytes, below this direction's smallest loan", len(buf))}
+			return false, &transport.FrameError{Reason: fmt.Sprintf("shared ring: a lent frame of %d bytes, below this direction's smallest loan", len(buf))}
 		}
 		start := off + transport.HeaderSize
 		if c.view != nil {
@@ -411,42 +467,65 @@ func (c *Conn) recv(ctx context.Context, want transport.Header, buf []byte) erro
 			c.tailC = end
 		}
 		c.publishHead()
-		return nil
+		return false, nil
 	}
 	// The general path: the frame is read as a stream. Its header
 	// arms nothing, and what follows it is found by the tail.
 	c.armed = false
+	start := c.head
 	if err := c.get(ctx, c.rhdr[:]); err != nil {
-		return err
+		return false, err
 	}
-	flags, err := decodeFrame(c.rhdr[:], &want)
+	flags, err := decodeFrame(c.rhdr[:], &want, start, c.in.cap)
 	if err != nil {
-		return err
+		return false, err
+	}
+	if flags&flagSkip != 0 {
+		return true, c.skip(start, flags)
 	}
 	if flags&flagLent != 0 {
 		// The frame carries a descriptor instead of the payload.
 		if !c.cmaIn || len(buf) < c.descInMin {
-			return &transport.FrameError{Reason: fmt.Sprintf("shared ring: a lent frame of %d bytes, where this direction lends nothing or nothing below %d bytes", len(buf), c.descInMin)}
+			return false, &transport.FrameError{Reason: fmt.Sprintf("shared ring: a lent frame of %d bytes, where this direction lends nothing or nothing below %d bytes", len(buf), c.descInMin)}
 		}
 		if err := c.recvDesc(ctx, buf); err != nil {
-			return err
+			return false, err
 		}
 		if c.view != nil {
 			c.view.Consume(0, buf)
 		}
-		return nil
+		return false, nil
 	}
 	if c.view != nil {
 		if err := c.getView(ctx, len(buf)); err != nil {
-			return err
+			return false, err
 		}
 	} else if err := c.get(ctx, buf); err != nil {
-		return err
+		return false, err
 	}
 	if err := c.getPad(ctx); err != nil {
-		return err
+		return false, err
 	}
 	c.publishHead()
+	return false, nil
+}
+
+// skip moves the head past the skip frame that starts at stream position
+// start (see flagSkip), whose header decodeFrame checked, to the start of
+// the next lap, where the producer wrote the next frame. A skip frame at
+// the start of a lap skips nothing and cannot come from a working peer, so
+// that every skip moves the head to a lap no skip has started yet.
+func (c *Conn) skip(start uint64, flags byte) error {
+	r := &c.in
+	if start&r.mask == 0 {
+		return &transport.FrameError{Reason: fmt.Sprintf("shared ring: skip frame at the start of a lap (%d)", start)}
+	}
+	lap := start - start&r.mask + r.cap
+	c.head, c.armed = lap, flags&flagArmed != 0
+	if int64(lap-c.tailC) > 0 {
+		// The skipped bytes count as there, as a sealed frame's do.
+		c.tailC = lap
+	}
 	return nil
 }
 

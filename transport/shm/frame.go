@@ -33,6 +33,12 @@ const (
 	// (see transport.Lender), and the receiver copies it out of the
 	// sender's memory.
 	flagLent = 2
+	// flagSkip in a frame's flags says that the frame carries nothing and
+	// ends where the ring's next lap starts: its producer rewound (see
+	// hotWindow), and the next frame is at the start of the data area.
+	// Its header's Len is the length of the bytes it skips after the
+	// header, which the consumer checks against its position.
+	flagSkip = 4
 	// armWindow is how far ahead of its tail a producer keeps the seal
 	// words of the ring's lines cleared, after frames of at most sealMax
 	// bytes. A larger frame gains nothing from its seal, since its
@@ -42,6 +48,15 @@ const (
 	// tail until small ones come again.
 	armWindow = 8 << 10
 	sealMax   = 2 * frameAlign
+	// hotWindow: a producer about to write a small frame at this offset
+	// of its ring or beyond, whose consumer has read all but the last
+	// armWindow bytes written, rewinds first: it writes a skip frame
+	// (flagSkip) and starts the next lap, so that a run of small frames
+	// cycles through the first hotWindow bytes of the ring, lines and
+	// pages its processor and its consumer's have touched recently,
+	// instead of a fresh line of a large ring each time. Larger frames
+	// never rewind, so a large transfer still has the whole ring.
+	hotWindow = 64 << 10
 	// sealPolls: a consumer waiting for an armed frame reads the tail
 	// only every sealPolls rounds, and otherwise the seal alone.
 	sealPolls = 16
@@ -85,17 +100,32 @@ func smallSlot(r *ring, pos uint64, n int, desc bool) (off, end uint64, ok bool)
 	return off, end, end-pos <= smallFrame && !desc && pos%frameAlign == 0 && off+(end-pos) <= r.cap
 }
 
-// decodeFrame decodes and checks the header of a frame in the ring,
-// returning its flags. The wire format's reserved fields carry the ring's
-// flags and seal.
-func decodeFrame(b []byte, want *transport.Header) (flags byte, err error) {
+// decodeFrame decodes and checks the header of a frame in the ring that
+// starts at stream position pos of a ring of capacity bytes, returning its
+// flags. The wire format's reserved fields carry the ring's flags and seal.
+// A skip frame (flagSkip) is checked against what its producer writes
+// (skipHeader) instead of want.
+func decodeFrame(b []byte, want *transport.Header, pos, capacity uint64) (flags byte, err error) {
 	var got transport.Header
 	flags, _, err = got.DecodeReserved(b)
 	if err != nil {
 		return 0, err
 	}
-	if flags&^(flagArmed|flagLent) != 0 {
+	if flags&^(flagArmed|flagLent|flagSkip) != 0 || flags&(flagSkip|flagLent) == flagSkip|flagLent {
 		return 0, &transport.FrameError{Reason: fmt.Sprintf("shared ring: unknown frame flags %#x", flags)}
 	}
+	if flags&flagSkip != 0 {
+		if got != skipHeader(pos, capacity) {
+			return 0, &transport.FrameError{Reason: fmt.Sprintf("shared ring: skip frame at %d is not one (length %d, kind %d)", pos, got.Len, got.Kind)}
+		}
+		return flags, nil
+	}
 	return flags, transport.Check(&got, want)
+}
+
+// skipHeader is the header of a skip frame (see flagSkip) that starts at
+// stream position pos, a frame boundary, of a ring of capacity bytes: a
+// control frame whose Len covers the bytes up to the next lap.
+func skipHeader(pos, capacity uint64) transport.Header {
+	return transport.Header{Kind: transport.KindControl, Len: capacity - pos&(capacity-1) - transport.HeaderSize}
 }

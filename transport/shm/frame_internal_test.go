@@ -174,3 +174,161 @@ func TestSealedFramesLapTheRing(t *testing.T) {
 	}
 	t.Logf("%d of %d frames found by their seal before Recv", sealed, frames)
 }
+
+// rewindCap is a ring large enough for its producer to rewind (see
+// hotWindow) with room to spare.
+const rewindCap = 4 * hotWindow
+
+// Small frames that their consumer takes as they come stay within the
+// first hotWindow bytes of a large ring: past it the producer writes a
+// skip frame and starts the next lap. Every frame arrives whole and in
+// order, the skip frames arm the frame after them, and a run of skips
+// never lets a frame out of the window.
+func TestSmallFramesRewind(t *testing.T) {
+	a, b, ctx := connPair(t, rewindCap)
+	buf, got := make([]byte, 200), make([]byte, 200)
+	laps, armedAfterLap := 0, 0
+	for i := range 5000 {
+		n := 1 + i%len(buf)
+		for j := range n {
+			buf[j] = byte(i + j)
+		}
+		h := fuzzWant
+		h.Seq = uint64(i)
+		lap := a.tail / rewindCap
+		if err := a.Send(ctx, h, buf[:n]); err != nil {
+			t.Fatalf("frame %d: %v", i, err)
+		}
+		if off := (a.tail - 1) & a.out.mask; off >= hotWindow+smallFrame {
+			t.Fatalf("frame %d ends at offset %d of the ring, beyond the window (%d)", i, off, hotWindow)
+		}
+		if a.tail/rewindCap != lap {
+			laps++
+		}
+		if err := b.Recv(ctx, h, got[:n]); err != nil {
+			t.Fatalf("frame %d: %v", i, err)
+		}
+		if string(got[:n]) != string(buf[:n]) {
+			t.Fatalf("frame %d (%d bytes) differs", i, n)
+		}
+		if a.tail/rewindCap != lap && b.armed {
+			armedAfterLap++
+		}
+	}
+	// 5000 frames of 64 to 256 bytes: about 780 KiB through a window of 64.
+	if laps < 10 {
+		t.Fatalf("%d laps, want at least 10", laps)
+	}
+	if armedAfterLap != laps {
+		t.Fatalf("the frame after a skip armed the next in %d of %d laps", armedAfterLap, laps)
+	}
+}
+
+// A producer whose consumer has not read what it wrote does not rewind:
+// the frames go on past the window, and the consumer reads them all; once
+// it has, the next small frame rewinds. A large frame never does.
+func TestRewindWaitsForConsumer(t *testing.T) {
+	a, b, ctx := connPair(t, rewindCap)
+	buf := make([]byte, 1000)
+	sent := 0
+	for a.tail < hotWindow+8*1024 {
+		if err := a.Send(ctx, fuzzWant, buf); err != nil {
+			t.Fatal(err)
+		}
+		sent++
+	}
+	if a.tail >= rewindCap {
+		t.Fatalf("rewound at %d with the consumer at %d", a.tail, b.head)
+	}
+	for range sent {
+		if err := b.Recv(ctx, fuzzWant, buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	big := make([]byte, 2*smallFrame)
+	before := a.tail
+	exchange(t, ctx, a, b, big)
+	if a.tail >= rewindCap || a.tail-before != frameEnd(before, len(big))-before {
+		t.Fatalf("a %d-byte frame moved the tail from %d to %d", len(big), before, a.tail)
+	}
+	// The consumer's head is read again only a little further on.
+	for a.tail < rewindCap && a.tail < before+2*armWindow {
+		exchange(t, ctx, a, b, buf[:8])
+	}
+	if a.tail < rewindCap {
+		t.Fatalf("no rewind by %d with the consumer caught up", a.tail)
+	}
+	exchange(t, ctx, a, b, buf[:8])
+}
+
+// A skip frame moves the consumer to the next lap, where it finds the next
+// frame by its seal if the skip was armed and by the tail if not.
+func TestSkipFrame(t *testing.T) {
+	for _, flags := range []byte{flagSkip, flagSkip | flagArmed} {
+		in, out := anonRing(t, rewindCap), anonRing(t, rewindCap)
+		const pos = 128
+		tail := uint64(rewindCap + frameAlign)
+		if flags&flagArmed != 0 {
+			tail = pos // both frames found by their seals
+		}
+		in.reset(pos, tail)
+		out.reset(0, 0)
+		c := newConn(out, in, 1, nil, transport.Header{}, cmaSetup{})
+		c.local = true
+		c.head, c.phead, c.tailC, c.tailL, c.armed = pos, pos, pos, pos, true
+		var line [frameAlign]byte
+		h := skipHeader(pos, rewindCap)
+		h.Encode(line[:])
+		line[flagsOff] = flags
+		binary.LittleEndian.PutUint32(line[sealOff:], sealOf(pos))
+		in.fill(pos, line[:])
+		in.fill(rewindCap, sealedFrame(rewindCap, 8, 0))
+		got := make([]byte, 8)
+		if err := c.Recv(t.Context(), fuzzWant, got); err != nil {
+			t.Fatalf("flags %#x: %v", flags, err)
+		}
+		if string(got) != string(validFrame(8)[transport.HeaderSize:]) || c.head != rewindCap+frameAlign {
+			t.Fatalf("flags %#x: got %v, head %d", flags, got, c.head)
+		}
+	}
+}
+
+// Skip frames that no working producer writes are corrupt rings: one
+// whose length does not end at the next lap, one at the start of a lap,
+// one also marked lent, and one of another kind.
+func TestCorruptSkip(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		pos   uint64
+		edit  func(b []byte)
+		flags byte
+	}{
+		{"short", 128, func(b []byte) { binary.LittleEndian.PutUint64(b[48:], skipHeader(128, rewindCap).Len-64) }, flagSkip},
+		{"at a lap's start", rewindCap, func([]byte) {}, flagSkip | flagArmed},
+		{"lent", 128, func([]byte) {}, flagSkip | flagLent},
+		{"kind", 128, func(b []byte) { b[3] = byte(transport.KindCollective) }, flagSkip},
+		{"comm", 128, func(b []byte) { b[8] = 1 }, flagSkip},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, armed := range []bool{false, true} {
+				in, out := anonRing(t, rewindCap), anonRing(t, rewindCap)
+				in.reset(tc.pos, tc.pos+frameAlign)
+				out.reset(0, 0)
+				c := newConn(out, in, 1, nil, transport.Header{}, cmaSetup{})
+				c.local = true
+				c.head, c.phead, c.tailC, c.tailL, c.armed = tc.pos, tc.pos, tc.pos, tc.pos, armed
+				var line [frameAlign]byte
+				h := skipHeader(tc.pos, rewindCap)
+				h.Encode(line[:])
+				tc.edit(line[:])
+				line[flagsOff] = tc.flags
+				binary.LittleEndian.PutUint32(line[sealOff:], sealOf(tc.pos))
+				in.fill(tc.pos, line[:])
+				var fe *transport.FrameError
+				if err := c.Recv(t.Context(), fuzzWant, make([]byte, 8)); !errors.As(err, &fe) {
+					t.Fatalf("armed %v: Recv = %v, want a FrameError", armed, err)
+				}
+			}
+		})
+	}
+}

@@ -92,6 +92,16 @@ func FuzzRecvCorrupt(f *testing.F) {
 	f.Add(sealedFrame(64, 8, 0), []byte{}, uint64(0), uint64(0), uint16(8), true)
 	f.Add(sealedFrame(0, 8, 0x80), []byte{}, uint64(0), uint64(0), uint16(8), true)
 	f.Add(sealedFrame(capacity-64, 8, 0), []byte{}, uint64(capacity-64), uint64(0), uint16(8), true)
+	// A skip frame at 1 KiB and the frame at the next lap, which the data
+	// reaches by wrapping around the ring.
+	skip := make([]byte, capacity)
+	h := skipHeader(1<<10, capacity)
+	h.Encode(skip)
+	skip[flagsOff] = flagSkip | flagArmed
+	binary.LittleEndian.PutUint32(skip[sealOff:], sealOf(1<<10))
+	copy(skip[capacity-1<<10:], sealedFrame(capacity, 8, 0))
+	f.Add(skip, []byte{}, uint64(1<<10), uint64(0), uint16(8), true)
+	f.Add(skip, []byte{}, uint64(1<<10), uint64(capacity), uint16(8), false)
 
 	in := anonRing(f, capacity)
 	out := anonRing(f, capacity)
@@ -120,10 +130,19 @@ func FuzzRecvCorrupt(f *testing.F) {
 			t.Fatal("Recv waited on a ring whose producer is closed")
 		}
 		if err == nil {
-			// The ring holds data followed by zeros.
+			// The ring holds data followed by zeros; the frame taken
+			// is the one at start or, behind a skip frame there, the
+			// one at the next lap.
 			var hb [transport.HeaderSize]byte
 			copy(hb[:], data)
 			sealed := armed && start%frameAlign == 0 && binary.LittleEndian.Uint32(hb[sealOff:]) == sealOf(start)
+			if flags := hb[flagsOff]; flags&flagSkip != 0 {
+				skip := start
+				start = skip - skip&in.mask + capacity
+				copy(hb[:], in.data[:transport.HeaderSize])
+				sealed = flags&flagArmed != 0 && binary.LittleEndian.Uint32(hb[sealOff:]) == sealOf(start)
+				delta -= min(delta, start-skip)
+			}
 			hb[flagsOff] = 0
 			binary.LittleEndian.PutUint32(hb[sealOff:], 0)
 			var got transport.Header

@@ -58,7 +58,7 @@ const (
 	offClaim        = 14 * slot  // uint64, ticket of the last transfer claimed (consumer) or taken back (producer, | claimTakenBack)
 
 	ringMagic   uint64 = 0x314d48534c43434f // "OCCLSHM1", little endian
-	ringVersion uint32 = 5
+	ringVersion uint32 = 6
 	nonceSize          = 16
 	filePrefix         = "occl-"
 )

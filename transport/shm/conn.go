@@ -119,15 +119,15 @@ type Conn struct {
 	// cleared: the seal words of the lines from the tail's frame boundary
 	// up to here are cleared (see clearAhead).
 	cleared uint64
-	// rewindAt: a rewind (see hotWindow) that found the consumer too far
-	// behind reads its head again only from this tail on.
-	rewindAt uint64
-	sticket  uint64   // descriptors sent on out
-	doneC    uint64   // last completion count read from shared memory (validated)
-	lent     [][]byte // the payloads the peer may be reading
-	offered  uint64   // ticket of the offer (lent[0]) not yet settled, 0 if none
-	shdr     [transport.HeaderSize]byte
-	sdesc    [descSize]byte
+	// headAt: the producer reads the consumer's head to rewind or to
+	// clear ahead (lookHead) only from this tail on.
+	headAt  uint64
+	sticket uint64   // descriptors sent on out
+	doneC   uint64   // last completion count read from shared memory (validated)
+	lent    [][]byte // the payloads the peer may be reading
+	offered uint64   // ticket of the offer (lent[0]) not yet settled, 0 if none
+	shdr    [transport.HeaderSize]byte
+	sdesc   [descSize]byte
 
 	_ pad
 	// Consumer state, used only by Recv.
@@ -373,7 +373,12 @@ func (c *Conn) clearAhead() {
 	}
 	to := alignUp(c.tail) + armWindow
 	if free := (c.headC + r.cap) &^ (frameAlign - 1); int64(to-free) > 0 {
-		to = free
+		// The last head seen may be old: after a rewind, it is where
+		// the consumer was then.
+		if c.lookHead() {
+			free = (c.headC + r.cap) &^ (frameAlign - 1)
+		}
+		to = min(to, free)
 	}
 	for p := from; int64(to-p) > 0; p += frameAlign {
 		r.clearSeal(p & r.mask)
@@ -397,16 +402,8 @@ func (c *Conn) rewind(n int) {
 	}
 	off := c.tail & r.mask
 	lap := c.tail - off + r.cap
-	if need := lap + armWindow - r.cap; int64(need-c.headC) > 0 {
-		// The last head seen is that old; look again, but not at every
-		// frame while the consumer is behind (each look is a miss).
-		if int64(c.tail-c.rewindAt) < 0 {
-			return
-		}
-		c.rewindAt = c.tail + armWindow
-		if c.loadHead() != nil || int64(need-c.headC) > 0 {
-			return
-		}
+	if need := lap + armWindow - r.cap; int64(need-c.headC) > 0 && (!c.lookHead() || int64(need-c.headC) > 0) {
+		return
 	}
 	for p := lap; p < lap+armWindow; p += frameAlign {
 		r.clearSeal(p & r.mask)
@@ -417,6 +414,18 @@ func (c *Conn) rewind(n int) {
 	b[flagsOff] = flagSkip | flagArmed
 	r.seal(off, sealOf(c.tail))
 	c.tail, c.cleared = lap, lap+armWindow
+}
+
+// lookHead reads the consumer's head afresh, unless it did less than
+// armWindow/2 bytes ago: each look is a miss of the line the consumer
+// writes, and where the consumer is behind, a look at every frame would
+// find it behind just the same. It reports whether it read the head.
+func (c *Conn) lookHead() bool {
+	if int64(c.tail-c.headAt) < 0 {
+		return false
+	}
+	c.headAt = c.tail + armWindow/2
+	return c.loadHead() == nil
 }
 
 // Recv implements transport.Conn. The header is decoded and checked before

@@ -182,28 +182,38 @@ const rewindCap = 4 * hotWindow
 // Small frames that their consumer takes as they come stay within the
 // first hotWindow bytes of a large ring: past it the producer writes a
 // skip frame and starts the next lap. Every frame arrives whole and in
-// order, the skip frames arm the frame after them, and a run of skips
-// never lets a frame out of the window.
+// order, one line or several (found by the tail: see clearAhead); where
+// the consumer polls for the skip frame's seal, it finds the skip and the
+// frame after it by their seals alone.
 func TestSmallFramesRewind(t *testing.T) {
 	a, b, ctx := connPair(t, rewindCap)
 	buf, got := make([]byte, 200), make([]byte, 200)
-	laps, armedAfterLap := 0, 0
-	for i := range 5000 {
-		n := 1 + i%len(buf)
+	laps, bySeal := 0, 0
+	for i := range 20000 {
+		n := 1 + i%8
+		if i%1000 >= 900 {
+			n = 1 + i%len(buf) // frames of several lines, which arm nothing
+		}
 		for j := range n {
 			buf[j] = byte(i + j)
 		}
 		h := fuzzWant
 		h.Seq = uint64(i)
-		lap := a.tail / rewindCap
+		lap, published, armed := a.tail/rewindCap, b.in.tail.Load(), b.armed
 		if err := a.Send(ctx, h, buf[:n]); err != nil {
 			t.Fatalf("frame %d: %v", i, err)
 		}
 		if off := (a.tail - 1) & a.out.mask; off >= hotWindow+smallFrame {
 			t.Fatalf("frame %d ends at offset %d of the ring, beyond the window (%d)", i, off, hotWindow)
 		}
-		if a.tail/rewindCap != lap {
+		rewound := a.tail/rewindCap != lap
+		if rewound {
 			laps++
+			if armed {
+				// As if the producer had not stored the tail yet.
+				b.in.tail.Store(published)
+				bySeal++
+			}
 		}
 		if err := b.Recv(ctx, h, got[:n]); err != nil {
 			t.Fatalf("frame %d: %v", i, err)
@@ -211,16 +221,13 @@ func TestSmallFramesRewind(t *testing.T) {
 		if string(got[:n]) != string(buf[:n]) {
 			t.Fatalf("frame %d (%d bytes) differs", i, n)
 		}
-		if a.tail/rewindCap != lap && b.armed {
-			armedAfterLap++
-		}
+		b.in.tail.Store(a.tail)
 	}
-	// 5000 frames of 64 to 256 bytes: about 780 KiB through a window of 64.
-	if laps < 10 {
-		t.Fatalf("%d laps, want at least 10", laps)
-	}
-	if armedAfterLap != laps {
-		t.Fatalf("the frame after a skip armed the next in %d of %d laps", armedAfterLap, laps)
+	// 20000 frames of mostly one line: about 1.5 MiB through a window
+	// of 64 KiB.
+	t.Logf("%d laps, %d of them found by their seals", laps, bySeal)
+	if laps < 20 || bySeal < laps/2 {
+		t.Fatalf("%d laps, %d of them found by their seals; want at least 20, most", laps, bySeal)
 	}
 }
 
@@ -293,6 +300,54 @@ func TestSkipFrame(t *testing.T) {
 	}
 }
 
+// Behind a skip frame that does not arm the next, the next frame is taken
+// only once the tail covers it, however it looks.
+func TestSkipFrameWaitsForTail(t *testing.T) {
+	in, out := anonRing(t, rewindCap), anonRing(t, rewindCap)
+	const pos = 128
+	in.reset(pos, pos+frameAlign)
+	out.reset(0, 0)
+	c := newConn(out, in, 1, nil, transport.Header{}, cmaSetup{})
+	c.local = true
+	c.head, c.phead, c.tailC, c.tailL, c.armed = pos, pos, pos, pos, true
+	var line [frameAlign]byte
+	h := skipHeader(pos, rewindCap)
+	h.Encode(line[:])
+	line[flagsOff] = flagSkip
+	binary.LittleEndian.PutUint32(line[sealOff:], sealOf(pos))
+	in.fill(pos, line[:])
+	in.fill(rewindCap, sealedFrame(rewindCap, 8, 0)) // unpublished
+	in.prodClosed.Store(1)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	if err := c.Recv(ctx, fuzzWant, make([]byte, 8)); !errors.Is(err, transport.ErrPeerClosed) {
+		t.Fatalf("Recv of a frame behind an unarmed skip, not published = %v, want ErrPeerClosed", err)
+	}
+}
+
+// Rewinding clears the seal words of the first armWindow bytes of the
+// next lap before the skip frame arms the frame there: what an earlier lap
+// left in them is never read as a seal.
+func TestRewindClearsSeals(t *testing.T) {
+	a, b, ctx := connPair(t, rewindCap)
+	for a.tail < hotWindow {
+		exchange(t, ctx, a, b, make([]byte, 8))
+	}
+	for p := uint64(0); p < armWindow; p += frameAlign {
+		a.out.seal(p, 0xdeadbeef)
+	}
+	a.rewind(8)
+	if a.tail != rewindCap {
+		t.Fatalf("no rewind: tail %d", a.tail)
+	}
+	for p := uint64(0); p < armWindow; p += frameAlign {
+		if w := a.out.sealWord(p).Load(); w != 0 {
+			t.Fatalf("seal word of the line at %d is %#x after a rewind", p, w)
+		}
+	}
+	exchange(t, ctx, a, b, make([]byte, 8))
+}
+
 // Skip frames that no working producer writes are corrupt rings: one
 // whose length does not end at the next lap, one at the start of a lap,
 // one also marked lent, and one of another kind.
@@ -304,7 +359,7 @@ func TestCorruptSkip(t *testing.T) {
 		flags byte
 	}{
 		{"short", 128, func(b []byte) { binary.LittleEndian.PutUint64(b[48:], skipHeader(128, rewindCap).Len-64) }, flagSkip},
-		{"at a lap's start", rewindCap, func([]byte) {}, flagSkip | flagArmed},
+		{"at a lap's start", rewindCap, func([]byte) {}, flagSkip},
 		{"lent", 128, func([]byte) {}, flagSkip | flagLent},
 		{"kind", 128, func(b []byte) { b[3] = byte(transport.KindCollective) }, flagSkip},
 		{"comm", 128, func(b []byte) { b[8] = 1 }, flagSkip},
@@ -324,8 +379,11 @@ func TestCorruptSkip(t *testing.T) {
 				line[flagsOff] = tc.flags
 				binary.LittleEndian.PutUint32(line[sealOff:], sealOf(tc.pos))
 				in.fill(tc.pos, line[:])
+				in.prodClosed.Store(1) // a skip taken would wait for nothing
+				ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+				defer cancel()
 				var fe *transport.FrameError
-				if err := c.Recv(t.Context(), fuzzWant, make([]byte, 8)); !errors.As(err, &fe) {
+				if err := c.Recv(ctx, fuzzWant, make([]byte, 8)); !errors.As(err, &fe) {
 					t.Fatalf("armed %v: Recv = %v, want a FrameError", armed, err)
 				}
 			}

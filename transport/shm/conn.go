@@ -390,10 +390,10 @@ func (c *Conn) clearAhead() {
 
 // rewind starts the out ring's next lap with a skip frame (see hotWindow)
 // if a frame with a payload of n bytes is small, the tail is a frame
-// boundary, and the consumer has read all but the last armWindow bytes of
-// this lap. Before the skip frame it clears the seal words of the first
-// armWindow bytes of the next lap, which the consumer has read, so that
-// the skip arms the frame after it. Where it does not rewind, the frame
+// boundary, and the consumer has read the first armWindow bytes of this
+// lap, whose lines the next lap's first frames reuse. Before the skip
+// frame it clears the seal words of those lines, so that the skip arms
+// the frame after it. Where it does not rewind, the frame
 // goes where it would have gone.
 func (c *Conn) rewind(n int) {
 	r := &c.out

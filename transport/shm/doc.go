@@ -71,6 +71,29 @@
 // like a seal are thus never read as one, and a seal that is neither clear
 // nor the frame's own is reported as a corrupt ring.
 //
+// # Rewinding
+//
+// A run of small frames would walk through the whole data area, a fresh
+// line (and every 64 frames a fresh page) each time, which neither
+// processor has touched for a lap of the ring. So a producer about to
+// write a small frame at offset 64 KiB of the data area or beyond
+// (hotWindow), whose consumer has read the first 8 KiB of this lap (by
+// the head it last saw, read afresh at most every 4 KiB), rewinds: it
+// clears the seal words of the first 8 KiB of the next lap, writes a skip
+// frame where the next frame would have gone (a control header whose Len
+// covers the bytes up to the next lap, with a skip flag, armed and
+// sealed), and writes the frame at the start of the next lap. The
+// consumer checks the skip frame's header against its position, moves its
+// head to the next lap, and reads on. Small frames thus cycle through the
+// first 64 KiB of the ring, as through a small ring, while a large frame
+// never rewinds and still has the whole ring. A skip frame at the start of
+// a lap, one whose length does not end at the next lap, or one also marked
+// lent is a corrupt ring. On a 2-core AMD EPYC virtual machine, 8-byte
+// AllReduce at 2 processes took 0.51-0.58 us rewinding against 0.77-1.0
+// walking the 4 MiB ring (rings of 1 MiB and less: 0.51-0.59; of 2 MiB:
+// 0.73-0.87), in one phase of that machine; in another, 0.67-0.74 against
+// 0.96-0.99 in three rounds of four, as with a 64 KiB ring.
+//
 // # Memory ordering
 //
 // The producer copies bytes into the data area with ordinary stores (a

@@ -272,23 +272,12 @@ func TestRewindWaitsForConsumer(t *testing.T) {
 // frame by its seal if the skip was armed and by the tail if not.
 func TestSkipFrame(t *testing.T) {
 	for _, flags := range []byte{flagSkip, flagSkip | flagArmed} {
-		in, out := anonRing(t, rewindCap), anonRing(t, rewindCap)
 		const pos = 128
 		tail := uint64(rewindCap + frameAlign)
 		if flags&flagArmed != 0 {
 			tail = pos // both frames found by their seals
 		}
-		in.reset(pos, tail)
-		out.reset(0, 0)
-		c := newConn(out, in, 1, nil, transport.Header{}, cmaSetup{})
-		c.local = true
-		c.head, c.phead, c.tailC, c.tailL, c.armed = pos, pos, pos, pos, true
-		var line [frameAlign]byte
-		h := skipHeader(pos, rewindCap)
-		h.Encode(line[:])
-		line[flagsOff] = flags
-		binary.LittleEndian.PutUint32(line[sealOff:], sealOf(pos))
-		in.fill(pos, line[:])
+		c, in := skipAt(t, pos, tail, flags, nil)
 		in.fill(rewindCap, sealedFrame(rewindCap, 8, 0))
 		got := make([]byte, 8)
 		if err := c.Recv(t.Context(), fuzzWant, got); err != nil {
@@ -300,12 +289,15 @@ func TestSkipFrame(t *testing.T) {
 	}
 }
 
-// Behind a skip frame that does not arm the next, the next frame is taken
-// only once the tail covers it, however it looks.
-func TestSkipFrameWaitsForTail(t *testing.T) {
+// skipAt makes the consumer end of a connection over rings of rewindCap
+// bytes, positioned at stream position pos (a frame boundary) and armed,
+// with tail published, and writes there a skip frame with flags, edited
+// by edit (nil: left as a producer writes it). It returns the consumer
+// and its in ring.
+func skipAt(t *testing.T, pos, tail uint64, flags byte, edit func(line []byte)) (*Conn, *mapping) {
+	t.Helper()
 	in, out := anonRing(t, rewindCap), anonRing(t, rewindCap)
-	const pos = 128
-	in.reset(pos, pos+frameAlign)
+	in.reset(pos, tail)
 	out.reset(0, 0)
 	c := newConn(out, in, 1, nil, transport.Header{}, cmaSetup{})
 	c.local = true
@@ -313,9 +305,20 @@ func TestSkipFrameWaitsForTail(t *testing.T) {
 	var line [frameAlign]byte
 	h := skipHeader(pos, rewindCap)
 	h.Encode(line[:])
-	line[flagsOff] = flagSkip
+	if edit != nil {
+		edit(line[:])
+	}
+	line[flagsOff] = flags
 	binary.LittleEndian.PutUint32(line[sealOff:], sealOf(pos))
 	in.fill(pos, line[:])
+	return c, in
+}
+
+// Behind a skip frame that does not arm the next, the next frame is taken
+// only once the tail covers it, however it looks.
+func TestSkipFrameWaitsForTail(t *testing.T) {
+	const pos = 128
+	c, in := skipAt(t, pos, pos+frameAlign, flagSkip, nil)
 	in.fill(rewindCap, sealedFrame(rewindCap, 8, 0)) // unpublished
 	in.prodClosed.Store(1)
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
@@ -359,26 +362,15 @@ func TestCorruptSkip(t *testing.T) {
 		flags byte
 	}{
 		{"short", 128, func(b []byte) { binary.LittleEndian.PutUint64(b[48:], skipHeader(128, rewindCap).Len-64) }, flagSkip},
-		{"at a lap's start", rewindCap, func([]byte) {}, flagSkip},
-		{"lent", 128, func([]byte) {}, flagSkip | flagLent},
+		{"at a lap's start", rewindCap, nil, flagSkip},
+		{"lent", 128, nil, flagSkip | flagLent},
 		{"kind", 128, func(b []byte) { b[3] = byte(transport.KindCollective) }, flagSkip},
 		{"comm", 128, func(b []byte) { b[8] = 1 }, flagSkip},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, armed := range []bool{false, true} {
-				in, out := anonRing(t, rewindCap), anonRing(t, rewindCap)
-				in.reset(tc.pos, tc.pos+frameAlign)
-				out.reset(0, 0)
-				c := newConn(out, in, 1, nil, transport.Header{}, cmaSetup{})
-				c.local = true
-				c.head, c.phead, c.tailC, c.tailL, c.armed = tc.pos, tc.pos, tc.pos, tc.pos, armed
-				var line [frameAlign]byte
-				h := skipHeader(tc.pos, rewindCap)
-				h.Encode(line[:])
-				tc.edit(line[:])
-				line[flagsOff] = tc.flags
-				binary.LittleEndian.PutUint32(line[sealOff:], sealOf(tc.pos))
-				in.fill(tc.pos, line[:])
+				c, in := skipAt(t, tc.pos, tc.pos+frameAlign, tc.flags, tc.edit)
+				c.armed = armed
 				in.prodClosed.Store(1) // a skip taken would wait for nothing
 				ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 				defer cancel()

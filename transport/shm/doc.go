@@ -89,10 +89,11 @@
 // never rewinds and still has the whole ring. A skip frame at the start of
 // a lap, one whose length does not end at the next lap, or one also marked
 // lent is a corrupt ring. On a 2-core AMD EPYC virtual machine, 8-byte
-// AllReduce at 2 processes took 0.51-0.58 us rewinding against 0.77-1.0
-// walking the 4 MiB ring (rings of 1 MiB and less: 0.51-0.59; of 2 MiB:
-// 0.73-0.87), in one phase of that machine; in another, 0.67-0.74 against
-// 0.96-0.99 in three rounds of four, as with a 64 KiB ring.
+// AllReduce at 2 processes took 0.55 and 0.52 us rewinding (medians of 6
+// and 4 interleaved rounds) against 0.80 and 0.82 walking the 4 MiB ring
+// (rings of 1 MiB and less: 0.51-0.55; of 2 MiB: 0.77), in one phase of
+// that machine; in another, 0.67-0.74 against 0.96-0.99 in three rounds of
+// four, as with a 64 KiB ring.
 //
 // # Memory ordering
 //

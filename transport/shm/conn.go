@@ -121,13 +121,17 @@ type Conn struct {
 	cleared uint64
 	// headAt: the producer reads the consumer's head to rewind or to
 	// clear ahead (lookHead) only from this tail on.
-	headAt  uint64
-	sticket uint64   // descriptors sent on out
-	doneC   uint64   // last completion count read from shared memory (validated)
-	lent    [][]byte // the payloads the peer may be reading
-	offered uint64   // ticket of the offer (lent[0]) not yet settled, 0 if none
-	shdr    [transport.HeaderSize]byte
-	sdesc   [descSize]byte
+	headAt uint64
+	// hot is the offset of the out ring from which a small frame rewinds,
+	// and hotRoom the bytes of the current lap the consumer must have
+	// read for it to (see rewind).
+	hot, hotRoom uint64
+	sticket      uint64   // descriptors sent on out
+	doneC        uint64   // last completion count read from shared memory (validated)
+	lent         [][]byte // the payloads the peer may be reading
+	offered      uint64   // ticket of the offer (lent[0]) not yet settled, 0 if none
+	shdr         [transport.HeaderSize]byte
+	sdesc        [descSize]byte
 
 	_ pad
 	// Consumer state, used only by Recv.
@@ -229,6 +233,8 @@ func newConn(out, in *mapping, peer int, ctl transport.Conn, want transport.Head
 		// A frame sent by descriptor waits for the receiver.
 		c.eager = min(c.eager, c.cmaOutMin-1)
 	}
+	c.hotRoom = max(armWindow, smallFrame+frameEnd(0, c.eager))
+	c.hot = max(hotWindow, c.hotRoom)
 	// The rings may not start at zero (they always do after Connect, but
 	// tests start them anywhere): adopt the counters once, then own them.
 	c.tail = c.out.tail.Load()
@@ -272,7 +278,7 @@ func (c *Conn) send(ctx context.Context, h transport.Header, payload []byte) err
 		}
 	}
 	h.Len = uint64(len(payload))
-	if c.tail&c.out.mask >= hotWindow {
+	if c.tail&c.out.mask >= c.hot {
 		c.rewind(len(payload))
 	}
 	if off, end, ok := c.room(len(payload)); ok {
@@ -390,10 +396,13 @@ func (c *Conn) clearAhead() {
 
 // rewind starts the out ring's next lap with a skip frame (see hotWindow)
 // if a frame with a payload of n bytes is small, the tail is a frame
-// boundary, and the consumer has read the first armWindow bytes of this
-// lap, whose lines the next lap's first frames reuse. Before the skip
-// frame it clears the seal words of those lines, so that the skip arms
-// the frame after it. Where it does not rewind, the frame
+// boundary, and the consumer has read the first hotRoom bytes of this
+// lap: after the skip and the frame, the ring then still has room for a
+// frame of EagerLimit bytes, which a schedule may send before the
+// consumer reads on (a rewind must not turn a send that fits into one
+// that waits), and the next lap's first armWindow bytes are free. Before
+// the skip frame it clears the seal words of those lines, so that the
+// skip arms the frame after it. Where it does not rewind, the frame
 // goes where it would have gone.
 func (c *Conn) rewind(n int) {
 	r := &c.out
@@ -402,7 +411,7 @@ func (c *Conn) rewind(n int) {
 	}
 	off := c.tail & r.mask
 	lap := c.tail - off + r.cap
-	if need := lap + armWindow - r.cap; int64(need-c.headC) > 0 && (!c.lookHead() || int64(need-c.headC) > 0) {
+	if need := lap - r.cap + c.hotRoom; int64(need-c.headC) > 0 && (!c.lookHead() || int64(need-c.headC) > 0) {
 		return
 	}
 	for p := lap; p < lap+armWindow; p += frameAlign {

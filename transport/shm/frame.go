@@ -49,8 +49,9 @@ const (
 	armWindow = 8 << 10
 	sealMax   = 2 * frameAlign
 	// hotWindow: a producer about to write a small frame at this offset
-	// of its ring or beyond, whose consumer has read the first armWindow
-	// bytes of this lap, rewinds first: it writes a skip frame
+	// of its ring or beyond (or, where the ring's eager limit is larger,
+	// a little beyond that: see Conn.rewind), whose consumer has read
+	// far enough into this lap, rewinds first: it writes a skip frame
 	// (flagSkip) and starts the next lap, so that a run of small frames
 	// cycles through the first hotWindow bytes of the ring, lines and
 	// pages its processor and its consumer's have touched recently,

@@ -203,12 +203,18 @@ func TestSmallFramesRewind(t *testing.T) {
 		if err := a.Send(ctx, h, buf[:n]); err != nil {
 			t.Fatalf("frame %d: %v", i, err)
 		}
-		if off := (a.tail - 1) & a.out.mask; off >= hotWindow+smallFrame {
-			t.Fatalf("frame %d ends at offset %d of the ring, beyond the window (%d)", i, off, hotWindow)
+		if off := (a.tail - 1) & a.out.mask; off >= a.hot+armWindow/2+smallFrame {
+			t.Fatalf("frame %d ends at offset %d of the ring, beyond the window (%d)", i, off, a.hot)
 		}
 		rewound := a.tail/rewindCap != lap
 		if rewound {
 			laps++
+			// Before the consumer reads on, the ring still takes a
+			// frame of the eager limit, as it would have without the
+			// rewind.
+			if !a.Buffers(a.EagerLimit()) {
+				t.Fatalf("frame %d: after a rewind the ring has no room for %d bytes", i, a.EagerLimit())
+			}
 			if armed {
 				// As if the producer had not stored the tail yet.
 				b.in.tail.Store(published)
@@ -333,7 +339,7 @@ func TestSkipFrameWaitsForTail(t *testing.T) {
 // left in them is never read as a seal.
 func TestRewindClearsSeals(t *testing.T) {
 	a, b, ctx := connPair(t, rewindCap)
-	for a.tail < hotWindow {
+	for a.tail < a.hot {
 		exchange(t, ctx, a, b, make([]byte, 8))
 	}
 	for p := uint64(0); p < armWindow; p += frameAlign {

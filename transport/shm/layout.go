@@ -324,8 +324,8 @@ func openRing(path string, capacity uint64, nonce [nonceSize]byte, populate bool
 // PVM, a first write to each page of a populated 4 MiB ring took 5.3-8.7
 // ms (about 6 us per page), a second 10-14 us, and after one read of each
 // page the first write took 10-14 us too. The read costs as much as the
-// trap where there is one (6 ms per 4 MiB ring there) and about a cache
-// miss per page where there is none.
+// trap where there is one (6 ms per 4 MiB ring and process there: Init
+// takes that much longer) and a load per page where there is none.
 func mapRing(fd int, size int64, populate bool) ([]byte, error) {
 	flags := unix.MAP_SHARED
 	if populate {

@@ -28,12 +28,12 @@ func BenchmarkFirstWrite(b *testing.B) {
 			pages := 0
 			for b.Loop() {
 				b.StopTimer()
-				f, err := os.CreateTemp(DefaultDir(), "occl-bench-")
+				f, err := os.CreateTemp(DefaultDir(), "first-write-")
 				if err != nil {
 					b.Fatal(err)
 				}
 				os.Remove(f.Name())
-				if err := unix.Fallocate(int(f.Fd()), 0, 0, size); err != nil {
+				if err := f.Truncate(size); err != nil {
 					b.Fatal(err)
 				}
 				m, err := maps[name](int(f.Fd()))

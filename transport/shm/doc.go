@@ -7,10 +7,10 @@
 //
 // Each ring is a file, mapped MAP_SHARED by both sides: a 4 KiB control
 // page followed by a data area whose size is a power of two (Capacity,
-// 4 MiB by default). Each side populates its mapping and reads every page
-// of it once when it maps it (unless Config.Lazy), so that the first lap
-// takes no fault, not even a hypervisor's (see mapRing). The control page
-// holds
+// 4 MiB by default). Each side populates its mapping and writes every
+// page of it once (adding 0 to a word) when it maps it (unless
+// Config.Lazy), so that the first lap takes no fault, not even a
+// hypervisor's (see mapRing). The control page holds
 //
 //	  0  magic "OCCLSHM1", version, control page size, capacity,
 //	     creator pid, 16-byte random nonce

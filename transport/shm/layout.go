@@ -314,18 +314,21 @@ func openRing(path string, capacity uint64, nonce [nonceSize]byte, populate bool
 
 // mapRing maps a ring file of size bytes, shared. Unless the connection
 // is lazy (Config.Lazy), its pages are populated up front (MAP_POPULATE)
-// and then read once each (touch), so that the first pass through the ring
-// takes no page faults.
+// and then written once each (touch), so that the first pass through the
+// ring takes no page faults.
 //
 // MAP_POPULATE alone fills the kernel's page tables; a hypervisor that
 // keeps page tables of its own for the guest (shadow paging, as PVM does)
 // fills those on the first access of each page from each process, and
 // that costs a trap per page: on a 2-core AMD EPYC virtual machine under
 // PVM, a first write to each page of a populated 4 MiB ring took 5.3-8.7
-// ms (about 6 us per page), a second 10-14 us, and after one read of each
-// page the first write took 10-14 us too. The read costs as much as the
-// trap where there is one (6 ms per 4 MiB ring and process there: Init
-// takes that much longer) and a load per page where there is none.
+// ms (about 6 us per page), a second 10-14 us. After one read of each
+// page the first write took 10-14 us too where the file's pages were
+// allocated (fallocate, as createRing does), but 4.7 ms where the file was
+// only sized (ftruncate, createRing's fallback); after one write, 10-12
+// us in both. The touch costs as much as the trap where there is one (6
+// ms per 4 MiB ring and process there: Init takes that much longer) and a
+// locked add per page where there is none.
 func mapRing(fd int, size int64, populate bool) ([]byte, error) {
 	flags := unix.MAP_SHARED
 	if populate {
@@ -338,12 +341,13 @@ func mapRing(fd int, size int64, populate bool) ([]byte, error) {
 	return b, err
 }
 
-// touch reads one word of every page of b (atomically: the peer may be
-// writing the ring already).
+// touch writes the first word of every page of b, adding 0 to it
+// atomically: a write that changes nothing, whatever the peer writes to
+// the ring meanwhile.
 func touch(b []byte) {
 	page := os.Getpagesize()
 	for i := 0; i+4 <= len(b); i += page {
-		atomic.LoadUint32((*uint32)(unsafe.Pointer(&b[i])))
+		atomic.AddUint32((*uint32)(unsafe.Pointer(&b[i])), 0)
 	}
 }
 

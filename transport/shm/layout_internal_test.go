@@ -8,11 +8,11 @@ import (
 )
 
 // BenchmarkFirstWrite measures the first write to each page of a freshly
-// mapped 4 MiB ring (ns/page): what a ring's first lap pays per page,
-// mapped the way Init maps it (populated, then touched), populated only,
-// and lazily (Config.Lazy). Where the hypervisor fills page tables of its
-// own on a page's first access, populated-only pays that trap here and
-// touched does not.
+// mapped 4 MiB ring file, sized but not allocated (ns/page): what a
+// ring's first lap pays per page, mapped the way Init maps it (populated,
+// then touched), populated only, and lazily (Config.Lazy). Where the
+// hypervisor fills page tables of its own on a page's first access,
+// populated-only pays that trap here and touched does not.
 func BenchmarkFirstWrite(b *testing.B) {
 	const size = 4 << 20
 	maps := map[string]func(fd int) ([]byte, error){

@@ -324,7 +324,7 @@ func openRing(path string, capacity uint64, nonce [nonceSize]byte, populate bool
 // PVM, a first write to each page of a populated 4 MiB ring took 5.3-8.7
 // ms (about 6 us per page), a second 10-14 us. After one read of each
 // page the first write took 10-14 us too where the file's pages were
-// allocated (fallocate, as createRing does), but 4.7 ms where the file was
+// allocated (fallocate, as createRing does), but 4.8 ms where the file was
 // only sized (ftruncate, createRing's fallback); after one write, 10-12
 // us in both. The touch costs as much as the trap where there is one (6
 // ms per 4 MiB ring and process there: Init takes that much longer) and a

@@ -183,6 +183,12 @@ type layerClock struct {
 	end     int64 // its communicator finished the reconfiguration
 	ready   int64 // finished the computation
 	resumed int64 // the reconfiguration was done, the all-to-all could start
+	// wait is resumed-ready by the monotonic clock, as the timeline's
+	// "reconf wait" slice has it: the wall-clock stamps above are read
+	// apart from the monotonic clock (time.Now reads the two one after
+	// the other), which can move a wait of microseconds by tens of
+	// nanoseconds.
+	wait int64
 }
 
 func worker(cfg config, stdout io.Writer) error {
@@ -343,7 +349,7 @@ func pass(ctx context.Context, c *comm.Communicator, name string, cfg config, de
 			}
 			resumed := time.Now()
 			clocks[i] = layerClock{call: call.UnixNano(), end: call.Add(res.Times[0].Total).UnixNano(),
-				ready: ready.UnixNano(), resumed: resumed.UnixNano()}
+				ready: ready.UnixNano(), resumed: resumed.UnixNano(), wait: int64(resumed.Sub(ready))}
 			stats[i].switchT = res.Switch
 			span("reconf wait", l, ready, resumed)
 		}
@@ -402,7 +408,7 @@ func pass(ctx context.Context, c *comm.Communicator, name string, cfg config, de
 	flat := make([]int64, k*len(stats))
 	for l, s := range stats {
 		t := clocks[l]
-		copy(flat[k*l:], []int64{int64(s.a2a), int64(s.switchT), t.call, t.end, t.ready, t.resumed, t.resumed - t.ready})
+		copy(flat[k*l:], []int64{int64(s.a2a), int64(s.switchT), t.call, t.end, t.ready, t.resumed, t.wait})
 	}
 	if err := comm.AllReduce(ctx, c, flat, flat, comm.Max); err != nil {
 		return nil, err

@@ -130,7 +130,10 @@ func (c *Communicator) Abort() {
 
 // Close waits for the operations already issued, then releases the
 // communicator, telling the other ranks that this rank left cleanly. It
-// waits at most the configured timeout. Closing twice is harmless.
+// waits at most the configured timeout. Closing twice is harmless. When
+// Close returns, the communicator's connections are closed and the
+// staging buffers of its operations freed, even if the communicator
+// itself is still referenced.
 func (c *Communicator) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.timeout)
 	defer cancel()

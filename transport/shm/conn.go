@@ -1183,6 +1183,7 @@ func (c *Conn) Close() error {
 		removeOffCore(c)
 		c.reader.close()
 		retireRings(c, c.outM, c.inM)
+		c.regions.retire()
 		if c.monitored != nil {
 			<-c.monitored
 		}

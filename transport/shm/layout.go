@@ -168,12 +168,19 @@ func retireRings(c *Conn, out, in *mapping) {
 		if len(m.m) == 0 {
 			continue
 		}
-		// Should the replacement fail (no memory for the kernel's
-		// bookkeeping), the shared mapping stays until the cleanup.
-		unix.MmapPtr(-1, 0, unsafe.Pointer(&m.m[0]), uintptr(len(m.m)),
-			unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED|unix.MAP_NORESERVE)
+		zeroMap(m.m)
 		runtime.AddCleanup(c, func(b []byte) { unix.Munmap(b) }, m.m)
 	}
+}
+
+// zeroMap replaces the memory mapped at b by private zero-filled memory at
+// the same addresses (mmap with MAP_FIXED), which releases what b mapped
+// while a read or write of b that is still running stays valid. Should the
+// replacement fail (no memory for the kernel's bookkeeping), b keeps its
+// mapping until it is unmapped.
+func zeroMap(b []byte) {
+	unix.MmapPtr(-1, 0, unsafe.Pointer(&b[0]), uintptr(len(b)),
+		unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED|unix.MAP_NORESERVE)
 }
 
 // DefaultDir returns the directory ring files are created in when

@@ -2,6 +2,7 @@ package shm
 
 import (
 	"fmt"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -30,10 +31,12 @@ type peerMap struct {
 }
 
 // peerRegions is what a receiver has mapped of the peer's shared buffers.
-// Only Recv uses it (one at a time); its mappings are unmapped when the
-// connection is garbage (see newConn), since a Recv may still copy from
-// them when Close returns.
+// Only Recv maps (one at a time). Close retires the mappings (retire):
+// the peer's memory is no longer held once it returns, though a Recv may
+// still be copying from a mapping then; the replacements are unmapped
+// when the connection is garbage (see newConn).
 type peerRegions struct {
+	mu sync.Mutex // source against retire
 	// released is the peer's hugemem.Released count when the mappings
 	// were made: when it changes, the peer has freed a shared buffer, and
 	// every mapping goes (one of them may hold the freed memory).
@@ -50,7 +53,12 @@ type peerRegions struct {
 // process_vm_readv: the descriptor names no shared buffer, or mapping is
 // off. A payload outside the buffer it names is a corrupt descriptor.
 func (p *peerRegions) source(pidfd int32, id, base, fd, released, addr, n uint64) ([]byte, error) {
-	if p == nil || p.off || id == 0 {
+	if p == nil || id == 0 {
+		return nil, nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.off {
 		return nil, nil
 	}
 	if released != p.released {
@@ -119,7 +127,24 @@ func mapBuffer(pidfd int32, fd uint64) ([]byte, error) {
 	return unix.Mmap(f, 0, int(st.Size), unix.PROT_READ, unix.MAP_SHARED)
 }
 
-// unmapAll unmaps every mapping.
+// retire turns mapping off and replaces every mapping by zero-filled
+// memory (zeroMap): the peer's buffers are no longer mapped here, and a
+// Recv still copying from one reads zeros (and fails: the connection is
+// closed). unmapAll later unmaps the replacements.
+func (p *peerRegions) retire() {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.off = true
+	for _, m := range p.maps {
+		zeroMap(m.mem)
+	}
+}
+
+// unmapAll unmaps every mapping. The caller holds mu, or is the
+// connection's cleanup, when nothing else refers to p.
 func (p *peerRegions) unmapAll() {
 	for _, m := range p.maps {
 		unix.Munmap(m.mem)

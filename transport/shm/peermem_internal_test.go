@@ -2,9 +2,13 @@ package shm
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"fmt"
 	"os"
+	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -137,5 +141,95 @@ func TestPeerRegionsRefused(t *testing.T) {
 		if src, err := p.source(pidfd, r.ID, uint64(r.Base), uint64(r.FD), 0, uint64(r.Base), 10); src != nil || err != nil {
 			t.Errorf("%s: a later source = %v, %v; want nil, nil", tc.name, src, err)
 		}
+	}
+}
+
+// retire releases the peer's buffers at once: a slice source returned
+// before stays readable and reads zeros (the mapping is replaced, not
+// removed, for a Recv still copying from it), the peer's buffer keeps its
+// bytes, and later payloads are not mapped.
+func TestPeerRegionsRetire(t *testing.T) {
+	pidfd := selfPidfd(t)
+	b, r := sharedBuf(t, 1<<20, 3)
+	base := uint64(r.Base)
+	p := &peerRegions{}
+	rel := hugemem.Released()
+	src, err := p.source(pidfd, r.ID, base, uint64(r.FD), rel, base, 1<<20)
+	if err != nil || !bytes.Equal(src, b) {
+		t.Fatalf("source = %d bytes, %v; want the buffer's", len(src), err)
+	}
+	p.retire()
+	if !bytes.Equal(src, make([]byte, len(src))) {
+		t.Fatal("after retire, the mapping still shows the peer's buffer")
+	}
+	for i := range b {
+		if b[i] != byte(i*7)+3 {
+			t.Fatalf("after retire, the peer's buffer changed at byte %d", i)
+		}
+	}
+	if line := mapsLine(t, src); len(strings.Fields(line)) != 5 {
+		t.Fatalf("after retire, the mapping is %q, want anonymous memory", line)
+	}
+	if again, err := p.source(pidfd, r.ID, base, uint64(r.FD), rel, base, 10); again != nil || err != nil {
+		t.Fatalf("source after retire = %d bytes, %v; want nil, nil", len(again), err)
+	}
+	p.unmapAll()
+	var nilRegions *peerRegions
+	nilRegions.retire() // a connection that maps nothing
+}
+
+// mapsLine returns the line of /proc/self/maps of the mapping that starts
+// at b.
+func mapsLine(t *testing.T, b []byte) string {
+	t.Helper()
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(maps), "\n") {
+		if strings.HasPrefix(line, fmt.Sprintf("%x-", addrOf(b))) {
+			return line
+		}
+	}
+	t.Fatalf("no mapping starts at %#x", addrOf(b))
+	return ""
+}
+
+// Close retires the mappings of the peer's buffers (see retire): a
+// connection that copied a lent payload from a mapping holds it no more.
+func TestCloseRetiresPeerRegions(t *testing.T) {
+	b, r := sharedBuf(t, 1<<20, 5)
+	pidfd := selfPidfd(t)
+	in, out := anonRing(t, MinCapacity), anonRing(t, MinCapacity)
+	const n = 4096
+	fr := descFrame(n, descMagic, uint64(r.Base)+64, n, 1)
+	d := fr[transport.HeaderSize:]
+	putU64(d[32:], r.ID)
+	putU64(d[40:], uint64(r.Base))
+	putU64(d[48:], uint64(r.FD))
+	putU64(d[56:], hugemem.Released())
+	in.reset(0, uint64(len(fr)))
+	in.fill(0, fr)
+	out.reset(0, 0)
+	c := descConn(t, in, out)
+	c.reader.pidfd = pidfd
+	c.regions = &peerRegions{}
+	defer c.regions.unmapAll()
+	buf := make([]byte, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.Recv(ctx, fuzzWant, buf); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(buf, b[64:64+n]) || c.regions.mapped != 1 || len(c.regions.maps) != 1 {
+		t.Fatalf("the lent payload was not copied from a mapping (%d copied, %d mappings)", c.regions.mapped, len(c.regions.maps))
+	}
+	mapped := c.regions.maps[0].mem
+	if line := mapsLine(t, mapped); len(strings.Fields(line)) < 6 {
+		t.Fatalf("before Close, the mapping is %q, want the peer's buffer's file", line)
+	}
+	c.Close()
+	if line := mapsLine(t, mapped); len(strings.Fields(line)) != 5 {
+		t.Fatalf("after Close, the mapping is %q, want anonymous memory", line)
 	}
 }

@@ -3,15 +3,16 @@ package comm
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
+	"weak"
 )
 
 // TestCloseDropsWorkspace checks that Close frees the staging buffers of a
 // communicator's operations at once: a closed communicator may stay
-// referenced (by an application's handle, or by a stopped timer of the
-// runtime until the time it was set for), and must not pin them.
+// referenced (by an application's handle) and must not pin them.
 func TestCloseDropsWorkspace(t *testing.T) {
 	comms, err := NewLocal(2)
 	if err != nil {
@@ -55,5 +56,73 @@ func TestCloseDropsWorkspace(t *testing.T) {
 		if got := c.worker.ws.Bytes(); got != 0 {
 			t.Errorf("rank %d: the closed communicator still holds %d bytes of staging buffers", r, got)
 		}
+	}
+}
+
+// TestClosedIsCollected checks that nothing of a communicator's own keeps
+// it reachable once it is closed: its watchdog's timer, stopped at Close,
+// refers to it weakly. With a strong reference, the runtime's heap of
+// timers, where a stopped timer's entry can stay until the time it was
+// set for when the heap holds many others, kept one of the two
+// communicators reachable past the 50 collections (half a second) allowed
+// here in every one of 6 runs, and for a second or more.
+func TestClosedIsCollected(t *testing.T) {
+	comms, err := NewLocal(2, WithStallTimeout(time.Minute), WithHeartbeat(time.Minute, 2*time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make([]error, len(comms))
+	fillers := make([][]*time.Timer, len(comms))
+	for r, c := range comms {
+		wg.Go(func() {
+			// Other timers, as a job has (deadlines, heartbeats),
+			// started where the watchdog's is (the running processor's
+			// heap): among few, a stopped timer's entry goes at once.
+			for range 1024 {
+				fillers[r] = append(fillers[r], time.AfterFunc(time.Hour, func() {}))
+			}
+			errs[r] = c.Barrier(ctx) // arms the watchdog
+		})
+	}
+	wg.Wait()
+	defer func() {
+		for _, f := range fillers {
+			for _, t := range f {
+				t.Stop()
+			}
+		}
+	}()
+	var refs []weak.Pointer[Communicator]
+	for r, c := range comms {
+		if errs[r] != nil {
+			t.Fatalf("rank %d: %v", r, errs[r])
+		}
+		if !c.watch.armed.Load() {
+			t.Fatalf("rank %d: the watchdog is not running", r)
+		}
+		if err := c.Close(); err != nil {
+			t.Fatalf("rank %d: Close: %v", r, err)
+		}
+		refs = append(refs, weak.Make(c))
+	}
+	comms = nil
+	for i := 0; ; i++ {
+		runtime.GC()
+		live := 0
+		for _, p := range refs {
+			if p.Value() != nil {
+				live++
+			}
+		}
+		if live == 0 {
+			return
+		}
+		if i == 50 {
+			t.Fatalf("%d of %d closed communicators still reachable after %d collections", live, len(refs), i+1)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

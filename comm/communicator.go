@@ -163,9 +163,8 @@ func (c *Communicator) shutdown(ctx context.Context, drain bool) error {
 	c.queue.stop()
 	c.worker.op.release()
 	// Nothing runs on the worker any more: its staging buffers go now,
-	// not when the last reference to the communicator does (a stopped
-	// timer of the runtime keeps its function, and so c, until the time
-	// it was set for; an application may keep a closed communicator).
+	// not when the last reference to the communicator does (an
+	// application may keep a closed communicator).
 	c.worker.ws = algo.Workspace{}
 	c.stopWatchdog()
 	c.closeObserver()

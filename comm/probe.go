@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"github.com/occl/occl/algo"
 	"github.com/occl/occl/comm/internal/wire"
@@ -95,7 +96,16 @@ func (c *Communicator) armWatchdog() {
 	w.mu.Lock()
 	if !w.armed.Load() && !w.stopped {
 		w.armed.Store(true)
-		w.timer = time.AfterFunc(c.cfg.stallInterval(), c.onStall)
+		// The timer refers to the communicator weakly: stopped at Close,
+		// its entry in the runtime's heap of timers can stay until the
+		// time it was set for (a stall interval), and kept a closed
+		// communicator, with its workspace, reachable that long.
+		wc := weak.Make(c)
+		w.timer = time.AfterFunc(c.cfg.stallInterval(), func() {
+			if c := wc.Value(); c != nil {
+				c.onStall()
+			}
+		})
 	}
 	w.mu.Unlock()
 }

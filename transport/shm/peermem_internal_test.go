@@ -149,12 +149,12 @@ func TestPeerRegionsRefused(t *testing.T) {
 // removed, for a Recv still copying from it), the peer's buffer keeps its
 // bytes, and later payloads are not mapped.
 func TestPeerRegionsRetire(t *testing.T) {
-	pidfd := selfPidfd(t)
 	b, r := sharedBuf(t, 1<<20, 3)
-	base := uint64(r.Base)
+	source := func(p *peerRegions) ([]byte, error) {
+		return p.source(selfPidfd(t), r.ID, uint64(r.Base), uint64(r.FD), hugemem.Released(), uint64(r.Base), 1<<20)
+	}
 	p := &peerRegions{}
-	rel := hugemem.Released()
-	src, err := p.source(pidfd, r.ID, base, uint64(r.FD), rel, base, 1<<20)
+	src, err := source(p)
 	if err != nil || !bytes.Equal(src, b) {
 		t.Fatalf("source = %d bytes, %v; want the buffer's", len(src), err)
 	}
@@ -170,7 +170,7 @@ func TestPeerRegionsRetire(t *testing.T) {
 	if line := mapsLine(t, src); len(strings.Fields(line)) != 5 {
 		t.Fatalf("after retire, the mapping is %q, want anonymous memory", line)
 	}
-	if again, err := p.source(pidfd, r.ID, base, uint64(r.FD), rel, base, 10); again != nil || err != nil {
+	if again, err := source(p); again != nil || err != nil {
 		t.Fatalf("source after retire = %d bytes, %v; want nil, nil", len(again), err)
 	}
 	p.unmapAll()

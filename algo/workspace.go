@@ -80,19 +80,6 @@ func (w *Workspace) Get(slot, n int) []byte {
 	return w.slots[slot][:n]
 }
 
-// Bytes returns how many bytes the staging buffers Get handed out hold,
-// those of child Workspaces included.
-func (w *Workspace) Bytes() int {
-	n := 0
-	for _, b := range w.slots {
-		n += cap(b)
-	}
-	for _, c := range w.children {
-		n += c.Bytes()
-	}
-	return n
-}
-
 // Release drops buffers larger than keep bytes so that one huge operation
 // does not pin memory for the life of the communicator.
 func (w *Workspace) Release(keep int) {

@@ -3,6 +3,7 @@ package comm
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"runtime"
 	"sync"
 	"testing"
@@ -45,7 +46,7 @@ func TestCloseDropsWorkspace(t *testing.T) {
 		if errs[r] != nil {
 			t.Fatalf("rank %d: %v", r, errs[r])
 		}
-		if c.worker.ws.Bytes() == 0 {
+		if reflect.ValueOf(c.worker.ws).IsZero() {
 			t.Fatalf("rank %d: a 2 MiB AllReduce staged nothing in the workspace", r)
 		}
 	}
@@ -53,8 +54,8 @@ func TestCloseDropsWorkspace(t *testing.T) {
 		if err := c.Close(); err != nil {
 			t.Fatalf("rank %d: Close: %v", r, err)
 		}
-		if got := c.worker.ws.Bytes(); got != 0 {
-			t.Errorf("rank %d: the closed communicator still holds %d bytes of staging buffers", r, got)
+		if !reflect.ValueOf(c.worker.ws).IsZero() {
+			t.Errorf("rank %d: the closed communicator still holds its workspace", r)
 		}
 	}
 }

@@ -132,8 +132,8 @@ func (c *Communicator) Abort() {
 // communicator, telling the other ranks that this rank left cleanly. It
 // waits at most the configured timeout. Closing twice is harmless. When
 // Close returns, the communicator's connections are closed and the
-// staging buffers of its operations freed, even if the communicator
-// itself is still referenced.
+// staging buffers of its operations released (left to the garbage
+// collector), even if the communicator itself is still referenced.
 func (c *Communicator) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.timeout)
 	defer cancel()

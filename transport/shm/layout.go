@@ -174,10 +174,10 @@ func retireRings(c *Conn, out, in *mapping) {
 }
 
 // zeroMap replaces the memory mapped at b by private zero-filled memory at
-// the same addresses (mmap with MAP_FIXED), which releases what b mapped
-// while a read or write of b that is still running stays valid. Should the
-// replacement fail (no memory for the kernel's bookkeeping), b keeps its
-// mapping until it is unmapped.
+// the same addresses (mmap with MAP_FIXED): what b mapped is released,
+// and a read or write of b still running stays valid (it reads zeros, or
+// writes into memory nobody reads). Should the replacement fail (no memory
+// for the kernel's bookkeeping), b keeps its mapping until it is unmapped.
 func zeroMap(b []byte) {
 	unix.MmapPtr(-1, 0, unsafe.Pointer(&b[0]), uintptr(len(b)),
 		unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED|unix.MAP_NORESERVE)

@@ -150,8 +150,9 @@ func TestPeerRegionsRefused(t *testing.T) {
 // bytes, and later payloads are not mapped.
 func TestPeerRegionsRetire(t *testing.T) {
 	b, r := sharedBuf(t, 1<<20, 3)
+	pidfd := selfPidfd(t)
 	source := func(p *peerRegions) ([]byte, error) {
-		return p.source(selfPidfd(t), r.ID, uint64(r.Base), uint64(r.FD), hugemem.Released(), uint64(r.Base), 1<<20)
+		return p.source(pidfd, r.ID, uint64(r.Base), uint64(r.FD), hugemem.Released(), uint64(r.Base), 1<<20)
 	}
 	p := &peerRegions{}
 	src, err := source(p)

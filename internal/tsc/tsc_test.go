@@ -52,3 +52,57 @@ func BenchmarkRead(b *testing.B) {
 	}
 	_ = sink
 }
+
+// TestTrusts checks which clock sources keep time with the counter: the
+// counter itself always, a paravirtual clock only where the vDSO reads it
+// (and only there is the vDSO timed), any other never.
+func TestTrusts(t *testing.T) {
+	for _, c := range []struct {
+		source string
+		vdso   bool
+		want   bool
+		timed  bool
+	}{
+		{"tsc", false, true, false},
+		{"kvm-clock", true, true, true},
+		{"kvm-clock", false, false, true},
+		{"hyperv_clocksource_tsc_page", true, true, true},
+		{"xen", false, false, true},
+		{"hpet", true, false, false},
+		{"acpi_pm", true, false, false},
+		{"", true, false, false},
+	} {
+		timed := false
+		got := trusts(c.source, func() bool { timed = true; return c.vdso })
+		if got != c.want || timed != c.timed {
+			t.Errorf("trusts(%q) with a vDSO that reads the counter: %v = %v (timed %v), want %v (timed %v)",
+				c.source, c.vdso, got, timed, c.want, c.timed)
+		}
+	}
+}
+
+// TestCheaper checks the verdict on the vDSO's and the system call's
+// costs: under a quarter trusts, a quarter or more does not, and a read
+// that took no ticks (no counter) proves nothing.
+func TestCheaper(t *testing.T) {
+	for _, c := range []struct {
+		vdso, sys uint64
+		want      bool
+	}{
+		{60, 3000, true},    // kvm-clock's vDSO against a system call on a virtual machine
+		{60, 241, true},     // just under a quarter
+		{60, 240, false},    // a quarter
+		{1500, 1400, false}, // the vDSO fell back to the system call
+		{0, 3000, false},
+	} {
+		if got := cheaper(c.vdso, c.sys); got != c.want {
+			t.Errorf("cheaper(%d, %d) = %v, want %v", c.vdso, c.sys, got, c.want)
+		}
+	}
+}
+
+func BenchmarkRecheck(b *testing.B) {
+	for range b.N {
+		Recheck()
+	}
+}

@@ -80,19 +80,6 @@ func (w *Workspace) Get(slot, n int) []byte {
 	return w.slots[slot][:n]
 }
 
-// Release drops buffers larger than keep bytes so that one huge operation
-// does not pin memory for the life of the communicator.
-func (w *Workspace) Release(keep int) {
-	for i, b := range w.slots {
-		if cap(b) > keep {
-			w.slots[i] = nil
-		}
-	}
-	for _, c := range w.children {
-		c.Release(keep)
-	}
-}
-
 // Workspace slots: the buffer each schedule stages in. A schedule that
 // runs another on the same Workspace (the hierarchical and gateway
 // schedules run the ring ones) keeps its own data in a slot the inner one

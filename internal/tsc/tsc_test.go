@@ -75,7 +75,7 @@ func TestTrusts(t *testing.T) {
 		timed := false
 		got := trusts(c.source, func() bool { timed = true; return c.vdso })
 		if got != c.want || timed != c.timed {
-			t.Errorf("trusts(%q) with a vDSO that reads the counter: %v = %v (timed %v), want %v (timed %v)",
+			t.Errorf("trusts(%q), the vDSO reading the counter: %v; got %v (vDSO timed: %v), want %v (timed: %v)",
 				c.source, c.vdso, got, timed, c.want, c.timed)
 		}
 	}

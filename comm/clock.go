@@ -57,13 +57,14 @@ func bracketed[T any](read func() T) (T, uint64) {
 // Where the kernel keeps time with the processor's time-stamp counter
 // (tsc.Trusted: its clock source is the counter, or a paravirtual clock
 // whose vDSO reads the counter), stamps are read from the counter: 9-11 ns
-// a read instead of 23-27 on a virtual machine, twice per operation. The counter is anchored to
-// the monotonic clock every anchorEvery, at its rate measured since the
-// process started, so that stamps stay within a fraction of a microsecond
-// of the monotonic clock and never go back: an anchor that finds the last
-// one ahead of the clock starts from its reading and slews to meet the
-// clock. A counter whose rate changes is not trusted any more, by the
-// kernel and then by stamps (recheckEvery). A communicator that records a
+// a read instead of 23-27 on a virtual machine, twice per operation. The
+// counter is anchored to the monotonic clock every anchorEvery, at its
+// rate measured since the process started, so that stamps stay within a
+// fraction of a microsecond of the monotonic clock and never go back: an
+// anchor that finds the last one ahead of the clock starts from its
+// reading and slews to meet the clock. A counter whose rate changes is not
+// trusted any more, by the kernel (or, behind a paravirtual clock, by the
+// vDSO's fallback to the system call) and then by stamps (recheckEvery). A communicator that records a
 // timeline reads the monotonic clock itself (Communicator.now): the
 // timeline orders operations among events read with time.Now.
 type stamp int64

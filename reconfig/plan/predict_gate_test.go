@@ -123,9 +123,8 @@ func TestTransitionOnGateTraces(t *testing.T) {
 		warm    = 16
 		layer   = 3
 	)
-	// The simulation is most of the time, and the race detector makes
-	// it 15 times as long (47 s) without a goroutine in it to check:
-	// under the detector one trace per drift runs.
+	// The traces run no goroutine for the race detector to check, and
+	// under it the six took 47 s: there one trace per drift runs.
 	seeds := uint64(3)
 	if raceEnabled {
 		seeds = 1

@@ -46,8 +46,8 @@ func Trusted() bool {
 // Recheck reads the kernel's choice again (the kernel stops keeping time
 // with a counter its watchdog finds drifting, and a hypervisor can
 // withdraw its stable flag), and reports whether the counter is still
-// trusted. On a paravirtual clock it times the vDSO again: some tens of
-// microseconds.
+// trusted. On a paravirtual clock it also times the vDSO again (8 system
+// calls: 14 us of Recheck's 40 on a 2-core KVM guest).
 func Recheck() bool {
 	ok := false
 	if Supported {

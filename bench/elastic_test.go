@@ -53,7 +53,6 @@ func TestElasticRestart(t *testing.T) {
 		t.Skip("installs the occl Python package and runs torchrun twice")
 	}
 	venv := pyvenv.Venv{Root: ".."}
-	t.Cleanup(venv.Cleanup)
 	python := venv.Python(t)
 	script, err := filepath.Abs("peers/elastic_restart.py")
 	if err != nil {

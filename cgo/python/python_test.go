@@ -23,12 +23,6 @@ import (
 
 var venv = pyvenv.Venv{Root: "../.."}
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	venv.Cleanup()
-	os.Exit(code)
-}
-
 // job runs a script on 4 processes with torchrun's variables.
 func job(python string, args ...string) pyvenv.Job {
 	return pyvenv.Job{Python: python, NP: 4, Args: args, Limit: 5 * time.Minute}

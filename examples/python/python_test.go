@@ -27,12 +27,6 @@ import (
 
 var venv = pyvenv.Venv{Root: "../.."}
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	venv.Cleanup()
-	os.Exit(code)
-}
-
 // pyEnv is the environment of every Python process: one thread each (the
 // machine may have fewer cores than ranks) and the installed library.
 func pyEnv() []string {

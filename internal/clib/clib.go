@@ -84,12 +84,20 @@ func (l *Lib) Cleanup() {
 	}
 }
 
-// TrackSources looks at every source file under root (Go, C, C++,
-// Python and their build files), so that go test caches the calling test's
-// result only as long as they are unchanged: go test keys a cached result
-// on the files the test read or looked at, and a test that builds the
-// library in a subprocess neither imports nor opens its sources.
+// TrackSources looks at every source file under root (see WalkSources),
+// so that go test caches the calling test's result only as long as they
+// are unchanged: go test keys a cached result on the files the test read
+// or looked at, and a test that builds the library in a subprocess neither
+// imports nor opens its sources.
 func TrackSources(root string) {
+	WalkSources(root, func(path string) { _, _ = os.Stat(path) })
+}
+
+// WalkSources calls fn, in lexical order, with the path of every file
+// under root that a build of the library or the Python package reads: Go
+// (with assembly and PGO profiles), C, C++, Python and their build files.
+// It leaves out directories whose names start with a dot, and results.
+func WalkSources(root string, fn func(path string)) {
 	_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		switch {
 		case err != nil:
@@ -100,8 +108,8 @@ func TrackSources(root string) {
 			return nil
 		}
 		switch filepath.Ext(path) {
-		case ".go", ".c", ".h", ".cpp", ".py", ".toml", ".mod", ".sum":
-			_, _ = os.Stat(path)
+		case ".go", ".s", ".pgo", ".c", ".h", ".cpp", ".py", ".toml", ".mod", ".sum":
+			fn(path)
 		}
 		return nil
 	})

@@ -5,17 +5,24 @@
 // environment made by Debian's /usr/bin/python3 with
 // --system-site-packages (so that python3-torch is visible), and pip
 // install --no-build-isolation --no-index, which builds liboccl.so and the
-// torch backend into it. It happens at most once per test binary.
+// torch backend into it. The build takes about a minute of CPU, so its
+// result is kept in the user's cache directory, keyed by the sources and
+// the tools that built it, and shared by every test binary that needs it
+// (see Venv).
 package pyvenv
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -31,15 +38,30 @@ const System = "/usr/bin/python3"
 // failure instead of a skip: CI sets it, since it installs them.
 const RequireEnv = "OCCL_TEST_REQUIRE_PYTHON"
 
-// Venv is the environment, made on the first call to Python.
+// Venv is the environment, found or made on the first call to Python.
+//
+// Environments live in $OCCL_PYVENV_CACHE, by default occl/pyvenv under
+// the user's cache directory (os.UserCacheDir), one per key: a hash of
+// the repository's path, its sources (clib.WalkSources) and the versions
+// of Python, torch, NumPy, setuptools, Go and g++. Test binaries that run
+// at the same time take turns through a lock file, so that the first
+// builds and the others use its result; an environment whose build did
+// not finish is made again. The cache keeps the most recently used
+// cacheKeep environments.
 type Venv struct {
 	// Root is the repository root, relative to the test's directory.
 	Root string
-
 	once sync.Once
 	dir  string
 	err  error
 }
+
+// cacheKeep is how many environments the cache keeps (each is about
+// 60 MB).
+const cacheKeep = 3
+
+// cacheEnv names the variable that overrides the cache's directory.
+const cacheEnv = "OCCL_PYVENV_CACHE"
 
 // Require skips t (fails it under OCCL_TEST_REQUIRE_PYTHON=1) unless
 // /usr/bin/python3 imports every module.
@@ -62,32 +84,168 @@ func Require(t testing.TB, modules ...string) {
 	}
 }
 
-// Python returns the environment's interpreter, making the environment on
-// the first call. It requires torch and NumPy (see Require).
+// Python returns the environment's interpreter, finding or making the
+// environment on the first call. It requires torch and NumPy (see
+// Require).
 func (v *Venv) Python(t testing.TB) string {
 	t.Helper()
 	Require(t, "torch", "numpy", "ensurepip", "pip", "setuptools", "wheel")
-	v.once.Do(func() { v.dir, v.err = v.make() })
+	v.once.Do(func() { v.dir, v.err = v.find() })
 	if v.err != nil {
 		t.Fatal(v.err)
 	}
 	return filepath.Join(v.dir, "bin", "python")
 }
 
-func (v *Venv) make() (string, error) {
+// find returns the cached environment for the sources at v.Root, making
+// it if the cache has none.
+func (v *Venv) find() (string, error) {
 	root, err := filepath.Abs(v.Root)
 	if err != nil {
 		return "", err
 	}
 	clib.TrackSources(root) // pip builds the library from them
-	dir, err := os.MkdirTemp("", "occl-venv-")
+	key, err := sourceKey(root)
 	if err != nil {
 		return "", err
 	}
+	cache, err := cacheDir()
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(cache, 0o755); err != nil {
+		return "", err
+	}
+	lock, err := os.OpenFile(filepath.Join(cache, "lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return "", err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return "", fmt.Errorf("lock %s: %w", lock.Name(), err)
+	}
+	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+
+	dir := filepath.Join(cache, key)
+	done := filepath.Join(dir, "done")
+	env := filepath.Join(dir, "env")
+	if _, err := os.Stat(done); err == nil {
+		now := time.Now()
+		_ = os.Chtimes(done, now, now) // most recently used
+		return env, nil
+	}
+	if err := os.RemoveAll(dir); err != nil { // an unfinished build
+		return "", err
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return "", err
+	}
+	if err := build(root, dir, env); err != nil {
+		os.RemoveAll(dir)
+		return "", err
+	}
+	if err := os.WriteFile(done, nil, 0o644); err != nil {
+		return "", err
+	}
+	prune(cache, cacheKeep)
+	return env, nil
+}
+
+// cacheDir is where the environments are kept.
+func cacheDir() (string, error) {
+	if d := os.Getenv(cacheEnv); d != "" {
+		return filepath.Abs(d)
+	}
+	d, err := os.UserCacheDir()
+	if err != nil {
+		return "", fmt.Errorf("no cache directory for the Python environment (set %s): %w", cacheEnv, err)
+	}
+	return filepath.Join(d, "occl", "pyvenv"), nil
+}
+
+// sourceKey hashes what the environment's build depends on: root's path
+// (the build records it), the versions of the tools (toolVersions) and the
+// contents of the sources.
+func sourceKey(root string) (string, error) {
+	tools, err := toolVersions()
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "root %s\n%s", root, tools)
+	var walkErr error
+	clib.WalkSources(root, func(path string) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			walkErr = err
+			return
+		}
+		rel, _ := filepath.Rel(root, path)
+		fmt.Fprintf(h, "%s %d\n", rel, len(b))
+		h.Write(b)
+	})
+	if walkErr != nil {
+		return "", walkErr
+	}
+	return hex.EncodeToString(h.Sum(nil))[:24], nil
+}
+
+// toolVersions is what Python, torch, NumPy, setuptools, Go and g++ say
+// their versions are, asked once per process (importing torch takes
+// seconds).
+var toolVersions = sync.OnceValues(func() (string, error) {
+	var b strings.Builder
+	for _, tool := range [][]string{
+		{System, "-c", "import sys, torch, numpy, setuptools; print(sys.version, torch.__version__, numpy.__version__, setuptools.__version__)"},
+		{"go", "version"},
+		{"g++", "--version"},
+	} {
+		out, err := exec.Command(tool[0], tool[1:]...).Output()
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", strings.Join(tool, " "), err)
+		}
+		fmt.Fprintf(&b, "%s\n%s\n", tool[0], out)
+	}
+	return b.String(), nil
+})
+
+// prune removes all but the keep most recently used finished environments
+// in cache, and every unfinished one. Call it holding the lock.
+func prune(cache string, keep int) {
+	entries, err := os.ReadDir(cache)
+	if err != nil {
+		return
+	}
+	type used struct {
+		dir  string
+		when time.Time
+	}
+	var finished []used
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		dir := filepath.Join(cache, e.Name())
+		fi, err := os.Stat(filepath.Join(dir, "done"))
+		if err != nil {
+			os.RemoveAll(dir)
+			continue
+		}
+		finished = append(finished, used{dir, fi.ModTime()})
+	}
+	sort.Slice(finished, func(i, j int) bool { return finished[i].when.After(finished[j].when) })
+	for _, u := range finished[min(keep, len(finished)):] {
+		os.RemoveAll(u.dir)
+	}
+}
+
+// build makes the environment env, in dir, and installs the package from
+// a copy of root's cgo/python into it.
+func build(root, dir, env string) error {
 	// Build from a copy, so that the build's files stay out of the tree.
 	src := filepath.Join(dir, "src")
 	if out, err := exec.Command("cp", "-r", filepath.Join(root, "cgo", "python"), src).CombinedOutput(); err != nil {
-		return "", fmt.Errorf("copy the package: %v\n%s", err, out)
+		return fmt.Errorf("copy the package: %v\n%s", err, out)
 	}
 	// Without what an earlier in-tree build left (ignored by git): the copy
 	// gives every file the same age, so setuptools could take a stale
@@ -95,10 +253,9 @@ func (v *Venv) make() (string, error) {
 	stale, _ := filepath.Glob(filepath.Join(src, "*.egg-info"))
 	for _, p := range append(stale, filepath.Join(src, "build")) {
 		if err := os.RemoveAll(p); err != nil {
-			return "", err
+			return err
 		}
 	}
-	env := filepath.Join(dir, "env")
 	run := func(name string, args ...string) error {
 		cmd := exec.Command(name, args...)
 		cmd.Env = append(os.Environ(), "OCCL_SOURCE="+root, "PIP_DISABLE_PIP_VERSION_CHECK=1", "OCCL_LIB=")
@@ -108,19 +265,13 @@ func (v *Venv) make() (string, error) {
 		return nil
 	}
 	if err := run(System, "-m", "venv", "--system-site-packages", env); err != nil {
-		return "", err
+		return err
 	}
 	if err := run(filepath.Join(env, "bin", "pip"), "install", "--no-build-isolation", "--no-index", src); err != nil {
-		return "", err
+		return err
 	}
-	return env, nil
-}
-
-// Cleanup removes the environment; call it from TestMain.
-func (v *Venv) Cleanup() {
-	if v.dir != "" {
-		os.RemoveAll(filepath.Dir(v.dir))
-	}
+	// The copy is not needed once installed.
+	return os.RemoveAll(src)
 }
 
 // Job runs one Python script as NP processes with the variables torchrun

@@ -609,7 +609,11 @@ type lenders struct {
 	// whole: LendsWhole says yes to every message, and Lend lends
 	// below min (a transport whose buffers the receiver maps, or that
 	// lends whole payloads from a lower threshold).
-	whole         bool
+	whole bool
+	// wholeMin, if not 0, is the smallest message taken whole that
+	// LendsWhole lends, above min (a transport whose rings beat lending
+	// for whole blocks that a ring's chunks would still lend).
+	wholeMin      int
 	mu            sync.Mutex
 	err           error
 	lent, settled map[int]int
@@ -624,8 +628,14 @@ func (l *lenders) LendMin(int) int { return l.min }
 // LentMin is every peer's LendMin: the ranks of a test lend alike.
 func (l *lenders) LentMin(int) int { return l.min }
 
-// LendsWhole implements WholeLendPeers.
-func (l *lenders) LendsWhole(int, []byte) bool { return l.whole }
+// LendsWhole implements WholeLendPeers: every message where whole is set,
+// otherwise those of wholeMin bytes or more (min where wholeMin is 0).
+func (l *lenders) LendsWhole(_ int, buf []byte) bool {
+	if l.wholeMin > 0 {
+		return l.whole || len(buf) >= l.wholeMin
+	}
+	return l.whole || len(buf) >= l.min
+}
 
 func (l *lenders) Lend(ctx context.Context, peer int, step uint32, buf []byte) error {
 	if len(buf) < l.min && !l.whole {
@@ -714,6 +724,50 @@ func TestAllToAllPairwiseLendsWhole(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestAllToAllPairwiseWholeAboveLendMin: peers that lend from 4 KiB but
+// lend messages their receivers take whole only from 6000 bytes send the
+// blocks of 4 KiB to 6000 bytes, up to a piece, through their buffers,
+// lend those from 6000 bytes, and lend the blocks larger than a piece by
+// their size, which their receivers expect (lentFrom); every rank gets
+// its blocks and settles every peer it lent to.
+func TestAllToAllPairwiseWholeAboveLendMin(t *testing.T) {
+	defer func(c int) { pairwiseChunk = c }(pairwiseChunk)
+	pairwiseChunk = 7000
+	const p = 4
+	size := make([][]int, p)
+	for a := range size {
+		size[a] = make([]int, p)
+		for b := range size[a] {
+			size[a][b] = []int{1000, 5000, 6500, 20000}[(a+b)%4]
+		}
+	}
+	rec := make([]*lenders, p)
+	checkAllToAll(t, size, fakepeers.Options{EagerLimit: 8 << 10}, func(ctx context.Context, rank int, peers Peers, b *a2aBufs) error {
+		rec[rank] = newLenders(peers, 4<<10)
+		rec[rank].wholeMin = 6000
+		return AllToAllPairwise(ctx, rec[rank], b.send, b.sOffs, b.sLens, b.recv, b.rOffs, b.rLens)
+	})
+	seen := map[int]bool{}
+	for r, l := range rec {
+		for to, n := range size[r] {
+			if to == r {
+				continue
+			}
+			seen[n] = true
+			want := 0
+			if n >= 6000 {
+				want = 1
+			}
+			if l.lent[to] != want || l.settled[to] != want {
+				t.Errorf("rank %d to %d (%d bytes): lent %d, settled %d times, want %d", r, to, n, l.lent[to], l.settled[to], want)
+			}
+		}
+	}
+	if len(seen) != 4 {
+		t.Fatalf("the sizes drawn cover %v, want all four", seen)
 	}
 }
 

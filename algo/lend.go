@@ -60,32 +60,32 @@ func lent(l LendPeers, to, n int) bool {
 	return m > 0 && n >= m
 }
 
-// WholeLendPeers is implemented by LendPeers whose transport lends some
-// messages below LendMin where the receiver takes them whole: those in
-// memory the receiver maps, and those large enough that one copy pays for
-// whole blocks (see transport.WholeLender). A receiver cannot tell them in
-// advance, so a schedule lends them only where the receiver takes the
-// message whole either way.
+// WholeLendPeers is implemented by LendPeers whose transport has its own
+// rule for the messages the receiver takes whole: those in memory the
+// receiver maps are lent below LendMin, and by size such messages are lent
+// from their own threshold, below LendMin or above it (see
+// transport.WholeLender). A receiver cannot tell them in advance, so a
+// schedule asks only where the receiver takes the message whole either
+// way.
 type WholeLendPeers interface {
 	// LendsWhole reports whether Lend lends buf, which peer takes whole,
-	// although it is below LendMin(peer).
+	// whatever its size against LendMin(peer).
 	LendsWhole(peer int, buf []byte) bool
 }
 
 // lentBlock reports whether the all-to-all block blk to peer to is lent
-// through l: by its size (lent), or where l lends it whole
-// (WholeLendPeers: for the memory it lies in, or its size) and it is at
-// most a piece, which its receiver takes whole whether it is lent or not
-// (recvBlocks).
+// through l: where it is at most a piece, which its receiver takes whole
+// whether it is lent or not (recvBlocks), as l's rule for whole messages
+// says if it has one (WholeLendPeers: for the memory it lies in, or its
+// size); otherwise by its size (lent), which its receiver knows too.
 func lentBlock(l LendPeers, to int, blk []byte) bool {
-	if lent(l, to, len(blk)) {
-		return true
-	}
-	if l == nil || len(blk) < lendFloor || len(blk) > pairwiseChunk {
+	if l == nil || len(blk) < lendFloor {
 		return false
 	}
-	s, ok := l.(WholeLendPeers)
-	return ok && s.LendsWhole(to, blk)
+	if s, ok := l.(WholeLendPeers); ok && len(blk) <= pairwiseChunk {
+		return s.LendsWhole(to, blk)
+	}
+	return lent(l, to, len(blk))
 }
 
 // lentFrom reports whether peer from lends its block of n bytes to this

@@ -362,8 +362,10 @@ func defaultLogger() *slog.Logger {
 }
 
 // Smallest all-to-all blocks lent over shared memory by default (see
-// WithSingleCopy), when every local rank has a core (lendMinCore) and when
-// the ranks outnumber the cores (lendMinShared). Measured on 2 cores, 3
+// WithSingleCopy), when every local rank has a core (lendMinCore, or
+// lendMinUncached where single copies do not pay) and when the ranks
+// outnumber the cores (lendMinShared; all-to-all blocks taken whole from
+// lendMinWholeShared, or lendMinSharedUncached, see shmWhole). Measured on 2 cores, 3
 // rounds against the rings: at 2 processes 8 KiB blocks were slower lent
 // (4.8-5.2 us against 4.3), 16 KiB faster (5.9-6.2 against 7.1), 32 KiB
 // 7.9-9.0 against 12.6-13.2; at 4 processes, where a lender waits for
@@ -389,10 +391,25 @@ func defaultLogger() *slog.Logger {
 // against 18.8-21.5 ms (vader 16.0-18.4), 32 MiB 9.0-10.4 against
 // 8.1-9.2. Only 16 MiB blocks were faster through the rings, by 5 to 10%,
 // against 1.2 to 1.6 times slower at 2 and 4 MiB blocks.
+//
+// Where the ranks outnumber the cores and one process_vm_readv does not
+// beat two memory copies, all-to-all blocks taken whole are lent from
+// lendMinSharedUncached (a ring's or a tree's chunks from lendMinShared
+// still: Broadcast of 1 and 4 MiB at 4 processes was 10-15% slower with
+// its chunks through the rings): below it the rings' copies beat
+// lending's pinned reads. On the same EPYC
+// (process_vm_readv of 256 KiB 13.6 us against 3.3 for a memory copy), 4
+// processes, 4 to 6 interleaved rounds, lent / rings / Open MPI's vader:
+// AllToAll 128 KiB (32 KiB blocks) 57-71 / 29-35 / 49-52 us, 256 KiB
+// 65-79 / 54-55 / 53-58, 512 KiB 111-153 / 107-167 / 108-125, 1 MiB
+// (256 KiB blocks) median 223 / 206 / 213, 1.5 MiB (384 KiB blocks)
+// 220-266 / 247-293 / 240-269, 2 MiB 290-325 / 339-374 / 352-408, 3 MiB
+// 486-544 / 740-846 / 596-719.
 const (
-	lendMinCore     = 16 << 10
-	lendMinShared   = 64 << 10
-	lendMinUncached = 1 << 20
+	lendMinCore           = 16 << 10
+	lendMinShared         = 64 << 10
+	lendMinSharedUncached = 384 << 10
+	lendMinUncached       = 1 << 20
 )
 
 // lendMinWholeShared is the smallest all-to-all block lent over shared
@@ -461,14 +478,18 @@ func (c *config) shmOffer() int {
 	return offerMinCore
 }
 
-// shmWhole returns the smallest all-to-all block, below the lending
-// threshold of shmCMA, that shared memory lends where its receiver takes
-// it whole (shm.Config.WholeLendThreshold), 0 for none: lendMinWholeShared
-// where the local ranks outnumber the cores and blocks are lent by
-// default.
+// shmWhole returns the smallest all-to-all block that shared memory lends
+// where its receiver takes it whole (shm.Config.WholeLendThreshold), 0
+// for shmCMA's threshold: where the local ranks outnumber the cores and
+// blocks are lent by default, lendMinWholeShared, or lendMinSharedUncached
+// where one process_vm_readv does not beat two memory copies (and the
+// lending was not asked for).
 func (c *config) shmWhole() int {
 	if off, from, send := c.shmCMA(); off || send || !c.oversubscribed || from <= lendMinWholeShared {
 		return 0
+	}
+	if !c.cmaLend && !singleCopyPays() {
+		return lendMinSharedUncached
 	}
 	return lendMinWholeShared
 }
@@ -490,10 +511,13 @@ func (c *config) singleCopy() string {
 		return "off"
 	case send:
 		return strconv.Itoa(from)
-	case whole > 0:
-		return "lend from " + strconv.Itoa(from) + ", whole all-to-all blocks from " + strconv.Itoa(whole)
-	case c.cmaLend || c.oversubscribed:
-		return "lend from " + strconv.Itoa(from)
 	}
-	return "lend from " + strconv.Itoa(from) + " (" + shm.MeasureSingleCopy().String() + ")"
+	s := "lend from " + strconv.Itoa(from)
+	if whole > 0 {
+		s += ", whole all-to-all blocks from " + strconv.Itoa(whole)
+	}
+	if c.cmaLend {
+		return s
+	}
+	return s + " (" + shm.MeasureSingleCopy().String() + ")"
 }

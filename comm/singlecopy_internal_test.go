@@ -5,20 +5,22 @@ import (
 )
 
 // The shared-memory single-copy setting follows OCCL_SHM_CMA, and by
-// default lends all-to-all blocks when the ranks outnumber the cores and
-// otherwise as this machine's rates say; a communicator whose transport
-// is not shared memory measures nothing. Groups offer their sends unless
-// single copies are off or every large message is sent by descriptor.
-// Where the ranks outnumber the cores and blocks are lent, all-to-all
-// blocks taken whole are lent from lendMinWholeShared.
+// default lends all-to-all blocks from a threshold that this machine's
+// rates and whether the ranks outnumber the cores decide; a communicator
+// whose transport is not shared memory measures nothing. Groups offer
+// their sends unless single copies are off or every large message is sent
+// by descriptor. Where the ranks outnumber the cores and blocks are lent,
+// all-to-all blocks taken whole are lent from lendMinWholeShared, or from
+// lendMinSharedUncached where the machine's rates say single copies do
+// not pay and lending was not asked for.
 func TestSingleCopySetting(t *testing.T) {
 	defer func(f func() bool) { singleCopyPays = f }(singleCopyPays)
 	for _, pays := range []bool{true, false} {
 		measured := 0
 		singleCopyPays = func() bool { measured++; return pays }
-		autoFrom := lendMinUncached
+		autoFrom, sharedWhole := lendMinUncached, lendMinSharedUncached
 		if pays {
-			autoFrom = lendMinCore
+			autoFrom, sharedWhole = lendMinCore, lendMinWholeShared
 		}
 		cases := []struct {
 			env, transport string
@@ -31,7 +33,7 @@ func TestSingleCopySetting(t *testing.T) {
 		}{
 			{"", TransportAuto, false, false, autoFrom, false, true, 0},
 			{"auto", TransportSHM, false, false, autoFrom, false, true, 0},
-			{"", TransportAuto, true, false, lendMinShared, false, false, lendMinWholeShared},
+			{"", TransportAuto, true, false, lendMinShared, false, true, sharedWhole},
 			{"lend", TransportAuto, false, false, lendMinCore, false, false, 0},
 			{"LEND", TransportSHM, true, false, lendMinShared, false, false, lendMinWholeShared},
 			{"off", TransportAuto, false, true, 0, false, false, 0},

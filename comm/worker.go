@@ -455,11 +455,17 @@ func (p *opPeers) LentMin(peer int) int {
 }
 
 // LendsWhole reports whether the connection to peer lends buf, which peer
-// takes whole, although it is below LendMin(peer) (see
-// algo.WholeLendPeers).
+// takes whole (see algo.WholeLendPeers): as its transport's rule for such
+// messages says, or by size where it has none.
 func (p *opPeers) LendsWhole(peer int, buf []byte) bool {
-	l, ok := p.c.links.to(peer).(transport.WholeLender)
-	return ok && l.LendsWhole(buf)
+	switch l := p.c.links.to(peer).(type) {
+	case transport.WholeLender:
+		return l.LendsWhole(buf)
+	case transport.Lender:
+		m := l.LendMin()
+		return m > 0 && len(buf) >= m
+	}
+	return false
 }
 
 // Lend sends buf to peer without waiting for its copy (see

@@ -95,21 +95,23 @@ type Lender interface {
 	LendBuffers() bool
 }
 
-// WholeLender is implemented by Lenders that lend some payloads below
-// LendMin where the receiver takes them whole (one Recv of the whole
-// message, not a message it reads in pieces): a payload in memory the peer
-// maps instead of reading it with a system call (shared memory's peers
-// map the buffers of hugemem.Alloc and copy with one memcpy), or one large
-// enough that a single copy pays where whole blocks are exchanged but not
-// for a ring's pipelined chunks (Config.WholeLendThreshold of package
+// WholeLender is implemented by Lenders with their own rule for the
+// payloads the receiver takes whole (one Recv of the whole message, not a
+// message it reads in pieces): a payload in memory the peer maps instead
+// of reading it with a system call is lent below LendMin (shared memory's
+// peers map the buffers of hugemem.Alloc and copy with one memcpy), and
+// by size such payloads are lent from their own threshold, below LendMin
+// where a single copy pays for whole blocks but not for a ring's
+// pipelined chunks, above it where the rings' copies win for blocks that
+// a ring's chunks would still lend (Config.WholeLendThreshold of package
 // shm). The peer's Recv takes them as any lent payload, but cannot tell in
 // advance which payloads come lent this way (LentMin does not say): a
-// schedule lends them only where its receiver takes the payload whole
-// whether it is lent or not.
+// schedule asks LendsWhole only where its receiver takes the payload
+// whole whether it is lent or not.
 type WholeLender interface {
 	Lender
-	// LendsWhole reports whether Lend lends payload, which its receiver
-	// takes whole, although it has fewer than LendMin bytes.
+	// LendsWhole reports whether a payload its receiver takes whole is
+	// lent, whatever its size against LendMin.
 	LendsWhole(payload []byte) bool
 }
 

@@ -77,9 +77,8 @@ type Config struct {
 	// CMAOffer is the smallest message shm offers (shm.Config.OfferThreshold;
 	// 0: none).
 	CMAOffer int
-	// CMAWhole is the smallest message below CMAThreshold that shm lends
-	// where its receiver takes it whole (shm.Config.WholeLendThreshold;
-	// 0: none but those in shared buffers).
+	// CMAWhole is the smallest message shm lends where its receiver takes
+	// it whole (shm.Config.WholeLendThreshold; 0: from CMAThreshold).
 	CMAWhole int
 	// ShmSpin is how long shm's waits poll before they sleep (shm.Config.Spin).
 	ShmSpin time.Duration

@@ -225,15 +225,19 @@ func (c *Conn) settled(err error) error {
 const SharedLendMin = 16 << 10
 
 // LendsWhole implements transport.WholeLender: this direction lends, and
-// payload has at least Config.WholeLendThreshold bytes, or at least
-// SharedLendMin and lies in a shared buffer of hugemem.Alloc, which the
-// receiver maps.
+// payload has at least Config.WholeLendThreshold bytes (LendMin's where
+// that is 0), or at least SharedLendMin and lies in a shared buffer of
+// hugemem.Alloc, which the receiver maps.
 func (c *Conn) LendsWhole(payload []byte) bool {
 	n := len(payload)
 	if !c.cmaOut || n < SharedLendMin {
 		return false
 	}
-	if c.wholeMin > 0 && n >= c.wholeMin {
+	whole := c.wholeMin
+	if whole == 0 {
+		whole = c.cmaOutMin
+	}
+	if n >= whole {
 		return true
 	}
 	_, ok := hugemem.Shared(uintptr(unsafe.Pointer(unsafe.SliceData(payload))), n)

@@ -421,10 +421,12 @@ func TestLend(t *testing.T) {
 // payload of SharedLendMin bytes or more in a shared buffer of
 // hugemem.Alloc and, with Config.WholeLendThreshold, a payload of that
 // size or more in any memory; not a smaller one, nor one on the heap
-// without the threshold. Lend lends exactly what LendsWhole reports, and
-// the receiver takes it intact as any lent payload. A connection that
-// lends nothing lends nothing whole, and a threshold below what every
-// receiver accepts is refused at setup.
+// without the threshold, where payloads are lent whole from LendMin. A
+// threshold above LendMin keeps the heap's payloads below it from being
+// lent whole. Lend lends what LendsWhole reports (and, below LendMin,
+// nothing else), and the receiver takes it intact as any lent payload. A
+// connection that lends nothing lends nothing whole, and a threshold below
+// what every receiver accepts is refused at setup.
 func TestLendsWhole(t *testing.T) {
 	const whole = 32 << 10
 	buf, err := hugemem.Alloc(64 << 10)
@@ -448,6 +450,7 @@ func TestLendsWhole(t *testing.T) {
 			{"shared, small", buf[:shm.SharedLendMin-1], false},
 			{"heap", make([]byte, shm.SharedLendMin), false},
 			{"heap, at the would-be threshold", make([]byte, whole), false},
+			{"heap, at LendMin", make([]byte, 64<<10), true},
 		}},
 		{"whole from 32 KiB", whole, []payload{
 			{"heap, at the threshold", make([]byte, whole), true},
@@ -455,6 +458,12 @@ func TestLendsWhole(t *testing.T) {
 			{"heap, below", make([]byte, whole-1), false},
 			{"shared, below", buf[:shm.SharedLendMin], true},
 			{"shared, small", buf[:shm.SharedLendMin-1], false},
+		}},
+		{"whole from 128 KiB, above LendMin", 128 << 10, []payload{
+			{"heap, at LendMin", make([]byte, 64<<10), false},
+			{"heap, below the threshold", make([]byte, 128<<10-1), false},
+			{"heap, at the threshold", make([]byte, 128<<10), true},
+			{"shared", buf[:shm.SharedLendMin], true},
 		}},
 	} {
 		t.Run(cfg.name, func(t *testing.T) {
@@ -468,6 +477,9 @@ func TestLendsWhole(t *testing.T) {
 			for i, tc := range cfg.payloads {
 				if got := a.LendsWhole(tc.p); got != tc.want {
 					t.Errorf("%s: LendsWhole = %v, want %v", tc.name, got, tc.want)
+				}
+				if !tc.want && len(tc.p) >= a.LendMin() {
+					continue // Lend lends it still; a schedule asks LendsWhole first
 				}
 				h := transport.Header{Kind: transport.KindP2P, Comm: 7, Step: uint32(i)}
 				fillSeq(tc.p, uint64(i), 0)

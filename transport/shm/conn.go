@@ -91,9 +91,8 @@ type Conn struct {
 	// (Config.OfferThreshold); descInMin the smallest payload the peer
 	// may send by descriptor, lent or offered.
 	offerMin, descInMin int
-	// wholeMin is the smallest payload below cmaOutMin lent where the
-	// receiver takes it whole (see LendsWhole), 0 if none but those in
-	// shared buffers.
+	// wholeMin is the smallest payload lent where the receiver takes it
+	// whole (see LendsWhole), 0 for cmaOutMin.
 	wholeMin int
 	reader   cmaReader // the peer's process, when cmaIn
 	// pieceHook, if set (by tests), runs between the pieces of a
@@ -192,9 +191,8 @@ type cmaSetup struct {
 	// outOffer and inOffer are the smallest payloads this side and the
 	// peer offer (Config.OfferThreshold), 0 if none.
 	outOffer, inOffer int
-	// outWhole is the smallest payload below outMin this side lends
-	// where its receiver takes it whole (Config.WholeLendThreshold), 0
-	// if none.
+	// outWhole is the smallest payload this side lends where its
+	// receiver takes it whole (Config.WholeLendThreshold), 0 for outMin.
 	outWhole int
 	send     bool      // Send uses descriptors too (Config.SendByDescriptor)
 	reader   cmaReader // owned by the Conn from newConn on

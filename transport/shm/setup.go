@@ -62,14 +62,16 @@ type Config struct {
 	// into the ring, if the peer has not begun to copy it by Settle, so
 	// it keeps the ring's promise that a send returns without the peer.
 	OfferThreshold int
-	// WholeLendThreshold is the smallest payload below CMAThreshold that
-	// this side lends where its receiver takes it whole
-	// (transport.WholeLender), when that direction uses cross-memory
-	// attach: the blocks of an all-to-all, each copied once, where one
-	// process_vm_readv pays for whole blocks but not for a ring's chunks.
-	// 0 lends none below CMAThreshold but those in shared buffers
-	// (SharedLendMin); otherwise it is at least SharedLendMin, the
-	// smallest lent payload every receiver accepts.
+	// WholeLendThreshold is the smallest payload this side lends where
+	// its receiver takes it whole (transport.WholeLender), when that
+	// direction uses cross-memory attach, instead of CMAThreshold: the
+	// blocks of an all-to-all, each copied once. Below CMAThreshold where
+	// one process_vm_readv pays for whole blocks but not for a ring's
+	// chunks; above it where the rings' two copies beat process_vm_readv
+	// for blocks up to that size while a ring's chunks still gain by
+	// lending. 0 lends them from CMAThreshold (and those in shared
+	// buffers from SharedLendMin); otherwise it is at least
+	// SharedLendMin, the smallest lent payload every receiver accepts.
 	WholeLendThreshold int
 	// Spin is how long a side that waits for the peer keeps polling
 	// before it sleeps on the futex. Polling keeps latency low and stable

@@ -365,19 +365,19 @@ func defaultLogger() *slog.Logger {
 // WithSingleCopy), when every local rank has a core (lendMinCore, or
 // lendMinUncached where single copies do not pay) and when the ranks
 // outnumber the cores (lendMinShared; all-to-all blocks taken whole from
-// lendMinWholeShared, or lendMinSharedUncached, see shmWhole). Measured on 2 cores, 3
-// rounds against the rings: at 2 processes 8 KiB blocks were slower lent
-// (4.8-5.2 us against 4.3), 16 KiB faster (5.9-6.2 against 7.1), 32 KiB
-// 7.9-9.0 against 12.6-13.2; at 4 processes, where a lender waits for
-// peers that share its core, 16 and 32 KiB blocks were slower lent (49-54
-// us against 40-41, 89 against 76), 64 KiB even, 256 KiB much faster
-// (380-465 us against 707-753). Since a wait of an operation of up to 256
-// KiB on shared memory gives the core away (see shortOpShm), a lender's
-// wait for a peer on its core costs less, and 64 KiB blocks measured
-// faster lent on a 2-core Sapphire Rapids (4 processes, 10 interleaved
-// rounds, medians, AllToAll of 256 KiB: 72 us lent against 87 through the
-// rings; with the waits giving the core away, 52 against 80; Open MPI's
-// vader 56).
+// lendMinWholeShared, or lendMinSharedUncached, see shmWhole). Measured on
+// 2 cores, 3 rounds against the rings: at 2 processes 8 KiB blocks were
+// slower lent (4.8-5.2 us against 4.3), 16 KiB faster (5.9-6.2 against
+// 7.1), 32 KiB 7.9-9.0 against 12.6-13.2; at 4 processes, where a lender
+// waits for peers that share its core, 16 and 32 KiB blocks were slower
+// lent (49-54 us against 40-41, 89 against 76), 64 KiB even, 256 KiB much
+// faster (380-465 us against 707-753). Since a wait of an operation of up
+// to 256 KiB on shared memory gives the core away (see shortOpShm), a
+// lender's wait for a peer on its core costs less, and 64 KiB blocks
+// measured faster lent on a 2-core Sapphire Rapids (4 processes, 10
+// interleaved rounds, medians, AllToAll of 256 KiB: 72 us lent against 87
+// through the rings; with the waits giving the core away, 52 against 80;
+// Open MPI's vader 56).
 //
 // Where one process_vm_readv does not beat two memory copies of a block
 // that stays in the cache (shm.SingleCopyRate.Pays), blocks are lent from
@@ -397,9 +397,8 @@ func defaultLogger() *slog.Logger {
 // lendMinSharedUncached (a ring's or a tree's chunks from lendMinShared
 // still: Broadcast of 1 and 4 MiB at 4 processes was 10-15% slower with
 // its chunks through the rings): below it the rings' copies beat
-// lending's pinned reads. On the same EPYC
-// (process_vm_readv of 256 KiB 13.6 us against 3.3 for a memory copy), 4
-// processes, 4 to 6 interleaved rounds, lent / rings / Open MPI's vader:
+// lending's pinned reads. On the same EPYC (process_vm_readv of 256 KiB
+// 13.6 us against 3.3 for a memory copy), 4 processes, 4 to 6 interleaved rounds, lent / rings / Open MPI's vader:
 // AllToAll 128 KiB (32 KiB blocks) 57-71 / 29-35 / 49-52 us, 256 KiB
 // 65-79 / 54-55 / 53-58, 512 KiB 111-153 / 107-167 / 108-125, 1 MiB
 // (256 KiB blocks) median 223 / 206 / 213, 1.5 MiB (384 KiB blocks)

@@ -51,6 +51,7 @@ const RequireEnv = "OCCL_TEST_REQUIRE_PYTHON"
 type Venv struct {
 	// Root is the repository root, relative to the test's directory.
 	Root string
+
 	once sync.Once
 	dir  string
 	err  error
@@ -167,12 +168,8 @@ func cacheDir() (string, error) {
 // (the build records it), the versions of the tools (toolVersions) and the
 // contents of the sources.
 func sourceKey(root string) (string, error) {
-	tools, err := toolVersions()
-	if err != nil {
-		return "", err
-	}
 	h := sha256.New()
-	fmt.Fprintf(h, "root %s\n%s", root, tools)
+	fmt.Fprintf(h, "root %s\n%s", root, toolVersions())
 	var walkErr error
 	clib.WalkSources(root, func(path string) {
 		b, err := os.ReadFile(path)
@@ -190,23 +187,26 @@ func sourceKey(root string) (string, error) {
 	return hex.EncodeToString(h.Sum(nil))[:24], nil
 }
 
-// toolVersions is what Python, torch, NumPy, setuptools, Go and g++ say
-// their versions are, asked once per process (importing torch takes
-// seconds).
-var toolVersions = sync.OnceValues(func() (string, error) {
+// toolVersions is what Python, torch, NumPy, setuptools, Go (the one the
+// package's build finds: $OCCL_GO, else on PATH) and g++ say their
+// versions are, asked once per process (importing torch takes seconds). A
+// tool that cannot say adds its error instead: the build then reports
+// what is missing.
+var toolVersions = sync.OnceValue(func() string {
+	goTool := os.Getenv("OCCL_GO")
+	if goTool == "" {
+		goTool = "go"
+	}
 	var b strings.Builder
 	for _, tool := range [][]string{
 		{System, "-c", "import sys, torch, numpy, setuptools; print(sys.version, torch.__version__, numpy.__version__, setuptools.__version__)"},
-		{"go", "version"},
+		{goTool, "version"},
 		{"g++", "--version"},
 	} {
 		out, err := exec.Command(tool[0], tool[1:]...).Output()
-		if err != nil {
-			return "", fmt.Errorf("%s: %w", strings.Join(tool, " "), err)
-		}
-		fmt.Fprintf(&b, "%s\n%s\n", tool[0], out)
+		fmt.Fprintf(&b, "%s\n%s\n%v\n", tool[0], out, err)
 	}
-	return b.String(), nil
+	return b.String()
 })
 
 // prune removes all but the keep most recently used finished environments

@@ -97,6 +97,12 @@ func TestFindUsesTheCache(t *testing.T) {
 		}
 	}
 	finished(key, old)
+	// A file the cached environment holds and a build would not: find
+	// must return the environment as it is, not make it again.
+	marker := filepath.Join(cache, key, "env", "cached")
+	if err := os.WriteFile(marker, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	v := Venv{Root: "../.."}
 	env, err := v.find()
 	if err != nil {
@@ -104,6 +110,9 @@ func TestFindUsesTheCache(t *testing.T) {
 	}
 	if want := filepath.Join(cache, key, "env"); env != want {
 		t.Fatalf("env %s, want the cached %s", env, want)
+	}
+	if _, err := os.Stat(marker); err != nil {
+		t.Fatalf("the cached environment was made again: %v", err)
 	}
 	fi, err := os.Stat(filepath.Join(cache, key, "done"))
 	if err != nil {

@@ -43,6 +43,8 @@ func TestSourceKey(t *testing.T) {
 	}
 	write("README.md", "words\n")
 	write("bench/results/r.py", "print(1)\n")
+	write("a/a_test.go", "package a\n")
+	write("bench/peers/script.py", "print(1)\n")
 	if k := key(root); k != base {
 		t.Errorf("key changed with files the build does not read")
 	}
@@ -51,6 +53,7 @@ func TestSourceKey(t *testing.T) {
 		{"a/a_amd64.s", "TEXT ·f(SB),4,$0\n"},
 		{"cgo/default.pgo", "profile"},
 		{"cgo/python/setup.py", "pass # changed\n"},
+		{"cgo/python/occl/module.py", "x = 1\n"},
 	} {
 		before := key(root)
 		write(c.name, c.body)

@@ -166,18 +166,21 @@ func cacheDir() (string, error) {
 
 // sourceKey hashes what the environment's build depends on: root's path
 // (the build records it), the versions of the tools (toolVersions) and the
-// contents of the sources.
+// contents of the sources the build reads (builtFrom).
 func sourceKey(root string) (string, error) {
 	h := sha256.New()
 	fmt.Fprintf(h, "root %s\n%s", root, toolVersions())
 	var walkErr error
 	clib.WalkSources(root, func(path string) {
+		rel, _ := filepath.Rel(root, path)
+		if !builtFrom(rel) {
+			return
+		}
 		b, err := os.ReadFile(path)
 		if err != nil {
 			walkErr = err
 			return
 		}
-		rel, _ := filepath.Rel(root, path)
 		fmt.Fprintf(h, "%s %d\n", rel, len(b))
 		h.Write(b)
 	})
@@ -185,6 +188,26 @@ func sourceKey(root string) (string, error) {
 		return "", walkErr
 	}
 	return hex.EncodeToString(h.Sum(nil))[:24], nil
+}
+
+// pythonPackage is where the Python package's sources lie, relative to
+// the repository's root.
+const pythonPackage = "cgo/python"
+
+// builtFrom reports whether the environment's build reads the source at
+// rel (a path relative to the repository's root, one clib.WalkSources
+// gives): the Python package's files and everything the library is
+// compiled from, not Go tests or Python scripts elsewhere (benchmarks,
+// examples), whose edits would otherwise build the environment again.
+func builtFrom(rel string) bool {
+	rel = filepath.ToSlash(rel)
+	switch {
+	case strings.HasSuffix(rel, "_test.go"):
+		return false
+	case strings.HasSuffix(rel, ".py"):
+		return strings.HasPrefix(rel, pythonPackage+"/")
+	}
+	return true
 }
 
 // toolVersions is what Python, torch, NumPy, setuptools, Go (the one the
@@ -244,7 +267,7 @@ func prune(cache string, keep int) {
 func build(root, dir, env string) error {
 	// Build from a copy, so that the build's files stay out of the tree.
 	src := filepath.Join(dir, "src")
-	if out, err := exec.Command("cp", "-r", filepath.Join(root, "cgo", "python"), src).CombinedOutput(); err != nil {
+	if out, err := exec.Command("cp", "-r", filepath.Join(root, filepath.FromSlash(pythonPackage)), src).CombinedOutput(); err != nil {
 		return fmt.Errorf("copy the package: %v\n%s", err, out)
 	}
 	// Without what an earlier in-tree build left (ignored by git): the copy

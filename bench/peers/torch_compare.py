@@ -14,8 +14,8 @@ in an order that changes from round to round (compare.py's round_order, a
 Williams design: over 6 of them every implementation runs at every position
 and right after each of the other two equally often; interleaved, so that a
 noisy moment hits every column alike), it runs three size sweeps, 8 B to 64 KiB
-(1000 timed iterations), 128 KiB to 4 MiB (200) and 8 MiB to 64 MiB (20),
-factor 2, of
+(1000 timed iterations), 128 KiB to 4 MiB (200) and 8 MiB to 64 MiB (20;
+--iters sets one count for all), factor 2, of
 
     occl-torch  bench/peers/gloo_bench.py -backend occl   (torch.distributed on occl)
     gloo        bench/peers/gloo_bench.py -backend gloo   (torch.distributed on Gloo, TCP on lo)
@@ -26,7 +26,9 @@ next is issued), as torch.distributed's calls without async_op are, so that
 the difference between the two is what the Python layer costs.
 
 with results checked, and writes every JSON line to
-bench/results/torch-compare-<date>.jsonl. The table gives the median time
+bench/results/torch-compare-<date>.jsonl. A command that fails, or a result
+that fails its check, is reported after the table, and the exit status is
+then 1. The table gives the median time
 of the rounds per point and three ratios: gloo / occl-torch (above 1:
 occl is faster), occl-torch's bus bandwidth as a fraction of
 occl-bench's (the cost of the Python layer at large sizes), and
@@ -64,6 +66,10 @@ OPS = ("allreduce", "alltoall", "allgather", "broadcast")
 # the input): occl-bench's in-place column is what they compare with.
 IN_PLACE = ("allreduce", "broadcast")
 IMPLS = ("occl-torch", "gloo", "occl-bench")
+
+# What went wrong in the commands run (an exit other than 0, results that
+# failed their check): reported at the end, and the exit status is 1.
+FAILURES = []
 
 
 # The name occl's timeline gives each benchmarked operation.
@@ -134,9 +140,11 @@ def run(cmd, out, meta, op=None):
     out.flush()
     if p.returncode != 0:
         print("torch_compare: %s exited %d:\n%s" % (" ".join(cmd), p.returncode, p.stderr[-2000:]), file=sys.stderr)
+        FAILURES.append("%s exited %d" % (" ".join(cmd), p.returncode))
     for r in rows:
         if r.get("wrong", 0) not in (0, -1):
             print("torch_compare: WRONG RESULTS: %s" % r, file=sys.stderr)
+            FAILURES.append("wrong results: %s %s np %s %s B" % (r.get("impl"), r.get("op"), r.get("np"), r.get("bytes")))
     return rows
 
 
@@ -161,8 +169,9 @@ def measure(args):
     bench = os.path.join(tmp, "occl-bench")
     subprocess.check_call(["go", "build", "-o", bench, "./bench/cmd/occl-bench"], cwd=ROOT)
     top = parse_size(args.max)
-    sweeps = [["-b", lo, "-e", fmt_size(min(parse_size(hi), top)), "-f", "2", "-n", n, "-w", w]
-              for lo, hi, n, w in (("8", "64K", "1000", "100"), ("128K", "4M", "200", "20"), ("8M", args.max, "20", "5"))
+    sweeps = [["-b", lo, "-e", fmt_size(min(parse_size(hi), top)), "-f", "2",
+               "-n", str(args.iters or n), "-w", str(min(w, args.iters or w))]
+              for lo, hi, n, w in (("8", "64K", 1000, 100), ("128K", "4M", 200, 20), ("8M", args.max, 20, 5))
               if parse_size(lo) <= top]
     with open(path, "a") as out:
         out.write(json.dumps({"meta": True, "date": datetime.datetime.now().isoformat(), "python": sys.executable,
@@ -237,6 +246,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--np", type=int, nargs="+", default=[2, 4])
     ap.add_argument("--max", default="64M", help="largest size")
+    ap.add_argument("--iters", type=int, default=0,
+                    help="timed iterations of every size (default: 1000 up to 64 KiB, 200 up to 4 MiB, 20 above), "
+                         "and at most as many warm-up ones")
     ap.add_argument("--ops", nargs="+", default=list(OPS), choices=OPS, help="operations (default: all four)")
     ap.add_argument("--out", help="JSON lines file (default bench/results/torch-compare-<date>.jsonl)")
     ap.add_argument("--table", help="print the table of an existing file and exit")
@@ -247,11 +259,16 @@ def main():
     a = ap.parse_args()
     if a.table:
         table(a.table, a.markdown)
-        return
+        return 0
     path = measure(a)
     print("# %s" % path)
     table(path, a.markdown)
+    if FAILURES:
+        print("torch_compare: %d failures (the table leaves out what they did not measure):\n  %s"
+              % (len(FAILURES), "\n  ".join(FAILURES)), file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

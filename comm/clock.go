@@ -64,9 +64,10 @@ func bracketed[T any](read func() T) (T, uint64) {
 // anchor that finds the last one ahead of the clock starts from its
 // reading and slews to meet the clock. A counter whose rate changes is not
 // trusted any more, by the kernel (or, behind a paravirtual clock, by the
-// vDSO's fallback to the system call) and then by stamps (recheckEvery). A communicator that records a
-// timeline reads the monotonic clock itself (Communicator.now): the
-// timeline orders operations among events read with time.Now.
+// vDSO's fallback to the system call) and then by stamps (recheckEvery).
+// A communicator that records a timeline reads the monotonic clock itself
+// (Communicator.now): the timeline orders operations among events read
+// with time.Now.
 type stamp int64
 
 // calibration is how long stamps come from the monotonic clock before the

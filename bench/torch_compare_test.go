@@ -55,13 +55,13 @@ func runTorchCompare(t *testing.T, python string, env []string, args ...string) 
 // AllReduce and AllToAll at 2 processes up to 1 KiB, and checks its
 // records: every implementation (occl through torch.distributed, Gloo
 // through it, occl-bench) measured every size of the table with checked
-// results,
-// occl's rows carry the times read from its timeline, and the table's
-// ratio of Gloo to occl is the one the records give. A run whose occl
-// cannot start (a chunk size of 0) must exit with status 1 and say why.
+// results, occl's rows carry the times read from its timeline, and the
+// table's ratio of Gloo to occl is the one the records give. A run whose
+// occl cannot start (a chunk size of 0) must exit with status 1 and say
+// why.
 func TestTorchCompare(t *testing.T) {
 	if testing.Short() {
-		t.Skip("installs the occl Python package and runs 18 benchmark commands")
+		t.Skip("installs the occl Python package and runs 9 benchmark commands")
 	}
 	venv := pyvenv.Venv{Root: ".."}
 	python := venv.Python(t)

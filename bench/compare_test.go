@@ -1,8 +1,6 @@
 package bench
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -24,21 +22,7 @@ const compareScript = "peers/compare.py"
 func runCompare(t *testing.T, limit time.Duration, args ...string) string {
 	t.Helper()
 	pyvenv.Require(t)
-	script, err := filepath.Abs(compareScript)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), limit)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, pyvenv.System, append([]string{script}, args...)...)
-	cmd.Dir = ".."
-	cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("compare.py %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, stdout.String(), stderr.String())
-	}
-	return stdout.String()
+	return mustRunScript(t, pyvenv.System, compareScript, limit, nil, args...)
 }
 
 // requireCompareTools skips t unless go, mpirun and mpicc are installed;

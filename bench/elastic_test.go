@@ -3,12 +3,9 @@
 package bench
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -54,26 +51,14 @@ func TestElasticRestart(t *testing.T) {
 	}
 	venv := pyvenv.Venv{Root: ".."}
 	python := venv.Python(t)
-	script, err := filepath.Abs("peers/elastic_restart.py")
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := filepath.Join(t.TempDir(), "elastic.jsonl")
 	// The flight records of the communicators the kills fail go to the
 	// processes' temporary directory: the test's own.
 	tmp := t.TempDir()
 	run := func(args ...string) string {
 		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, python, append([]string{script}, args...)...)
-		cmd.Env = append(os.Environ(), "OCCL_LIB=", "OCCL_TIMEOUT=60s", "PYTHONDONTWRITEBYTECODE=1", "TMPDIR="+tmp)
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		if err := cmd.Run(); err != nil {
-			t.Fatalf("elastic_restart.py %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, stdout.String(), stderr.String())
-		}
-		return stdout.String()
+		return mustRunScript(t, python, "peers/elastic_restart.py", 3*time.Minute,
+			[]string{"OCCL_LIB=", "OCCL_TIMEOUT=60s", "TMPDIR=" + tmp}, args...)
 	}
 	log := run("--np", "2", "--trials", "2", "--backends", "occl", "--steps", "8", "--kill-step", "3",
 		"--monitor-interval", "0.5", "--out", out)

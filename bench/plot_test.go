@@ -3,11 +3,9 @@ package bench
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -128,19 +126,7 @@ func keys(m map[string]bool, prefix string) []string {
 // and returns its stdout, stderr and error.
 func runPlot(t *testing.T, env []string, args ...string) (string, string, error) {
 	t.Helper()
-	script, err := filepath.Abs(compareScript)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, pyvenv.System, append([]string{script}, args...)...)
-	cmd.Dir = ".."
-	cmd.Env = append(append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1"), env...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err = cmd.Run()
-	return stdout.String(), stderr.String(), err
+	return runScript(t, pyvenv.System, compareScript, 2*time.Minute, env, args...)
 }
 
 // checkPlot draws input into a temporary SVG and checks it: valid SVG, a

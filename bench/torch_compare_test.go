@@ -3,8 +3,6 @@
 package bench
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,23 +31,9 @@ type torchCompareRow struct {
 	GapUS  *float64 `json:"gap_us"`
 }
 
-// runTorchCompare runs bench/peers/torch_compare.py with args and extra
-// environment, returning its output and its error.
-func runTorchCompare(t *testing.T, python string, env []string, args ...string) (stdout, stderr string, err error) {
-	t.Helper()
-	script, err := filepath.Abs("peers/torch_compare.py")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, python, append([]string{script}, args...)...)
-	cmd.Env = append(append(os.Environ(), "OCCL_LIB=", "PYTHONDONTWRITEBYTECODE=1"), env...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err = cmd.Run()
-	return out.String(), errb.String(), err
-}
+// torchCompareScript is bench/peers/torch_compare.py, relative to this
+// package.
+const torchCompareScript = "peers/torch_compare.py"
 
 // TestTorchCompare runs bench/peers/torch_compare.py for one round of
 // AllReduce and AllToAll at 2 processes up to 1 KiB, and checks its
@@ -66,11 +50,9 @@ func TestTorchCompare(t *testing.T) {
 	venv := pyvenv.Venv{Root: ".."}
 	python := venv.Python(t)
 	out := filepath.Join(t.TempDir(), "torch-compare.jsonl")
-	stdout, stderr, err := runTorchCompare(t, python, nil,
+	env := []string{"OCCL_LIB="} // no override: the library the package was built with
+	mustRunScript(t, python, torchCompareScript, 5*time.Minute, env,
 		"--rounds", "1", "--np", "2", "--ops", "allreduce", "alltoall", "--max", "1K", "--iters", "100", "--out", out)
-	if err != nil {
-		t.Fatalf("torch_compare.py: %v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
-	}
 	b, err := os.ReadFile(out)
 	if err != nil {
 		t.Fatal(err)
@@ -118,10 +100,7 @@ func TestTorchCompare(t *testing.T) {
 
 	// The table, printed again from the file: a line per point, whose
 	// fourth to seventh columns are the times and Gloo's ratio to occl.
-	table, stderr, err := runTorchCompare(t, python, nil, "--table", out)
-	if err != nil {
-		t.Fatalf("torch_compare.py --table: %v\n%s", err, stderr)
-	}
+	table := mustRunScript(t, python, torchCompareScript, time.Minute, env, "--table", out)
 	points := 0
 	for _, line := range strings.Split(table, "\n")[1:] {
 		f := strings.Fields(line)
@@ -144,7 +123,7 @@ func TestTorchCompare(t *testing.T) {
 	}
 
 	// occl refuses a chunk size of 0: its two columns fail, Gloo's runs.
-	_, stderr, err = runTorchCompare(t, python, []string{"OCCL_CHUNK_SIZE=0"},
+	_, stderr, err := runScript(t, python, torchCompareScript, 5*time.Minute, append(env, "OCCL_CHUNK_SIZE=0"),
 		"--rounds", "1", "--np", "2", "--ops", "allreduce", "--max", "8", "--iters", "10", "--out", filepath.Join(t.TempDir(), "fail.jsonl"))
 	if ee := (*exec.ExitError)(nil); !errors.As(err, &ee) || ee.ExitCode() != 1 {
 		t.Fatalf("with occl failing: %v, want exit status 1\n%s", err, stderr)

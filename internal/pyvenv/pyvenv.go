@@ -196,9 +196,9 @@ const pythonPackage = "cgo/python"
 
 // builtFrom reports whether the environment's build reads the source at
 // rel (a path relative to the repository's root, one clib.WalkSources
-// gives): the Python package's files and everything the library is
-// compiled from, not Go tests or Python scripts elsewhere (benchmarks,
-// examples), whose edits would otherwise build the environment again.
+// gives): every source but Go tests and Python scripts outside the
+// package (benchmarks, examples), which the build does not read and whose
+// edits would otherwise build the environment again.
 func builtFrom(rel string) bool {
 	rel = filepath.ToSlash(rel)
 	switch {

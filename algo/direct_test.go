@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/occl/occl/algo/internal/fakepeers"
+	"github.com/occl/occl/internal/memcopy"
+	"github.com/occl/occl/transport"
 )
 
 // blockByte is the content of byte j of the block rank from sends to rank
@@ -613,10 +616,17 @@ type lenders struct {
 	// wholeMin, if not 0, is the smallest message taken whole that
 	// LendsWhole lends, above min (a transport whose rings beat lending
 	// for whole blocks that a ring's chunks would still lend).
-	wholeMin      int
+	wholeMin int
+	// ringMin, if not 0, is the smallest message taken whole that
+	// LendsWhole does not lend (a transport whose rings beat lending for
+	// blocks that do not stay in the cache), unless whole is set.
+	ringMin       int
 	mu            sync.Mutex
 	err           error
 	lent, settled map[int]int
+	// sends are the lengths of the messages sent to each peer (not
+	// lent), under mu.
+	sends map[int][]int
 }
 
 func newLenders(p Peers, min int) *lenders {
@@ -631,6 +641,9 @@ func (l *lenders) LentMin(int) int { return l.min }
 // LendsWhole implements WholeLendPeers: every message where whole is set,
 // otherwise those of wholeMin bytes or more (min where wholeMin is 0).
 func (l *lenders) LendsWhole(_ int, buf []byte) bool {
+	if l.ringMin > 0 && len(buf) >= l.ringMin && !l.whole {
+		return false
+	}
 	if l.wholeMin > 0 {
 		return l.whole || len(buf) >= l.wholeMin
 	}
@@ -666,6 +679,16 @@ func (l *lenders) Lend(ctx context.Context, peer int, step uint32, buf []byte) e
 		}
 	})
 	return nil
+}
+
+func (l *lenders) Send(ctx context.Context, peer int, step uint32, buf []byte) error {
+	l.mu.Lock()
+	if l.sends == nil {
+		l.sends = map[int][]int{}
+	}
+	l.sends[peer] = append(l.sends[peer], len(buf))
+	l.mu.Unlock()
+	return l.sendsFirst.Send(ctx, peer, step, buf)
 }
 
 func (l *lenders) Recv(ctx context.Context, peer int, step uint32, buf []byte) error {
@@ -768,6 +791,97 @@ func TestAllToAllPairwiseWholeAboveLendMin(t *testing.T) {
 	}
 	if len(seen) != 4 {
 		t.Fatalf("the sizes drawn cover %v, want all four", seen)
+	}
+}
+
+// TestAllToAllPairwiseWholeThroughRing: peers that lend from 4 KiB, but
+// not the blocks taken whole from 25000 bytes (WholeLendPeers: a
+// transport whose rings beat lending for blocks that do not stay in the
+// cache), send those whole, in one message, not in pieces, and lend the
+// others from 4 KiB, those larger than a piece included; every rank gets
+// its blocks and settles only the peers it lent to.
+func TestAllToAllPairwiseWholeThroughRing(t *testing.T) {
+	defer func(c int) { pairwiseChunk = c }(pairwiseChunk)
+	pairwiseChunk = 7000
+	const p = 4
+	size := make([][]int, p)
+	for a := range size {
+		size[a] = make([]int, p)
+		for b := range size[a] {
+			size[a][b] = []int{1000, 5000, 20000, 30000}[(a+b)%4]
+		}
+	}
+	rec := make([]*lenders, p)
+	checkAllToAll(t, size, fakepeers.Options{EagerLimit: 8 << 10}, func(ctx context.Context, rank int, peers Peers, b *a2aBufs) error {
+		rec[rank] = newLenders(peers, 4<<10)
+		rec[rank].ringMin = 25000
+		return AllToAllPairwise(ctx, rec[rank], b.send, b.sOffs, b.sLens, b.recv, b.rOffs, b.rLens)
+	})
+	for r, l := range rec {
+		for to, n := range size[r] {
+			if to == r {
+				continue
+			}
+			lent, sends := 0, []int{n}
+			if n >= 4<<10 && n < 25000 {
+				lent, sends = 1, nil
+			}
+			if l.lent[to] != lent || l.settled[to] != lent {
+				t.Errorf("rank %d to %d (%d bytes): lent %d, settled %d times, want %d", r, to, n, l.lent[to], l.settled[to], lent)
+			}
+			if !slices.Equal(l.sends[to], sends) {
+				t.Errorf("rank %d to %d (%d bytes): sent messages of %v bytes, want %v", r, to, n, l.sends[to], sends)
+			}
+		}
+	}
+}
+
+// viewers shows every received message to the schedule (ViewPeers) in
+// pieces of 4099 bytes, from a buffer of its own, as a ring shows its
+// bytes where they lie; views counts the messages so shown.
+type viewers struct {
+	Peers
+	views atomic.Int32
+}
+
+func (v *viewers) RecvView(ctx context.Context, peer int, step uint32, buf []byte, align int, use transport.Consumer) error {
+	msg := make([]byte, len(buf))
+	if err := v.Recv(ctx, peer, step, msg); err != nil {
+		return err
+	}
+	v.views.Add(1)
+	for off := 0; off < len(msg); off += 4099 {
+		use.Consume(off, msg[off:min(off+4099, len(msg))])
+	}
+	return nil
+}
+
+// TestAllToAllPairwiseStreamsLargeBlocks: where the connections can show a
+// message where it lies (ViewPeers), the pieces of blocks that do not stay
+// in the cache (memcopy.Streams) are copied from there to their place;
+// smaller blocks are received as they are. Every rank gets its blocks.
+func TestAllToAllPairwiseStreamsLargeBlocks(t *testing.T) {
+	large := memcopy.StreamMin() + 1000
+	size := [][]int{{10, large}, {large, 3000}}
+	views := make([]*viewers, 2)
+	checkAllToAll(t, size, fakepeers.Options{EagerLimit: 1 << 20}, func(ctx context.Context, rank int, peers Peers, b *a2aBufs) error {
+		views[rank] = &viewers{Peers: peers}
+		return AllToAllPairwise(ctx, views[rank], b.send, b.sOffs, b.sLens, b.recv, b.rOffs, b.rLens)
+	})
+	for r, v := range views {
+		if got, want := int(v.views.Load()), pieces(large); got != want {
+			t.Errorf("rank %d: %d messages shown where they lie, want the %d pieces of the %d-byte block", r, got, want, large)
+		}
+	}
+	small := [][]int{{10, 3000}, {5000, 3000}}
+	checkAllToAll(t, small, fakepeers.Options{EagerLimit: 1 << 20}, func(ctx context.Context, rank int, peers Peers, b *a2aBufs) error {
+		views[rank] = &viewers{Peers: peers}
+		return AllToAllPairwise(ctx, views[rank], b.send, b.sOffs, b.sLens, b.recv, b.rOffs, b.rLens)
+	})
+	for r, v := range views {
+		if got := v.views.Load(); got != 0 {
+			t.Errorf("rank %d: %d small blocks shown where they lie, want them received", r, got)
+		}
 	}
 }
 

@@ -74,18 +74,26 @@ type WholeLendPeers interface {
 }
 
 // lentBlock reports whether the all-to-all block blk to peer to is lent
-// through l: where it is at most a piece, which its receiver takes whole
-// whether it is lent or not (recvBlocks), as l's rule for whole messages
-// says if it has one (WholeLendPeers: for the memory it lies in, or its
-// size); otherwise by its size (lent), which its receiver knows too.
+// through l. A block its receiver takes whole whether it is lent or not
+// (wholeBlock) is lent as l's rule for whole messages says if it has one
+// (WholeLendPeers: for the memory it lies in, or its size); otherwise by
+// its size (lent), which its receiver knows too. A block taken whole
+// and not lent is sent whole.
 func lentBlock(l LendPeers, to int, blk []byte) bool {
 	if l == nil || len(blk) < lendFloor {
 		return false
 	}
-	if s, ok := l.(WholeLendPeers); ok && len(blk) <= pairwiseChunk {
+	if s, ok := l.(WholeLendPeers); ok && wholeBlock(l, to, len(blk)) {
 		return s.LendsWhole(to, blk)
 	}
 	return lent(l, to, len(blk))
+}
+
+// wholeBlock reports whether the receiver of the all-to-all block of n
+// bytes to peer to takes it whole, in one message (recvBlocks): where it
+// is at most a piece, or lent by size through l (lentFrom on its side).
+func wholeBlock(l LendPeers, to, n int) bool {
+	return n <= pairwiseChunk || lent(l, to, n)
 }
 
 // lentFrom reports whether peer from lends its block of n bytes to this

@@ -58,8 +58,13 @@ import (
 // lends such blocks too, whole, in the first round.
 //
 // Whichever way a rank goes, each block travels in the same messages: whole
-// where its sender lends it (which its receiver knows: LendPeers.LentMin)
-// or it is at most a piece, else in pieces. A rank that lends can so meet
+// where its sender lends it by size (which its receiver knows:
+// LendPeers.LentMin) or it is at most a piece, else in pieces. A block
+// taken whole may still be sent rather than lent where the connection's
+// rule for whole messages says so (WholeLendPeers): one message, which
+// the receiver takes as it takes a lent one. The pieces of a block that
+// does not stay in the cache are copied to their place past the caches
+// where the connection shows them where they lie (ViewPeers). A rank that lends can so meet
 // one that sends in pieces (an AllToAllV whose large blocks go to peers on
 // shared memory on one rank and over TCP on another).
 //
@@ -89,7 +94,7 @@ func allToAllPairwise(ctx context.Context, p Peers, send []byte, sendOffs, sendL
 		// caller's goroutine, then wait for the lent blocks to be
 		// taken. No send waits for its receiver, so no rank can block
 		// another, and the exchange costs no goroutine and no context.
-		b := rankBlocks{send, sendOffs, sendLens, recv, recvOffs, recvLens}
+		b := rankBlocks{send: send, sendOffs: sendOffs, sendLens: sendLens, recv: recv, recvOffs: recvOffs, recvLens: recvLens}
 		if lp == nil && lend && lendable(recvLens, r) {
 			// This rank lends nothing, but its peers may lend it their
 			// blocks: it must receive them as lent (none of its own
@@ -140,6 +145,11 @@ func allToAllPairwise(ctx context.Context, p Peers, send []byte, sendOffs, sendL
 						if c == 0 {
 							err = lp.Lend(g.ctx, to, uint32(s), blk)
 						}
+					} else if len(blk) > pairwiseChunk && lent(lp, to, len(blk)) {
+						// Taken whole, but not lent (WholeLendPeers).
+						if c == 0 {
+							err = p.Send(g.ctx, to, uint32(s), blk)
+						}
 					} else if lo, hi, ok := piece(sendLens[to], c); ok {
 						off := sendOffs[to]
 						err = p.Send(g.ctx, to, uint32(c*size+s), send[off+lo:off+hi])
@@ -152,7 +162,7 @@ func allToAllPairwise(ctx context.Context, p Peers, send []byte, sendOffs, sendL
 			}
 		}()
 	}
-	b := rankBlocks{send, sendOffs, sendLens, recv, recvOffs, recvLens}
+	b := rankBlocks{send: send, sendOffs: sendOffs, sendLens: sendLens, recv: recv, recvOffs: recvOffs, recvLens: recvLens}
 	g.fail(recvBlocks(g.ctx, p, size, r, lp, &b))
 	if done != nil {
 		<-done
@@ -200,12 +210,39 @@ func recvRound(ctx context.Context, p Peers, size, r int, lp LendPeers, b *rankB
 		if !ok {
 			continue
 		}
-		if err := p.Recv(ctx, from, uint32(c*size+s), b.recv[off+lo:off+hi]); err != nil {
+		if err := b.recvPiece(ctx, p, from, uint32(c*size+s), b.recv[off+lo:off+hi], n); err != nil {
 			return fmt.Errorf("pairwise all-to-all: rank %d step %d piece %d: recv from rank %d: %w", r, s, c, from, err)
 		}
 	}
 	return nil
 }
+
+// recvPiece receives message step from peer into dst, a piece of a block
+// of n bytes: where the block does not stay in the cache
+// (memcopy.Streams) and p can show the message where it lies, it is
+// copied from there with stores that go past the caches (not reading
+// every line of dst first), through b.sink.
+func (b *rankBlocks) recvPiece(ctx context.Context, p Peers, peer int, step uint32, dst []byte, n int) error {
+	vp, ok := p.(ViewPeers)
+	if !ok || !memcopy.Streams(n) {
+		return p.Recv(ctx, peer, step, dst)
+	}
+	if b.sink == nil {
+		b.sink = new(delivery) // once per exchange, for its large blocks only
+	}
+	b.sink.dst = dst
+	err := vp.RecvView(ctx, peer, step, dst, 1, b.sink)
+	b.sink.dst = nil
+	return err
+}
+
+// delivery is the transport.Consumer of rankBlocks.recvPiece: it copies
+// each piece to the same bytes of dst, past the caches; a piece already
+// there (received into dst) stays.
+type delivery struct{ dst []byte }
+
+// Consume implements transport.Consumer.
+func (d *delivery) Consume(off int, piece []byte) { memcopy.Stream(d.dst[off:], piece) }
 
 // PairwisePiece is the largest block the pairwise all-to-all sends as one
 // message, the largest piece of a larger one. It is within shared memory's
@@ -250,7 +287,7 @@ func pairwiseInPlace(ctx context.Context, a *Args) (bool, error) {
 		return false, nil
 	}
 	r := p.Rank()
-	b := rankBlocks{a.Dst, a.SendOffs, a.SendLens, a.Dst, a.RecvOffs, a.RecvLens}
+	b := rankBlocks{send: a.Dst, sendOffs: a.SendOffs, sendLens: a.SendLens, recv: a.Dst, recvOffs: a.RecvOffs, recvLens: a.RecvLens}
 	if _, ok := inlineAllToAll(p, r, a.Dst, a.SendOffs, a.SendLens, false); ok {
 		return true, exchangeInline(ctx, p, p.Size(), r, nil, &b, true)
 	}
@@ -363,7 +400,7 @@ func pairwiseInPlacePieces(ctx context.Context, p Peers, ws *Workspace, buf []by
 	slot := func(c, s int) []byte { return stage[c%2*area+(s-1)*piece0:] }
 	g := newGroup(ctx)
 	defer g.cancel()
-	b := rankBlocks{buf, offs, lens, buf, offs, lens}
+	b := rankBlocks{send: buf, sendOffs: offs, sendLens: lens, recv: buf, recvOffs: offs, recvLens: lens}
 	staged, sent := make(chan struct{}, 2), make(chan struct{}, 2)
 	done := make(chan struct{})
 	go func() {
@@ -422,6 +459,9 @@ type rankBlocks struct {
 	sendOffs, sendLens []int
 	recv               []byte
 	recvOffs, recvLens []int
+	// sink copies the received pieces of blocks that do not stay in the
+	// cache (recvPiece); nil until the first.
+	sink *delivery
 }
 
 // sendBlock returns the block b sends to rank to.

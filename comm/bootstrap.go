@@ -389,7 +389,7 @@ func (b *tcpBootstrap) connect(ctx context.Context) error {
 		Mesh: tcp.MeshConfig{Self: rank, Comm: b.commID, Epoch: 0, Secret: b.id.Secret[:],
 			Streams: cfg.streams, Options: cfg.tcpOptions(), Listener: b.dataLn},
 		SameHost: func(r int) bool { return hostIDs[r] == hostIDs[rank] },
-		NoCMA:    noCMA, CMAThreshold: cmaMin, CMASend: cmaSend, CMAOffer: cfg.shmOffer(), CMAWhole: cfg.shmWhole(), ShmSpin: cfg.shmSpin(), ShmLazy: cfg.lazyRings, Log: b.log}, peers)
+		NoCMA:    noCMA, CMAThreshold: cmaMin, CMASend: cmaSend, CMAOffer: cfg.shmOffer(), CMAWhole: cfg.shmWhole(), CMARing: cfg.shmRing(), ShmSpin: cfg.shmSpin(), ShmLazy: cfg.lazyRings, Log: b.log}, peers)
 	if err != nil {
 		return b.wrap("connect", err)
 	}
@@ -734,7 +734,7 @@ func (f *tcpLinker) connect(ctx context.Context, c *Communicator, gen uint32, pe
 		Mesh: tcp.MeshConfig{Self: c.rank, Comm: c.id, Epoch: gen, Secret: f.secret[:],
 			Streams: f.cfg.streams, Options: f.cfg.tcpOptions(), Listener: f.ln},
 		SameHost: c.sameHost,
-		NoCMA:    noCMA, CMAThreshold: cmaMin, CMASend: cmaSend, CMAOffer: f.cfg.shmOffer(), CMAWhole: f.cfg.shmWhole(), ShmSpin: f.cfg.shmSpin(), Emulation: f.fabric, Log: logx.For(c.log, logx.Rewire)}, eps)
+		NoCMA:    noCMA, CMAThreshold: cmaMin, CMASend: cmaSend, CMAOffer: f.cfg.shmOffer(), CMAWhole: f.cfg.shmWhole(), CMARing: f.cfg.shmRing(), ShmSpin: f.cfg.shmSpin(), Emulation: f.fabric, Log: logx.For(c.log, logx.Rewire)}, eps)
 }
 
 func (f *tcpLinker) emulator() *emu.Fabric { return f.fabric }

@@ -444,6 +444,9 @@ func large(ctx context.Context, c *comm.Communicator) error {
 	if err := k.reduceScatter(comm.Float32, comm.Avg, per+1, false); err != nil {
 		return err
 	}
+	// At 2 ranks on shared memory, blocks of 8 MiB: through the rings,
+	// whole, where single copies do not pay and the last-level cache is
+	// at most 32 MiB (shm.Config.WholeRingThreshold), else lent.
 	if err := k.allToAll(comm.Uint8, (16<<20)/c.Size()+1, false); err != nil {
 		return err
 	}

@@ -2,6 +2,8 @@ package comm
 
 import (
 	"testing"
+
+	"github.com/occl/occl/internal/memcopy"
 )
 
 // The shared-memory single-copy setting follows OCCL_SHM_CMA, and by
@@ -56,6 +58,17 @@ func TestSingleCopySetting(t *testing.T) {
 			if off != tc.off || from != tc.from || send != tc.send {
 				t.Errorf("pays %v, OCCL_SHM_CMA=%q, %s, oversubscribed %v: shmCMA() = %v, %d, %v; want %v, %d, %v (%s)",
 					pays, tc.env, tc.transport, tc.oversubscribed, off, from, send, tc.off, tc.from, tc.send, c.singleCopy())
+			}
+			// Whole blocks go through the rings from the streaming
+			// copies' threshold where blocks are lent from
+			// lendMinUncached only.
+			wantRing := 0
+			if tc.from == lendMinUncached && !tc.send {
+				wantRing = max(memcopy.StreamMin(), lendMinUncached+1)
+			}
+			if got := c.shmRing(); got != wantRing {
+				t.Errorf("pays %v, OCCL_SHM_CMA=%q, %s, oversubscribed %v: shmRing() = %d, want %d",
+					pays, tc.env, tc.transport, tc.oversubscribed, got, wantRing)
 			}
 			if got := c.shmWhole(); got != tc.whole {
 				t.Errorf("pays %v, OCCL_SHM_CMA=%q, %s, oversubscribed %v: shmWhole() = %d, want %d (%s)",

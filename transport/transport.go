@@ -104,10 +104,12 @@ type Lender interface {
 // where a single copy pays for whole blocks but not for a ring's
 // pipelined chunks, above it where the rings' copies win for blocks that
 // a ring's chunks would still lend (Config.WholeLendThreshold of package
-// shm). The peer's Recv takes them as any lent payload, but cannot tell in
-// advance which payloads come lent this way (LentMin does not say): a
-// schedule asks LendsWhole only where its receiver takes the payload
-// whole whether it is lent or not.
+// shm); and payloads above LendMin that LendsWhole declines (too large
+// for the cache, where the rings' copies win: Config.WholeRingThreshold)
+// are sent, whole, with Send. The peer's Recv takes them as any lent
+// payload or any sent one, but cannot tell in advance which payloads come
+// lent this way (LentMin does not say): a schedule asks LendsWhole only
+// where its receiver takes the payload whole whether it is lent or not.
 type WholeLender interface {
 	Lender
 	// LendsWhole reports whether a payload its receiver takes whole is

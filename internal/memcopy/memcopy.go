@@ -47,8 +47,10 @@ var (
 	streamOnce sync.Once
 )
 
-// streamMin returns stream, setting it first if need be.
-func streamMin() int {
+// StreamMin returns the smallest range Deliver copies past the caches (a
+// quarter of the last-level cache, or DefaultStream), reading it from the
+// system on its first call.
+func StreamMin() int {
 	streamOnce.Do(func() { stream = streamFrom(lastLevelCache()) })
 	return stream
 }
@@ -81,11 +83,34 @@ func Copy(dst, src []byte) int {
 	return n
 }
 
+// Streams reports whether a range of n bytes that is copied to its final
+// place and not read again soon is copied past the caches (Deliver), in
+// one copy or piece by piece (Stream): from a quarter of the last-level
+// cache up.
+func Streams(n int) bool { return n >= Min && n >= StreamMin() }
+
+// Stream copies min(len(dst), len(src)) bytes from src to dst, which must
+// not overlap unless they are the same bytes (then nothing is copied), and
+// returns the number copied. Its stores go past the caches whatever the
+// size (non-temporal, on amd64 only): it copies a piece of a larger range
+// for which Streams is true, such as a block received piece by piece.
+func Stream(dst, src []byte) int {
+	n := min(len(dst), len(src))
+	if n < 64 || raceEnabled {
+		return copy(dst, src)
+	}
+	if &dst[0] == &src[0] {
+		return n
+	}
+	moveStream(dst, src, n)
+	return n
+}
+
 // Deliver copies min(len(dst), len(src)) bytes from src to dst, which
 // must not overlap, and returns the number copied, as Copy does; dst is
 // not read again soon (see the package documentation).
 func Deliver(dst, src []byte) int {
-	if n := min(len(dst), len(src)); n >= Min && n >= streamMin() {
+	if n := min(len(dst), len(src)); Streams(n) {
 		return copy(dst, src)
 	}
 	return Copy(dst, src)

@@ -9,3 +9,9 @@ var fast = cpu.X86.HasERMS && !raceEnabled
 //
 //go:noescape
 func move(dst, src *byte, n uintptr)
+
+// moveNT copies n bytes from src to dst with non-temporal stores; dst
+// must be 16-byte aligned and n a multiple of 64.
+//
+//go:noescape
+func moveNT(dst, src *byte, n uintptr)

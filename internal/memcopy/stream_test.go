@@ -58,16 +58,16 @@ func TestStreamFrom(t *testing.T) {
 	if llc != 0 && llc < 64<<10 {
 		t.Errorf("lastLevelCache() = %d: not a last-level cache", llc)
 	}
-	if got := streamMin(); got != streamFrom(llc) {
-		t.Errorf("streamMin() = %d, want streamFrom(%d) = %d", got, llc, streamFrom(llc))
+	if got := StreamMin(); got != streamFrom(llc) {
+		t.Errorf("StreamMin() = %d, want streamFrom(%d) = %d", got, llc, streamFrom(llc))
 	}
-	t.Logf("last-level cache %d bytes, streaming copies from %d", llc, streamMin())
+	t.Logf("last-level cache %d bytes, streaming copies from %d", llc, StreamMin())
 }
 
 // TestDeliver checks Deliver on both sides of the streaming threshold,
 // lowered so that the test stays small.
 func TestDeliver(t *testing.T) {
-	defer func(s int) { stream = s }(streamMin())
+	defer func(s int) { stream = s }(StreamMin())
 	stream = 256 << 10
 	src := make([]byte, stream+4096)
 	for i := range src {
@@ -117,6 +117,63 @@ func BenchmarkCopyLarge(b *testing.B) {
 			b.SetBytes(int64(n))
 			for range b.N {
 				Deliver(dst, src)
+			}
+		})
+	}
+}
+
+// TestStream checks Stream against the built-in copy: lengths on both
+// sides of its 64-byte rounds, destinations off their 16-byte boundaries,
+// unequal lengths, and a range copied onto itself.
+func TestStream(t *testing.T) {
+	src := make([]byte, 1<<20+200)
+	for i := range src {
+		src[i] = byte(i*13 + i>>8)
+	}
+	for _, n := range []int{0, 1, 63, 64, 65, 127, 128, 1000, 4096 + 17, 1 << 20} {
+		for _, off := range []int{0, 1, 8, 15, 16, 33} {
+			dst := make([]byte, n+off+64)
+			want := bytes.Clone(dst)
+			copy(want[off:off+n], src[5:5+n])
+			if k := Stream(dst[off:off+n], src[5:]); k != n {
+				t.Fatalf("n %d off %d: Stream = %d", n, off, k)
+			}
+			if !bytes.Equal(dst, want) {
+				t.Fatalf("n %d off %d: Stream copied other bytes than the built-in copy", n, off)
+			}
+		}
+	}
+	b := bytes.Clone(src[:4096])
+	if k := Stream(b, b); k != 4096 || !bytes.Equal(b, src[:4096]) {
+		t.Fatalf("Stream onto itself = %d, or changed the bytes", k)
+	}
+}
+
+// BenchmarkStreamPieces copies 32 MiB in 512 KiB pieces, as a block is
+// received piece by piece from a ring: with Copy, and with Stream, whose
+// stores do not read every destination line first. Run in one process
+// the two are alike; run in two processes at once (go test -c, then two
+// -test.cpu 1 runs), which share the memory's bandwidth, Stream took
+// 2.59-2.68 ms against 3.03-3.17 for Copy and 3.15-3.36 for the built-in
+// copy on a 2-core EPYC.
+func BenchmarkStreamPieces(b *testing.B) {
+	const total, piece = 32 << 20, 512 << 10
+	src, dst := make([]byte, total), make([]byte, total)
+	for i := range src {
+		src[i] = byte(i)
+	}
+	copy(dst, src)
+	for _, c := range []struct {
+		name string
+		f    func(dst, src []byte) int
+	}{{"builtin", func(d, s []byte) int { return copy(d, s) }}, {"copy", Copy}, {"stream", Stream}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(total)
+			b.ReportAllocs()
+			for range b.N {
+				for off := 0; off < total; off += piece {
+					c.f(dst[off:off+piece], src[off:off+piece])
+				}
 			}
 		})
 	}

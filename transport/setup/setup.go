@@ -80,6 +80,10 @@ type Config struct {
 	// CMAWhole is the smallest message shm lends where its receiver takes
 	// it whole (shm.Config.WholeLendThreshold; 0: from CMAThreshold).
 	CMAWhole int
+	// CMARing is the smallest message taken whole that shm sends through
+	// its ring unless it lies in a shared buffer
+	// (shm.Config.WholeRingThreshold; 0: none).
+	CMARing int
 	// ShmSpin is how long shm's waits poll before they sleep (shm.Config.Spin).
 	ShmSpin time.Duration
 	// ShmLazy maps shm rings page by page as they are first touched
@@ -205,7 +209,7 @@ func connectSHM(ctx context.Context, cfg *Config, mesh map[int]*tcp.Conn, peers 
 	}
 	return each(peers, func(r int) (transport.Conn, error) {
 		sc, err := shm.Connect(ctx, mesh[r], shm.Config{Comm: cfg.Mesh.Comm, Epoch: cfg.Mesh.Epoch, Self: cfg.Mesh.Self, Peer: r,
-			NoCMA: cfg.NoCMA, CMAThreshold: cfg.CMAThreshold, SendByDescriptor: cfg.CMASend, OfferThreshold: cfg.CMAOffer, WholeLendThreshold: cfg.CMAWhole, Spin: cfg.ShmSpin, Lazy: cfg.ShmLazy})
+			NoCMA: cfg.NoCMA, CMAThreshold: cfg.CMAThreshold, SendByDescriptor: cfg.CMASend, OfferThreshold: cfg.CMAOffer, WholeLendThreshold: cfg.CMAWhole, WholeRingThreshold: cfg.CMARing, Spin: cfg.ShmSpin, Lazy: cfg.ShmLazy})
 		switch {
 		case err == nil:
 			return sc, nil

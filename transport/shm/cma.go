@@ -225,9 +225,10 @@ func (c *Conn) settled(err error) error {
 const SharedLendMin = 16 << 10
 
 // LendsWhole implements transport.WholeLender: this direction lends, and
-// payload has at least Config.WholeLendThreshold bytes (LendMin's where
-// that is 0), or at least SharedLendMin and lies in a shared buffer of
-// hugemem.Alloc, which the receiver maps.
+// payload lies in a shared buffer of hugemem.Alloc, which the receiver
+// maps, and has at least SharedLendMin bytes, or it has at least
+// Config.WholeLendThreshold bytes (LendMin's where that is 0) and less
+// than Config.WholeRingThreshold if that is set.
 func (c *Conn) LendsWhole(payload []byte) bool {
 	n := len(payload)
 	if !c.cmaOut || n < SharedLendMin {
@@ -237,7 +238,7 @@ func (c *Conn) LendsWhole(payload []byte) bool {
 	if whole == 0 {
 		whole = c.cmaOutMin
 	}
-	if n >= whole {
+	if n >= whole && (c.ringMin == 0 || n < c.ringMin) {
 		return true
 	}
 	_, ok := hugemem.Shared(uintptr(unsafe.Pointer(unsafe.SliceData(payload))), n)

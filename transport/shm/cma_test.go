@@ -429,7 +429,7 @@ func TestLend(t *testing.T) {
 // what every receiver accepts is refused at setup.
 func TestLendsWhole(t *testing.T) {
 	const whole = 32 << 10
-	buf, err := hugemem.Alloc(64 << 10)
+	buf, err := hugemem.Alloc(512 << 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -440,11 +440,11 @@ func TestLendsWhole(t *testing.T) {
 		want bool
 	}
 	for _, cfg := range []struct {
-		name     string
-		whole    int
-		payloads []payload
+		name        string
+		whole, ring int
+		payloads    []payload
 	}{
-		{"no whole threshold", 0, []payload{
+		{"no whole threshold", 0, 0, []payload{
 			{"shared", buf[:shm.SharedLendMin], true},
 			{"shared, inside", buf[5 : 5+shm.SharedLendMin+100], true},
 			{"shared, small", buf[:shm.SharedLendMin-1], false},
@@ -452,23 +452,31 @@ func TestLendsWhole(t *testing.T) {
 			{"heap, at the would-be threshold", make([]byte, whole), false},
 			{"heap, at LendMin", make([]byte, 64<<10), true},
 		}},
-		{"whole from 32 KiB", whole, []payload{
+		{"whole from 32 KiB", whole, 0, []payload{
 			{"heap, at the threshold", make([]byte, whole), true},
 			{"heap, 48 KiB", make([]byte, 48<<10), true},
 			{"heap, below", make([]byte, whole-1), false},
 			{"shared, below", buf[:shm.SharedLendMin], true},
 			{"shared, small", buf[:shm.SharedLendMin-1], false},
 		}},
-		{"whole from 128 KiB, above LendMin", 128 << 10, []payload{
+		{"whole from 128 KiB, above LendMin", 128 << 10, 0, []payload{
 			{"heap, at LendMin", make([]byte, 64<<10), false},
 			{"heap, below the threshold", make([]byte, 128<<10-1), false},
 			{"heap, at the threshold", make([]byte, 128<<10), true},
 			{"shared", buf[:shm.SharedLendMin], true},
 		}},
+		{"through the ring from 256 KiB", 0, 256 << 10, []payload{
+			{"heap, at LendMin", make([]byte, 64<<10), true},
+			{"heap, below the ring threshold", make([]byte, 256<<10-1), true},
+			{"heap, at the ring threshold", make([]byte, 256<<10), false},
+			{"heap, above it", make([]byte, 300<<10), false},
+			{"shared, above it", buf[:300<<10], true},
+			{"shared, small", buf[:shm.SharedLendMin], true},
+		}},
 	} {
 		t.Run(cfg.name, func(t *testing.T) {
 			a, b := pairWith(t, func(c *shm.Config) {
-				c.SendByDescriptor, c.CMAThreshold, c.WholeLendThreshold = false, 64<<10, cfg.whole
+				c.SendByDescriptor, c.CMAThreshold, c.WholeLendThreshold, c.WholeRingThreshold = false, 64<<10, cfg.whole, cfg.ring
 			})
 			defer a.Close()
 			defer b.Close()
@@ -516,6 +524,13 @@ func TestLendsWhole(t *testing.T) {
 	ca.WholeLendThreshold = shm.SharedLendMin - 1
 	if _, _, erra, _ := connectPair(t, ca, cb); erra == nil {
 		t.Errorf("Connect with a whole-payload threshold of %d (below %d) succeeded", ca.WholeLendThreshold, shm.SharedLendMin)
+	}
+	for _, th := range [][2]int{{0, shm.SharedLendMin}, {128 << 10, 128 << 10}, {0, -1}} {
+		ca, cb := configs(0, "")
+		ca.WholeLendThreshold, ca.WholeRingThreshold = th[0], th[1]
+		if _, _, erra, _ := connectPair(t, ca, cb); erra == nil {
+			t.Errorf("Connect with a whole-payload ring threshold of %d (whole lending from %d) succeeded", th[1], th[0])
+		}
 	}
 }
 

@@ -94,7 +94,11 @@ type Conn struct {
 	// wholeMin is the smallest payload lent where the receiver takes it
 	// whole (see LendsWhole), 0 for cmaOutMin.
 	wholeMin int
-	reader   cmaReader // the peer's process, when cmaIn
+	// ringMin is the smallest payload taken whole that is not lent but
+	// sent through the ring unless it lies in a shared buffer
+	// (Config.WholeRingThreshold); 0 for none.
+	ringMin int
+	reader  cmaReader // the peer's process, when cmaIn
 	// pieceHook, if set (by tests), runs between the pieces of a
 	// cross-memory read with the number of bytes copied so far.
 	pieceHook func(done int)
@@ -194,8 +198,12 @@ type cmaSetup struct {
 	// outWhole is the smallest payload this side lends where its
 	// receiver takes it whole (Config.WholeLendThreshold), 0 for outMin.
 	outWhole int
-	send     bool      // Send uses descriptors too (Config.SendByDescriptor)
-	reader   cmaReader // owned by the Conn from newConn on
+	// outRing is the smallest payload taken whole that this side sends
+	// through the ring unless it lies in a shared buffer
+	// (Config.WholeRingThreshold), 0 for none.
+	outRing int
+	send    bool      // Send uses descriptors too (Config.SendByDescriptor)
+	reader  cmaReader // owned by the Conn from newConn on
 }
 
 // newConn joins two mapped rings into a Conn. ctl, if not nil, becomes the
@@ -205,7 +213,7 @@ func newConn(out, in *mapping, peer int, ctl transport.Conn, want transport.Head
 	c.cmaOut, c.cmaOutMin = cma.out && cma.outMin > 0, cma.outMin
 	c.cmaIn, c.cmaInMin = cma.in && cma.inMin > 0, cma.inMin
 	if c.cmaOut {
-		c.offerMin, c.wholeMin = max(cma.outOffer, 0), max(cma.outWhole, 0)
+		c.offerMin, c.wholeMin, c.ringMin = max(cma.outOffer, 0), max(cma.outWhole, 0), max(cma.outRing, 0)
 	}
 	c.descInMin = c.cmaInMin
 	if cma.inOffer > 0 {

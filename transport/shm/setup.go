@@ -73,6 +73,15 @@ type Config struct {
 	// buffers from SharedLendMin); otherwise it is at least
 	// SharedLendMin, the smallest lent payload every receiver accepts.
 	WholeLendThreshold int
+	// WholeRingThreshold is the smallest payload taken whole that this
+	// side sends through the ring instead of lending it, unless it lies
+	// in a shared buffer the receiver maps (transport.WholeLender): where
+	// one process_vm_readv does not pay, a block too large to stay in the
+	// cache goes faster through the ring, whose receiver copies it to
+	// its place with stores that go past the caches (memcopy.Stream),
+	// than read from the sender's memory by the kernel. 0 sends none so;
+	// otherwise it is above WholeLendThreshold and SharedLendMin.
+	WholeRingThreshold int
 	// Spin is how long a side that waits for the peer keeps polling
 	// before it sleeps on the futex. Polling keeps latency low and stable
 	// when every process has a core of its own (a futex wake-up costs tens
@@ -252,6 +261,9 @@ func Connect(ctx context.Context, ctl transport.Conn, cfg Config) (*Conn, error)
 	if w := cfg.WholeLendThreshold; w != 0 && (w < SharedLendMin || uint64(w) > transport.MaxLen) {
 		local = fmt.Errorf("invalid whole-payload lending threshold %d (0, or at least %d)", w, SharedLendMin)
 	}
+	if w := cfg.WholeRingThreshold; w != 0 && (w <= max(cfg.WholeLendThreshold, SharedLendMin) || uint64(w) > transport.MaxLen) {
+		local = fmt.Errorf("invalid whole-payload ring threshold %d (0, or above %d)", w, max(cfg.WholeLendThreshold, SharedLendMin))
+	}
 	capacity := uint64(DefaultCapacity)
 	if cfg.Capacity != 0 {
 		capacity = uint64(cfg.Capacity)
@@ -378,7 +390,7 @@ func Connect(ctx context.Context, ctl transport.Conn, cfg Config) (*Conn, error)
 		remote = errors.New(text)
 	}
 	if mine.flags&flagCMA != 0 && flags&flagCMA != 0 {
-		cma.out, cma.outMin, cma.send, cma.outOffer, cma.outWhole = true, threshold, cfg.SendByDescriptor, cfg.OfferThreshold, cfg.WholeLendThreshold
+		cma.out, cma.outMin, cma.send, cma.outOffer, cma.outWhole, cma.outRing = true, threshold, cfg.SendByDescriptor, cfg.OfferThreshold, cfg.WholeLendThreshold, cfg.WholeRingThreshold
 	}
 	switch {
 	case local != nil:

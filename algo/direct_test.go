@@ -757,22 +757,7 @@ func TestAllToAllPairwiseLendsWhole(t *testing.T) {
 // their size, which their receivers expect (lentFrom); every rank gets
 // its blocks and settles every peer it lent to.
 func TestAllToAllPairwiseWholeAboveLendMin(t *testing.T) {
-	defer func(c int) { pairwiseChunk = c }(pairwiseChunk)
-	pairwiseChunk = 7000
-	const p = 4
-	size := make([][]int, p)
-	for a := range size {
-		size[a] = make([]int, p)
-		for b := range size[a] {
-			size[a][b] = []int{1000, 5000, 6500, 20000}[(a+b)%4]
-		}
-	}
-	rec := make([]*lenders, p)
-	checkAllToAll(t, size, fakepeers.Options{EagerLimit: 8 << 10}, func(ctx context.Context, rank int, peers Peers, b *a2aBufs) error {
-		rec[rank] = newLenders(peers, 4<<10)
-		rec[rank].wholeMin = 6000
-		return AllToAllPairwise(ctx, rec[rank], b.send, b.sOffs, b.sLens, b.recv, b.rOffs, b.rLens)
-	})
+	size, rec := lendFourSizes(t, [4]int{1000, 5000, 6500, 20000}, func(l *lenders) { l.wholeMin = 6000 })
 	seen := map[int]bool{}
 	for r, l := range rec {
 		for to, n := range size[r] {
@@ -794,13 +779,12 @@ func TestAllToAllPairwiseWholeAboveLendMin(t *testing.T) {
 	}
 }
 
-// TestAllToAllPairwiseWholeThroughRing: peers that lend from 4 KiB, but
-// not the blocks taken whole from 25000 bytes (WholeLendPeers: a
-// transport whose rings beat lending for blocks that do not stay in the
-// cache), send those whole, in one message, not in pieces, and lend the
-// others from 4 KiB, those larger than a piece included; every rank gets
-// its blocks and settles only the peers it lent to.
-func TestAllToAllPairwiseWholeThroughRing(t *testing.T) {
+// lendFourSizes runs AllToAllPairwise at 4 ranks, pieces of 7000 bytes
+// and an eager limit of 8 KiB, over lenders that lend from 4 KiB and that
+// set adjusts; rank a sends rank b a block of sizes[(a+b)%4] bytes. It
+// returns the block sizes and each rank's lenders.
+func lendFourSizes(t *testing.T, sizes [4]int, set func(*lenders)) ([][]int, []*lenders) {
+	t.Helper()
 	defer func(c int) { pairwiseChunk = c }(pairwiseChunk)
 	pairwiseChunk = 7000
 	const p = 4
@@ -808,15 +792,26 @@ func TestAllToAllPairwiseWholeThroughRing(t *testing.T) {
 	for a := range size {
 		size[a] = make([]int, p)
 		for b := range size[a] {
-			size[a][b] = []int{1000, 5000, 20000, 30000}[(a+b)%4]
+			size[a][b] = sizes[(a+b)%4]
 		}
 	}
 	rec := make([]*lenders, p)
 	checkAllToAll(t, size, fakepeers.Options{EagerLimit: 8 << 10}, func(ctx context.Context, rank int, peers Peers, b *a2aBufs) error {
 		rec[rank] = newLenders(peers, 4<<10)
-		rec[rank].ringMin = 25000
+		set(rec[rank])
 		return AllToAllPairwise(ctx, rec[rank], b.send, b.sOffs, b.sLens, b.recv, b.rOffs, b.rLens)
 	})
+	return size, rec
+}
+
+// TestAllToAllPairwiseWholeThroughRing: peers that lend from 4 KiB, but
+// not the blocks taken whole from 25000 bytes (WholeLendPeers: a
+// transport whose rings beat lending for blocks that do not stay in the
+// cache), send those whole, in one message, not in pieces, and lend the
+// others from 4 KiB, those larger than a piece included; every rank gets
+// its blocks and settles only the peers it lent to.
+func TestAllToAllPairwiseWholeThroughRing(t *testing.T) {
+	size, rec := lendFourSizes(t, [4]int{1000, 5000, 20000, 30000}, func(l *lenders) { l.ringMin = 25000 })
 	for r, l := range rec {
 		for to, n := range size[r] {
 			if to == r {

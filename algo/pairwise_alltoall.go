@@ -64,7 +64,8 @@ import (
 // rule for whole messages says so (WholeLendPeers): one message, which
 // the receiver takes as it takes a lent one. The pieces of a block that
 // does not stay in the cache are copied to their place past the caches
-// where the connection shows them where they lie (ViewPeers). A rank that lends can so meet
+// where the connection shows them where they lie (ViewPeers). A rank
+// that lends can so meet
 // one that sends in pieces (an AllToAllV whose large blocks go to peers on
 // shared memory on one rank and over TCP on another).
 //

@@ -224,8 +224,11 @@ func recvRound(ctx context.Context, p Peers, size, r int, lp LendPeers, b *rankB
 // copied from there with stores that go past the caches (not reading
 // every line of dst first), through b.sink.
 func (b *rankBlocks) recvPiece(ctx context.Context, p Peers, peer int, step uint32, dst []byte, n int) error {
+	if !memcopy.Streams(n) {
+		return p.Recv(ctx, peer, step, dst) // small blocks: no type assertion
+	}
 	vp, ok := p.(ViewPeers)
-	if !ok || !memcopy.Streams(n) {
+	if !ok {
 		return p.Recv(ctx, peer, step, dst)
 	}
 	if b.sink == nil {

@@ -320,7 +320,7 @@ func (c *Conn) send(ctx context.Context, h transport.Header, payload []byte) err
 	if desc {
 		return c.sendDesc(ctx, payload)
 	}
-	if err := c.put(ctx, payload); err != nil {
+	if err := c.putPayload(ctx, payload); err != nil {
 		return err
 	}
 	if err := c.putPad(ctx); err != nil {
@@ -647,9 +647,33 @@ func (c *Conn) sealed() (bool, error) {
 	return true, nil
 }
 
+// putPayload puts a payload that goes through the ring. A payload large
+// enough to be streamed to its destination (memcopy.Streams) has its first
+// lap of the ring written with non-temporal stores: by then the ring's
+// lines have usually left the caches (the last large frame's bytes, and
+// whatever the processes did since, went through them), and an ordinary
+// store would first read each line from memory. Later laps reuse lines the
+// consumer has just read, still cached, and are written with ordinary
+// stores: streamed too, every lap would go to memory.
+func (c *Conn) putPayload(ctx context.Context, p []byte) error {
+	if memcopy.Streams(len(p)) {
+		cold := min(len(p), int(c.out.cap))
+		if err := c.putWith(ctx, p[:cold], memcopy.Stream); err != nil {
+			return err
+		}
+		p = p[cold:]
+	}
+	return c.put(ctx, p)
+}
+
 // put copies p into the out ring, waiting for space as needed, and
 // publishes the tail every chunk bytes. The caller publishes the rest.
 func (c *Conn) put(ctx context.Context, p []byte) error {
+	return c.putWith(ctx, p, memcopy.Copy)
+}
+
+// putWith is put copying with cp (memcopy.Copy or memcopy.Stream).
+func (c *Conn) putWith(ctx context.Context, p []byte, cp func(dst, src []byte) int) error {
 	r := &c.out
 	for len(p) > 0 {
 		want := uint64(min(len(p), chunk))
@@ -669,8 +693,8 @@ func (c *Conn) put(ctx context.Context, p []byte) error {
 		}
 		n := min(want, free)
 		off := c.tail & r.mask
-		if k := memcopy.Copy(r.data[off:], p[:n]); uint64(k) < n {
-			memcopy.Copy(r.data, p[k:n]) // wrapped around the ring's end
+		if k := cp(r.data[off:], p[:n]); uint64(k) < n {
+			cp(r.data, p[k:n]) // wrapped around the ring's end
 		}
 		c.tail += n
 		p = p[n:]

@@ -13,6 +13,7 @@ import (
 
 	"github.com/occl/occl/internal/membarrier"
 	"github.com/occl/occl/internal/memcopy"
+	"github.com/occl/occl/internal/spin"
 	"github.com/occl/occl/transport"
 )
 
@@ -26,7 +27,8 @@ const (
 	// consumer reads it. 256 KiB measured best among 64 KiB to 512 KiB.
 	chunk = 256 << 10
 	// spinTight is how many times a waiting side re-reads the shared
-	// counter before it looks at the clock. Then it keeps polling for the
+	// counter, with a spin.Pause after each look, before it looks at the
+	// clock. Then it keeps polling for the
 	// connection's spin time (none when the processes outnumber the
 	// cores: the one awaited may need this core) before it sleeps on the
 	// futex. Where the processes outnumber the cores, a wait that gives
@@ -980,6 +982,7 @@ func (c *Conn) wait(ctx context.Context, w waitFor) error {
 		// peer's mark, whether to poll on or yield (see below), since
 		// polls of a peer that is not running only delay it.
 		if i < spinTight && (c.spin != 0 || !core) {
+			spin.Pause()
 			continue
 		}
 		if c.spin == 0 {
@@ -1024,6 +1027,7 @@ func (c *Conn) wait(ctx context.Context, w waitFor) error {
 				continue
 			}
 		} else if i%16 != 0 {
+			spin.Pause()
 			continue
 		}
 		// Keep polling for the spin time before sleeping: a futex
@@ -1110,6 +1114,7 @@ func (c *Conn) copyWait(ctx context.Context, w waitFor, peerClosed *atomic.Uint3
 			return false, nil
 		}
 		if i < spinTight {
+			spin.Pause()
 			continue
 		}
 		if err := ctx.Err(); err != nil {

@@ -651,12 +651,12 @@ func (c *Conn) sealed() (bool, error) {
 
 // putPayload puts a payload that goes through the ring. A payload large
 // enough to be streamed to its destination (memcopy.Streams) has its first
-// lap of the ring written with non-temporal stores: by then the ring's
-// lines have usually left the caches (the last large frame's bytes, and
-// whatever the processes did since, went through them), and an ordinary
-// store would first read each line from memory. Later laps reuse lines the
-// consumer has just read, still cached, and are written with ordinary
-// stores: streamed too, every lap would go to memory.
+// lap of the ring written with non-temporal stores, which do not read a
+// line before writing it: the ring's lines have likely left the caches
+// since the last large frame (not measured). Later laps reuse lines the
+// consumer has just read and are written with ordinary stores: streaming
+// every lap was slower at 64 MiB (see "Large blocks through the rings" in
+// docs/performance.md).
 func (c *Conn) putPayload(ctx context.Context, p []byte) error {
 	if memcopy.Streams(len(p)) {
 		cold := min(len(p), int(c.out.cap))

@@ -114,9 +114,9 @@
 // string moves, see internal/memcopy: on a 2-core AMD EPYC virtual
 // machine, for minutes at a time, 1 MiB AllToAll at 2 processes took 93-97
 // us through the runtime's copy against 38-48 us through it; the first
-// lap of a payload large enough to be streamed, with non-temporal stores
-// that end with a store fence, SFENCE, which orders them before any later
-// store, see putPayload) and then
+// lap of a large payload with non-temporal stores, see putPayload, whose
+// copy ends with SFENCE, which orders them before any later store) and
+// then
 // publishes them with an atomic store of tail; the consumer reads tail
 // atomically, copies the bytes out and publishes head with an atomic
 // store, after which the producer may overwrite them. The counters are

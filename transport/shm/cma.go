@@ -298,7 +298,7 @@ func (c *Conn) lendFrame(ctx context.Context, h transport.Header, payload []byte
 	h.Len = uint64(len(payload))
 	h.Encode(c.shdr[:])
 	c.shdr[flagsOff] = flagLent
-	err := c.put(ctx, c.shdr[:])
+	err := c.putHeader(ctx)
 	if err == nil {
 		err = c.postDesc(ctx, payload)
 	}

@@ -148,7 +148,6 @@ type Conn struct {
 	// frame was written, so a non-zero seal there means that all of the
 	// frame is there (see sealed).
 	armed   bool
-	polls   uint32 // rounds of a wait that polled the seal alone
 	rticket uint64 // descriptors completed on in
 	rhdr    [transport.HeaderSize]byte
 	rdesc   [descSize]byte
@@ -316,7 +315,7 @@ func (c *Conn) send(ctx context.Context, h transport.Header, payload []byte) err
 	if desc {
 		c.shdr[flagsOff] = flagLent
 	}
-	if err := c.put(ctx, c.shdr[:]); err != nil {
+	if err := c.putHeader(ctx); err != nil {
 		return err
 	}
 	if desc {
@@ -329,6 +328,22 @@ func (c *Conn) send(ctx context.Context, h transport.Header, payload []byte) err
 		return err
 	}
 	c.publishTail()
+	return nil
+}
+
+// putHeader puts the frame header in shdr at the tail, a frame boundary,
+// for a frame the general path writes. Where the seal words ahead were
+// cleared, its consumer may be armed for it, polling its seal word and not
+// the tail: it marks the header there (markOf) once the header is in
+// place, so that the consumer turns to the tail.
+func (c *Conn) putHeader(ctx context.Context) error {
+	start := c.tail
+	if err := c.put(ctx, c.shdr[:]); err != nil {
+		return err
+	}
+	if start%frameAlign == 0 && int64(c.cleared-start) > 0 {
+		c.out.seal(start&c.out.mask, markOf(start))
+	}
 	return nil
 }
 
@@ -643,6 +658,11 @@ func (c *Conn) sealed() (bool, error) {
 	if s == 0 {
 		return false, nil
 	}
+	if s == markOf(c.head) {
+		// Written by the general path: found by the tail.
+		c.armed = false
+		return false, nil
+	}
 	if s != sealOf(c.head) {
 		return false, &transport.FrameError{Reason: fmt.Sprintf("shared ring corrupt: seal %#x at %d, expected %#x", s, c.head, sealOf(c.head))}
 	}
@@ -854,9 +874,9 @@ const (
 // ready reports whether the side can make progress: data to read for the
 // consumer, at least spaceWant free bytes for the producer, the last
 // descriptor completed for a producer waiting for its transfer. A
-// consumer armed for a sealed frame looks at the tail only every
-// sealPolls calls, unless all is set: a wait's last look before it sleeps
-// or gives up must see what was published.
+// consumer armed for a sealed frame looks at the tail only if all is set:
+// a wait's last look before it sleeps or gives up must see what was
+// published.
 func (c *Conn) ready(w waitFor, all bool) (bool, error) {
 	switch w {
 	case forData:
@@ -864,12 +884,11 @@ func (c *Conn) ready(w waitFor, all bool) (bool, error) {
 			return ok, err
 		}
 		if c.armed && !all {
-			// Poll the frame's line, and the tail (a frame that is not
-			// sealed) only every sealPolls rounds, so that the
-			// producer's store of the tail seldom finds the line here.
-			if c.polls++; c.polls%sealPolls != 0 {
-				return false, nil
-			}
+			// Poll the frame's line alone: a frame the general path
+			// writes there is marked (see putHeader), and a look at the
+			// tail, a line the producer writes at every frame, is a
+			// miss that delays the sight of the seal.
+			return false, nil
 		}
 		if err := c.loadTail(); err != nil {
 			return false, err

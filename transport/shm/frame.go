@@ -58,9 +58,6 @@ const (
 	// instead of a fresh line of a large ring each time. Larger frames
 	// never rewind, so a large transfer still has the whole ring.
 	hotWindow = 64 << 10
-	// sealPolls: a consumer waiting for an armed frame reads the tail
-	// only every sealPolls rounds, and otherwise the seal alone.
-	sealPolls = 16
 )
 
 // zeroPad is the padding written after a frame's body.
@@ -78,6 +75,12 @@ func frameEnd(pos uint64, n int) uint64 {
 // sealOf is the seal of a frame that starts at stream position pos: never
 // zero, and different for every line of a lap of the ring.
 func sealOf(pos uint64) uint32 { return uint32(pos/frameAlign) | 1<<31 }
+
+// markOf is the mark of a frame written by the general path that starts at
+// stream position pos where the seal words were cleared (see Conn.putHeader):
+// never zero and never the seal of the same position, it tells a consumer
+// polling that word for a sealed frame to read the tail instead.
+func markOf(pos uint64) uint32 { return sealOf(pos) ^ 1<<30 }
 
 // sealWord returns the seal word of the frame line at data offset off,
 // which is a multiple of frameAlign.

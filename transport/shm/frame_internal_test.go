@@ -72,6 +72,44 @@ func TestSealedFrameWithoutTail(t *testing.T) {
 	}
 }
 
+// A frame the general path writes where the receiver is armed is marked
+// in its seal word: the receiver, which polls that word and not the tail,
+// turns to the tail at its first look, and takes the frame whole.
+func TestGeneralFrameMarked(t *testing.T) {
+	a, b, ctx := connPair(t, 64<<10)
+	buf := make([]byte, 8)
+	exchange(t, ctx, a, b, buf)
+	if !b.armed {
+		t.Fatal("a small frame into a ring with room to clear ahead did not arm the next")
+	}
+	send := make([]byte, smallFrame+100) // larger than a sealed frame
+	for i := range send {
+		send[i] = byte(i*7 + 1)
+	}
+	if err := a.Send(ctx, fuzzWant, send); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := b.ready(forData, false); !ok || err != nil {
+		t.Fatalf("an armed receiver's first look at a frame the general path wrote = %v, %v; want true", ok, err)
+	}
+	if b.armed {
+		t.Fatal("the receiver stayed armed for a frame without a seal")
+	}
+	got := make([]byte, len(send))
+	if err := b.Recv(ctx, fuzzWant, got); err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != string(send) {
+		t.Fatal("the marked frame's payload differs from what was sent")
+	}
+	// Small frames are sealed again after it.
+	exchange(t, ctx, a, b, buf)
+	exchange(t, ctx, a, b, buf)
+	if !b.armed {
+		t.Fatal("small frames after a marked one did not arm the next")
+	}
+}
+
 // A frame whose header is there but whose seal is not, on an armed
 // receiver, is not taken: the receiver waits for the seal or the tail.
 func TestUnsealedFrameWaits(t *testing.T) {
@@ -111,15 +149,16 @@ func TestWrongSeal(t *testing.T) {
 
 // Small frames of random sizes lap a minimal ring many times, with the
 // receiver polling lines that earlier laps filled with payload words equal
-// to the seal the next lap's frame there will have: every frame arrives
-// whole and in order, and many are found by their seal.
+// to the seal the next lap's frame there will have, or to its mark (see
+// markOf; the frames that wrap at the ring's end are marked): every frame
+// arrives whole and in order, and many are found by their seal.
 func TestSealedFramesLapTheRing(t *testing.T) {
 	a, b, ctx := connPair(t, MinCapacity)
 	const frames = 20000
 	size := func(r *rand.Rand) int { return r.IntN(300) }
 	// fill makes the payload of frame i that starts at stream position
-	// start: a byte pattern, with a seal one lap ahead in every word
-	// that lands where a line's seal word is.
+	// start: a byte pattern, with a seal one lap ahead (a mark in odd
+	// frames) in every word that lands where a line's seal word is.
 	fill := func(buf []byte, i int, start uint64) {
 		for j := range buf {
 			buf[j] = byte(i + j)
@@ -127,7 +166,11 @@ func TestSealedFramesLapTheRing(t *testing.T) {
 		for j := range buf {
 			pos := start + transport.HeaderSize + uint64(j)
 			if pos%frameAlign == sealOff && j+4 <= len(buf) {
-				binary.LittleEndian.PutUint32(buf[j:], sealOf(pos-sealOff+MinCapacity))
+				v := sealOf(pos - sealOff + MinCapacity)
+				if i%2 == 1 {
+					v = markOf(pos - sealOff + MinCapacity)
+				}
+				binary.LittleEndian.PutUint32(buf[j:], v)
 			}
 		}
 	}

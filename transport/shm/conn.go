@@ -341,6 +341,9 @@ func (c *Conn) putHeader(ctx context.Context) error {
 	if err := c.put(ctx, c.shdr[:]); err != nil {
 		return err
 	}
+	// Frames start on a frame boundary; the check keeps a tail that is
+	// not on one (a corrupted Conn, see FuzzSendCorrupt) from storing
+	// the mark outside a seal word.
 	if start%frameAlign == 0 && int64(c.cleared-start) > 0 {
 		c.out.seal(start&c.out.mask, markOf(start))
 	}

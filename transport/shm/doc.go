@@ -70,7 +70,8 @@
 // path writes (one that is larger, wraps, or is lent) where the words are
 // clear gets a mark in its seal word instead of a seal, once its header is
 // in place: a consumer polling that word turns to the tail. An armed
-// consumer thus reads the tail only in its last look before it sleeps:
+// consumer thus reads the tail only in its last look before it sleeps or
+// gives up:
 // the tail's line, which the producer writes at every frame, would
 // otherwise be a miss in the middle of the wait that delays the sight of
 // the seal (on a 2-core AMD EPYC virtual machine, whose processes

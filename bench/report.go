@@ -14,6 +14,7 @@ type Table struct {
 	sumBW   float64
 	wrong   int64
 	explain bool
+	latency bool
 }
 
 // NewTable returns a table writing to w.
@@ -23,17 +24,27 @@ func NewTable(w io.Writer) *Table { return &Table{w: w} }
 // model's predicted time and measured/predicted (out of place).
 func (t *Table) Explain() { t.explain = true }
 
+// Latency adds, after nccl-tests' columns, the out-of-place variant's
+// per-operation median, 99th percentile and maximum (Config.Latency).
+func (t *Table) Latency() { t.latency = true }
+
 // Header writes the column headings.
 func (t *Table) Header() {
 	fmt.Fprintf(t.w, "#\n")
 	fmt.Fprintf(t.w, "# %10s  %12s  %8s  %6s  %6s  %31s  %31s\n", "", "", "", "", "", "out-of-place", "in-place")
 	fmt.Fprintf(t.w, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s",
 		"size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong")
+	if t.latency {
+		fmt.Fprintf(t.w, "  %7s  %7s  %7s", "p50", "p99", "max")
+	}
 	if t.explain {
 		fmt.Fprintf(t.w, "  %8s  %9s  %9s", "algo", "predicted", "meas/pred")
 	}
 	fmt.Fprintf(t.w, "\n# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s",
 		"(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "")
+	if t.latency {
+		fmt.Fprintf(t.w, "  %7s  %7s  %7s", "(us)", "(us)", "(us)")
+	}
 	if t.explain {
 		fmt.Fprintf(t.w, "  %8s  %9s  %9s", "", "(us)", "")
 	}
@@ -48,6 +59,13 @@ func (t *Table) Row(r Result, dtypeName string) {
 		t.variant(r.InPlaceTimeUS, r.InPlaceAlgBW, r.InPlaceBusBW, r.InPlaceWrong)
 	} else {
 		fmt.Fprintf(t.w, "  %7s  %6s  %6s  %6s", "N/A", "N/A", "N/A", "N/A")
+	}
+	if t.latency {
+		if d := r.Latency; d != nil {
+			fmt.Fprintf(t.w, "  %7s  %7s  %7s", formatTime(d.P50US), formatTime(d.P99US), formatTime(d.MaxUS))
+		} else {
+			fmt.Fprintf(t.w, "  %7s  %7s  %7s", "N/A", "N/A", "N/A")
+		}
 	}
 	if t.explain {
 		pred, ratio := "N/A", "N/A"

@@ -35,6 +35,11 @@ type Config struct {
 	Issue Issue
 	// Demand shapes AllToAllV (nil: uniform).
 	Demand *Demand
+	// Latency times every operation of a timed run, each by one clock
+	// reading after it, and reports their distribution (Result.Latency).
+	// Only where each operation is waited for before the next is issued
+	// (Issue Blocking or AsyncWait).
+	Latency bool
 	// HugePages puts the send and receive buffers (from
 	// hugemem.SharedMin) in memory of hugemem.Alloc, as a program does
 	// whose tensors come from occl's allocator (the C ABI's occlMemAlloc,
@@ -86,6 +91,10 @@ type Result struct {
 	InPlaceAlgBW  float64 `json:"inplace_algbw_GBps"`
 	InPlaceBusBW  float64 `json:"inplace_busbw_GBps"`
 	InPlaceWrong  int64   `json:"inplace_wrong"`
+	// Latency and InPlaceLatency are the per-operation distributions of
+	// Config.Latency.
+	Latency        *Latency `json:"latency,omitempty"`
+	InPlaceLatency *Latency `json:"inplace_latency,omitempty"`
 	// PredictedUS is the cost model's time for Algo, 0 when the
 	// communicator has no topology or the model does not cover the
 	// operation.
@@ -104,6 +113,10 @@ type Runner struct {
 	rbuf   []byte
 	expect []byte
 	reqs   []*comm.Request
+	// times are the iteration times of a timed run under Config.Latency
+	// (nil otherwise); loop fills them when timing is set.
+	times  []time.Duration
+	timing bool
 	// huge are the buffers of Config.HugePages, freed by Close.
 	huge [][]byte
 	// AllToAllV: the element matrix of the current size and this rank's
@@ -152,6 +165,9 @@ func NewRunner(c *comm.Communicator, cfg Config, maxBytes int) (*Runner, error) 
 	if cfg.Iters < 1 || cfg.Warmup < 0 {
 		return nil, fmt.Errorf("bench: %d iterations, %d warmup", cfg.Iters, cfg.Warmup)
 	}
+	if cfg.Latency && cfg.Issue == Batch {
+		return nil, fmt.Errorf("bench: per-operation latency needs each operation waited for before the next (blocking calls, or Async calls each waited for)")
+	}
 	es := cfg.DType.Size()
 	if cfg.Op == AllToAllV && cfg.Demand == nil {
 		d, err := ParseDemand("uniform", c.Size())
@@ -173,6 +189,9 @@ func NewRunner(c *comm.Communicator, cfg Config, maxBytes int) (*Runner, error) 
 		c: c, cfg: cfg, es: es,
 		expect: make([]byte, max(send, recv)*es),
 		reqs:   make([]*comm.Request, 0, max(cfg.Iters, cfg.Warmup)),
+	}
+	if cfg.Latency {
+		r.times = make([]time.Duration, cfg.Iters)
 	}
 	var err error
 	if r.sbuf, err = r.buffer(send * es); err == nil {
@@ -252,13 +271,13 @@ func (r *Runner) Run(ctx context.Context, size int) (Result, error) {
 		res.Root = cfg.Root
 	}
 	var err error
-	res.TimeUS, res.Wrong, err = r.measure(ctx, l, false)
+	res.TimeUS, res.Wrong, res.Latency, err = r.measure(ctx, l, false)
 	if err != nil {
 		return res, err
 	}
 	res.AlgBW, res.BusBW = r.bandwidth(l, res.TimeUS)
 	if cfg.Op.HasInPlace() {
-		res.InPlaceTimeUS, res.InPlaceWrong, err = r.measure(ctx, l, true)
+		res.InPlaceTimeUS, res.InPlaceWrong, res.InPlaceLatency, err = r.measure(ctx, l, true)
 		if err != nil {
 			return res, err
 		}
@@ -278,38 +297,54 @@ func (r *Runner) bandwidth(l Layout, us float64) (alg, bus float64) {
 // measure times one variant and, if asked, checks one more run. It returns
 // the maximum over ranks of the average time in microseconds and the total
 // number of wrong elements over ranks (-1 when not checked).
-func (r *Runner) measure(ctx context.Context, l Layout, inPlace bool) (float64, int64, error) {
+func (r *Runner) measure(ctx context.Context, l Layout, inPlace bool) (float64, int64, *Latency, error) {
 	send, recv := r.buffers(l, inPlace)
 	r.fill(l, send)
 	if err := r.warmUp(ctx, send, recv); err != nil {
-		return 0, 0, err
+		return 0, 0, nil, err
 	}
 	if err := r.c.Barrier(ctx); err != nil {
-		return 0, 0, err
+		return 0, 0, nil, err
 	}
+	r.timing = r.times != nil
 	start := time.Now()
-	if err := r.loop(ctx, send, recv, r.cfg.Iters); err != nil {
-		return 0, 0, err
-	}
+	err := r.loop(ctx, send, recv, r.cfg.Iters)
 	avg := float64(time.Since(start).Nanoseconds()) / 1e3 / float64(r.cfg.Iters)
+	r.timing = false
+	if err != nil {
+		return 0, 0, nil, err
+	}
 	wrong := int64(-1)
 	if r.cfg.Check {
 		r.fill(l, send)
 		if err := r.loop(ctx, send, recv, 1); err != nil {
-			return 0, 0, err
+			return 0, 0, nil, err
 		}
 		wrong = r.verify(l, recv)
 	}
-	agg := []float64{avg, float64(wrong)}
-	if err := comm.AllReduce(ctx, r.c, agg[:1], agg[:1], comm.Max); err != nil {
-		return 0, 0, err
+	// The largest of every rank: the mean, then the latency's figures.
+	agg := []float64{avg, 0, 0, 0}
+	var lat *Latency
+	if r.times != nil {
+		d := latencyOf(r.times)
+		agg[1], agg[2], agg[3] = d.P50US, d.P99US, d.MaxUS
+	} else {
+		agg = agg[:1]
+	}
+	if err := comm.AllReduce(ctx, r.c, agg, agg, comm.Max); err != nil {
+		return 0, 0, nil, err
+	}
+	if r.times != nil {
+		lat = &Latency{P50US: agg[1], P99US: agg[2], MaxUS: agg[3]}
 	}
 	if r.cfg.Check {
-		if err := comm.AllReduce(ctx, r.c, agg[1:], agg[1:], comm.Sum); err != nil {
-			return 0, 0, err
+		w := []int64{wrong}
+		if err := comm.AllReduce(ctx, r.c, w, w, comm.Sum); err != nil {
+			return 0, 0, nil, err
 		}
+		wrong = w[0]
 	}
-	return agg[0], int64(agg[1]), nil
+	return agg[0], wrong, lat, nil
 }
 
 // warmUp runs Warmup iterations and then, while any rank's warm-up has
@@ -361,20 +396,16 @@ func (r *Runner) warmUp(ctx context.Context, send, recv []byte) error {
 // communicator complete in issue order, so the others are done by then.
 func (r *Runner) loop(ctx context.Context, send, recv []byte, iters int) error {
 	switch r.cfg.Issue {
-	case Blocking:
+	case Blocking, AsyncWait:
+		last := time.Now()
 		for i := 0; i < iters; i++ {
-			if err := r.call(ctx, send, recv); err != nil {
+			if err := r.once(ctx, send, recv); err != nil {
 				return err
 			}
-		}
-		return nil
-	case AsyncWait:
-		for i := 0; i < iters; i++ {
-			q := r.issue(ctx, send, recv)
-			if err := q.Wait(ctx); err != nil {
-				return err
+			if r.timing {
+				now := time.Now()
+				r.times[i], last = now.Sub(last), now
 			}
-			q.Release() // as the C ABI's wait does: the next call reuses it
 		}
 		return nil
 	}
@@ -400,6 +431,20 @@ func (r *Runner) loop(ctx context.Context, send, recv []byte, iters int) error {
 		q.Release() // the next batch reuses them
 		r.reqs[i] = nil
 	}
+	return nil
+}
+
+// once runs one operation and waits for it, by Config.Issue: a blocking
+// call, or an Async call and its Wait.
+func (r *Runner) once(ctx context.Context, send, recv []byte) error {
+	if r.cfg.Issue == Blocking {
+		return r.call(ctx, send, recv)
+	}
+	q := r.issue(ctx, send, recv)
+	if err := q.Wait(ctx); err != nil {
+		return err
+	}
+	q.Release() // as the C ABI's wait does: the next call reuses it
 	return nil
 }
 

@@ -84,6 +84,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		hugePages = fs.Bool("hugepages", false, "put the send and receive buffers (from 64 KiB) in occl's allocator's memory (hugemem, the C ABI's occlMemAlloc), as tensors from occl.torch.empty are: shared with the peers on the host, advised for transparent huge pages from 2 MiB (Linux)")
 		topoSpec  = fs.String("topo", "", "fabric description: a JSON topology file or a spec such as hosts=4x2,hbd=8GB/s,eps=1GB/s (OCCL_TOPO)")
 		emulate   = fs.Bool("emulate", false, "shape every link to the -topo fabric's bandwidth and latency (OCCL_EMULATE=1)")
+		latency   = fs.Bool("latency", false, "time every operation of a timed run (one clock reading after each) and report the median, 99th percentile and maximum per operation (the largest any rank measured); needs -z 1 or -z 2")
 		explain   = fs.Bool("explain", false, "print the schedule run and the cost model's predicted time next to the measured one")
 		skew      = fs.String("skew", "uniform", "alltoallv demand: uniform, zipf:S (every rank sends rank d a share in proportion to 1/(d+1)^S) or a JSON matrix file")
 		swDelay   = fs.Duration("switch-delay", 25*time.Millisecond, "-op reconfig: switching time of the emulated optical switch (25ms: piezo OCS; 1ms: transceiver)")
@@ -122,6 +123,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if *issue < int(bench.Batch) || *issue > int(bench.AsyncWait) {
 		return fail("-z %d: want 0 (batched Async calls), 1 (blocking calls) or 2 (Async calls each waited for)", *issue)
+	}
+	if *latency && *issue == int(bench.Batch) {
+		return fail("-latency times each operation alone: use -z 1 (blocking calls) or -z 2 (Async calls each waited for), not -z 0")
 	}
 	switch *transp {
 	case comm.TransportAuto, comm.TransportTCP, comm.TransportSHM, comm.TransportRDMA:
@@ -229,7 +233,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if op == bench.Reconfig {
 		return runReconfig(ctx, c, *iters, *warmup, *check != 0, *swDelay, *ocsAddr, *jsonOut, stdout, fail)
 	}
-	cfg := bench.Config{Op: op, DType: dt, RedOp: red, Root: *root, Iters: *iters, Warmup: *warmup, WarmupTime: *warmTime, Check: *check != 0, Issue: bench.Issue(*issue), HugePages: *hugePages}
+	cfg := bench.Config{Op: op, DType: dt, RedOp: red, Root: *root, Iters: *iters, Warmup: *warmup, WarmupTime: *warmTime, Check: *check != 0, Issue: bench.Issue(*issue), Latency: *latency, HugePages: *hugePages}
 	if op == bench.AllToAllV {
 		cfg.Demand = demand
 	}
@@ -244,6 +248,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	table := bench.NewTable(stdout)
 	if *explain {
 		table.Explain()
+	}
+	if *latency {
+		table.Latency()
 	}
 	if !*jsonOut {
 		fmt.Fprintf(stdout, "# occl-bench op %s nranks %d minBytes %d maxBytes %d step: %s warmup iters: %d iters: %d validation: %d\n",

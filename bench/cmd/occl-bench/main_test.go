@@ -47,6 +47,66 @@ func TestLaunchedSweep(t *testing.T) {
 	}
 }
 
+// TestLatency runs a sweep with -latency, blocking calls and Async calls
+// each waited for, across 2 processes: every size reports a per-operation
+// distribution consistent with itself and with the mean, both variants,
+// and the table shows its columns.
+func TestLatency(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "occl-bench")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	for _, z := range []string{"1", "2"} {
+		cmd := exec.Command(bin, "-np", "2", "-op", "allreduce", "-b", "8", "-e", "64K", "-f", "64", "-n", "200", "-w", "5",
+			"-z", z, "-latency", "-json", "-quiet")
+		cmd.Env = append(os.Environ(), "OCCL_RANK=")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("-z %s: %v\n%s", z, err, out)
+		}
+		type dist struct {
+			P50 float64 `json:"p50_us"`
+			P99 float64 `json:"p99_us"`
+			Max float64 `json:"max_us"`
+		}
+		lines := 0
+		sc := bufio.NewScanner(strings.NewReader(string(out)))
+		for sc.Scan() {
+			var r struct {
+				Bytes       int     `json:"bytes"`
+				Time        float64 `json:"time_us"`
+				InPlaceTime float64 `json:"inplace_time_us"`
+				Lat         *dist   `json:"latency"`
+				InPlaceLat  *dist   `json:"inplace_latency"`
+			}
+			if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+				t.Fatalf("-z %s: not JSON: %q", z, sc.Text())
+			}
+			for _, v := range []struct {
+				mean float64
+				d    *dist
+			}{{r.Time, r.Lat}, {r.InPlaceTime, r.InPlaceLat}} {
+				// The mean of the slowest rank cannot exceed the
+				// slowest operation any rank timed.
+				if d := v.d; d == nil || d.P50 <= 0 || d.P50 > d.P99 || d.P99 > d.Max || v.mean > d.Max {
+					t.Fatalf("-z %s, %d B: mean %v us, latency %+v", z, r.Bytes, v.mean, d)
+				}
+			}
+			lines++
+		}
+		if lines != 3 {
+			t.Fatalf("-z %s: %d results, want 3:\n%s", z, lines, out)
+		}
+	}
+	out, err := exec.Command(bin, "-np", "2", "-b", "8", "-e", "8", "-n", "20", "-w", "1", "-z", "1", "-latency", "-quiet").CombinedOutput()
+	if err != nil {
+		t.Fatalf("table: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "p99") {
+		t.Fatalf("table lacks the latency columns:\n%s", out)
+	}
+}
+
 // TestSkewedSweep runs a skewed, checked alltoallv on an emulated fabric
 // whose circuits occl-bench places itself, across 4 processes.
 func TestSkewedSweep(t *testing.T) {
@@ -154,7 +214,7 @@ func TestBadFlags(t *testing.T) {
 		{"-np", "2", "-op", "alltoallv", "-skew", "zipf:x"}, {"-np", "2", "-circuits", "auto"},
 		{"-topo", "hosts=2x1", "-circuits", "auto"}, {"-topo", "hosts=2x1,ocs_ports=1", "-circuits", "manual"},
 		{"-op", "recover"}, {"-op", "recover", "-np", "4", "-fault", "nope"}, {"-op", "recover", "-np", "2"},
-		{"-op", "recover", "-np", "4", "-heartbeat-timeout", "2m", "-trial-timeout", "1m"}} {
+		{"-op", "recover", "-np", "4", "-heartbeat-timeout", "2m", "-trial-timeout", "1m"}, {"-np", "2", "-latency", "-z", "0"}} {
 		if code := run(args, os.Stdout, os.Stderr); code == 0 {
 			t.Errorf("%v accepted", args)
 		}

@@ -30,6 +30,8 @@
  *                   from OMPI_MCA_btl (set by mpirun --mca btl ...): "shm" if it
  *                   names vader or sm, "tcp" if it names tcp, else "default"
  *   -json           accepted for symmetry; JSON is always printed
+ *   -latency        time every iteration of the timed loop and add its
+ *                   distribution ("latency", see below)
  *
  * Output: rank 0 prints one JSON object per size on stdout, with the fields
  * of occl-bench -json ("impl":"openmpi"), and an nccl-tests style table on
@@ -54,7 +56,11 @@
  *     allreduce, (n-1)/n for allgather, reducescatter and alltoall, 1 for
  *     broadcast and reduce;
  *   - time = max over ranks of each rank's average time per iteration
- *     (MPI_Wtime around the timed loop after a barrier, MPI_Allreduce MAX).
+ *     (MPI_Wtime around the timed loop after a barrier, MPI_Allreduce MAX);
+ *   - -latency (occl-bench's -latency): every iteration of the timed loop
+ *     timed by one MPI_Wtime after it, and "latency" gives their nearest-
+ *     rank median, 99th percentile and maximum, each the largest of the
+ *     ranks'.
  * Every collective is out of place except broadcast, which MPI defines in
  * place. Sizes whose per-rank chunk rounds down to 0 elements are skipped.
  */
@@ -65,6 +71,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "latency.h"
 #include "skew.h"
 
 enum op_kind {
@@ -111,7 +118,7 @@ struct options {
     enum op_kind op;
     size_t minbytes, maxbytes, stepbytes;
     long stepfactor;
-    int iters, warmup, check, root;
+    int iters, warmup, check, root, latency;
     double warmup_ms;
     const struct dtype_info *dt;
     const char *redop_name;
@@ -155,7 +162,7 @@ static void usage(void)
         fprintf(stderr,
                 "usage: mpi_bench -op OP [-b MIN] [-e MAX] [-f FACTOR] [-i STEP] [-n ITERS]\n"
                 "                 [-w WARMUP] [-t MS] [-c 0|1] [-d TYPE] [-o REDOP] [-r ROOT]\n"
-                "                 [-transport LABEL] [-json]\n"
+                "                 [-transport LABEL] [-json] [-latency]\n"
                 "                 [-skew uniform|zipf:S]\n"
                 "  OP: allreduce allgather alltoall alltoallv reducescatter broadcast reduce sendrecv\n");
 }
@@ -177,10 +184,15 @@ static void parse_args(int argc, char **argv, struct options *o)
     o->redop = MPI_SUM;
     o->transport = NULL;
     o->zipf = -1;
+    o->latency = 0;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "-json") == 0) continue;
+        if (strcmp(a, "-latency") == 0) {
+            o->latency = 1;
+            continue;
+        }
         if (strcmp(a, "-h") == 0 || strcmp(a, "-help") == 0) {
             usage();
             MPI_Finalize();
@@ -476,6 +488,8 @@ int main(int argc, char **argv)
         vrc = malloc(n * sizeof *vrc), vrd = malloc(n * sizeof *vrd);
         if (!vcounts || !vsc || !vsd || !vrc || !vrd) die("out of memory");
     }
+    double *lat = NULL;
+    if (o.latency && !(lat = malloc((size_t)o.iters * sizeof *lat))) die("out of memory");
     for (size_t size = o.minbytes; size <= o.maxbytes;
          size = o.stepfactor > 1 ? size * (size_t)o.stepfactor : size + o.stepbytes) {
         size_t count = size / elt, pc, nbytes;
@@ -527,9 +541,25 @@ int main(int argc, char **argv)
         }
         MPI_Barrier(MPI_COMM_WORLD);
         double t0 = MPI_Wtime();
-        for (int i = 0; i < o.iters; i++) run_once(&o, send, recv, pc);
+        if (lat) {
+            double last = t0;
+            for (int i = 0; i < o.iters; i++) {
+                run_once(&o, send, recv, pc);
+                double now = MPI_Wtime();
+                lat[i] = now - last;
+                last = now;
+            }
+        } else {
+            for (int i = 0; i < o.iters; i++) run_once(&o, send, recv, pc);
+        }
         double avg = (MPI_Wtime() - t0) / o.iters, sec;
         MPI_Allreduce(&avg, &sec, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        double dist[3] = {0, 0, 0};
+        if (lat) {
+            double mine[3];
+            latency_of(lat, o.iters, mine);
+            MPI_Allreduce(mine, dist, 3, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        }
 
         long long wrong = -1;
         if (o.check) {
@@ -546,9 +576,13 @@ int main(int argc, char **argv)
             printf("{\"impl\": \"openmpi\", \"op\": \"%s\", \"np\": %d, \"bytes\": %zu, "
                    "\"count\": %zu, \"dtype\": \"%s\", \"redop\": \"%s\", \"algo\": \"mpi\", "
                    "\"transport\": \"%s\", \"time_us\": %.6g, \"algbw_GBps\": %.6g, "
-                   "\"busbw_GBps\": %.6g, \"wrong\": %lld, \"iters\": %d}\n",
+                   "\"busbw_GBps\": %.6g, \"wrong\": %lld, \"iters\": %d",
                    op_names[o.op], nranks, nbytes, pc, o.dt->name, redop, o.transport,
                    sec * 1e6, algbw, busbw, wrong, o.iters);
+            if (lat)
+                printf(", \"latency\": {\"p50_us\": %.6g, \"p99_us\": %.6g, \"max_us\": %.6g}",
+                       dist[0] * 1e6, dist[1] * 1e6, dist[2] * 1e6);
+            printf("}\n");
             fflush(stdout);
             char rootstr[16];
             snprintf(rootstr, sizeof rootstr, "%d", o.root);
@@ -562,6 +596,7 @@ int main(int argc, char **argv)
         free(recv);
         if (size == 0) break; /* a zero size never grows */
     }
+    free(lat);
 
     MPI_Finalize();
     return 0;

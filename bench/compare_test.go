@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -174,6 +175,32 @@ func TestCompareTableBaseline(t *testing.T) {
 		"occl-tcp/mpi-tcp: slower in every round at 1 of 1 points (0.12 expected by chance alone): alltoall np=2 32B\n",
 		"occl-tcp/base-tcp: slower in every round at 0 of 1 points (0.25 expected by chance alone)\n",
 	})
+}
+
+// TestCompareTableLatency prints the per-operation latency table of a
+// synthetic --latency run (testdata/compare-latency.jsonl) and checks it
+// against values worked out by hand: alltoall np=2 32 B, occl-shm medians
+// 0.5 0.6 0.4 and 99th percentiles 1 3 2 in three rounds (medians 0.5 and
+// 2), mpi-shm 0.4 0.45 0.35 and 0.8 (0.4 and 0.8), so mpi-shm/occl-shm =
+// 0.4/0.5 = 0.80; occl-tcp 10 and 20, mpi-tcp 15 and 30 in one round,
+// 1.50. allreduce np=4 8 B: occl-shm 2 and 4, mpi-shm 3 and 5, 1.50; its
+// occl-tcp record has no latency, so the TCP cells stay empty. The 64 KiB
+// point lies above 1 KiB and is left out.
+func TestCompareTableLatency(t *testing.T) {
+	out := runCompare(t, time.Minute, "--table", "bench/testdata/compare-latency.jsonl", "--markdown")
+	rows := markdownRows(out[strings.Index(out, "Per-operation latency"):])
+	want := map[string][]string{
+		"alltoall 2 32B": {"alltoall", "2", "32B", "0.500", "0.400", "10.0", "15.0", "2.000", "0.800", "20.0", "30.0", "0.80x", "1.50x"},
+		"allreduce 4 8B": {"allreduce", "4", "8B", "2.000", "3.000", "", "", "4.000", "5.000", "", "", "1.50x", ""},
+	}
+	if len(rows) != len(want) {
+		t.Fatalf("latency table has %d rows, want %d:\n%s", len(rows), len(want), out)
+	}
+	for k, w := range want {
+		if got := rows[k]; !reflect.DeepEqual(got, w) {
+			t.Errorf("%s: got %q, want %q", k, got, w)
+		}
+	}
 }
 
 // TestCompareTableLegacy checks that a file of the earlier AllReduce-centred

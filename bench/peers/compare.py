@@ -82,6 +82,14 @@ mpirun -x) and torch's tensors in gloo_bench.py in transparent huge pages
 that a process_vm_readv pins one page per 2 MiB. Single-copy transfers
 gain the most; the header of the tables says when a run had them.
 
+--latency times every operation of occl-bench's and mpi_bench's runs
+(-latency in both: one clock reading after each call) and adds a table of
+the per-operation median and 99th percentile at the grid's points up to
+1 KiB. A run's mean at those sizes moves with a few milliseconds the
+machine takes a core away during it (this one does so often: a single stall
+of about 4 ms in most 10 ms runs, to every implementation alike); the
+median of the calls does not.
+
 --quick runs every case with 1-5 iterations and one round (a smoke test,
 about 4 minutes). --legacy runs the earlier AllReduce-centred set instead:
 
@@ -430,6 +438,8 @@ def commands(case, tools, args):
                 argv += ["-c", "0"]
             if args.hugepages:
                 argv += ["-hugepages"]
+            if getattr(args, "latency", False):
+                argv += ["-latency"]
             out.append((label + "-" + t, argv))
     if tools.gloo_ok:
         out.append(("gloo", [args.python, os.path.join(HERE, "gloo_bench.py"), "-np", str(case.np)]
@@ -446,9 +456,10 @@ def commands(case, tools, args):
             "tcp": ["--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include", "lo"],
             "shm": ["--mca", "btl", "self,vader"],
         }
+        lat = ["-latency"] if getattr(args, "latency", False) else []
         for t in ("tcp", "shm"):
             out.append(("mpi-" + t, base + btls[t] + [tools.mpi] + case.sweep_args()
-                        + check + ["-transport", t]))
+                        + check + ["-transport", t] + lat))
     return out
 
 
@@ -1035,6 +1046,50 @@ def print_grid(records, markdown, out):
     out()
 
 
+# Columns of the per-operation latency table (--latency): the benchmarks
+# that time every operation, and the pairs compared.
+LATENCY_COLS = ("occl-shm", "mpi-shm", "occl-tcp", "mpi-tcp")
+LATENCY_PAIRS = (("occl-shm", "mpi-shm"), ("occl-tcp", "mpi-tcp"))
+
+
+def print_latency(records, markdown, out):
+    """With --latency, the grid's points up to 1 KiB: per column the
+    medians over rounds of the per-operation median and 99th percentile
+    (us), and peer/occl of the medians. Unlike the mean, an operation's
+    median does not move when the machine takes a core away for
+    milliseconds during a run (which this machine does, to every
+    implementation alike)."""
+    cells = {}
+    for r in records:
+        lat, col = r.get("latency"), column_of(r)
+        if not lat or col not in LATENCY_COLS or (r.get("bytes") or 0) > 1 << 10:
+            continue
+        key = (r.get("op"), r.get("np"), r.get("bytes"))
+        cells.setdefault(key, {}).setdefault(col, []).append(lat)
+    if not cells:
+        return
+    cols = [c for c in LATENCY_COLS if any(c in v for v in cells.values())]
+    out("%sPer-operation latency up to 1 KiB (--latency): median and 99th percentile (us), "
+        "medians of the rounds; peer/occl of the medians" % ("## " if markdown else "== "))
+    out()
+    headers = ["op", "np", "bytes"] + ["%s p50" % c for c in cols] + ["%s p99" % c for c in cols] + [
+        "%s/%s" % (b, a) for a, b in LATENCY_PAIRS if a in cols and b in cols]
+    table = []
+    for key in sorted(cells, key=lambda k: (str(k[0]), k[1] or 0, k[2] or 0)):
+        c = cells[key]
+        med = {col: (median([x["p50_us"] for x in c[col]]),
+                     median([x["p99_us"] for x in c[col]])) for col in c}
+        line = [str(key[0]), str(key[1]), fmt_bytes(key[2] or 0)]
+        line += [fmt_num(med[col][0]) if col in med else "" for col in cols]
+        line += [fmt_num(med[col][1]) if col in med else "" for col in cols]
+        for a, b in LATENCY_PAIRS:
+            if a in cols and b in cols:
+                line.append("%.2fx" % (med[b][0] / med[a][0]) if a in med and b in med and med[a][0] > 0 else "")
+        table.append(line)
+    out(render(headers, table, markdown))
+    out()
+
+
 def print_tables(records, markdown=False, file=sys.stdout):
     limits = {r.get("what"): r for r in records if r.get("impl") == "limit"}
     memcpy = (limits.get("memcpy") or {}).get("GBps")
@@ -1074,6 +1129,7 @@ def print_tables(records, markdown=False, file=sys.stdout):
     grid = [r for r in records if r.get("group") == "grid"]
     if grid:
         print_grid(grid, markdown, out)
+        print_latency(grid, markdown, out)
     for r in records:
         if r.get("impl") in ("meta", "run", "limit") or "busbw_GBps" not in r:
             continue
@@ -1289,6 +1345,9 @@ def main():
                    help="every implementation's buffers as a program tuned for it allocates them: "
                         "occl-bench -hugepages (occl's allocator, whose buffers the peers map), "
                         "and " + HUGE_MALLOC + " for mpi_bench and gloo_bench.py (transparent huge pages)")
+    p.add_argument("--latency", action="store_true",
+                   help="time every operation (occl-bench and mpi_bench -latency) and add a table of "
+                        "the per-operation median and 99th percentile at the grid's points up to 1 KiB")
     p.add_argument("--timeout", type=float, default=600, help="seconds allowed per command")
     p.add_argument("--repeat", type=int, default=None,
                    help="rounds of every command; tables show the median (default 3, 1 with --quick)")

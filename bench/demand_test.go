@@ -201,9 +201,6 @@ func skewPoints() []skewPoint {
 // built here with gcc alone, without MPI), so that compare.py's alltoallv
 // columns move the same bytes between the same ranks.
 func TestMPIBenchSkewCounts(t *testing.T) {
-	if _, err := exec.LookPath("gcc"); err != nil {
-		t.Skip("gcc not found: this test builds bench/peers/skew.h (apt-get install -y gcc)")
-	}
 	points := skewPoints()
 	var src strings.Builder
 	src.WriteString("#include \"skew.h\"\n#include <stdio.h>\n#include <stdlib.h>\nstatic void show(double zipf, size_t n, size_t pc) {\n" +
@@ -216,27 +213,7 @@ func TestMPIBenchSkewCounts(t *testing.T) {
 		}
 		fmt.Fprintf(&src, "\tshow(%s, %d, %d);\n", zipf, p.n, p.per)
 	}
-	src.WriteString("\treturn 0;\n}\n")
-	dir := t.TempDir()
-	peers, err := filepath.Abs("peers")
-	if err != nil {
-		t.Fatal(err)
-	}
-	file, bin := filepath.Join(dir, "counts.c"), filepath.Join(dir, "counts")
-	if err := os.WriteFile(file, []byte(src.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("gcc", "-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-I", peers, "-o", bin, file, "-lm").CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, out)
-	}
-	out, err := exec.Command(bin).Output()
-	if err != nil {
-		t.Fatalf("%s: %v", bin, err)
-	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	if len(lines) != len(points) {
-		t.Fatalf("skew_counts printed %d lines for %d demands", len(lines), len(points))
-	}
+	lines := runPeersC(t, src.String(), len(points))
 	for i, p := range points {
 		d, err := ParseDemand(p.skew, p.n)
 		if err != nil {
@@ -252,4 +229,36 @@ func TestMPIBenchSkewCounts(t *testing.T) {
 			t.Errorf("%s, %d ranks, %d per pair: mpi_bench spreads %v, occl-bench %v", p.skew, p.n, p.per, got, want)
 		}
 	}
+}
+
+// runPeersC ends main in the C program src, builds it with gcc alone (C99,
+// warnings as errors) with bench/peers on its include path for the headers
+// that mpi_bench.c shares with it, runs it and returns the lines of its
+// standard output, which must be n. Without gcc the test is skipped.
+func runPeersC(t *testing.T, src string, n int) []string {
+	t.Helper()
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Skip("gcc not found: this test builds a header of bench/peers (apt-get install -y gcc)")
+	}
+	dir := t.TempDir()
+	peers, err := filepath.Abs("peers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	file, bin := filepath.Join(dir, "prog.c"), filepath.Join(dir, "prog")
+	if err := os.WriteFile(file, []byte(src+"\treturn 0;\n}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("gcc", "-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-I", peers, "-o", bin, file, "-lm").CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin).Output()
+	if err != nil {
+		t.Fatalf("%s: %v", bin, err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) != n {
+		t.Fatalf("%s printed %d lines, want %d:\n%s", bin, len(lines), n, out)
+	}
+	return lines
 }

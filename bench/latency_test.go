@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -52,9 +51,6 @@ func TestLatencyOf(t *testing.T) {
 // latencyOf does, so that the two benchmarks' latency columns mean the
 // same.
 func TestMPIBenchLatencyOf(t *testing.T) {
-	if _, err := exec.LookPath("gcc"); err != nil {
-		t.Skip("gcc not found: this test builds bench/peers/latency.h (apt-get install -y gcc)")
-	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	var sets [][]time.Duration
 	for _, n := range []int{1, 2, 3, 99, 100, 101, 1000, 4999} {
@@ -77,27 +73,7 @@ func TestMPIBenchLatencyOf(t *testing.T) {
 		}
 		fmt.Fprintf(&src, "};\n\tshow(t%d, %d);\n", i, len(d))
 	}
-	src.WriteString("\treturn 0;\n}\n")
-	dir := t.TempDir()
-	peers, err := filepath.Abs("peers")
-	if err != nil {
-		t.Fatal(err)
-	}
-	file, bin := filepath.Join(dir, "lat.c"), filepath.Join(dir, "lat")
-	if err := os.WriteFile(file, []byte(src.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("gcc", "-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-I", peers, "-o", bin, file).CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, out)
-	}
-	out, err := exec.Command(bin).Output()
-	if err != nil {
-		t.Fatalf("%s: %v", bin, err)
-	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	if len(lines) != len(sets) {
-		t.Fatalf("latency_of printed %d lines for %d sets", len(lines), len(sets))
-	}
+	lines := runPeersC(t, src.String(), len(sets))
 	for i, d := range sets {
 		l := latencyOf(append([]time.Duration(nil), d...))
 		want := fmt.Sprintf("%.0f %.0f %.0f", l.P50US*1e3, l.P99US*1e3, l.MaxUS*1e3)

@@ -18,31 +18,21 @@ func TestLaunchedSweep(t *testing.T) {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
 	for _, op := range []string{"allreduce", "alltoall", "broadcast", "sendrecv"} {
-		cmd := exec.Command(bin, "-np", "3", "-op", op, "-b", "8", "-e", "1M", "-f", "8", "-n", "3", "-w", "1", "-c", "1", "-json", "-quiet")
-		cmd.Env = append(os.Environ(), "OCCL_RANK=")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("%s: %v\n%s", op, err, out)
-		}
 		lines := 0
-		sc := bufio.NewScanner(strings.NewReader(string(out)))
-		for sc.Scan() {
-			var r struct {
+		forJSON(t, bin, []string{"-np", "3", "-op", op, "-b", "8", "-e", "1M", "-f", "8", "-n", "3", "-w", "1", "-c", "1", "-json", "-quiet"},
+			func(r *struct {
 				Op    string  `json:"op"`
 				NP    int     `json:"np"`
 				Wrong int64   `json:"wrong"`
 				Time  float64 `json:"time_us"`
-			}
-			if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-				t.Fatalf("%s: not JSON: %q", op, sc.Text())
-			}
-			if r.Op != op || r.NP != 3 || r.Wrong != 0 || r.Time <= 0 {
-				t.Fatalf("%s: bad result %+v", op, r)
-			}
-			lines++
-		}
+			}) {
+				if r.Op != op || r.NP != 3 || r.Wrong != 0 || r.Time <= 0 {
+					t.Fatalf("%s: bad result %+v", op, r)
+				}
+				lines++
+			})
 		if lines != 6 {
-			t.Fatalf("%s: %d results, want 6 (8 B to 256 KiB):\n%s", op, lines, out)
+			t.Fatalf("%s: %d results, want 6 (8 B to 256 KiB)", op, lines)
 		}
 	}
 }
@@ -57,45 +47,34 @@ func TestLatency(t *testing.T) {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
 	for _, z := range []string{"1", "2"} {
-		cmd := exec.Command(bin, "-np", "2", "-op", "allreduce", "-b", "8", "-e", "64K", "-f", "64", "-n", "200", "-w", "5",
-			"-z", z, "-latency", "-json", "-quiet")
-		cmd.Env = append(os.Environ(), "OCCL_RANK=")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("-z %s: %v\n%s", z, err, out)
-		}
 		type dist struct {
 			P50 float64 `json:"p50_us"`
 			P99 float64 `json:"p99_us"`
 			Max float64 `json:"max_us"`
 		}
 		lines := 0
-		sc := bufio.NewScanner(strings.NewReader(string(out)))
-		for sc.Scan() {
-			var r struct {
+		forJSON(t, bin, []string{"-np", "2", "-op", "allreduce", "-b", "8", "-e", "64K", "-f", "64", "-n", "200", "-w", "5", "-z", z, "-latency", "-json", "-quiet"},
+			func(r *struct {
 				Bytes       int     `json:"bytes"`
 				Time        float64 `json:"time_us"`
 				InPlaceTime float64 `json:"inplace_time_us"`
 				Lat         *dist   `json:"latency"`
 				InPlaceLat  *dist   `json:"inplace_latency"`
-			}
-			if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-				t.Fatalf("-z %s: not JSON: %q", z, sc.Text())
-			}
-			for _, v := range []struct {
-				mean float64
-				d    *dist
-			}{{r.Time, r.Lat}, {r.InPlaceTime, r.InPlaceLat}} {
-				// The mean of the slowest rank cannot exceed the
-				// slowest operation any rank timed.
-				if d := v.d; d == nil || d.P50 <= 0 || d.P50 > d.P99 || d.P99 > d.Max || v.mean > d.Max {
-					t.Fatalf("-z %s, %d B: mean %v us, latency %+v", z, r.Bytes, v.mean, d)
+			}) {
+				for _, v := range []struct {
+					mean float64
+					d    *dist
+				}{{r.Time, r.Lat}, {r.InPlaceTime, r.InPlaceLat}} {
+					// The mean of the slowest rank cannot exceed the
+					// slowest operation any rank timed.
+					if d := v.d; d == nil || d.P50 <= 0 || d.P50 > d.P99 || d.P99 > d.Max || v.mean > d.Max {
+						t.Fatalf("-z %s, %d B: mean %v us, latency %+v", z, r.Bytes, v.mean, d)
+					}
 				}
-			}
-			lines++
-		}
+				lines++
+			})
 		if lines != 3 {
-			t.Fatalf("-z %s: %d results, want 3:\n%s", z, lines, out)
+			t.Fatalf("-z %s: %d results, want 3", z, lines)
 		}
 	}
 	out, err := exec.Command(bin, "-np", "2", "-b", "8", "-e", "8", "-n", "20", "-w", "1", "-z", "1", "-latency", "-quiet").CombinedOutput()
@@ -104,6 +83,27 @@ func TestLatency(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "p99") {
 		t.Fatalf("table lacks the latency columns:\n%s", out)
+	}
+}
+
+// forJSON runs bin with args as a user launches it (not as a rank of an
+// outer launch) and calls check with every line of its output decoded
+// into a new T.
+func forJSON[T any](t *testing.T, bin string, args []string, check func(*T)) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "OCCL_RANK=")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %v\n%s", args, err, out)
+	}
+	sc := bufio.NewScanner(strings.NewReader(string(out)))
+	for sc.Scan() {
+		v := new(T)
+		if err := json.Unmarshal(sc.Bytes(), v); err != nil {
+			t.Fatalf("%v: not JSON: %q", args, sc.Text())
+		}
+		check(v)
 	}
 }
 

@@ -28,7 +28,8 @@ func latencyOf(d []time.Duration) Latency {
 }
 
 // rank returns the index of the nearest-rank p-th percentile of n sorted
-// values: the smallest value at or above which p percent of them lie.
+// values: the smallest value that at least p percent of them do not
+// exceed.
 func rank(n, p int) int {
 	return max((n*p+99)/100-1, 0)
 }

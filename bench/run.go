@@ -113,10 +113,9 @@ type Runner struct {
 	rbuf   []byte
 	expect []byte
 	reqs   []*comm.Request
-	// times are the iteration times of a timed run under Config.Latency
-	// (nil otherwise); loop fills them when timing is set.
-	times  []time.Duration
-	timing bool
+	// times receives the iteration times of a timed run under
+	// Config.Latency (nil otherwise).
+	times []time.Duration
 	// huge are the buffers of Config.HugePages, freed by Close.
 	huge [][]byte
 	// AllToAllV: the element matrix of the current size and this rank's
@@ -308,18 +307,15 @@ func (r *Runner) measure(ctx context.Context, l Layout, inPlace bool) (float64, 
 	if err := r.c.Barrier(ctx); err != nil {
 		return 0, 0, nil, err
 	}
-	r.timing = r.times != nil
 	start := time.Now()
-	err := r.loop(ctx, send, recv, r.cfg.Iters)
-	avg := float64(time.Since(start).Nanoseconds()) / 1e3 / float64(r.cfg.Iters)
-	r.timing = false
-	if err != nil {
+	if err := r.loop(ctx, send, recv, r.cfg.Iters, r.times); err != nil {
 		return 0, 0, nil, err
 	}
+	avg := float64(time.Since(start).Nanoseconds()) / 1e3 / float64(r.cfg.Iters)
 	wrong := int64(-1)
 	if r.cfg.Check {
 		r.fill(l, send)
-		if err := r.loop(ctx, send, recv, 1); err != nil {
+		if err := r.loop(ctx, send, recv, 1, nil); err != nil {
 			return 0, 0, nil, err
 		}
 		wrong = r.verify(l, recv)
@@ -359,7 +355,7 @@ func (r *Runner) measure(ctx context.Context, l Layout, inPlace bool) (float64, 
 // early.
 func (r *Runner) warmUp(ctx context.Context, send, recv []byte) error {
 	start := time.Now()
-	if err := r.loop(ctx, send, recv, r.cfg.Warmup); err != nil {
+	if err := r.loop(ctx, send, recv, r.cfg.Warmup, nil); err != nil {
 		return err
 	}
 	if r.cfg.Warmup == 0 {
@@ -384,7 +380,7 @@ func (r *Runner) warmUp(ctx context.Context, send, recv []byte) error {
 		// issue keeps.
 		for left := int(more[0]); left > 0; {
 			n := min(left, max(r.cfg.Iters, r.cfg.Warmup))
-			if err := r.loop(ctx, send, recv, n); err != nil {
+			if err := r.loop(ctx, send, recv, n, nil); err != nil {
 				return err
 			}
 			left -= n
@@ -393,23 +389,31 @@ func (r *Runner) warmUp(ctx context.Context, send, recv []byte) error {
 	}
 }
 
-// loop issues iters operations back to back and waits for the last one,
-// as nccl-tests synchronises its stream once per batch. Operations on a
-// communicator complete in issue order, so the others are done by then.
-func (r *Runner) loop(ctx context.Context, send, recv []byte, iters int) error {
+// loop runs iters operations by Config.Issue: each waited for before the
+// next (Blocking, AsyncWait), or all issued back to back and the last one
+// waited for, as nccl-tests synchronises its stream once per batch
+// (operations on a communicator complete in issue order, so the others
+// are done by then). Where each is waited for, a non-nil times receives
+// their times, by one clock reading after each.
+func (r *Runner) loop(ctx context.Context, send, recv []byte, iters int, times []time.Duration) error {
 	switch r.cfg.Issue {
 	case Blocking, AsyncWait:
-		var last time.Time
-		if r.timing {
-			last = time.Now()
+		// time.Since reads the monotonic clock alone: 31-35 ns on the
+		// machine of docs/performance.md, as MPI_Wtime's 36-37 in
+		// mpi_bench, against 57-62 for time.Now, which reads the wall
+		// clock too.
+		var base time.Time
+		var last time.Duration
+		if times != nil {
+			base = time.Now()
 		}
 		for i := 0; i < iters; i++ {
 			if err := r.once(ctx, send, recv); err != nil {
 				return err
 			}
-			if r.timing {
-				now := time.Now()
-				r.times[i], last = now.Sub(last), now
+			if times != nil {
+				now := time.Since(base)
+				times[i], last = now-last, now
 			}
 		}
 		return nil

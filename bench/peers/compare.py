@@ -86,9 +86,10 @@ gain the most; the header of the tables says when a run had them.
 (-latency in both: one clock reading after each call) and adds a table of
 the per-operation median and 99th percentile at the grid's points up to
 1 KiB. A run's mean at those sizes moves with a few milliseconds the
-machine takes a core away during it (this one does so often: a single stall
-of about 4 ms in most 10 ms runs, to every implementation alike); the
-median of the calls does not.
+machine takes a core away during it (this one did, in some hours, a stall
+of about 4 ms in most runs of 10 ms, to every implementation alike: see
+"Slow runs at the smallest sizes" in docs/performance.md); the median of
+the calls does not.
 
 --quick runs every case with 1-5 iterations and one round (a smoke test,
 about 4 minutes). --legacy runs the earlier AllReduce-centred set instead:
@@ -438,7 +439,7 @@ def commands(case, tools, args):
                 argv += ["-c", "0"]
             if args.hugepages:
                 argv += ["-hugepages"]
-            if getattr(args, "latency", False):
+            if args.latency:
                 argv += ["-latency"]
             out.append((label + "-" + t, argv))
     if tools.gloo_ok:
@@ -456,7 +457,7 @@ def commands(case, tools, args):
             "tcp": ["--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include", "lo"],
             "shm": ["--mca", "btl", "self,vader"],
         }
-        lat = ["-latency"] if getattr(args, "latency", False) else []
+        lat = ["-latency"] if args.latency else []
         for t in ("tcp", "shm"):
             out.append(("mpi-" + t, base + btls[t] + [tools.mpi] + case.sweep_args()
                         + check + ["-transport", t] + lat))

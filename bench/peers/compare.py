@@ -89,7 +89,8 @@ the per-operation median and 99th percentile at the grid's points up to
 machine takes a core away during it (this one did, in some hours, a stall
 of about 4 ms in most runs of 10 ms, to every implementation alike: see
 "Slow runs at the smallest sizes" in docs/performance.md); the median of
-the calls does not.
+the calls does not. With --baseline, the baseline build runs with
+-latency too, so that both are timed alike: it must have the flag.
 
 --quick runs every case with 1-5 iterations and one round (a smoke test,
 about 4 minutes). --legacy runs the earlier AllReduce-centred set instead:

@@ -51,7 +51,11 @@ func TestBlockingCallWakesNoWorker(t *testing.T) {
 	if n := len(c.queue.wake); n != 0 {
 		t.Fatalf("an Async call waited for at once left %d wake-ups for the worker", n)
 	}
+	// A grace long enough that a slow machine cannot let it pass between
+	// the call and the look below (20 us did, once, under CI's load).
+	c.queue.graceFor = 100 * time.Millisecond
 	r := c.AllReduceAsync(ctx, Slice(x), Slice(x), Sum)
+	c.queue.graceFor = issueGrace
 	// Errors, not fatal, from here: the request must be waited for before
 	// Close, which waits for it.
 	if n := len(c.queue.wake); n != 0 {

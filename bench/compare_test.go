@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/occl/occl/hugemem"
 	"github.com/occl/occl/internal/pyvenv"
 )
 
@@ -402,6 +403,15 @@ func TestCompareHugePages(t *testing.T) {
 	if !strings.Contains(out, "in transparent huge pages (--hugepages)") {
 		t.Errorf("the table does not say the run had huge pages:\n%s", out)
 	}
+	policy, huge := hugemem.SharedPolicy()
+	wantPolicy := "shared memory's huge-page policy not recorded"
+	if policy != "" {
+		wantPolicy = fmt.Sprintf("shared memory's huge-page policy %s (occl's shared buffers %s)", policy,
+			map[bool]string{true: "from 2 MiB on huge pages", false: "on 4 KiB pages"}[huge])
+	}
+	if !strings.Contains(out, wantPolicy) {
+		t.Errorf("the table does not say %q:\n%s", wantPolicy, out)
+	}
 	data, err := os.ReadFile(jsonl)
 	if err != nil {
 		t.Fatal(err)
@@ -413,6 +423,7 @@ func TestCompareHugePages(t *testing.T) {
 			Run       string   `json:"run"`
 			Argv      []string `json:"argv"`
 			HugePages bool     `json:"hugepages"`
+			ShmemTHP  *string  `json:"shmem_thp"`
 			TimeUS    *float64 `json:"time_us"`
 			Wrong     *int     `json:"wrong"`
 		}
@@ -424,6 +435,13 @@ func TestCompareHugePages(t *testing.T) {
 			meta++
 			if !r.HugePages {
 				t.Errorf("meta record without hugepages: %s", line)
+			}
+			got := ""
+			if r.ShmemTHP != nil {
+				got = *r.ShmemTHP
+			}
+			if got != policy {
+				t.Errorf("meta record's shmem_thp %q, the system's policy %q: %s", got, policy, line)
 			}
 		case r.Impl == "run":
 			runs++

@@ -11,9 +11,11 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"sync"
 	"time"
 
 	"github.com/occl/occl/comm/internal/wire"
+	"github.com/occl/occl/hugemem"
 	"github.com/occl/occl/internal/logx"
 	"github.com/occl/occl/topo"
 	"github.com/occl/occl/transport"
@@ -426,6 +428,9 @@ func (b *tcpBootstrap) start(ctx context.Context, fabricRanks []int) (*Communica
 	}
 	client.start(c)
 	b.log.Info("occl: communicator ready", "hosts", c.NumHosts(), "local_rank", c.localRank, "local_size", c.localSize)
+	if c.localSize > 1 {
+		logSharedPolicy(b.log)
+	}
 	return c, nil
 }
 
@@ -801,3 +806,25 @@ func deriveSecret(parent [16]byte, childID uint64) [16]byte {
 	copy(s[:], h.Sum(nil))
 	return s
 }
+
+// logSharedPolicy says, once per process, where the system keeps shared
+// buffers of occl's allocator (hugemem, occlMemAlloc, occl.torch.empty)
+// from 2 MiB on 4 KiB pages: its transparent huge-page policy for shared
+// memory forbids huge pages (see hugemem.SharedPolicy).
+func logSharedPolicy(log *slog.Logger) {
+	sharedPolicyOnce.Do(func() {
+		policy, huge := hugemem.SharedPolicy()
+		noteSharedPolicy(log, policy, huge)
+	})
+}
+
+// noteSharedPolicy logs the policy if it is known and forbids huge pages.
+func noteSharedPolicy(log *slog.Logger, policy string, huge bool) {
+	if !huge && policy != "" {
+		log.Info("occl: shared buffers on 4 KiB pages; 'advise' in the policy file gives them huge pages",
+			"shmem_enabled", policy, "file", hugemem.SharedPolicyFile)
+	}
+}
+
+// sharedPolicyOnce makes logSharedPolicy log once per process.
+var sharedPolicyOnce sync.Once

@@ -559,6 +559,27 @@ def huge_tunables():
     return have + ":" + ours if have and ours not in have.split(":") else (have or ours)
 
 
+# Linux's policy for transparent huge pages in shared memory: it decides
+# whether occl-bench -hugepages' shared buffers from 2 MiB (hugemem) have
+# huge pages ("never", a common default, keeps them on 4 KiB pages;
+# "advise" gives them to the mappings that ask, as occl's do).
+SHMEM_THP = "/sys/kernel/mm/transparent_hugepage/shmem_enabled"
+
+
+def shmem_thp(path=SHMEM_THP):
+    """The policy in force in SHMEM_THP (the choice in brackets), or None
+    where the file cannot be read or shows none."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError:
+        return None
+    for word in text.split():
+        if len(word) > 2 and word[0] == "[" and word[-1] == "]":
+            return word[1:-1]
+    return None
+
+
 def machine_meta(tools):
     meta = {
         "impl": "meta",
@@ -636,6 +657,7 @@ def run_all(args):
 
         meta = machine_meta(tools)
         meta["hugepages"] = args.hugepages
+        meta["shmem_thp"] = shmem_thp()
         meta["load1"] = loadavg()
         b0 = busy_seconds()
         time.sleep(1.0)
@@ -1114,7 +1136,13 @@ def print_tables(records, markdown=False, file=sys.stdout):
             meta.get("date", ""), meta.get("torch", "-"), meta.get("mpi", "MPI -"),
             meta.get("busy_cpus_at_start", "-")))
     if meta.get("hugepages"):
-        out("occl's buffers from its allocator, the others' in transparent huge pages (--hugepages)")
+        policy = meta.get("shmem_thp")
+        out("occl's buffers from its allocator, the others' in transparent huge pages (--hugepages); "
+            "shared memory's huge-page policy %s" % (
+                "not recorded" if policy is None else "%s (%s)" % (
+                    policy, "occl's shared buffers from 2 MiB on huge pages"
+                    if policy in ("always", "within_size", "advise", "force")
+                    else "occl's shared buffers on 4 KiB pages")))
     out()
     out("Machine limits: memcpy %s GB/s, loopback TCP %s GB/s (one stream), %s GB/s per direction "
         "with both directions at once (the ceiling of a 2-rank all-reduce over TCP), "

@@ -30,6 +30,7 @@ import (
 	"github.com/occl/occl/bench"
 	"github.com/occl/occl/bench/launch"
 	"github.com/occl/occl/comm"
+	"github.com/occl/occl/hugemem"
 	"github.com/occl/occl/reconfig"
 	"github.com/occl/occl/reconfig/ocs"
 	"github.com/occl/occl/topo"
@@ -269,6 +270,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if op == bench.AllToAllV {
 			fmt.Fprintf(stdout, "# demand %s\n", demand.Name)
 		}
+		if *hugePages {
+			fmt.Fprintf(stdout, "# hugepages %s\n", describeSharedPolicy(hugemem.SharedPolicy()))
+		}
 		fmt.Fprintf(stdout, "#\n# Using ranks\n")
 		if err := describeRanks(ctx, c, stdout); err != nil {
 			return fail("%v", err)
@@ -504,4 +508,17 @@ func launchLocal(np int, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// describeSharedPolicy says whether the shared buffers of -hugepages from
+// 2 MiB can have huge pages under the system's policy (see
+// hugemem.SharedPolicy), and how to let them where they cannot.
+func describeSharedPolicy(policy string, huge bool) string {
+	switch {
+	case huge:
+		return fmt.Sprintf("shared buffers from 2 MiB on huge pages (shmem_enabled %s)", policy)
+	case policy == "":
+		return "shared buffers on base pages (no shmem_enabled policy found)"
+	}
+	return fmt.Sprintf("shared buffers on 4 KiB pages (shmem_enabled %s; 'advise' in %s lets them have huge pages)", policy, hugemem.SharedPolicyFile)
 }

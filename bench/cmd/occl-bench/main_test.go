@@ -220,3 +220,24 @@ func TestBadFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestDescribeSharedPolicy checks the -hugepages header line for each kind
+// of policy.
+func TestDescribeSharedPolicy(t *testing.T) {
+	for _, c := range []struct {
+		policy string
+		huge   bool
+		want   []string
+	}{
+		{"advise", true, []string{"on huge pages", "shmem_enabled advise"}},
+		{"never", false, []string{"on 4 KiB pages", "shmem_enabled never", "'advise' in /sys/kernel/mm/transparent_hugepage/shmem_enabled"}},
+		{"", false, []string{"on base pages", "no shmem_enabled policy"}},
+	} {
+		got := describeSharedPolicy(c.policy, c.huge)
+		for _, w := range c.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("describeSharedPolicy(%q, %v) = %q, want it to contain %q", c.policy, c.huge, got, w)
+			}
+		}
+	}
+}

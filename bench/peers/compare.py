@@ -80,7 +80,11 @@ GLIBC_TUNABLES=glibc.malloc.hugetlb=1 puts mpi_bench's buffers (passed by
 mpirun -x) and torch's tensors in gloo_bench.py in transparent huge pages
 (both allocate with glibc's malloc, which then advises what it maps), so
 that a process_vm_readv pins one page per 2 MiB. Single-copy transfers
-gain the most; the header of the tables says when a run had them.
+gain the most; the header of the tables says when a run had them, and
+with which policy for huge pages in shared memory
+(/sys/kernel/mm/transparent_hugepage/shmem_enabled, recorded as
+shmem_thp): occl's shared buffers have huge pages only where it is not
+"never" or "deny".
 
 --latency times every operation of occl-bench's and mpi_bench's runs
 (-latency in both: one clock reading after each call) and adds a table of

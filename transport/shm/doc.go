@@ -176,8 +176,12 @@
 // read it back. Where that fails (ptrace restrictions such as Yama or a
 // seccomp filter give EPERM, an old kernel ENOSYS, a peer in another pid
 // namespace reads back the wrong bytes or ESRCH), that direction silently
-// keeps the ring; Config.NoCMA turns the mechanism off. Both ends of one
-// process may use it too: a process can read its own memory.
+// keeps the ring; Config.NoCMA turns the mechanism off. Before it offers
+// its probe, a side declares every process a permitted ptracer of its own
+// (allowPeerReads: PR_SET_PTRACER_ANY), so that Yama's default relational
+// mode, which lets only ancestors read a process, does not keep sibling
+// ranks from it. Both ends of one process may use it too: a process can
+// read its own memory.
 //
 // On a direction that uses it, a payload of at least the sender's
 // threshold (Config.CMAThreshold, DefaultCMAThreshold by default,

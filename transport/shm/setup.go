@@ -322,6 +322,7 @@ func Connect(ctx context.Context, ctl transport.Conn, cfg Config) (*Conn, error)
 	if local != nil {
 		mine.status, mine.text = statusError, local.Error()
 	} else if !cfg.NoCMA {
+		allowPeerReads() // EINVAL without Yama; the probe tells the rest
 		// Without a probe this side just does not offer its memory.
 		if p, err := newProbe(); err == nil {
 			pr = p

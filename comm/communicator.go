@@ -201,6 +201,28 @@ func (c *Communicator) choose(l *layout, op algo.Collective, bytes int) algo.Alg
 	})
 }
 
+// SingleCopy reports how many of the communicator's shared-memory
+// connections move lent messages with one copy, out of the sender's
+// memory, both ways (cross-memory attach: process_vm_readv, or a mapping
+// of the sender's buffer from occl's allocator), and how many
+// shared-memory connections it has. Fewer means single copies were
+// turned off (OCCL_SHM_CMA=off) or the system refused them (Yama's
+// ptrace_scope 2 or 3, a seccomp filter, peers in another pid namespace):
+// those connections pass every message through the rings, two copies.
+func (c *Communicator) SingleCopy() (on, shm int) {
+	for _, conn := range c.links.snapshot() {
+		sc, ok := conn.(interface{ CMA() (send, recv bool) })
+		if !ok {
+			continue
+		}
+		shm++
+		if send, recv := sc.CMA(); send && recv {
+			on++
+		}
+	}
+	return on, shm
+}
+
 // TransportName names the transports the communicator's connections use:
 // "tcp", "mem", or several joined with "+" when peers differ.
 func (c *Communicator) TransportName() string {

@@ -427,7 +427,12 @@ func (b *tcpBootstrap) start(ctx context.Context, fabricRanks []int) (*Communica
 		c.obs.setClockOffset(b.clockOffset)
 	}
 	client.start(c)
-	b.log.Info("occl: communicator ready", "hosts", c.NumHosts(), "local_rank", c.localRank, "local_size", c.localSize)
+	ready := []any{"hosts", c.NumHosts(), "local_rank", c.localRank, "local_size", c.localSize}
+	if on, shm := c.SingleCopy(); shm > 0 {
+		// Fewer than all: the system refused some (see SingleCopy).
+		ready = append(ready, "single_copies", fmt.Sprintf("%d/%d", on, shm))
+	}
+	b.log.Info("occl: communicator ready", ready...)
 	if c.localSize > 1 {
 		logSharedPolicy(b.log)
 	}

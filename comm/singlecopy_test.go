@@ -1,0 +1,72 @@
+package comm_test
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/occl/occl/comm"
+)
+
+// TestSingleCopy joins two ranks of one process over shared memory, with
+// single copies on (a process can read its own memory) and off
+// (WithSingleCopy(0)): SingleCopy counts them, and the INFO line that says
+// the communicator is ready says it too.
+func TestSingleCopy(t *testing.T) {
+	for _, c := range []struct {
+		opts []comm.Option
+		on   int
+		log  string
+	}{
+		{nil, 1, "single_copies=1/1"},
+		{[]comm.Option{comm.WithSingleCopy(0)}, 0, "single_copies=0/1"},
+	} {
+		id, err := comm.NewUniqueIDAt("127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var logs [2]syncBuffer
+		comms := make([]*comm.Communicator, 2)
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		for r := range comms {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				log := slog.New(slog.NewTextHandler(&logs[r], &slog.HandlerOptions{Level: slog.LevelInfo}))
+				opts := append([]comm.Option{comm.WithLogger(log), comm.WithTransport(comm.TransportSHM)}, c.opts...)
+				comms[r], errs[r] = comm.Init(ctx, id, r, 2, opts...)
+			}()
+		}
+		wg.Wait()
+		cancel()
+		for r, err := range errs {
+			if err != nil {
+				t.Fatalf("rank %d: %v", r, err)
+			}
+		}
+		for r, cm := range comms {
+			if on, shm := cm.SingleCopy(); on != c.on || shm != 1 {
+				t.Errorf("rank %d: SingleCopy() = %d, %d; want %d, 1", r, on, shm, c.on)
+			}
+			if line := lineWith(logs[r].String(), "communicator ready"); !strings.Contains(line, c.log) {
+				t.Errorf("rank %d: ready line %q lacks %q", r, line, c.log)
+			}
+		}
+		closeAll(comms)
+	}
+}
+
+// lineWith returns the first line of logs that contains msg.
+func lineWith(logs, msg string) string {
+	for _, l := range strings.Split(logs, "\n") {
+		if strings.Contains(l, msg) {
+			return l
+		}
+	}
+	return ""
+}

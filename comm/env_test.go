@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -237,26 +236,7 @@ func TestAuthenticationOffWarns(t *testing.T) {
 		if id.Authenticated() != secret {
 			t.Fatalf("Authenticated() = %v for secret %x", id.Authenticated(), id.Secret)
 		}
-		var logs [2]syncBuffer
-		comms := make([]*comm.Communicator, 2)
-		errs := make([]error, 2)
-		var wg sync.WaitGroup
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		for r := range comms {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				log := slog.New(slog.NewTextHandler(&logs[r], &slog.HandlerOptions{Level: slog.LevelWarn}))
-				comms[r], errs[r] = comm.Init(ctx, id, r, 2, comm.WithLogger(log), comm.WithTransport(comm.TransportTCP))
-			}()
-		}
-		wg.Wait()
-		cancel()
-		for r, err := range errs {
-			if err != nil {
-				t.Fatalf("rank %d: %v", r, err)
-			}
-		}
+		comms, logs := initTwoLogged(t, id, slog.LevelWarn, comm.WithTransport(comm.TransportTCP))
 		closeAll(comms)
 		warned := strings.Count(logs[0].String(), "authentication is off")
 		named := strings.Contains(logs[0].String(), "OCCL_SECRET") && strings.Contains(logs[0].String(), "OCCL_SECRET_FILE")

@@ -28,27 +28,7 @@ func TestSingleCopy(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var logs [2]syncBuffer
-		comms := make([]*comm.Communicator, 2)
-		errs := make([]error, 2)
-		var wg sync.WaitGroup
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		for r := range comms {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				log := slog.New(slog.NewTextHandler(&logs[r], &slog.HandlerOptions{Level: slog.LevelInfo}))
-				opts := append([]comm.Option{comm.WithLogger(log), comm.WithTransport(comm.TransportSHM)}, c.opts...)
-				comms[r], errs[r] = comm.Init(ctx, id, r, 2, opts...)
-			}()
-		}
-		wg.Wait()
-		cancel()
-		for r, err := range errs {
-			if err != nil {
-				t.Fatalf("rank %d: %v", r, err)
-			}
-		}
+		comms, logs := initTwoLogged(t, id, slog.LevelInfo, append([]comm.Option{comm.WithTransport(comm.TransportSHM)}, c.opts...)...)
 		for r, cm := range comms {
 			if on, shm := cm.SingleCopy(); on != c.on || shm != 1 {
 				t.Errorf("rank %d: SingleCopy() = %d, %d; want %d, 1", r, on, shm, c.on)
@@ -59,6 +39,35 @@ func TestSingleCopy(t *testing.T) {
 		}
 		closeAll(comms)
 	}
+}
+
+// initTwoLogged joins two ranks of id in this process, each logging at
+// level into a buffer of its own, with opts; it fails t if either does
+// not join.
+func initTwoLogged(t *testing.T, id comm.UniqueID, level slog.Level, opts ...comm.Option) ([]*comm.Communicator, *[2]syncBuffer) {
+	t.Helper()
+	var logs [2]syncBuffer
+	comms := make([]*comm.Communicator, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for r := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			log := slog.New(slog.NewTextHandler(&logs[r], &slog.HandlerOptions{Level: level}))
+			comms[r], errs[r] = comm.Init(ctx, id, r, 2, append([]comm.Option{comm.WithLogger(log)}, opts...)...)
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			closeAll(comms)
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	return comms, &logs
 }
 
 // lineWith returns the first line of logs that contains msg.

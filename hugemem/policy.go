@@ -3,8 +3,11 @@ package hugemem
 import "strings"
 
 // SharedPolicyFile is where Linux shows its policy for transparent huge
-// pages in shared memory (tmpfs, memory files), which decides whether a
-// shared buffer of Alloc, advised for huge pages, gets them.
+// pages in the shared memory it keeps itself (memory files of
+// memfd_create, shared anonymous mappings; a tmpfs mount such as /dev/shm
+// has its own huge= option, which "force" and "deny" here override),
+// which decides whether a shared buffer of Alloc, advised for huge pages,
+// gets them.
 const SharedPolicyFile = "/sys/kernel/mm/transparent_hugepage/shmem_enabled"
 
 // SharedPolicy returns the system's policy for transparent huge pages in

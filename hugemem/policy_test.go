@@ -5,6 +5,8 @@ import (
 	"testing"
 )
 
+// TestParsePolicy reads the policy in force out of the file's contents
+// for every choice the kernel offers, and for contents that show none.
 func TestParsePolicy(t *testing.T) {
 	for _, c := range []struct {
 		in     string

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/occl/occl/hugemem"
+	"github.com/occl/occl/internal/proctest"
 	"github.com/occl/occl/internal/pyvenv"
 )
 
@@ -299,11 +300,7 @@ func TestCompareQuickAllToAll(t *testing.T) {
 	}
 	requireCompareTools(t)
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "occl-bench")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/occl-bench")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := proctest.Build(t, "./cmd/occl-bench")
 	jsonl := filepath.Join(dir, "quick.jsonl")
 	out := runCompare(t, 10*time.Minute, "--quick", "--repeat", "2", "--ops", "alltoall", "--np", "2",
 		"--skip", "gloo,limits", "--occl-bin", bin, "--baseline", bin, "--out", jsonl)

@@ -12,7 +12,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/occl/occl/comm"
 	"github.com/occl/occl/internal/netns"
+	"github.com/occl/occl/internal/proctest"
 	"github.com/occl/occl/reconfig"
 	"github.com/occl/occl/reconfig/ocs"
 	"github.com/occl/occl/topo"
@@ -93,10 +93,7 @@ func TestNetnsControllerPartition(t *testing.T) {
 	}
 	ctlHost := lab.Host(a)
 
-	bin := filepath.Join(t.TempDir(), "occl-ocsd")
-	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/occl-ocsd").CombinedOutput(); err != nil {
-		t.Fatalf("build occl-ocsd: %v\n%s", err, out)
-	}
+	bin := proctest.Build(t, "./cmd/occl-ocsd")
 	ctlAddr := ctlHost.Addr(a) + ":7070"
 	daemon := ctlHost.Command(bin, "-listen", ctlAddr, "-ports", "8", "-delay", "2s")
 	daemon.Env = append(os.Environ(), "OCCL_OCS_TOKEN="+token)

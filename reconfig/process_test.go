@@ -24,6 +24,7 @@ import (
 	"github.com/occl/occl/bench/launch"
 	"github.com/occl/occl/comm"
 	"github.com/occl/occl/internal/nettest"
+	"github.com/occl/occl/internal/proctest"
 	"github.com/occl/occl/reconfig"
 	"github.com/occl/occl/reconfig/ocs"
 	"github.com/occl/occl/topo"
@@ -282,10 +283,7 @@ func TestProcessControllerRestart(t *testing.T) {
 		t.Skip("builds and restarts the daemon")
 	}
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "occl-ocsd")
-	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/occl-ocsd").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := proctest.Build(t, "./cmd/occl-ocsd")
 	// The first daemon takes a free port itself and names it; the second
 	// binds the same one, free again once the first is dead (a port picked
 	// by listening and closing first could be taken meanwhile).

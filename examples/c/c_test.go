@@ -22,6 +22,7 @@ import (
 	"github.com/occl/occl/bench/launch"
 	"github.com/occl/occl/comm"
 	"github.com/occl/occl/internal/clib"
+	"github.com/occl/occl/internal/proctest"
 	"github.com/occl/occl/reconfig"
 	"github.com/occl/occl/topo"
 )
@@ -287,14 +288,8 @@ func TestBusBWVersusGo(t *testing.T) {
 	if os.Getenv("OCCL_BENCH_COMPARE") != "1" {
 		t.Skip("set OCCL_BENCH_COMPARE=1 to measure the C ABI against the Go API")
 	}
-	dir := binaries(t)
-	root, _ := filepath.Abs("../..")
-	goBench := filepath.Join(dir, "occl-bench")
-	cmd := exec.Command("go", "build", "-o", goBench, "./bench/cmd/occl-bench")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
+	binaries(t) // the C programs job runs
+	goBench := proctest.Build(t, "../../bench/cmd/occl-bench")
 	runs := 5
 	if v, err := strconv.Atoi(os.Getenv("OCCL_BENCH_RUNS")); err == nil && v > 0 {
 		runs = v

@@ -11,18 +11,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/occl/occl/internal/proctest"
 	"github.com/occl/occl/trace"
 )
-
-// build builds the example.
-func build(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "moe")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	return bin
-}
 
 // TestMoE runs three layers across 4 processes on a small emulated fabric
 // with -trace and checks the report (every token is checked by the program
@@ -32,7 +23,7 @@ func build(t *testing.T) string {
 // dispatch plus combine over the ranks of each layer is the table's
 // all-to-all time, the largest reconfiguration wait its max wait.
 func TestMoE(t *testing.T) {
-	bin := build(t)
+	bin := proctest.Build(t, ".")
 	dir := t.TempDir()
 	const np, layers = 4, 3
 	cmd := exec.Command(bin, "-np", strconv.Itoa(np), "-layers", strconv.Itoa(layers), "-bytes", "65536", "-compute", "5ms", "-switch-delay", "2ms",
@@ -176,7 +167,7 @@ func TestMoE(t *testing.T) {
 // the failed one on run again (every token checked by the program, which
 // fails otherwise) on 3 ranks, or on 4 with the spare that joined.
 func TestMoEKill(t *testing.T) {
-	bin := build(t)
+	bin := proctest.Build(t, ".")
 	const np, layers = 4, 4
 	for _, c := range []struct {
 		kill, at int

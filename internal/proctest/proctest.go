@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"testing"
 
 	"github.com/occl/occl/transport/tcp"
@@ -38,6 +39,23 @@ func Command(env ...string) *exec.Cmd {
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stderr = os.Stderr
 	return cmd
+}
+
+// Build compiles the command in package pkg (a directory as go build
+// takes it, relative to the test's own) into a temporary directory of t
+// and returns the binary's path: tests that run occl's commands as a user
+// would build them so.
+func Build(t testing.TB, pkg string) string {
+	t.Helper()
+	dir, err := filepath.Abs(pkg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), filepath.Base(dir)) // the command's own name
+	if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", pkg, err, out)
+	}
+	return bin
 }
 
 // Start starts cmd and, when the test ends, kills it and waits for it.

@@ -5,17 +5,17 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/occl/occl/hugemem"
+	"github.com/occl/occl/internal/proctest"
 )
 
 // TestLaunchedSweep builds occl-bench and runs a small checked sweep of
 // several operations across 3 processes, as a user would.
 func TestLaunchedSweep(t *testing.T) {
-	bin := buildBench(t)
+	bin := proctest.Build(t, ".")
 	for _, op := range []string{"allreduce", "alltoall", "broadcast", "sendrecv"} {
 		lines := 0
 		forJSON(t, bin, []string{"-np", "3", "-op", op, "-b", "8", "-e", "1M", "-f", "8", "-n", "3", "-w", "1", "-c", "1", "-json", "-quiet"},
@@ -41,7 +41,7 @@ func TestLaunchedSweep(t *testing.T) {
 // distribution consistent with itself and with the mean, both variants,
 // and the table shows its columns.
 func TestLatency(t *testing.T) {
-	bin := buildBench(t)
+	bin := proctest.Build(t, ".")
 	for _, z := range []string{"1", "2"} {
 		type dist struct {
 			P50 float64 `json:"p50_us"`
@@ -106,7 +106,7 @@ func forJSON[T any](t *testing.T, bin string, args []string, check func(*T)) {
 // TestSkewedSweep runs a skewed, checked alltoallv on an emulated fabric
 // whose circuits occl-bench places itself, across 4 processes.
 func TestSkewedSweep(t *testing.T) {
-	bin := buildBench(t)
+	bin := proctest.Build(t, ".")
 	cmd := exec.Command(bin, "-np", "4", "-op", "alltoallv", "-b", "1K", "-e", "256K", "-f", "16", "-n", "2", "-w", "1",
 		"-topo", "hosts=2x2,nics=host,ocs_ports=1,hbd=4GB/s,eps=1GB/s,ocs=1GB/s", "-emulate", "-skew", "zipf:1", "-circuits", "auto", "-explain", "-quiet")
 	cmd.Env = append(os.Environ(), "OCCL_RANK=")
@@ -124,7 +124,7 @@ func TestSkewedSweep(t *testing.T) {
 // TestReconfigOp runs -op reconfig across 4 processes with an emulated
 // controller and checked all-to-alls after every reconfiguration.
 func TestReconfigOp(t *testing.T) {
-	bin := buildBench(t)
+	bin := proctest.Build(t, ".")
 	cmd := exec.Command(bin, "-np", "4", "-op", "reconfig", "-n", "6", "-w", "1", "-switch-delay", "1ms", "-json", "-quiet")
 	cmd.Env = append(os.Environ(), "OCCL_RANK=")
 	out, err := cmd.CombinedOutput()
@@ -151,7 +151,7 @@ func TestReconfigOp(t *testing.T) {
 // TestRecoverOp runs -op recover over TCP with 3 processes: each of 3
 // trials hits another rank, and the 2 survivors recover every time.
 func TestRecoverOp(t *testing.T) {
-	bin := buildBench(t)
+	bin := proctest.Build(t, ".")
 	cmd := exec.Command(bin, "-np", "3", "-op", "recover", "-n", "3", "-transport", "tcp", "-json", "-quiet")
 	cmd.Env = append(os.Environ(), "OCCL_RANK=")
 	out, err := cmd.CombinedOutput()
@@ -229,23 +229,12 @@ func TestDescribeSharedPolicy(t *testing.T) {
 	}
 }
 
-// buildBench builds occl-bench into a temporary directory and returns its
-// path.
-func buildBench(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "occl-bench")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	return bin
-}
-
 // TestHeaderLines runs occl-bench as a user reads it, its table's header:
 // on shared memory it says with how many peers single copies run (all of
 // them here, none with OCCL_SHM_CMA=off), over TCP nothing of them, and
 // with -hugepages whether the system lets shared buffers have huge pages.
 func TestHeaderLines(t *testing.T) {
-	bin := buildBench(t)
+	bin := proctest.Build(t, ".")
 	policy, huge := hugemem.SharedPolicy()
 	for _, c := range []struct {
 		env, args []string

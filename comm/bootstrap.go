@@ -428,9 +428,9 @@ func (b *tcpBootstrap) start(ctx context.Context, fabricRanks []int) (*Communica
 	}
 	client.start(c)
 	ready := []any{"hosts", c.NumHosts(), "local_rank", c.localRank, "local_size", c.localSize}
-	if on, shm := c.SingleCopy(); shm > 0 {
+	if on, of := c.SingleCopy(); of > 0 {
 		// Fewer than all: the system refused some (see SingleCopy).
-		ready = append(ready, "single_copies", fmt.Sprintf("%d/%d", on, shm))
+		ready = append(ready, "single_copies", fmt.Sprintf("%d/%d", on, of))
 	}
 	b.log.Info("occl: communicator ready", ready...)
 	if c.localSize > 1 {

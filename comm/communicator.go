@@ -41,6 +41,7 @@ import (
 	"github.com/occl/occl/algo"
 	"github.com/occl/occl/internal/logx"
 	"github.com/occl/occl/transport"
+	"github.com/occl/occl/transport/shm"
 )
 
 // Communicator is one rank's handle on a group of ranks. Its methods are
@@ -201,26 +202,26 @@ func (c *Communicator) choose(l *layout, op algo.Collective, bytes int) algo.Alg
 	})
 }
 
-// SingleCopy reports how many of the communicator's shared-memory
+// SingleCopy reports how many (on) of the communicator's shared-memory
 // connections move lent messages with one copy, out of the sender's
 // memory, both ways (cross-memory attach: process_vm_readv, or a mapping
-// of the sender's buffer from occl's allocator), and how many
-// shared-memory connections it has. Fewer means single copies were
+// of the sender's buffer from occl's allocator), of how many
+// shared-memory connections it has (of). Fewer means single copies were
 // turned off (OCCL_SHM_CMA=off) or the system refused them (Yama's
 // ptrace_scope 2 or 3, a seccomp filter, peers in another pid namespace):
 // those connections pass every message through the rings, two copies.
-func (c *Communicator) SingleCopy() (on, shm int) {
+func (c *Communicator) SingleCopy() (on, of int) {
 	for _, conn := range c.links.snapshot() {
-		sc, ok := conn.(interface{ CMA() (send, recv bool) })
+		sc, ok := conn.(*shm.Conn)
 		if !ok {
 			continue
 		}
-		shm++
+		of++
 		if send, recv := sc.CMA(); send && recv {
 			on++
 		}
 	}
-	return on, shm
+	return on, of
 }
 
 // TransportName names the transports the communicator's connections use:

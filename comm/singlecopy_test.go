@@ -30,8 +30,8 @@ func TestSingleCopy(t *testing.T) {
 		}
 		comms, logs := initTwoLogged(t, id, slog.LevelInfo, append([]comm.Option{comm.WithTransport(comm.TransportSHM)}, c.opts...)...)
 		for r, cm := range comms {
-			if on, shm := cm.SingleCopy(); on != c.on || shm != 1 {
-				t.Errorf("rank %d: SingleCopy() = %d, %d; want %d, 1", r, on, shm, c.on)
+			if on, of := cm.SingleCopy(); on != c.on || of != 1 {
+				t.Errorf("rank %d: SingleCopy() = %d, %d; want %d, 1", r, on, of, c.on)
 			}
 			if line := lineWith(logs[r].String(), "communicator ready"); !strings.Contains(line, c.log) {
 				t.Errorf("rank %d: ready line %q lacks %q", r, line, c.log)

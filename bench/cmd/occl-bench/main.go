@@ -257,8 +257,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "# occl-bench op %s nranks %d minBytes %d maxBytes %d step: %s warmup iters: %d iters: %d validation: %d\n",
 			op, c.Size(), minBytes, maxBytes, stepDesc(*factor, int(stepBytes)), *warmup, *iters, *check)
 		fmt.Fprintf(stdout, "# transport %s algorithm %s\n", c.TransportName(), *algoName)
-		if on, shm := c.SingleCopy(); shm > 0 {
-			fmt.Fprintf(stdout, "# single copies with %d of %d shared-memory peers\n", on, shm)
+		if on, of := c.SingleCopy(); of > 0 {
+			fmt.Fprintf(stdout, "# single copies with %d of %d shared-memory peers\n", on, of)
 		}
 		for _, d := range rdma.OpenDevices() {
 			note := ""

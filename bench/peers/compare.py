@@ -570,11 +570,11 @@ def huge_tunables():
 SHMEM_THP = "/sys/kernel/mm/transparent_hugepage/shmem_enabled"
 
 
-def shmem_thp(path=SHMEM_THP):
+def shmem_thp():
     """The policy in force in SHMEM_THP (the choice in brackets), or None
     where the file cannot be read or shows none."""
     try:
-        with open(path) as f:
+        with open(SHMEM_THP) as f:
             text = f.read()
     except OSError:
         return None

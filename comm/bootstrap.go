@@ -812,7 +812,7 @@ func deriveSecret(parent [16]byte, childID uint64) [16]byte {
 	return s
 }
 
-// logSharedPolicy says, once per process, where the system keeps shared
+// logSharedPolicy says, once per process, when the system keeps shared
 // buffers of occl's allocator (hugemem, occlMemAlloc, occl.torch.empty)
 // from 2 MiB on 4 KiB pages: its transparent huge-page policy for shared
 // memory forbids huge pages (see hugemem.SharedPolicy).

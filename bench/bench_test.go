@@ -208,3 +208,19 @@ func TestWarmupTime(t *testing.T) {
 		t.Errorf("rank 0's warm-up took %v, less than its warm-up time %v", took, warmup)
 	}
 }
+
+// TestRunnerKeepsRequestsForBatchOnly: a runner whose operations are
+// each waited for keeps no slice of requests, however many iterations it
+// runs (a million would take 8 MB); a batch keeps room for its largest.
+func TestRunnerKeepsRequestsForBatchOnly(t *testing.T) {
+	c := commtest.Local(t, 1)[0]
+	for _, issue := range []Issue{Blocking, AsyncWait, Batch} {
+		run, err := NewRunner(c, Config{Op: AllReduce, DType: algo.Float32, RedOp: algo.Sum, Iters: 1 << 20, Warmup: 3, Issue: issue}, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := map[bool]int{true: 1 << 20}[issue == Batch]; cap(run.reqs) != want {
+			t.Errorf("issue %v: room for %d requests, want %d", issue, cap(run.reqs), want)
+		}
+	}
+}

@@ -187,7 +187,10 @@ func NewRunner(c *comm.Communicator, cfg Config, maxBytes int) (*Runner, error) 
 	r := &Runner{
 		c: c, cfg: cfg, es: es,
 		expect: make([]byte, max(send, recv)*es),
-		reqs:   make([]*comm.Request, 0, max(cfg.Iters, cfg.Warmup)),
+	}
+	if cfg.Issue == Batch {
+		// Only a batch keeps its requests (see loop).
+		r.reqs = make([]*comm.Request, 0, max(cfg.Iters, cfg.Warmup))
 	}
 	if cfg.Latency {
 		r.times = make([]time.Duration, cfg.Iters)

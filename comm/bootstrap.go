@@ -429,8 +429,12 @@ func (b *tcpBootstrap) start(ctx context.Context, fabricRanks []int) (*Communica
 	client.start(c)
 	ready := []any{"hosts", c.NumHosts(), "local_rank", c.localRank, "local_size", c.localSize}
 	if on, of := c.SingleCopy(); of > 0 {
-		// Fewer than all: the system refused some (see SingleCopy).
+		// Fewer than all: turned off, or the system refused some (see
+		// SingleCopy); the first reason says which.
 		ready = append(ready, "single_copies", fmt.Sprintf("%d/%d", on, of))
+		if on < of {
+			ready = append(ready, "single_copy_off", c.singleCopyOff())
+		}
 	}
 	b.log.Info("occl: communicator ready", ready...)
 	if c.localSize > 1 {

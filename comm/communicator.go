@@ -224,6 +224,20 @@ func (c *Communicator) SingleCopy() (on, of int) {
 	return on, of
 }
 
+// singleCopyOff returns why single copies are off with the first peer
+// whose shared-memory connection has none (see SingleCopy), naming the
+// peer; "" where every one has them.
+func (c *Communicator) singleCopyOff() string {
+	for peer, conn := range c.links.snapshot() {
+		if sc, ok := conn.(*shm.Conn); ok {
+			if err := sc.CMAOff(); err != nil {
+				return fmt.Sprintf("rank %d: %v", peer, err)
+			}
+		}
+	}
+	return ""
+}
+
 // TransportName names the transports the communicator's connections use:
 // "tcp", "mem", or several joined with "+" when peers differ.
 func (c *Communicator) TransportName() string {

@@ -2,6 +2,7 @@ package comm_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -14,7 +15,7 @@ import (
 // TestSingleCopy joins two ranks of one process over shared memory, with
 // single copies on (a process can read its own memory) and off
 // (WithSingleCopy(0)): SingleCopy counts them, and the INFO line that says
-// the communicator is ready says it too.
+// the communicator is ready says it too, with why they are off.
 func TestSingleCopy(t *testing.T) {
 	for _, c := range []struct {
 		opts []comm.Option
@@ -22,7 +23,7 @@ func TestSingleCopy(t *testing.T) {
 		log  string
 	}{
 		{nil, 1, "single_copies=1/1"},
-		{[]comm.Option{comm.WithSingleCopy(0)}, 0, "single_copies=0/1"},
+		{[]comm.Option{comm.WithSingleCopy(0)}, 0, "single_copies=0/1 single_copy_off=\"rank %d: single copies are turned off on this side\""},
 	} {
 		id, err := comm.NewUniqueIDAt("127.0.0.1:0")
 		if err != nil {
@@ -33,8 +34,13 @@ func TestSingleCopy(t *testing.T) {
 			if on, of := cm.SingleCopy(); on != c.on || of != 1 {
 				t.Errorf("rank %d: SingleCopy() = %d, %d; want %d, 1", r, on, of, c.on)
 			}
-			if line := lineWith(logs[r].String(), "communicator ready"); !strings.Contains(line, c.log) {
-				t.Errorf("rank %d: ready line %q lacks %q", r, line, c.log)
+			want := c.log
+			if strings.Contains(want, "%d") {
+				want = fmt.Sprintf(want, 1-r)
+			}
+			line := lineWith(logs[r].String(), "communicator ready")
+			if !strings.Contains(line, want) || (c.on == 1 && strings.Contains(line, "single_copy_off")) {
+				t.Errorf("rank %d: ready line %q, want %q in it", r, line, want)
 			}
 		}
 		closeAll(comms)

@@ -648,3 +648,18 @@ func (c *Conn) loadDone() error {
 // side sends, recv for the frames it receives. Where it reports false,
 // every payload goes through the ring.
 func (c *Conn) CMA() (send, recv bool) { return c.cmaOut, c.cmaIn }
+
+// CMAOff returns why payloads do not move by single copies both ways (see
+// CMA), found at setup: turned off (Config.NoCMA), the peer offering
+// none, this process unable to read the peer's memory (the probe's error:
+// ptrace's permission, a seccomp filter, another pid namespace) or the
+// peer unable to read this one's; nil where they move both ways.
+func (c *Conn) CMAOff() error {
+	if c.cmaOut && c.cmaIn {
+		return nil
+	}
+	if c.cmaOff == nil {
+		return errors.New("single copies are off")
+	}
+	return c.cmaOff
+}

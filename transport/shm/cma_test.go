@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,20 +15,26 @@ import (
 )
 
 // Each side's config decides whether it offers its memory and reads the
-// peer's; the directions agree and the eager limit stays below the
-// threshold of a direction that uses descriptors.
+// peer's; the directions agree, the eager limit stays below the threshold
+// of a direction that uses descriptors, and each end says why single
+// copies are off where they are.
 func TestCMANegotiation(t *testing.T) {
+	const (
+		turnedOff  = "single copies are turned off on this side"
+		offersNone = "offers no single copies"
+	)
 	cases := []struct {
 		name         string
 		a, b         func(*shm.Config)
 		aSend, bSend bool
 		aEager       int
+		aOff, bOff   string // what CMAOff says on each end, "" for nil
 	}{
-		{"default", func(*shm.Config) {}, func(*shm.Config) {}, true, true, min(shm.DefaultCMAThreshold-1, shm.DefaultCapacity/4-transport.HeaderSize)},
-		{"a off", func(c *shm.Config) { c.NoCMA = true }, func(*shm.Config) {}, false, false, shm.DefaultCapacity/4 - transport.HeaderSize},
-		{"b off", func(*shm.Config) {}, func(c *shm.Config) { c.NoCMA = true }, false, false, shm.DefaultCapacity/4 - transport.HeaderSize},
-		{"thresholds", func(c *shm.Config) { c.CMAThreshold = 64 << 10 }, func(c *shm.Config) { c.CMAThreshold = 8 << 20 }, true, true, 64<<10 - 1},
-		{"small ring", func(c *shm.Config) { c.Capacity = 64 << 10 }, func(*shm.Config) {}, true, true, 16<<10 - transport.HeaderSize},
+		{"default", func(*shm.Config) {}, func(*shm.Config) {}, true, true, min(shm.DefaultCMAThreshold-1, shm.DefaultCapacity/4-transport.HeaderSize), "", ""},
+		{"a off", func(c *shm.Config) { c.NoCMA = true }, func(*shm.Config) {}, false, false, shm.DefaultCapacity/4 - transport.HeaderSize, turnedOff, "rank 0 " + offersNone},
+		{"b off", func(*shm.Config) {}, func(c *shm.Config) { c.NoCMA = true }, false, false, shm.DefaultCapacity/4 - transport.HeaderSize, "rank 1 " + offersNone, turnedOff},
+		{"thresholds", func(c *shm.Config) { c.CMAThreshold = 64 << 10 }, func(c *shm.Config) { c.CMAThreshold = 8 << 20 }, true, true, 64<<10 - 1, "", ""},
+		{"small ring", func(c *shm.Config) { c.Capacity = 64 << 10 }, func(*shm.Config) {}, true, true, 16<<10 - transport.HeaderSize, "", ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -47,6 +54,15 @@ func TestCMANegotiation(t *testing.T) {
 			}
 			if got := a.EagerLimit(); got != tc.aEager {
 				t.Fatalf("a.EagerLimit() = %d, want %d", got, tc.aEager)
+			}
+			for _, end := range []struct {
+				name string
+				err  error
+				want string
+			}{{"a", a.CMAOff(), tc.aOff}, {"b", b.CMAOff(), tc.bOff}} {
+				if (end.err == nil) != (end.want == "") || (end.err != nil && !strings.Contains(end.err.Error(), end.want)) {
+					t.Errorf("%s.CMAOff() = %v, want %q", end.name, end.err, end.want)
+				}
 			}
 			// Each end knows what the other lends, by the other's
 			// threshold, and that a direction off lends nothing.

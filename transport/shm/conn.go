@@ -85,6 +85,7 @@ type Conn struct {
 	// this side sends, and of at least cmaInMin bytes that it receives,
 	// travel by descriptor when cmaOut, respectively cmaIn, is set.
 	cmaOut, cmaIn       bool
+	cmaOff              error // why they are not both set (see CMAOff)
 	cmaOutMin, cmaInMin int
 	// descSend: Send, not only Lend, sends payloads of cmaOutMin bytes
 	// or more by descriptor (Config.SendByDescriptor).
@@ -205,6 +206,7 @@ type cmaSetup struct {
 	outRing int
 	send    bool      // Send uses descriptors too (Config.SendByDescriptor)
 	reader  cmaReader // owned by the Conn from newConn on
+	off     error     // why single copies are off, if they are (see Conn.CMAOff)
 }
 
 // newConn joins two mapped rings into a Conn. ctl, if not nil, becomes the
@@ -213,6 +215,7 @@ func newConn(out, in *mapping, peer int, ctl transport.Conn, want transport.Head
 	c := &Conn{out: out.ring, in: in.ring, outM: out, inM: in, peer: peer, ctl: ctl, peerSpin: peerSpin, copyWaitYield: transport.CopyWaitYield}
 	c.cmaOut, c.cmaOutMin = cma.out && cma.outMin > 0, cma.outMin
 	c.cmaIn, c.cmaInMin = cma.in && cma.inMin > 0, cma.inMin
+	c.cmaOff = cma.off
 	if c.cmaOut {
 		c.offerMin, c.wholeMin, c.ringMin = max(cma.outOffer, 0), max(cma.outWhole, 0), max(cma.outRing, 0)
 	}

@@ -1,6 +1,7 @@
 package shm
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -21,6 +22,10 @@ import (
 // sides then return it, and the control connection is still in step and
 // owned by the caller, which may go on using it as the data connection.
 var ErrUnavailable = errors.New("shared memory transport unavailable")
+
+// errCMATurnedOff is why a connection set up with Config.NoCMA moves no
+// message with a single copy.
+var errCMATurnedOff = errors.New("single copies are turned off on this side")
 
 // Config describes one shared-memory connection.
 type Config struct {
@@ -285,7 +290,13 @@ func Connect(ctx context.Context, ctl transport.Conn, cfg Config) (*Conn, error)
 		out, in *mapping
 		pr      *probe
 		reader  = cmaReader{pidfd: -1}
+		// cmaOff is why single copies are off on the connection (the
+		// first reason found), nil while they may be on.
+		cmaOff error
 	)
+	if cfg.NoCMA {
+		cmaOff = errCMATurnedOff
+	}
 	defer func() {
 		// Reached on every path: the own file goes away now; on failure
 		// the mappings go too. The probe is only needed during setup.
@@ -324,7 +335,9 @@ func Connect(ctx context.Context, ctl transport.Conn, cfg Config) (*Conn, error)
 	} else if !cfg.NoCMA {
 		allowPeerReads() // EINVAL without Yama; the probe tells the rest
 		// Without a probe this side just does not offer its memory.
-		if p, err := newProbe(); err == nil {
+		if p, err := newProbe(); err != nil {
+			cmaOff = fmt.Errorf("no probe page to offer: %w", err)
+		} else {
 			pr = p
 			mine.flags |= flagCMA
 			mine.probeAddr = p.addr()
@@ -366,8 +379,12 @@ func Connect(ctx context.Context, ctl transport.Conn, cfg Config) (*Conn, error)
 
 	// Read the peer's probe.
 	var cma cmaSetup
-	if local == nil && remote == nil && !cfg.NoCMA && theirs.flags&flagCMA != 0 {
-		if r, err := probePeer(theirs.pid, theirs.probeAddr, theirs.pattern[:]); err == nil {
+	if local == nil && remote == nil && !cfg.NoCMA {
+		if theirs.flags&flagCMA == 0 {
+			cmaOff = cmp.Or(cmaOff, fmt.Errorf("rank %d offers no single copies", cfg.Peer))
+		} else if r, err := probePeer(theirs.pid, theirs.probeAddr, theirs.pattern[:]); err != nil {
+			cmaOff = cmp.Or(cmaOff, fmt.Errorf("cannot read the memory of rank %d (pid %d): %w", cfg.Peer, theirs.pid, err))
+		} else {
 			reader = r
 			cma.in, cma.inMin, cma.inOffer = true, int(theirs.threshold), int(theirs.offerMin)
 		}
@@ -390,6 +407,9 @@ func Connect(ctx context.Context, ctl transport.Conn, cfg Config) (*Conn, error)
 	if st != statusOK && remote == nil {
 		remote = errors.New(text)
 	}
+	if mine.flags&flagCMA != 0 && flags&flagCMA == 0 {
+		cmaOff = cmp.Or(cmaOff, fmt.Errorf("rank %d cannot read this process's memory (its log says why)", cfg.Peer))
+	}
 	if mine.flags&flagCMA != 0 && flags&flagCMA != 0 {
 		cma.out, cma.outMin, cma.send, cma.outOffer, cma.outWhole, cma.outRing = true, threshold, cfg.SendByDescriptor, cfg.OfferThreshold, cfg.WholeLendThreshold, cfg.WholeRingThreshold
 	}
@@ -403,7 +423,7 @@ func Connect(ctx context.Context, ctl transport.Conn, cfg Config) (*Conn, error)
 	// to be unlinked, so it is no longer needed.
 	unix.Close(out.fd)
 	out.fd = -1
-	cma.reader = reader
+	cma.reader, cma.off = reader, cmaOff
 	c := newConn(out, in, cfg.Peer, ctl, setupHeader(&cfg, stepWatch, cfg.Peer), cma)
 	c.spin = cfg.Spin
 	c.plain = mine.flags&flagPlain != 0 && theirs.flags&flagPlain != 0

@@ -22,6 +22,14 @@ const slotCounts = algo.SlotCaller
 // cut a block differently (a lent block of more than 512 KiB), and not
 // detected where they do not.
 func (c *Communicator) AllToAll(ctx context.Context, send, recv Buffer) error {
+	if c.direct(len(recv.b)) {
+		if per, err := c.checkAllToAll(send, recv); err == nil && c.takeAlone(ctx) {
+			tag := TrafficTag(ctx)
+			return c.runTaken(ctx, "AllToAll", algo.OpAllToAll, send.dt, 0, 0, per, func(ctx context.Context, p *opPeers) error {
+				return p.c.uniformAllToAll(ctx, p, send.b, recv.b, tag)
+			})
+		}
+	}
 	return wait(c.postAllToAll(ctx, send, recv))
 }
 
@@ -30,17 +38,24 @@ func (c *Communicator) AllToAllAsync(ctx context.Context, send, recv Buffer) *Re
 	return c.issue(c.postAllToAll(ctx, send, recv))
 }
 
-// postAllToAll checks AllToAll's arguments and makes its request, unissued (see post).
-func (c *Communicator) postAllToAll(ctx context.Context, send, recv Buffer) *Request {
-	const name = "AllToAll"
-	err := checkPair(send, recv)
-	per := send.Len() / c.size // one division: tens of cycles
+// checkAllToAll checks AllToAll's arguments and returns the elements of
+// a block.
+func (c *Communicator) checkAllToAll(send, recv Buffer) (per int, err error) {
+	err = checkPair(send, recv)
+	per = send.Len() / c.size // one division: tens of cycles
 	if err == nil && (len(send.b) != len(recv.b) || per*c.size != send.Len()) {
 		err = invalidf("send has %d elements and recv %d; both must be the same multiple of %d", send.Len(), recv.Len(), c.size)
 	}
 	if err == nil && !same(send.b, recv.b) && overlap(send.b, recv.b) {
 		err = invalidf("send and recv buffers overlap")
 	}
+	return per, err
+}
+
+// postAllToAll checks AllToAll's arguments and makes its request, unissued (see post).
+func (c *Communicator) postAllToAll(ctx context.Context, send, recv Buffer) *Request {
+	const name = "AllToAll"
+	per, err := c.checkAllToAll(send, recv)
 	if err != nil {
 		return c.failedRequest(name, err)
 	}
@@ -50,14 +65,20 @@ func (c *Communicator) postAllToAll(ctx context.Context, send, recv Buffer) *Req
 }
 
 func allToAllOp(ctx context.Context, p *opPeers, a *opArgs) error {
-	c := p.c
-	nb := int(p.hdr.Count) * a.send.dt.Size() // the block, without a division
-	c.traffic.record(a.tag, c.size, nil, nb)
+	return p.c.uniformAllToAll(ctx, p, a.send.b, a.recv.b, a.tag)
+}
+
+// uniformAllToAll runs an AllToAll of send into recv, in blocks of the
+// elements p.hdr counts, whose traffic is tagged tag: directly where it
+// can (directAllToAll), else by the chosen schedule.
+func (c *Communicator) uniformAllToAll(ctx context.Context, p *opPeers, send, recv []byte, tag string) error {
+	nb := int(p.hdr.Count) * DType(p.hdr.DType).Size() // the block, without a division
+	c.traffic.record(tag, c.size, nil, nb)
 	offs, lens := c.worker.blocks(c.size, nb)
-	if ok, err := c.directAllToAll(ctx, p, a.send.b, offs, lens, a.recv.b, offs, lens, nb); ok {
+	if ok, err := c.directAllToAll(ctx, p, send, offs, lens, recv, offs, lens, nb); ok {
 		return err
 	}
-	return c.allToAll(ctx, p, a.send.b, offs, lens, a.recv.b, offs, lens, nb)
+	return c.allToAll(ctx, p, send, offs, lens, recv, offs, lens, nb)
 }
 
 // AllToAllV is AllToAll with a count and displacement per peer, in

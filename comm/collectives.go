@@ -97,6 +97,13 @@ func wait(r *Request) error {
 // AllReduce reduces send across all ranks with op and leaves the result in
 // recv on every rank. send and recv have the same length and type.
 func (c *Communicator) AllReduce(ctx context.Context, send, recv Buffer, op Op) error {
+	if c.direct(len(recv.b)) && checkAllReduce(send, recv, op) == nil {
+		if c.takeAlone(ctx) {
+			return c.runTaken(ctx, "AllReduce", algo.OpAllReduce, send.dt, op, 0, send.Len(), func(ctx context.Context, p *opPeers) error {
+				return p.c.allReduce(ctx, p, send, recv, op)
+			})
+		}
+	}
 	return wait(c.postAllReduce(ctx, send, recv, op))
 }
 
@@ -105,9 +112,8 @@ func (c *Communicator) AllReduceAsync(ctx context.Context, send, recv Buffer, op
 	return c.issue(c.postAllReduce(ctx, send, recv, op))
 }
 
-// postAllReduce checks AllReduce's arguments and makes its request, unissued (see post).
-func (c *Communicator) postAllReduce(ctx context.Context, send, recv Buffer, op Op) *Request {
-	const name = "AllReduce"
+// checkAllReduce checks AllReduce's arguments.
+func checkAllReduce(send, recv Buffer, op Op) error {
 	err := checkPair(send, recv)
 	if err == nil {
 		err = checkOp(op)
@@ -118,7 +124,13 @@ func (c *Communicator) postAllReduce(ctx context.Context, send, recv Buffer, op 
 	if err == nil && !same(send.b, recv.b) && overlap(send.b, recv.b) {
 		err = invalidf("send and recv buffers overlap")
 	}
-	if err != nil {
+	return err
+}
+
+// postAllReduce checks AllReduce's arguments and makes its request, unissued (see post).
+func (c *Communicator) postAllReduce(ctx context.Context, send, recv Buffer, op Op) *Request {
+	const name = "AllReduce"
+	if err := checkAllReduce(send, recv, op); err != nil {
 		return c.failedRequest(name, err)
 	}
 	r := c.postColl(ctx, name, algo.OpAllReduce, send.dt, op, 0, send.Len(), allReduceOp)
@@ -127,15 +139,21 @@ func (c *Communicator) postAllReduce(ctx context.Context, send, recv Buffer, op 
 }
 
 func allReduceOp(ctx context.Context, p *opPeers, a *opArgs) error {
-	if ok, err := p.c.directAllReduce(ctx, p, a); ok {
+	return p.c.allReduce(ctx, p, a.send, a.recv, a.op)
+}
+
+// allReduce runs an AllReduce of send into recv with op: directly where it
+// can (directAllReduce), else by the chosen schedule.
+func (c *Communicator) allReduce(ctx context.Context, p *opPeers, send, recv Buffer, op Op) error {
+	if ok, err := c.directAllReduce(ctx, p, send, recv, op); ok {
 		return err
 	}
-	dt := a.send.dt
-	err := p.c.runSchedule(ctx, algo.OpAllReduce, len(a.recv.b), algo.Args{Peers: p, Src: a.send.b, Dst: a.recv.b, DType: dt, Op: a.op.Combiner()})
+	dt := send.dt
+	err := c.runSchedule(ctx, algo.OpAllReduce, len(recv.b), algo.Args{Peers: p, Src: send.b, Dst: recv.b, DType: dt, Op: op.Combiner()})
 	if err != nil {
 		return err
 	}
-	algo.Finalize(a.recv.b, dt, a.op, p.c.size)
+	algo.Finalize(recv.b, dt, op, c.size)
 	return nil
 }
 
@@ -205,6 +223,11 @@ func (c *Communicator) lentChunk(bytes int) int {
 // pass an empty Buffer). Pass the same buffer as send and recv on the root
 // for in-place operation.
 func (c *Communicator) Broadcast(ctx context.Context, send, recv Buffer, root int) error {
+	if c.direct(len(recv.b)) && c.checkBroadcast(send, recv, root) == nil && c.takeAlone(ctx) {
+		return c.runTaken(ctx, "Broadcast", algo.OpBroadcast, recv.dt, 0, root, recv.Len(), func(ctx context.Context, p *opPeers) error {
+			return p.c.broadcast(ctx, p, send, recv, root)
+		})
+	}
 	return wait(c.postBroadcast(ctx, send, recv, root))
 }
 
@@ -213,15 +236,13 @@ func (c *Communicator) BroadcastAsync(ctx context.Context, send, recv Buffer, ro
 	return c.issue(c.postBroadcast(ctx, send, recv, root))
 }
 
-// postBroadcast checks Broadcast's arguments and makes its request, unissued (see post).
-func (c *Communicator) postBroadcast(ctx context.Context, send, recv Buffer, root int) *Request {
-	const name = "Broadcast"
+// checkBroadcast checks Broadcast's arguments.
+func (c *Communicator) checkBroadcast(send, recv Buffer, root int) error {
 	err := c.checkRoot(root)
 	if err == nil {
 		err = recv.validate("recv buffer")
 	}
-	isRoot := c.rank == root
-	if err == nil && isRoot {
+	if err == nil && c.rank == root {
 		err = checkPair(send, recv)
 		if err == nil && len(send.b) != len(recv.b) {
 			err = invalidf("root's send has %d elements, recv %d", send.Len(), recv.Len())
@@ -230,7 +251,13 @@ func (c *Communicator) postBroadcast(ctx context.Context, send, recv Buffer, roo
 			err = invalidf("send and recv buffers overlap")
 		}
 	}
-	if err != nil {
+	return err
+}
+
+// postBroadcast checks Broadcast's arguments and makes its request, unissued (see post).
+func (c *Communicator) postBroadcast(ctx context.Context, send, recv Buffer, root int) *Request {
+	const name = "Broadcast"
+	if err := c.checkBroadcast(send, recv, root); err != nil {
 		return c.failedRequest(name, err)
 	}
 	r := c.postColl(ctx, name, algo.OpBroadcast, recv.dt, 0, root, recv.Len(), broadcastOp)
@@ -239,10 +266,16 @@ func (c *Communicator) postBroadcast(ctx context.Context, send, recv Buffer, roo
 }
 
 func broadcastOp(ctx context.Context, p *opPeers, a *opArgs) error {
-	if ok, err := p.c.directBroadcast(ctx, p, a); ok {
+	return p.c.broadcast(ctx, p, a.send, a.recv, a.root)
+}
+
+// broadcast runs a Broadcast of root's send into recv: directly where it
+// can (directBroadcast), else by the chosen schedule.
+func (c *Communicator) broadcast(ctx context.Context, p *opPeers, send, recv Buffer, root int) error {
+	if ok, err := c.directBroadcast(ctx, p, send.b, recv.b, root); ok {
 		return err
 	}
-	return p.c.runSchedule(ctx, algo.OpBroadcast, len(a.recv.b), algo.Args{Peers: p, Src: a.send.b, Dst: a.recv.b, Root: a.root})
+	return c.runSchedule(ctx, algo.OpBroadcast, len(recv.b), algo.Args{Peers: p, Src: send.b, Dst: recv.b, Root: root})
 }
 
 // Reduce reduces send across all ranks with op into recv on root. recv is
@@ -300,6 +333,11 @@ func reduceOp(ctx context.Context, p *opPeers, a *opArgs) error {
 // rank order. recv holds Size() times the elements of send. In-place: send
 // is rank's block of recv.
 func (c *Communicator) AllGather(ctx context.Context, send, recv Buffer) error {
+	if c.direct(len(recv.b)) && c.checkAllGather(send, recv) == nil && c.takeAlone(ctx) {
+		return c.runTaken(ctx, "AllGather", algo.OpAllGather, send.dt, 0, 0, send.Len(), func(ctx context.Context, p *opPeers) error {
+			return p.c.allGather(ctx, p, send.b, recv.b)
+		})
+	}
 	return wait(c.postAllGather(ctx, send, recv))
 }
 
@@ -308,22 +346,26 @@ func (c *Communicator) AllGatherAsync(ctx context.Context, send, recv Buffer) *R
 	return c.issue(c.postAllGather(ctx, send, recv))
 }
 
-// postAllGather checks AllGather's arguments and makes its request, unissued (see post).
-func (c *Communicator) postAllGather(ctx context.Context, send, recv Buffer) *Request {
-	const name = "AllGather"
+// checkAllGather checks AllGather's arguments.
+func (c *Communicator) checkAllGather(send, recv Buffer) error {
 	err := checkPair(send, recv)
 	nb := len(send.b)
 	if err == nil && len(recv.b) != nb*c.size {
 		err = invalidf("recv has %d elements, want %d x %d", recv.Len(), c.size, send.Len())
 	}
-	var mine []byte
 	if err == nil {
-		mine = recv.b[c.rank*nb : (c.rank+1)*nb]
+		mine := recv.b[c.rank*nb : (c.rank+1)*nb]
 		if !same(send.b, mine) && overlap(send.b, recv.b) {
 			err = invalidf("send overlaps recv other than as this rank's block")
 		}
 	}
-	if err != nil {
+	return err
+}
+
+// postAllGather checks AllGather's arguments and makes its request, unissued (see post).
+func (c *Communicator) postAllGather(ctx context.Context, send, recv Buffer) *Request {
+	const name = "AllGather"
+	if err := c.checkAllGather(send, recv); err != nil {
 		return c.failedRequest(name, err)
 	}
 	r := c.postColl(ctx, name, algo.OpAllGather, send.dt, 0, 0, send.Len(), allGatherOp)
@@ -332,16 +374,27 @@ func (c *Communicator) postAllGather(ctx context.Context, send, recv Buffer) *Re
 }
 
 func allGatherOp(ctx context.Context, p *opPeers, a *opArgs) error {
-	if ok, err := p.c.directAllGather(ctx, p, a.send.b, a.recv.b); ok {
+	return p.c.allGather(ctx, p, a.send.b, a.recv.b)
+}
+
+// allGather runs an AllGather of send into recv: directly where it can
+// (directAllGather), else by the chosen schedule.
+func (c *Communicator) allGather(ctx context.Context, p *opPeers, send, recv []byte) error {
+	if ok, err := c.directAllGather(ctx, p, send, recv); ok {
 		return err
 	}
-	return p.c.runSchedule(ctx, algo.OpAllGather, len(a.recv.b), algo.Args{Peers: p, Src: a.send.b, Dst: a.recv.b, Block: len(a.send.b)})
+	return c.runSchedule(ctx, algo.OpAllGather, len(recv), algo.Args{Peers: p, Src: send, Dst: recv, Block: len(send)})
 }
 
 // ReduceScatter reduces send across ranks with op and leaves block Rank()
 // of the result in recv. send holds Size() times the elements of recv.
 // In-place: recv is rank's block of send (the rest of send is overwritten).
 func (c *Communicator) ReduceScatter(ctx context.Context, send, recv Buffer, op Op) error {
+	if c.direct(len(send.b)) && c.checkReduceScatter(send, recv, op) == nil && c.takeAlone(ctx) {
+		return c.runTaken(ctx, "ReduceScatter", algo.OpReduceScatter, recv.dt, op, 0, recv.Len(), func(ctx context.Context, p *opPeers) error {
+			return p.c.reduceScatter(ctx, p, send, recv, op)
+		})
+	}
 	return wait(c.postReduceScatter(ctx, send, recv, op))
 }
 
@@ -350,9 +403,8 @@ func (c *Communicator) ReduceScatterAsync(ctx context.Context, send, recv Buffer
 	return c.issue(c.postReduceScatter(ctx, send, recv, op))
 }
 
-// postReduceScatter checks ReduceScatter's arguments and makes its request, unissued (see post).
-func (c *Communicator) postReduceScatter(ctx context.Context, send, recv Buffer, op Op) *Request {
-	const name = "ReduceScatter"
+// checkReduceScatter checks ReduceScatter's arguments.
+func (c *Communicator) checkReduceScatter(send, recv Buffer, op Op) error {
 	err := checkPair(send, recv)
 	if err == nil {
 		err = checkOp(op)
@@ -361,14 +413,19 @@ func (c *Communicator) postReduceScatter(ctx context.Context, send, recv Buffer,
 	if err == nil && len(send.b) != nb*c.size {
 		err = invalidf("send has %d elements, want %d x %d", send.Len(), c.size, recv.Len())
 	}
-	inPlace := false
 	if err == nil {
-		inPlace = same(recv.b, send.b[c.rank*nb:(c.rank+1)*nb]) && nb > 0
+		inPlace := same(recv.b, send.b[c.rank*nb:(c.rank+1)*nb]) && nb > 0
 		if !inPlace && overlap(send.b, recv.b) {
 			err = invalidf("recv overlaps send other than as this rank's block")
 		}
 	}
-	if err != nil {
+	return err
+}
+
+// postReduceScatter checks ReduceScatter's arguments and makes its request, unissued (see post).
+func (c *Communicator) postReduceScatter(ctx context.Context, send, recv Buffer, op Op) *Request {
+	const name = "ReduceScatter"
+	if err := c.checkReduceScatter(send, recv, op); err != nil {
 		return c.failedRequest(name, err)
 	}
 	r := c.postColl(ctx, name, algo.OpReduceScatter, recv.dt, op, 0, recv.Len(), reduceScatterOp)
@@ -377,15 +434,21 @@ func (c *Communicator) postReduceScatter(ctx context.Context, send, recv Buffer,
 }
 
 func reduceScatterOp(ctx context.Context, p *opPeers, a *opArgs) error {
-	if ok, err := p.c.directReduceScatter(ctx, p, a); ok {
+	return p.c.reduceScatter(ctx, p, a.send, a.recv, a.op)
+}
+
+// reduceScatter runs a ReduceScatter of send into recv with op: directly
+// where it can (directReduceScatter), else by the chosen schedule.
+func (c *Communicator) reduceScatter(ctx context.Context, p *opPeers, send, recv Buffer, op Op) error {
+	if ok, err := c.directReduceScatter(ctx, p, send, recv, op); ok {
 		return err
 	}
-	dt := a.recv.dt
-	err := p.c.runSchedule(ctx, algo.OpReduceScatter, len(a.send.b), algo.Args{Peers: p, Src: a.send.b, Dst: a.recv.b, DType: dt, Op: a.op.Combiner(), Block: len(a.recv.b)})
+	dt := recv.dt
+	err := c.runSchedule(ctx, algo.OpReduceScatter, len(send.b), algo.Args{Peers: p, Src: send.b, Dst: recv.b, DType: dt, Op: op.Combiner(), Block: len(recv.b)})
 	if err != nil {
 		return err
 	}
-	algo.Finalize(a.recv.b, dt, a.op, p.c.size)
+	algo.Finalize(recv.b, dt, op, c.size)
 	return nil
 }
 

@@ -24,8 +24,8 @@ const directMessage = 2 << 10
 // that run the schedule (one that records a timeline, say) meet,
 // since both send the same messages in the same order. It reports whether
 // it ran the operation, and the operation's error if it did.
-func (c *Communicator) directAllReduce(ctx context.Context, p *opPeers, a *opArgs) (bool, error) {
-	data, n, size := a.recv.b, len(a.recv.b), c.size
+func (c *Communicator) directAllReduce(ctx context.Context, p *opPeers, send, recv Buffer, op Op) (bool, error) {
+	data, n, size := recv.b, len(recv.b), c.size
 	if !c.direct(n) || size&(size-1) != 0 {
 		return false, nil
 	}
@@ -35,11 +35,11 @@ func (c *Communicator) directAllReduce(ctx context.Context, p *opPeers, a *opArg
 		return false, nil
 	}
 	sctx := c.worker.op.schedule(ctx, opWaits(n, c.links.shm))
-	if !same(a.send.b, data) {
-		copy(data, a.send.b)
+	if !same(send.b, data) {
+		copy(data, send.b)
 	}
 	stage := c.worker.ws.Get(algo.SlotStage, n)
-	dt, op := a.send.dt, a.op.Combiner()
+	dt, comb := send.dt, op.Combiner()
 	for i, d := 0, 1; d < size; i, d = i+1, d<<1 {
 		peer, step := c.rank^d, uint32(1+i)
 		if err := c.directSend(sctx, p, peer, step, data); err != nil {
@@ -53,12 +53,12 @@ func (c *Communicator) directAllReduce(ctx context.Context, p *opPeers, a *opArg
 			return true, fmt.Errorf("rd allreduce: rank %d step %d with rank %d: %w", c.rank, i, peer, err)
 		}
 		if c.rank&d == 0 {
-			algo.Reduce3(data, data, stage, dt, op)
+			algo.Reduce3(data, data, stage, dt, comb)
 		} else {
-			algo.Reduce3(data, stage, data, dt, op)
+			algo.Reduce3(data, stage, data, dt, comb)
 		}
 	}
-	algo.Finalize(data, a.send.dt, a.op, size)
+	algo.Finalize(data, dt, op, size)
 	return true, nil
 }
 
@@ -164,14 +164,14 @@ func (c *Communicator) directAllGather(ctx context.Context, p *opPeers, send, re
 // layers. The partials live in the workspace; the input is only read. It
 // reports whether it ran the operation, and the operation's error if it
 // did.
-func (c *Communicator) directReduceScatter(ctx context.Context, p *opPeers, a *opArgs) (bool, error) {
-	size, r, nb := c.size, c.rank, len(a.recv.b)
-	src := a.send.b
+func (c *Communicator) directReduceScatter(ctx context.Context, p *opPeers, send, recv Buffer, op Op) (bool, error) {
+	size, r, nb := c.size, c.rank, len(recv.b)
+	src := send.b
 	ctx, ok := c.directRing(ctx, algo.OpReduceScatter, len(src), nb)
 	if !ok {
 		return false, nil
 	}
-	dt, op := a.send.dt, a.op.Combiner()
+	dt, comb := send.dt, op.Combiner()
 	stage, acc := c.worker.ws.Get(algo.SlotStage, nb), c.worker.ws.Get(algo.SlotInput, nb)
 	next, prev := wrap(r+1, size), wrap(r-1, size)
 	for s := 0; s < size-1; s++ {
@@ -183,10 +183,10 @@ func (c *Communicator) directReduceScatter(ctx context.Context, p *opPeers, a *o
 		if err := c.directSendRecv(ctx, p, next, prev, uint32(s), out, stage); err != nil {
 			return true, fmt.Errorf("ring reduce-scatter: rank %d step %d: %w", r, s, err)
 		}
-		algo.Reduce3(acc, src[rb*nb:(rb+1)*nb], stage, dt, op)
+		algo.Reduce3(acc, src[rb*nb:(rb+1)*nb], stage, dt, comb)
 	}
-	copy(a.recv.b, acc)
-	algo.Finalize(a.recv.b, dt, a.op, size)
+	copy(recv.b, acc)
+	algo.Finalize(recv.b, dt, op, size)
 	return true, nil
 }
 
@@ -199,8 +199,8 @@ func (c *Communicator) directReduceScatter(ctx context.Context, p *opPeers, a *o
 // its send buffer and copies it into its own recv buffer while the first
 // message is on its way. It reports whether it ran the operation, and the
 // operation's error if it did.
-func (c *Communicator) directBroadcast(ctx context.Context, p *opPeers, a *opArgs) (bool, error) {
-	data, n, size, root := a.recv.b, len(a.recv.b), c.size, a.root
+func (c *Communicator) directBroadcast(ctx context.Context, p *opPeers, send, data []byte, root int) (bool, error) {
+	n, size := len(data), c.size
 	if size < 2 || !c.direct(n) || (c.cfg.chunk > 0 && n > c.cfg.chunk) {
 		return false, nil
 	}
@@ -211,7 +211,7 @@ func (c *Communicator) directBroadcast(ctx context.Context, p *opPeers, a *opArg
 	sctx := c.worker.op.schedule(ctx, opWaits(n, c.links.shm))
 	out := data
 	if parent := algo.TreeParent(c.rank, root, size); parent < 0 {
-		out = a.send.b
+		out = send
 	} else {
 		// Recorded while the parent's message is on its way.
 		c.chose(ctx, l, algo.OpBroadcast, algo.AlgoTree, n, nil)

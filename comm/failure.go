@@ -72,9 +72,9 @@ func (c *Communicator) onFail(pe *PeerError) {
 // at the other end of the link.
 const lostGrace = 2 * time.Second
 
-// classify turns the error of a failed operation into the communicator's
+// classify turns the error of failed operation o into the communicator's
 // failure, shares it with every rank and returns it.
-func (c *Communicator) classify(ctx context.Context, r *Request, err error, elapsed time.Duration) *PeerError {
+func (c *Communicator) classify(ctx context.Context, o opName, err error, elapsed time.Duration) *PeerError {
 	if pe := c.failure.err(); pe != nil {
 		return pe
 	}
@@ -101,13 +101,13 @@ func (c *Communicator) classify(ctx context.Context, r *Request, err error, elap
 			what = fmt.Sprintf("waiting for rank %d in", peer)
 		}
 		pe = &PeerError{Peer: -1, Reporter: c.rank, Kind: ErrTimeout,
-			Reason: fmt.Sprintf("rank %d timed out after %v %s %s (seq %d)", c.rank, elapsed.Round(time.Millisecond), what, r.name, r.seq)}
+			Reason: fmt.Sprintf("rank %d timed out after %v %s %s (seq %d)", c.rank, elapsed.Round(time.Millisecond), what, o.name, o.seq)}
 	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
 		// The caller's context was cancelled. A cancellation with the
 		// caller's context alive is a schedule stopping its other halves
 		// after a failure, and is classified below by the link it names.
 		pe = &PeerError{Peer: c.rank, Reporter: c.rank, Kind: ErrAborted,
-			Reason: fmt.Sprintf("cancelled %s (seq %d) while it was running", r.name, r.seq)}
+			Reason: fmt.Sprintf("cancelled %s (seq %d) while it was running", o.name, o.seq)}
 	case peer >= 0:
 		// A broken link. The rank at the other end may have died, or may
 		// have closed its connections because it learnt of a failure we

@@ -220,42 +220,49 @@ func (h *opHistory) init(n, size int) {
 
 // begin records that r starts at now. The worker calls it.
 func (h *opHistory) begin(r *Request, now stamp) {
-	coll := r.hdr.Kind == transport.KindCollective
-	dt, hasDT, bytes := entrySize(r, h.size)
+	h.beginEntry(opName{r.name, r.seq}, &r.hdr, r.target, r.args.p2p, now)
+}
+
+// beginEntry records that operation o starts at now: its frames' header
+// hdr, a rewire's target, and a group's operations.
+func (h *opHistory) beginEntry(o opName, hdr *transport.Header, target uint64, p2p *p2pOps, now stamp) {
+	coll := hdr.Kind == transport.KindCollective
+	dt, hasDT, bytes := entrySize(hdr, p2p, h.size)
 	h.lock.WriteBegin()
 	e := &h.ring[h.n&h.mask]
 	h.n++
 	h.tag, h.bytes = uint32(h.n), bytes
 	// Field by field, for the reason setFingerprint gives.
-	e.seq, e.start, e.end, e.bytes, e.predicted = r.seq, now, 0, bytes, 0
-	setFingerprint(&e.fp, &r.hdr, r.target)
-	e.name, e.err = r.name, ""
+	e.seq, e.start, e.end, e.bytes, e.predicted = o.seq, now, 0, bytes, 0
+	setFingerprint(&e.fp, hdr, target)
+	e.name, e.err = o.name, ""
 	e.peer, e.tag, e.dtype, e.sched = -1, h.tag, dt, algo.AlgoAuto
 	e.state, e.coll, e.hasDType = entryRunning, coll, hasDT
 	h.cur = e
 	if coll {
-		h.started, h.running = r.seq, r.seq
+		h.started, h.running = o.seq, o.seq
 	}
 	h.lock.WriteEnd()
 }
 
-// entrySize returns the element type of r's flight record entry, whether
-// it has one, and its bytes: for a collective, the size of the buffer its
-// schedule runs on, as chose records it (then chose need not take the
-// lock to correct it); for a group, all its sends and receives on this
+// entrySize returns the element type of the flight record entry of an
+// operation whose frames' header is hdr, whether it has one, and its
+// bytes: for a collective, the size of the buffer its schedule runs on,
+// as chose records it (then chose need not take the lock to correct it);
+// for a group (p2p its operations), all its sends and receives on this
 // rank, with the type they share, if they do. size is the communicator's.
-func entrySize(r *Request, size int) (dt algo.DType, hasDT bool, bytes int64) {
-	if r.hdr.Kind == transport.KindP2P {
-		if ops := r.args.p2p; ops != nil {
-			return ops.dt, ops.oneType, ops.bytes
+func entrySize(hdr *transport.Header, p2p *p2pOps, size int) (dt algo.DType, hasDT bool, bytes int64) {
+	if hdr.Kind == transport.KindP2P {
+		if p2p != nil {
+			return p2p.dt, p2p.oneType, p2p.bytes
 		}
 		return 0, false, 0
 	}
-	dt = algo.DType(r.hdr.DType)
-	hasDT = dt.Valid() && r.hdr.Op != uint8(algo.OpBarrier) && r.hdr.Op != uint8(algo.OpRewire) && r.hdr.Op != uint8(algo.OpSplit) && r.hdr.Op != uint8(algo.OpGrow)
+	dt = algo.DType(hdr.DType)
+	hasDT = dt.Valid() && hdr.Op != uint8(algo.OpBarrier) && hdr.Op != uint8(algo.OpRewire) && hdr.Op != uint8(algo.OpSplit) && hdr.Op != uint8(algo.OpGrow)
 	if hasDT {
-		bytes = int64(r.hdr.Count) * int64(dt.Size())
-		if r.hdr.Kind == transport.KindCollective && perBlock(algo.Collective(r.hdr.Op)) {
+		bytes = int64(hdr.Count) * int64(dt.Size())
+		if hdr.Kind == transport.KindCollective && perBlock(algo.Collective(hdr.Op)) {
 			bytes *= int64(max(size, 1))
 		}
 	}
@@ -501,7 +508,7 @@ func (c *Communicator) FlightRecord() []OpRecord {
 	c.queue.numberQueued()
 	for _, r := range c.queue.pending {
 		q := &opEntry{seq: r.seq, name: r.name, state: entryQueued, peer: -1}
-		q.dtype, q.hasDType, q.bytes = entrySize(r, c.size)
+		q.dtype, q.hasDType, q.bytes = entrySize(&r.hdr, r.args.p2p, c.size)
 		recs = append(recs, q.record())
 	}
 	c.queue.mu.Unlock()

@@ -512,14 +512,19 @@ func (c *Communicator) runAlone(r *Request) bool {
 		return false
 	}
 	r.err = c.run(r)
+	q.releaseAlone()
+	return true
+}
+
+// releaseAlone releases exec, held by a call running alone, and wakes the
+// worker if anything was pushed while it ran: the worker, if woken
+// meanwhile, found exec held (after a plain release this look may miss a
+// push that the worker then sees: see execLock).
+func (q *opQueue) releaseAlone() {
 	q.exec.release(q.alone)
 	if q.queued() {
-		// Pushed while r ran: the worker, if woken meanwhile, found
-		// exec held (after a plain release this look may miss a push
-		// that the worker then sees: see execLock).
 		q.kick()
 	}
-	return true
 }
 
 // failedRequest returns a completed request carrying err, for arguments
@@ -561,20 +566,34 @@ func (q *opQueue) push(r *Request) bool {
 // fails it with ErrClosed. It takes no lock: a request pushed meanwhile
 // is numbered when it starts, after r.
 func (q *opQueue) pushAlone(r *Request) bool {
-	if q.closing.Load() || q.queued() || r.ctx.Err() != nil {
+	if !q.mayRunAlone(r.ctx) {
 		return false
 	}
 	q.number(r)
 	return true
 }
 
+// mayRunAlone reports whether a call with context ctx, holding exec, may
+// run alone: the queue holds no request and is not closed, and ctx has
+// not ended.
+func (q *opQueue) mayRunAlone(ctx context.Context) bool {
+	return !q.closing.Load() && !q.queued() && ctx.Err() == nil
+}
+
 // number gives r, a request about to start, its sequence number if it is
 // a collective. exec is held.
 func (q *opQueue) number(r *Request) {
 	if r.hdr.Kind == transport.KindCollective {
-		r.seq = q.started.Load() + 1
-		plain.Store(&q.started, r.seq)
+		r.seq = q.nextSeq()
 	}
+}
+
+// nextSeq numbers a collective about to start: the sequence number after
+// the last one started. exec is held.
+func (q *opQueue) nextSeq() uint64 {
+	seq := q.started.Load() + 1
+	plain.Store(&q.started, seq)
+	return seq
 }
 
 // numberQueued gives the queued collectives the sequence numbers they

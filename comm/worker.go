@@ -154,9 +154,10 @@ func (c *Communicator) run(r *Request) (err error) {
 	// watchdog: on a virtual machine each costs tens of nanoseconds.
 	start := c.now()
 	c.hist.begin(r, start)
+	o := opName{r.name, r.seq}
 	defer func() {
 		if v := recover(); v != nil {
-			err = c.panicked(r, v, debug.Stack())
+			err = c.panicked(o, v, debug.Stack())
 		}
 		c.endOp(err)
 	}()
@@ -172,47 +173,61 @@ func (c *Communicator) run(r *Request) (err error) {
 	if r.hdr.Kind == transport.KindCollective {
 		c.armWatchdog()
 	}
-	err = r.fn(ctx, p, &r.args)
+	return c.outcome(ctx, o, start, r.fn(ctx, p, &r.args))
+}
+
+// opName names an operation in its errors and records: its name and its
+// sequence number (see Request.seq).
+type opName struct {
+	name string
+	seq  uint64
+}
+
+// outcome returns the error of operation o, which started at start and
+// whose function returned err: nil, or an *OpError whose cause is the
+// communicator's failure, with err classified as one (classify) where it
+// is not the caller's own.
+func (c *Communicator) outcome(ctx context.Context, o opName, start stamp, err error) error {
 	if err == nil {
 		if pe := c.failure.err(); pe != nil {
 			// The operation completed locally, but the communicator
 			// failed while it ran: it was pending when the failure came,
 			// and pending operations fail, on every rank alike (a peer
 			// may not have completed it).
-			return &OpError{Rank: c.rank, Op: r.name, Seq: r.seq, Err: pe}
+			return &OpError{Rank: c.rank, Op: o.name, Seq: o.seq, Err: pe}
 		}
 		return nil
 	}
 	if pe := (*algo.PanicError)(nil); errors.As(err, &pe) {
-		return c.panicked(r, pe.Value, pe.Stack)
+		return c.panicked(o, pe.Value, pe.Stack)
 	}
 	if errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrRewire) || errors.Is(err, ErrGrow) {
 		// Discovered while running (e.g. a group's self send/recv pairing),
 		// or a failure that left the communicator's links idle (a rewire
 		// rolled back, a grow whose joiners did not come): the
 		// communicator is fine.
-		return &OpError{Rank: c.rank, Op: r.name, Seq: r.seq, Err: err}
+		return &OpError{Rank: c.rank, Op: o.name, Seq: o.seq, Err: err}
 	}
-	return &OpError{Rank: c.rank, Op: r.name, Seq: r.seq, Err: c.classify(ctx, r, err, time.Duration(now()-start))}
+	return &OpError{Rank: c.rank, Op: o.name, Seq: o.seq, Err: c.classify(ctx, o, err, time.Duration(now()-start))}
 }
 
-// panicked turns a panic in r (on the operation's goroutine, or on one its
-// schedule started: an *algo.PanicError), which can only come from a bug
-// in occl, into the failure of the communicator, shared with every rank
-// as an abort of this one, so that the caller gets an error and the other
-// ranks stop waiting for this one, instead of the process crashing (or
-// hanging in a Close deferred by the caller, since the panic left the
-// queue's exec held). The stack goes to the log.
-func (c *Communicator) panicked(r *Request, v any, stack []byte) error {
-	logx.For(c.log, logx.Coll).Error("occl: internal error", "op", r.name, "seq", r.seq, "panic", v, "stack", string(stack))
+// panicked turns a panic in operation o (on the operation's goroutine, or
+// on one its schedule started: an *algo.PanicError), which can only come
+// from a bug in occl, into the failure of the communicator, shared with
+// every rank as an abort of this one, so that the caller gets an error
+// and the other ranks stop waiting for this one, instead of the process
+// crashing (or hanging in a Close deferred by the caller, since the panic
+// left the queue's exec held). The stack goes to the log.
+func (c *Communicator) panicked(o opName, v any, stack []byte) error {
+	logx.For(c.log, logx.Coll).Error("occl: internal error", "op", o.name, "seq", o.seq, "panic", v, "stack", string(stack))
 	pe := &PeerError{Peer: c.rank, Reporter: c.rank, Kind: ErrAborted,
-		Reason: fmt.Sprintf("internal error in %s (seq %d): %v", r.name, r.seq, v)}
+		Reason: fmt.Sprintf("internal error in %s (seq %d): %v", o.name, o.seq, v)}
 	if c.failure.err() == nil {
 		c.ctrl.report(pe)
 	}
 	c.fail(pe)
 	c.worker.args = algo.Args{} // not cleared by a schedule that panicked
-	return &OpError{Rank: c.rank, Op: r.name, Seq: r.seq, Err: c.failure.err()}
+	return &OpError{Rank: c.rank, Op: o.name, Seq: o.seq, Err: c.failure.err()}
 }
 
 // opContext gives operations whose context has no deadline the

@@ -57,5 +57,8 @@ func (c *Communicator) runTaken(ctx context.Context, name string, op algo.Collec
 	}()
 	c.armWatchdog()
 	ctx = c.worker.op.get(ctx, c.cfg.timeout, start)
-	return c.outcome(ctx, o, start, body(ctx, p))
+	if err = body(ctx, p); err == nil && c.failure.err() == nil {
+		return nil
+	}
+	return c.outcome(ctx, o, start, err)
 }

@@ -173,7 +173,10 @@ func (c *Communicator) run(r *Request) (err error) {
 	if r.hdr.Kind == transport.KindCollective {
 		c.armWatchdog()
 	}
-	return c.outcome(ctx, o, start, r.fn(ctx, p, &r.args))
+	if err = r.fn(ctx, p, &r.args); err == nil && c.failure.err() == nil {
+		return nil
+	}
+	return c.outcome(ctx, o, start, err)
 }
 
 // opName names an operation in its errors and records: its name and its

@@ -13,12 +13,12 @@ import (
 // It is runAlone and run with what a request would carry passed in. An
 // operation on a scalar or two (a loss, a counter, the counts before an
 // AllToAllV) is where an operation's time is its layers, and the
-// request's (taking it from its pool, filling it, clearing it, the
-// hand-over through the queue's functions) were about a tenth of them
-// (BenchmarkMachinery). Everything else is the request path's: the exec
-// lock, the sequence number, the flight record, the deadline, the
-// watchdog, the failure of the communicator and the classification of
-// errors.
+// request's (taking it from its pool, filling it, clearing it, calling
+// the operation through a pointer) were 5-8% of them (BenchmarkMachinery;
+// docs/performance.md, "Small blocking collectives without a request").
+// Everything else is the request path's: the exec lock, the sequence
+// number, the flight record, the deadline, the watchdog, the failure of
+// the communicator and the classification of errors.
 
 // takeAlone takes exec for a blocking collective whose caller has checked
 // its arguments, and reports whether it did: if the collective may run

@@ -20,16 +20,18 @@ import (
 // number, the flight record, the deadline, the watchdog, the failure of
 // the communicator and the classification of errors.
 
-// takeAlone takes exec for a blocking collective whose caller has checked
-// its arguments, and reports whether it did: if the collective may run
-// alone (nothing queued or running, the communicator neither closed nor
-// failed, ctx not ended). If it did not, the request path takes the call.
-func (c *Communicator) takeAlone(ctx context.Context) bool {
+// takeAlone takes exec for a blocking collective of n bytes whose caller
+// has checked its arguments, and reports whether it did: if the
+// collective may run alone (nothing queued or running, the communicator
+// neither closed nor failed, ctx not ended) and is small (see direct,
+// which reads what a rewire changes, and so only under exec). If it did
+// not, the request path takes the call.
+func (c *Communicator) takeAlone(ctx context.Context, n int) bool {
 	q := &c.queue
 	if !q.exec.tryLock(q.alone) {
 		return false
 	}
-	if !q.mayRunAlone(ctx) || c.failure.err() != nil {
+	if !q.mayRunAlone(ctx) || c.failure.err() != nil || !c.direct(n) {
 		q.exec.unlock()
 		return false
 	}

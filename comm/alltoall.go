@@ -22,11 +22,13 @@ const slotCounts = algo.SlotCaller
 // cut a block differently (a lent block of more than 512 KiB), and not
 // detected where they do not.
 func (c *Communicator) AllToAll(ctx context.Context, send, recv Buffer) error {
-	if per, err := c.checkAllToAll(send, recv); err == nil && c.takeAlone(ctx, len(recv.b)) {
-		tag := TrafficTag(ctx)
-		return c.runTaken(ctx, "AllToAll", algo.OpAllToAll, send.dt, 0, 0, per, func(ctx context.Context, p *opPeers) error {
-			return p.c.uniformAllToAll(ctx, p, send.b, recv.b, tag)
-		})
+	if small(len(recv.b)) {
+		if per, err := c.checkAllToAll(send, recv); err == nil && c.takeAlone(ctx, len(recv.b)) {
+			tag := TrafficTag(ctx)
+			return c.runTaken(ctx, "AllToAll", algo.OpAllToAll, send.dt, 0, 0, per, func(ctx context.Context, p *opPeers) error {
+				return p.c.uniformAllToAll(ctx, p, send.b, recv.b, tag)
+			})
+		}
 	}
 	return wait(c.postAllToAll(ctx, send, recv))
 }

@@ -21,11 +21,12 @@ import (
 // the communicator and the classification of errors.
 
 // takeAlone takes exec for a blocking collective of n bytes whose caller
-// has checked its arguments, and reports whether it did: if the
-// collective may run alone (nothing queued or running, the communicator
-// neither closed nor failed, ctx not ended) and is small (see direct,
-// which reads what a rewire changes, and so only under exec). If it did
-// not, the request path takes the call.
+// has checked its arguments (and, first, that n is small, so that larger
+// calls check and lock once, on the request path), and reports whether it
+// did: if the collective may run alone (nothing queued or running, the
+// communicator neither closed nor failed, ctx not ended) and goes
+// directly (see direct, which reads what a rewire replaces, and so only
+// under exec). If it did not, the request path takes the call.
 func (c *Communicator) takeAlone(ctx context.Context, n int) bool {
 	q := &c.queue
 	if !q.exec.tryLock(q.alone) {

@@ -17,8 +17,8 @@ type smallForm struct {
 	want func(r, size int) string
 }
 
-// run waits for req if async, else returns err of the blocking call.
-func run(ctx context.Context, async bool, blocking func() error, req func() *comm.Request) error {
+// runForm waits for req if async, else returns the blocking call's error.
+func runForm(ctx context.Context, async bool, blocking func() error, req func() *comm.Request) error {
 	if async {
 		return req().Wait(ctx)
 	}
@@ -29,7 +29,7 @@ func run(ctx context.Context, async bool, blocking func() error, req func() *com
 var smallForms = []smallForm{
 	{"AllReduce", func(ctx context.Context, c *comm.Communicator, async bool) (string, error) {
 		in, out := comm.Slice([]float64{float64(c.Rank()), float64(10 * c.Rank())}), make([]float64, 2)
-		err := run(ctx, async, func() error { return c.AllReduce(ctx, in, comm.Slice(out), comm.Sum) },
+		err := runForm(ctx, async, func() error { return c.AllReduce(ctx, in, comm.Slice(out), comm.Sum) },
 			func() *comm.Request { return c.AllReduceAsync(ctx, in, comm.Slice(out), comm.Sum) })
 		return fmt.Sprint(out), err
 	}, func(_, size int) string {
@@ -41,7 +41,7 @@ var smallForms = []smallForm{
 		for j := range in {
 			in[j] = int32(100*c.Rank() + j) // block j goes to rank j
 		}
-		err := run(ctx, async, func() error { return c.AllToAll(ctx, comm.Slice(in), comm.Slice(out)) },
+		err := runForm(ctx, async, func() error { return c.AllToAll(ctx, comm.Slice(in), comm.Slice(out)) },
 			func() *comm.Request { return c.AllToAllAsync(ctx, comm.Slice(in), comm.Slice(out)) })
 		return fmt.Sprint(out), err
 	}, func(r, size int) string {
@@ -53,7 +53,7 @@ var smallForms = []smallForm{
 	}},
 	{"AllGather", func(ctx context.Context, c *comm.Communicator, async bool) (string, error) {
 		in, out := comm.Slice([]int64{int64(7 * c.Rank())}), make([]int64, c.Size())
-		err := run(ctx, async, func() error { return c.AllGather(ctx, in, comm.Slice(out)) },
+		err := runForm(ctx, async, func() error { return c.AllGather(ctx, in, comm.Slice(out)) },
 			func() *comm.Request { return c.AllGatherAsync(ctx, in, comm.Slice(out)) })
 		return fmt.Sprint(out), err
 	}, func(_, size int) string {
@@ -68,13 +68,13 @@ var smallForms = []smallForm{
 		for j := range in {
 			in[j] = float32(c.Rank() + j) // block j goes to rank j
 		}
-		err := run(ctx, async, func() error { return c.ReduceScatter(ctx, comm.Slice(in), comm.Slice(out), comm.Max) },
+		err := runForm(ctx, async, func() error { return c.ReduceScatter(ctx, comm.Slice(in), comm.Slice(out), comm.Max) },
 			func() *comm.Request { return c.ReduceScatterAsync(ctx, comm.Slice(in), comm.Slice(out), comm.Max) })
 		return fmt.Sprint(out), err
 	}, func(r, size int) string { return fmt.Sprint([]float32{float32(size - 1 + r)}) }},
 	{"Broadcast", func(ctx context.Context, c *comm.Communicator, async bool) (string, error) {
 		in, out := comm.Slice([]uint8{uint8(c.Rank()), 9}), make([]uint8, 2)
-		err := run(ctx, async, func() error { return c.Broadcast(ctx, in, comm.Slice(out), 1) },
+		err := runForm(ctx, async, func() error { return c.Broadcast(ctx, in, comm.Slice(out), 1) },
 			func() *comm.Request { return c.BroadcastAsync(ctx, in, comm.Slice(out), 1) })
 		return fmt.Sprint(out), err
 	}, func(int, int) string { return fmt.Sprint([]uint8{1, 9}) }},

@@ -97,7 +97,7 @@ func wait(r *Request) error {
 // AllReduce reduces send across all ranks with op and leaves the result in
 // recv on every rank. send and recv have the same length and type.
 func (c *Communicator) AllReduce(ctx context.Context, send, recv Buffer, op Op) error {
-	if checkAllReduce(send, recv, op) == nil && c.takeAlone(ctx, len(recv.b)) {
+	if small(len(recv.b)) && checkAllReduce(send, recv, op) == nil && c.takeAlone(ctx, len(recv.b)) {
 		return c.runTaken(ctx, "AllReduce", algo.OpAllReduce, send.dt, op, 0, send.Len(), func(ctx context.Context, p *opPeers) error {
 			return p.c.allReduce(ctx, p, send, recv, op)
 		})
@@ -221,7 +221,7 @@ func (c *Communicator) lentChunk(bytes int) int {
 // pass an empty Buffer). Pass the same buffer as send and recv on the root
 // for in-place operation.
 func (c *Communicator) Broadcast(ctx context.Context, send, recv Buffer, root int) error {
-	if c.checkBroadcast(send, recv, root) == nil && c.takeAlone(ctx, len(recv.b)) {
+	if small(len(recv.b)) && c.checkBroadcast(send, recv, root) == nil && c.takeAlone(ctx, len(recv.b)) {
 		return c.runTaken(ctx, "Broadcast", algo.OpBroadcast, recv.dt, 0, root, recv.Len(), func(ctx context.Context, p *opPeers) error {
 			return p.c.broadcast(ctx, p, send, recv, root)
 		})
@@ -331,7 +331,7 @@ func reduceOp(ctx context.Context, p *opPeers, a *opArgs) error {
 // rank order. recv holds Size() times the elements of send. In-place: send
 // is rank's block of recv.
 func (c *Communicator) AllGather(ctx context.Context, send, recv Buffer) error {
-	if c.checkAllGather(send, recv) == nil && c.takeAlone(ctx, len(recv.b)) {
+	if small(len(recv.b)) && c.checkAllGather(send, recv) == nil && c.takeAlone(ctx, len(recv.b)) {
 		return c.runTaken(ctx, "AllGather", algo.OpAllGather, send.dt, 0, 0, send.Len(), func(ctx context.Context, p *opPeers) error {
 			return p.c.allGather(ctx, p, send.b, recv.b)
 		})
@@ -388,7 +388,7 @@ func (c *Communicator) allGather(ctx context.Context, p *opPeers, send, recv []b
 // of the result in recv. send holds Size() times the elements of recv.
 // In-place: recv is rank's block of send (the rest of send is overwritten).
 func (c *Communicator) ReduceScatter(ctx context.Context, send, recv Buffer, op Op) error {
-	if c.checkReduceScatter(send, recv, op) == nil && c.takeAlone(ctx, len(send.b)) {
+	if small(len(send.b)) && c.checkReduceScatter(send, recv, op) == nil && c.takeAlone(ctx, len(send.b)) {
 		return c.runTaken(ctx, "ReduceScatter", algo.OpReduceScatter, recv.dt, op, 0, recv.Len(), func(ctx context.Context, p *opPeers) error {
 			return p.c.reduceScatter(ctx, p, send, recv, op)
 		})

@@ -239,8 +239,13 @@ func (c *Communicator) directBroadcast(ctx context.Context, p *opPeers, send, da
 // without waiting for it, and no timeline is recorded (the timeline
 // records every message as the schedules send it, through opPeers).
 func (c *Communicator) direct(n int) bool {
-	return n > 0 && n <= directMessage && n <= c.links.eager && c.obs.tr == nil
+	return small(n) && n <= c.links.eager && c.obs.tr == nil
 }
+
+// small reports whether a message of n bytes is of a direct exchange's
+// size: the part of direct that reads nothing a rewire replaces, which a
+// caller not holding exec may ask (see takeAlone).
+func small(n int) bool { return n > 0 && n <= directMessage }
 
 // directSendRecv sends out to rank to and then receives in from rank from,
 // both as message step of the running operation, for a direct exchange:

@@ -19,10 +19,14 @@
 #include <mutex>
 #include <thread>
 
+// ATen and torch's pybind11 glue rather than torch/extension.h, which
+// brings in the whole C++ frontend (nn, optim) and more than doubles the
+// extension's compile time.
+#include <ATen/ATen.h>
 #include <pybind11/chrono.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
-#include <torch/extension.h>
+#include <torch/csrc/utils/pybind.h>
 
 #include "occl.h"
 

@@ -29,6 +29,9 @@ const (
 	envNoCMA = "OCCL_SHM_TEST_NOCMA"
 	envThr   = "OCCL_SHM_TEST_CMA_THRESHOLD"
 	envSpin  = "OCCL_SHM_TEST_SPIN"
+	// envNoPtrace marks a child that started itself again without
+	// CAP_SYS_PTRACE (see execWithoutPtrace).
+	envNoPtrace = "OCCL_SHM_TEST_NOPTRACE"
 )
 
 // childConfig is the part of the child's shm.Config that tests choose; the
@@ -60,6 +63,11 @@ func TestMain(m *testing.M) {
 func child(mode string) error {
 	if mode == "exit" {
 		return nil
+	}
+	if mode == "noread" && os.Getenv(envNoPtrace) == "" {
+		if err := execWithoutPtrace(); err != nil {
+			return err
+		}
 	}
 	comm, err := strconv.ParseUint(os.Getenv(envComm), 16, 64)
 	if err != nil {
@@ -135,6 +143,17 @@ func child(mode string) error {
 			return err
 		}
 		time.Sleep(time.Hour)
+	case "noread":
+		// What this end says of single copies, to the parent, which
+		// then closes.
+		var off [noreadMsg]byte
+		if err := c.CMAOff(); err != nil {
+			copy(off[:], err.Error())
+		}
+		if err := c.Send(ctx, transport.Header{Kind: transport.KindControl, Comm: comm}, off[:]); err != nil {
+			return err
+		}
+		return c.Recv(ctx, transport.Header{Kind: transport.KindControl, Comm: comm, Seq: 1}, nil)
 	case "sink":
 		return sink(ctx, c, comm)
 	case "echo":
@@ -156,8 +175,21 @@ func startChild(t testing.TB, mode string) (*shm.Conn, *exec.Cmd, uint64) {
 }
 
 // startChildWith starts the peer process in mode and connects to it, both
-// sides configured with cc.
+// sides configured with cc, and checks that single copies are on or off
+// as cc says.
 func startChildWith(t testing.TB, mode string, cc childConfig) (*shm.Conn, *exec.Cmd, uint64) {
+	t.Helper()
+	c, cmd, comm := connectChild(t, mode, cc)
+	if send, recv := c.CMA(); send == cc.noCMA || recv == cc.noCMA {
+		c.Close()
+		t.Fatalf("CMA() = %v, %v with NoCMA %v", send, recv, cc.noCMA)
+	}
+	return c, cmd, comm
+}
+
+// connectChild starts the peer process in mode and connects to it, both
+// sides configured with cc.
+func connectChild(t testing.TB, mode string, cc childConfig) (*shm.Conn, *exec.Cmd, uint64) {
 	t.Helper()
 	comm := uint64(time.Now().UnixNano())<<8 | 0x5
 	noCMA := "0"
@@ -174,10 +206,6 @@ func startChildWith(t testing.TB, mode string, cc childConfig) (*shm.Conn, *exec
 	c, err := shm.Connect(ctx, ctl, cfg)
 	if err != nil {
 		t.Fatal(err)
-	}
-	if send, recv := c.CMA(); send == cc.noCMA || recv == cc.noCMA {
-		c.Close()
-		t.Fatalf("CMA() = %v, %v with NoCMA %v", send, recv, cc.noCMA)
 	}
 	return c, cmd, comm
 }

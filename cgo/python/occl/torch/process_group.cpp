@@ -20,7 +20,7 @@
 #include <thread>
 
 // ATen and torch's pybind11 glue rather than torch/extension.h, which
-// brings in the whole C++ frontend (nn, optim) and more than doubles the
+// brings in the whole C++ frontend (nn, optim) and almost doubles the
 // extension's compile time.
 #include <ATen/ATen.h>
 #include <pybind11/chrono.h>

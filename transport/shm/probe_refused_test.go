@@ -48,7 +48,8 @@ func execWithoutPtrace() error {
 // reads the peer's payloads; its own go through the ring), and each end
 // says why they are not on both ways (CMAOff): the peer that it cannot
 // read this process, with its probe's error, and this end that the peer
-// cannot read it. Frames still go both ways.
+// cannot read it. Large frames (cmaSizes) go both ways intact across
+// the connection that lends one way only.
 func TestCMAProbeRefused(t *testing.T) {
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		t.Fatal(err)
@@ -69,8 +70,11 @@ func TestCMAProbeRefused(t *testing.T) {
 	if err := c.CMAOff(); err == nil || !strings.Contains(err.Error(), "rank 1 cannot read this process's memory") {
 		t.Errorf("CMAOff() = %v, want the peer named as unable to read this process", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	if err := sizesBothWays(ctx, c, sendSizes, 0, 1); err != nil {
+		t.Fatal(err)
+	}
 	var msg [noreadMsg]byte
 	if err := c.Recv(ctx, transport.Header{Kind: transport.KindControl, Comm: comm}, msg[:]); err != nil {
 		t.Fatal(err)

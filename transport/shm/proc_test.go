@@ -144,8 +144,11 @@ func child(mode string) error {
 		}
 		time.Sleep(time.Hour)
 	case "noread":
-		// What this end says of single copies, to the parent, which
-		// then closes.
+		// Large frames both ways, then what this end says of single
+		// copies, to the parent, which then closes.
+		if err := sizesBothWays(ctx, c, sendSizes, 1, 0); err != nil {
+			return err
+		}
 		var off [noreadMsg]byte
 		if err := c.CMAOff(); err != nil {
 			copy(off[:], err.Error())

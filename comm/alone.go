@@ -33,7 +33,7 @@ func (c *Communicator) takeAlone(ctx context.Context, n int) bool {
 		return false
 	}
 	if !q.mayRunAlone(ctx) || c.failure.err() != nil || !c.direct(n) {
-		q.exec.unlock()
+		q.unlockExec()
 		return false
 	}
 	return true

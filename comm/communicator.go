@@ -129,6 +129,17 @@ func (c *Communicator) Abort() {
 	c.shutdown(context.Background(), false)
 }
 
+// closedErr is the error of a call refused because the communicator is
+// closed: ErrClosed, and the failure that ended it if one did (an Abort,
+// a dead peer), so that errors.Is finds ErrAborted or ErrPeerFailed as on
+// the other ranks.
+func (c *Communicator) closedErr() error {
+	if pe := c.failure.err(); pe != nil {
+		return fmt.Errorf("%w: %w", ErrClosed, pe)
+	}
+	return ErrClosed
+}
+
 // Close waits for the operations already issued, then releases the
 // communicator, telling the other ranks that this rank left cleanly. It
 // waits at most the configured timeout. Closing twice is harmless. When
@@ -146,11 +157,25 @@ func (c *Communicator) Destroy(ctx context.Context) error {
 	return c.shutdown(ctx, true)
 }
 
+// shutdown closes the queue, waits for the operations issued (if drain),
+// and releases everything. A second call returns nil: at once without
+// drain (Abort, Shrink), else (Close or Destroy after an Abort, Close
+// twice, from any goroutines) once the first has finished, so that the
+// connections are closed when it returns, or with an error when ctx ends
+// first.
 func (c *Communicator) shutdown(ctx context.Context, drain bool) error {
 	if c.queue.close() {
-		<-c.queue.stopped
-		return nil
+		if !drain {
+			return nil // Abort and Shrink wait for nothing; the first call finishes
+		}
+		select {
+		case <-c.queue.shut:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("occl: rank %d: close: waiting for the communicator's first close: %w", c.rank, ctx.Err())
+		}
 	}
+	defer close(c.queue.shut)
 	var err error
 	if drain {
 		if e := c.queue.idle(ctx); e != nil {
@@ -171,7 +196,7 @@ func (c *Communicator) shutdown(ctx context.Context, drain bool) error {
 	c.closeObserver()
 	// Anything issued concurrently with Close fails now.
 	for _, r := range c.queue.drain() {
-		r.finish(&OpError{Rank: c.rank, Op: r.name, Seq: r.seq, Err: ErrClosed})
+		r.finish(&OpError{Rank: c.rank, Op: r.name, Seq: r.seq, Err: c.closedErr()})
 	}
 	c.links.closeAll()
 	c.linker.release()

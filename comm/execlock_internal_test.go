@@ -159,3 +159,70 @@ func TestAloneBesideAsync(t *testing.T) {
 		}
 	}
 }
+
+// blockingErrCtx is a context whose Err, the first time it is called,
+// runs during, then reports cancellation: it lets
+// a test act while a call that looks at its context holds exec.
+type blockingErrCtx struct {
+	context.Context
+	once   sync.Once
+	during func()
+}
+
+func (c *blockingErrCtx) Err() error {
+	c.once.Do(c.during)
+	return context.Canceled
+}
+
+// TestRefusedAloneWakesWorker: a blocking call that takes exec to run
+// alone and then does not (its context ended, or the communicator is
+// closing) releases it as every holder must, waking the worker for what
+// was queued meanwhile. Here a request is issued while the call holds
+// exec, and the worker, woken for it, finds exec held and sleeps again;
+// released without that wake-up, the request would wait for the next
+// call (for ever, were the communicator closing). Both ways of running
+// alone are checked: without a request (takeAlone) and with one
+// (runAlone).
+func TestRefusedAloneWakesWorker(t *testing.T) {
+	x := Slice(make([]float32, 2))
+	for name, refused := range map[string]func(c *Communicator, ctx context.Context) bool{
+		"takeAlone": func(c *Communicator, ctx context.Context) bool { return c.takeAlone(ctx, 8) },
+		"runAlone":  func(c *Communicator, ctx context.Context) bool { return c.runAlone(c.postAllReduce(ctx, x, x, Sum)) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			comms, err := NewLocal(1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := comms[0]
+			q := &c.queue
+			defer func() {
+				q.kick() // a request left queued by a failure would hold Close
+				c.Close()
+			}()
+			var r *Request
+			ctx := &blockingErrCtx{Context: context.Background(), during: func() {
+				r = c.BarrierAsync(context.Background())
+				// The worker takes the wake-up (or its timer's), finds
+				// exec held and goes back to sleep.
+				deadline := time.Now().Add(2 * time.Second)
+				for (len(q.wake) > 0 || q.graceArmed.Load() || q.lateArmed.Load()) && time.Now().Before(deadline) {
+					time.Sleep(100 * time.Microsecond)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}}
+			if refused(c, ctx) {
+				t.Fatal("ran alone with a cancelled context")
+			}
+			// Not r.Wait, which would run r itself.
+			select {
+			case <-r.Done():
+			case <-time.After(2 * time.Second):
+				t.Fatal("the request issued while a refused call held exec still queued after 2s: the worker was not woken")
+			}
+			if err := r.Wait(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

@@ -91,11 +91,12 @@ type opQueue struct {
 	exec execLock
 	// alone is the kind runAlone takes exec as (see aloneKind).
 	alone uint32
-	out   sync.WaitGroup // requests issued and not finished
+	out   outstanding // requests issued and not finished
 
 	quit     chan struct{} // stop was called
 	quitOnce sync.Once
 	stopped  chan struct{} // closed by the worker when it returns
+	shut     chan struct{} // closed once the communicator's shutdown has finished
 }
 
 // init makes q ready for use; the communicator calls it before it starts
@@ -104,6 +105,7 @@ func (q *opQueue) init() {
 	q.wake = make(chan struct{}, 1)
 	q.quit = make(chan struct{})
 	q.stopped = make(chan struct{})
+	q.shut = make(chan struct{})
 	q.graceFor, q.grace = issueGrace, q.wakeTimer(&q.graceArmed)
 	q.lateFor, q.late = lateGrace, q.wakeTimer(&q.lateArmed)
 	q.promptFor = promptWait
@@ -293,8 +295,8 @@ func callOp(ctx context.Context, p *opPeers, a *opArgs) error { return a.call(ct
 // requests recycles the requests of blocking calls and released ones.
 var requests = sync.Pool{New: func() any { return new(Request) }}
 
-// closed is the Done channel of a request that completed before anyone
-// asked for one.
+// closed is a closed channel: the Done channel of a request that completed
+// before anyone asked for one, and outstanding's when none is.
 var closed = func() chan struct{} {
 	ch := make(chan struct{})
 	close(ch)
@@ -400,7 +402,7 @@ func (r *Request) finish(err error) {
 	if done != nil {
 		close(done)
 	}
-	q.out.Done()
+	q.out.done()
 }
 
 // recycle returns the request of a blocking call, completed and seen by its
@@ -491,7 +493,7 @@ func (c *Communicator) issue(r *Request) *Request {
 // closed already completes r with ErrClosed.
 func (c *Communicator) enqueue(r *Request) {
 	if !c.queue.push(r) {
-		r.finish(&OpError{Rank: c.rank, Op: r.name, Err: ErrClosed})
+		r.finish(&OpError{Rank: c.rank, Op: r.name, Err: c.closedErr()})
 	}
 }
 
@@ -508,7 +510,7 @@ func (c *Communicator) runAlone(r *Request) bool {
 		return false
 	}
 	if !q.pushAlone(r) {
-		q.exec.unlock()
+		q.unlockExec()
 		return false
 	}
 	r.err = c.run(r)
@@ -527,11 +529,23 @@ func (q *opQueue) releaseAlone() {
 	}
 }
 
+// unlockExec releases exec, taken by a call that then ran nothing, and
+// wakes the worker if anything is queued, as every release of exec must:
+// the worker, woken meanwhile, found exec held and left the queue to its
+// holder (see execLock). The caller may not look again: a call refused
+// because the communicator is closing returns without queuing anything.
+func (q *opQueue) unlockExec() {
+	q.exec.unlock()
+	if q.queued() {
+		q.kick()
+	}
+}
+
 // failedRequest returns a completed request carrying err, for arguments
 // rejected before anything was queued.
 func (c *Communicator) failedRequest(name string, err error) *Request {
 	r := &Request{c: c, name: name}
-	c.queue.out.Add(1)
+	c.queue.out.add()
 	r.finish(&OpError{Rank: c.rank, Op: name, Err: err})
 	return r
 }
@@ -541,7 +555,7 @@ func (c *Communicator) failedRequest(name string, err error) *Request {
 // reports false, leaving r to be finished by the caller, once the queue is
 // closed.
 func (q *opQueue) push(r *Request) bool {
-	q.out.Add(1)
+	q.out.add()
 	q.mu.Lock()
 	if q.closing.Load() {
 		q.mu.Unlock()
@@ -723,21 +737,13 @@ func (q *opQueue) closed() bool { return q.closing.Load() }
 
 // idle waits until every request issued has finished, or ctx ends.
 func (q *opQueue) idle(ctx context.Context) error {
-	done := make(chan struct{})
-	go func() {
-		q.out.Wait()
-		// A request run alone is not counted in out: it runs holding
-		// exec.
-		if q.exec.waitFree(ctx) == nil {
-			close(done)
-		}
-	}()
 	select {
-	case <-done:
-		return nil
+	case <-q.out.none():
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	// A request run alone is not counted in out: it runs holding exec.
+	return q.exec.waitFree(ctx)
 }
 
 // stop makes the worker return once the queue is empty, and waits for it.

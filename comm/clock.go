@@ -1,6 +1,7 @@
 package comm
 
 import (
+	"math"
 	"math/bits"
 	"sync/atomic"
 	"time"
@@ -164,3 +165,12 @@ func (s stamp) time() time.Time {
 
 // add returns s moved by d.
 func (s stamp) add(d time.Duration) stamp { return s + stamp(d) }
+
+// addSat returns s moved forward by d (at least 0), or the latest stamp
+// there is where that overflows.
+func (s stamp) addSat(d time.Duration) stamp {
+	if s > math.MaxInt64-stamp(d) {
+		return math.MaxInt64
+	}
+	return s + stamp(d)
+}

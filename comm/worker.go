@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"runtime/debug"
 	"time"
 
@@ -296,7 +297,8 @@ func (o *opContext) get(user context.Context, timeout time.Duration, now stamp) 
 		return o.ctx
 	}
 	o.release()
-	o.deadline = now.add(timeout + timeout/64)
+	// Saturating: a timeout of hundreds of years means none.
+	o.deadline = now.addSat(timeout + min(timeout/64, math.MaxInt64-timeout))
 	o.ctx, o.cancel = context.WithDeadline(user, o.deadline.time())
 	o.twins = twins(o.ctx)
 	o.parent = user.Done()

@@ -254,24 +254,48 @@ func (c *Communicator) exchangeCounts(ctx context.Context, p *opPeers, slens, rl
 // PredictAllToAllV returns the cost model's time in seconds for an
 // all-to-all with schedule a in which rank s sends bytes[s][d] bytes to
 // rank d, and whether the model covers it (a communicator with a topology,
-// a schedule that fits it).
+// a schedule that fits it, a byte matrix of Size() rows of Size()
+// non-negative entries). It returns 0, false for what the model does not
+// cover.
 func (c *Communicator) PredictAllToAllV(a algo.Algorithm, bytes [][]int) (float64, bool) {
-	if c.lay().model == nil {
+	if c.lay().model == nil || !c.byteMatrix(bytes) {
 		return 0, false
 	}
 	return c.lay().model.PredictAllToAll(a, bytes)
 }
 
 // AllToAllAlgorithm returns the schedule an all-to-all of the byte matrix
-// runs with.
+// (rank s sends bytes[s][d] bytes to rank d) runs with; the pairwise
+// exchange (algo.AlgoPairwise) for a matrix that is not Size() rows of
+// Size() non-negative entries, which no all-to-all runs.
 func (c *Communicator) AllToAllAlgorithm(bytes [][]int) algo.Algorithm {
-	if !c.routable() || len(bytes) != c.size {
+	if !c.routable() || !c.byteMatrix(bytes) {
 		return algo.AlgoPairwise
 	}
 	if r := c.allToAllRoute(bytes); r != nil {
 		return r.Algorithm
 	}
 	return algo.AlgoPairwise
+}
+
+// byteMatrix reports whether bytes is a byte matrix of an all-to-all of
+// c: Size() rows of Size() non-negative entries, which the cost model
+// indexes without checking.
+func (c *Communicator) byteMatrix(bytes [][]int) bool {
+	if len(bytes) != c.size {
+		return false
+	}
+	for _, row := range bytes {
+		if len(row) != c.size {
+			return false
+		}
+		for _, b := range row {
+			if b < 0 {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // routeCache remembers the last few all-to-all routes of a layout, keyed by

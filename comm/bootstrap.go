@@ -234,6 +234,9 @@ func (b *tcpBootstrap) wrap(what string, e error) error {
 	return fmt.Errorf("occl: rank %d: %s: %s: %w", b.rank, b.what, what, e)
 }
 
+// MaxRanks is the most ranks a communicator can have (Init refuses more).
+const MaxRanks = wire.MaxRanks
+
 // joinerHello is the rank a joiner claims in its rendezvous handshake,
 // before it has one: no rank can be this large.
 const joinerHello = wire.MaxRanks

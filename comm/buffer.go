@@ -1,6 +1,7 @@
 package comm
 
 import (
+	"fmt"
 	"math/bits"
 	"unsafe"
 
@@ -111,8 +112,17 @@ func (b Buffer) Len() int {
 	return 0
 }
 
-// Slice returns elements [i, j) of the buffer.
+// Slice returns elements [i, j) of the buffer, viewing the same memory.
+// It panics unless 0 <= i <= j <= Len(), as slicing does: bounds out of
+// range are a bug of the caller's, which a buffer of another length
+// would only hide (or turn into a collective that silently moves
+// nothing). A buffer of unknown dtype has no elements.
 func (b Buffer) Slice(i, j int) Buffer {
+	// Bounds in elements: i*s and j*s of huge bounds overflow, possibly
+	// back into the buffer.
+	if n := b.Len(); i < 0 || i > j || j > n {
+		panic(fmt.Sprintf("occl: Buffer.Slice bounds [%d:%d] out of range with length %d", i, j, n))
+	}
 	s := b.dt.Size()
 	return Buffer{b: b.b[i*s : j*s], dt: b.dt}
 }

@@ -45,6 +45,16 @@ var ErrGrow = errors.New("grow failed; the communicator keeps running")
 // taking a failed rank's place), and the grown communicator spans the
 // topology given, as one made by Init does.
 //
+// Invalid arguments (n below 1 or too large, an option that Init would
+// reject, a topology of the wrong size) fail Grow at once with an error
+// wrapping ErrInvalidArgument on the rank that passed them, before
+// anything is started, and leave c usable, as for any operation (Split's
+// color, a collective's buffers). Options are each rank's own, so a rank
+// whose options are invalid fails alone: its call does not count as its
+// part of the collective, which it may take by calling Grow again with
+// valid ones; if it calls another collective instead, the ranks fail
+// with ErrMismatch.
+//
 // c stays usable, as after Split: the caller usually moves to the new
 // communicator and closes c. If the joiners do not all arrive before the
 // members' deadlines, Grow fails on every member with an error wrapping
@@ -76,9 +86,9 @@ func (c *Communicator) Grow(ctx context.Context, id UniqueID, n int, opts ...Opt
 // of c calls it with the same n, and gets its communicator of the grown
 // group, in which it keeps its rank; rank 0 also gets the joiners' n
 // communicators (ranks Size() to Size()+n-1), to drive from goroutines of
-// their own, as NewLocal's. Options and topology are as for Grow. On a
-// communicator made over TCP it returns an error wrapping
-// errors.ErrUnsupported: use Grow there.
+// their own, as NewLocal's. Options, topology and invalid arguments are
+// as for Grow. On a communicator made over TCP it returns an error
+// wrapping errors.ErrUnsupported: use Grow there.
 func (c *Communicator) GrowLocal(ctx context.Context, n int, opts ...Option) (grown *Communicator, joiners []*Communicator, err error) {
 	const name = "GrowLocal"
 	lk, ok := c.linker.(*localLinker)
@@ -105,11 +115,14 @@ func (c *Communicator) GrowLocal(ctx context.Context, n int, opts ...Option) (gr
 }
 
 // growConfig checks the arguments of a grow by n ranks and returns the
-// grown communicator's configuration: c's, with opts applied over it.
+// grown communicator's configuration: c's, with opts applied over it and
+// checked as Init and NewLocal check theirs. It runs before the grow is
+// queued, so that invalid arguments fail on the calling rank alone, with
+// an error wrapping ErrInvalidArgument, and start nothing.
 func (c *Communicator) growConfig(n int, opts []Option) (config, error) {
 	switch {
-	case n < 1 || c.size+n > wire.MaxRanks:
-		return config{}, invalidf("%d joiners for a communicator of %d ranks", n, c.size)
+	case n < 1 || n > wire.MaxRanks-c.size: // not c.size+n, which a huge n overflows
+		return config{}, invalidf("%d joiners for a communicator of %d ranks (at most %d ranks)", n, c.size, wire.MaxRanks)
 	case c.fabricRanks != nil && c.shrinks == 0:
 		return config{}, invalidf("a communicator made for part of a fabric (Split, WithFabricRanks) cannot grow")
 	}
@@ -120,6 +133,12 @@ func (c *Communicator) growConfig(n int, opts []Option) (config, error) {
 	}
 	for _, o := range opts {
 		o(&cfg)
+	}
+	// The checks of Init and NewLocal: an option they refuse would
+	// otherwise make a communicator that fails (a timeout of 0) or
+	// crashes the process (a heartbeat interval of 0).
+	if err := cfg.finish(); err != nil {
+		return config{}, fmt.Errorf("the grown communicator: %w", err)
 	}
 	if err := cfg.checkTopology(c.size + n); err != nil {
 		return config{}, fmt.Errorf("the grown communicator: %w", err)

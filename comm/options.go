@@ -249,34 +249,51 @@ func newConfig(opts []Option) (config, error) {
 	for _, o := range opts {
 		o(&c)
 	}
+	err := c.finish()
+	return c, err
+}
+
+// finish completes a configuration that options were applied to: it
+// fills in what they left to derive (the logger, the host id) and checks
+// it (validate). newConfig and Grow (growConfig) finish every
+// configuration they make, so that a communicator never runs with one
+// that the other rejects.
+func (c *config) finish() error {
 	if c.log == nil {
 		c.log = defaultLogger()
 	}
 	if c.hostID == "" {
 		c.hostID = topo.LocalHostID()
 	}
+	return c.validate()
+}
+
+// validate checks the settings that do not depend on the communicator's
+// size (checkTopology checks those), with an error wrapping
+// ErrInvalidArgument.
+func (c *config) validate() error {
 	switch c.transport {
 	case TransportAuto, TransportTCP, TransportSHM, TransportRDMA:
 	default:
-		return c, invalidf("transport %q: want auto, tcp, shm or rdma", c.transport)
+		return invalidf("transport %q: want auto, tcp, shm or rdma", c.transport)
 	}
 	if c.emulate && c.topology == nil {
-		return c, invalidf("emulation needs a topology (OCCL_TOPO or WithTopology)")
+		return invalidf("emulation needs a topology (OCCL_TOPO or WithTopology)")
 	}
 	if c.stall < 0 {
-		return c, invalidf("stall timeout %v is negative", c.stall)
+		return invalidf("stall timeout %v is negative", c.stall)
 	}
 	if c.spin < 0 {
-		return c, invalidf("shared-memory spin %v is negative", c.spin)
+		return invalidf("shared-memory spin %v is negative", c.spin)
 	}
 	if c.cmaThreshold < 0 {
-		return c, invalidf("single-copy threshold %d is negative", c.cmaThreshold)
+		return invalidf("single-copy threshold %d is negative", c.cmaThreshold)
 	}
 	if c.timeout <= 0 || c.chunk <= 0 || c.streams <= 0 || c.heartbeat <= 0 || c.heartbeatTimeout <= c.heartbeat {
-		return c, invalidf("configuration: timeout %v, chunk %d, streams %d, heartbeat %v/%v must be positive (and the heartbeat timeout longer than the interval)",
+		return invalidf("configuration: timeout %v, chunk %d, streams %d, heartbeat %v/%v must be positive (and the heartbeat timeout longer than the interval)",
 			c.timeout, c.chunk, c.streams, c.heartbeat, c.heartbeatTimeout)
 	}
-	return c, nil
+	return nil
 }
 
 func (c *config) fromEnv() error {

@@ -108,11 +108,22 @@ func (c *Communicator) LocalSize() int { return c.localSize }
 func (c *Communicator) NumHosts() int { return len(c.hostIDs) }
 
 // Host returns the host index of rank r (hosts are numbered in order of
-// their lowest rank).
-func (c *Communicator) Host(r int) int { return c.hosts[r] }
+// their lowest rank), in [0, NumHosts()); -1 if r is not a rank of c.
+func (c *Communicator) Host(r int) int {
+	if r < 0 || r >= len(c.hosts) {
+		return -1
+	}
+	return c.hosts[r]
+}
 
-// HostID returns the identity string of host index h.
-func (c *Communicator) HostID(h int) string { return c.hostIDs[h] }
+// HostID returns the identity string of host index h; "" if h is not in
+// [0, NumHosts()).
+func (c *Communicator) HostID(h int) string {
+	if h < 0 || h >= len(c.hostIDs) {
+		return ""
+	}
+	return c.hostIDs[h]
+}
 
 // FabricRanks returns, for each rank of c, its rank in the communicator
 // that Init or NewLocal made, whose topology describes the whole fabric:

@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -120,6 +121,44 @@ func TestHeaderMatchesExports(t *testing.T) {
 	t.Logf("%s", out)
 }
 
+// TestHeaderCompileCommand compiles and runs a program with the command
+// occl.h gives (cc -I cgo/include prog.c -L build -loccl ...), word for
+// word, in a directory laid out as it says: the header in cgo/include and
+// the library in build.
+func TestHeaderCompileCommand(t *testing.T) {
+	dir := buildLib(t)
+	b, err := os.ReadFile("include/occl.h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^ \*\s+(cc .*)$`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal("occl.h gives no cc command")
+	}
+	inc, err := filepath.Abs("include")
+	if err != nil {
+		t.Fatal(err)
+	}
+	work := t.TempDir()
+	prog := "#include \"occl.h\"\nint main(void) {\n  int v = 0;\n  return occlGetVersion(&v) != occlSuccess || v != OCCL_VERSION_CODE;\n}\n"
+	if err := errors.Join(os.Mkdir(filepath.Join(work, "cgo"), 0o755), os.Symlink(inc, filepath.Join(work, "cgo", "include")),
+		os.Symlink(dir, filepath.Join(work, "build")), os.WriteFile(filepath.Join(work, "prog.c"), []byte(prog), 0o644)); err != nil {
+		t.Fatal(err)
+	}
+	args := strings.Fields(os.Expand(string(m[1]), func(v string) string { return map[string]string{"PWD": work}[v] }))
+	if _, err := exec.LookPath(args[0]); err != nil {
+		args[0] = "gcc" // buildLib found it
+	}
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Dir = work
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", m[1], err, out)
+	}
+	if out, err := exec.Command(filepath.Join(work, "a.out")).CombinedOutput(); err != nil {
+		t.Fatalf("the program built with %s: %v\n%s", m[1], err, out)
+	}
+}
+
 // TestInProcess runs testdata/inprocess.c: one thread driving every rank
 // with groups, one thread per rank through every collective, type and
 // non-blocking call while another thread queries, an abort, shrinks
@@ -214,8 +253,8 @@ const expectMacro = `#include <stdint.h>
 `
 
 // runC compiles the C program src against the library and runs it; it
-// must exit 0 after printing "ok" last.
-func runC(t *testing.T, name, src string) {
+// must exit 0 after printing "ok" last. It returns the program's output.
+func runC(t *testing.T, name, src string) string {
 	t.Helper()
 	dir := buildLib(t)
 	tmp := t.TempDir()
@@ -230,4 +269,5 @@ func runC(t *testing.T, name, src string) {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	t.Logf("%s", out)
+	return string(out)
 }

@@ -237,7 +237,7 @@ func (k *call) enqueue(async bool, request *C.occlRequest_t, d *operation, a *ar
 	if h == nil {
 		_ = req.Wait(context.Background())
 		req.Release()
-		return k.fail(resSystemError, "no address space left for handles")
+		return k.fail(resSystemError, "%s", noHandles(false))
 	}
 	*request = h
 	return resSuccess

@@ -25,11 +25,13 @@ type groupState struct {
 }
 
 // pendingCreate is a communicator creation deferred to occlGroupEnd. ce is
-// the reserved entry (nil for a split with OCCL_SPLIT_NOCOLOR).
+// the reserved entry (nil for a split with OCCL_SPLIT_NOCOLOR); parent is
+// the communicator a split, shrink or grow runs on (nil for the others).
 type pendingCreate struct {
-	name string
-	ce   *commEntry
-	mk   func(ctx context.Context) (*comm.Communicator, error)
+	name   string
+	ce     *commEntry
+	parent *comm.Communicator
+	mk     func(ctx context.Context) (*comm.Communicator, error)
 }
 
 // groupOp is one operation: a collective (issue or run, on x) or a send or
@@ -123,6 +125,48 @@ func occlGroupStart() (res C.occlResult_t) {
 	return resSuccess
 }
 
+// chains returns the indices of g.creates in the groups that run one after
+// another: those of one parent, in recorded order, and every creation
+// without a parent alone.
+func (g *groupState) chains() [][]int {
+	var out [][]int
+	of := map[*comm.Communicator]int{} // parent -> its chain in out
+	for i, pc := range g.creates {
+		if pc.parent == nil {
+			out = append(out, []int{i})
+			continue
+		}
+		j, ok := of[pc.parent]
+		if !ok {
+			j = len(out)
+			of[pc.parent] = j
+			out = append(out, nil)
+		}
+		out[j] = append(out[j], i)
+	}
+	return out
+}
+
+// make runs the creation and stores the communicator in its reserved
+// entry; a panic becomes its error.
+func (pc *pendingCreate) make() (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = errInternal(r)
+		}
+	}()
+	c, err := pc.mk(context.Background())
+	switch {
+	case err != nil:
+		return err
+	case pc.ce != nil && c != nil:
+		pc.ce.c.Store(c)
+	case c != nil:
+		c.Abort()
+	}
+	return nil
+}
+
 // occlGroupEnd closes the calling thread's group and runs what it recorded. See occl.h.
 //
 //export occlGroupEnd
@@ -170,27 +214,20 @@ func (g *groupState) run(k *call) C.occlResult_t {
 		}
 	}
 
-	// Creations: every one in its own goroutine, so that one thread can
-	// create all the ranks of a communicator.
+	// Creations: concurrently, so that one thread can create all the ranks
+	// of a communicator, except those made from one parent: a split,
+	// shrink or grow is an operation of its parent, and two of them run in
+	// the order every rank recorded them (concurrently, each rank's parent
+	// could take them in another order, and the ranks would pair the
+	// wrong ones).
 	errs := make([]error, len(g.creates))
 	var wg sync.WaitGroup
-	for i, pc := range g.creates {
+	for _, chain := range g.chains() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer func() {
-				if r := recover(); r != nil {
-					errs[i] = errInternal(r)
-				}
-			}()
-			c, err := pc.mk(context.Background())
-			switch {
-			case err != nil:
-				errs[i] = err
-			case pc.ce != nil && c != nil:
-				pc.ce.c.Store(c)
-			case c != nil:
-				c.Abort()
+			for _, i := range chain {
+				errs[i] = g.creates[i].make()
 			}
 		}()
 	}

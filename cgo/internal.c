@@ -18,8 +18,10 @@
 // A handle (occlComm_t, occlRequest_t) is base + 8*id, an address inside a
 // range reserved with PROT_NONE: never dereferenced (touching it faults),
 // never part of the Go heap (the range is taken), never returned by malloc,
-// and an id is not reused while there are unused ones, so a stale handle is
-// recognised as stale. The reservation costs address space only.
+// and ids are given so that a stale handle is recognised as stale (a
+// communicator's id never again, a request's only after all the others of
+// its half of the range: see table in main.go). The reservation costs
+// address space only.
 
 static uintptr_t handle_base;
 static uint64_t handle_cap;  // number of ids, id 0 excluded

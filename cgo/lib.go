@@ -110,14 +110,16 @@ func occlGetLastError(comm C.occlComm_t) (s C.occlInternalConstStr) {
 }
 
 // create makes a communicator with mk, or reserves its handle and defers mk
-// to occlGroupEnd if the calling thread has a group open.
-func (k *call) create(out *C.occlComm_t, mk maker) C.occlResult_t {
+// to occlGroupEnd if the calling thread has a group open. parent is the
+// communicator mk runs an operation on (a split's, shrink's or grow's),
+// nil if none.
+func (k *call) create(out *C.occlComm_t, parent *comm.Communicator, mk maker) C.occlResult_t {
 	if g := openGroup(); g != nil {
 		ce, h := addComm(nil)
 		if ce == nil {
-			return k.fail(resSystemError, "no address space left for handles")
+			return k.fail(resSystemError, "%s", noHandles(true))
 		}
-		g.creates = append(g.creates, pendingCreate{name: k.name, ce: ce, mk: mk})
+		g.creates = append(g.creates, pendingCreate{name: k.name, ce: ce, parent: parent, mk: mk})
 		*out = h
 		return resSuccess
 	}
@@ -128,7 +130,7 @@ func (k *call) create(out *C.occlComm_t, mk maker) C.occlResult_t {
 	ce, h := addComm(c)
 	if ce == nil {
 		c.Abort()
-		return k.fail(resSystemError, "no address space left for handles")
+		return k.fail(resSystemError, "%s", noHandles(true))
 	}
 	*out = h
 	return resSuccess
@@ -162,6 +164,10 @@ func (k *call) initRank(out *C.occlComm_t, nranks C.int, commID *C.occlUniqueId,
 	if nranks < 1 {
 		return k.fail(resInvalidArgument, "nranks %d is not positive", int(nranks))
 	}
+	// Before configOptions, which reads nranks entries of fabricRanks.
+	if nranks > comm.MaxRanks {
+		return k.fail(resInvalidArgument, "nranks %d is more than a communicator can have (%d)", int(nranks), comm.MaxRanks)
+	}
 	if rank < 0 || rank >= nranks {
 		return k.fail(resInvalidArgument, "rank %d out of range [0, %d)", int(rank), int(nranks))
 	}
@@ -176,7 +182,7 @@ func (k *call) initRank(out *C.occlComm_t, nranks C.int, commID *C.occlUniqueId,
 	if r != resSuccess {
 		return r
 	}
-	return k.create(out, initRank(id, int(rank), int(nranks), opts...))
+	return k.create(out, nil, initRank(id, int(rank), int(nranks), opts...))
 }
 
 // The sizes of the versions of occlConfig_t: a program built against an
@@ -186,6 +192,19 @@ var (
 	configFirstSize    = C.size_t(unsafe.Offsetof(C.occlConfig_t{}.topology)) // size, timeoutMs, fabricRanks
 	configTopologySize = C.size_t(unsafe.Offsetof(C.occlConfig_t{}.topology) + unsafe.Sizeof(C.occlConfig_t{}.topology))
 )
+
+// maxTimeoutMs is the largest occlConfig_t.timeoutMs (OCCL_MAX_TIMEOUT_MS):
+// half of what a time.Duration (nanoseconds in an int64) holds, with room
+// for what the runtime adds to a timeout. More would wrap in the
+// conversion to a tiny or negative timeout. Larger values are rejected,
+// not clamped: the header documents a positive value as that many
+// milliseconds, and one above 146 years is a mistake (another unit, an
+// unsigned value gone negative and back, an uninitialized field) that
+// clamping would hide; a program that wants no timeout passes the maximum.
+const maxTimeoutMs = C.OCCL_MAX_TIMEOUT_MS
+
+// Twice the maximum fits in a time.Duration: a compile error otherwise.
+const _ = 2 * time.Duration(maxTimeoutMs) * time.Millisecond
 
 // configOptions checks an occlConfig_t and turns it into options. nranks
 // is the size of the communicator fabricRanks describes, 0 if the call
@@ -201,6 +220,10 @@ func (k *call) configOptions(config C.occlInternalConstConfig, nranks int) ([]co
 	var opts []comm.Option
 	if config.timeoutMs < 0 {
 		return nil, k.fail(resInvalidArgument, "config.timeoutMs %d is negative", int64(config.timeoutMs))
+	}
+	if config.timeoutMs > maxTimeoutMs {
+		return nil, k.fail(resInvalidArgument, "config.timeoutMs %d is more than the maximum, OCCL_MAX_TIMEOUT_MS (%d, about 146 years)",
+			int64(config.timeoutMs), int64(maxTimeoutMs))
 	}
 	if config.timeoutMs > 0 {
 		opts = append(opts, comm.WithTimeout(time.Duration(config.timeoutMs)*time.Millisecond))
@@ -263,7 +286,7 @@ func occlCommInitFromEnv(comm *C.occlComm_t) (res C.occlResult_t) {
 	if r := k.detectLaunch(); r != resSuccess {
 		return r
 	}
-	return k.create(comm, initFromEnv)
+	return k.create(comm, nil, initFromEnv)
 }
 
 // detectLaunch checks that the environment describes a job.
@@ -334,13 +357,13 @@ func occlCommSplit(comm C.occlComm_t, color, key C.int, newcomm *C.occlComm_t) (
 	if color == C.OCCL_SPLIT_NOCOLOR {
 		// No new communicator, but the call takes part in the split.
 		if g := openGroup(); g != nil {
-			g.creates = append(g.creates, pendingCreate{name: k.name, mk: split})
+			g.creates = append(g.creates, pendingCreate{name: k.name, parent: c, mk: split})
 			return resSuccess
 		}
 		_, err := split(context.Background())
 		return k.failErr(err)
 	}
-	return k.create(newcomm, split)
+	return k.create(newcomm, c, split)
 }
 
 // occlCommShrink replaces comm by a communicator of its survivors, without the excluded ranks. See occl.h.
@@ -366,7 +389,7 @@ func occlCommShrink(comm C.occlComm_t, excludeRanks C.occlInternalConstInts, exc
 			exclude = append(exclude, int(x))
 		}
 	}
-	return k.create(newcomm, shrinker(c, exclude))
+	return k.create(newcomm, c, shrinker(c, exclude))
 }
 
 // shrinker returns the maker of c.Shrink.
@@ -414,7 +437,7 @@ func (k *call) grow(commH uintptr, growID *C.occlUniqueId, njoin C.int, newcomm 
 	if r != resSuccess {
 		return r
 	}
-	return k.create(newcomm, grower(c, id, int(njoin), opts...))
+	return k.create(newcomm, c, grower(c, id, int(njoin), opts...))
 }
 
 // occlJoin joins, as a new rank, the communicator that the ranks of a running one create with occlCommGrow. See occl.h.
@@ -453,7 +476,7 @@ func (k *call) join(out *C.occlComm_t, growID *C.occlUniqueId, configured bool, 
 	if r != resSuccess {
 		return r
 	}
-	return k.create(out, joiner(id, opts...))
+	return k.create(out, nil, joiner(id, opts...))
 }
 
 // grower returns the maker of c.Grow.

@@ -22,8 +22,10 @@
 //     requests are handles: addresses in a range of address space reserved
 //     with PROT_NONE by internal.c, base + 8*id, looked up in Go tables by
 //     id. They are never dereferenced, are not Go pointers (the range is not
-//     the Go heap) and are not reused, so a destroyed or made-up handle is
-//     reported as occlInvalidArgument, never used.
+//     the Go heap) and are not reused (a communicator's never, a
+//     request's only after the others of its range, see table), so a
+//     destroyed or made-up handle is reported as occlInvalidArgument, never
+//     used.
 //   - Strings returned to C live in C memory: static strings of internal.c,
 //     and the calling thread's error buffer (allocated by internal.c, one
 //     per thread, behind a pthread key) into which
@@ -144,35 +146,83 @@ func (re *reqEntry) unuse() {
 	reqEntries.Put(re)
 }
 
-// table maps handle ids to communicators and requests. Ids come from one
-// counter, so a request handle is never taken for a communicator.
+// table maps handle ids to communicators and requests. The ids of the
+// handle range (see handles), 1 to n, are split in two halves, so that a
+// request never has the handle of a communicator, even a destroyed one:
+//
+//   - Requests take the lower half, 1 to n/2, in turn, skipping those in
+//     use, and start again at 1 after n/2: a program can make close to a
+//     million a second (one thread calling occlAllReduceAsync and occlWait
+//     made 700,000 a second on 2 shared cores, 2^33 in 3.3 hours), so a
+//     long job would use up any range. An id comes back only after a
+//     whole round of the half since it was last given.
+//   - Communicators take the upper half, n/2+1 to n, in turn, and an id is
+//     never given twice: once they are used up (2^32 of them with the
+//     whole range, 2^16 with the least), no communicator can be created.
+//
+// occl.h states both.
 var table = struct {
 	sync.RWMutex
-	next  uint64
-	comms map[uint64]*commEntry
-	reqs  map[uint64]*reqEntry
+	lastReq  uint64 // the last request id given, 0 before the first
+	lastComm uint64 // the last communicator id given, 0 before the first
+	comms    map[uint64]*commEntry
+	reqs     map[uint64]*reqEntry
 }{comms: map[uint64]*commEntry{}, reqs: map[uint64]*reqEntry{}}
 
-// newID returns an unused handle id and its handle, or 0 if the handle range
-// could not be reserved. Called with table locked. The handle is computed
-// here, as internal.c does (base + 8*id), from the range read once: two
-// calls into C per Async call cost more than the rest of the table's work.
-func newID() (uint64, unsafe.Pointer) {
-	base, limit := handles()
-	if base == 0 || limit == 0 {
-		return 0, nil
+// idHalves returns the handle range's base address, the last id of
+// requests (n/2) and the last id of communicators (n); 0, 0, 0 if the
+// range could not be reserved.
+func idHalves() (base uintptr, reqs, comms uint64) {
+	base, n := handles()
+	if base == 0 || n < 2 {
+		return 0, 0, 0
 	}
-	for tries := uint64(0); tries < limit; tries++ {
-		table.next++
-		if table.next > limit {
-			table.next = 1
+	return base, n / 2, n
+}
+
+// newReqID returns an unused request id and its handle, or 0 if there is
+// none (the handle range could not be reserved, or every id of requests is
+// in use). Called with table locked. The handle is computed here, as
+// internal.c does (base + 8*id), from the range read once: two calls into C
+// per Async call cost more than the rest of the table's work.
+func newReqID() (uint64, unsafe.Pointer) {
+	base, last, _ := idHalves()
+	for tries := uint64(0); tries < last; tries++ {
+		table.lastReq++
+		if table.lastReq > last {
+			table.lastReq = 1
 		}
-		id := table.next
-		if table.comms[id] == nil && table.reqs[id] == nil {
+		id := table.lastReq
+		if table.reqs[id] == nil {
 			return id, pointer(base + 8*uintptr(id))
 		}
 	}
 	return 0, nil
+}
+
+// newCommID returns a communicator id never given before and its handle,
+// or 0 if there is none (the handle range could not be reserved, or every
+// id of communicators has been given). Called with table locked.
+func newCommID() (uint64, unsafe.Pointer) {
+	base, first, last := idHalves()
+	if base == 0 || table.lastComm >= last {
+		return 0, nil
+	}
+	table.lastComm = max(table.lastComm, first) + 1
+	return table.lastComm, pointer(base + 8*uintptr(table.lastComm))
+}
+
+// noHandles is the message of a call that got no handle for a
+// communicator (from addComm) or a request (from addRequest).
+func noHandles(forComm bool) string {
+	base, reqs, comms := idHalves()
+	switch {
+	case base == 0:
+		return "no handles left: their address range could not be reserved (is the address space limited?)"
+	case forComm:
+		return fmt.Sprintf("no handles left: all %d communicator handles have been given (none is given twice)", comms-reqs)
+	}
+	return fmt.Sprintf("no handles left: all %d request handles are in use", reqs)
 }
 
 // addComm registers a communicator (nil: being created) and returns its
@@ -180,7 +230,7 @@ func newID() (uint64, unsafe.Pointer) {
 func addComm(c *comm.Communicator) (*commEntry, C.occlComm_t) {
 	table.Lock()
 	defer table.Unlock()
-	id, h := newID()
+	id, h := newCommID()
 	if id == 0 {
 		return nil, nil
 	}
@@ -248,7 +298,7 @@ func removeComm(ce *commEntry) {
 func addRequest(name string, ce *commEntry, r *comm.Request) C.occlRequest_t {
 	table.Lock()
 	defer table.Unlock()
-	id, h := newID()
+	id, h := newReqID()
 	if id == 0 {
 		return nil
 	}

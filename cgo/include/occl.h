@@ -8,7 +8,7 @@
  *
  * and compiled with
  *
- *     cc -I cgo/include prog.c -L build -locl -Wl,-rpath,$PWD/build
+ *     cc -I cgo/include prog.c -L build -loccl -Wl,-rpath,$PWD/build
  *
  * (that go build also writes build/liboccl.h, the header cgo generates; it
  * includes this one and declares the same functions, so this header is all a
@@ -154,14 +154,22 @@ typedef enum {
 } occlRedOp_t;
 
 /* A communicator: one rank's handle on a group of ranks. It is opaque and
- * never dereferenced; its value stays unique for the life of the process, so
- * a destroyed communicator is detected (occlInvalidArgument), never
- * mistaken for a newer one. */
+ * never dereferenced. No two communicators of a process ever get the same
+ * value, and none gets the value of a request, so a destroyed communicator
+ * is detected (occlInvalidArgument), never mistaken for a newer one. The
+ * values come from a range of 2^32 (fewer when the address space is
+ * limited, e.g. by ulimit -v, down to 2^16): once it is used up, creating a
+ * communicator fails with occlSystemError ("no handles left"). */
 typedef struct occlComm* occlComm_t;
 
 /* A non-blocking operation in progress. Released by occlWait, by occlTest
  * when it reports completion, or by occlRequestFree; after that the handle is
- * invalid (occlInvalidArgument). */
+ * invalid (occlInvalidArgument) until its value comes back: a program can
+ * make billions of requests, so they take their values in turn from a range
+ * of 2^32 - 1 (fewer when the address space is limited, down to 2^16 - 1),
+ * skipping those in use and starting again at its beginning after its end:
+ * a value comes back only after a whole round of the range since it was
+ * last given. A request never has the value of a communicator. */
 typedef struct occlRequest* occlRequest_t;
 
 /* The size of an occlUniqueId. */
@@ -229,10 +237,11 @@ occlResult_t occlMemFree(void* ptr);
 
 /* ---- Communicators ---------------------------------------------------- */
 
-/* Joins the communicator identified by commId as rank rank of nranks. Every
- * rank calls it with the same id and nranks; it returns when all have joined
- * and every connection is open and authenticated (or fails after the
- * timeout). Inside occlGroupStart/occlGroupEnd it only reserves *comm and the
+/* Joins the communicator identified by commId as rank rank of nranks (at
+ * most 2^20; more is occlInvalidArgument). Every rank calls it with the same
+ * id and nranks; it returns when all have joined and every connection is
+ * open and authenticated (or fails after the timeout). Inside
+ * occlGroupStart/occlGroupEnd it only reserves *comm and the
  * join happens in occlGroupEnd, concurrently for all the communicators
  * created in the group: one thread can then create several ranks. */
 occlResult_t occlCommInitRank(occlComm_t* comm, int nranks, occlUniqueId commId, int rank);
@@ -243,7 +252,9 @@ occlResult_t occlCommInitRank(occlComm_t* comm, int nranks, occlUniqueId commId,
  * and gets them too). */
 typedef struct {
   size_t size;            /* sizeof(occlConfig_t), set by the initializer */
-  long long timeoutMs;    /* > 0: the communicator's timeout (else OCCL_TIMEOUT or 10 minutes) */
+  long long timeoutMs;    /* 0: OCCL_TIMEOUT, or 10 minutes; > 0: the
+                           * communicator's timeout in milliseconds, at
+                           * most OCCL_MAX_TIMEOUT_MS */
   const int* fabricRanks; /* NULL, or nranks entries: rank r of the new
                            * communicator is rank fabricRanks[r] of the
                            * communicator that spans the fabric (see below);
@@ -257,6 +268,11 @@ typedef struct {
                            * during the call. */
 } occlConfig_t;
 #define OCCL_CONFIG_INITIALIZER {sizeof(occlConfig_t), 0, NULL, NULL}
+
+/* The largest occlConfig_t.timeoutMs, about 146 years (half of what 64 bits
+ * of nanoseconds hold): a larger one is occlInvalidArgument. A program that
+ * wants no timeout passes it. */
+#define OCCL_MAX_TIMEOUT_MS 4611686018427LL
 
 /* Like occlCommInitRank, with options. With fabricRanks the new
  * communicator is a group of the fabric-wide one made among its members

@@ -220,7 +220,7 @@ func (f *tcpLinker) grow(ctx context.Context, p *opPeers, id UniqueID, n int, cf
 		if rootLn != nil {
 			rootLn.Close()
 		}
-		return nil, fmt.Errorf("%w: %v", ErrGrow, err)
+		return nil, fmt.Errorf("%w: %w", ErrGrow, err)
 	}
 	b.what = "grow"
 	b.members = c.size

@@ -216,3 +216,27 @@ func TestTorchShrink(t *testing.T) {
 		})
 	}
 }
+
+// TestBackendHazards runs each scenario of tests/check_hazards.py on 2
+// processes, each under a deadline that turns a hang into a failure with
+// every thread's stack: a future's callback that waits for another
+// future (chain, and DDP's PowerSGD hook, powersgd), reading and dropping
+// works whose operation waits for a late peer (pending),
+// destroy_process_group with a callback or a fire-and-forget isend still
+// pending (destroy_then, destroy_isend), send/recv tags, which occl
+// refuses (tags), and operations after abort (abort).
+func TestBackendHazards(t *testing.T) {
+	python := venv.Python(t)
+	for _, s := range []string{"chain", "powersgd", "pending", "destroy_then", "destroy_isend", "tags", "abort"} {
+		t.Run(s, func(t *testing.T) {
+			j := pyvenv.Job{Python: python, NP: 2, Args: []string{"tests/check_hazards.py", "--scenario", s, "--deadline", "30"},
+				KeepGoing: true, Limit: 90 * time.Second, Env: []string{"TMPDIR=" + t.TempDir()}}
+			outs, errs := j.Run(t)
+			for r := range 2 {
+				if errs[r] != nil || !strings.Contains(outs[r], fmt.Sprintf("rank %d: ok", r)) {
+					t.Errorf("rank %d: %v\n%s", r, errs[r], outs[r])
+				}
+			}
+		})
+	}
+}

@@ -3,17 +3,21 @@
     import occl.torch                               # registers "occl"
     torch.distributed.init_process_group("occl")    # env://, tcp://, file://
 
-Every operation of torch.distributed runs on occl: all_reduce (SUM,
-PRODUCT, MIN, MAX, AVG), broadcast, reduce, all_gather and
-all_gather_into_tensor, reduce_scatter and reduce_scatter_tensor,
-all_to_all and all_to_all_single (with split sizes), gather, scatter,
-barrier, send/recv/isend/irecv and batch_isend_irecv, on CPU tensors of
-float16, bfloat16, float32, float64, int8, uint8, int32 and int64 (bool
-where nothing is reduced). ``new_group(ranks)`` makes an occl communicator
-among the group's members that knows their place on the fabric, so
-``reconfigure`` can move it with the world group. After a rank died,
-``shrink(group)`` gives the survivors a new group in place, which
-``grow`` and ``join`` can extend with spare processes.
+These operations of torch.distributed run on occl: all_reduce and
+all_reduce_coalesced (SUM, PRODUCT, MIN, MAX, AVG), broadcast, reduce,
+all_gather and all_gather_into_tensor, reduce_scatter and
+reduce_scatter_tensor, all_to_all and all_to_all_single (with split
+sizes), gather, scatter, barrier, send/recv/isend/irecv from a named
+source and batch_isend_irecv, on CPU tensors of float16, bfloat16,
+float32, float64, int8, uint8, int32 and int64 (bool where nothing is
+reduced). Others raise RuntimeError: all_gather_coalesced,
+monitored_barrier (Gloo's alone in torch 1.13), recv without a source,
+the reductions BAND, BOR, BXOR and PREMUL_SUM, and send/recv tags.
+``new_group(ranks)`` makes an occl communicator among the group's members
+that knows their place on the fabric, so ``reconfigure`` can move it with
+the world group. After a rank died, ``shrink(group)`` gives the survivors
+a new group in place, which ``grow`` and ``join`` can extend with spare
+processes.
 
 Rank 0 of each group makes occl's unique id (a rendezvous address and a
 random secret) and shares it through the store torch gives the backend, as
@@ -24,7 +28,18 @@ later one, on every rank, with a RuntimeError naming the rank that failed.
 Sends and receives outside ``batch_isend_irecv`` run in the order they are
 issued, as with NCCL: two ranks that both ``send`` first to each other
 wait for each other's receive; post such exchanges with
-``batch_isend_irecv``, whose operations progress together.
+``batch_isend_irecv``, whose operations progress together. Messages
+between two ranks match in the order they are posted, as NCCL's do, so
+tags are not supported: a nonzero ``tag`` raises RuntimeError (in
+``batch_isend_irecv``, and none of the batch is posted), where Gloo
+matches by tag: tagged messages posted in different orders would
+otherwise land in the wrong buffers.
+
+A future (``work.get_future()``, DDP's communication hooks) is completed
+on a thread of its own, never on one that waits for operations, so its
+callbacks may issue operations and wait for their futures.
+``abort()`` of the process group frees the communicator at once; later
+operations on it raise "occl: the process group was aborted".
 """
 
 import ctypes

@@ -4,9 +4,12 @@
 // queued on the communicator in call order (the order every rank must
 // follow) and progresses on occl's own threads. Work::wait calls occlWait on
 // the calling thread: a blocking torch.distributed call pays no thread hop.
-// A future (Work::getFuture, which DDP's reducer uses) is completed by the
+// A future (Work::getFuture, which DDP's reducer uses) is waited for by the
 // process group's completion thread, which waits for the operations whose
-// futures were asked for, in issue order.
+// futures were asked for, in issue order, and completed (its callbacks run)
+// on a Publisher thread: a callback may wait for another future. No lock is
+// held across occlWait, and a thread that may hold the GIL never waits for
+// one that may need it (see State, releaseGIL).
 //
 // liboccl.so is loaded with dlopen from the path the Python package gives
 // (the same library its ctypes layer uses), so one process holds one copy.
@@ -158,10 +161,18 @@ occlRedOp_t redOpOf(const c10d::ReduceOp& op) {
 // State is one issued operation: its request until it completes, the
 // tensors it uses (kept alive until then), the copy-out that follows it and
 // its outcome. Works made together by coalescing share one State.
+//
+// mu guards the fields and is only ever held for a few instructions: never
+// across occlWait or occlTest, an epilogue, a future's callbacks or the
+// release of a tensor (which may need the GIL, when C++ holds the last
+// reference to a tensor whose Python object is gone). One thread at a time
+// owns the request (waiting); the others wait on cv for the outcome.
 struct State {
   std::mutex mu;
+  std::condition_variable cv;
   occlRequest_t req = nullptr;
   bool issued = false;
+  bool waiting = false;  // a thread is in occlWait or occlTest on req
   bool completed = false;
   std::exception_ptr error;
   std::vector<at::Tensor> keep;
@@ -170,50 +181,169 @@ struct State {
   c10::intrusive_ptr<c10::ivalue::Future> future;
   std::atomic<bool> published{false};
 
-  // settle records the outcome of the request; mu is held.
-  void settle(occlResult_t r) {
-    req = nullptr;
-    completed = true;
-    if (r != occlSuccess) {
-      error = std::make_exception_ptr(std::runtime_error("occl: " + lastError()));
-    } else if (epilogue) {
+  // finish records r, the outcome of the request, on the thread that owns
+  // it (waiting set), without mu: it runs the epilogue, and releases the
+  // tensors and the epilogue after unlocking.
+  // e, if given, is the outcome instead.
+  void finish(occlResult_t r, std::exception_ptr e = nullptr) {
+    if (!e && r != occlSuccess) e = std::make_exception_ptr(std::runtime_error("occl: " + lastError()));
+    std::function<void()> ep;
+    std::vector<at::Tensor> k;
+    {
+      std::lock_guard<std::mutex> l(mu);
+      ep = std::move(epilogue);
+      epilogue = nullptr;
+      k = std::move(keep);
+      keep.clear();
+    }
+    if (!e && ep) {
       try {
-        epilogue();
+        ep();
       } catch (...) {
-        error = std::current_exception();
+        e = std::current_exception();
       }
     }
-    epilogue = nullptr;
-    keep.clear();
+    {
+      std::lock_guard<std::mutex> l(mu);
+      req = nullptr;
+      error = e;
+      completed = true;
+      waiting = false;
+    }
+    cv.notify_all();
+    // ep and k are released here, with mu unlocked.
   }
 
-  // waitLocked waits for the request; mu is held.
-  void waitLocked() {
-    if (completed) return;
-    TORCH_CHECK(issued, "occl: waiting for a send or receive whose batch has not ended");
-    settle(lib.occlWait(req));  // torch's bindings have released the GIL
+  // wait waits for the outcome: in occlWait if no other thread owns the
+  // request, else for the thread that does. The GIL is not held (torch's
+  // bindings release it).
+  void wait() {
+    std::unique_lock<std::mutex> l(mu);
+    for (;;) {
+      if (completed) return;
+      TORCH_CHECK(issued, "occl: waiting for a send or receive whose batch has not ended");
+      if (!waiting) break;
+      cv.wait(l);
+    }
+    waiting = true;
+    occlRequest_t r = req;
+    l.unlock();
+    finish(lib.occlWait(r));
+  }
+
+  // test reports whether the outcome is known, testing the request if no
+  // other thread owns it; it never blocks.
+  bool test() {
+    occlRequest_t r;
+    {
+      std::lock_guard<std::mutex> l(mu);
+      if (completed) return true;
+      if (!issued || waiting) return false;
+      waiting = true;
+      r = req;
+    }
+    int done = 0;
+    occlResult_t res = lib.occlTest(r, &done);
+    if (res != occlSuccess || done) {
+      finish(res);
+      return true;
+    }
+    {
+      std::lock_guard<std::mutex> l(mu);
+      waiting = false;
+    }
+    cv.notify_all();
+    return false;
   }
 
   // publish completes the future once, after the outcome is known.
   void publish() {
     c10::intrusive_ptr<c10::ivalue::Future> f;
+    std::exception_ptr e;
+    std::vector<at::Tensor> outs;
     {
       std::lock_guard<std::mutex> l(mu);
       if (!completed || !future || published.exchange(true)) return;
       f = future;
+      e = error;
+      outs = outputs;
     }
-    if (error) {
-      f->setError(error);
+    if (e) {
+      f->setError(e);
     } else {
-      f->markCompleted(c10::IValue(outputs));
+      f->markCompleted(c10::IValue(outs));
     }
   }
+};
+
+// releaseGIL runs fn with the GIL released if the calling thread holds it
+// (a process group or its last work dropped from Python), so that a thread
+// fn waits for can take the GIL.
+template <typename Fn>
+void releaseGIL(Fn fn) {
+  if (Py_IsInitialized() && PyGILState_Check()) {
+    pybind11::gil_scoped_release r;
+    fn();
+  } else {
+    fn();
+  }
+}
+
+// Publisher completes futures, off the threads that wait for operations:
+// a future's callbacks (DDP's communication hooks, then's functions) may
+// issue operations and wait for their futures, which another publisher
+// thread completes. A thread is started whenever a future is posted and no
+// thread is idle, so callbacks that block cannot starve the others (at::launch's
+// pool has one thread under OMP_NUM_THREADS=1); idle threads end after a while.
+// One per process, never destroyed: its threads may outlive every group.
+class Publisher {
+ public:
+  static void post(std::shared_ptr<State> s) {
+    static Publisher* p = new Publisher();
+    p->add(std::move(s));
+  }
+
+ private:
+  void add(std::shared_ptr<State> s) {
+    bool spawn;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      items_.push_back(std::move(s));
+      spawn = static_cast<size_t>(idle_) < items_.size();
+    }
+    if (spawn) {
+      std::thread([this] { run(); }).detach();
+    } else {
+      cv_.notify_one();
+    }
+  }
+  void run() {
+    std::unique_lock<std::mutex> l(mu_);
+    for (;;) {
+      if (items_.empty()) {
+        idle_++;
+        bool got = cv_.wait_for(l, std::chrono::seconds(10), [this] { return !items_.empty(); });
+        idle_--;
+        if (!got) return;
+      }
+      auto s = std::move(items_.front());
+      items_.pop_front();
+      l.unlock();
+      s->publish();
+      s.reset();
+      l.lock();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<State>> items_;
+  int idle_ = 0;
 };
 
 // Completer is the process group's completion thread: it waits, in issue
 // order, for the operations whose futures were asked for (and for those
 // whose Work was dropped before completing, so that their tensors live as
-// long as occl uses them), then completes their futures.
+// long as occl uses them), then hands their futures to the Publisher.
 class Completer {
  public:
   Completer() : q_(std::make_shared<Queue>()) {
@@ -227,12 +357,12 @@ class Completer {
     }
     q_->cv.notify_one();
     if (thread_.get_id() == std::this_thread::get_id()) {
-      // The last reference went away on the thread itself (a future's
-      // callback dropped the last work): it keeps the queue alive and ends
-      // once the queue is empty.
+      // The last reference went away on the thread itself: it keeps the
+      // queue alive and ends once the queue is empty.
       thread_.detach();
     } else {
-      thread_.join();
+      // The thread may need the GIL to release a tensor.
+      releaseGIL([this] { thread_.join(); });
     }
   }
   void add(std::shared_ptr<State> s) {
@@ -260,11 +390,17 @@ class Completer {
         s = std::move(q.items.front());
         q.items.pop_front();
       }
+      bool publish;
       {
         std::lock_guard<std::mutex> l(s->mu);
-        if (s->issued) s->waitLocked();
+        publish = s->issued;
       }
-      s->publish();
+      if (!publish) continue;
+      try {
+        s->wait();
+      } catch (...) {
+      }
+      Publisher::post(std::move(s));
     }
   }
   std::shared_ptr<Queue> q_;
@@ -274,6 +410,8 @@ class Completer {
 // OcclWork is what every operation returns: wait, isCompleted and
 // getFuture behave as with Gloo, and a failure (a dead rank, a timeout, a
 // mismatch) is raised as RuntimeError with occl's message naming the rank.
+// Only wait blocks; the accessors read the state, and dropping a work
+// hands an operation still in flight to the completion thread.
 class OcclWork : public c10d::Work {
  public:
   OcclWork(int rank, c10d::OpType type, std::shared_ptr<State> st, std::shared_ptr<Completer> completer)
@@ -289,18 +427,7 @@ class OcclWork : public c10d::Work {
   }
 
   bool isCompleted() override {
-    std::unique_lock<std::mutex> l(st_->mu, std::try_to_lock);
-    if (!l.owns_lock()) return false;  // another thread is waiting for it
-    if (!st_->completed) {
-      if (!st_->issued) return false;
-      int done = 0;
-      occlResult_t r = lib.occlTest(st_->req, &done);
-      if (r != occlSuccess || done) {
-        st_->settle(r);
-      }
-    }
-    bool c = st_->completed;
-    l.unlock();
+    bool c = st_->test();
     if (c) st_->publish();
     return c;
   }
@@ -322,19 +449,22 @@ class OcclWork : public c10d::Work {
 
   bool wait(std::chrono::milliseconds timeout) override {
     if (timeout == kNoTimeout) {
-      std::lock_guard<std::mutex> l(st_->mu);
-      st_->waitLocked();
+      st_->wait();
     } else {
       auto deadline = std::chrono::steady_clock::now() + timeout;
-      while (!isCompleted()) {
+      while (!st_->test()) {
         TORCH_CHECK(std::chrono::steady_clock::now() < deadline, "occl: operation timed out after ",
                     timeout.count(), " ms");
         std::this_thread::sleep_for(std::chrono::microseconds(100));
       }
     }
     st_->publish();
-    std::lock_guard<std::mutex> l(st_->mu);
-    if (st_->error) std::rethrow_exception(st_->error);
+    std::exception_ptr e;
+    {
+      std::lock_guard<std::mutex> l(st_->mu);
+      e = st_->error;
+    }
+    if (e) std::rethrow_exception(e);
     return true;
   }
 
@@ -404,20 +534,30 @@ class ProcessGroupOccl : public c10d::ProcessGroup {
   ProcessGroupOccl(occlComm_t comm, int rank, int size)
       : c10d::ProcessGroup(rank, size), comm_(comm), completer_(std::make_shared<Completer>()) {}
 
+  // Called from Python's deallocation (destroy_process_group) with the GIL
+  // held: it is released while the completion thread ends (it may need it
+  // to release a tensor) and the communicator is destroyed.
   ~ProcessGroupOccl() override {
-    completer_.reset();  // waits for what it holds
-    if (comm_ != nullptr) lib.occlCommDestroy(comm_);
+    releaseGIL([this] {
+      completer_.reset();  // waits for what it holds
+      // An aborted communicator is already freed (occlCommAbort).
+      if (comm_ != nullptr && !aborted_) lib.occlCommDestroy(comm_);
+    });
   }
 
   const std::string getBackendName() const override { return "occl"; }
 
   // handle is the occlComm_t, for the Python layer (reconfiguration,
   // traffic matrices).
-  uintptr_t handle() const { return reinterpret_cast<uintptr_t>(comm_); }
+  uintptr_t handle() const {
+    TORCH_CHECK(!aborted_, kAborted);  // occlCommAbort freed it
+    return reinterpret_cast<uintptr_t>(comm_);
+  }
 
-  // abort fails the communicator at once on this rank (occlCommAbort).
+  // abort fails the communicator at once on this rank (occlCommAbort),
+  // which frees it: later operations raise kAborted.
   void abort() {
-    if (comm_ != nullptr) lib.occlCommAbort(comm_);
+    if (comm_ != nullptr && !aborted_.exchange(true)) lib.occlCommAbort(comm_);
   }
 
   // adopt makes a process group of comm, a communicator occl just made.
@@ -448,7 +588,7 @@ class ProcessGroupOccl : public c10d::ProcessGroup {
   // rank calls it; this group stays usable. topology is the grown group's
   // (needed when this group has one), or empty.
   c10::intrusive_ptr<ProcessGroupOccl> grow(const std::string& growId, int njoin, const std::string& topology) {
-    TORCH_CHECK(comm_ != nullptr, "occl: grow of an aborted group");
+    TORCH_CHECK(comm_ != nullptr && !aborted_, kAborted);
     occlUniqueId id = parseId(growId);
     occlConfig_t cfg = OCCL_CONFIG_INITIALIZER;
     if (!topology.empty()) cfg.topology = topology.c_str();
@@ -462,7 +602,7 @@ class ProcessGroupOccl : public c10d::ProcessGroup {
   // operation raised because a rank died. This group runs no more
   // operations; the new one has the survivors' ranks in their order here.
   c10::intrusive_ptr<ProcessGroupOccl> shrink(const std::vector<int>& exclude) {
-    TORCH_CHECK(comm_ != nullptr, "occl: shrink of an aborted group");
+    TORCH_CHECK(comm_ != nullptr && !aborted_, kAborted);
     occlComm_t nc = nullptr;
     check(lib.occlCommShrink(comm_, exclude.empty() ? nullptr : exclude.data(), static_cast<int>(exclude.size()),
                              &nc),
@@ -687,11 +827,13 @@ class ProcessGroupOccl : public c10d::ProcessGroup {
     return issue(c10d::OpType::BARRIER, {}, {}, [&](occlRequest_t* r) { return lib.occlBarrierAsync(comm_, r); });
   }
 
-  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int) override {
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override {
+    checkTag(tag);
     return p2p(true, single(tensors, "send"), dst);
   }
 
-  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int) override {
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override {
+    checkTag(tag);
     return p2p(false, single(tensors, "recv"), src);
   }
 
@@ -706,6 +848,7 @@ class ProcessGroupOccl : public c10d::ProcessGroup {
     TORCH_CHECK(!batch_, "occl: coalescing already started");
     batch_ = std::make_shared<State>();
     batchOps_.clear();
+    batchRefused_ = false;
   }
 
   void endCoalescing(std::vector<c10::intrusive_ptr<c10d::Work>>&) override {
@@ -714,24 +857,59 @@ class ProcessGroupOccl : public c10d::ProcessGroup {
     auto ops = std::move(batchOps_);
     batch_.reset();
     batchOps_.clear();
+    if (batchRefused_) {
+      // The refusal is already on its way to the caller.
+      batchRefused_ = false;
+      {
+        std::lock_guard<std::mutex> l(st->mu);
+        st->issued = true;
+      }
+      st->finish(occlSuccess, std::make_exception_ptr(std::runtime_error(kTagged)));
+      return;
+    }
     std::vector<occlP2POp_t> list;
     for (auto& o : ops) {
       list.push_back(occlP2POp_t{o.send ? 1 : 0, o.t.data_ptr(), static_cast<size_t>(o.t.numel()),
                                  dtypeOf(o.t, false), o.peer});
       st->keep.push_back(o.t);
     }
+    if (aborted_) {
+      auto e = std::make_exception_ptr(std::runtime_error(kAborted));
+      {
+        std::lock_guard<std::mutex> l(st->mu);
+        st->issued = true;
+      }
+      st->finish(occlSuccess, e);
+      std::rethrow_exception(e);
+    }
     occlRequest_t req = nullptr;
     occlResult_t r = lib.occlSendRecvAsync(list.data(), static_cast<int>(list.size()), comm_, &req);
-    std::lock_guard<std::mutex> l(st->mu);
-    st->issued = true;
+    bool handOver;
+    {
+      std::lock_guard<std::mutex> l(st->mu);
+      st->issued = true;
+      st->req = req;
+      // The completion thread completes a future asked for within the
+      // batch, and keeps the tensors of a batch whose works are all gone.
+      handOver = r == occlSuccess && (st->future || st.use_count() == 1);
+    }
     if (r != occlSuccess) {
-      st->settle(r);
+      st->finish(r);
       std::rethrow_exception(st->error);
     }
-    st->req = req;
+    if (handOver) completer_->add(st);
   }
 
  private:
+  // checkTag refuses tags: occl matches sends and receives between two
+  // ranks in issue order, as NCCL does, so a tag could not select one.
+  // In a batch, the refusal also cancels the batch: endCoalescing (which
+  // torch calls on the way out) posts none of it.
+  void checkTag(int tag) {
+    if (tag != 0 && batch_) batchRefused_ = true;
+    TORCH_CHECK(tag == 0, kTagged);
+  }
+
   void checkRoot(int64_t root) const {
     TORCH_CHECK(root >= 0 && root < getSize(), "occl: root ", root, " is not a rank of this group of ", getSize());
   }
@@ -819,6 +997,7 @@ class ProcessGroupOccl : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> issue(c10d::OpType type, std::vector<at::Tensor> keep,
                                        std::vector<at::Tensor> outputs, Start start,
                                        std::function<void()> epilogue = nullptr) {
+    TORCH_CHECK(!aborted_, kAborted);
     TORCH_CHECK(!batch_ || type == c10d::OpType::SEND || type == c10d::OpType::RECV,
                 "occl: only sends and receives may be coalesced");
     auto st = std::make_shared<State>();
@@ -853,10 +1032,16 @@ class ProcessGroupOccl : public c10d::ProcessGroup {
     }
   }
 
+  static constexpr const char* kTagged =
+      "occl: send/recv tags are not supported; messages match in issue order, as NCCL's do";
+  static constexpr const char* kAborted = "occl: the process group was aborted";
+
   occlComm_t comm_ = nullptr;
+  std::atomic<bool> aborted_{false};  // abort freed comm_
   std::shared_ptr<Completer> completer_;
   std::shared_ptr<State> batch_;
   std::vector<P2P> batchOps_;
+  bool batchRefused_ = false;  // an operation of the batch was refused
 };
 
 }  // namespace occl_torch

@@ -86,8 +86,13 @@ func newServerMetrics(s *Server, reg prometheus.Registerer) (*serverMetrics, err
 			Help: "Generation of the installed set of cross-connects.",
 		}, locked(func() float64 { return float64(s.dur.Generation) })),
 	}
-	for _, c := range cs {
+	for i, c := range cs {
 		if err := reg.Register(c); err != nil {
+			// Take back what was registered, so that the registry is as it
+			// was and a retry can succeed.
+			for _, r := range cs[:i] {
+				reg.Unregister(r)
+			}
 			return nil, err
 		}
 	}

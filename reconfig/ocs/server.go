@@ -113,7 +113,10 @@ func NewServer(sw Switch, cfg ServerConfig) (*Server, error) {
 	if sw == nil {
 		return nil, errors.New("ocs: NewServer: nil Switch")
 	}
-	ports := sw.Ports()
+	ports, err := driverPorts(sw)
+	if err != nil {
+		return nil, fmt.Errorf("ocs: NewServer: %w", err)
+	}
 	if ports < 2 || ports > maxPorts {
 		return nil, fmt.Errorf("ocs: NewServer: switch has %d ports, want 2 to %d", ports, maxPorts)
 	}
@@ -459,9 +462,31 @@ func (s *Server) refreshFailed(ctx context.Context) (err error) {
 	return nil
 }
 
+// driverPorts calls the driver's Ports, turning a panic into an error.
+func driverPorts(sw Switch) (n int, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			n, err = 0, fmt.Errorf("reading the switch's number of ports: %w: %v", errDriverPanic, p)
+		}
+	}()
+	return sw.Ports(), nil
+}
+
+// driverChanges calls the driver's Changes; a panic counts as no signal
+// (prepare reads the port health before every change anyway).
+func (s *Server) driverChanges() (ch <-chan struct{}) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.Error("switch driver panicked in Changes; port health is read before each change only", "panic", p)
+			ch = nil
+		}
+	}()
+	return s.sw.Changes()
+}
+
 // startHealthWatch follows the switch's change signals until Stop.
 func (s *Server) startHealthWatch() {
-	ch := s.sw.Changes()
+	ch := s.driverChanges()
 	if ch == nil {
 		return
 	}
@@ -817,8 +842,21 @@ func (s *Server) portChange(ctx context.Context, port uint32, drain, force bool)
 	defer s.release()
 	s.mu.Lock()
 	cur := s.dur
-	isDrained, peer := s.drained[p], s.peer[p]
+	isDrained, peer, dirty := s.drained[p], s.peer[p], s.dirty
 	s.mu.Unlock()
+	if drain && !isDrained && (dirty || (force && peer >= 0)) {
+		// Re-read the switch if its state is unknown (whether the port
+		// carries a circuit, and which, depends on it) and the port health
+		// before tearing a circuit down; then work from what was found, not
+		// from the stale installed set.
+		if err := s.prepare(ctx); err != nil {
+			return nil, err
+		}
+		s.mu.Lock()
+		cur = s.dur
+		isDrained, peer = s.drained[p], s.peer[p]
+		s.mu.Unlock()
+	}
 
 	resp := &ocspb.PortResponse{}
 	if isDrained != drain {
@@ -828,9 +866,6 @@ func (s *Server) portChange(ctx context.Context, port uint32, drain, force bool)
 			if !force {
 				return nil, status.Errorf(codes.FailedPrecondition,
 					"port %d carries cross-connect %v: remove it from the target first, or drain with force to tear it down", p, c)
-			}
-			if err := s.prepare(ctx); err != nil {
-				return nil, err
 			}
 			target = slices.DeleteFunc(slices.Clone(cur.Connects), func(x topo.Circuit) bool { return x == c })
 			resp.Removed = connectToPB(c)

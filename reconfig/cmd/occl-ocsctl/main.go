@@ -92,6 +92,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "occl-ocsctl: no controller address: pass -addr HOST:PORT or set OCCL_OCS_ADDR")
 		return 2
 	}
+	if *timeout <= 0 {
+		// ocs.WithTimeout(0) (or less) would leave calls without a deadline.
+		fmt.Fprintf(stderr, "occl-ocsctl: -timeout %v: want a positive duration, e.g. 30s\n", *timeout)
+		return 2
+	}
 	cmd, cmdArgs := fs.Arg(0), fs.Args()[1:]
 	c := &cli{stdout: stdout, stderr: stderr, json: *asJSON, timeout: *timeout}
 	var run func(ctx context.Context, client *ocs.Client, args []string) error
@@ -208,6 +213,11 @@ func (c *cli) apply(ctx context.Context, client *ocs.Client, args []string) erro
 	connects, err := ocs.ParseConnects(strings.Join(fs.Args(), ","))
 	if err != nil {
 		return usageError{err}
+	}
+	if len(connects) == 0 && strings.TrimSpace(strings.Join(fs.Args(), " ")) != "none" {
+		// An empty argument (an unset variable, say) must not tear every
+		// circuit down: that takes the explicit word.
+		return usageError{errors.New(`no cross-connects given; pass "none" to tear every circuit down`)}
 	}
 	if *id == "" {
 		*id = ocs.NewRequestID()

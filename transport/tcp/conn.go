@@ -156,7 +156,7 @@ func NewConn(socks []*net.TCPConn, o Options) (*Conn, error) {
 	c.tx.conn, c.tx.write = c, true
 	c.rx.conn = c
 	for _, s := range c.streams[1:] {
-		s.startWorkers(c.quit)
+		s.startWorkers(c.quit, c.abort)
 	}
 	return c, nil
 }
@@ -223,10 +223,11 @@ func (c *Conn) Send(ctx context.Context, h transport.Header, payload []byte) err
 	lo, hi := span(len(payload), k, 0)
 	h.Len = uint64(hi - lo)
 	err := c.streams[0].writeFrame(&h, payload[lo:hi])
+	if err != nil {
+		c.abort(true)
+	}
 	for i := 1; i < k; i++ {
-		if e := <-c.streams[i].sendDone; err == nil {
-			err = e
-		}
+		err = stripeErr(err, <-c.streams[i].sendDone)
 	}
 	return c.mapErr(ctx, err)
 }
@@ -263,10 +264,11 @@ func (c *Conn) Recv(ctx context.Context, want transport.Header, buf []byte) erro
 	lo, hi := span(len(buf), k, 0)
 	want.Len = uint64(hi - lo)
 	err := c.streams[0].readFrame(&want, buf[lo:hi])
+	if err != nil {
+		c.abort(false)
+	}
 	for i := 1; i < k; i++ {
-		if e := <-c.streams[i].recvDone; err == nil {
-			err = e
-		}
+		err = stripeErr(err, <-c.streams[i].recvDone)
 	}
 	return c.mapErr(ctx, err)
 }
@@ -320,6 +322,32 @@ func (c *Conn) Close() error {
 		c.rx.disarm()
 	})
 	return nil
+}
+
+// abort ends the waits of one direction (write: sends) on every stream
+// once a stripe of a message has failed, so that a peer that garbles one
+// stream and leaves the others silent, or stops reading them, does not
+// keep the call waiting for the rest until its context ends (or forever).
+// After any error the Conn is unusable (see transport.Conn), so the
+// deadline may stay in the past. Error paths only.
+func (c *Conn) abort(write bool) {
+	for _, s := range c.streams {
+		if write {
+			s.tc.SetWriteDeadline(time.Unix(1, 0))
+		} else {
+			s.tc.SetReadDeadline(time.Unix(1, 0))
+		}
+	}
+}
+
+// stripeErr returns the error a striped call reports, given the one kept
+// so far and that of another stripe: the first, unless it is only a
+// deadline that abort set because of the other.
+func stripeErr(err, e error) error {
+	if err == nil || e != nil && errors.Is(err, os.ErrDeadlineExceeded) && !errors.Is(e, os.ErrDeadlineExceeded) {
+		return e
+	}
+	return err
 }
 
 // stripes returns how many streams carry a payload of n bytes.
@@ -558,14 +586,18 @@ func (s *stream) readMem(fd uintptr) {
 	s.memOK = errno == 0 && l == uint32(unsafe.Sizeof(s.mem))
 }
 
-func (s *stream) startWorkers(quit chan struct{}) {
+func (s *stream) startWorkers(quit chan struct{}, abort func(write bool)) {
 	s.sendq, s.recvq = make(chan task), make(chan task)
 	s.sendDone, s.recvDone = make(chan error, 1), make(chan error, 1)
 	go func() {
 		for {
 			select {
 			case t := <-s.sendq:
-				s.sendDone <- s.writeFrame(&t.h, t.buf)
+				err := s.writeFrame(&t.h, t.buf)
+				if err != nil {
+					abort(true)
+				}
+				s.sendDone <- err
 			case <-quit:
 				return
 			}
@@ -575,7 +607,11 @@ func (s *stream) startWorkers(quit chan struct{}) {
 		for {
 			select {
 			case t := <-s.recvq:
-				s.recvDone <- s.readFrame(&t.h, t.buf)
+				err := s.readFrame(&t.h, t.buf)
+				if err != nil {
+					abort(false)
+				}
+				s.recvDone <- err
 			case <-quit:
 				return
 			}

@@ -206,6 +206,13 @@ func (l *Listener) AcceptFor(ctx context.Context, want, keep func(Hello) bool) (
 			continue
 		}
 		l.mu.Lock()
+		if l.closed {
+			// Close has emptied the stash already: nothing would
+			// hand this connection out or close it.
+			l.mu.Unlock()
+			a.Conn.Close()
+			return Accepted{}, transport.ErrClosed
+		}
 		if len(l.stash) >= maxStash {
 			l.stash[0].Conn.Close()
 			l.stash = l.stash[1:]

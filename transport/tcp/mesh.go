@@ -51,12 +51,16 @@ func Connect(ctx context.Context, cfg MeshConfig, peers []Endpoint) (map[int]*Co
 		}
 		mu.Unlock()
 	}
-	addSock := func(peer, stream int, tc *net.TCPConn) {
+	// addSock takes the socket of peer's stream, or closes it and
+	// reports false: after a failure, or if that stream has already
+	// arrived (a broken peer dialled it twice), which must not count as
+	// one of the sockets awaited.
+	addSock := func(peer, stream int, tc *net.TCPConn) bool {
 		mu.Lock()
 		defer mu.Unlock()
 		if first != nil {
 			tc.Close()
-			return
+			return false
 		}
 		s := socks[peer]
 		if s == nil {
@@ -64,22 +68,24 @@ func Connect(ctx context.Context, cfg MeshConfig, peers []Endpoint) (map[int]*Co
 			socks[peer] = s
 		}
 		if s[stream] != nil {
+			cfg.Listener.log.Warn("occl: dropping duplicate connection", "from_rank", peer, "stream", stream, "comm", cfg.Comm, "epoch", cfg.Epoch)
 			tc.Close()
-			return
+			return false
 		}
 		s[stream] = tc
 		for _, x := range s {
 			if x == nil {
-				return
+				return true
 			}
 		}
 		c, err := NewConn(s, cfg.Options)
 		if err != nil {
 			first = fmt.Errorf("rank %d: %w", peer, err)
 			cancel()
-			return
+			return true
 		}
 		result[peer] = c
+		return true
 	}
 
 	accepts := 0
@@ -136,8 +142,9 @@ func Connect(ctx context.Context, cfg MeshConfig, peers []Endpoint) (map[int]*Co
 					return
 				}
 				h := a.Hello
-				addSock(h.From, h.Stream, a.Conn)
-				got++
+				if addSock(h.From, h.Stream, a.Conn) {
+					got++
+				}
 			}
 		}()
 	}

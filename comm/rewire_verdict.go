@@ -179,7 +179,16 @@ func (c *Communicator) decide(ctx context.Context, p *opPeers, rw Rewire, digest
 			case agRestore:
 				go func() { restored <- c.rollback(ctx, rw) }()
 			case agDone:
-				return own, a.Outcome, a.Err
+				v := a.Outcome
+				if a.Err == nil {
+					// The verdict as the other ranks received it: a long
+					// reason is cut to fit its frame, and every rank must
+					// return the same error.
+					if o, _, err := parseOutcome(v.frame(wire.RewireVerdict, digest), wire.RewireVerdict); err == nil {
+						v = o
+					}
+				}
+				return own, v, a.Err
 			}
 		}
 		var ev agreeEvent

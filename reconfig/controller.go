@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/occl/occl/comm"
@@ -62,6 +63,8 @@ type Emulated struct {
 	OCS
 	cancel context.CancelFunc
 	served chan error
+	closed sync.Once
+	err    error // Close's
 }
 
 // StartEmulated serves an emulated switch of ports ports that takes delay
@@ -96,9 +99,13 @@ func StartEmulated(ctx context.Context, ports int, delay time.Duration, token st
 	return e, nil
 }
 
-// Close stops the client and the controller.
+// Close stops the client and the controller. Closing again returns the
+// first Close's error.
 func (e *Emulated) Close() error {
-	e.Client.Close()
-	e.cancel()
-	return <-e.served
+	e.closed.Do(func() {
+		e.Client.Close()
+		e.cancel()
+		e.err = <-e.served
+	})
+	return e.err
 }

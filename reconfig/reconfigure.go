@@ -175,7 +175,14 @@ func ReconfigureAsync(ctx context.Context, comms []*comm.Communicator, target *t
 	if target == nil {
 		return fail(fmt.Errorf("reconfig: no target topology"))
 	}
+	// Before Subset and SwitchCircuits, which index the target as given.
+	if err := target.Validate(); err != nil {
+		return fail(fmt.Errorf("reconfig: target: %w", err))
+	}
 	for i, c := range comms {
+		if c == nil {
+			return fail(fmt.Errorf("reconfig: communicator %d of %d is nil", i, len(comms)))
+		}
 		if slices.Index(comms, c) != i {
 			return fail(fmt.Errorf("reconfig: communicator %016x is given twice", c.ID()))
 		}
@@ -244,15 +251,9 @@ func ReconfigureAsync(ctx context.Context, comms []*comm.Communicator, target *t
 		id = requestID(comms[first], connects)
 	}
 	h.res.RequestID = id
-	var apply, rollback func(context.Context) error
+	var apply func(context.Context) error
+	rollbackOf := func(*comm.Communicator) func(context.Context) error { return nil }
 	if o.ctl != nil {
-		prev := comms[first].Topology()
-		var previous []topo.Circuit
-		if prev != nil {
-			if previous, err = prev.SwitchCircuits(); err != nil {
-				return fail(fmt.Errorf("reconfig: current topology: %w", err))
-			}
-		}
 		apply = func(ctx context.Context) error {
 			d, err := o.ctl.Apply(ctx, id, connects)
 			if err != nil {
@@ -263,9 +264,22 @@ func ReconfigureAsync(ctx context.Context, comms []*comm.Communicator, target *t
 			h.sw.mu.Unlock()
 			return nil
 		}
-		rollback = func(ctx context.Context) error {
-			_, err := o.ctl.Apply(ctx, id+"/rollback", previous)
-			return err
+		// The previous circuits are those c runs on when its rewire rolls
+		// back (it has not resumed yet), not those of the time of this
+		// call: a reconfiguration queued behind another one restores the
+		// earlier one's circuits.
+		rollbackOf = func(c *comm.Communicator) func(context.Context) error {
+			return func(ctx context.Context) error {
+				var previous []topo.Circuit
+				if prev := c.Topology(); prev != nil {
+					var err error
+					if previous, err = prev.SwitchCircuits(); err != nil {
+						return fmt.Errorf("current topology: %w", err)
+					}
+				}
+				_, err := o.ctl.Apply(ctx, id+"/rollback", previous)
+				return err
+			}
 		}
 	}
 	switched := make(chan struct{})
@@ -281,7 +295,7 @@ func ReconfigureAsync(ctx context.Context, comms []*comm.Communicator, target *t
 	h.reqs = make([]*comm.RewireRequest, len(comms))
 	for i, c := range comms {
 		if spans[i] {
-			h.reqs[i] = c.RewireAsync(ctx, comm.Rewire{Target: target, Apply: apply, Rollback: rollback, ApplyTimeout: o.applyTimeout})
+			h.reqs[i] = c.RewireAsync(ctx, comm.Rewire{Target: target, Apply: apply, Rollback: rollbackOf(c), ApplyTimeout: o.applyTimeout})
 		}
 	}
 	for i, c := range comms {

@@ -64,6 +64,9 @@ func Recover(ctx context.Context, c *comm.Communicator, exclude []int, opts ...O
 	for _, f := range opts {
 		f(&o)
 	}
+	if c == nil {
+		return nil, Result{}, fmt.Errorf("reconfig: recover: no communicator")
+	}
 	top := c.Topology()
 	if top == nil {
 		return nil, Result{}, fmt.Errorf("reconfig: recover: rank %d: the communicator has no topology; Shrink is all a recovery needs", c.Rank())

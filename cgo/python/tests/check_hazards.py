@@ -110,6 +110,11 @@ def pending(rank, n):
 
 
 def destroy_then(rank, n):
+    # As in destroy_isend, the store outlives the group, and the barrier
+    # keeps rank 0 from destroying the group (and the store it serves)
+    # while rank 1 is still in init_process_group's store barrier.
+    store = dist.distributed_c10d._get_default_store()
+    dist.barrier()
     if rank == 1:
         time.sleep(LATE)
     a = torch.ones(4)
@@ -117,6 +122,10 @@ def destroy_then(rank, n):
     g = f.then(lambda x: x.value()[0] * 2)
     dist.destroy_process_group()
     same(g.wait(), torch.full((4,), 4.0), "callback after destroy")
+    if rank == 0:
+        store.wait(["check_hazards/done"])
+    else:
+        store.set("check_hazards/done", "1")
 
 
 def destroy_isend(rank, n):

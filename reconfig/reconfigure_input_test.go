@@ -18,21 +18,9 @@ import (
 // given with a sub-communicator whose part of the target is cut from it.
 // Nothing is rewired.
 func TestReconfigureBadInput(t *testing.T) {
-	world, err := comm.NewLocal(8, comm.WithTopology(spec(t, base)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	children := make([]*comm.Communicator, len(world))
-	defer func() {
-		for i := range world {
-			if children[i] != nil {
-				children[i].Close()
-			}
-			world[i].Close()
-		}
-	}()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	world, children := splitWorld(t, ctx)
 
 	if _, err := reconfig.Reconfigure(ctx, []*comm.Communicator{world[0], nil}, spec(t, base)); err == nil {
 		t.Fatal("Reconfigure with a nil communicator: no error")
@@ -44,10 +32,6 @@ func TestReconfigureBadInput(t *testing.T) {
 		t.Fatalf("Recover of a nil communicator: %v, %v", nc, err)
 	}
 
-	commtest.OnEach(t, world, func(r int, c *comm.Communicator) (err error) {
-		children[r], err = c.Split(ctx, r%2, r)
-		return err
-	})
 	bad := spec(t, base+",circuits=0-1/2-3")
 	bad.Ranks[5].Host = 99
 	commtest.OnEach(t, world, func(r int, c *comm.Communicator) error {

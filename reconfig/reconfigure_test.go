@@ -181,27 +181,9 @@ func soakRank(ctx context.Context, c *comm.Communicator, n int, targets []*topo.
 // target, operations issued meanwhile run after the rewire, and a failed
 // switch leaves all of them where they were.
 func TestReconfigureSubCommunicators(t *testing.T) {
-	world, err := comm.NewLocal(8, comm.WithTopology(spec(t, base)), comm.WithEmulation(true))
-	if err != nil {
-		t.Fatal(err)
-	}
-	children := make([]*comm.Communicator, len(world))
-	defer func() {
-		for i := range world {
-			if children[i] != nil {
-				children[i].Close()
-			}
-			world[i].Close()
-		}
-	}()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	// One rank per host in each child: their links between hosts follow
-	// the circuits.
-	commtest.OnEach(t, world, func(r int, c *comm.Communicator) (err error) {
-		children[r], err = c.Split(ctx, r%2, r)
-		return err
-	})
+	world, children := splitWorld(t, ctx, comm.WithEmulation(true))
 	ctl := &fakeController{delay: 2 * time.Millisecond}
 	target := spec(t, base+",circuits=0-1/0-1/2-3/2-3")
 	commtest.OnEach(t, world, func(r int, c *comm.Communicator) error {
@@ -276,4 +258,30 @@ func checkedAllToAll(ctx context.Context, c *comm.Communicator) error {
 		}
 	}
 	return nil
+}
+
+// splitWorld makes 8 in-process ranks on the base topology (with opts) and
+// splits them into two children by rank parity: one rank per host in each
+// child, whose links between hosts follow the circuits. Everything is
+// closed when the test ends.
+func splitWorld(t *testing.T, ctx context.Context, opts ...comm.Option) (world, children []*comm.Communicator) {
+	t.Helper()
+	world, err := comm.NewLocal(8, append([]comm.Option{comm.WithTopology(spec(t, base))}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	children = make([]*comm.Communicator, len(world))
+	t.Cleanup(func() {
+		for i := range world {
+			if children[i] != nil {
+				children[i].Close()
+			}
+			world[i].Close()
+		}
+	})
+	commtest.OnEach(t, world, func(r int, c *comm.Communicator) (err error) {
+		children[r], err = c.Split(ctx, r%2, r)
+		return err
+	})
+	return world, children
 }

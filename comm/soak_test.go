@@ -261,13 +261,17 @@ const soakSlack = 4 << 20
 // and goroutines by no more than a few, comparing the most measured in the
 // warm-up's second half with the most measured in the last eighth of the
 // run (not under the race detector, whose shadow memory grows with every
-// allocation). 1,000 operations by default, 300 under -short (the race
-// detector's run in CI, which checks the results but not the memory);
+// allocation). 1,000 operations by default, 300 under -short and 100
+// under the race detector (CI's race run, which checks the results but not
+// the memory; the run without it does the 1,000);
 // OCCL_SOAK_OPS sets the count (the long form is OCCL_SOAK_OPS=10000) and
 // OCCL_SOAK_SEED the seed (default: random, logged).
 func TestSoak(t *testing.T) {
 	total := 1000
-	if testing.Short() {
+	switch {
+	case raceEnabled:
+		total = 100
+	case testing.Short():
 		total = 300
 	}
 	if v := os.Getenv("OCCL_SOAK_OPS"); v != "" {

@@ -1,22 +1,34 @@
 package transport
 
-import "context"
+import (
+	"context"
+	"errors"
+)
 
 // Exchange sends one frame on c and receives one, concurrently, so that
 // neither side depends on the connection buffering the other's message
-// (both ends of a pair may call it at once). If the receive fails the send
-// is cancelled; the first error is returned.
+// (both ends of a pair may call it at once). If either fails the other is
+// cancelled; the first error is returned.
 func Exchange(ctx context.Context, c Conn, sh Header, send []byte, rh Header, recv []byte) error {
-	ctx, cancel := context.WithCancel(ctx)
+	ictx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	sent := make(chan error, 1)
-	go func() { sent <- c.Send(ctx, sh, send) }()
-	err := c.Recv(ctx, rh, recv)
+	go func() {
+		err := c.Send(ictx, sh, send)
+		if err != nil {
+			cancel()
+		}
+		sent <- err
+	}()
+	err := c.Recv(ictx, rh, recv)
 	if err != nil {
 		cancel()
 	}
-	if serr := <-sent; err == nil {
-		err = serr
+	serr := <-sent
+	// A receive ended by the failed send's cancellation reports the send's
+	// error, the cause.
+	if serr != nil && (err == nil || ctx.Err() == nil && errors.Is(err, context.Canceled)) {
+		return serr
 	}
 	return err
 }

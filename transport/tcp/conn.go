@@ -125,6 +125,9 @@ type Conn struct {
 	coreYield transport.CoreYield
 	// buffers: Buffers may answer (see there).
 	buffers bool
+	// handHook, if set, runs before each stripe is handed to its
+	// stream's worker (tests).
+	handHook func(stripe int)
 }
 
 var (
@@ -210,15 +213,8 @@ func (c *Conn) Send(ctx context.Context, h transport.Header, payload []byte) err
 		h.Len = uint64(len(payload))
 		return c.mapErr(ctx, c.streams[0].writeFrame(&h, payload))
 	}
-	for i := 1; i < k; i++ {
-		lo, hi := span(len(payload), k, i)
-		t := task{h: h, buf: payload[lo:hi]}
-		t.h.Len = uint64(hi - lo)
-		select {
-		case c.streams[i].sendq <- t:
-		case <-c.quit:
-			return transport.ErrClosed
-		}
+	if err := c.hand(k, h, payload, false); err != nil {
+		return err
 	}
 	lo, hi := span(len(payload), k, 0)
 	h.Len = uint64(hi - lo)
@@ -251,15 +247,8 @@ func (c *Conn) Recv(ctx context.Context, want transport.Header, buf []byte) erro
 		s.rcore = false
 		return c.mapErr(ctx, err)
 	}
-	for i := 1; i < k; i++ {
-		lo, hi := span(len(buf), k, i)
-		t := task{h: want, buf: buf[lo:hi]}
-		t.h.Len = uint64(hi - lo)
-		select {
-		case c.streams[i].recvq <- t:
-		case <-c.quit:
-			return transport.ErrClosed
-		}
+	if err := c.hand(k, want, buf, true); err != nil {
+		return err
 	}
 	lo, hi := span(len(buf), k, 0)
 	want.Len = uint64(hi - lo)
@@ -321,6 +310,40 @@ func (c *Conn) Close() error {
 		c.tx.disarm()
 		c.rx.disarm()
 	})
+	return nil
+}
+
+// hand gives stripes 1 to k-1 of a message of header h over buf to their
+// streams' workers, receiving into buf if recv, else sending from it. If
+// the Conn closes first it returns ErrClosed, but only once the workers of
+// the stripes already handed are done with buf: the caller owns it again
+// when the call returns.
+func (c *Conn) hand(k int, h transport.Header, buf []byte, recv bool) error {
+	for i := 1; i < k; i++ {
+		lo, hi := span(len(buf), k, i)
+		t := task{h: h, buf: buf[lo:hi]}
+		t.h.Len = uint64(hi - lo)
+		if c.handHook != nil {
+			c.handHook(i)
+		}
+		s := c.streams[i]
+		q := s.sendq
+		if recv {
+			q = s.recvq
+		}
+		select {
+		case q <- t:
+		case <-c.quit:
+			for _, s := range c.streams[1:i] {
+				if recv {
+					<-s.recvDone
+				} else {
+					<-s.sendDone
+				}
+			}
+			return transport.ErrClosed
+		}
+	}
 	return nil
 }
 

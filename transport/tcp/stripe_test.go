@@ -90,3 +90,45 @@ func TestStripedSendFailsFastOnReset(t *testing.T) {
 		t.Fatalf("Send took %v to report %v", d, err)
 	}
 }
+
+// TestStripedCloseWaitsForHandedStripes closes a Conn of three streams
+// while a striped Send or Recv is handing its stripes to the streams'
+// workers (after stripe 1, before stripe 2): the call must return
+// ErrClosed only once stripe 1's worker is done with the caller's buffer,
+// so that worker has no result left over for nobody.
+func TestStripedCloseWaitsForHandedStripes(t *testing.T) {
+	for _, recv := range []bool{false, true} {
+		name := "send"
+		if recv {
+			name = "recv"
+		}
+		t.Run(name, func(t *testing.T) {
+			c, _ := rawPairN(t, 3, Options{StripeMin: 1})
+			c.handHook = func(stripe int) {
+				if stripe == 2 {
+					c.Close()
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			// A send larger than the sockets' buffers, so stripe 1's
+			// worker is still writing when the Conn closes.
+			buf := make([]byte, 3<<24)
+			var err error
+			if recv {
+				err = c.Recv(ctx, transport.Header{Kind: transport.KindP2P}, buf)
+			} else {
+				err = c.Send(ctx, transport.Header{Kind: transport.KindP2P}, buf)
+			}
+			if !errors.Is(err, transport.ErrClosed) {
+				t.Fatalf("%s while closing: %v, want ErrClosed", name, err)
+			}
+			time.Sleep(50 * time.Millisecond) // a worker still busy would finish now
+			for i, s := range c.streams {
+				if n := len(s.sendDone) + len(s.recvDone); n != 0 {
+					t.Errorf("stream %d: %d results left over: the call returned before its worker was done", i, n)
+				}
+			}
+		})
+	}
+}

@@ -71,8 +71,8 @@ type Option func(*clientOptions)
 func WithToken(token string) Option { return func(o *clientOptions) { o.token = token } }
 
 // WithTimeout sets the deadline given to unary calls whose context has none
-// (default DefaultCallTimeout); 0 disables it. A deadline on the caller's
-// context always wins.
+// (default DefaultCallTimeout); 0 disables it. A negative d makes Dial fail.
+// A deadline on the caller's context always wins.
 func WithTimeout(d time.Duration) Option { return func(o *clientOptions) { o.timeout = d } }
 
 // WithRetry sets how many times a unary call is attempted (default
@@ -111,7 +111,7 @@ func (b bearerCreds) RequireTransportSecurity() bool { return b.secure }
 // Dial returns a client of the controller at addr (host:port). It does not
 // wait for the connection: the first call connects, and retries while the
 // controller is unavailable. ctx is only checked; it bounds nothing after
-// Dial returns.
+// Dial returns. Dial fails on invalid options (a negative WithTimeout).
 func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("ocs: dial %s: %w", addr, err)
@@ -119,6 +119,9 @@ func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 	o := clientOptions{timeout: DefaultCallTimeout, retries: DefaultRetries, backoff: DefaultRetryBackoff}
 	for _, opt := range opts {
 		opt(&o)
+	}
+	if o.timeout < 0 {
+		return nil, fmt.Errorf("ocs: dial %s: WithTimeout(%v): negative timeout (0 disables the default deadline)", addr, o.timeout)
 	}
 	o.retries = max(o.retries, 1)
 	if o.backoff <= 0 {

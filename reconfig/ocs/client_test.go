@@ -133,3 +133,23 @@ func TestApplyWithoutRequestID(t *testing.T) {
 		t.Fatalf("Apply with a generated id = %+v, %v", res, err)
 	}
 }
+
+// TestDialRefusesNegativeTimeout: a negative WithTimeout would leave calls
+// without a deadline, so Dial refuses it; 0 still disables the default
+// deadline.
+func TestDialRefusesNegativeTimeout(t *testing.T) {
+	ctx := ctxT(t)
+	c, err := ocs.Dial(ctx, "127.0.0.1:1", ocs.WithTimeout(-time.Second))
+	if err == nil {
+		c.Close()
+		t.Fatal("Dial accepted WithTimeout(-1s)")
+	}
+	if !strings.Contains(err.Error(), "WithTimeout") {
+		t.Fatalf("Dial with a negative timeout: %v, want an error naming WithTimeout", err)
+	}
+	c, err = ocs.Dial(ctx, "127.0.0.1:1", ocs.WithTimeout(0))
+	if err != nil {
+		t.Fatalf("Dial with WithTimeout(0): %v", err)
+	}
+	c.Close()
+}

@@ -46,7 +46,12 @@
 //     the switch holds. Without persisted state (no StatePath, or a first
 //     start) the controller adopts what the switch holds rather than tear
 //     existing circuits down. A lock file (StatePath+".lock") keeps a second
-//     controller off the same state.
+//     controller off the same state. If writing the state fails, the change
+//     is rolled back and the file keeps the previous state: when only the
+//     directory fsync failed after the rename, the previous state is
+//     written back. If that fails too, the file holds the new state, so the
+//     controller keeps the change and returns codes.Internal; retrying the
+//     request id replays the recorded result.
 //
 // Deadlines: if the caller's deadline expires while the switch is moving,
 // the driver stops, the controller rolls back what was done and the call
@@ -72,7 +77,8 @@
 // The wire protocol is occl.ocs.v1.OCS (package
 // github.com/occl/occl/reconfig/ocspb): GetTopology, Apply, Watch, Drain,
 // Undrain, and the standard gRPC health service (grpc.health.v1.Health),
-// which reports SERVING for "" and "occl.ocs.v1.OCS" while Serve runs.
+// which reports SERVING for "" and "occl.ocs.v1.OCS" while Serve runs and
+// NOT_SERVING before, once Serve fails and from Stop on.
 // Interceptors, all from github.com/grpc-ecosystem/go-grpc-middleware/v2,
 // outermost first: logging (to ServerConfig.Logger through log/slog;
 // successful calls at Debug, so a logger at Info or above is quiet),

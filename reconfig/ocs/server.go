@@ -263,7 +263,9 @@ func (s *Server) Reconcile(ctx context.Context) error {
 // SERVING on the health service and serves gRPC on lis until ctx is done or
 // Stop is called. When ctx is done it stops gracefully, waiting at most
 // ServerConfig.StopTimeout for calls in flight. It returns nil once the
-// controller has stopped (state file unlocked), whoever stopped it.
+// controller has stopped (state file unlocked), whoever stopped it. If
+// serving fails (lis stops accepting), the health service reports
+// NOT_SERVING and Serve returns the error; Stop must still be called.
 func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	s.mu.Lock()
 	stopped, reconciled := s.stopped, s.reconciled
@@ -289,6 +291,10 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		}
 	}()
 	if err := s.grpc.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		// Nothing serves on lis any more: stop reporting SERVING.
+		s.health.SetServingStatus("", healthgrpc.HealthCheckResponse_NOT_SERVING)
+		s.health.SetServingStatus(ocspb.OCS_ServiceDesc.ServiceName, healthgrpc.HealthCheckResponse_NOT_SERVING)
+		s.log.Error("serving gRPC failed", "addr", lis.Addr(), "err", err)
 		return fmt.Errorf("ocs: serve: %w", err)
 	}
 	<-s.stopDone // grpc.Serve returns nil only once Stop began
@@ -561,7 +567,10 @@ func (s *Server) resync(ctx context.Context) error {
 	next := cur.clone()
 	next.Connects = hw
 	next.Generation++
-	if err := s.persist(&next); err != nil {
+	// No previous state to put back on a failed write: a file holding
+	// next agrees with the switch, and dirty makes the next change re-read
+	// the switch and write again.
+	if err := s.persist(&next, nil); err != nil {
 		s.mu.Lock()
 		s.dirty = true
 		s.mu.Unlock()
@@ -576,12 +585,14 @@ func (s *Server) resync(ctx context.Context) error {
 	return nil
 }
 
-func (s *Server) persist(d *durable) error {
+// persist writes d to the state file. On error the file holds prev, or d
+// when the error wraps errStateKept (see saveState).
+func (s *Server) persist(d, prev *durable) error {
 	if s.cfg.StatePath == "" {
 		return nil
 	}
 	defer s.met.observeStateWrite(time.Now())
-	return saveState(s.cfg.StatePath, d)
+	return saveState(s.cfg.StatePath, d, prev)
 }
 
 // commit publishes next as the installed state and sends the events of the
@@ -778,8 +789,17 @@ func (s *Server) transition(ctx context.Context, target []topo.Circuit, edit fun
 	if edit != nil {
 		edit(&next, res)
 	}
-	if err := s.persist(&next); err != nil {
+	if err := s.persist(&next, &cur); err != nil {
 		s.log.Error("saving the OCS state failed", "path", s.cfg.StatePath, "err", err)
+		if errors.Is(err, errStateKept) {
+			// The state file holds next and cannot be put back: keep the
+			// change, so that the switch, the controller and the file
+			// agree. Retrying the request id replays its result.
+			s.commit(cur, next)
+			return ApplyResult{}, status.Errorf(codes.Internal,
+				"the change was made (generation %d) but the state file could not be made durable: %v",
+				next.Generation, err)
+		}
 		if changed {
 			return ApplyResult{}, s.rollback(ctx, cur, len(remove)+len(add), prog,
 				fmt.Errorf("saving the state: %w", err))

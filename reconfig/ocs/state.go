@@ -255,45 +255,87 @@ func loadState(path string) (d *durable, ok bool, err error) {
 	return d, true, nil
 }
 
+// stateFS holds the file-system steps of a state write that come after the
+// new content is written: the rename over the state file and the sync of
+// its directory. Tests replace them to inject faults.
+var stateFS = struct {
+	rename  func(oldpath, newpath string) error
+	syncDir func(dir string) error
+}{os.Rename, syncDir}
+
+// errStateKept marks a saveState error after which the state file holds
+// the new state all the same: the directory sync failed after the rename
+// and the previous state could not be put back.
+var errStateKept = errors.New("the state file holds the new state")
+
 // saveState replaces the state file at path with d atomically: it writes a
 // temporary file in the same directory, syncs it, renames it over path and
 // syncs the directory, so that a crash leaves either the old or the new
 // state.
-func saveState(path string, d *durable) (err error) {
+//
+// On error the caller assumes the file holds the previous state. If the
+// directory sync fails after the rename, the new state is already in place,
+// so saveState writes prev back the same way (best effort: the directory
+// sync may fail again, but the file then reads prev). If prev is nil, or
+// putting it back fails, the error wraps errStateKept: the file holds d.
+func saveState(path string, d, prev *durable) error {
 	data, err := encodeState(d)
 	if err != nil {
 		return err
 	}
+	renamed, err := writeStateFile(path, data)
+	if err == nil || !renamed {
+		return err
+	}
+	if prev == nil {
+		return fmt.Errorf("%w (%w)", err, errStateKept)
+	}
+	old, rerr := encodeState(prev)
+	if rerr == nil {
+		var restored bool
+		restored, rerr = writeStateFile(path, old)
+		if restored {
+			return fmt.Errorf("%w (the previous state was written back)", err)
+		}
+	}
+	return fmt.Errorf("%w; writing the previous state back failed: %v (%w)", err, rerr, errStateKept)
+}
+
+// writeStateFile replaces the file at path with data through a synced
+// temporary file and a rename, then syncs the directory. renamed reports
+// whether path holds data, which it does when only the directory sync
+// failed.
+func writeStateFile(path string, data []byte) (renamed bool, err error) {
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
-		return err
+		return false, fmt.Errorf("creating a temporary state file: %w", err)
 	}
 	defer func() {
-		if err != nil {
+		if !renamed {
 			tmp.Close()
 			os.Remove(tmp.Name())
 		}
 	}()
-	if _, err = tmp.Write(data); err != nil {
-		return err
+	if _, err := tmp.Write(data); err != nil {
+		return false, fmt.Errorf("writing the temporary state file: %w", err)
 	}
-	if err = tmp.Sync(); err != nil {
-		return err
+	if err := tmp.Sync(); err != nil {
+		return false, fmt.Errorf("syncing the temporary state file: %w", err)
 	}
-	if err = tmp.Close(); err != nil {
-		return err
+	if err := tmp.Close(); err != nil {
+		return false, fmt.Errorf("closing the temporary state file: %w", err)
 	}
-	if err = os.Rename(tmp.Name(), path); err != nil {
-		return err
+	if err := stateFS.rename(tmp.Name(), path); err != nil {
+		return false, fmt.Errorf("renaming the temporary state file: %w", err)
 	}
-	return syncDir(dir)
+	return true, stateFS.syncDir(dir)
 }
 
 func syncDir(dir string) error {
 	f, err := os.Open(dir)
 	if err != nil {
-		return err
+		return fmt.Errorf("opening directory %s to sync it: %w", dir, err)
 	}
 	defer f.Close()
 	if err := f.Sync(); err != nil {

@@ -47,7 +47,7 @@ func TestStateRoundTrip(t *testing.T) {
 		t.Fatalf("round trip changed the state:\n%s\n%s", b, b2)
 	}
 	path := filepath.Join(t.TempDir(), "ocs.state")
-	if err := saveState(path, d); err != nil {
+	if err := saveState(path, d, nil); err != nil {
 		t.Fatal(err)
 	}
 	got, ok, err := loadState(path)

@@ -93,7 +93,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if *timeout <= 0 {
-		// ocs.WithTimeout(0) (or less) would leave calls without a deadline.
+		// ocs.WithTimeout(0) would leave calls without a deadline, and
+		// ocs.Dial refuses a negative one.
 		fmt.Fprintf(stderr, "occl-ocsctl: -timeout %v: want a positive duration, e.g. 30s\n", *timeout)
 		return 2
 	}

@@ -21,6 +21,13 @@ import (
 // nothing was switched; after any other error the outcome is unknown, and
 // the previous circuits are applied again (under the request id with
 // "/rollback" appended). The OCS controller's client (OCS) implements it.
+//
+// Every call is bounded by its context (see WithApplyTimeout). A call that
+// has not returned when its context ends is abandoned: it counts as a
+// failure whose outcome is unknown, and whatever it returns later is
+// dropped. An abandoned call may then still run while the next one (the
+// restore) is made, so Apply must be safe for concurrent use, and a
+// controller should apply requests in the order they are made.
 type Controller interface {
 	Apply(ctx context.Context, requestID string, circuits []topo.Circuit) (time.Duration, error)
 }
@@ -90,8 +97,13 @@ func WithController(c Controller) Option { return func(o *options) { o.ctl = c }
 // result. An id given here must be just as unique.
 func WithRequestID(id string) Option { return func(o *options) { o.id = id } }
 
-// WithApplyTimeout bounds the controller call (default: half of the
-// context's remaining deadline).
+// WithApplyTimeout bounds each controller call (default: half of the
+// context's remaining deadline). Whatever d is, a call never runs past the
+// context's deadline: it gets the smaller of d and what is left of the
+// deadline, and rank 0 returns by then even if the controller does not
+// (Controller). The restore of the previous circuits after a failure is
+// bounded alike, so a d that reaches the deadline leaves no time for it:
+// keep d well within the context's deadline.
 func WithApplyTimeout(d time.Duration) Option { return func(o *options) { o.applyTimeout = d } }
 
 // Handle is a reconfiguration in progress.
@@ -118,7 +130,11 @@ func (h *Handle) Wait(ctx context.Context) (Result, error) {
 	select {
 	case <-h.done:
 	case <-ctx.Done():
-		return Result{}, fmt.Errorf("reconfig: wait: %w", ctx.Err())
+		select {
+		case <-h.done: // finished as ctx ended: its outcome is known
+		default:
+			return Result{}, fmt.Errorf("reconfig: wait: %w", ctx.Err())
+		}
 	}
 	return h.res, h.err
 }
@@ -254,8 +270,25 @@ func ReconfigureAsync(ctx context.Context, comms []*comm.Communicator, target *t
 	var apply func(context.Context) error
 	rollbackOf := func(*comm.Communicator) func(context.Context) error { return nil }
 	if o.ctl != nil {
+		// Every controller call ends by the reconfiguration's deadline,
+		// the restore's too (which the communicator runs detached from
+		// ctx, bounded by ApplyTimeout alone).
+		deadline, hasDeadline := ctx.Deadline()
+		call := func(ctx context.Context, id string, circuits []topo.Circuit) (time.Duration, error) {
+			var cancel context.CancelFunc
+			if hasDeadline {
+				ctx, cancel = context.WithDeadline(ctx, deadline)
+			} else {
+				ctx, cancel = context.WithCancel(ctx)
+			}
+			// Also tells an abandoned call to stop.
+			defer cancel()
+			return callController(ctx, func(ctx context.Context) (time.Duration, error) {
+				return o.ctl.Apply(ctx, id, circuits)
+			})
+		}
 		apply = func(ctx context.Context) error {
-			d, err := o.ctl.Apply(ctx, id, connects)
+			d, err := call(ctx, id, connects)
 			if err != nil {
 				return fmt.Errorf("controller apply %s: %w", id, err)
 			}
@@ -277,7 +310,7 @@ func ReconfigureAsync(ctx context.Context, comms []*comm.Communicator, target *t
 						return fmt.Errorf("current topology: %w", err)
 					}
 				}
-				_, err := o.ctl.Apply(ctx, id+"/rollback", previous)
+				_, err := call(ctx, id+"/rollback", previous)
 				return err
 			}
 		}
@@ -326,6 +359,38 @@ func ReconfigureAsync(ctx context.Context, comms []*comm.Communicator, target *t
 		h.sw.mu.Unlock()
 	}()
 	return h
+}
+
+// callController runs call (one request to the controller) under ctx on a
+// goroutine of its own and returns its answer, or, once ctx has ended
+// without one, an error whose outcome is unknown (it does not wrap
+// comm.ErrNotSwitched): a call that ignores its context is abandoned then,
+// and its late answer is dropped, never written anywhere. When ctx has
+// ended already, nothing is asked, and the error wraps comm.ErrNotSwitched.
+func callController(ctx context.Context, call func(context.Context) (time.Duration, error)) (time.Duration, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("%w: not asked, no time was left (%w)", comm.ErrNotSwitched, err)
+	}
+	type answer struct {
+		d   time.Duration
+		err error
+	}
+	answered := make(chan answer, 1) // never blocks an abandoned call
+	go func() {
+		d, err := call(ctx)
+		answered <- answer{d, err}
+	}()
+	select {
+	case a := <-answered:
+		return a.d, a.err
+	case <-ctx.Done():
+	}
+	select {
+	case a := <-answered: // it answered as ctx ended
+		return a.d, a.err
+	default:
+	}
+	return 0, fmt.Errorf("no answer in time (%w), the call is abandoned: the outcome is unknown", ctx.Err())
 }
 
 // issued counts the reconfigurations started per communicator in this

@@ -55,10 +55,25 @@ import (
 // wraps comm.ErrRewire; the caller may retry the reconfiguration with
 // Reconfigure. A grow that fails returns the survivors' communicator
 // with Grow's error (one wrapping comm.ErrGrow if the spare did not come
-// in time). A spare that is not one host without circuits, or whose OCS
-// ports do not name switch ports of their own (none of the fabric's),
-// fails at once, before the Shrink. When step 1 or 2 fails otherwise there is no
-// communicator.
+// in time). A spare that is not one host without circuits, whose OCS
+// ports do not name switch ports of their own (none of the fabric's), or
+// whose number of ranks no host of c's topology has (a spare takes the
+// place of a host of as many ranks as its own), fails at once, before the
+// Shrink, with an error wrapping comm.ErrInvalidArgument: c is left as it
+// was. On a fabric whose hosts differ in size, the host to replace is
+// known only after the Shrink: if it has another number of ranks than the
+// spare, or the spare cannot take its place otherwise (PlanSpare fails),
+// Recover returns the survivors' communicator, on its part of the old
+// fabric, with PlanSpare's error. When step 1 or 2 fails otherwise there
+// is no communicator.
+//
+// When the Shrink finds that no rank was lost (none failed and exclude is
+// empty), there is no host to replace: Recover goes on as without
+// WithSpare (steps 2 and 3 of the plain recovery), returns a communicator
+// of c's ranks, and leaves the spare waiting, as a standby host is left
+// when no worker failed. Result.Joined is then empty, and over TCP the
+// spare's processes, in JoinSpare, are not joined (they fail once their
+// context ends).
 func Recover(ctx context.Context, c *comm.Communicator, exclude []int, opts ...Option) (*comm.Communicator, Result, error) {
 	var o options
 	for _, f := range opts {
@@ -74,8 +89,12 @@ func Recover(ctx context.Context, c *comm.Communicator, exclude []int, opts ...O
 	rank, fabricRanks := c.Rank(), c.FabricRanks()
 	if o.spare != nil {
 		// Before the Shrink, so that a wrong spare costs nothing.
-		if err := checkSpareOn(top, o.spare.Host); err != nil {
-			return nil, Result{}, fmt.Errorf("reconfig: recover: rank %d: %w", rank, err)
+		err := checkSpareOn(top, o.spare.Host)
+		if err == nil {
+			err = checkSpareSize(top, o.spare.Host)
+		}
+		if err != nil {
+			return nil, Result{}, fmt.Errorf("reconfig: recover: rank %d: %w: %w", rank, comm.ErrInvalidArgument, err)
 		}
 	}
 	nc, err := c.Shrink(ctx, exclude)
@@ -90,7 +109,8 @@ func Recover(ctx context.Context, c *comm.Communicator, exclude []int, opts ...O
 			lost = append(lost, r)
 		}
 	}
-	if o.spare != nil {
+	if o.spare != nil && len(lost) > 0 {
+		// With nothing lost, no host is replaced: the plain recovery.
 		return recoverSpare(ctx, top, rank, fabricRanks, nc, lost, &o, opts)
 	}
 	surv, err := top.Without(lost)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/occl/occl/comm"
@@ -16,13 +17,14 @@ import (
 type Spare struct {
 	// Host describes the spare host as a topology of that one host: its
 	// ranks (one per process that joins), NICs and OCS ports, and no
-	// circuits. It needs as many ranks as the host it replaces. Every OCS
-	// port names the port of the fabric's switch it is cabled to
-	// (topo.NIC.SwitchPort; switch_ports= in a spec, such as
-	// "hosts=1x2,nics=host,ocs_ports=2,switch_ports=8/9"), which no port
-	// of the fabric has: the switch numbers its ports once for the whole
-	// fabric, and the spare's own numbering would name other hosts' ports.
-	// Its link classes are not used (the fabric's apply).
+	// circuits. It needs as many ranks as the host it replaces (Recover
+	// refuses it otherwise, with an error wrapping
+	// comm.ErrInvalidArgument). Every OCS port names the port of the
+	// fabric's switch it is cabled to (topo.NIC.SwitchPort; switch_ports=
+	// in a spec, such as "hosts=1x2,nics=host,ocs_ports=2,switch_ports=8/9"),
+	// which no port of the fabric has: the switch numbers its ports once
+	// for the whole fabric, and the spare's own numbering would name other
+	// hosts' ports. Its link classes are not used (the fabric's apply).
 	Host *topo.Topology
 	// ID is the rendezvous of the Grow by which the spare's processes
 	// join (comm.Communicator.Grow), for communicators made over TCP: an
@@ -73,7 +75,10 @@ type SparePlan struct {
 // spare, a topology of one host, taking the place of the lowest host that
 // lost a rank. The survivors (Recover with WithSpare) and the spare's
 // processes (JoinSpare) compute the same plan from the same arguments; the
-// spare's processes learn the lost ranks from the application.
+// spare's processes learn the lost ranks from the application. A spare
+// that is not one host whose OCS ports name switch ports of their own, or
+// that has another number of ranks than the host it replaces, is refused
+// with an error wrapping comm.ErrInvalidArgument.
 func PlanSpare(top *topo.Topology, lost []int, spare *topo.Topology) (*SparePlan, error) {
 	if top == nil || spare == nil {
 		return nil, errors.New("plan spare: nil topology")
@@ -82,7 +87,7 @@ func PlanSpare(top *topo.Topology, lost []int, spare *topo.Topology) (*SparePlan
 		return nil, fmt.Errorf("plan spare: the fabric: %w", err)
 	}
 	if err := checkSpareOn(top, spare); err != nil {
-		return nil, fmt.Errorf("plan spare: %w", err)
+		return nil, fmt.Errorf("plan spare: %w: %w", comm.ErrInvalidArgument, err)
 	}
 	if len(lost) == 0 {
 		return nil, errors.New("plan spare: no rank was lost, so no host to replace")
@@ -100,6 +105,10 @@ func PlanSpare(top *topo.Topology, lost []int, spare *topo.Topology) (*SparePlan
 		}
 	}
 	slices.Sort(failed)
+	if hr := top.HostRanks(); len(hr[failed[0]]) != len(spare.Ranks) {
+		return nil, fmt.Errorf("plan spare: %w: the spare host has %d ranks; host %d (%s), whose place it would take, has %d",
+			comm.ErrInvalidArgument, len(spare.Ranks), failed[0], top.Hosts[failed[0]].Name, len(hr[failed[0]]))
+	}
 	full := withHost(top, spare)
 	spareHost := len(top.Hosts)
 	target, err := plan.RecoveryCircuits(full, failed, spareHost)
@@ -160,6 +169,25 @@ func checkSpareOn(top, spare *topo.Topology) error {
 	return nil
 }
 
+// checkSpareSize checks that spare has as many ranks as some host of top:
+// it takes the place of a host that lost a rank, which needs as many. Which
+// host that is, the lost ranks say (PlanSpare checks it); where every host
+// has as many ranks, this says it before any rank is known to be lost.
+func checkSpareSize(top, spare *topo.Topology) error {
+	n := len(spare.Ranks)
+	var sizes []string
+	for _, ranks := range top.HostRanks() {
+		if len(ranks) == n {
+			return nil
+		}
+		if s := fmt.Sprint(len(ranks)); len(ranks) > 0 && !slices.Contains(sizes, s) {
+			sizes = append(sizes, s)
+		}
+	}
+	return fmt.Errorf("the spare host has %d ranks, but no host of the fabric has as many (they have %s): a spare takes the place of a host of as many ranks",
+		n, strings.Join(sizes, " or "))
+}
+
 // withHost returns top with the host of spare added after its own: its
 // NICs after top's (its OCS ports keep the switch ports they name), its
 // ranks after top's (and after them in the ring, if top has one).
@@ -211,8 +239,9 @@ type Joined struct {
 func recoverSpare(ctx context.Context, top *topo.Topology, rank int, fabricRanks []int, nc *comm.Communicator, lost []int, o *options, opts []Option) (*comm.Communicator, Result, error) {
 	p, err := PlanSpare(top, lost, o.spare.Host)
 	if err != nil {
-		nc.Abort()
-		return nil, Result{}, fmt.Errorf("reconfig: recover: rank %d: %w", rank, err)
+		// Every survivor plans alike, and nothing was done yet with the
+		// spare: the survivors' communicator keeps running.
+		return nc, Result{}, fmt.Errorf("reconfig: recover: rank %d: %w", rank, err)
 	}
 	if len(p.Drop) > 0 {
 		if nc, err = dropRanks(ctx, nc, rank, fabricRanks, p.Drop, "the spare takes its host's place"); err != nil {

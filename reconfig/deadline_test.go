@@ -118,14 +118,7 @@ func TestReconfigureControllerIgnoresContext(t *testing.T) {
 				if c.Epoch() != 0 || c.Err() != nil {
 					return fmt.Errorf("epoch %d, %v", c.Epoch(), c.Err())
 				}
-				x := []int64{int64(r)}
-				if err := comm.AllReduce(actx, c, x, x, comm.Sum); err != nil {
-					return err
-				}
-				if x[0] != 28 {
-					return fmt.Errorf("AllReduce gave %d, want 28", x[0])
-				}
-				return nil
+				return sumIs(actx, c, int64(r), 28)
 			})
 		})
 	}

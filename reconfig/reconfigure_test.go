@@ -285,3 +285,16 @@ func splitWorld(t *testing.T, ctx context.Context, opts ...comm.Option) (world, 
 	})
 	return world, children
 }
+
+// sumIs runs an AllReduce (Sum) of v on c and returns an error unless it
+// gives want.
+func sumIs(ctx context.Context, c *comm.Communicator, v, want int64) error {
+	x := []int64{v}
+	if err := comm.AllReduce(ctx, c, x, x, comm.Sum); err != nil {
+		return err
+	}
+	if x[0] != want {
+		return fmt.Errorf("AllReduce of %d gave %d, want %d", v, x[0], want)
+	}
+	return nil
+}

@@ -95,14 +95,7 @@ func TestRecoverSpareOtherSizeAfterShrink(t *testing.T) {
 		if c.Size() != len(kept) || c.Rank() != r {
 			return fmt.Errorf("rank %d of %d, want %d of %d", c.Rank(), c.Size(), r, len(kept))
 		}
-		x := []int64{int64(kept[r])}
-		if err := comm.AllReduce(ctx, c, x, x, comm.Sum); err != nil {
-			return err
-		}
-		if x[0] != 19 {
-			return fmt.Errorf("AllReduce gave %d, want 19", x[0])
-		}
-		return nil
+		return sumIs(ctx, c, int64(kept[r]), 19)
 	})
 }
 
@@ -139,14 +132,7 @@ func TestRecoverSpareNothingLost(t *testing.T) {
 		case fmt.Sprint(circuitNames(nc.Topology())) != want:
 			return fmt.Errorf("circuits %v, want %s", circuitNames(nc.Topology()), want)
 		}
-		x := []int64{int64(r)}
-		if err := comm.AllReduce(ctx, nc, x, x, comm.Sum); err != nil {
-			return err
-		}
-		if x[0] != 28 {
-			return fmt.Errorf("AllReduce gave %d, want 28", x[0])
-		}
-		return nil
+		return sumIs(ctx, nc, int64(r), 28)
 	})
 	if len(ctl.calls) != 1 {
 		t.Fatalf("controller asked for %v, want one switch", ctl.calls)

@@ -306,14 +306,7 @@ func TestRecoverSpareDrop(t *testing.T) {
 		if c.Rank() != r || c.Size() != 8 {
 			return fmt.Errorf("rank %d of %d, want %d of 8", c.Rank(), c.Size(), r)
 		}
-		x := []int64{int64(r)}
-		if err := comm.AllReduce(ctx, c, x, x, comm.Sum); err != nil {
-			return err
-		}
-		if x[0] != 28 {
-			return fmt.Errorf("AllReduce gave %d, want 28", x[0])
-		}
-		return nil
+		return sumIs(ctx, c, int64(r), 28)
 	})
 }
 
@@ -337,14 +330,7 @@ func TestRecoverWrongSpare(t *testing.T) {
 			if nc != nil || err == nil || !strings.Contains(err.Error(), wrong.says) {
 				return fmt.Errorf("Recover with the spare %s: %v, %v; want an error saying %q", wrong.spec, nc, err, wrong.says)
 			}
-			x := []int64{int64(r)}
-			if err := comm.AllReduce(ctx, c, x, x, comm.Sum); err != nil {
-				return err
-			}
-			if x[0] != 28 {
-				return fmt.Errorf("AllReduce gave %d, want 28", x[0])
-			}
-			return nil
+			return sumIs(ctx, c, int64(r), 28)
 		})
 	}
 }

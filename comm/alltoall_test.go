@@ -83,6 +83,7 @@ func TestRoutedAllToAll(t *testing.T) {
 // TestProcessRoutedAllToAll runs the topology-aware all-to-alls across
 // real processes on virtual hosts.
 func TestProcessRoutedAllToAll(t *testing.T) {
+	skipUnderRace(t, "TestRoutedAllToAll (every routed all-to-all, in one process)")
 	for i, l := range routedLayouts {
 		if testing.Short() && i%2 == 1 {
 			continue

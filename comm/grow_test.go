@@ -686,6 +686,7 @@ func growJob(t *testing.T, scenario string, n int, spares ...string) (string, []
 // the 5 ranks matches the reference, and the members' old communicator
 // works afterwards.
 func TestProcessGrow(t *testing.T) {
+	skipUnderRace(t, "TestGrowTCP (one and two joiners over TCP, in one process)")
 	out, spares := growJob(t, "grow", 1, "grow-intruder", "grow-spare")
 	t.Logf("members:\n%s\nintruder:\n%s\nspare:\n%s", out, spares[0], spares[1])
 	if !strings.Contains(spares[0], "REFUSED") {
@@ -702,6 +703,7 @@ func TestProcessGrow(t *testing.T) {
 // TestProcessGrowTwo: 4 member processes grow by two spare processes at
 // once; the spares take ranks 4 and 5 in some order.
 func TestProcessGrowTwo(t *testing.T) {
+	skipUnderRace(t, "TestGrowTCP (one and two joiners over TCP, in one process)")
 	out, spares := growJob(t, "grow", 2, "grow-spare", "grow-spare")
 	got := spares[0] + spares[1]
 	if !strings.Contains(got, "JOINED rank 4 of 6") || !strings.Contains(got, "JOINED rank 5 of 6") {
@@ -716,6 +718,7 @@ func TestProcessGrowTwo(t *testing.T) {
 // comes: every member fails at the deadline saying no joiner arrived, and
 // their communicator still works.
 func TestProcessGrowNoJoiner(t *testing.T) {
+	skipUnderRace(t, "TestGrowNoJoiner (in one process)")
 	out, _ := growJob(t, "grow-none", 1)
 	if n := strings.Count(out, "NOJOINER "); n != 4 {
 		t.Errorf("%d members failed as expected, want 4:\n%s", n, out)

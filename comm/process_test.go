@@ -583,6 +583,7 @@ func TestProcessMismatch(t *testing.T) {
 // than the stall timeout; every rank logs one report naming it, and the
 // operation then completes with the right result.
 func TestProcessStallReport(t *testing.T) {
+	skipUnderRace(t, "TestStallReport (in one process)")
 	out := job(t, "stall", 4, "OCCL_STALL_TIMEOUT=200ms")
 	if strings.Count(out, "DONE 16") != 4 {
 		t.Fatalf("not every rank completed with the right sum:\n%s", out)
@@ -646,5 +647,6 @@ func TestProcessWrongSecret(t *testing.T) {
 // TestProcessEmulated runs the topology checks across processes on an
 // emulated fabric: shared memory and TCP both shaped.
 func TestProcessEmulated(t *testing.T) {
+	skipUnderRace(t, "TestEmulatedFabric (in one process)")
 	job(t, "topology", 4, "OCCL_TOPO=hosts=2x2,hbd=10GB/s,eps=2GB/s", "OCCL_EMULATE=1", "OCCL_ALGO=hier", "OCCL_TEST_NUM_HOSTS=2")
 }

@@ -414,6 +414,7 @@ func rewireWorker(ctx context.Context, c *comm.Communicator, kill bool) error {
 // TestProcessRewire rewires communicators of 8 processes on 4 virtual
 // hosts (TCP between them) with checked collectives in between.
 func TestProcessRewire(t *testing.T) {
+	skipUnderRace(t, "TestRewire (in one process) with TestProcessRewireKilled")
 	job(t, "rewire", 8, "OCCL_TOPO="+rewireBase)
 }
 

@@ -1,9 +1,6 @@
 package transport
 
-import (
-	"context"
-	"errors"
-)
+import "context"
 
 // Exchange sends one frame on c and receives one, concurrently, so that
 // neither side depends on the connection buffering the other's message
@@ -21,13 +18,14 @@ func Exchange(ctx context.Context, c Conn, sh Header, send []byte, rh Header, re
 		sent <- err
 	}()
 	err := c.Recv(ictx, rh, recv)
+	// The receive failed because the failed send cancelled it: the send's
+	// error is the cause, whatever error the transport made of the
+	// cancellation.
+	sendFirst := err != nil && ictx.Err() != nil && ctx.Err() == nil
 	if err != nil {
 		cancel()
 	}
-	serr := <-sent
-	// A receive ended by the failed send's cancellation reports the send's
-	// error, the cause.
-	if serr != nil && (err == nil || ctx.Err() == nil && errors.Is(err, context.Canceled)) {
+	if serr := <-sent; serr != nil && (err == nil || sendFirst) {
 		return serr
 	}
 	return err

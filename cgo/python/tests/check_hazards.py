@@ -188,6 +188,12 @@ def tags(rank, n):
 def abort(rank, n):
     t = torch.ones(4)
     dist.all_reduce(t)
+    # A rank may return from the all_reduce before its peer has its half:
+    # both say so through the store before either aborts, so that the
+    # abort cannot fail the other's all_reduce.
+    store = dist.distributed_c10d._get_default_store()
+    store.set("check_hazards/reduced%d" % rank, "1")
+    store.wait(["check_hazards/reduced%d" % (1 - rank)])
     pg = dist.distributed_c10d._get_default_group()
     pg.abort()
     words = ["the process group was aborted"]

@@ -53,9 +53,13 @@ import (
 // does not wrap ErrNotSwitched: a controller that timed out or became
 // unreachable may have switched), rank 0 restores the previous circuits
 // (Rewire.Rollback) before it sends the verdict, and the verdict says
-// whether the restore succeeded. A rank that dies meanwhile, or ranks
-// given different targets, fail the communicator as in any operation;
-// rank 0 still restores the previous circuits unless nothing was switched.
+// whether the restore succeeded. Neither Apply nor Rollback is waited for
+// past its deadline (the caller's, or ApplyTimeout's): one that ignores
+// its context is abandoned then, as a switch or restore whose outcome is
+// unknown, and its late answer is dropped. A rank that dies meanwhile, or
+// ranks given different targets, fail the communicator as in any
+// operation; rank 0 still restores the previous circuits unless nothing
+// was switched.
 
 // ErrRewire is wrapped by every error of a rewire that left the
 // communicator working on its previous topology.
@@ -78,23 +82,42 @@ type Rewire struct {
 	// every rank. An error wrapping ErrNotSwitched says nothing changed;
 	// any other error may have left the fabric switched. Nil if there is
 	// nothing to switch.
+	//
+	// Apply must honour ctx, whose deadline is the caller's or
+	// ApplyTimeout's, whichever comes first. An Apply that has not
+	// returned by then is abandoned, never waited for: the rewire fails
+	// as if Apply had returned an error saying it did not return by its
+	// deadline, whose outcome is unknown (the fabric's state is unknown:
+	// rank 0 restores the previous circuits), and its late answer is
+	// dropped. When ctx has ended before the switch, Apply is not called
+	// and the error wraps ErrNotSwitched.
 	Apply func(ctx context.Context) error
 	// Rollback restores the previous circuits when a step after Apply
 	// fails, or Apply failed without saying nothing was switched. It must
-	// be idempotent. Only rank 0 calls it, bounded like Apply. Nil:
-	// nothing to undo.
+	// be idempotent. Only rank 0 calls it, bounded like Apply (by
+	// ApplyTimeout, or half of what remains of the caller's deadline) and
+	// never past the caller's deadline, even when the communicator has
+	// failed meanwhile. Like Apply, it must honour ctx: one that has not
+	// returned by ctx's deadline is abandoned, its late answer dropped,
+	// and the rewire reports the restore as failed (RolledBack false: the
+	// fabric's state is unknown). When no time is left, it is not called.
+	// Nil: nothing to undo.
 	Rollback func(ctx context.Context) error
 	// ApplyTimeout bounds Apply, and Rollback (default: half of what
 	// remains of the operation's deadline), so that the ranks still have
 	// time to agree on the outcome and keep the communicator when the
-	// switch is slow.
+	// switch is slow. Neither runs past the operation's deadline, whatever
+	// ApplyTimeout says: one longer than what remains of it leaves no time
+	// to agree, and the ranks then fail as on any timeout.
 	ApplyTimeout time.Duration
 	// Switched, if set, waits until another communicator's rewire has
 	// switched the fabric (Apply is then nil): a sub-communicator runs
 	// its rewire on circuits its parent switched. It runs on the worker,
 	// so operations issued after RewireAsync still wait. An error means
 	// the switch did not happen: every rank returns a *RewireError of
-	// step "switch" carrying it, and nothing changes.
+	// step "switch" carrying it, and nothing changes. It must honour ctx:
+	// one that has not returned by the operation's deadline is abandoned
+	// with such an error.
 	Switched func(ctx context.Context) error
 
 	// linkFailure, set only by tests, makes step ("connect" or "verify")
@@ -252,7 +275,7 @@ func (c *Communicator) rewire(ctx context.Context, p *opPeers, rw Rewire, digest
 		}
 	}()
 	if rw.Switched != nil {
-		if err := rw.Switched(ctx); err != nil {
+		if err := callBounded(ctx, "Rewire.Switched", rw.Switched); err != nil {
 			if pe := c.failure.err(); pe != nil {
 				return pe
 			}
@@ -372,27 +395,76 @@ func (c *Communicator) openLinks(ctx context.Context, epoch, gen uint32, changed
 
 // rollback restores the circuits the fabric held before rw's switch, on
 // rank 0 (the only rank that switched). It is bounded like Apply, by
-// rw.ApplyTimeout or half of what remains of ctx's deadline, and runs even
-// when ctx has ended (then bounded by the communicator's timeout).
+// rw.ApplyTimeout or half of what remains of ctx's deadline, and never
+// runs past ctx's deadline, the caller's: it runs even when ctx has been
+// cancelled (the communicator failed), but a Rollback that has not
+// returned by then is abandoned (see callBounded), and none is called when
+// no time is left. Without a deadline on ctx, it is bounded by
+// rw.ApplyTimeout or the communicator's timeout.
 func (c *Communicator) rollback(ctx context.Context, rw Rewire) error {
 	if rw.Rollback == nil {
 		return errors.New("no way to restore the previous circuits")
 	}
+	deadline, hasDeadline := ctx.Deadline()
 	d := rw.ApplyTimeout
-	if d <= 0 {
-		if dl, ok := ctx.Deadline(); ok && ctx.Err() == nil {
-			d = time.Until(dl) / 2
-		}
+	if d <= 0 && hasDeadline {
+		d = time.Until(deadline) / 2
 	}
-	if d <= 0 {
+	if d <= 0 && !hasDeadline {
 		d = c.cfg.timeout
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d)
+	end := time.Now().Add(d)
+	if hasDeadline && deadline.Before(end) {
+		end = deadline
+	}
+	rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), end)
 	defer cancel()
-	if err := rw.Rollback(rctx); err != nil {
+	if err := rctx.Err(); err != nil {
+		return fmt.Errorf("restore the previous circuits: Rewire.Rollback not called, no time was left before the deadline (%w)", err)
+	}
+	if err := callBounded(rctx, "Rewire.Rollback", rw.Rollback); err != nil {
 		return fmt.Errorf("restore the previous circuits: %w", err)
 	}
 	return nil
+}
+
+// callBounded runs call (Rewire.Apply, Rollback or Switched, named name)
+// under ctx on a goroutine of its own and returns its error, or, once ctx
+// has ended without an answer, an error saying it did not return by its
+// deadline, whose outcome is unknown (it does not wrap ErrNotSwitched): a
+// call that ignores its context is abandoned then, never waited for, and
+// its late answer is dropped, never written anywhere. The caller cancels
+// ctx on return, which also tells an abandoned call to stop. A call that
+// panics returns an error saying so. As the reconfig package's controller
+// calls do.
+func callBounded(ctx context.Context, name string, call func(context.Context) error) error {
+	answered := make(chan error, 1) // never blocks an abandoned call
+	go func() {
+		// A callback of the user's that panics fails this call, not the
+		// process: it runs on a goroutine of its own, out of the
+		// worker's reach.
+		defer func() {
+			if v := recover(); v != nil {
+				answered <- fmt.Errorf("%s panicked: %v", name, v)
+			}
+		}()
+		answered <- call(ctx)
+	}()
+	select {
+	case err := <-answered:
+		return err
+	case <-ctx.Done():
+	}
+	select {
+	case err := <-answered: // it answered as ctx ended
+		return err
+	default:
+	}
+	when := "by its deadline"
+	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		when = "before its context was cancelled"
+	}
+	return fmt.Errorf("%s did not return %s (%w): abandoned, the outcome is unknown", name, when, ctx.Err())
 }
 
 // applyContext bounds the switch: by timeout if set, else by half of what

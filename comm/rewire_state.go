@@ -34,6 +34,11 @@ const (
 	// agRestored: rank 0's restore of the previous circuits (agRestore)
 	// returned Err (nil: they are back).
 	agRestored
+	// agFailed: the operation ended before its agreement (Err: the
+	// communicator failed, or the operation's deadline passed): rank 0
+	// sends no verdict, still waiting for its switch and restoring the
+	// previous circuits unless nothing was switched.
+	agFailed
 )
 
 // agreeEvent is one input of an agreement state machine.
@@ -191,6 +196,8 @@ func (v *verdictRoot) step(ev agreeEvent) []agreeAction {
 		if v.restoring {
 			v.restoring, v.restoreErr = false, ev.Err
 		}
+	case agFailed:
+		v.fail(ev.Err)
 	}
 	v.progress()
 	return v.out

@@ -447,6 +447,25 @@ func TestRewireAgreement(t *testing.T) {
 			noVerdict: true,
 		},
 		{
+			name: "the operation ends while the switch runs: no verdict, the abandoned switch is restored", size: 3, switching: true, restores: 1,
+			script: func(n *agreeNet) {
+				n.links(0, ok)
+				n.links(1, ok)
+				n.links(2, ok)
+				n.flush()
+				n.event(0, agreeEvent{Kind: agFailed, Err: errors.New("peer failed: rank 3")})
+				n.flush()
+				if n.results[0] != "" || n.restores != 0 {
+					n.t.Fatalf("rank 0 done %q, %d restores, before its switch returned", n.results[0], n.restores)
+				}
+				// Abandoned as the operation's context ended: its
+				// outcome is unknown, but no verdict may say so.
+				n.switched(errors.New("the switch (Rewire.Apply) did not return before its context was cancelled"))
+			},
+			want:      []string{"fail: peer failed: rank 3", "fail: connection closed", "fail: connection closed"},
+			noVerdict: true,
+		},
+		{
 			name: "rank 0's plan failure decides at once", size: 3, planErr: errors.New("target has 2 hosts"),
 			script: func(n *agreeNet) {
 				if n.verdict != 1 {

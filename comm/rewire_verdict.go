@@ -20,8 +20,9 @@ import (
 //
 //  1. every rank opens and checks its new links (see rewire.go) and each
 //     rank other than 0 sends its outcome, a status, to rank 0;
-//  2. rank 0 waits until its switch has returned, then sends one verdict to
-//     every other rank, directly: the switch's failure if it failed;
+//  2. rank 0 waits until its switch has returned (or has been abandoned
+//     at its deadline, see startSwitch), then sends one verdict to every
+//     other rank, directly: the switch's failure if it failed;
 //     otherwise the failure of the lowest rank among those whose outcome
 //     it holds, as soon as it holds one; otherwise success once every
 //     outcome is in. Before a failure, unless the switch definitely did
@@ -105,14 +106,22 @@ type switchRun struct {
 	err  error // Apply's; the root's state machine reads it (agSwitched)
 }
 
-// startSwitch calls rw.Apply on its own goroutine, bounded by applyContext.
+// startSwitch calls rw.Apply on its own goroutine, bounded by applyContext:
+// done is closed when Apply has returned or, at the end of that context,
+// when it is abandoned (callBounded) with an error whose outcome is
+// unknown. When that context has ended already, Apply is not called, and
+// the error wraps ErrNotSwitched.
 func startSwitch(ctx context.Context, rw Rewire) *switchRun {
 	s := &switchRun{done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
 		actx, cancel := applyContext(ctx, rw.ApplyTimeout)
 		defer cancel()
-		s.err = rw.Apply(actx)
+		if err := actx.Err(); err != nil {
+			s.err = fmt.Errorf("%w: Rewire.Apply not called, no time was left (%w)", ErrNotSwitched, err)
+			return
+		}
+		s.err = callBounded(actx, "the switch (Rewire.Apply)", rw.Apply)
 	}()
 	return s
 }
@@ -167,6 +176,11 @@ func (c *Communicator) decide(ctx context.Context, p *opPeers, rw Rewire, digest
 	var own newLinks
 	sent := make(chan error, 1)
 	restored := make(chan error, 1)
+	// The end of the operation's context (the communicator failed, or
+	// the deadline passed) fails the agreement at once: a switch abandoned
+	// because of it must not be taken for a failed switch whose verdict
+	// the other ranks would then keep the communicator on.
+	ended := ctx.Done()
 	acts := sm.start()
 	for {
 		for _, a := range acts {
@@ -203,6 +217,13 @@ func (c *Communicator) decide(ctx context.Context, p *opPeers, rw Rewire, digest
 			ev = agreeEvent{Kind: agStatus, From: ps.rank, Outcome: ps.s, Digest: ps.digest, Err: ps.err}
 		case err := <-sent:
 			ev = agreeEvent{Kind: agSent, Err: err}
+		case <-ended:
+			ended = nil
+			var err error = ctx.Err()
+			if pe := c.failure.err(); pe != nil {
+				err = pe
+			}
+			ev = agreeEvent{Kind: agFailed, Err: err}
 		case err := <-restored:
 			if err != nil {
 				logx.For(c.log, logx.Rewire).Warn("occl: rewire: restoring the previous circuits failed", "err", err)

@@ -271,8 +271,8 @@ func ReconfigureAsync(ctx context.Context, comms []*comm.Communicator, target *t
 	rollbackOf := func(*comm.Communicator) func(context.Context) error { return nil }
 	if o.ctl != nil {
 		// Every controller call ends by the reconfiguration's deadline,
-		// the restore's too (which the communicator runs detached from
-		// ctx, bounded by ApplyTimeout alone).
+		// the restore's too (which the communicator runs even after ctx
+		// is cancelled, until that deadline at most).
 		deadline, hasDeadline := ctx.Deadline()
 		call := func(ctx context.Context, id string, circuits []topo.Circuit) (time.Duration, error) {
 			var cancel context.CancelFunc

@@ -13,6 +13,7 @@ import argparse
 import datetime
 import gc
 import os
+import threading
 
 import torch
 import torch.distributed as dist
@@ -252,6 +253,26 @@ def check_async(rank, n):
     assert seen and seen[0] == ts[1].sum().item(), "future callback saw %s" % seen
     b = dist.barrier(async_op=True)
     b.wait()
+    # A future's callbacks run on occl's threads, never on the thread that
+    # waits for its work or asks whether it is done; once the work says it
+    # is done, so does its future.
+    me = threading.get_ident()
+    ran = []
+    ws = [dist.all_reduce(vals(rank, 64, torch.float32, seed=k), async_op=True) for k in range(16)]
+    fs = [w.get_future() for w in ws]
+    chains = [f.then(lambda f, k=k: ran.append((k, threading.get_ident()))) for k, f in enumerate(fs)]
+    for k, w in enumerate(ws):
+        if k % 2:
+            while not w.is_completed():
+                pass
+        else:
+            w.wait()
+        assert fs[k].done(), "work %d done, its future not" % k
+    for c in chains:
+        c.wait()
+    assert sorted(k for k, _ in ran) == list(range(16)), "callbacks ran for %s" % sorted(k for k, _ in ran)
+    on_caller = [k for k, t in ran if t == me]
+    assert not on_caller, "the callbacks of works %s ran on the thread that waited for them" % on_caller
 
 
 def check_groups(rank, n):

@@ -7,7 +7,9 @@
 // A future (Work::getFuture, which DDP's reducer uses) is waited for by the
 // process group's completion thread, which waits for the operations whose
 // futures were asked for, in issue order, and completed (its callbacks run)
-// on a Publisher thread: a callback may wait for another future. No lock is
+// on a Publisher thread: a callback may wait for another future. Work::wait
+// and isCompleted of a work whose future was asked for wait for (or ask
+// about) that completion, never run it. No lock is
 // held across occlWait, and a thread that may hold the GIL never waits for
 // one that may need it (see State, releaseGIL).
 //
@@ -180,6 +182,7 @@ struct State {
   std::vector<at::Tensor> outputs;
   c10::intrusive_ptr<c10::ivalue::Future> future;
   std::atomic<bool> published{false};
+  std::atomic<bool> posted{false};  // handed to the Publisher (postOnce)
 
   // finish records r, the outcome of the request, on the thread that owns
   // it (waiting set), without mu: it runs the epilogue, and releases the
@@ -298,7 +301,10 @@ void releaseGIL(Fn fn) {
 // One per process, never destroyed: its threads may outlive every group.
 class Publisher {
  public:
-  static void post(std::shared_ptr<State> s) {
+  // postOnce hands s to a publisher thread, unless it was handed over
+  // before (by the completion thread, or by a wait on its work).
+  static void postOnce(std::shared_ptr<State> s) {
+    if (s->posted.exchange(true)) return;
     static Publisher* p = new Publisher();
     p->add(std::move(s));
   }
@@ -400,7 +406,7 @@ class Completer {
         s->wait();
       } catch (...) {
       }
-      Publisher::post(std::move(s));
+      Publisher::postOnce(std::move(s));
     }
   }
   std::shared_ptr<Queue> q_;
@@ -426,11 +432,10 @@ class OcclWork : public c10d::Work {
     if (pending) completer_->add(st_);
   }
 
-  bool isCompleted() override {
-    bool c = st_->test();
-    if (c) st_->publish();
-    return c;
-  }
+  // isCompleted reports the operation done once its outcome is known and,
+  // if its future was asked for, that future completed (by the Publisher:
+  // as with Gloo, whose work completes its future before it completes).
+  bool isCompleted() override { return st_->test() && futureDone(); }
 
   bool isSuccess() const override {
     std::lock_guard<std::mutex> l(st_->mu);
@@ -447,18 +452,22 @@ class OcclWork : public c10d::Work {
     return st_->outputs;
   }
 
+  // wait waits for the outcome and, if the work's future was asked for,
+  // until the Publisher has completed it, so that the future is done when
+  // wait returns (as with Gloo) while its callbacks run on a Publisher
+  // thread, never on this one.
   bool wait(std::chrono::milliseconds timeout) override {
     if (timeout == kNoTimeout) {
       st_->wait();
+      if (!futureDone()) future()->wait();
     } else {
       auto deadline = std::chrono::steady_clock::now() + timeout;
-      while (!st_->test()) {
+      while (!st_->test() || !futureDone()) {
         TORCH_CHECK(std::chrono::steady_clock::now() < deadline, "occl: operation timed out after ",
                     timeout.count(), " ms");
         std::this_thread::sleep_for(std::chrono::microseconds(100));
       }
     }
-    st_->publish();
     std::exception_ptr e;
     {
       std::lock_guard<std::mutex> l(st_->mu);
@@ -490,6 +499,24 @@ class OcclWork : public c10d::Work {
   }
 
  private:
+  // future returns the work's future, if it was asked for.
+  c10::intrusive_ptr<c10::ivalue::Future> future() const {
+    std::lock_guard<std::mutex> l(st_->mu);
+    return st_->future;
+  }
+
+  // futureDone reports, once the outcome is known, whether the work's
+  // future (if it was asked for) is completed; if not, it makes sure a
+  // publisher thread completes it: the completion thread does, for a
+  // work it was given, but not for a batch that failed before it was
+  // issued.
+  bool futureDone() const {
+    auto f = future();
+    if (!f || f->completed()) return true;
+    Publisher::postOnce(st_);
+    return false;
+  }
+
   std::shared_ptr<State> st_;
   std::shared_ptr<Completer> completer_;
 };

@@ -76,8 +76,8 @@ func WithToken(token string) Option { return func(o *clientOptions) { o.token = 
 func WithTimeout(d time.Duration) Option { return func(o *clientOptions) { o.timeout = d } }
 
 // WithRetry sets how many times a unary call is attempted (default
-// DefaultRetries; 1 disables retries) and the first backoff (default
-// DefaultRetryBackoff).
+// DefaultRetries; 1 disables retries) and the first backoff (0 means
+// DefaultRetryBackoff). 0 attempts or a negative backoff make Dial fail.
 func WithRetry(attempts uint, backoff time.Duration) Option {
 	return func(o *clientOptions) { o.retries, o.backoff = attempts, backoff }
 }
@@ -111,7 +111,8 @@ func (b bearerCreds) RequireTransportSecurity() bool { return b.secure }
 // Dial returns a client of the controller at addr (host:port). It does not
 // wait for the connection: the first call connects, and retries while the
 // controller is unavailable. ctx is only checked; it bounds nothing after
-// Dial returns. Dial fails on invalid options (a negative WithTimeout).
+// Dial returns. Dial fails on invalid options (a negative WithTimeout, 0
+// attempts or a negative backoff in WithRetry).
 func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("ocs: dial %s: %w", addr, err)
@@ -123,8 +124,10 @@ func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 	if o.timeout < 0 {
 		return nil, fmt.Errorf("ocs: dial %s: WithTimeout(%v): negative timeout (0 disables the default deadline)", addr, o.timeout)
 	}
-	o.retries = max(o.retries, 1)
-	if o.backoff <= 0 {
+	if o.retries == 0 || o.backoff < 0 {
+		return nil, fmt.Errorf("ocs: dial %s: WithRetry(%d, %v): want at least 1 attempt and a backoff of 0 (the default) or more", addr, o.retries, o.backoff)
+	}
+	if o.backoff == 0 {
 		o.backoff = DefaultRetryBackoff
 	}
 	creds := o.creds

@@ -134,6 +134,30 @@ func TestApplyWithoutRequestID(t *testing.T) {
 	}
 }
 
+// TestDialRefusesInvalidRetry: WithRetry with no attempt or a negative
+// backoff is refused rather than changed into something else; one attempt
+// (no retries) and a backoff of 0 (the default) are accepted.
+func TestDialRefusesInvalidRetry(t *testing.T) {
+	ctx := ctxT(t)
+	for _, o := range []ocs.Option{ocs.WithRetry(0, time.Millisecond), ocs.WithRetry(3, -time.Millisecond)} {
+		c, err := ocs.Dial(ctx, "127.0.0.1:1", o)
+		if err == nil {
+			c.Close()
+			t.Fatal("Dial accepted an invalid WithRetry")
+		}
+		if !strings.Contains(err.Error(), "WithRetry") {
+			t.Fatalf("Dial with an invalid WithRetry: %v, want an error naming it", err)
+		}
+	}
+	for _, o := range []ocs.Option{ocs.WithRetry(1, 0), ocs.WithRetry(5, time.Millisecond)} {
+		c, err := ocs.Dial(ctx, "127.0.0.1:1", o)
+		if err != nil {
+			t.Fatalf("Dial with a valid WithRetry: %v", err)
+		}
+		c.Close()
+	}
+}
+
 // TestDialRefusesNegativeTimeout: a negative WithTimeout would leave calls
 // without a deadline, so Dial refuses it; 0 still disables the default
 // deadline.

@@ -26,13 +26,22 @@ def main():
     p.add_argument("--timeout", type=float, default=60)
     a = p.parse_args()
     dist.init_process_group("occl", timeout=datetime.timedelta(seconds=a.timeout))
-    rank = dist.get_rank()
+    rank, n = dist.get_rank(), dist.get_world_size()
+    # The store (served by rank 0) outlives the group.
+    store = dist.distributed_c10d._get_default_store()
     t = torch.ones(1 << 16)
     dist.all_reduce(t)
     if rank == a.victim:
         if a.mode == "kill":
             os._exit(17)
-        time.sleep(a.timeout * 3)  # alive, holding everyone up
+        # Alive, holding everyone up, until every other rank has raised
+        # (or rank 0, which serves the store, has gone), for 3 timeouts
+        # at most.
+        store.set_timeout(datetime.timedelta(seconds=a.timeout * 3))
+        try:
+            store.wait(["check_failure/raised/%d" % r for r in range(n) if r != rank])
+        except Exception:
+            pass
         os._exit(0)
     start = time.monotonic()
     try:
@@ -45,6 +54,13 @@ def main():
             dist.all_reduce(t)
         except RuntimeError as e2:
             print("rank %d: later operation raised: %s" % (rank, e2), flush=True)
+        try:
+            store.set("check_failure/raised/%d" % rank, "1")
+            if rank == 0:
+                # Serve the store until every other rank has raised.
+                store.wait(["check_failure/raised/%d" % r for r in range(n) if r != a.victim])
+        except Exception:
+            pass
         os._exit(0)
     print("rank %d: no error" % rank, flush=True)
     os._exit(1)

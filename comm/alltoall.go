@@ -88,6 +88,21 @@ func (c *Communicator) uniformAllToAll(ctx context.Context, p *opPeers, send, re
 // In place (the same buffer twice), as for AllToAll, on every rank or
 // none.
 func (c *Communicator) AllToAllV(ctx context.Context, send Buffer, sendCounts, sendDispls []int, recv Buffer, recvCounts, recvDispls []int) error {
+	if small(len(send.b)) && small(len(recv.b)) {
+		// Small buffers: run alone, without a request, if the
+		// communicator is idle (see takeAlone), as AllToAll does.
+		v := vblocks.Get().(*vBlocks)
+		if c.checkAllToAllV(send, sendCounts, sendDispls, recv, recvCounts, recvDispls, v) == nil &&
+			c.takeAlone(ctx, largestBlock(-1, v.slens, v.rlens)) {
+			tag := TrafficTag(ctx)
+			err := c.runTaken(ctx, "AllToAllV", algo.OpAllToAllV, send.dt, 0, 0, 0, func(ctx context.Context, p *opPeers) error {
+				return p.c.allToAllV(ctx, p, send.b, recv.b, v, tag)
+			})
+			vblocks.Put(v)
+			return err
+		}
+		vblocks.Put(v)
+	}
 	return wait(c.postAllToAllV(ctx, send, sendCounts, sendDispls, recv, recvCounts, recvDispls))
 }
 
@@ -99,8 +114,20 @@ func (c *Communicator) AllToAllVAsync(ctx context.Context, send Buffer, sendCoun
 // postAllToAllV checks AllToAllV's arguments and makes its request, unissued (see post).
 func (c *Communicator) postAllToAllV(ctx context.Context, send Buffer, sendCounts, sendDispls []int, recv Buffer, recvCounts, recvDispls []int) *Request {
 	const name = "AllToAllV"
-	err := checkPair(send, recv)
 	v := vblocks.Get().(*vBlocks)
+	if err := c.checkAllToAllV(send, sendCounts, sendDispls, recv, recvCounts, recvDispls, v); err != nil {
+		vblocks.Put(v)
+		return c.failedRequest(name, err)
+	}
+	r := c.postColl(ctx, name, algo.OpAllToAllV, send.dt, 0, 0, 0, allToAllVOp)
+	r.args.send, r.args.recv, r.args.v, r.args.tag = send, recv, v, TrafficTag(ctx)
+	return r
+}
+
+// checkAllToAllV checks AllToAllV's arguments and lays its blocks out in
+// v, in bytes.
+func (c *Communicator) checkAllToAllV(send Buffer, sendCounts, sendDispls []int, recv Buffer, recvCounts, recvDispls []int, v *vBlocks) error {
+	err := checkPair(send, recv)
 	if err == nil {
 		v.soffs, v.slens, err = c.vLayout("send", send, sendCounts, sendDispls, v.soffs, v.slens)
 	}
@@ -113,22 +140,21 @@ func (c *Communicator) postAllToAllV(ctx context.Context, send Buffer, sendCount
 	if err == nil && !same(send.b, recv.b) && overlap(send.b, recv.b) {
 		err = invalidf("send and recv buffers overlap")
 	}
-	if err != nil {
-		vblocks.Put(v)
-		return c.failedRequest(name, err)
-	}
-	r := c.postColl(ctx, name, algo.OpAllToAllV, send.dt, 0, 0, 0, allToAllVOp)
-	r.args.send, r.args.recv, r.args.v, r.args.tag = send, recv, v, TrafficTag(ctx)
-	return r
+	return err
 }
 
 func allToAllVOp(ctx context.Context, p *opPeers, a *opArgs) error {
-	v := a.v
-	p.c.traffic.record(a.tag, p.c.size, v.slens, 0)
-	if ok, err := p.c.directAllToAll(ctx, p, a.send.b, v.soffs, v.slens, a.recv.b, v.roffs, v.rlens, -1); ok {
+	return p.c.allToAllV(ctx, p, a.send.b, a.recv.b, a.v, a.tag)
+}
+
+// allToAllV runs an AllToAllV whose blocks v lays out, its traffic
+// recorded under tag.
+func (c *Communicator) allToAllV(ctx context.Context, p *opPeers, send, recv []byte, v *vBlocks, tag string) error {
+	c.traffic.record(tag, c.size, v.slens, 0)
+	if ok, err := c.directAllToAll(ctx, p, send, v.soffs, v.slens, recv, v.roffs, v.rlens, -1); ok {
 		return err
 	}
-	return p.c.allToAll(ctx, p, a.send.b, v.soffs, v.slens, a.recv.b, v.roffs, v.rlens, -1)
+	return c.allToAll(ctx, p, send, v.soffs, v.slens, recv, v.roffs, v.rlens, -1)
 }
 
 // vBlocks are an AllToAllV's block offsets and lengths in bytes, made when

@@ -51,6 +51,35 @@ var smallForms = []smallForm{
 		}
 		return fmt.Sprint(want)
 	}},
+	{"AllToAllV", func(ctx context.Context, c *comm.Communicator, async bool) (string, error) {
+		// Rank r sends j+1 elements to rank j, at displacements that
+		// leave a gap; it receives r+1 from every rank.
+		size := c.Size()
+		sc, sd, rc, rd := make([]int, size), make([]int, size), make([]int, size), make([]int, size)
+		in := make([]int32, size*(size+1))
+		for j := range size {
+			sc[j], sd[j] = j+1, j*(size+1)
+			for k := range sc[j] {
+				in[sd[j]+k] = int32(100*c.Rank() + 10*j + k)
+			}
+			rc[j], rd[j] = c.Rank()+1, j*(c.Rank()+1)
+		}
+		out := make([]int32, size*(c.Rank()+1))
+		err := runForm(ctx, async, func() error {
+			return c.AllToAllV(ctx, comm.Slice(in), sc, sd, comm.Slice(out), rc, rd)
+		}, func() *comm.Request {
+			return c.AllToAllVAsync(ctx, comm.Slice(in), sc, sd, comm.Slice(out), rc, rd)
+		})
+		return fmt.Sprint(out), err
+	}, func(r, size int) string {
+		var want []int32
+		for k := range size {
+			for e := range r + 1 {
+				want = append(want, int32(100*k+10*r+e))
+			}
+		}
+		return fmt.Sprint(want)
+	}},
 	{"AllGather", func(ctx context.Context, c *comm.Communicator, async bool) (string, error) {
 		in, out := comm.Slice([]int64{int64(7 * c.Rank())}), make([]int64, c.Size())
 		err := runForm(ctx, async, func() error { return c.AllGather(ctx, in, comm.Slice(out)) },

@@ -39,6 +39,10 @@ func BenchmarkDispatch(b *testing.B) {
 		{"AllToAll", func(ctx context.Context, c *comm.Communicator, x, y []float32) error {
 			return comm.AllToAll(ctx, c, x[:4*n], y[:4*n])
 		}},
+		{"AllToAllV", func(ctx context.Context, c *comm.Communicator, x, y []float32) error {
+			counts, displs := []int{n, n, n, n}, []int{0, n, 2 * n, 3 * n}
+			return c.AllToAllV(ctx, comm.Slice(x[:4*n]), counts, displs, comm.Slice(y[:4*n]), counts, displs)
+		}},
 		{"Gather", func(ctx context.Context, c *comm.Communicator, x, y []float32) error {
 			return comm.Gather(ctx, c, x[:n], y[:4*n], 0)
 		}},

@@ -88,22 +88,26 @@ func (c *Communicator) uniformAllToAll(ctx context.Context, p *opPeers, send, re
 // In place (the same buffer twice), as for AllToAll, on every rank or
 // none.
 func (c *Communicator) AllToAllV(ctx context.Context, send Buffer, sendCounts, sendDispls []int, recv Buffer, recvCounts, recvDispls []int) error {
-	if small(len(send.b)) && small(len(recv.b)) {
-		// Small buffers: run alone, without a request, if the
-		// communicator is idle (see takeAlone), as AllToAll does.
-		v := vblocks.Get().(*vBlocks)
-		if c.checkAllToAllV(send, sendCounts, sendDispls, recv, recvCounts, recvDispls, v) == nil &&
-			c.takeAlone(ctx, largestBlock(-1, v.slens, v.rlens)) {
-			tag := TrafficTag(ctx)
-			err := c.runTaken(ctx, "AllToAllV", algo.OpAllToAllV, send.dt, 0, 0, 0, func(ctx context.Context, p *opPeers) error {
-				return p.c.allToAllV(ctx, p, send.b, recv.b, v, tag)
-			})
-			vblocks.Put(v)
-			return err
-		}
-		vblocks.Put(v)
+	if !small(len(send.b)) || !small(len(recv.b)) {
+		return wait(c.postAllToAllV(ctx, send, sendCounts, sendDispls, recv, recvCounts, recvDispls))
 	}
-	return wait(c.postAllToAllV(ctx, send, sendCounts, sendDispls, recv, recvCounts, recvDispls))
+	// Small buffers: run alone, without a request, if the communicator
+	// is idle (see takeAlone), as AllToAll does; else post the blocks
+	// laid out here.
+	v := vblocks.Get().(*vBlocks)
+	if err := c.checkAllToAllV(send, sendCounts, sendDispls, recv, recvCounts, recvDispls, v); err != nil {
+		vblocks.Put(v)
+		return wait(c.failedRequest(allToAllVName, err))
+	}
+	if !c.takeAlone(ctx, largestBlock(-1, v.slens, v.rlens)) {
+		return wait(c.postLaidOutAllToAllV(ctx, send, recv, v))
+	}
+	tag := TrafficTag(ctx)
+	err := c.runTaken(ctx, allToAllVName, algo.OpAllToAllV, send.dt, 0, 0, 0, func(ctx context.Context, p *opPeers) error {
+		return p.c.allToAllV(ctx, p, send.b, recv.b, v, tag)
+	})
+	vblocks.Put(v)
+	return err
 }
 
 // AllToAllVAsync is the non-blocking form of AllToAllV.
@@ -111,15 +115,22 @@ func (c *Communicator) AllToAllVAsync(ctx context.Context, send Buffer, sendCoun
 	return c.issue(c.postAllToAllV(ctx, send, sendCounts, sendDispls, recv, recvCounts, recvDispls))
 }
 
+const allToAllVName = "AllToAllV"
+
 // postAllToAllV checks AllToAllV's arguments and makes its request, unissued (see post).
 func (c *Communicator) postAllToAllV(ctx context.Context, send Buffer, sendCounts, sendDispls []int, recv Buffer, recvCounts, recvDispls []int) *Request {
-	const name = "AllToAllV"
 	v := vblocks.Get().(*vBlocks)
 	if err := c.checkAllToAllV(send, sendCounts, sendDispls, recv, recvCounts, recvDispls, v); err != nil {
 		vblocks.Put(v)
-		return c.failedRequest(name, err)
+		return c.failedRequest(allToAllVName, err)
 	}
-	r := c.postColl(ctx, name, algo.OpAllToAllV, send.dt, 0, 0, 0, allToAllVOp)
+	return c.postLaidOutAllToAllV(ctx, send, recv, v)
+}
+
+// postLaidOutAllToAllV makes the request of an AllToAllV whose checked
+// blocks v lays out, unissued (see post); the request gives v back.
+func (c *Communicator) postLaidOutAllToAllV(ctx context.Context, send, recv Buffer, v *vBlocks) *Request {
+	r := c.postColl(ctx, allToAllVName, algo.OpAllToAllV, send.dt, 0, 0, 0, allToAllVOp)
 	r.args.send, r.args.recv, r.args.v, r.args.tag = send, recv, v, TrafficTag(ctx)
 	return r
 }

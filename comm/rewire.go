@@ -12,6 +12,7 @@ import (
 
 	"github.com/occl/occl/algo"
 	"github.com/occl/occl/comm/internal/wire"
+	"github.com/occl/occl/internal/bounded"
 	"github.com/occl/occl/internal/logx"
 	"github.com/occl/occl/topo"
 	"github.com/occl/occl/transport"
@@ -275,7 +276,7 @@ func (c *Communicator) rewire(ctx context.Context, p *opPeers, rw Rewire, digest
 		}
 	}()
 	if rw.Switched != nil {
-		if err := callBounded(ctx, "Rewire.Switched", rw.Switched); err != nil {
+		if err := bounded.Err(ctx, "Rewire.Switched", rw.Switched); err != nil {
 			if pe := c.failure.err(); pe != nil {
 				return pe
 			}
@@ -398,7 +399,7 @@ func (c *Communicator) openLinks(ctx context.Context, epoch, gen uint32, changed
 // rw.ApplyTimeout or half of what remains of ctx's deadline, and never
 // runs past ctx's deadline, the caller's: it runs even when ctx has been
 // cancelled (the communicator failed), but a Rollback that has not
-// returned by then is abandoned (see callBounded), and none is called when
+// returned by then is abandoned (see bounded.Call), and none is called when
 // no time is left. Without a deadline on ctx, it is bounded by
 // rw.ApplyTimeout or the communicator's timeout.
 func (c *Communicator) rollback(ctx context.Context, rw Rewire) error {
@@ -422,49 +423,10 @@ func (c *Communicator) rollback(ctx context.Context, rw Rewire) error {
 	if err := rctx.Err(); err != nil {
 		return fmt.Errorf("restore the previous circuits: Rewire.Rollback not called, no time was left before the deadline (%w)", err)
 	}
-	if err := callBounded(rctx, "Rewire.Rollback", rw.Rollback); err != nil {
+	if err := bounded.Err(rctx, "Rewire.Rollback", rw.Rollback); err != nil {
 		return fmt.Errorf("restore the previous circuits: %w", err)
 	}
 	return nil
-}
-
-// callBounded runs call (Rewire.Apply, Rollback or Switched, named name)
-// under ctx on a goroutine of its own and returns its error, or, once ctx
-// has ended without an answer, an error saying it did not return by its
-// deadline, whose outcome is unknown (it does not wrap ErrNotSwitched): a
-// call that ignores its context is abandoned then, never waited for, and
-// its late answer is dropped, never written anywhere. The caller cancels
-// ctx on return, which also tells an abandoned call to stop. A call that
-// panics returns an error saying so. As the reconfig package's controller
-// calls do.
-func callBounded(ctx context.Context, name string, call func(context.Context) error) error {
-	answered := make(chan error, 1) // never blocks an abandoned call
-	go func() {
-		// A callback of the user's that panics fails this call, not the
-		// process: it runs on a goroutine of its own, out of the
-		// worker's reach.
-		defer func() {
-			if v := recover(); v != nil {
-				answered <- fmt.Errorf("%s panicked: %v", name, v)
-			}
-		}()
-		answered <- call(ctx)
-	}()
-	select {
-	case err := <-answered:
-		return err
-	case <-ctx.Done():
-	}
-	select {
-	case err := <-answered: // it answered as ctx ended
-		return err
-	default:
-	}
-	when := "by its deadline"
-	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		when = "before its context was cancelled"
-	}
-	return fmt.Errorf("%s did not return %s (%w): abandoned, the outcome is unknown", name, when, ctx.Err())
 }
 
 // applyContext bounds the switch: by timeout if set, else by half of what

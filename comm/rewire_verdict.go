@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/occl/occl/comm/internal/wire"
+	"github.com/occl/occl/internal/bounded"
 	"github.com/occl/occl/internal/logx"
 	"github.com/occl/occl/transport"
 )
@@ -108,7 +109,7 @@ type switchRun struct {
 
 // startSwitch calls rw.Apply on its own goroutine, bounded by applyContext:
 // done is closed when Apply has returned or, at the end of that context,
-// when it is abandoned (callBounded) with an error whose outcome is
+// when it is abandoned (bounded.Call) with an error whose outcome is
 // unknown. When that context has ended already, Apply is not called, and
 // the error wraps ErrNotSwitched.
 func startSwitch(ctx context.Context, rw Rewire) *switchRun {
@@ -121,7 +122,7 @@ func startSwitch(ctx context.Context, rw Rewire) *switchRun {
 			s.err = fmt.Errorf("%w: Rewire.Apply not called, no time was left (%w)", ErrNotSwitched, err)
 			return
 		}
-		s.err = callBounded(actx, "the switch (Rewire.Apply)", rw.Apply)
+		s.err = bounded.Err(actx, "the switch (Rewire.Apply)", rw.Apply)
 	}()
 	return s
 }

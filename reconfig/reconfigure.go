@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/occl/occl/comm"
+	"github.com/occl/occl/internal/bounded"
 	"github.com/occl/occl/topo"
 )
 
@@ -363,34 +364,16 @@ func ReconfigureAsync(ctx context.Context, comms []*comm.Communicator, target *t
 
 // callController runs call (one request to the controller) under ctx on a
 // goroutine of its own and returns its answer, or, once ctx has ended
-// without one, an error whose outcome is unknown (it does not wrap
-// comm.ErrNotSwitched): a call that ignores its context is abandoned then,
-// and its late answer is dropped, never written anywhere. When ctx has
-// ended already, nothing is asked, and the error wraps comm.ErrNotSwitched.
+// without one, an error whose outcome is unknown (bounded.ErrAbandoned,
+// not comm.ErrNotSwitched): a call that ignores its context is abandoned
+// then, and its late answer is dropped, never written anywhere. When ctx
+// has ended already, nothing is asked, and the error wraps
+// comm.ErrNotSwitched.
 func callController(ctx context.Context, call func(context.Context) (time.Duration, error)) (time.Duration, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, fmt.Errorf("%w: not asked, no time was left (%w)", comm.ErrNotSwitched, err)
 	}
-	type answer struct {
-		d   time.Duration
-		err error
-	}
-	answered := make(chan answer, 1) // never blocks an abandoned call
-	go func() {
-		d, err := call(ctx)
-		answered <- answer{d, err}
-	}()
-	select {
-	case a := <-answered:
-		return a.d, a.err
-	case <-ctx.Done():
-	}
-	select {
-	case a := <-answered: // it answered as ctx ended
-		return a.d, a.err
-	default:
-	}
-	return 0, fmt.Errorf("no answer in time (%w), the call is abandoned: the outcome is unknown", ctx.Err())
+	return bounded.Call(ctx, "the controller call", call)
 }
 
 // issued counts the reconfigurations started per communicator in this

@@ -28,7 +28,8 @@ import (
 // failure whose outcome is unknown, and whatever it returns later is
 // dropped. An abandoned call may then still run while the next one (the
 // restore) is made, so Apply must be safe for concurrent use, and a
-// controller should apply requests in the order they are made.
+// controller should apply requests in the order they are made. A call
+// that panics fails as one whose outcome is unknown, not the process.
 type Controller interface {
 	Apply(ctx context.Context, requestID string, circuits []topo.Circuit) (time.Duration, error)
 }

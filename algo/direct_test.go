@@ -919,3 +919,62 @@ func TestAllToAllPairwiseLends(t *testing.T) {
 		}
 	}
 }
+
+// duplexCount counts a rank's duplex exchanges; with hide it is a rank
+// whose connection is not duplex (DuplexMax 0).
+type duplexCount struct {
+	DuplexPeers
+	n    *atomic.Int64
+	hide bool
+}
+
+func (d duplexCount) EagerLimit(peer int) int { return d.DuplexPeers.(EagerPeers).EagerLimit(peer) }
+
+func (d duplexCount) DuplexMax(peer int) int {
+	if d.hide {
+		return 0
+	}
+	return d.DuplexPeers.DuplexMax(peer)
+}
+
+func (d duplexCount) Exchange(ctx context.Context, peer int, sstep uint32, sbuf []byte, rstep uint32, rbuf []byte) error {
+	d.n.Add(1)
+	return d.DuplexPeers.Exchange(ctx, peer, sstep, sbuf, rstep, rbuf)
+}
+
+// TestAllToAllPairwiseDuplex: two ranks whose connection is duplex
+// exchange blocks of at most a piece in one Exchange each, on their
+// calling goroutine, and larger ones as every pair does; a block one way
+// only is a Send or a Recv; and a rank whose connection is not duplex
+// meets one whose is, the messages being the same either way.
+func TestAllToAllPairwiseDuplex(t *testing.T) {
+	defer func(c int) { pairwiseChunk = c }(pairwiseChunk)
+	pairwiseChunk = 7
+	for _, tc := range []struct {
+		name string
+		size [][]int
+		hide [2]bool
+		want [2]int64
+	}{
+		{"both ways", [][]int{{1, 5}, {6, 2}}, [2]bool{}, [2]int64{1, 1}},
+		{"one way", [][]int{{0, 5}, {0, 0}}, [2]bool{}, [2]int64{0, 0}},
+		{"above a piece", [][]int{{0, 20}, {3, 0}}, [2]bool{}, [2]int64{0, 0}},
+		{"one rank duplex", [][]int{{0, 7}, {4, 0}}, [2]bool{false, true}, [2]int64{1, 0}},
+	} {
+		for _, opts := range []fakepeers.Options{
+			{EagerLimit: -1, DuplexMax: 7},
+			{EagerLimit: 3, QueueDepth: 1, MaxDelay: time.Millisecond, DuplexMax: 7},
+		} {
+			var n [2]atomic.Int64
+			checkAllToAll(t, tc.size, opts, func(ctx context.Context, rank int, peers Peers, b *a2aBufs) error {
+				d := duplexCount{peers.(DuplexPeers), &n[rank], tc.hide[rank]}
+				return AllToAllPairwise(ctx, d, b.send, b.sOffs, b.sLens, b.recv, b.rOffs, b.rLens)
+			})
+			for r := range n {
+				if g := n[r].Load(); g != tc.want[r] {
+					t.Errorf("%s, eager limit %d: rank %d made %d exchanges, want %d", tc.name, opts.EagerLimit, r, g, tc.want[r])
+				}
+			}
+		}
+	}
+}

@@ -69,6 +69,17 @@ import (
 // one that sends in pieces (an AllToAllV whose large blocks go to peers on
 // shared memory on one rank and over TCP on another).
 //
+// Two ranks whose connection sends and receives at once on one goroutine
+// (DuplexPeers: TCP), with blocks of at most a piece that are not all
+// eager, exchange them in one call instead of a sender goroutine and the
+// caller's receive: one thread writes and reads the socket by turns, so
+// no thread wakes another and each copy runs on the CPU that last
+// touched the data. Over loopback, 2 processes on 2 cores, a 1 MiB
+// AllToAll took 181 us before and 162 us after (medians of 10
+// interleaved rounds; Open MPI's TCP transport 180 us); larger blocks
+// keep the two threads, which overlap their copies (16 MiB: 2.2 ms,
+// against 2.7 ms in one thread). The messages are the same either way.
+//
 // Communication steps: p-1 (times the pieces of the largest block).
 // Message step labels: c*p + s for piece c of step s (a whole block is
 // piece 0).
@@ -122,6 +133,12 @@ func allToAllPairwise(ctx context.Context, p Peers, send []byte, sendOffs, sendL
 		}
 	}
 	memcopy.Deliver(recv[recvOffs[r]:recvOffs[r]+recvLens[r]], send[sendOffs[r]:sendOffs[r]+sendLens[r]])
+	if size == 2 && nlent == 0 && (lp == nil || lp.LentMin(1-r) == 0) {
+		peer := 1 - r
+		if d := duplexWith(p, peer, max(sendLens[peer], recvLens[peer])); d != nil {
+			return pairDuplex(ctx, d, r, send[sendOffs[peer]:sendOffs[peer]+sendLens[peer]], recv[recvOffs[peer]:recvOffs[peer]+recvLens[peer]])
+		}
+	}
 	g := newGroup(ctx)
 	defer g.cancel()
 	// Blocks larger than pairwiseChunk go in pieces, round robin over the
@@ -172,6 +189,32 @@ func allToAllPairwise(ctx context.Context, p Peers, send []byte, sendOffs, sendL
 		return settleLent(ctx, p, lp, &b, g.err)
 	}
 	return g.err
+}
+
+// pairDuplex is the exchange of two ranks whose connection is duplex
+// (DuplexPeers) and lends nothing: piece c of each block, in both
+// directions at once, for every c, on the calling goroutine.
+func pairDuplex(ctx context.Context, d DuplexPeers, r int, sblk, rblk []byte) error {
+	peer := 1 - r
+	rounds := max(pieces(len(sblk)), pieces(len(rblk)))
+	for c := range rounds {
+		slo, shi, sok := piece(len(sblk), c)
+		rlo, rhi, rok := piece(len(rblk), c)
+		step := uint32(c*2 + 1)
+		var err error
+		switch {
+		case sok && rok:
+			err = d.Exchange(ctx, peer, step, sblk[slo:shi], step, rblk[rlo:rhi])
+		case sok:
+			err = d.Send(ctx, peer, step, sblk[slo:shi])
+		case rok:
+			err = d.Recv(ctx, peer, step, rblk[rlo:rhi])
+		}
+		if err != nil {
+			return fmt.Errorf("pairwise all-to-all: rank %d piece %d: exchange with rank %d: %w", r, c, peer, err)
+		}
+	}
+	return nil
 }
 
 // recvBlocks receives every peer's block into b.recv, in the messages its

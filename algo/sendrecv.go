@@ -43,6 +43,38 @@ type LendPeers interface {
 	Settle(ctx context.Context, peer int) error
 }
 
+// DuplexPeers is implemented by Peers whose connections can send a
+// message and receive another at once on the calling goroutine (see
+// transport.Duplex): an exchange with one peer then needs no helper
+// goroutine, and no wake-up of one thread by another.
+type DuplexPeers interface {
+	Peers
+	// DuplexMax returns the largest message Exchange moves with peer, in
+	// either direction, 0 if it moves none.
+	DuplexMax(peer int) int
+	// Exchange sends sbuf to peer as message sstep and receives message
+	// rstep from peer into rbuf, both at most DuplexMax(peer) bytes.
+	Exchange(ctx context.Context, peer int, sstep uint32, sbuf []byte, rstep uint32, rbuf []byte) error
+}
+
+// duplexWith returns p as DuplexPeers if it exchanges messages of n
+// bytes with peer at once, nil if not. Only messages of at most a piece
+// of the pairwise all-to-all (PairwisePiece) are exchanged so: one
+// thread copying both ways is faster than two for one such message, but
+// a longer exchange goes faster as a send and a receive that run on two
+// CPUs. Over loopback TCP, 2 processes on 2 cores, AllToAll medians of 3
+// to 10 interleaved rounds, two goroutines / one: 512 KiB 86 / 81 us, 1 MiB
+// 181 / 162 us, 2 MiB 294 / 318 us, 16 MiB 2.18 / 2.70 ms.
+func duplexWith(p Peers, peer, n int) DuplexPeers {
+	if n > pairwiseChunk {
+		return nil
+	}
+	if d, ok := p.(DuplexPeers); ok && n <= d.DuplexMax(peer) {
+		return d
+	}
+	return nil
+}
+
 // SendRecv sends sbuf to rank to as message sstep and receives message rstep
 // from rank from into rbuf, concurrently, so that two ranks exchanging with
 // each other cannot deadlock whatever the message sizes. Both messages are
@@ -76,6 +108,14 @@ func sendRecv(ctx context.Context, p Peers, to int, sstep uint32, sbuf []byte, f
 			return fmt.Errorf("recv step %d from rank %d: %w", rstep, from, err)
 		}
 		return nil
+	}
+	if to == from && red == nil {
+		if d := duplexWith(p, to, max(len(sbuf), len(rbuf))); d != nil {
+			if err := d.Exchange(ctx, to, sstep, sbuf, rstep, rbuf); err != nil {
+				return fmt.Errorf("exchange steps %d/%d with rank %d: %w", sstep, rstep, to, err)
+			}
+			return nil
+		}
 	}
 	g := newGroup(ctx)
 	defer g.cancel()

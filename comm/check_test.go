@@ -450,6 +450,11 @@ func large(ctx context.Context, c *comm.Communicator) error {
 	if err := k.allToAll(comm.Uint8, (16<<20)/c.Size()+1, false); err != nil {
 		return err
 	}
+	// Blocks above TCP's eager limit, within a piece: between two ranks
+	// over TCP, both ways at once on one goroutine (transport.Duplex).
+	if err := k.allToAll(comm.Uint8, 300<<10+1, false); err != nil {
+		return err
+	}
 	// In place, with blocks that shared memory would lend out of place.
 	if err := k.allToAll(comm.Uint8, 1<<20+1, true); err != nil {
 		return err

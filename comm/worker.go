@@ -545,6 +545,36 @@ func (p *opPeers) RecvView(ctx context.Context, peer int, step uint32, buf []byt
 	return nil
 }
 
+// DuplexMax returns the largest message Exchange moves with peer, 0 if
+// its connection cannot send and receive at once (see algo.DuplexPeers).
+func (p *opPeers) DuplexMax(peer int) int {
+	if d, ok := p.c.links.to(peer).(transport.Duplex); ok {
+		return d.DuplexMax()
+	}
+	return 0
+}
+
+// Exchange sends sbuf to peer as message sstep while it receives message
+// rstep from peer into rbuf, on the calling goroutine (see
+// algo.DuplexPeers).
+func (p *opPeers) Exchange(ctx context.Context, peer int, sstep uint32, sbuf []byte, rstep uint32, rbuf []byte) error {
+	d, ok := p.c.links.to(peer).(transport.Duplex)
+	if !ok {
+		return fmt.Errorf("exchange with rank %d: its connection is not duplex", peer)
+	}
+	sh, rh := p.hdr, p.hdr
+	sh.Step, rh.Step = sstep, rstep
+	p.c.hist.wait(int32(peer))
+	if p.c.obs.tr != nil {
+		defer p.c.obs.transfer(peer, true, sstep, len(sbuf), time.Now())
+		defer p.c.obs.transfer(peer, false, rstep, len(rbuf), time.Now())
+	}
+	if err := d.SendRecv(ctx, sh, sbuf, rh, rbuf); err != nil {
+		return &linkError{peer: peer, dir: "exchange", step: rstep, err: err}
+	}
+	return nil
+}
+
 func (p *opPeers) Recv(ctx context.Context, peer int, step uint32, buf []byte) error {
 	h := p.hdr
 	h.Step = step

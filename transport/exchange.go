@@ -5,8 +5,12 @@ import "context"
 // Exchange sends one frame on c and receives one, concurrently, so that
 // neither side depends on the connection buffering the other's message
 // (both ends of a pair may call it at once). If either fails the other is
-// cancelled; the first error is returned.
+// cancelled; the first error is returned. A connection that is Duplex
+// exchanges messages within its DuplexMax on the calling goroutine.
 func Exchange(ctx context.Context, c Conn, sh Header, send []byte, rh Header, recv []byte) error {
+	if d, ok := c.(Duplex); ok && max(len(send), len(recv)) <= d.DuplexMax() {
+		return d.SendRecv(ctx, sh, send, rh, recv)
+	}
 	ictx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	sent := make(chan error, 1)

@@ -164,6 +164,22 @@ type Buffered interface {
 	Buffers(n int) bool
 }
 
+// Duplex is implemented by connections that can send one message and
+// receive another on the calling goroutine at once, so that two ranks
+// exchanging with each other need no second goroutine (and no wake-up
+// between two threads of one process) to keep both directions moving.
+//
+// SendRecv is a Send and a Recv: it must not overlap either.
+type Duplex interface {
+	// DuplexMax is the largest message, in either direction, SendRecv
+	// takes.
+	DuplexMax() int
+	// SendRecv sends payload with header sh and receives the frame
+	// matching rh (rh.Len taken from len(buf)) into buf, progressing both
+	// as the peer takes and sends. Both must be at most DuplexMax bytes.
+	SendRecv(ctx context.Context, sh Header, payload []byte, rh Header, buf []byte) error
+}
+
 // Consumer takes a received payload piece by piece (see Viewer).
 type Consumer interface {
 	// Consume is given the payload's bytes from offset off on. piece is

@@ -6,7 +6,9 @@
 // the Go netpoller, so the hot path makes no copies beyond the kernel's and
 // allocates nothing. Payloads of at least Options.StripeMin bytes are split
 // across every stream of the pair so that one large message can use several
-// cores' worth of kernel copy bandwidth.
+// cores' worth of kernel copy bandwidth. A Conn is transport.Duplex: a
+// message sent while another is received (two ranks exchanging) can move
+// both ways from one goroutine, which polls the socket in both directions.
 //
 // Every connection is authenticated with the communicator's secret (an HMAC
 // challenge in both directions; the secret never crosses the wire), and
@@ -259,6 +261,56 @@ func (c *Conn) Recv(ctx context.Context, want transport.Header, buf []byte) erro
 	for i := 1; i < k; i++ {
 		err = stripeErr(err, <-c.streams[i].recvDone)
 	}
+	return c.mapErr(ctx, err)
+}
+
+// DuplexMax implements transport.Duplex: messages that go on one stream.
+func (c *Conn) DuplexMax() int {
+	if len(c.streams) == 1 {
+		return int(^uint(0) >> 1)
+	}
+	return c.stripeMin - 1
+}
+
+// SendRecv implements transport.Duplex. The frame is written while the
+// one awaited is read, by one loop on the calling goroutine that polls
+// the socket both ways: a system call that finds no room (or no data) in
+// one direction is followed by one in the other, and the loop waits in
+// the netpoller, for data, only when neither moved for a while (see
+// spinLarge). Waiting for data alone cannot miss progress: a send that
+// finds the socket full waits for the peer to read, and a peer that reads
+// either sends too (this side wakes) or has sent all it had (the read
+// ends, and the rest is written as Send writes).
+func (c *Conn) SendRecv(ctx context.Context, sh transport.Header, payload []byte, rh transport.Header, buf []byte) error {
+	if c.closed.Load() {
+		return transport.ErrClosed
+	}
+	if max(len(payload), len(buf)) > c.DuplexMax() {
+		return fmt.Errorf("tcp: SendRecv of %d and %d bytes exceeds the duplex limit of %d", len(payload), len(buf), c.DuplexMax())
+	}
+	if err := c.tx.arm(ctx); err != nil {
+		return err
+	}
+	if err := c.rx.arm(ctx); err != nil {
+		return err
+	}
+	s := c.streams[0]
+	sh.Len = uint64(len(payload))
+	sh.Encode(s.whdr[:])
+	s.wbufs[0], s.wbufs[1] = s.whdr[:], payload
+	s.werr = nil
+	rh.Len = uint64(len(buf))
+	s.duplex = true
+	err := s.readv(s.rhdr[:], buf, &rh)
+	s.duplex = false
+	if err == nil && (len(s.wbufs[0]) > 0 || len(s.wbufs[1]) > 0) {
+		s.wspin = s.largeSpin()
+		err = s.rc.Write(s.wfn)
+		if err == nil {
+			err = s.werr
+		}
+	}
+	s.wbufs[0], s.wbufs[1] = nil, nil
 	return c.mapErr(ctx, err)
 }
 
@@ -518,6 +570,8 @@ type stream struct {
 	rcheck bool
 	rspin  int // polls left without progress
 	rlarge bool
+	// duplex: the read also writes what is left of wbufs (SendRecv).
+	duplex bool
 	// rcore: the read may give its core away while it waits (see
 	// doRead), ryield how many more times, cy whether it still may.
 	rcore  bool
@@ -723,7 +777,7 @@ func (s *stream) readFrame(want *transport.Header, buf []byte) error {
 func (s *stream) readv(a, b []byte, want *transport.Header) error {
 	s.rbufs[0], s.rbufs[1] = a, b
 	s.rcheck, s.rerr, s.rdone = want != nil, nil, 0
-	s.rlarge = len(a)+len(b) > spinMaxBytes
+	s.rlarge = s.duplex || len(a)+len(b) > spinMaxBytes
 	s.rspin = s.spin
 	if s.rlarge {
 		s.rspin = s.largeSpin()
@@ -745,6 +799,21 @@ func (s *stream) readv(a, b []byte, want *transport.Header) error {
 
 func (s *stream) doRead(fd uintptr) bool {
 	for {
+		wrote := false
+		if s.duplex && (len(s.wbufs[0]) > 0 || len(s.wbufs[1]) > 0) {
+			var iov [2]unix.Iovec
+			n := iovecs(&s.wbufs, &iov)
+			w, _, errno := unix.RawSyscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&iov[0])), uintptr(n))
+			switch errno {
+			case 0:
+				wrote = w > 0
+				advance(&s.wbufs, int(w))
+			case unix.EAGAIN, unix.EINTR:
+			default:
+				s.rerr = errno
+				return true
+			}
+		}
 		var iov [2]unix.Iovec
 		n := 0
 		for _, b := range s.rbufs {
@@ -762,6 +831,10 @@ func (s *stream) doRead(fd uintptr) bool {
 		switch errno {
 		case 0:
 		case unix.EAGAIN:
+			if wrote {
+				s.rspin = s.largeSpin()
+				continue
+			}
 			if s.ryield > 0 {
 				// Processes outnumber the cores, so reads do not
 				// poll, but this small one may give its core away
@@ -826,6 +899,20 @@ func (s *stream) doRead(fd uintptr) bool {
 			}
 		}
 	}
+}
+
+// iovecs points iov at the non-empty buffers of bufs and returns how many
+// there are.
+func iovecs(bufs *[2][]byte, iov *[2]unix.Iovec) int {
+	n := 0
+	for _, b := range bufs {
+		if len(b) > 0 {
+			iov[n].Base = &b[0]
+			iov[n].SetLen(len(b))
+			n++
+		}
+	}
+	return n
 }
 
 // advance drops n bytes from the front of the buffer pair.

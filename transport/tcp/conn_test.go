@@ -223,20 +223,44 @@ func BenchmarkSendRecv16MiB2Streams(b *testing.B) {
 }
 
 // BenchmarkExchangeSmall is the step of a two-rank all-to-all of 8 bytes
-// with one P: each side sends its message from a goroutine and receives
-// the peer's (transport.Exchange). A read that polls the socket without
-// yielding keeps the sending goroutine of its own side from running until
-// the poll gives up, so both sides end up parked in the netpoller.
+// with one P: each side exchanges its message with the peer's
+// (transport.Exchange, duplex over TCP).
 func BenchmarkExchangeSmall(b *testing.B) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	x, y := pairN(b, 1)
+	benchExchange(b, x, y, 8)
+}
+
+// BenchmarkExchange512KiB is the step of a two-rank all-to-all of 1 MiB
+// (a piece each way), duplex: one goroutine on each side writes and reads
+// by turns.
+func BenchmarkExchange512KiB(b *testing.B) {
+	x, y := pairN(b, 1)
+	benchExchange(b, x, y, 512<<10)
+}
+
+// BenchmarkExchange512KiBTwoGoroutines is BenchmarkExchange512KiB with a
+// sending goroutine and a receiving one on each side, as a connection
+// that is not duplex exchanges.
+func BenchmarkExchange512KiBTwoGoroutines(b *testing.B) {
+	x, y := pairN(b, 1)
+	benchExchange(b, simplex{x}, simplex{y}, 512<<10)
+}
+
+// simplex hides a connection's Duplex.
+type simplex struct{ transport.Conn }
+
+// benchExchange measures transport.Exchange of n bytes each way between x
+// and y, both sides at once.
+func benchExchange(b *testing.B, x, y transport.Conn, n int) {
 	defer x.Close()
 	defer y.Close()
 	ctx := context.Background()
-	h := transport.Header{Kind: transport.KindCollective, Len: 8}
-	bx, by := make([]byte, 8), make([]byte, 8)
-	rx, ry := make([]byte, 8), make([]byte, 8)
+	h := transport.Header{Kind: transport.KindCollective}
+	bx, by := make([]byte, n), make([]byte, n)
+	rx, ry := make([]byte, n), make([]byte, n)
 	errc := make(chan error, 1)
+	b.SetBytes(int64(2 * n))
 	b.ReportAllocs()
 	b.ResetTimer()
 	go func() {

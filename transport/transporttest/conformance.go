@@ -35,6 +35,7 @@ func Run(t *testing.T, newPair PairFunc) {
 	t.Run("Buffers", func(t *testing.T) { testBuffers(t, newPair) })
 	t.Run("Offers", func(t *testing.T) { testOffers(t, newPair) })
 	t.Run("Views", func(t *testing.T) { testViews(t, newPair) })
+	t.Run("Duplex", func(t *testing.T) { testDuplex(t, newPair) })
 }
 
 // implements returns c as a T, the transport interface named name, and
@@ -574,6 +575,126 @@ func testViews(t *testing.T, newPair PairFunc) {
 	if !errors.As(err, &me) || p.calls != 0 {
 		t.Fatalf("RecvView of a mismatched frame = %v after %d pieces, want a MismatchError before any", err, p.calls)
 	}
+}
+
+// testDuplex checks SendRecv: both sides at once, or against a Send and
+// a Recv, in sizes from empty to larger than any socket buffer (capped by
+// DuplexMax) and unequal in the two directions; a mismatched frame, an
+// oversized message and a silent peer; no allocation.
+func testDuplex(t *testing.T, newPair PairFunc) {
+	a, b := newPair(t)
+	defer a.Close()
+	defer b.Close()
+	da := implements[transport.Duplex](t, a, "Duplex")
+	db := implements[transport.Duplex](t, b, "Duplex")
+	ctx := ctxT(t, 60*time.Second)
+	limit := min(da.DuplexMax(), db.DuplexMax())
+	sizes := []int{0, 1, 4 << 10, 256<<10 + 3, 1<<20 - 1, 8<<20 + 5}
+	seq := uint64(0)
+	for _, na := range sizes {
+		for _, nb := range sizes {
+			if na > limit || nb > limit {
+				continue
+			}
+			for _, mixed := range []bool{false, true} {
+				seq++
+				pa, pb := make([]byte, na), make([]byte, nb)
+				fill(pa, seq)
+				fill(pb, seq+1<<32)
+				ra, rb := make([]byte, nb), make([]byte, na)
+				errc := make(chan error, 2)
+				go func(ha, hb transport.Header) {
+					if !mixed {
+						errc <- da.SendRecv(ctx, ha, pa, hb, ra)
+						return
+					}
+					// a sends and receives with two calls at once.
+					go func() { errc <- a.Send(ctx, ha, pa) }()
+					errc <- a.Recv(ctx, hb, ra)
+				}(hdr(seq, 1), hdr(seq, 2))
+				err := db.SendRecv(ctx, hdr(seq, 2), pb, hdr(seq, 1), rb)
+				for range 1 + btoi(mixed) {
+					if e := <-errc; err == nil {
+						err = e
+					}
+				}
+				if err != nil {
+					t.Fatalf("%d and %d bytes, mixed %v: %v", na, nb, mixed, err)
+				}
+				if !bytes.Equal(ra, pb) || !bytes.Equal(rb, pa) {
+					t.Fatalf("%d and %d bytes, mixed %v: payload corrupted", na, nb, mixed)
+				}
+			}
+		}
+	}
+	if limit < 1<<30 {
+		if err := da.SendRecv(ctx, hdr(1, 1), make([]byte, limit+1), hdr(1, 1), nil); err == nil {
+			t.Fatalf("SendRecv of %d bytes over a limit of %d succeeded", limit+1, limit)
+		}
+	}
+	// No allocation, both sides counted.
+	m := min(limit, 64<<10)
+	sbuf, rbuf, pbuf, qbuf := make([]byte, m), make([]byte, m), make([]byte, m), make([]byte, m)
+	const runs = 50
+	peer := make(chan error, 1)
+	go func() {
+		for i := range runs + 1 {
+			if err := db.SendRecv(ctx, hdr(uint64(i), 3), pbuf, hdr(uint64(i), 3), qbuf); err != nil {
+				peer <- err
+				return
+			}
+		}
+		peer <- nil
+	}()
+	i := uint64(0)
+	allocs := testing.AllocsPerRun(runs, func() {
+		if err := da.SendRecv(ctx, hdr(i, 3), sbuf, hdr(i, 3), rbuf); err != nil {
+			t.Fatal(err)
+		}
+		i++
+	})
+	if err := <-peer; err != nil {
+		t.Fatal(err)
+	}
+	if allocs != 0 {
+		t.Fatalf("SendRecv of %d bytes both ways: %.1f allocations each", len(sbuf), allocs)
+	}
+	// A mismatched frame is reported, not taken.
+	seq = 1 << 40
+	errc := make(chan error, 1)
+	go func() { errc <- a.Send(ctx, hdr(seq, 4), make([]byte, 16)) }()
+	err := db.SendRecv(ctx, hdr(seq, 4), make([]byte, 16), hdr(seq, 5), make([]byte, 16))
+	var me *transport.MismatchError
+	if !errors.As(err, &me) {
+		t.Fatalf("SendRecv of a mismatched frame = %v, want a MismatchError", err)
+	}
+	<-errc
+
+	// A peer that neither reads nor sends: the deadline ends the wait,
+	// with the send stuck behind a full socket buffer or done.
+	for _, n := range []int{16, min(limit, 64<<20)} {
+		c, d := newPair(t)
+		dc := c.(transport.Duplex)
+		dctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		start := time.Now()
+		err := dc.SendRecv(dctx, hdr(1, 1), make([]byte, n), hdr(1, 1), make([]byte, 8))
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("SendRecv of %d bytes to a silent peer = %v, want DeadlineExceeded", n, err)
+		}
+		if e := time.Since(start); e > 5*time.Second {
+			t.Fatalf("deadline honoured only after %v", e)
+		}
+		c.Close()
+		d.Close()
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func testNoAllocs(t *testing.T, newPair PairFunc) {

@@ -17,7 +17,7 @@
 // the same delays (the goroutine interleaving is still the scheduler's).
 //
 // The package does not import algo; *Peer has the method set of
-// algo.Peers, algo.EagerPeers and algo.ViewPeers.
+// algo.Peers, algo.EagerPeers, algo.ViewPeers and algo.DuplexPeers.
 package fakepeers
 
 import (
@@ -56,6 +56,9 @@ type Options struct {
 	HideEager bool
 	// Seed seeds the random delays; zero takes NewSeed's.
 	Seed uint64
+	// DuplexMax is the largest message Exchange moves (what DuplexMax
+	// returns); 0 leaves Exchange to schedules that never ask.
+	DuplexMax int
 }
 
 // SeedEnv is the environment variable that fixes the seed of networks
@@ -325,6 +328,36 @@ func (p *Peer) Send(ctx context.Context, peer int, step uint32, buf []byte) erro
 	m.state = abandoned
 	m.mu.Unlock()
 	return fmt.Errorf("fakepeers: rank %d: send step %d (%d bytes) to rank %d not received: %w", p.rank, step, len(buf), peer, ctx.Err())
+}
+
+// DuplexMax returns Options.DuplexMax.
+func (p *Peer) DuplexMax(peer int) int { return p.net.opts.DuplexMax }
+
+// Exchange sends sbuf to peer as message sstep while it receives message
+// rstep from peer into rbuf, as a duplex connection does. Messages
+// longer than Options.DuplexMax are refused.
+func (p *Peer) Exchange(ctx context.Context, peer int, sstep uint32, sbuf []byte, rstep uint32, rbuf []byte) error {
+	if n := max(len(sbuf), len(rbuf)); n > p.net.opts.DuplexMax {
+		return p.net.record(fmt.Errorf("fakepeers: rank %d: exchange of %d bytes with rank %d over the duplex limit of %d", p.rank, n, peer, p.net.opts.DuplexMax))
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sent := make(chan error, 1)
+	go func() {
+		err := p.Send(ctx, peer, sstep, sbuf)
+		if err != nil {
+			cancel()
+		}
+		sent <- err
+	}()
+	err := p.Recv(ctx, peer, rstep, rbuf)
+	if err != nil {
+		cancel()
+	}
+	if e := <-sent; err == nil {
+		err = e
+	}
+	return err
 }
 
 // Recv receives the next message from peer into buf. It fails if that

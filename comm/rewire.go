@@ -55,7 +55,8 @@ import (
 // unreachable may have switched), rank 0 restores the previous circuits
 // (Rewire.Rollback) before it sends the verdict, and the verdict says
 // whether the restore succeeded. Neither Apply nor Rollback is waited for
-// past its deadline (the caller's, or ApplyTimeout's): one that ignores
+// past its deadline (half of what remains of the caller's, or a shorter
+// ApplyTimeout): one that ignores
 // its context is abandoned then, as a switch or restore whose outcome is
 // unknown, and its late answer is dropped. A rank that dies meanwhile, or
 // ranks given different targets, fail the communicator as in any
@@ -84,9 +85,10 @@ type Rewire struct {
 	// any other error may have left the fabric switched. Nil if there is
 	// nothing to switch.
 	//
-	// Apply must honour ctx, whose deadline is the caller's or
-	// ApplyTimeout's, whichever comes first. An Apply that has not
-	// returned by then is abandoned, never waited for: the rewire fails
+	// Apply must honour ctx, whose deadline is half of what remains of
+	// the caller's, or ApplyTimeout if that is shorter (see
+	// ApplyTimeout). An Apply that has not returned by then is
+	// abandoned, never waited for: the rewire fails
 	// as if Apply had returned an error saying it did not return by its
 	// deadline, whose outcome is unknown (the fabric's state is unknown:
 	// rank 0 restores the previous circuits), and its late answer is
@@ -95,21 +97,21 @@ type Rewire struct {
 	Apply func(ctx context.Context) error
 	// Rollback restores the previous circuits when a step after Apply
 	// fails, or Apply failed without saying nothing was switched. It must
-	// be idempotent. Only rank 0 calls it, bounded like Apply (by
-	// ApplyTimeout, or half of what remains of the caller's deadline) and
-	// never past the caller's deadline, even when the communicator has
-	// failed meanwhile. Like Apply, it must honour ctx: one that has not
+	// be idempotent. Only rank 0 calls it, bounded like Apply (by half of
+	// what remains of the caller's deadline, or a shorter ApplyTimeout),
+	// even when the communicator has failed meanwhile. Like Apply, it
+	// must honour ctx: one that has not
 	// returned by ctx's deadline is abandoned, its late answer dropped,
 	// and the rewire reports the restore as failed (RolledBack false: the
 	// fabric's state is unknown). When no time is left, it is not called.
 	// Nil: nothing to undo.
 	Rollback func(ctx context.Context) error
-	// ApplyTimeout bounds Apply, and Rollback (default: half of what
-	// remains of the operation's deadline), so that the ranks still have
-	// time to agree on the outcome and keep the communicator when the
-	// switch is slow. Neither runs past the operation's deadline, whatever
-	// ApplyTimeout says: one longer than what remains of it leaves no time
-	// to agree, and the ranks then fail as on any timeout.
+	// ApplyTimeout bounds Apply, and Rollback, below half of what remains
+	// of the operation's deadline (which bounds them where ApplyTimeout is
+	// 0 or longer), so that the ranks keep the other half to agree on the
+	// outcome and keep the communicator when the switch is slow. Without a
+	// deadline on the operation's context, ApplyTimeout alone bounds them
+	// (Rollback: the communicator's timeout if it is 0).
 	ApplyTimeout time.Duration
 	// Switched, if set, waits until another communicator's rewire has
 	// switched the fabric (Apply is then nil): a sub-communicator runs
@@ -395,10 +397,9 @@ func (c *Communicator) openLinks(ctx context.Context, epoch, gen uint32, changed
 }
 
 // rollback restores the circuits the fabric held before rw's switch, on
-// rank 0 (the only rank that switched). It is bounded like Apply, by
-// rw.ApplyTimeout or half of what remains of ctx's deadline, and never
-// runs past ctx's deadline, the caller's: it runs even when ctx has been
-// cancelled (the communicator failed), but a Rollback that has not
+// rank 0 (the only rank that switched). It is bounded like Apply (see
+// switchTimeout), by ctx's deadline, the caller's: it runs even when ctx
+// has been cancelled (the communicator failed), but a Rollback that has not
 // returned by then is abandoned (see bounded.Call), and none is called when
 // no time is left. Without a deadline on ctx, it is bounded by
 // rw.ApplyTimeout or the communicator's timeout.
@@ -406,16 +407,12 @@ func (c *Communicator) rollback(ctx context.Context, rw Rewire) error {
 	if rw.Rollback == nil {
 		return errors.New("no way to restore the previous circuits")
 	}
-	deadline, hasDeadline := ctx.Deadline()
-	d := rw.ApplyTimeout
-	if d <= 0 && hasDeadline {
-		d = time.Until(deadline) / 2
-	}
-	if d <= 0 && !hasDeadline {
+	d, ok := switchTimeout(ctx, rw.ApplyTimeout)
+	if !ok {
 		d = c.cfg.timeout
 	}
 	end := time.Now().Add(d)
-	if hasDeadline && deadline.Before(end) {
+	if deadline, ok := ctx.Deadline(); ok && deadline.Before(end) {
 		end = deadline
 	}
 	rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), end)
@@ -429,18 +426,28 @@ func (c *Communicator) rollback(ctx context.Context, rw Rewire) error {
 	return nil
 }
 
-// applyContext bounds the switch: by timeout if set, else by half of what
-// remains of ctx's deadline.
+// applyContext bounds the switch (see switchTimeout).
 func applyContext(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
-	if timeout <= 0 {
-		if d, ok := ctx.Deadline(); ok {
-			timeout = time.Until(d) / 2
+	if d, ok := switchTimeout(ctx, timeout); ok {
+		return context.WithTimeout(ctx, d)
+	}
+	return context.WithCancel(ctx)
+}
+
+// switchTimeout returns how long Apply, or Rollback, may take: half of
+// what remains of ctx's deadline, or timeout (Rewire.ApplyTimeout) if it
+// is set and shorter, so that the ranks keep the other half to agree on
+// the outcome; timeout alone where ctx has no deadline. ok is false where
+// neither bounds it.
+func switchTimeout(ctx context.Context, timeout time.Duration) (d time.Duration, ok bool) {
+	if deadline, has := ctx.Deadline(); has {
+		half := max(time.Until(deadline)/2, 0)
+		if timeout > 0 && timeout < half {
+			return timeout, true
 		}
+		return half, true
 	}
-	if timeout <= 0 {
-		return context.WithCancel(ctx)
-	}
-	return context.WithTimeout(ctx, timeout)
+	return timeout, timeout > 0
 }
 
 // rewirePlan checks the target against the current topology and returns

@@ -99,13 +99,13 @@ func WithController(c Controller) Option { return func(o *options) { o.ctl = c }
 // result. An id given here must be just as unique.
 func WithRequestID(id string) Option { return func(o *options) { o.id = id } }
 
-// WithApplyTimeout bounds each controller call (default: half of the
-// context's remaining deadline). Whatever d is, a call never runs past the
-// context's deadline: it gets the smaller of d and what is left of the
-// deadline, and rank 0 returns by then even if the controller does not
-// (Controller). The restore of the previous circuits after a failure is
-// bounded alike, so a d that reaches the deadline leaves no time for it:
-// keep d well within the context's deadline.
+// WithApplyTimeout bounds each controller call below half of what remains
+// of the context's deadline, the bound without it: a call gets the smaller
+// of d and that half, and rank 0 goes on by then even if the controller
+// does not answer (Controller), keeping the other half for the restore
+// of the previous circuits after a failure and for the ranks to agree on
+// the outcome (comm.Rewire.ApplyTimeout). Without a deadline on the
+// context, d alone bounds the calls.
 func WithApplyTimeout(d time.Duration) Option { return func(o *options) { o.applyTimeout = d } }
 
 // Handle is a reconfiguration in progress.

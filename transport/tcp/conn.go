@@ -777,7 +777,8 @@ func (s *stream) readFrame(want *transport.Header, buf []byte) error {
 func (s *stream) readv(a, b []byte, want *transport.Header) error {
 	s.rbufs[0], s.rbufs[1] = a, b
 	s.rcheck, s.rerr, s.rdone = want != nil, nil, 0
-	s.rlarge = s.duplex || len(a)+len(b) > spinMaxBytes
+	// Large: a large frame to read, or, in SendRecv, to write.
+	s.rlarge = len(a)+len(b) > spinMaxBytes || s.duplex && len(s.wbufs[0])+len(s.wbufs[1]) > spinMaxBytes
 	s.rspin = s.spin
 	if s.rlarge {
 		s.rspin = s.largeSpin()
@@ -832,7 +833,10 @@ func (s *stream) doRead(fd uintptr) bool {
 		case 0:
 		case unix.EAGAIN:
 			if wrote {
-				s.rspin = s.largeSpin()
+				// Progress the other way (SendRecv).
+				if s.rlarge {
+					s.rspin = s.largeSpin()
+				}
 				continue
 			}
 			if s.ryield > 0 {

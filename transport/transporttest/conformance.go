@@ -688,6 +688,33 @@ func testDuplex(t *testing.T, newPair PairFunc) {
 		c.Close()
 		d.Close()
 	}
+	// The peer closes, or this side does, while the exchange waits on a
+	// full socket buffer: it fails at once, not at its deadline.
+	for _, local := range []bool{false, true} {
+		c, d := newPair(t)
+		dc := c.(transport.Duplex)
+		closer := d
+		if local {
+			closer = c
+		}
+		time.AfterFunc(30*time.Millisecond, func() { closer.Close() })
+		start := time.Now()
+		err := dc.SendRecv(ctx, hdr(1, 1), make([]byte, min(limit, 64<<20)), hdr(1, 1), make([]byte, 8))
+		if err == nil {
+			t.Fatalf("SendRecv with a closed connection (local %v) succeeded", local)
+		}
+		if e := time.Since(start); e > 5*time.Second {
+			t.Fatalf("SendRecv noticed the close (local %v) only after %v: %v", local, e, err)
+		}
+		if local && !errors.Is(err, transport.ErrClosed) {
+			t.Fatalf("SendRecv on a connection closed meanwhile = %v, want ErrClosed", err)
+		}
+		if !local && !errors.Is(err, transport.ErrPeerClosed) {
+			t.Fatalf("SendRecv to a peer that closed = %v, want ErrPeerClosed", err)
+		}
+		c.Close()
+		d.Close()
+	}
 }
 
 func btoi(b bool) int {

@@ -35,8 +35,9 @@ func rawPair(t testing.TB) (*Conn, net.Conn) {
 }
 
 // FuzzConnRecv writes arbitrary bytes into a connection and reads them as
-// a data frame and as a control frame. Neither may panic, allocate from the
-// declared length, or accept a frame that does not match what was expected.
+// a data frame (by Recv, and by SendRecv while it sends one) and as a
+// control frame. None may panic, allocate from the declared length, or
+// accept a frame that does not match what was expected.
 func FuzzConnRecv(f *testing.F) {
 	var good [transport.HeaderSize + 4]byte
 	want := transport.Header{Kind: transport.KindCollective, Comm: 1, Seq: 2, Len: 4}
@@ -68,6 +69,18 @@ func FuzzConnRecv(f *testing.F) {
 			var h transport.Header
 			if h.Decode(in) != nil || h != want {
 				t.Fatalf("accepted a frame that does not match: %x", in)
+			}
+		}
+		d, raw2 := rawPair(t)
+		defer d.Close()
+		defer raw2.Close()
+		raw2.Write(in)
+		raw2.(*net.TCPConn).CloseWrite() // and takes what d sends
+		err = d.SendRecv(ctx, want, make([]byte, 4), want, buf)
+		if err == nil {
+			var h transport.Header
+			if h.Decode(in) != nil || h != want {
+				t.Fatalf("SendRecv accepted a frame that does not match: %x", in)
 			}
 		}
 	})

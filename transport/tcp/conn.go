@@ -714,14 +714,7 @@ func (s *stream) writeFrame(h *transport.Header, payload []byte) error {
 func (s *stream) doWrite(fd uintptr) bool {
 	for {
 		var iov [2]unix.Iovec
-		n := 0
-		for _, b := range s.wbufs {
-			if len(b) > 0 {
-				iov[n].Base = &b[0]
-				iov[n].SetLen(len(b))
-				n++
-			}
-		}
+		n := iovecs(&s.wbufs, &iov)
 		if n == 0 {
 			return true
 		}
@@ -816,14 +809,7 @@ func (s *stream) doRead(fd uintptr) bool {
 			}
 		}
 		var iov [2]unix.Iovec
-		n := 0
-		for _, b := range s.rbufs {
-			if len(b) > 0 {
-				iov[n].Base = &b[0]
-				iov[n].SetLen(len(b))
-				n++
-			}
-		}
+		n := iovecs(&s.rbufs, &iov)
 		if n == 0 {
 			return true
 		}

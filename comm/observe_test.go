@@ -220,7 +220,7 @@ func TestFlightRecordOnFailure(t *testing.T) {
 			for i := range 3 {
 				if r == size-1 && i == 2 {
 					// Abort once the others are waiting in seq 3.
-					for !inSeq(comms[:size-1], 3) {
+					for !inSeq(comms[:size-1], 3) && ctx.Err() == nil {
 						time.Sleep(time.Millisecond)
 					}
 					c.Abort()
@@ -263,11 +263,16 @@ func TestFlightRecordOnFailure(t *testing.T) {
 	}
 }
 
-// inSeq reports whether every communicator of comms is running seq.
+// inSeq reports whether every communicator of comms is running seq and
+// has begun waiting on a peer in it (a running operation names no peer
+// until its schedule first sends or receives).
 func inSeq(comms []*comm.Communicator, seq uint64) bool {
 	for _, c := range comms {
 		recs := c.FlightRecord()
-		if len(recs) == 0 || recs[len(recs)-1].Seq != seq || recs[len(recs)-1].State != comm.OpRunning {
+		if len(recs) == 0 {
+			return false
+		}
+		if last := recs[len(recs)-1]; last.Seq != seq || last.State != comm.OpRunning || last.Peer < 0 {
 			return false
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/occl/occl/comm"
 	"github.com/occl/occl/internal/commtest"
 	"github.com/occl/occl/reconfig"
+	"github.com/occl/occl/reconfig/ocs"
 	"github.com/occl/occl/topo"
 )
 
@@ -109,7 +110,7 @@ func TestReconfigureControllerIgnoresContext(t *testing.T) {
 				}
 				return checkAbandoned(r, err)
 			})
-			if calls := ctl.requests(); len(calls) != 2 || calls[1] != calls[0]+"/rollback" {
+			if calls := ctl.requests(); len(calls) != 2 || calls[1] != ocs.RollbackRequestID(calls[0]) {
 				t.Fatalf("controller asked for %v, want the switch then its restore", calls)
 			}
 			actx, acancel := context.WithTimeout(context.Background(), 20*time.Second)

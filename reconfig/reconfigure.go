@@ -11,6 +11,7 @@ import (
 
 	"github.com/occl/occl/comm"
 	"github.com/occl/occl/internal/bounded"
+	"github.com/occl/occl/reconfig/ocs"
 	"github.com/occl/occl/topo"
 )
 
@@ -20,8 +21,10 @@ import (
 // with the time the switching took. Applying the same request id twice
 // must not switch twice. An error wrapping comm.ErrNotSwitched says that
 // nothing was switched; after any other error the outcome is unknown, and
-// the previous circuits are applied again (under the request id with
-// "/rollback" appended). The OCS controller's client (OCS) implements it.
+// the previous circuits are applied again under ocs.RollbackRequestID of
+// the request id. A controller must then refuse the request id if it
+// arrives after that rollback (it may have been delayed on its way), as
+// the OCS controller does. Its client (OCS) implements the interface.
 //
 // Every call is bounded by its context (see WithApplyTimeout). A call that
 // has not returned when its context ends is abandoned: it counts as a
@@ -312,7 +315,7 @@ func ReconfigureAsync(ctx context.Context, comms []*comm.Communicator, target *t
 						return fmt.Errorf("current topology: %w", err)
 					}
 				}
-				_, err := call(ctx, id+"/rollback", previous)
+				_, err := call(ctx, ocs.RollbackRequestID(id), previous)
 				return err
 			}
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/occl/occl/comm"
 	"github.com/occl/occl/internal/commtest"
 	"github.com/occl/occl/reconfig"
+	"github.com/occl/occl/reconfig/ocs"
 	"github.com/occl/occl/topo"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -28,7 +29,7 @@ type lateController struct {
 }
 
 func (l *lateController) Apply(ctx context.Context, id string, connects []topo.Circuit) (time.Duration, error) {
-	if strings.HasSuffix(id, "/rollback") {
+	if strings.HasSuffix(id, ocs.RollbackSuffix) {
 		l.restores++
 		if l.failRestore {
 			return 0, status.Error(codes.Unavailable, "controller unreachable")
@@ -92,6 +93,74 @@ func TestReconfigureUnknownOutcome(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// delayedController holds the first request back until its restore has
+// been applied, then delivers it, as a request delayed on its way to the
+// controller would arrive, and reports the controller's answer on late.
+type delayedController struct {
+	next     reconfig.Controller
+	restored chan struct{}
+	late     chan error
+}
+
+func (d *delayedController) Apply(ctx context.Context, id string, connects []topo.Circuit) (time.Duration, error) {
+	if strings.HasSuffix(id, ocs.RollbackSuffix) {
+		took, err := d.next.Apply(ctx, id, connects)
+		close(d.restored)
+		return took, err
+	}
+	go func() {
+		<-d.restored
+		actx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, err := d.next.Apply(actx, id, connects)
+		d.late <- err
+	}()
+	<-ctx.Done()
+	return 0, status.FromContextError(ctx.Err()).Err()
+}
+
+// TestReconfigureLateRequestAfterRestore: the switch request reaches the
+// controller only after the ranks gave up on it and restored the previous
+// circuits. The controller refuses it, so the switch keeps the restored
+// circuits the ranks run on.
+func TestReconfigureLateRequestAfterRestore(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	em, err := reconfig.StartEmulated(ctx, 8, time.Millisecond, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer em.Close()
+	comms := commtest.Local(t, 8, comm.WithTopology(spec(t, base)), comm.WithEmulation(true))
+	ctl := &delayedController{next: em.OCS, restored: make(chan struct{}), late: make(chan error, 1)}
+	_, err = reconfig.Reconfigure(ctx, comms, spec(t, base+",circuits=0-1/2-3"), reconfig.WithController(ctl),
+		reconfig.WithApplyTimeout(200*time.Millisecond))
+	var re *comm.RewireError
+	if !errors.As(err, &re) || re.Step != "apply" || !re.RolledBack {
+		t.Fatalf("delayed request: %v, want a RewireError of the apply step, rolled back", err)
+	}
+	select {
+	case err = <-ctl.late:
+	case <-ctx.Done():
+		t.Fatal("the delayed request was never answered")
+	}
+	if !errors.Is(err, comm.ErrNotSwitched) || status.Code(err) != codes.Aborted {
+		t.Fatalf("delayed request after the restore: %v, want a refusal (nothing switched)", err)
+	}
+	installed, err := em.Switch.Connections(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sameConnects(installed, nil) {
+		t.Fatalf("switch holds %v after the delayed request, want the restored circuits (none)", installed)
+	}
+	for r, c := range comms {
+		if c.Epoch() != 0 || c.Err() != nil {
+			t.Fatalf("rank %d: epoch %d, %v", r, c.Epoch(), c.Err())
+		}
 	}
 }
 

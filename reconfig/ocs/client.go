@@ -202,6 +202,19 @@ func NewRequestID() string {
 	return hex.EncodeToString(b[:])
 }
 
+// RollbackSuffix ends the request id of the request that undoes another
+// (see RollbackRequestID).
+const RollbackSuffix = "/rollback"
+
+// RollbackRequestID returns the request id under which a client that lost
+// track of request id (it timed out, or its connection broke, while the
+// controller may still be switching) puts the previous cross-connects
+// back: id with RollbackSuffix. The controller applies the two in the
+// order it receives them, and a request id that arrives after its
+// rollback has been applied is refused with codes.Aborted without
+// switching, so a request delayed on its way cannot undo the rollback.
+func RollbackRequestID(id string) string { return id + RollbackSuffix }
+
 // GetTopology returns the installed cross-connects and the port states.
 func (c *Client) GetTopology(ctx context.Context) (*Topology, error) {
 	t, err := c.rpc.GetTopology(ctx, &ocspb.GetTopologyRequest{})

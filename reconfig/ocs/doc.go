@@ -33,6 +33,14 @@
 //     remembers the last ServerConfig.RequestLogSize ids (1024 by default),
 //     least recently used forgotten first. Failed applies are not recorded,
 //     so retrying one runs it again.
+//   - Fenced by rollbacks: a request id ending in RollbackSuffix undoes the
+//     request id before it (RollbackRequestID: a client that timed out on a
+//     request puts the previous cross-connects back so). If that request
+//     has not arrived when its rollback is applied, the controller records
+//     it as fenced, and refuses it with codes.Aborted, switching nothing,
+//     if it arrives later (delayed in the network, or retried by a client
+//     that did not learn of the rollback), so that it cannot undo the
+//     rollback. The fence is kept and forgotten as the request-id log is.
 //   - Serialized: one change (Apply, Drain, Undrain) at a time; others wait
 //     for their turn or for their context.
 //   - Returns when circuits are up, with the switching time measured around

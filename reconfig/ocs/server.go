@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -728,6 +729,10 @@ func (s *Server) apply(ctx context.Context, id string, target []topo.Circuit) (A
 	rec, seen := s.dur.lookup(id)
 	s.mu.Unlock()
 	if seen {
+		if rec.Fenced {
+			return ApplyResult{}, status.Errorf(codes.Aborted,
+				"request id %q arrived after its rollback %q was applied: nothing was switched", id, RollbackRequestID(id))
+		}
 		if rec.Target != hash {
 			return ApplyResult{}, status.Errorf(codes.InvalidArgument,
 				"request id %q was already used for a different target; use a new request id", id)
@@ -750,7 +755,13 @@ func (s *Server) apply(ctx context.Context, id string, target []topo.Circuit) (A
 	if err := s.checkTarget(target, true); err != nil { // with fresh port health
 		return ApplyResult{}, err
 	}
+	undone, isRollback := strings.CutSuffix(id, RollbackSuffix)
 	res, err := s.transition(ctx, target, func(next *durable, res ApplyResult) {
+		if _, arrived := next.lookup(undone); isRollback && undone != "" && !arrived {
+			// The request this one undoes has not arrived: it must not
+			// switch when it does.
+			next.record(requestRecord{ID: undone, Fenced: true}, s.cfg.RequestLogSize)
+		}
 		next.record(requestRecord{ID: id, Target: hash, Result: res}, s.cfg.RequestLogSize)
 	})
 	if err != nil {

@@ -24,10 +24,12 @@ import (
 //	{"format":"occl-ocs-state","version":1,"ports":64,"generation":3,
 //	 "connects":[[0,5],[1,7]],"drained":[9],
 //	 "requests":[{"id":"phase-12","target":"<sha256 hex>","generation":3,
-//	              "added":2,"removed":0,"unchanged":0,"switching_ns":25000000}]}
+//	              "added":2,"removed":0,"unchanged":0,"switching_ns":25000000},
+//	             {"id":"phase-13","fenced":true}]}
 //
 // requests is the request-id log, oldest first; target is the SHA-256 of the
-// normalized target (see targetHash).
+// normalized target (see targetHash). A fenced record (only its id and
+// "fenced") is a request id whose rollback was applied before it arrived.
 const (
 	stateFormat  = "occl-ocs-state"
 	stateVersion = 1
@@ -39,11 +41,14 @@ const (
 	maxRequestLog = 1 << 16
 )
 
-// requestRecord remembers the result of one applied request id.
+// requestRecord remembers the result of one applied request id, or, when
+// Fenced, that its rollback came first (see RollbackRequestID): the
+// request id is refused if it arrives later.
 type requestRecord struct {
 	ID     string
-	Target string // targetHash of the request's target
+	Target string // targetHash of the request's target; empty when Fenced
 	Result ApplyResult
+	Fenced bool
 }
 
 // durable is the controller state that survives restarts. A value is never
@@ -112,6 +117,7 @@ type stateRequest struct {
 	Removed     int    `json:"removed"`
 	Unchanged   int    `json:"unchanged"`
 	SwitchingNS int64  `json:"switching_ns"`
+	Fenced      bool   `json:"fenced,omitempty"`
 }
 
 // encodeState serializes d.
@@ -135,7 +141,7 @@ func encodeState(d *durable) ([]byte, error) {
 		f.Requests[i] = stateRequest{
 			ID: r.ID, Target: r.Target, Generation: r.Result.Generation,
 			Added: r.Result.Added, Removed: r.Result.Removed, Unchanged: r.Result.Unchanged,
-			SwitchingNS: int64(r.Result.SwitchingTime),
+			SwitchingNS: int64(r.Result.SwitchingTime), Fenced: r.Fenced,
 		}
 	}
 	b, err := json.Marshal(&f)
@@ -206,6 +212,13 @@ func decodeState(data []byte) (*durable, error) {
 			return nil, fmt.Errorf("state: request id %q recorded twice", r.ID)
 		}
 		ids[r.ID] = true
+		if r.Fenced {
+			if r != (stateRequest{ID: r.ID, Fenced: true}) {
+				return nil, fmt.Errorf("state: fenced request %q has a target or a result", r.ID)
+			}
+			d.Requests = append(d.Requests, requestRecord{ID: r.ID, Fenced: true})
+			continue
+		}
 		if len(r.Target) != 2*sha256.Size || strings.ToLower(r.Target) != r.Target {
 			return nil, fmt.Errorf("state: request %q: bad target hash", r.ID)
 		}

@@ -25,6 +25,7 @@ func sampleState() *durable {
 		Requests: []requestRecord{
 			{ID: "a", Target: targetHash([]topo.Circuit{{A: 5, B: 0}}), Result: ApplyResult{Generation: 6, Added: 1}},
 			{ID: "b-2", Target: targetHash([]topo.Circuit{{A: 0, B: 5}, {A: 1, B: 7}}), Result: ApplyResult{Generation: 7, Added: 1, Unchanged: 1, SwitchingTime: 25 * time.Millisecond}},
+			{ID: "c", Fenced: true},
 		},
 	}
 }
@@ -82,6 +83,8 @@ func TestDecodeStateRejects(t *testing.T) {
 		"bad hash":      strings.Replace(string(good), `"target":"`, `"target":"zz`, 1),
 		"negative time": strings.Replace(string(good), `"switching_ns":25000000`, `"switching_ns":-1`, 1),
 		"one port":      strings.Replace(string(good), `"ports":16`, `"ports":1`, 1),
+		"fenced result": strings.Replace(string(good), `"fenced":true`, `"fenced":true,"added":1`, 1),
+		"fenced target": strings.Replace(string(good), `"switching_ns":25000000`, `"switching_ns":25000000,"fenced":true`, 1),
 	}
 	for name, data := range cases {
 		if data == string(good) && name != "empty" {

@@ -409,6 +409,8 @@ func (x *Topology) GetPortStates() []*Port {
 type ApplyRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Identifies the request for idempotent retries (1-128 printable bytes).
+	// An id ending in "/rollback" undoes the id before it: if that request
+	// arrives after its rollback was applied, it is refused with ABORTED.
 	RequestId     string          `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	Connects      []*CrossConnect `protobuf:"bytes,2,rep,name=connects,proto3" json:"connects,omitempty"`
 	unknownFields protoimpl.UnknownFields

@@ -12,6 +12,7 @@ import (
 	"github.com/occl/occl/comm"
 	"github.com/occl/occl/internal/bounded"
 	"github.com/occl/occl/reconfig/ocs"
+	"github.com/occl/occl/reconfig/ocspb"
 	"github.com/occl/occl/topo"
 )
 
@@ -99,7 +100,8 @@ func WithController(c Controller) Option { return func(o *options) { o.ctl = c }
 // process has started on it and the target's circuits: all processes of a
 // job agree on it, and no other job or reconfiguration uses it, so the
 // controller's replay of a repeated request never returns another job's
-// result. An id given here must be just as unique.
+// result. An id given here must be just as unique, and short enough for
+// its rollback's (ocs.RollbackRequestID) to be a valid request id.
 func WithRequestID(id string) Option { return func(o *options) { o.id = id } }
 
 // WithApplyTimeout bounds each controller call below half of what remains
@@ -199,6 +201,12 @@ func ReconfigureAsync(ctx context.Context, comms []*comm.Communicator, target *t
 	// Before Subset and SwitchCircuits, which index the target as given.
 	if err := target.Validate(); err != nil {
 		return fail(fmt.Errorf("reconfig: target: %w", err))
+	}
+	if o.id != "" {
+		// The restore's id must be usable too.
+		if err := ocspb.ValidateRequestID(ocs.RollbackRequestID(o.id)); err != nil {
+			return fail(fmt.Errorf("reconfig: request id %q: with %q appended for its rollback: %w", o.id, ocs.RollbackSuffix, err))
+		}
 	}
 	for i, c := range comms {
 		if c == nil {

@@ -3,12 +3,14 @@ package reconfig_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/occl/occl/comm"
 	"github.com/occl/occl/internal/commtest"
 	"github.com/occl/occl/reconfig"
+	"github.com/occl/occl/reconfig/ocspb"
 )
 
 // TestReconfigureBadInput shows that Reconfigure and Recover refuse what
@@ -30,6 +32,11 @@ func TestReconfigureBadInput(t *testing.T) {
 	}
 	if nc, _, err := reconfig.Recover(ctx, nil, nil); err == nil || nc != nil {
 		t.Fatalf("Recover of a nil communicator: %v, %v", nc, err)
+	}
+
+	long := strings.Repeat("x", ocspb.MaxRequestIDLen)
+	if _, err := reconfig.Reconfigure(ctx, world, spec(t, base), reconfig.WithRequestID(long)); err == nil || !strings.Contains(err.Error(), "rollback") {
+		t.Fatalf("Reconfigure with a request id its rollback's cannot extend: %v", err)
 	}
 
 	bad := spec(t, base+",circuits=0-1/2-3")

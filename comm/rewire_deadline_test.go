@@ -101,14 +101,7 @@ func requireRewireErrors(t *testing.T, comms []*comm.Communicator, errs []error,
 		seen.add(re)
 	}
 	seen.requireOne(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	commtest.OnEach(t, comms, func(_ int, c *comm.Communicator) error {
-		if err := keptTopology(c); err != nil {
-			return err
-		}
-		return c.Barrier(ctx)
-	})
+	requireKeptAndUsable(t, comms)
 }
 
 // TestRewireAbandonsApplyIgnoringContext: an Apply that ignores its
@@ -238,14 +231,21 @@ func TestRewireSwitchLeavesHalfTheDeadline(t *testing.T) {
 				seen.add(re)
 			}
 			seen.requireOne(t)
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			commtest.OnEach(t, comms, func(_ int, c *comm.Communicator) error {
-				if err := keptTopology(c); err != nil {
-					return err
-				}
-				return c.Barrier(ctx)
-			})
+			requireKeptAndUsable(t, comms)
 		})
 	}
+}
+
+// requireKeptAndUsable checks that every communicator of comms still runs
+// on its first topology and that they run a collective together.
+func requireKeptAndUsable(t *testing.T, comms []*comm.Communicator) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	commtest.OnEach(t, comms, func(_ int, c *comm.Communicator) error {
+		if err := keptTopology(c); err != nil {
+			return err
+		}
+		return c.Barrier(ctx)
+	})
 }

@@ -43,6 +43,17 @@ func (l *lateController) Apply(ctx context.Context, id string, connects []topo.C
 	return 0, status.FromContextError(ctx.Err()).Err()
 }
 
+// startSwitch serves an emulated switch of 8 ports, closed when t ends.
+func startSwitch(t *testing.T, ctx context.Context) *reconfig.Emulated {
+	t.Helper()
+	em, err := reconfig.StartEmulated(ctx, 8, time.Millisecond, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { em.Close() })
+	return em
+}
+
 // TestReconfigureUnknownOutcome: the emulated OCS controller switches,
 // but its answer comes after the deadline. The outcome is unknown to the
 // ranks, so the previous circuits are restored and the error says so; when
@@ -53,15 +64,11 @@ func TestReconfigureUnknownOutcome(t *testing.T) {
 		t.Run(fmt.Sprintf("failRestore=%v", failRestore), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			em, err := reconfig.StartEmulated(ctx, 8, time.Millisecond, "")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer em.Close()
+			em := startSwitch(t, ctx)
 			comms := commtest.Local(t, 8, comm.WithTopology(spec(t, base)), comm.WithEmulation(true))
 			ctl := &lateController{next: em.OCS, failRestore: failRestore}
 			target := spec(t, base+",circuits=0-1/2-3")
-			_, err = reconfig.Reconfigure(ctx, comms, target, reconfig.WithController(ctl),
+			_, err := reconfig.Reconfigure(ctx, comms, target, reconfig.WithController(ctl),
 				reconfig.WithApplyTimeout(200*time.Millisecond))
 			var re *comm.RewireError
 			if !errors.As(err, &re) || re.Step != "apply" || !errors.Is(err, comm.ErrRewire) {
@@ -129,14 +136,10 @@ func (d *delayedController) Apply(ctx context.Context, id string, connects []top
 func TestReconfigureLateRequestAfterRestore(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	em, err := reconfig.StartEmulated(ctx, 8, time.Millisecond, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer em.Close()
+	em := startSwitch(t, ctx)
 	comms := commtest.Local(t, 8, comm.WithTopology(spec(t, base)), comm.WithEmulation(true))
 	ctl := &delayedController{next: em.OCS, restored: make(chan struct{}), late: make(chan error, 1)}
-	_, err = reconfig.Reconfigure(ctx, comms, spec(t, base+",circuits=0-1/2-3"), reconfig.WithController(ctl),
+	_, err := reconfig.Reconfigure(ctx, comms, spec(t, base+",circuits=0-1/2-3"), reconfig.WithController(ctl),
 		reconfig.WithApplyTimeout(200*time.Millisecond))
 	var re *comm.RewireError
 	if !errors.As(err, &re) || re.Step != "apply" || !re.RolledBack {
@@ -181,17 +184,13 @@ func sameConnects(got []topo.Circuit, want [][2]int) bool {
 func TestRefusalNotUndone(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	em, err := reconfig.StartEmulated(ctx, 8, time.Millisecond, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer em.Close()
+	em := startSwitch(t, ctx)
 	if err := em.Switch.FailPort(0); err != nil {
 		t.Fatal(err)
 	}
 	comms := commtest.Local(t, 8, comm.WithTopology(spec(t, base)))
 	ctl := &lateController{next: em.OCS}
-	_, err = reconfig.Reconfigure(ctx, comms, spec(t, base+",circuits=0-1/2-3"), reconfig.WithController(ctl))
+	_, err := reconfig.Reconfigure(ctx, comms, spec(t, base+",circuits=0-1/2-3"), reconfig.WithController(ctl))
 	var re *comm.RewireError
 	if !errors.As(err, &re) || re.RolledBack || !errors.Is(err, comm.ErrNotSwitched) {
 		t.Fatalf("refused target: %v, want a RewireError wrapping ErrNotSwitched, not rolled back", err)

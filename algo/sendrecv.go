@@ -69,8 +69,10 @@ func duplexWith(p Peers, peer, n int) DuplexPeers {
 	if n > pairwiseChunk {
 		return nil
 	}
-	if d, ok := p.(DuplexPeers); ok && n <= d.DuplexMax(peer) {
-		return d
+	if d, ok := p.(DuplexPeers); ok {
+		if m := d.DuplexMax(peer); m > 0 && n <= m {
+			return d
+		}
 	}
 	return nil
 }

@@ -25,6 +25,7 @@ func TestSendRecvDuplex(t *testing.T) {
 		{2, 40, 32, 0},  // over the connection's limit
 		{2, 65, 100, 0}, // over a piece
 		{3, 16, 64, 0},  // to one peer, from another
+		{2, 0, 0, 0},    // empty messages on a connection that is not duplex
 	} {
 		t.Run(fmt.Sprintf("ranks%d/n%d/limit%d", tc.ranks, tc.n, tc.limit), func(t *testing.T) {
 			counts := make([]atomic.Int64, tc.ranks)

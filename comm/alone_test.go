@@ -107,6 +107,11 @@ var smallForms = []smallForm{
 			func() *comm.Request { return c.BroadcastAsync(ctx, in, comm.Slice(out), 1) })
 		return fmt.Sprint(out), err
 	}, func(int, int) string { return fmt.Sprint([]uint8{1, 9}) }},
+	{"Barrier", func(ctx context.Context, c *comm.Communicator, async bool) (string, error) {
+		err := runForm(ctx, async, func() error { return c.Barrier(ctx) },
+			func() *comm.Request { return c.BarrierAsync(ctx) })
+		return "", err
+	}, func(int, int) string { return "" }},
 }
 
 // TestSmallBlockingCallsRecordAsRequests runs every collective whose small

@@ -554,8 +554,16 @@ func scatterOp(ctx context.Context, p *opPeers, a *opArgs) error {
 
 // Barrier returns once every rank has called it.
 func (c *Communicator) Barrier(ctx context.Context) error {
+	if c.takeAlone(ctx, barrierProbe) {
+		return c.runTaken(ctx, "Barrier", algo.OpBarrier, 0, 0, 0, 0, directBarrierOp)
+	}
 	return wait(c.postBarrier(ctx))
 }
+
+// barrierProbe is the message size a Barrier asks direct (and takeAlone)
+// about: its messages are empty, and go directly wherever the smallest
+// message does.
+const barrierProbe = 1
 
 // BarrierAsync is the non-blocking form of Barrier.
 func (c *Communicator) BarrierAsync(ctx context.Context) *Request {
@@ -568,8 +576,14 @@ func (c *Communicator) postBarrier(ctx context.Context) *Request {
 }
 
 func barrierOp(ctx context.Context, p *opPeers, _ *opArgs) error {
+	if p.c.direct(barrierProbe) {
+		return directBarrierOp(ctx, p)
+	}
 	return p.c.runSchedule(ctx, algo.OpBarrier, 0, algo.Args{Peers: p})
 }
+
+// directBarrierOp runs a Barrier directly (see directBarrier).
+func directBarrierOp(ctx context.Context, p *opPeers) error { return p.c.directBarrier(ctx, p) }
 
 // resize returns s with length n, reusing its array if it is long enough.
 func resize(s []int, n int) []int {

@@ -234,6 +234,23 @@ func (c *Communicator) directBroadcast(ctx context.Context, p *opPeers, send, da
 	return true, nil
 }
 
+// directBarrier runs a Barrier against the connections themselves: the
+// messages of algo.BarrierDissemination (round k sends an empty message
+// labelled k to rank r+2^k, then receives one from rank r-2^k), without
+// the schedule table's dispatch and the Peers adapters. An empty message
+// fits any connection's buffer, so no send waits for its peer. The caller
+// has checked direct(barrierProbe).
+func (c *Communicator) directBarrier(ctx context.Context, p *opPeers) error {
+	size, r := c.size, c.rank
+	ctx = c.worker.op.schedule(ctx, opWaits(0, c.links.shm))
+	for k, d := uint32(0), 1; d < size; k, d = k+1, d<<1 {
+		if err := c.directSendRecv(ctx, p, wrap(r+d, size), wrap(r-d, size), k, nil, nil); err != nil {
+			return fmt.Errorf("dissemination barrier: rank %d round %d: %w", r, k, err)
+		}
+	}
+	return nil
+}
+
 // direct reports whether messages of n bytes may go directly (see
 // directAllReduce): n is at most directMessage and goes to any peer
 // without waiting for it, and no timeline is recorded (the timeline

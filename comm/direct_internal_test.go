@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -268,5 +269,62 @@ func TestDirectBounds(t *testing.T) {
 		if got := c.direct(tc.n); got != tc.want {
 			t.Errorf("direct(%d) with eager limit %d, traced %v = %v, want %v", tc.n, tc.eager, tc.traced, got, tc.want)
 		}
+	}
+}
+
+// TestDirectBarrier runs Barriers, blocking and not, where the odd ranks
+// record a timeline, and so run the dissemination schedule, and the even
+// ranks go directly (see directBarrier): both must send the same messages
+// for the barriers to complete, and no rank may leave a barrier before
+// every rank has entered it.
+func TestDirectBarrier(t *testing.T) {
+	for _, size := range []int{1, 2, 3, 4, 5} {
+		t.Run(fmt.Sprintf("np%d", size), func(t *testing.T) {
+			comms, err := NewLocal(size)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for r, c := range comms {
+				defer c.Close()
+				if r%2 == 1 {
+					c.obs.tr, c.obs.dir = trace.NewRecorder(trace.Meta{}), t.TempDir()
+				}
+				// One rank has no connections to go directly through.
+				if got, want := c.direct(barrierProbe), r%2 == 0 && size > 1; got != want {
+					t.Fatalf("rank %d: direct(barrierProbe) = %v, want %v", r, got, want)
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			const rounds = 200
+			var entered [rounds]atomic.Int32
+			errs := make([]error, size)
+			var wg sync.WaitGroup
+			for r, c := range comms {
+				wg.Go(func() {
+					for i := range rounds {
+						entered[i].Add(1)
+						if i%2 == 0 {
+							errs[r] = c.Barrier(ctx)
+						} else {
+							errs[r] = c.BarrierAsync(ctx).Wait(ctx)
+						}
+						if errs[r] != nil {
+							return
+						}
+						if n := entered[i].Load(); n != int32(size) {
+							errs[r] = fmt.Errorf("barrier %d: left it when %d of %d ranks had entered", i, n, size)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			for r, err := range errs {
+				if err != nil {
+					t.Errorf("rank %d: %v", r, err)
+				}
+			}
+		})
 	}
 }

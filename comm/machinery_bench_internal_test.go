@@ -68,6 +68,14 @@ func BenchmarkMachinery(b *testing.B) {
 		}
 	})
 	z := make([]float32, 4)
+	b.Run("Barrier", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			if err := c.Barrier(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("AllToAll16BOutOfPlace", func(b *testing.B) {
 		b.ReportAllocs()
 		for range b.N {

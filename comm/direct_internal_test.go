@@ -23,19 +23,7 @@ import (
 func TestDirectMeetsSchedule(t *testing.T) {
 	for _, size := range []int{2, 3, 4} {
 		t.Run(fmt.Sprintf("np%d", size), func(t *testing.T) {
-			comms, err := NewLocal(size)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for r, c := range comms {
-				defer c.Close()
-				if r%2 == 1 {
-					c.obs.tr, c.obs.dir = trace.NewRecorder(trace.Meta{}), t.TempDir()
-				}
-				if got, want := c.direct(8), r%2 == 0; got != want {
-					t.Fatalf("rank %d: direct(8) = %v, want %v", r, got, want)
-				}
-			}
+			comms := halfDirect(t, size, 8)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			errs := make([]error, size)
@@ -51,6 +39,28 @@ func TestDirectMeetsSchedule(t *testing.T) {
 			}
 		})
 	}
+}
+
+// halfDirect returns size in-process communicators, closed when t ends,
+// whose odd ranks record a timeline, and so run the schedules, while the
+// even ones send messages of n bytes directly (a single rank has no
+// connection to send through).
+func halfDirect(t *testing.T, size, n int) []*Communicator {
+	t.Helper()
+	comms, err := NewLocal(size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r, c := range comms {
+		t.Cleanup(func() { c.Close() })
+		if r%2 == 1 {
+			c.obs.tr, c.obs.dir = trace.NewRecorder(trace.Meta{}), t.TempDir()
+		}
+		if got, want := c.direct(n), r%2 == 0 && size > 1; got != want {
+			t.Fatalf("rank %d: direct(%d) = %v, want %v", r, n, got, want)
+		}
+	}
+	return comms
 }
 
 // directChecks runs AllReduce and ReduceScatter with every dtype and
@@ -280,20 +290,7 @@ func TestDirectBounds(t *testing.T) {
 func TestDirectBarrier(t *testing.T) {
 	for _, size := range []int{1, 2, 3, 4, 5} {
 		t.Run(fmt.Sprintf("np%d", size), func(t *testing.T) {
-			comms, err := NewLocal(size)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for r, c := range comms {
-				defer c.Close()
-				if r%2 == 1 {
-					c.obs.tr, c.obs.dir = trace.NewRecorder(trace.Meta{}), t.TempDir()
-				}
-				// One rank has no connections to go directly through.
-				if got, want := c.direct(barrierProbe), r%2 == 0 && size > 1; got != want {
-					t.Fatalf("rank %d: direct(barrierProbe) = %v, want %v", r, got, want)
-				}
-			}
+			comms := halfDirect(t, size, barrierProbe)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			const rounds = 200

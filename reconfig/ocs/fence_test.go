@@ -1,8 +1,6 @@
 package ocs_test
 
 import (
-	"context"
-	"net"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -61,31 +59,16 @@ func TestRollbackFenceSurvivesRestart(t *testing.T) {
 	state := filepath.Join(t.TempDir(), "ocs.state")
 	ctx := ctxT(t)
 	cfg := ocs.ServerConfig{StatePath: state, Token: testToken}
-	srv1, err := ocs.NewServer(newSwitch(t, 8, 0), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv1.Serve(ctx, lis) }()
-	c1 := dial(t, lis.Addr().String(), ocs.WithToken(testToken))
-	if _, err := c1.Apply(ctx, ocs.RollbackRequestID("late"), mustParse(t, "0-1")); err != nil {
-		t.Fatal(err)
-	}
-	if err := srv1.Stop(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-served; err != nil {
-		t.Fatal(err)
-	}
+	serveUntilStopped(t, newSwitch(t, 8, 0), cfg, func(c1 *ocs.Client) {
+		if _, err := c1.Apply(ctx, ocs.RollbackRequestID("late"), mustParse(t, "0-1")); err != nil {
+			t.Fatal(err)
+		}
+	})
 
 	sw2 := newSwitch(t, 8, 0)
 	addr, _ := startServer(t, sw2, cfg)
 	c2 := dial(t, addr, ocs.WithToken(testToken))
-	_, err = c2.Apply(ctx, "late", mustParse(t, "2-3"))
+	_, err := c2.Apply(ctx, "late", mustParse(t, "2-3"))
 	wantCode(t, err, codes.Aborted, "request after its rollback, across a restart")
 	if got := hwConnects(t, sw2); got != "0-1" {
 		t.Fatalf("switch holds %s, want 0-1", got)

@@ -757,10 +757,12 @@ func (s *Server) apply(ctx context.Context, id string, target []topo.Circuit) (A
 	}
 	undone, isRollback := strings.CutSuffix(id, RollbackSuffix)
 	res, err := s.transition(ctx, target, func(next *durable, res ApplyResult) {
-		if _, arrived := next.lookup(undone); isRollback && undone != "" && !arrived {
-			// The request this one undoes has not arrived: it must not
-			// switch when it does.
-			next.record(requestRecord{ID: undone, Fenced: true}, s.cfg.RequestLogSize)
+		if isRollback && undone != "" {
+			if _, arrived := next.lookup(undone); !arrived {
+				// The request this one undoes has not arrived: it must
+				// not switch when it does.
+				next.record(requestRecord{ID: undone, Fenced: true}, s.cfg.RequestLogSize)
+			}
 		}
 		next.record(requestRecord{ID: id, Target: hash, Result: res}, s.cfg.RequestLogSize)
 	})

@@ -442,32 +442,20 @@ func TestPersistenceAcrossRestart(t *testing.T) {
 	ctx := ctxT(t)
 	cfg := ocs.ServerConfig{StatePath: state, Token: testToken}
 
-	sw1 := newSwitch(t, 16, 0)
-	srv1, err := ocs.NewServer(sw1, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, _ := net.Listen("tcp", "127.0.0.1:0")
-	served := make(chan error, 1)
-	go func() { served <- srv1.Serve(ctx, lis) }()
-	c1 := dial(t, lis.Addr().String(), ocs.WithToken(testToken))
-	first, err := c1.Apply(ctx, "keep", mustParse(t, "0-5,1-7,2-9"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c1.Drain(ctx, 12, false); err != nil {
-		t.Fatal(err)
-	}
-	// A second controller cannot take the same state file.
-	if _, err := ocs.NewServer(newSwitch(t, 16, 0), cfg); err == nil || !strings.Contains(err.Error(), "in use") {
-		t.Fatalf("second controller on the same state: %v", err)
-	}
-	if err := srv1.Stop(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-served; err != nil {
-		t.Fatal(err)
-	}
+	var first ocs.ApplyResult
+	serveUntilStopped(t, newSwitch(t, 16, 0), cfg, func(c1 *ocs.Client) {
+		var err error
+		if first, err = c1.Apply(ctx, "keep", mustParse(t, "0-5,1-7,2-9")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c1.Drain(ctx, 12, false); err != nil {
+			t.Fatal(err)
+		}
+		// A second controller cannot take the same state file.
+		if _, err := ocs.NewServer(newSwitch(t, 16, 0), cfg); err == nil || !strings.Contains(err.Error(), "in use") {
+			t.Fatalf("second controller on the same state: %v", err)
+		}
+	})
 
 	// A new controller with a fresh (empty) switch on the same state file.
 	sw2 := newSwitch(t, 16, 0)
@@ -501,6 +489,30 @@ func TestPersistenceAcrossRestart(t *testing.T) {
 	_, err = c2.Apply(ctx, "keep", mustParse(t, "0-5"))
 	wantCode(t, err, codes.InvalidArgument, "reused id after restart")
 
+}
+
+// serveUntilStopped serves sw with cfg, runs body with a client of it,
+// then stops the controller (releasing its state file) and checks that
+// Serve returned cleanly.
+func serveUntilStopped(t *testing.T, sw ocs.Switch, cfg ocs.ServerConfig, body func(c *ocs.Client)) {
+	t.Helper()
+	srv, err := ocs.NewServer(sw, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(context.Background(), lis) }()
+	body(dial(t, lis.Addr().String(), ocs.WithToken(cfg.Token)))
+	if err := srv.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-served; err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestStateForOtherSwitchRefused(t *testing.T) {

@@ -13,7 +13,10 @@ import (
 )
 
 // HandshakeTimeout bounds how long an incoming connection may take to
-// authenticate before the listener drops it.
+// authenticate before the listener drops it, and, where the caller's
+// context has no deadline, how long a dial may take to connect and then to
+// authenticate: a connect to an address that drops its packets (a host
+// gone, a full backlog) ends then, not after the kernel's SYN retries.
 var HandshakeTimeout = 10 * time.Second
 
 // MaxHandshakes bounds the handshakes a listener runs at once. Further
@@ -256,7 +259,9 @@ func (l *Listener) Close() error {
 
 // Dial connects to addr and authenticates with secret, presenting h. It
 // retries while the listener is not up yet (connection refused) until ctx
-// ends, so ranks may start in any order.
+// ends, so ranks may start in any order. Each attempt ends at ctx's
+// deadline, or after HandshakeTimeout if ctx has none; an attempt that
+// times out is not retried.
 func Dial(ctx context.Context, addr string, secret []byte, h Hello) (*net.TCPConn, error) {
 	backoff := 5 * time.Millisecond
 	for {
@@ -296,6 +301,9 @@ func DialOnce(ctx context.Context, addr string, secret []byte, h Hello) (*net.TC
 // made (so a failure is the handshake's).
 func dial(ctx context.Context, addr string, secret []byte, h Hello) (*net.TCPConn, bool, error) {
 	d := net.Dialer{Control: dialControl}
+	if _, ok := ctx.Deadline(); !ok {
+		d.Timeout = HandshakeTimeout
+	}
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, false, err

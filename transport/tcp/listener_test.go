@@ -221,3 +221,62 @@ func TestDialOnceHandshakeEndsWithContext(t *testing.T) {
 		t.Fatalf("DialOnce to a listener that does not answer, cancelled in its handshake: %v, want context.Canceled", err)
 	}
 }
+
+// TestDialWithoutDeadlineEnds: a dial whose context has no deadline, to a
+// listener whose backlog is full (the kernel drops the SYNs, as for a host
+// that is gone), ends after HandshakeTimeout instead of after the kernel's
+// SYN retries.
+func TestDialWithoutDeadlineEnds(t *testing.T) {
+	defer func(d time.Duration) { HandshakeTimeout = d }(HandshakeTimeout)
+	HandshakeTimeout = 300 * time.Millisecond
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fd)
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Listen(fd, 0); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := (&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: sa.(*syscall.SockaddrInet4).Port}).String()
+	// Fill the backlog: connect until a connect times out.
+	full := false
+	for range 16 {
+		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err != nil {
+			var ne net.Error
+			if !errors.As(err, &ne) || !ne.Timeout() {
+				t.Fatalf("filling the backlog: %v", err)
+			}
+			full = true
+			break
+		}
+		defer c.Close()
+	}
+	if !full {
+		t.Fatal("the listener's backlog never filled")
+	}
+	done := make(chan error, 1)
+	go func() {
+		tc, err := Dial(context.Background(), addr, testSecret, Hello{})
+		if tc != nil {
+			tc.Close()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		var ne net.Error
+		if !errors.As(err, &ne) || !ne.Timeout() {
+			t.Fatalf("Dial to a full backlog: %v, want a timeout", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Dial without a deadline still connecting after 10s (HandshakeTimeout 300ms)")
+	}
+}

@@ -71,6 +71,14 @@ type Result struct {
 	// made in this process (in-process communicators, on the survivors'
 	// rank 0), with their reconfigurations' outcomes.
 	Joined []Joined
+	// Spare is the plan a Recover with WithSpare carried out, on every
+	// survivor (and in JoinSpare), once the spare's ranks joined: which
+	// host they replaced and which ranks went on. It is set when the
+	// reconfiguration after the grow failed too (the returned
+	// communicator includes the spare's ranks), and nil when no spare
+	// joined: none was given, no rank was lost, or the plan or the grow
+	// failed. Over TCP it is how a survivor learns that the spare came in.
+	Spare *SparePlan
 }
 
 // Overhead is the runtime's own time for communicator i: the whole

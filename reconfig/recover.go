@@ -71,7 +71,8 @@ import (
 // empty), there is no host to replace: Recover goes on as without
 // WithSpare (steps 2 and 3 of the plain recovery), returns a communicator
 // of c's ranks, and leaves the spare waiting, as a standby host is left
-// when no worker failed. Result.Joined is then empty, and over TCP the
+// when no worker failed. Result.Joined is then empty, Result.Spare nil
+// (where a spare joined, it is the plan carried out), and over TCP the
 // spare's processes, in JoinSpare, are not joined (they fail once their
 // context ends).
 func Recover(ctx context.Context, c *comm.Communicator, exclude []int, opts ...Option) (*comm.Communicator, Result, error) {

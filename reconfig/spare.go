@@ -263,6 +263,7 @@ func recoverSpare(ctx context.Context, top *topo.Topology, rank int, fabricRanks
 	}
 	nc.Close()
 	res, err := reconfigureWith(ctx, grown, joiners, p.Target, opts)
+	res.Spare = p
 	if err != nil {
 		return grown, res, fmt.Errorf("reconfig: recover: rank %d: %w", rank, err)
 	}
@@ -308,6 +309,7 @@ func JoinSpare(ctx context.Context, id comm.UniqueID, p *SparePlan, joinOpts []c
 		return nil, Result{}, fmt.Errorf("reconfig: join spare: %w", err)
 	}
 	res, err := Reconfigure(ctx, []*comm.Communicator{c}, p.Target, opts...)
+	res.Spare = p
 	if err != nil {
 		return c, res, fmt.Errorf("reconfig: join spare: rank %d: %w", c.Rank(), err)
 	}

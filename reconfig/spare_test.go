@@ -66,6 +66,9 @@ func TestRecoverSpare(t *testing.T) {
 				if grown[i] == nil {
 					return fmt.Errorf("no communicator: %v", errs[i])
 				}
+				if res.Spare == nil || res.Spare.Replaced != 1 {
+					return fmt.Errorf("Result.Spare %+v, want host 1 replaced", res.Spare)
+				}
 				if i == 0 {
 					joined = res.Joined
 				} else if len(res.Joined) > 0 {
@@ -226,7 +229,13 @@ func TestRecoverSpareTCP(t *testing.T) {
 	commtest.OnEach(t, grown, func(r int, _ *comm.Communicator) error {
 		var err error
 		if r < len(kept) {
-			grown[r], _, err = reconfig.Recover(ctx, comms[kept[r]], nil, reconfig.WithController(ctl), reconfig.WithSpare(spare))
+			var res reconfig.Result
+			grown[r], res, err = reconfig.Recover(ctx, comms[kept[r]], nil, reconfig.WithController(ctl), reconfig.WithSpare(spare))
+			// Over TCP the Result is how a survivor learns that the
+			// spare came in, and in whose place.
+			if err == nil && (res.Spare == nil || res.Spare.Replaced != 1 || !slices.Equal(res.Spare.Kept, kept)) {
+				err = fmt.Errorf("Result.Spare %+v, want host 1 replaced, ranks %v kept", res.Spare, kept)
+			}
 		} else {
 			grown[r], _, err = reconfig.JoinSpare(ctx, growID, p, opts, reconfig.WithController(ctl))
 		}

@@ -116,9 +116,22 @@ func TestConformanceNoCMA(t *testing.T) {
 	runConformance(t, false, func(c *shm.Config) { c.NoCMA = true })
 }
 
+// skipUnderRace skips a conformance variant under the race detector, where
+// the suite runs 5 to 10 times slower, when the variants named by covered
+// run its concurrent paths there: it differs from them in a size or a
+// mapping, not in how the two sides wait for each other. It runs without
+// the detector in the same CI.
+func skipUnderRace(t *testing.T, covered string) {
+	t.Helper()
+	if raceEnabled {
+		t.Skipf("under the race detector %s run the same concurrent paths; this variant runs without it", covered)
+	}
+}
+
 // With an 8 KiB threshold every frame of the suite above that size goes
 // by descriptor (the allocation test's 4 KiB frames must stay eager).
 func TestConformanceCMASmallThreshold(t *testing.T) {
+	skipUnderRace(t, "TestConformance and TestConformanceOffers (frames by descriptor)")
 	runConformance(t, true, func(c *shm.Config) { c.CMAThreshold = 8 << 10 })
 }
 
@@ -128,12 +141,14 @@ func TestConformanceSmallRing(t *testing.T) {
 }
 
 func TestConformanceSmallRingNoCMA(t *testing.T) {
+	skipUnderRace(t, "TestConformanceSmallRing and TestConformanceNoCMA")
 	runConformance(t, false, func(c *shm.Config) { c.Capacity, c.NoCMA = 16<<10, true })
 }
 
 // Rings mapped page by page as they are first touched (Lazy) carry the
 // same traffic.
 func TestConformanceLazy(t *testing.T) {
+	skipUnderRace(t, "TestConformanceNoCMA (the same rings, mapped at once)")
 	runConformance(t, false, func(c *shm.Config) { c.Lazy, c.NoCMA = true, true })
 }
 

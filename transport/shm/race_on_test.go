@@ -1,0 +1,6 @@
+//go:build race
+
+package shm_test
+
+// raceEnabled: the tests run under the race detector (see skipUnderRace).
+const raceEnabled = true

@@ -101,9 +101,9 @@ func TestRecoverSpareOtherSizeAfterShrink(t *testing.T) {
 
 // TestRecoverSpareNothingLost: Recover with a spare on a communicator
 // that lost no rank replaces no host: it succeeds as a recovery without
-// the spare, which stays out (Result.Joined is empty, Result.Spare nil). Every rank gets a
-// communicator of the eight ranks on the fabric's circuits, the
-// controller is asked once, and an AllReduce adds up.
+// the spare, which stays out (Result.Joined is empty, Result.Spare nil).
+// Every rank gets a communicator of the eight ranks on the fabric's
+// circuits, the controller is asked once, and an AllReduce adds up.
 func TestRecoverSpareNothingLost(t *testing.T) {
 	fabric := spec(t, base+",circuits=0-1/1-2/2-3/3-0")
 	comms := commtest.Local(t, 8, comm.WithTopology(fabric), comm.WithEmulation(true))

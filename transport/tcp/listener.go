@@ -14,8 +14,8 @@ import (
 
 // HandshakeTimeout bounds how long an incoming connection may take to
 // authenticate before the listener drops it, and, where the caller's
-// context has no deadline, how long a dial may take to connect and then to
-// authenticate: a connect to an address that drops its packets (a host
+// context has no deadline, how long a dial may take to connect and again
+// how long it may take to authenticate: a connect to an address that drops its packets (a host
 // gone, a full backlog) ends then, not after the kernel's SYN retries.
 var HandshakeTimeout = 10 * time.Second
 

@@ -43,14 +43,34 @@ func (c *Communicator) takeAlone(ctx context.Context, n int) bool {
 // makes of dt, red, root and count, as body, after takeAlone, and releases
 // exec. body, a closure over the caller's arguments that does not outlive
 // the call, costs no allocation.
-func (c *Communicator) runTaken(ctx context.Context, name string, op algo.Collective, dt DType, red Op, root, count int, body func(ctx context.Context, p *opPeers) error) (err error) {
+func (c *Communicator) runTaken(ctx context.Context, name string, op algo.Collective, dt DType, red Op, root, count int, body func(ctx context.Context, p *opPeers) error) error {
+	h := &c.worker.peers.hdr
+	*h = transport.Header{}
+	setCollHeader(h, op, dt, red, root, count)
+	return c.runTakenAs(ctx, name, nil, body)
+}
+
+// runTakenP2P is runTaken for a group whose operations are ops (see
+// Group.runTaken).
+func (c *Communicator) runTakenP2P(ctx context.Context, name string, ops *p2pOps, body func(ctx context.Context, p *opPeers) error) error {
+	c.worker.peers.hdr = p2pHeader
+	return c.runTakenAs(ctx, name, ops, body)
+}
+
+// runTakenAs is runTaken and runTakenP2P after either has set the kind and
+// shape of the operation's header: a collective (p2p nil) takes the next
+// sequence number and arms the watchdog, a group neither, as on the
+// request path (opQueue.number, Communicator.run).
+func (c *Communicator) runTakenAs(ctx context.Context, name string, p2p *p2pOps, body func(ctx context.Context, p *opPeers) error) (err error) {
 	q := &c.queue
-	o := opName{name, q.nextSeq()}
+	o := opName{name, 0}
+	if p2p == nil {
+		o.seq = q.nextSeq()
+	}
 	p := &c.worker.peers
-	p.hdr = transport.Header{Comm: c.id, Epoch: c.epoch.Load(), Seq: o.seq}
-	setCollHeader(&p.hdr, op, dt, red, root, count)
+	p.hdr.Comm, p.hdr.Epoch, p.hdr.Seq = c.id, c.epoch.Load(), o.seq
 	start := c.now()
-	c.hist.beginEntry(o, &p.hdr, 0, nil, start)
+	c.hist.beginEntry(o, &p.hdr, 0, p2p, start)
 	defer func() {
 		if v := recover(); v != nil {
 			err = c.panicked(o, v, debug.Stack())
@@ -58,7 +78,9 @@ func (c *Communicator) runTaken(ctx context.Context, name string, op algo.Collec
 		c.endOp(err)
 		q.releaseAlone()
 	}()
-	c.armWatchdog()
+	if p2p == nil {
+		c.armWatchdog()
+	}
 	ctx = c.worker.op.get(ctx, c.cfg.timeout, start)
 	if err = body(ctx, p); err == nil && c.failure.err() == nil {
 		return nil

@@ -117,6 +117,9 @@ func directChecks(ctx context.Context, c *Communicator) error {
 						return err
 					}
 				}
+				if err := directGroupCheck(ctx, c, dt, n); err != nil {
+					return err
+				}
 			}
 		}
 	}
@@ -199,6 +202,38 @@ func directAllGatherCheck(ctx context.Context, c *Communicator, dt DType, n int,
 	}
 	if !bytes.Equal(out, want) {
 		return fmt.Errorf("AllGather %s n=%d inplace=%v: got %x, want %x", dt, n, inPlace, out, want)
+	}
+	return nil
+}
+
+// directGroupCheck runs a group that sends n elements of dt to the next
+// rank and to itself and receives from the previous rank and from itself
+// (Group.runTaken where it is small and the rank goes directly), compares
+// both receives with the senders' reference inputs, and checks the flight
+// record's entry of the group: named Group, no sequence number, done, the
+// bytes of its four buffers.
+func directGroupCheck(ctx context.Context, c *Communicator, dt DType, n int) error {
+	size, rank := c.Size(), c.Rank()
+	next, prev := (rank+1)%size, (rank+size-1)%size
+	in := reference.Input(dt, Sum, rank, 0, n)
+	self := reference.Input(dt, Max, rank, 0, n)
+	fromPrev := bytes.Repeat([]byte{0xA5}, len(in))
+	fromSelf := bytes.Repeat([]byte{0xA5}, len(in))
+	err := c.NewGroup().Recv(Raw(fromPrev, dt), prev).Send(Raw(self, dt), rank).
+		Send(Raw(in, dt), next).Recv(Raw(fromSelf, dt), rank).Run(ctx)
+	if err != nil {
+		return fmt.Errorf("group %s n=%d: %w", dt, n, err)
+	}
+	if want := reference.Input(dt, Sum, prev, 0, n); !bytes.Equal(fromPrev, want) {
+		return fmt.Errorf("group %s n=%d: from rank %d got %x, want %x", dt, n, prev, fromPrev, want)
+	}
+	if !bytes.Equal(fromSelf, self) {
+		return fmt.Errorf("group %s n=%d: from itself got %x, want %x", dt, n, fromSelf, self)
+	}
+	recs := c.FlightRecord()
+	last := recs[len(recs)-1]
+	if last.Op != "Group" || last.Seq != 0 || last.State != OpDone || last.Bytes != int64(4*len(in)) || last.DType != dt.String() {
+		return fmt.Errorf("group %s n=%d: flight record %+v, want a Group of %d bytes of %s, done, without a sequence number", dt, n, last, 4*len(in), dt)
 	}
 	return nil
 }

@@ -2,9 +2,10 @@
 # Regenerates the profiles the Go toolchain optimizes occl's programs with
 # (profile-guided optimization: it inlines and devirtualizes the calls the
 # profile finds hot). The profile is what occl-bench's CPU profiles record
-# over small and large AllReduce and AllToAll on shared memory, 2 and 4
-# processes, built without a profile; it goes to every main package that
-# links occl for users: occl-bench and the C library (cgo, which the
+# over small and large AllReduce and AllToAll and a small send and receive
+# (a group) on shared memory, 2 and 4 processes, built without a profile;
+# it goes to every main package that links occl for users: occl-bench and
+# the C library (cgo, which the
 # Python package builds). `go build` reads default.pgo from the main
 # package's directory by itself.
 #
@@ -20,6 +21,7 @@ run() {
 }
 run ar8 -np 2 -op allreduce -b 8 -e 8 -n 3000000 -w 1000 -z 1
 run a2a32 -np 2 -op alltoall -b 32 -e 32 -n 3000000 -w 1000 -z 1
+run sr16 -np 2 -op sendrecv -b 16 -e 16 -n 3000000 -w 1000 -z 1
 run a2a1k-np4 -np 4 -op alltoall -b 1024 -e 1024 -n 300000 -w 1000 -z 1
 run ar1m -np 2 -op allreduce -b 1M -e 1M -n 3000 -w 100
 run a2a1m-np4 -np 4 -op alltoall -b 1M -e 1M -n 2000 -w 100

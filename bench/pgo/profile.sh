@@ -5,9 +5,8 @@
 # over small and large AllReduce and AllToAll and a small send and receive
 # (a group) on shared memory, 2 and 4 processes, built without a profile;
 # it goes to every main package that links occl for users: occl-bench and
-# the C library (cgo, which the
-# Python package builds). `go build` reads default.pgo from the main
-# package's directory by itself.
+# the C library (cgo, which the Python package builds). `go build` reads
+# default.pgo from the main package's directory by itself.
 #
 # Usage: bench/pgo/profile.sh   (from anywhere; takes about half a minute)
 set -euo pipefail

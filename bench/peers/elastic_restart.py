@@ -265,6 +265,12 @@ def replay(world, steps, lr):
     return torch.cat([p.detach().reshape(-1) for p in params]).tolist(), losses
 
 
+# LAUNCHES is how many times a trial launches torchrun when its rendezvous
+# port was taken between free_port and the bind (PORT_TAKEN in its output).
+LAUNCHES = 3
+PORT_TAKEN = "errno: 98 - Address already in use"
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -274,29 +280,37 @@ def free_port():
 def trial(args, backend, np_, n, reference):
     """Runs one trial and returns its record."""
     load = os.getloadavg()
-    with tempfile.TemporaryDirectory(prefix="elastic-restart-") as d:
-        agent_log = os.path.join(d, "agent.jsonl")
-        # --standalone's rendezvous, on a free port rather than its fixed
-        # 29400, so that other jobs on the machine do not collide with it.
-        cmd = [sys.executable, SCRIPT, "--agent", agent_log, "--nnodes", "1", "--rdzv_backend", "c10d",
-               "--rdzv_endpoint", "127.0.0.1:%d" % free_port(), "--rdzv_id", "elastic-restart-%d-%d" % (os.getpid(), n),
-               "--nproc_per_node", str(np_), "--max_restarts", "1",
-               "--monitor_interval", str(args.monitor_interval), SCRIPT, "--worker", "--dir", d, "--backend", backend,
-               "--steps", str(args.steps), "--kill-step", str(args.kill_step), "--lr", str(args.lr)]
-        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
-        t_launch = time.time()
-        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, timeout=args.timeout)
-        wall = time.time() - t_launch
-        if p.returncode != 0:
-            raise RuntimeError("%s np=%d trial %d: torchrun exited with %d:\n%s" % (backend, np_, n, p.returncode, p.stdout[-4000:]))
-        ag = read_jsonl(agent_log)
-        marks = collections.defaultdict(list)
-        for f in os.listdir(d):
-            if f.startswith("times-"):
-                for r in read_jsonl(os.path.join(d, f)):
-                    marks[(r["attempt"], r["event"])].append(r)
-        with open(os.path.join(d, "result.json")) as f:
-            res = json.load(f)
+    # The free port is free when chosen, not when torchrun binds it: another
+    # program may take it in between, and the agent's rendezvous then fails
+    # to listen (and its client waits 60 s). No worker ran; launch again on
+    # another port.
+    for launch in range(LAUNCHES):
+        with tempfile.TemporaryDirectory(prefix="elastic-restart-") as d:
+            agent_log = os.path.join(d, "agent.jsonl")
+            # --standalone's rendezvous, on a free port rather than its fixed
+            # 29400, so that other jobs on the machine do not collide with it.
+            cmd = [sys.executable, SCRIPT, "--agent", agent_log, "--nnodes", "1", "--rdzv_backend", "c10d",
+                   "--rdzv_endpoint", "127.0.0.1:%d" % free_port(), "--rdzv_id", "elastic-restart-%d-%d" % (os.getpid(), n),
+                   "--nproc_per_node", str(np_), "--max_restarts", "1",
+                   "--monitor_interval", str(args.monitor_interval), SCRIPT, "--worker", "--dir", d, "--backend", backend,
+                   "--steps", str(args.steps), "--kill-step", str(args.kill_step), "--lr", str(args.lr)]
+            env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
+            t_launch = time.time()
+            p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, timeout=args.timeout)
+            wall = time.time() - t_launch
+            if p.returncode != 0:
+                if launch + 1 < LAUNCHES and PORT_TAKEN in p.stdout:
+                    continue
+                raise RuntimeError("%s np=%d trial %d: torchrun exited with %d:\n%s" % (backend, np_, n, p.returncode, p.stdout[-4000:]))
+            ag = read_jsonl(agent_log)
+            marks = collections.defaultdict(list)
+            for f in os.listdir(d):
+                if f.startswith("times-"):
+                    for r in read_jsonl(os.path.join(d, f)):
+                        marks[(r["attempt"], r["event"])].append(r)
+            with open(os.path.join(d, "result.json")) as f:
+                res = json.load(f)
+        break
 
     def agent_t(event, **match):
         for r in ag:

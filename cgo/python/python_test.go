@@ -223,11 +223,12 @@ func TestTorchShrink(t *testing.T) {
 // future (chain, and DDP's PowerSGD hook, powersgd), reading and dropping
 // works whose operation waits for a late peer (pending),
 // destroy_process_group with a callback or a fire-and-forget isend still
-// pending (destroy_then, destroy_isend), send/recv tags, which occl
+// pending (destroy_then, destroy_isend), the interpreter's exit while a
+// publisher thread still releases a callback (exit_callback), send/recv tags, which occl
 // refuses (tags), and operations after abort (abort).
 func TestBackendHazards(t *testing.T) {
 	python := venv.Python(t)
-	for _, s := range []string{"chain", "powersgd", "pending", "destroy_then", "destroy_isend", "tags", "abort"} {
+	for _, s := range []string{"chain", "powersgd", "pending", "destroy_then", "destroy_isend", "exit_callback", "tags", "abort"} {
 		t.Run(s, func(t *testing.T) {
 			j := pyvenv.Job{Python: python, NP: 2, Args: []string{"tests/check_hazards.py", "--scenario", s, "--deadline", "30"},
 				KeepGoing: true, Limit: 90 * time.Second, Env: []string{"TMPDIR=" + t.TempDir()}}
@@ -235,6 +236,9 @@ func TestBackendHazards(t *testing.T) {
 			for r := range 2 {
 				if errs[r] != nil || !strings.Contains(outs[r], fmt.Sprintf("rank %d: ok", r)) {
 					t.Errorf("rank %d: %v\n%s", r, errs[r], outs[r])
+				}
+				if s == "exit_callback" && !strings.Contains(outs[r], fmt.Sprintf("rank %d: callback released", r)) {
+					t.Errorf("rank %d: the callback's finalizer did not return before the interpreter exited\n%s", r, outs[r])
 				}
 			}
 		})

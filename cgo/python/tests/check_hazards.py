@@ -15,6 +15,10 @@ exits with 1 when it passes), so a hang fails rather than blocks.
                           callback pending while the peer is late.
     --scenario destroy_isend: destroy_process_group after a fire-and-forget
                           isend.
+    --scenario exit_callback: the interpreter exits while a completed
+                          future's callback is still being released on the
+                          thread that ran it (its closure's finalizer
+                          needs the GIL for a while).
     --scenario tags:      a nonzero send/recv tag raises, also in a batch,
                           and leaves the group usable.
     --scenario abort:     operations after abort() raise that the group was
@@ -147,6 +151,33 @@ def destroy_isend(rank, n):
         store.set("check_hazards/done", "1")
 
 
+class SlowFinalizer:
+    """Holds the GIL's release for a while when it goes: time.sleep drops
+    the GIL, and its thread must take it back to return."""
+
+    def __init__(self, rank):
+        self.rank = rank
+
+    def __del__(self):
+        time.sleep(0.5)
+        print("rank %d: callback released" % self.rank, flush=True)
+
+
+def exit_callback(rank, n):
+    # The callback's last reference is dropped by the thread that ran it,
+    # after g's waiter woke: main returns and the interpreter starts to
+    # exit while that thread sleeps in SlowFinalizer.__del__, which prints
+    # "rank R: callback released" if it returns. Python ends a thread that
+    # takes the GIL back once the interpreter is finalizing (pthread_exit,
+    # which aborts the process from inside a destructor), so the backend
+    # waits for its threads at exit.
+    slow = SlowFinalizer(rank)
+    f = dist.all_reduce(torch.ones(4), async_op=True).get_future()
+    g = f.then(lambda x, s=slow: x.value()[0] * 2)
+    del slow
+    same(g.wait(), torch.full((4,), 4.0), "callback")
+
+
 def expect_error(fn, words, what):
     try:
         fn()
@@ -205,7 +236,7 @@ def abort(rank, n):
     dist.destroy_process_group()
 
 
-SCENARIOS = {f.__name__: f for f in (chain, powersgd, pending, destroy_then, destroy_isend, tags, abort)}
+SCENARIOS = {f.__name__: f for f in (chain, powersgd, pending, destroy_then, destroy_isend, exit_callback, tags, abort)}
 
 
 def main():

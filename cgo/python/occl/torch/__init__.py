@@ -37,13 +37,18 @@ otherwise land in the wrong buffers.
 
 A future (``work.get_future()``, DDP's communication hooks) is completed
 on a thread of its own, never on one that waits for operations, so its
-callbacks may issue operations and wait for their futures.
+callbacks may issue operations and wait for their futures. The
+interpreter's exit waits, up to 10 s, for those threads to finish
+completing futures and releasing their callbacks and tensors (a thread
+that needed the GIL once Python is finalizing would be ended midway).
 ``abort()`` of the process group frees the communicator at once; later
 operations on it raise "occl: the process group was aborted".
 """
 
+import atexit
 import ctypes
 import json
+import sys
 import threading
 import warnings
 
@@ -56,6 +61,22 @@ from . import _C
 __all__ = ["empty", "shrink", "grow", "join", "reconfigure", "set_traffic_tag", "traffic_matrix", "topology", "plan", "communicator", "Reconfiguration"]
 
 _C.load(occl.library_path())
+
+# How long the interpreter's exit waits for the backend's threads to finish
+# completing futures and releasing their callbacks and tensors.
+_EXIT_DRAIN_SECONDS = 10.0
+
+
+@atexit.register
+def _drain_at_exit():
+    # Registered after torch's own handlers, so it runs before them. A
+    # thread of the backend that needed the GIL once the interpreter is
+    # finalizing would be ended there by Python, in the middle of a
+    # callback or of a destructor (which aborts the process).
+    left = _C.drain(_EXIT_DRAIN_SECONDS)
+    if left:
+        print("occl: exiting while the backend's threads still hold %d operation(s) after %.0f s" %
+              (left, _EXIT_DRAIN_SECONDS), file=sys.stderr, flush=True)
 
 _UID_KEY = "occl/unique_id"
 

@@ -292,6 +292,46 @@ void releaseGIL(Fn fn) {
   }
 }
 
+// Background counts the operations that the backend's own threads hold:
+// queued for or handled by the Completer or a Publisher thread. Those
+// threads take the GIL to run a future's Python callbacks and to release
+// them and the tensors they hold, and a thread that takes the GIL once
+// the interpreter is finalizing is ended by Python (pthread_exit), which
+// aborts the process when it unwinds through a destructor and otherwise
+// abandons what it was doing. The interpreter's exit therefore waits for
+// them first (drain, from an atexit handler of occl.torch).
+class Background {
+ public:
+  static Background& get() {
+    static Background* b = new Background();  // never destroyed: see Publisher
+    return *b;
+  }
+  void enter() {
+    std::lock_guard<std::mutex> l(mu_);
+    n_++;
+  }
+  void leave() {
+    bool none;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      none = --n_ == 0;
+    }
+    if (none) cv_.notify_all();
+  }
+  // drain waits until no operation is held, or until timeout has passed;
+  // it returns how many still are.
+  int drain(std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait_for(l, timeout, [this] { return n_ == 0; });
+    return n_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int n_ = 0;
+};
+
 // Publisher completes futures, off the threads that wait for operations:
 // a future's callbacks (DDP's communication hooks, then's functions) may
 // issue operations and wait for their futures, which another publisher
@@ -311,6 +351,7 @@ class Publisher {
 
  private:
   void add(std::shared_ptr<State> s) {
+    Background::get().enter();
     bool spawn;
     {
       std::lock_guard<std::mutex> l(mu_);
@@ -337,6 +378,7 @@ class Publisher {
       l.unlock();
       s->publish();
       s.reset();
+      Background::get().leave();
       l.lock();
     }
   }
@@ -372,6 +414,7 @@ class Completer {
     }
   }
   void add(std::shared_ptr<State> s) {
+    Background::get().enter();
     {
       std::lock_guard<std::mutex> l(q_->mu);
       q_->items.push_back(std::move(s));
@@ -401,12 +444,15 @@ class Completer {
         std::lock_guard<std::mutex> l(s->mu);
         publish = s->issued;
       }
-      if (!publish) continue;
-      try {
-        s->wait();
-      } catch (...) {
+      if (publish) {
+        try {
+          s->wait();
+        } catch (...) {
+        }
+        Publisher::postOnce(std::move(s));
       }
-      Publisher::postOnce(std::move(s));
+      s.reset();
+      Background::get().leave();
     }
   }
   std::shared_ptr<Queue> q_;
@@ -1077,6 +1123,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   namespace py = pybind11;
   py::module::import("torch.distributed");
   m.def("load", &occl_torch::load, "Resolves liboccl.so's functions from the library at path.");
+  m.def(
+      "drain",
+      [](double seconds) {
+        return occl_torch::Background::get().drain(
+            std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000)));
+      },
+      py::arg("seconds"), py::call_guard<py::gil_scoped_release>(),
+      "Waits up to seconds until the backend's threads hold no operation (no future being completed or "
+      "callback released); returns how many they still hold.");
   py::class_<occl_torch::ProcessGroupOccl, c10d::ProcessGroup, c10::intrusive_ptr<occl_torch::ProcessGroupOccl>>(
       m, "ProcessGroupOccl")
       .def(py::init<int, int, const std::string&, std::chrono::milliseconds, std::vector<int>>(), py::arg("rank"),

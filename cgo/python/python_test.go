@@ -224,8 +224,8 @@ func TestTorchShrink(t *testing.T) {
 // works whose operation waits for a late peer (pending),
 // destroy_process_group with a callback or a fire-and-forget isend still
 // pending (destroy_then, destroy_isend), the interpreter's exit while a
-// publisher thread still releases a callback (exit_callback), send/recv tags, which occl
-// refuses (tags), and operations after abort (abort).
+// publisher thread still releases a callback (exit_callback), send/recv
+// tags, which occl refuses (tags), and operations after abort (abort).
 func TestBackendHazards(t *testing.T) {
 	python := venv.Python(t)
 	for _, s := range []string{"chain", "powersgd", "pending", "destroy_then", "destroy_isend", "exit_callback", "tags", "abort"} {

@@ -78,6 +78,7 @@ def _drain_at_exit():
         print("occl: exiting while the backend's threads still hold %d operation(s) after %.0f s" %
               (left, _EXIT_DRAIN_SECONDS), file=sys.stderr, flush=True)
 
+
 _UID_KEY = "occl/unique_id"
 
 

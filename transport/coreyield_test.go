@@ -14,6 +14,18 @@ func TestCoreYieldGuard(t *testing.T) {
 	defer func(b time.Time) { clockBase = b }(clockBase)
 	clockBase = clockBase.Add(-time.Hour)
 	slowStart := func() int64 { return monotonic() - int64(2*coreYieldSlow) }
+	// probing puts y in a long back-off whose probe is due and begins it.
+	probing := func(y *CoreYield) int64 {
+		y.End(slowStart())
+		y.End(slowStart())
+		y.off.Store(monotonic() + int64(time.Hour))
+		y.probe.Store(monotonic() - 1)
+		start, ok := y.Begin()
+		if !ok {
+			t.Fatal("Begin refused the probe")
+		}
+		return start
+	}
 	for _, tc := range []struct {
 		name  string
 		setup func(y *CoreYield)
@@ -42,27 +54,8 @@ func TestCoreYieldGuard(t *testing.T) {
 			y.End(slowStart())
 			y.off.Store(monotonic() + int64(time.Hour))
 		}, false},
-		{"backoff ended by a fast probe", func(y *CoreYield) {
-			y.End(slowStart())
-			y.End(slowStart())
-			y.off.Store(monotonic() + int64(time.Hour))
-			y.probe.Store(monotonic() - 1)
-			start, ok := y.Begin()
-			if !ok {
-				t.Fatal("Begin refused the probe")
-			}
-			y.End(start)
-		}, true},
-		{"backoff kept by a slow probe", func(y *CoreYield) {
-			y.End(slowStart())
-			y.End(slowStart())
-			y.off.Store(monotonic() + int64(time.Hour))
-			y.probe.Store(monotonic() - 1)
-			if _, ok := y.Begin(); !ok {
-				t.Fatal("Begin refused the probe")
-			}
-			y.End(slowStart())
-		}, false},
+		{"backoff ended by a fast probe", func(y *CoreYield) { y.End(probing(y)) }, true},
+		{"backoff kept by a slow probe", func(y *CoreYield) { probing(y); y.End(slowStart()) }, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var y CoreYield

@@ -40,9 +40,10 @@ const CoreYieldRounds = 512
 // probes, a program that held the core for a moment kept the waits asleep
 // for as long as the grown back-offs lasted: with a Python interpreter
 // starting beside 4 ranks on 2 cores (reading occl-bench's output), the
-// first 64 B AllToAlls took 12.8-44.6 us a call (8 rounds, median 18.7),
-// with probes 5.0-15.1 (median 8.9), and 4.1-5.0 with nothing beside
-// them; beside a busy loop, 134-197 us with probes and 153-165 without.
+// first 64 B AllToAlls took 12.8-44.6 us a call (8 rounds, median 18.7)
+// and with probes 5.0-15.1 (median 8.9), against 4.1-5.0 with nothing
+// beside them; beside a busy loop, 134-197 us with probes and 153-165
+// without.
 const (
 	coreYieldSlow       = time.Millisecond
 	coreYieldSlowWindow = 100 * time.Millisecond

@@ -15,7 +15,7 @@ func TestCoreYieldGuard(t *testing.T) {
 	clockBase = clockBase.Add(-time.Hour)
 	slowStart := func() int64 { return monotonic() - int64(2*coreYieldSlow) }
 	// probing puts y in a long back-off whose probe is due and begins it.
-	probing := func(y *CoreYield) int64 {
+	probing := func(t *testing.T, y *CoreYield) int64 {
 		y.End(slowStart())
 		y.End(slowStart())
 		y.off.Store(monotonic() + int64(time.Hour))
@@ -28,38 +28,38 @@ func TestCoreYieldGuard(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name  string
-		setup func(y *CoreYield)
+		setup func(t *testing.T, y *CoreYield)
 		ok    bool
 	}{
-		{"fresh", func(y *CoreYield) {}, true},
-		{"fast yields", func(y *CoreYield) {
+		{"fresh", func(t *testing.T, y *CoreYield) {}, true},
+		{"fast yields", func(t *testing.T, y *CoreYield) {
 			for range 100 {
 				start, _ := y.Begin()
 				y.End(start)
 			}
 		}, true},
-		{"one slow yield", func(y *CoreYield) { y.End(slowStart()) }, true},
-		{"two slow yields", func(y *CoreYield) { y.End(slowStart()); y.End(slowStart()) }, false},
-		{"two slow yields far apart", func(y *CoreYield) {
+		{"one slow yield", func(t *testing.T, y *CoreYield) { y.End(slowStart()) }, true},
+		{"two slow yields", func(t *testing.T, y *CoreYield) { y.End(slowStart()); y.End(slowStart()) }, false},
+		{"two slow yields far apart", func(t *testing.T, y *CoreYield) {
 			y.slow.Store(monotonic() - int64(2*coreYieldSlowWindow))
 			y.End(slowStart())
 		}, true},
-		{"backoff over", func(y *CoreYield) {
+		{"backoff over", func(t *testing.T, y *CoreYield) {
 			y.End(slowStart())
 			y.End(slowStart())
 			y.off.Store(monotonic() - 1)
 		}, true},
-		{"backoff before its first probe", func(y *CoreYield) {
+		{"backoff before its first probe", func(t *testing.T, y *CoreYield) {
 			y.End(slowStart())
 			y.End(slowStart())
 			y.off.Store(monotonic() + int64(time.Hour))
 		}, false},
-		{"backoff ended by a fast probe", func(y *CoreYield) { y.End(probing(y)) }, true},
-		{"backoff kept by a slow probe", func(y *CoreYield) { probing(y); y.End(slowStart()) }, false},
+		{"backoff ended by a fast probe", func(t *testing.T, y *CoreYield) { y.End(probing(t, y)) }, true},
+		{"backoff kept by a slow probe", func(t *testing.T, y *CoreYield) { probing(t, y); y.End(slowStart()) }, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var y CoreYield
-			tc.setup(&y)
+			tc.setup(t, &y)
 			if _, ok := y.Begin(); ok != tc.ok {
 				t.Errorf("Begin allows a yield: %v, want %v", ok, tc.ok)
 			}

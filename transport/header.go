@@ -184,11 +184,21 @@ func (h *Header) decode(b []byte, reserved bool) (flags uint8, word uint32, err 
 // step, describes a different operation, or has a different length.
 type MismatchError struct {
 	Got, Want Header
+	// Digested: the frame carried a digest of its Comm, Epoch, Root and
+	// Count instead of the fields themselves (a transport's short frame,
+	// see shared memory's), and it is not the digest of Want's. Got's
+	// other fields are the frame's; those four are unknown (zero).
+	Digested bool
 }
 
 func (e *MismatchError) Error() string {
 	g, w := &e.Got, &e.Want
 	switch {
+	case e.Digested && (g.Kind != w.Kind || g.Seq != w.Seq):
+		return fmt.Sprintf("%s frame (seq %d), expected a %s frame (seq %d) of communicator %#x epoch %d", g.Kind, g.Seq, w.Kind, w.Seq, w.Comm, w.Epoch)
+	case e.Digested:
+		return fmt.Sprintf("frame for seq %d step %d of another communicator, epoch, root or count than communicator %#x epoch %d root %d count %d",
+			g.Seq, g.Step, w.Comm, w.Epoch, w.Root, w.Count)
 	case g.Comm != w.Comm:
 		return fmt.Sprintf("frame for communicator %#x, expected %#x", g.Comm, w.Comm)
 	case g.Epoch != w.Epoch:

@@ -3,6 +3,7 @@ package transport
 import (
 	"bytes"
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -54,6 +55,27 @@ func TestCheck(t *testing.T) {
 	var me *MismatchError
 	if err := Check(&a, &b); !errors.As(err, &me) || me.Got.Seq != 3 || me.Want.Seq != 4 {
 		t.Fatalf("Check = %v", err)
+	}
+}
+
+// A mismatch found through a digest names what the frame carried and what
+// the receiver expected of the fields the digest stands for, never the
+// unknown (zero) fields of Got as the frame's.
+func TestDigestedMismatch(t *testing.T) {
+	want := Header{Kind: KindCollective, Comm: 0xabc, Epoch: 2, Seq: 7, Step: 1, Root: 3, Count: 4, Len: 16}
+	cases := []struct {
+		got      Header
+		contains string
+	}{
+		{Header{Kind: KindCollective, Seq: 7, Step: 1, Len: 16}, "another communicator, epoch, root or count than communicator 0xabc epoch 2 root 3 count 4"},
+		{Header{Kind: KindCollective, Seq: 8, Step: 1, Len: 16}, "collective frame (seq 8), expected a collective frame (seq 7) of communicator 0xabc"},
+		{Header{Kind: KindP2P, Seq: 7, Step: 1, Len: 16}, "p2p frame (seq 7), expected a collective frame (seq 7)"},
+	}
+	for _, tc := range cases {
+		msg := (&MismatchError{Got: tc.got, Want: want, Digested: true}).Error()
+		if !strings.Contains(msg, tc.contains) || strings.Contains(msg, "communicator 0x0") {
+			t.Errorf("mismatch of %+v: %q, want it to say %q", tc.got, msg, tc.contains)
+		}
 	}
 }
 

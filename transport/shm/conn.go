@@ -297,12 +297,18 @@ func (c *Conn) send(ctx context.Context, h transport.Header, payload []byte) err
 		// consumer may be polling for the seal, is written last and
 		// at once: the header, the payload's first bytes, the seal.
 		b := c.out.data[off : off+(end-c.tail)]
-		first := min(len(payload), frameAlign-transport.HeaderSize)
-		copy(b[frameAlign:], payload[first:])
-		h.Encode(b)
-		copy(b[transport.HeaderSize:], payload[:first])
+		if shortFits(len(payload)) {
+			// One line instead of the two a full header needs.
+			end = c.tail + frameAlign
+			encodeShort(b, &h, payload)
+		} else {
+			first := min(len(payload), frameAlign-transport.HeaderSize)
+			copy(b[frameAlign:], payload[first:])
+			h.Encode(b)
+			copy(b[transport.HeaderSize:], payload[:first])
+		}
 		if int64(c.cleared-end) > 0 {
-			b[flagsOff] = flagArmed
+			b[flagsOff] |= flagArmed
 		}
 		c.out.seal(off, sealOf(c.tail))
 		size := end - c.tail
@@ -504,6 +510,9 @@ func (c *Conn) recvFrame(ctx context.Context, want transport.Header, buf []byte)
 			return false, &transport.FrameError{Reason: fmt.Sprintf("shared ring: a lent frame of %d bytes, below this direction's smallest loan", len(buf))}
 		}
 		start := off + transport.HeaderSize
+		if flags&flagShort != 0 {
+			start, end = off+shortPayloadOff, c.head+frameAlign
+		}
 		if c.view != nil {
 			c.view.Consume(0, c.in.data[start:start+uint64(len(buf))])
 		} else {
@@ -526,6 +535,11 @@ func (c *Conn) recvFrame(ctx context.Context, want transport.Header, buf []byte)
 	flags, err := decodeFrame(c.rhdr[:], &want, start, c.in.cap)
 	if err != nil {
 		return false, err
+	}
+	if flags&flagShort != 0 {
+		// Written in place as a small frame, which a consumer that
+		// expects the same payload takes in place too (see frameAt).
+		return false, &transport.FrameError{Reason: fmt.Sprintf("shared ring: a short frame at %d, read as a stream", start)}
 	}
 	if flags&flagSkip != 0 {
 		return true, c.skip(start, flags)
@@ -650,7 +664,12 @@ func (c *Conn) frameAt(ctx context.Context, n int) (off, end uint64, ok bool, er
 			return off, end, ok, err
 		}
 	}
-	return off, end, c.tailC-c.head >= end-c.head, nil
+	if c.tailC-c.head >= end-c.head {
+		return off, end, true, nil
+	}
+	// A short frame (flagShort) ends with its first line, which the
+	// tail covers here if it covers the flags.
+	return off, end, shortFits(n) && c.tailC-c.head >= frameAlign && c.in.data[off+flagsOff]&flagShort != 0, nil
 }
 
 // sealed reports whether the frame at head is armed and sealed: then all

@@ -42,6 +42,23 @@
 // line. In the ring, the header's two reserved fields (zero on the wire)
 // carry a flags byte (offset 7) and a 32-bit seal (offset 36).
 //
+// A payload of 9 to 24 bytes written in place (see "Sealed frames") goes
+// in a short frame instead, one line: the header's first 8 bytes, then
+// the step, the payload's length (32 bits), the seq and a 64-bit digest
+// of the communicator, epoch, root and count (the fields that stay the
+// same over an operation's frames; folded in one at a time through a
+// bijection, so that headers that differ in one of them never share a
+// digest), the seal at offset 36 and the payload from offset 40. The
+// consumer checks the fields against the header it expects and the digest
+// against that header's; a digest that differs is a mismatch
+// (transport.MismatchError, Digested). With a full header such a payload
+// takes two lines, and the consumer waits for the second after the seal
+// arrives in the first. On a 2-core Intel Xeon virtual machine a 16-byte
+// message to another process took 325-342 ns one way in short frames
+// against 372-412 with the full header (8 bytes: 303-322; 4 runs each of
+// BenchmarkTwoProcessesLatency), and a 32-byte AllToAll at 2 processes
+// (16-byte blocks) was faster in 12 of 14 interleaved rounds, by about 3%.
+//
 // # Sealed frames
 //
 // A small frame (at most 4 KiB with its header and padding) that fits

@@ -1,6 +1,7 @@
 package shm
 
 import (
+	"encoding/binary"
 	"fmt"
 	"sync/atomic"
 	"unsafe"
@@ -39,6 +40,13 @@ const (
 	// Its header's Len is the length of the bytes it skips after the
 	// header, which the consumer checks against its position.
 	flagSkip = 4
+	// flagShort in a frame's flags says that the frame is short: one
+	// line whose header, in place of the wire format's, carries the
+	// fields that differ from one message to the next (kind, op, dtype,
+	// redop, step, seq and length) and a digest of the others (comm,
+	// epoch, root and count), with the payload in the same line (see
+	// shortMax).
+	flagShort = 8
 	// armWindow is how far ahead of its tail a producer keeps the seal
 	// words of the ring's lines cleared, after frames of at most sealMax
 	// bytes. A larger frame gains nothing from its seal, since its
@@ -59,6 +67,89 @@ const (
 	// never rewind, so a large transfer still has the whole ring.
 	hotWindow = 64 << 10
 )
+
+// A short frame's line (flagShort): bytes 0 to 7 as in the wire format
+// (magic, version, kind, op, dtype, redop, flags), then the step, the
+// payload's length (32 bits), the seq and the digest (see digest); the
+// seal at sealOff as in every frame; the payload from shortPayloadOff to
+// the end of the line. A payload of more than 8 bytes (which a full header
+// leaves in its first line) and at most shortMax goes in a short frame
+// wherever the producer writes a small frame in place: in one line
+// instead of two, so that the consumer waits for one line to arrive.
+const (
+	shortStepOff    = 8
+	shortLenOff     = 12
+	shortSeqOff     = 16
+	shortDigestOff  = 24
+	shortPayloadOff = 40
+	shortMax        = frameAlign - shortPayloadOff
+)
+
+// shortFits reports whether a payload of n bytes goes in a short frame
+// where a small frame is written in place.
+func shortFits(n int) bool { return n > frameAlign-transport.HeaderSize && n <= shortMax }
+
+// digest is what a short frame carries of h's Comm, Epoch, Root and Count,
+// the fields that stay the same over the frames of an operation: the three
+// words (Epoch and Root together) folded in one at a time, each through
+// splitmix64's finalizer, a bijection. Two headers that differ in one of
+// the words thus never share a digest, and two that differ in more share
+// one by chance with odds of about 2^-64.
+func digest(h *transport.Header) uint64 {
+	return mix64(mix64(mix64(h.Comm)^h.Count) ^ (uint64(h.Epoch)<<32 | uint64(h.Root)))
+}
+
+// mix64 is splitmix64's finalizer.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
+}
+
+// encodeShort writes the short frame (flagShort) of h and payload, which
+// is at most shortMax bytes, into the line b, all but its seal.
+func encodeShort(b []byte, h *transport.Header, payload []byte) {
+	_ = b[frameAlign-1]
+	binary.LittleEndian.PutUint16(b[0:], transport.Magic)
+	b[2] = transport.Version
+	b[3] = byte(h.Kind)
+	b[4] = h.Op
+	b[5] = h.DType
+	b[6] = h.RedOp
+	b[flagsOff] = flagShort
+	binary.LittleEndian.PutUint32(b[shortStepOff:], h.Step)
+	binary.LittleEndian.PutUint32(b[shortLenOff:], uint32(len(payload)))
+	binary.LittleEndian.PutUint64(b[shortSeqOff:], h.Seq)
+	binary.LittleEndian.PutUint64(b[shortDigestOff:], digest(h))
+	binary.LittleEndian.PutUint32(b[32:], 0)
+	copy(b[shortPayloadOff:], payload)
+}
+
+// decodeShort decodes and checks the short frame (flagShort) whose header
+// is in b, at least transport.HeaderSize bytes, against want: the fields
+// it carries as a header's, the others through their digest.
+func decodeShort(b []byte, want *transport.Header) error {
+	if m := binary.LittleEndian.Uint16(b[0:]); m != transport.Magic || b[2] != transport.Version {
+		return &transport.FrameError{Reason: fmt.Sprintf("shared ring: short frame with magic %#04x version %d", m, b[2])}
+	}
+	k := transport.Kind(b[3])
+	if k < transport.KindCollective || k > transport.KindVerify {
+		return &transport.FrameError{Reason: fmt.Sprintf("shared ring: short frame of unknown kind %d", b[3])}
+	}
+	n := binary.LittleEndian.Uint32(b[shortLenOff:])
+	if !shortFits(int(n)) || binary.LittleEndian.Uint32(b[32:]) != 0 {
+		return &transport.FrameError{Reason: fmt.Sprintf("shared ring: short frame of %d bytes (a short frame carries %d to %d)", n, frameAlign-transport.HeaderSize+1, shortMax)}
+	}
+	got := transport.Header{Kind: k, Op: b[4], DType: b[5], RedOp: b[6],
+		Step: binary.LittleEndian.Uint32(b[shortStepOff:]), Seq: binary.LittleEndian.Uint64(b[shortSeqOff:]), Len: uint64(n)}
+	if binary.LittleEndian.Uint64(b[shortDigestOff:]) != digest(want) {
+		return &transport.MismatchError{Got: got, Want: *want, Digested: true}
+	}
+	got.Comm, got.Epoch, got.Root, got.Count = want.Comm, want.Epoch, want.Root, want.Count
+	return transport.Check(&got, want)
+}
 
 // zeroPad is the padding written after a frame's body.
 var zeroPad [frameAlign]byte
@@ -110,6 +201,12 @@ func smallSlot(r *ring, pos uint64, n int, desc bool) (off, end uint64, ok bool)
 // A skip frame (flagSkip) is checked against what its producer writes
 // (skipHeader) instead of want.
 func decodeFrame(b []byte, want *transport.Header, pos, capacity uint64) (flags byte, err error) {
+	if flags = b[flagsOff]; flags&flagShort != 0 {
+		if flags&^(flagArmed|flagShort) != 0 {
+			return 0, &transport.FrameError{Reason: fmt.Sprintf("shared ring: unknown short frame flags %#x", flags)}
+		}
+		return flags, decodeShort(b, want)
+	}
 	var got transport.Header
 	flags, _, err = got.DecodeReserved(b)
 	if err != nil {

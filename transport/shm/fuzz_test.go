@@ -51,6 +51,36 @@ func sealedFrame(pos uint64, n int, flags byte) []byte {
 	return b
 }
 
+// shortFrame is a valid short frame with an n-byte payload (shortFits)
+// that starts at stream position pos, with flags besides flagShort, sealed.
+func shortFrame(pos uint64, n int, flags byte) []byte {
+	h := fuzzWant
+	h.Len = uint64(n)
+	b := make([]byte, frameAlign)
+	p := make([]byte, n)
+	for i := range p {
+		p[i] = byte(i)
+	}
+	encodeShort(b, &h, p)
+	b[flagsOff] |= flags
+	binary.LittleEndian.PutUint32(b[sealOff:], sealOf(pos))
+	return b
+}
+
+// shortHeader is the header that the short frame b stands for, given the
+// header the receiver expects: the fields b carries, and want's where
+// b's digest is want's (an independent reading of the layout encodeShort
+// writes).
+func shortHeader(b []byte, want *transport.Header) transport.Header {
+	h := transport.Header{Kind: transport.Kind(b[3]), Op: b[4], DType: b[5], RedOp: b[6],
+		Step: binary.LittleEndian.Uint32(b[8:]), Len: uint64(binary.LittleEndian.Uint32(b[12:])),
+		Seq: binary.LittleEndian.Uint64(b[16:])}
+	if binary.LittleEndian.Uint64(b[24:]) == digest(want) {
+		h.Comm, h.Epoch, h.Root, h.Count = want.Comm, want.Epoch, want.Root, want.Count
+	}
+	return h
+}
+
 func validFrame(n int) []byte {
 	h := fuzzWant
 	h.Len = uint64(n)
@@ -92,6 +122,10 @@ func FuzzRecvCorrupt(f *testing.F) {
 	f.Add(sealedFrame(64, 8, 0), []byte{}, uint64(0), uint64(0), uint16(8), true)
 	f.Add(sealedFrame(0, 8, 0x80), []byte{}, uint64(0), uint64(0), uint16(8), true)
 	f.Add(sealedFrame(capacity-64, 8, 0), []byte{}, uint64(capacity-64), uint64(0), uint16(8), true)
+	f.Add(shortFrame(0, 16, 0), []byte{}, uint64(0), uint64(0), uint16(16), true)
+	f.Add(shortFrame(64, 24, flagArmed), []byte{}, uint64(64), uint64(64), uint16(24), false)
+	f.Add(shortFrame(0, 16, 0), []byte{}, uint64(0), uint64(64), uint16(20), false)
+	f.Add(shortFrame(0, 12, flagLent), []byte{}, uint64(0), uint64(64), uint16(12), true)
 	// A skip frame at 1 KiB and the frame at the next lap, which the data
 	// reaches by wrapping around the ring.
 	skip := make([]byte, capacity)
@@ -143,18 +177,26 @@ func FuzzRecvCorrupt(f *testing.F) {
 				sealed = flags&flagArmed != 0 && binary.LittleEndian.Uint32(hb[sealOff:]) == sealOf(start)
 				delta -= min(delta, start-skip)
 			}
-			hb[flagsOff] = 0
-			binary.LittleEndian.PutUint32(hb[sealOff:], 0)
-			var got transport.Header
-			if got.Decode(hb[:]) != nil {
-				t.Fatal("Recv accepted a frame that does not decode")
-			}
 			want := fuzzWant
 			want.Len = uint64(n)
-			if got != want {
-				t.Fatalf("Recv accepted header %+v, want %+v", got, want)
+			end := frameEnd(start, int(n))
+			if hb[flagsOff]&flagShort != 0 {
+				if got := shortHeader(hb[:], &want); got != want {
+					t.Fatalf("Recv accepted short frame %+v, want %+v", got, want)
+				}
+				end = start + frameAlign
+			} else {
+				hb[flagsOff] = 0
+				binary.LittleEndian.PutUint32(hb[sealOff:], 0)
+				var got transport.Header
+				if got.Decode(hb[:]) != nil {
+					t.Fatal("Recv accepted a frame that does not decode")
+				}
+				if got != want {
+					t.Fatalf("Recv accepted header %+v, want %+v", got, want)
+				}
 			}
-			if !sealed && (delta < frameEnd(start, int(n))-start || delta > capacity) {
+			if !sealed && (delta < end-start || delta > capacity) {
 				t.Fatalf("Recv returned a %d-byte frame with only %d bytes published and no seal", n, delta)
 			}
 		}

@@ -508,7 +508,7 @@ func BenchmarkTwoProcessesLatency(b *testing.B) {
 	c, cmd, comm := startChildWith(b, "echo", childConfig{noCMA: true, spin: time.Second})
 	defer c.Close()
 	ctx := context.Background()
-	for _, size := range []int{8, 64, 1 << 10, 16 << 10} {
+	for _, size := range []int{8, 16, 64, 1 << 10, 16 << 10} {
 		b.Run(sizeName(size), func(b *testing.B) {
 			buf, back := make([]byte, size), make([]byte, size)
 			var hdr [4]byte

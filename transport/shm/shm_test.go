@@ -518,7 +518,7 @@ func BenchmarkSendRecv(b *testing.B) {
 // BenchmarkPingPong measures the round trip of a small frame: one side
 // sends, the other echoes it back.
 func BenchmarkPingPong(b *testing.B) {
-	for _, size := range []int{8, 4 << 10} {
+	for _, size := range []int{8, 16, 4 << 10} {
 		b.Run(sizeName(size), func(b *testing.B) {
 			x, y := pair(b, 0)
 			defer x.Close()

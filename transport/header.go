@@ -41,6 +41,9 @@ const (
 	maxKind = KindVerify
 )
 
+// Valid reports whether k is one of the kinds above.
+func (k Kind) Valid() bool { return k >= KindCollective && k <= maxKind }
+
 func (k Kind) String() string {
 	switch k {
 	case KindCollective:
@@ -154,7 +157,7 @@ func (h *Header) decode(b []byte, reserved bool) (flags uint8, word uint32, err 
 		return 0, 0, &FrameError{fmt.Sprintf("unsupported version %d", b[2])}
 	}
 	k := Kind(b[3])
-	if k == 0 || k > maxKind {
+	if !k.Valid() {
 		return 0, 0, &FrameError{fmt.Sprintf("unknown kind %d", b[3])}
 	}
 	flags, word = b[7], binary.LittleEndian.Uint32(b[36:])

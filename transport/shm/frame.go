@@ -70,8 +70,8 @@ const (
 
 // A short frame's line (flagShort): bytes 0 to 7 as in the wire format
 // (magic, version, kind, op, dtype, redop, flags), then the step, the
-// payload's length (32 bits), the seq and the digest (see digest); the
-// seal at sealOff as in every frame; the payload from shortPayloadOff to
+// payload's length (32 bits), the seq, the digest (see digest) and 4 zero
+// bytes; the seal at sealOff as in every frame; the payload from shortPayloadOff to
 // the end of the line. A payload of more than 8 bytes (which a full header
 // leaves in its first line) and at most shortMax goes in a short frame
 // wherever the producer writes a small frame in place: in one line
@@ -81,6 +81,7 @@ const (
 	shortLenOff     = 12
 	shortSeqOff     = 16
 	shortDigestOff  = 24
+	shortZeroOff    = 32 // 4 bytes, zero
 	shortPayloadOff = 40
 	shortMax        = frameAlign - shortPayloadOff
 )
@@ -123,7 +124,7 @@ func encodeShort(b []byte, h *transport.Header, payload []byte) {
 	binary.LittleEndian.PutUint32(b[shortLenOff:], uint32(len(payload)))
 	binary.LittleEndian.PutUint64(b[shortSeqOff:], h.Seq)
 	binary.LittleEndian.PutUint64(b[shortDigestOff:], digest(h))
-	binary.LittleEndian.PutUint32(b[32:], 0)
+	binary.LittleEndian.PutUint32(b[shortZeroOff:], 0)
 	copy(b[shortPayloadOff:], payload)
 }
 
@@ -135,11 +136,11 @@ func decodeShort(b []byte, want *transport.Header) error {
 		return &transport.FrameError{Reason: fmt.Sprintf("shared ring: short frame with magic %#04x version %d", m, b[2])}
 	}
 	k := transport.Kind(b[3])
-	if k < transport.KindCollective || k > transport.KindVerify {
+	if !k.Valid() {
 		return &transport.FrameError{Reason: fmt.Sprintf("shared ring: short frame of unknown kind %d", b[3])}
 	}
 	n := binary.LittleEndian.Uint32(b[shortLenOff:])
-	if !shortFits(int(n)) || binary.LittleEndian.Uint32(b[32:]) != 0 {
+	if !shortFits(int(n)) || binary.LittleEndian.Uint32(b[shortZeroOff:]) != 0 {
 		return &transport.FrameError{Reason: fmt.Sprintf("shared ring: short frame of %d bytes (a short frame carries %d to %d)", n, frameAlign-transport.HeaderSize+1, shortMax)}
 	}
 	got := transport.Header{Kind: k, Op: b[4], DType: b[5], RedOp: b[6],
@@ -199,7 +200,8 @@ func smallSlot(r *ring, pos uint64, n int, desc bool) (off, end uint64, ok bool)
 // starts at stream position pos of a ring of capacity bytes, returning its
 // flags. The wire format's reserved fields carry the ring's flags and seal.
 // A skip frame (flagSkip) is checked against what its producer writes
-// (skipHeader) instead of want.
+// (skipHeader) instead of want, a short frame (flagShort) as decodeShort
+// reads it.
 func decodeFrame(b []byte, want *transport.Header, pos, capacity uint64) (flags byte, err error) {
 	if flags = b[flagsOff]; flags&flagShort != 0 {
 		if flags&^(flagArmed|flagShort) != 0 {

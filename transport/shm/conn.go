@@ -401,15 +401,16 @@ func (c *Conn) getPad(ctx context.Context) error {
 // clearAhead keeps the seal words of the lines ahead of the tail cleared,
 // up to armWindow bytes ahead and within the space the consumer has freed:
 // a small frame that ends where they are cleared arms the frame after it
-// (flagArmed). It clears in batches of half the window, with plain stores,
-// so that a frame's seal waits for none of them.
+// (flagArmed). It clears with plain stores, clearBatch bytes' worth of
+// lines at a time, once the cleared lines reach less than that beyond
+// armWindow ahead.
 func (c *Conn) clearAhead() {
 	r := &c.out
 	from := c.cleared
 	if int64(alignUp(c.tail)-from) > 0 {
 		from = alignUp(c.tail)
 	}
-	if int64(from-c.tail) >= armWindow/2 {
+	if int64(from-c.tail) >= armWindow-clearBatch {
 		return
 	}
 	to := alignUp(c.tail) + armWindow

@@ -77,9 +77,9 @@
 // The seal word is known to be clear by construction, not by chance: after
 // publishing a frame of one or two lines, the producer keeps the seal words
 // of the lines ahead of its tail cleared, up to 8 KiB ahead and within the
-// space the consumer has freed, in batches (the lines are the ones its
-// next frames write anyway; after larger frames, whose receiver waits for
-// all their lines anyway, the partial writes would cost more than the
+// space the consumer has freed, 4 lines at a time (the lines are the ones
+// its next frames write anyway; after larger frames, whose receiver waits
+// for all their lines anyway, the partial writes would cost more than the
 // seal saves), and marks a small frame that ends where the words are clear
 // with a flag, armed: the consumer polls the seal of the next frame only
 // after reading an armed frame. Any other frame (the first, one behind a

@@ -66,6 +66,19 @@ const (
 	// instead of a fresh line of a large ring each time. Larger frames
 	// never rewind, so a large transfer still has the whole ring.
 	hotWindow = 64 << 10
+	// clearBatch is how many bytes' worth of lines ahead a producer
+	// clears at a time (see Conn.clearAhead). Each clear is a store to a
+	// line the consumer last read, which the producer's core must take
+	// back first, and stores become visible in program order: the seal
+	// of the frame after a batch waits until the whole batch has taken
+	// its lines. A batch of 4 lines is taken while the producer waits
+	// for its peer; one of half the window, 64 lines, was not. On a
+	// 2-core Intel Xeon virtual machine, 2 processes, 8 interleaved
+	// rounds of 1M calls, medians: 8-byte AllReduce 0.476 us a call
+	// against 0.513 with batches of 64 lines, 99th percentile 0.755
+	// against 0.968; 32-byte AllToAll 0.482 against 0.542, 99th
+	// percentile 0.748 against 0.996.
+	clearBatch = 4 * frameAlign
 )
 
 // A short frame's line (flagShort): bytes 0 to 7 as in the wire format

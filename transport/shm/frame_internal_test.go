@@ -431,3 +431,25 @@ func TestCorruptSkip(t *testing.T) {
 		})
 	}
 }
+
+// A producer of small frames keeps the seal words cleared between
+// armWindow-clearBatch and armWindow bytes ahead of its tail, clearing a
+// few lines at a time (see clearBatch), through rewinds.
+func TestClearAheadInSmallBatches(t *testing.T) {
+	a, b, ctx := connPair(t, 4*hotWindow)
+	buf := make([]byte, 8)
+	for i := range 3 * hotWindow / frameAlign {
+		before := a.cleared
+		exchange(t, ctx, a, b, buf)
+		if i == 0 {
+			continue
+		}
+		ahead := int64(a.cleared - a.tail)
+		if ahead < armWindow-clearBatch || ahead > armWindow {
+			t.Fatalf("frame %d: seal words cleared %d bytes ahead of the tail, want %d to %d", i, ahead, armWindow-clearBatch, armWindow)
+		}
+		if n := int64(a.cleared - before); n > clearBatch+frameAlign && a.tail&a.out.mask > frameAlign {
+			t.Fatalf("frame %d: %d bytes' worth of seal words cleared at once, want at most %d", i, n, clearBatch+frameAlign)
+		}
+	}
+}

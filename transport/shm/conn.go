@@ -401,9 +401,9 @@ func (c *Conn) getPad(ctx context.Context) error {
 // clearAhead keeps the seal words of the lines ahead of the tail cleared,
 // up to armWindow bytes ahead and within the space the consumer has freed:
 // a small frame that ends where they are cleared arms the frame after it
-// (flagArmed). It clears with plain stores, clearBatch bytes' worth of
-// lines at a time, once the cleared lines reach less than that beyond
-// armWindow ahead.
+// (flagArmed). Once fewer than armWindow-clearBatch bytes ahead are
+// clear, it clears the lines up to armWindow ahead with plain stores: in a
+// run of small frames, clearBatch bytes' worth at a time.
 func (c *Conn) clearAhead() {
 	r := &c.out
 	from := c.cleared

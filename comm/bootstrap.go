@@ -537,7 +537,13 @@ func startRendezvous(ctx context.Context, ln *tcp.Listener, spec rendezvousSpec,
 }
 
 func (rv *rendezvous) run(ctx context.Context, log interface{ Warn(string, ...any) }) {
+	// The listener closes before the result is published: once Init
+	// returns, the rendezvous address is free for the next job to bind.
 	defer rv.ln.Close()
+	publish := func(r rendezvousResult) {
+		rv.ln.Close()
+		rv.result <- r
+	}
 	size, members := rv.spec.size, rv.spec.members
 	conns := make([]*tcp.Conn, size)
 	infos := make([]wire.RankInfo, size)
@@ -563,7 +569,7 @@ func (rv *rendezvous) run(ctx context.Context, log interface{ Warn(string, ...an
 				refuse(conn, err.Error())
 			}
 		}
-		rv.result <- rendezvousResult{err: err}
+		publish(rendezvousResult{err: err})
 	}
 	go func() {
 		for {
@@ -657,7 +663,7 @@ func (rv *rendezvous) run(ctx context.Context, log interface{ Warn(string, ...an
 		for _, conn := range conns {
 			conn.Close()
 		}
-		rv.result <- rendezvousResult{err: fmt.Errorf("job nonce: %w", err)}
+		publish(rendezvousResult{err: fmt.Errorf("job nonce: %w", err)})
 		return
 	}
 	for r, conn := range conns {
@@ -667,7 +673,7 @@ func (rv *rendezvous) run(ctx context.Context, log interface{ Warn(string, ...an
 			for _, conn := range conns {
 				conn.Close()
 			}
-			rv.result <- rendezvousResult{err: fmt.Errorf("send the rank table to rank %d: %w", r, err)}
+			publish(rendezvousResult{err: fmt.Errorf("send the rank table to rank %d: %w", r, err)})
 			return
 		}
 	}
@@ -679,7 +685,7 @@ func (rv *rendezvous) run(ctx context.Context, log interface{ Warn(string, ...an
 		late = fmt.Sprintf("the communicator already has all %d of its joiners", size-members)
 	}
 	close(over)
-	rv.result <- rendezvousResult{conns: conns}
+	publish(rendezvousResult{conns: conns})
 	time.AfterFunc(tcp.HandshakeTimeout, rv.cancel)
 }
 

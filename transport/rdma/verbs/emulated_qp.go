@@ -601,7 +601,13 @@ func (q *emuQP) requester(target string, h hello, gen uint64) {
 		q.flushLocked()
 		q.mu.Unlock()
 		if werr != nil {
-			q.connFailed(conn, werr)
+			// The peer may have refused an earlier request and closed
+			// everything just before this write (a NAK, then its ends
+			// of the link): the ACK reader reads that NAK before the
+			// end of the connection, so it decides, within ackDrain.
+			if conn.SetReadDeadline(time.Now().Add(ackDrain)) != nil {
+				q.connFailed(conn, werr)
+			}
 			return
 		}
 		if st != WCSuccess {
@@ -740,6 +746,11 @@ func dupMR(prev []*emuMR, m *emuMR) bool {
 	}
 	return false
 }
+
+// ackDrain bounds how long the ACK reader may still read after a request
+// could not be written: long enough for the answers the peer sent before
+// its end of the link closed, which are already in the socket.
+const ackDrain = time.Second
 
 // ackReader completes requests as the peer acknowledges them.
 func (q *emuQP) ackReader(conn *net.UnixConn) {

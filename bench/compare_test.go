@@ -461,3 +461,49 @@ func TestCompareHugePages(t *testing.T) {
 		t.Errorf("%d meta records, %d commands, %d measurements; want 1, 12, 24", meta, runs, measured)
 	}
 }
+
+// TestCompareGridCounts: in the grid's smallest band occl and Open MPI run
+// 50000 calls and Gloo 5000; every other band gives all the same count.
+func TestCompareGridCounts(t *testing.T) {
+	pyvenv.Require(t)
+	const code = `import json, types, compare
+tools = types.SimpleNamespace(occl="occl-bench", base=None, gloo_ok=True, mpi="mpi_bench", mpirun="mpirun")
+args = types.SimpleNamespace(check=False, hugepages=False, latency=True, python="python3")
+out = []
+for case in compare.grid_cases(False, ops=("allreduce", "alltoall"), nps=(2,)):
+    for label, argv in compare.commands(case, tools, args):
+        out.append([case.b, label, int(argv[argv.index("-n") + 1]), int(argv[argv.index("-w") + 1])])
+print(json.dumps(out))`
+	cmd := exec.Command(pyvenv.System, "-c", code)
+	cmd.Dir = "peers"
+	cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("grid commands: %v", err)
+	}
+	var rows [][4]any
+	if err := json.Unmarshal(out, &rows); err != nil {
+		t.Fatalf("grid commands printed %q: %v", out, err)
+	}
+	want := map[string][2]float64{"8": {50000, 5000}, "32": {50000, 5000}, "65536": {300, 30}, "16777216": {16, 4}}
+	labels := map[string]bool{}
+	for _, r := range rows {
+		b, label, n, w := r[0].(string), r[1].(string), r[2].(float64), r[3].(float64)
+		labels[label] = true
+		nw, ok := want[b]
+		if !ok {
+			t.Fatalf("unexpected band starting at %s B", b)
+		}
+		if label == "gloo" && b != "65536" && b != "16777216" {
+			nw = [2]float64{5000, 500}
+		}
+		if n != nw[0] || w != nw[1] {
+			t.Errorf("%s at %s B: -n %v -w %v, want %v %v", label, b, n, w, nw[0], nw[1])
+		}
+	}
+	for _, l := range []string{"occl-shm", "occl-tcp", "gloo", "mpi-shm", "mpi-tcp"} {
+		if !labels[l] {
+			t.Errorf("no %s command in %v", l, rows)
+		}
+	}
+}

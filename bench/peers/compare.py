@@ -46,7 +46,7 @@ torch.distributed calls without async_op in gloo_bench.py.
 Each op and np runs as three commands, one per band of sizes, with
 iterations (warmup) scaled to the size:
 
-    8 B (or 16 B x np), 1 KiB     5000 (500)
+    8 B (or 16 B x np), 1 KiB    50000 (5000), Gloo 5000 (500)
     64 KiB, 1 MiB                  300 (30)
     16 MiB, 64 MiB                  16 (4)
 
@@ -193,21 +193,28 @@ BASE_IMPLS = ("base-tcp", "base-shm")
 class Case:
     """One benchmark configuration, run by every implementation."""
 
-    def __init__(self, name, group, op, np, b, e, f, n, w):
+    def __init__(self, name, group, op, np, b, e, f, n, w, gloo_n=None, gloo_w=None):
         self.name, self.group = name, group
         self.op, self.np = op, np
         self.b, self.e, self.f, self.n, self.w = b, e, f, n, w
+        # Gloo's calls and warm-up, where they differ from the others'.
+        self.gloo_n = n if gloo_n is None else gloo_n
+        self.gloo_w = w if gloo_w is None else gloo_w
 
-    def sweep_args(self):
+    def sweep_args(self, gloo=False):
+        n, w = (self.gloo_n, self.gloo_w) if gloo else (self.n, self.w)
         args = ["-op", self.op, "-b", self.b, "-e", self.e, "-f", str(self.f),
-                "-n", str(self.n), "-w", str(self.w), "-d", "float32"]
+                "-n", str(n), "-w", str(w), "-d", "float32"]
         if self.op == "alltoallv":
             args += ["-skew", GRID_SKEW]
         return args
 
     def describe(self):
         size = self.b if self.b == self.e else "%s..%s" % (self.b, self.e)
-        return "%s np=%d %s n=%d w=%d" % (self.op, self.np, size, self.n, self.w)
+        d = "%s np=%d %s n=%d w=%d" % (self.op, self.np, size, self.n, self.w)
+        if (self.gloo_n, self.gloo_w) != (self.n, self.w):
+            d += " (gloo n=%d w=%d)" % (self.gloo_n, self.gloo_w)
+        return d
 
 
 # The grid: every collective an MoE layer uses, at the sizes it uses them,
@@ -227,17 +234,22 @@ SPLIT_OPS = ("allgather", "reducescatter", "alltoall", "alltoallv")
 GRID_SKEW = "zipf:1"
 
 # Sizes run by one command share its iteration counts: (first grid size,
-# last grid size, iterations, warmup, quick iterations, quick warmup).
+# last grid size, iterations, warmup, quick iterations, quick warmup,
+# Gloo's iterations and warmup, None for the same).
 # Every timed run lasts milliseconds at least, so that one descheduling or
-# one slow phase of the machine does not decide a median: 5000 calls of
-# 0.15 us (vader's 8 B AllReduce) take 0.75 ms, 300 of 45 us (64 KiB at 4
-# processes) 13.5 ms. At 16 and 64 MiB, 8 calls after 2 of warm-up let one
-# slow moment move a median by a fifth (16 MiB AllToAll at 4 processes:
-# 4.5-4.7 ms with those counts, 4.0-4.3 with 50 after 5): 16 after 4.
+# one slow phase of the machine does not decide a median: 300 calls of
+# 45 us (64 KiB at 4 processes) take 13.5 ms. The smallest band's calls
+# last 0.4-1 us on shared memory at 2 processes: 5000 of them (2-5 ms)
+# moved the 8 B AllReduce by 0.85x-1.1x against vader from one grid to the
+# next with the same code, so occl and Open MPI run 50000 (20-50 ms; 2 s
+# over TCP at 4 processes); Gloo, whose small calls take 150-250 us, keeps
+# 5000 (1 s). At 16 and 64 MiB, 8 calls after 2 of warm-up let one slow
+# moment move a median by a fifth (16 MiB AllToAll at 4 processes: 4.5-4.7
+# ms with those counts, 4.0-4.3 with 50 after 5): 16 after 4.
 GRID_BANDS = (
-    (8, 1 << 10, 5000, 500, 5, 1),
-    (64 << 10, 1 << 20, 300, 30, 3, 1),
-    (16 << 20, 64 << 20, 16, 4, 1, 1),
+    (8, 1 << 10, 50000, 5000, 5, 1, 5000, 500),
+    (64 << 10, 1 << 20, 300, 30, 3, 1, None, None),
+    (16 << 20, 64 << 20, 16, 4, 1, 1, None, None),
 )
 
 
@@ -259,12 +271,12 @@ def grid_cases(quick, ops=GRID_OPS, nps=GRID_NP):
     cases = []
     for np in nps:
         for op in ops:
-            for lo, hi, n, w, qn, qw in GRID_BANDS:
+            for lo, hi, n, w, qn, qw, gn, gw in GRID_BANDS:
                 b = smallest_size(op, np) if lo == GRID_SIZES[0] else lo
                 if quick:
-                    n, w = qn, qw
+                    n, w, gn, gw = qn, qw, None, None
                 cases.append(Case("grid-%s-np%d-%s" % (op, np, fmt_bytes(b)), "grid", op, np,
-                                  str(b), str(hi), hi // b, n, w))
+                                  str(b), str(hi), hi // b, n, w, gn, gw))
     return cases
 
 
@@ -449,7 +461,7 @@ def commands(case, tools, args):
             out.append((label + "-" + t, argv))
     if tools.gloo_ok:
         out.append(("gloo", [args.python, os.path.join(HERE, "gloo_bench.py"), "-np", str(case.np)]
-                    + case.sweep_args() + check))
+                    + case.sweep_args(gloo=True) + check))
     if tools.mpi:
         base = [tools.mpirun]
         if hasattr(os, "geteuid") and os.geteuid() == 0:

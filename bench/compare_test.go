@@ -232,17 +232,8 @@ func TestCompareRoundOrder(t *testing.T) {
 	pyvenv.Require(t)
 	const code = `import json, compare
 print(json.dumps({n: [compare.round_order(n, r) for r in range(2 * n)] for n in range(1, 10)}))`
-	cmd := exec.Command(pyvenv.System, "-c", code)
-	cmd.Dir = "peers"
-	cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("round_order: %v", err)
-	}
 	var orders map[int][][]int
-	if err := json.Unmarshal(out, &orders); err != nil {
-		t.Fatalf("round_order printed %q: %v", out, err)
-	}
+	comparePython(t, code, &orders)
 	for n := 1; n <= 9; n++ {
 		rounds := n
 		if n%2 == 1 {
@@ -474,17 +465,8 @@ for case in compare.grid_cases(False, ops=("allreduce", "alltoall"), nps=(2,)):
     for label, argv in compare.commands(case, tools, args):
         out.append([case.b, label, int(argv[argv.index("-n") + 1]), int(argv[argv.index("-w") + 1])])
 print(json.dumps(out))`
-	cmd := exec.Command(pyvenv.System, "-c", code)
-	cmd.Dir = "peers"
-	cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("grid commands: %v", err)
-	}
 	var rows [][4]any
-	if err := json.Unmarshal(out, &rows); err != nil {
-		t.Fatalf("grid commands printed %q: %v", out, err)
-	}
+	comparePython(t, code, &rows)
 	want := map[string][2]float64{"8": {50000, 5000}, "32": {50000, 5000}, "65536": {300, 30}, "16777216": {16, 4}}
 	labels := map[string]bool{}
 	for _, r := range rows {
@@ -505,5 +487,21 @@ print(json.dumps(out))`
 		if !labels[l] {
 			t.Errorf("no %s command in %v", l, rows)
 		}
+	}
+}
+
+// comparePython runs code with compare.py importable and decodes the JSON
+// it prints into v.
+func comparePython(t *testing.T, code string, v any) {
+	t.Helper()
+	cmd := exec.Command(pyvenv.System, "-c", code)
+	cmd.Dir = "peers"
+	cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("python: %v", err)
+	}
+	if err := json.Unmarshal(out, v); err != nil {
+		t.Fatalf("python printed %q: %v", out, err)
 	}
 }

@@ -87,6 +87,23 @@ const (
 // recheckAt is when slowNow next reads the kernel's choice of clock.
 var recheckAt atomic.Int64
 
+// recheck reads the kernel's choice of clock again: tsc.Recheck, or what
+// a test puts in its place.
+var recheck atomic.Pointer[func() bool]
+
+func init() {
+	f := tsc.Recheck
+	recheck.Store(&f)
+}
+
+// recheckClock stops stamps from reading the counter if the kernel no
+// longer keeps time with it.
+func recheckClock() {
+	if !(*recheck.Load())() {
+		anchor.Store(nil)
+	}
+}
+
 // tscAnchor ties a counter reading to a stamp: a reading t of the counter
 // from ticks to next is the stamp ns plus (t-ticks) times mult, the
 // nanoseconds per tick in 32.32 fixed point.
@@ -124,9 +141,12 @@ func slowNow() stamp {
 	if d < calibration || !tsc.Trusted() {
 		return stamp(d)
 	}
-	if at := recheckAt.Load(); int64(d) >= at && recheckAt.CompareAndSwap(at, int64(d+recheckEvery)) && !tsc.Recheck() {
-		anchor.Store(nil)
-		return stamp(d)
+	if at := recheckAt.Load(); int64(d) >= at && recheckAt.CompareAndSwap(at, int64(d+recheckEvery)) {
+		// Off the caller's path: a recheck reads a file and, on a
+		// paravirtual clock, times the vDSO (13 to 40 us), which an
+		// operation would otherwise pay once a second. The anchor made
+		// below meanwhile serves at most anchorEvery.
+		go recheckClock()
 	}
 	// Read again: Trusted and Recheck read a file.
 	d, t := clockPair()

@@ -96,3 +96,50 @@ func TestStampsSlewBackToTheClock(t *testing.T) {
 		t.Fatalf("stamp went back from %d to %d", last, s)
 	}
 }
+
+// TestRecheckOffThePath: the once-a-second recheck of the kernel's clock
+// runs apart from the stamp that starts it, and a counter it no longer
+// trusts stops being read.
+func TestRecheckOffThePath(t *testing.T) {
+	if d := calibration - time.Since(clockBase); d > 0 {
+		time.Sleep(d)
+	}
+	if !tsc.Trusted() {
+		t.Skip("the counter is not trusted here: slowNow never rechecks")
+	}
+	started, release, done := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	fake := func() bool {
+		close(started)
+		<-release
+		return false
+	}
+	real := recheck.Swap(&fake)
+	defer func() {
+		recheck.Store(real)
+		tsc.Recheck()
+		recheckAt.Store(0)
+	}()
+	recheckAt.Store(0)
+	go func() {
+		slowNow()
+		close(done)
+	}()
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("slowNow did not recheck the clock")
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("slowNow waited for the recheck")
+	}
+	close(release)
+	deadline := time.Now().Add(10 * time.Second)
+	for anchor.Load() != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the counter is still read after the recheck distrusted it")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

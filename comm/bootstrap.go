@@ -506,6 +506,9 @@ type rendezvousSpec struct {
 	// place returns the host identity to record for a joiner given rank
 	// rank whose own is hostID (nil: keep it).
 	place func(rank int, hostID string) string
+	// published, if set, runs once the result is out, before anything
+	// else the rendezvous does (tests hold the rendezvous there).
+	published func()
 }
 
 // refuseTimeout bounds the sending of a refusal to a rank.
@@ -543,6 +546,9 @@ func (rv *rendezvous) run(ctx context.Context, log interface{ Warn(string, ...an
 	publish := func(r rendezvousResult) {
 		rv.ln.Close()
 		rv.result <- r
+		if rv.spec.published != nil {
+			rv.spec.published()
+		}
 	}
 	size, members := rv.spec.size, rv.spec.members
 	conns := make([]*tcp.Conn, size)

@@ -12,13 +12,13 @@ import (
 
 // TestRendezvousFreesAddressFirst: when a rendezvous's result is out, its
 // address can be bound again at once, as the next job on the same unique id
-// does right after this one's Init returned. (It catches a listener left
-// open past the result; the narrow window of a close that runs just after
-// the result is published is too short for it to catch reliably.)
+// does right after this one's Init returned. The rendezvous is held right
+// after it published its result, so a listener closed any later (as a
+// deferred close after the result was) is still bound when the test binds.
 func TestRendezvousFreesAddressFirst(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	for round := range 50 {
+	for round := range 3 {
 		id, err := NewUniqueIDAt("127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
@@ -27,7 +27,8 @@ func TestRendezvousFreesAddressFirst(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rv := startRendezvous(ctx, ln, rendezvousSpec{size: 1, members: 1}, discard{})
+		hold := make(chan struct{})
+		rv := startRendezvous(ctx, ln, rendezvousSpec{size: 1, members: 1, published: func() { <-hold }}, discard{})
 		tc, err := tcp.Dial(ctx, id.Addr, id.Secret[:], tcp.Hello{Purpose: tcp.PurposeRendezvous, Comm: commIDOf(id), From: 0, To: 0, NStreams: 1})
 		if err != nil {
 			t.Fatal(err)
@@ -47,6 +48,7 @@ func TestRendezvousFreesAddressFirst(t *testing.T) {
 			t.Fatal(err)
 		}
 		again, err := net.Listen("tcp", id.Addr)
+		close(hold)
 		if err != nil {
 			t.Fatalf("round %d: the rendezvous address is still bound after its result: %v", round, err)
 		}

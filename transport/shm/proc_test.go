@@ -450,22 +450,28 @@ func echo(ctx context.Context, c *shm.Conn, comm uint64) error {
 // and then receiving, as two ranks of a small collective do: a control
 // frame gives the number of rounds, 0 ends it.
 func swap(ctx context.Context, c *shm.Conn, comm uint64) error {
-	var ctl [8]byte
-	var out, in [8]byte
+	var ctl [16]byte
+	var out, in [swapMax]byte
 	for seq := uint64(1); ; seq++ {
 		h := transport.Header{Kind: transport.KindControl, Comm: comm, Seq: seq}
 		if err := c.Recv(ctx, h, ctl[:]); err != nil {
 			return err
 		}
-		n := binary.LittleEndian.Uint64(ctl[:])
+		n, size := binary.LittleEndian.Uint64(ctl[:]), binary.LittleEndian.Uint64(ctl[8:])
 		if n == 0 {
 			return nil
 		}
-		if err := swapRounds(ctx, c, comm, n, out[:], in[:]); err != nil {
+		if size > swapMax {
+			return fmt.Errorf("swap: %d-byte messages, at most %d", size, swapMax)
+		}
+		if err := swapRounds(ctx, c, comm, n, out[:size], in[:size]); err != nil {
 			return err
 		}
 	}
 }
+
+// swapMax is the largest message the swap child exchanges.
+const swapMax = 64
 
 // swapRounds sends out and receives into in, n times.
 func swapRounds(ctx context.Context, c *shm.Conn, comm, n uint64, out, in []byte) error {
@@ -543,37 +549,44 @@ func BenchmarkTwoProcessesLatency(b *testing.B) {
 	}
 }
 
-// BenchmarkTwoProcessesExchange measures a round of an 8-byte exchange
-// with another process through the rings, both sides sending and then
-// receiving, with both polling: what two ranks of an 8-byte AllReduce
-// spend in the transport, without the operation layer around it.
-// ns/op is the time of one round (of which each side's send and receive).
+// BenchmarkTwoProcessesExchange measures a round of a small exchange with
+// another process through the rings, both sides sending and then
+// receiving, with both polling: what two ranks of a small AllReduce or
+// AllToAll spend in the transport, without the operation layer around
+// it. 8 bytes travel under a full header (an 8-byte AllReduce's), 16 in a
+// short frame (a 32-byte AllToAll's block at 2 ranks). ns/op is the time
+// of one round (of which each side's send and receive).
 func BenchmarkTwoProcessesExchange(b *testing.B) {
-	c, cmd, comm := startChildWith(b, "swap", childConfig{noCMA: true, spin: time.Second})
-	defer c.Close()
-	ctx := context.Background()
-	var seq uint64
-	rounds := func(n int) error {
-		seq++
-		var ctl [8]byte
-		binary.LittleEndian.PutUint64(ctl[:], uint64(n))
-		return c.Send(ctx, transport.Header{Kind: transport.KindControl, Comm: comm, Seq: seq}, ctl[:])
-	}
-	var out, in [8]byte
-	b.ReportAllocs()
-	b.ResetTimer()
-	if err := rounds(b.N); err != nil {
-		b.Fatal(err)
-	}
-	if err := swapRounds(ctx, c, comm, uint64(b.N), out[:], in[:]); err != nil {
-		b.Fatal(err)
-	}
-	b.StopTimer()
-	if err := rounds(0); err != nil {
-		b.Fatal(err)
-	}
-	if err := cmd.Wait(); err != nil {
-		b.Fatalf("child: %v", err)
+	for _, size := range []int{8, 16} {
+		b.Run(fmt.Sprintf("%dB", size), func(b *testing.B) {
+			c, cmd, comm := startChildWith(b, "swap", childConfig{noCMA: true, spin: time.Second})
+			defer c.Close()
+			ctx := context.Background()
+			var seq uint64
+			rounds := func(n int) error {
+				seq++
+				var ctl [16]byte
+				binary.LittleEndian.PutUint64(ctl[:], uint64(n))
+				binary.LittleEndian.PutUint64(ctl[8:], uint64(size))
+				return c.Send(ctx, transport.Header{Kind: transport.KindControl, Comm: comm, Seq: seq}, ctl[:])
+			}
+			out, in := make([]byte, size), make([]byte, size)
+			b.ReportAllocs()
+			b.ResetTimer()
+			if err := rounds(b.N); err != nil {
+				b.Fatal(err)
+			}
+			if err := swapRounds(ctx, c, comm, uint64(b.N), out, in); err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			if err := rounds(0); err != nil {
+				b.Fatal(err)
+			}
+			if err := cmd.Wait(); err != nil {
+				b.Fatalf("child: %v", err)
+			}
+		})
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -503,5 +504,104 @@ func comparePython(t *testing.T, code string, v any) {
 	}
 	if err := json.Unmarshal(out, v); err != nil {
 		t.Fatalf("python printed %q: %v", out, err)
+	}
+}
+
+// TestCompareSteady checks --steady's wait (compare.Steady) against a
+// scripted probe and clock: it runs a command once the line exchange is
+// within compare.STEADY_RATIO of the fastest seen (the limits run's or an
+// earlier probe's), gives up after its bound, and runs at once when the
+// probe fails; and it waits before the commands of the smallest sizes
+// alone.
+func TestCompareSteady(t *testing.T) {
+	pyvenv.Require(t)
+	const code = `import json, compare
+def run(seed, probes, max_wait):
+    seq, now = iter(probes), [0.0]
+    def sleep(d):
+        now[0] += d
+    st = compare.Steady(lambda: next(seq), max_wait, sleep=sleep, clock=lambda: now[0])
+    st.seen(seed)
+    return list(st.wait()) + [st.best]
+out = {
+    "slow then fast": run(0.058, [0.28, 0.27, 0.06], 10),
+    "slow throughout": run(0.058, [0.28] * 100, 3),
+    "first probe sets the pace": run(None, [0.3], 10),
+    "within the ratio": run(0.058, [0.085], 10),
+    "probe fails": run(0.058, [None], 10),
+    "cases": [[c.e, compare.steady_case(c)] for c in compare.grid_cases(False, ops=("allreduce",), nps=(2,))],
+    "legacy": [[c.name, compare.steady_case(c)] for c in compare.legacy_cases(False)],
+}
+print(json.dumps(out))`
+	var got map[string]any
+	comparePython(t, code, &got)
+	want := map[string]string{
+		// [exchange us, seconds waited, steady, fastest seen]
+		"slow then fast":            "[0.06,2,true,0.058]",
+		"slow throughout":           "[0.28,3,false,0.058]",
+		"first probe sets the pace": "[0.3,0,true,0.3]",
+		"within the ratio":          "[0.085,0,true,0.058]",
+		"probe fails":               "[null,0,false,0.058]",
+		"cases":                     `[["1024",true],["1048576",false],["67108864",false]]`,
+		"legacy":                    `[["allreduce-np2-small",false],["allreduce-np2-large",false],["allreduce-64M-np4",false],["alltoall-16M-np4",false],["allreduce-8B-np2",true]]`,
+	}
+	for k, w := range want {
+		b, err := json.Marshal(got[k])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(b) != w {
+			t.Errorf("%s: %s, want %s", k, b, w)
+		}
+	}
+}
+
+// TestCompareSteadyRun runs a quick grid of occl alone with --steady and
+// --skip limits: compare.py builds bench/peers/limits all the same and
+// probes the line exchange (limits -only line) before each command of the
+// smallest sizes, and those commands' run lines record it; the others'
+// do not.
+func TestCompareSteadyRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds occl-bench and limits and runs 6 benchmark commands")
+	}
+	pyvenv.Require(t)
+	jsonl := filepath.Join(t.TempDir(), "steady.jsonl")
+	runCompare(t, 10*time.Minute, "--quick", "--steady", "30", "--ops", "allreduce", "--np", "2",
+		"--skip", "gloo,limits,mpi", "--out", jsonl)
+	data, err := os.ReadFile(jsonl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var small, large int
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var r struct {
+			Impl   string   `json:"impl"`
+			Argv   []string `json:"argv"`
+			Line   *float64 `json:"line_exchange_us"`
+			Waited *float64 `json:"steady_wait_s"`
+			Steady *bool    `json:"steady"`
+		}
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("bad JSONL line %q: %v", line, err)
+		}
+		if r.Impl != "run" {
+			continue
+		}
+		e := r.Argv[slices.Index(r.Argv, "-e")+1]
+		if e == "1024" {
+			small++
+			if r.Line == nil || *r.Line <= 0 || r.Waited == nil || *r.Waited < 0 || r.Steady == nil {
+				t.Errorf("a command of the smallest sizes without a probe: %s", line)
+			}
+		} else {
+			large++
+			if r.Line != nil || r.Waited != nil || r.Steady != nil {
+				t.Errorf("a command of larger sizes probed: %s", line)
+			}
+		}
+	}
+	if small != 2 || large != 4 {
+		t.Errorf("%d commands of the smallest sizes and %d others, want 2 and 4", small, large)
 	}
 }

@@ -146,6 +146,18 @@ used while the command ran; the script warns when it is large, because on a
 small machine anything else running distorts every number. --wait-idle N
 waits up to N seconds for an idle machine before each command.
 
+--steady N waits, before each command of the smallest sizes (up to 1 KiB),
+up to N seconds for the machine to pass a cache line between two processes
+within 1.5x of the fastest exchange it has shown in the run
+(bench/peers/limits -only line, a few tens of milliseconds). On a virtual
+machine whose host now and then moves the two cores apart, a 2-process
+call of a few bytes slows down severalfold for seconds or minutes, every
+implementation alike, and a command that lands in such a spell measures
+the host. Each such command's run line records the exchange seen before it
+(line_exchange_us), how long it waited (steady_wait_s) and whether the
+machine was steady; the limits run, when not skipped, gives the first
+fastest exchange.
+
 A peer that is missing (torch not importable, no mpirun/mpicc, occl-bench not
 building, a transport that occl-bench does not offer) gets a clear message and
 empty columns; nothing is ever filled in. Only the Python standard library is
@@ -344,6 +356,80 @@ def wait_idle(max_wait):
             said = True
 
 
+# --steady: a command of the smallest sizes runs once the machine passes a
+# cache line between two processes (limits -only line, STEADY_ITERS rounds
+# of its exchange) within STEADY_RATIO of the fastest it has shown in this
+# run. Where the host moves the two virtual cores apart, a 2-process call
+# of a few bytes slows down several times for seconds or minutes, every
+# implementation alike; a command that lands in such a spell measures the
+# host, not the implementation.
+STEADY_RATIO = 1.5
+STEADY_ITERS = 100000
+
+
+class Steady:
+    """Waits, before a command, for the machine's line exchange to be
+    within STEADY_RATIO of the fastest seen (see --steady). probe returns
+    the exchange in us, or None if it cannot be measured."""
+
+    def __init__(self, probe, max_wait, sleep=time.sleep, clock=time.monotonic):
+        self.probe, self.max_wait = probe, max_wait
+        self.sleep, self.clock = sleep, clock
+        self.best = None
+
+    def seen(self, us):
+        """Takes in an exchange measured elsewhere (the limits run)."""
+        if us is not None and (self.best is None or us < self.best):
+            self.best = us
+
+    def wait(self):
+        """Probes until the exchange is within STEADY_RATIO of the fastest
+        seen, or max_wait seconds have passed. Returns the last exchange
+        measured (None if the probe failed), the seconds waited, and
+        whether the machine was steady."""
+        start = self.clock()
+        while True:
+            us = self.probe()
+            if us is None:
+                return None, round(self.clock() - start, 2), False
+            self.seen(us)
+            waited = round(self.clock() - start, 2)
+            if us <= STEADY_RATIO * self.best:
+                return us, waited, True
+            if waited >= self.max_wait:
+                return us, waited, False
+            self.sleep(1.0)
+
+
+def line_probe(limits):
+    """The probe of Steady: limits' shared-memory line exchange, in us."""
+    try:
+        p = subprocess.run([limits, "-only", "line", "-line-iters", str(STEADY_ITERS)],
+                           capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    for r in parse_json_lines(p.stdout):
+        if r.get("what") == "shm_line_exchange":
+            return r.get("us")
+    return None
+
+
+def size_bytes(text):
+    """Bytes of a size as the benchmarks take it: a number, or one with a
+    K, M or G suffix (powers of 1024)."""
+    text = str(text).strip().upper()
+    for suffix, mult in (("K", 1 << 10), ("M", 1 << 20), ("G", 1 << 30)):
+        if text.endswith(suffix):
+            return int(text[:-1]) * mult
+    return int(text)
+
+
+def steady_case(case):
+    """Whether --steady waits before the commands of case: those of the
+    smallest sizes (up to 1 KiB)."""
+    return size_bytes(case.e) <= 1 << 10
+
+
 def children_seconds():
     """CPU seconds used by this script's finished children."""
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -378,7 +464,7 @@ class Tools:
                 self.base = self._given("baseline", self.args.baseline)
         elif self.args.baseline:
             self.missing["baseline"] = "--skip occl leaves it out as well"
-        if "limits" not in skip:
+        if "limits" not in skip or self.args.steady > 0:
             self.limits = self._go_build("limits", "./bench/peers/limits", "occl-limits", None)
         if "gloo" not in skip:
             self._check_gloo()
@@ -684,7 +770,13 @@ def run_all(args):
             log("compare: warning: %.1f CPUs busy with other work before starting; it will "
                 "distort the numbers (see --wait-idle)" % meta["busy_cpus_at_start"])
 
-        if tools.limits:
+        steady = None
+        if args.steady > 0:
+            if tools.limits:
+                steady = Steady(lambda: line_probe(tools.limits), args.steady)
+            else:
+                log("compare: --steady needs bench/peers/limits, which did not build; not waiting")
+        if tools.limits and "limits" not in skip:
             log("compare: measuring the machine's limits")
             if args.wait_idle > 0:
                 wait_idle(args.wait_idle)
@@ -697,6 +789,8 @@ def run_all(args):
             for r in recs:
                 r.update(case="limits", run="limit")
                 write(r)
+                if steady and r.get("what") == "shm_line_exchange":
+                    steady.seen(r.get("us"))
 
         # Rounds run every command once each, interleaved, so that a slow
         # spell of the machine hits every implementation alike; the tables
@@ -717,9 +811,16 @@ def run_all(args):
             log("compare: [%d/%d] %-8s %s" % (i, len(plan), label, case.describe()))
             if args.wait_idle > 0:
                 wait_idle(args.wait_idle)
+            line = {}
+            if steady and steady_case(case):
+                us, waited, ok = steady.wait()
+                line = {"line_exchange_us": us, "steady_wait_s": waited, "steady": ok}
+                if not ok:
+                    log("compare:          line exchange %s us, fastest seen %s us, after waiting %.0f s; "
+                        "running anyway" % (fmt_num(us, 3), fmt_num(steady.best, 3), waited))
             recs, rc, secs, err, other = run_one(label, argv, args.timeout, args.verbose)
-            write({"impl": "run", "case": case.name, "group": case.group, "run": label, "round": round_no,
-                   "argv": argv, "rc": rc, "seconds": round(secs, 2), "other_cpu_s": rnd(other)})
+            write(dict({"impl": "run", "case": case.name, "group": case.group, "run": label, "round": round_no,
+                        "argv": argv, "rc": rc, "seconds": round(secs, 2), "other_cpu_s": rnd(other)}, **line))
             warn_if_busy(label, secs, other)
             want_transport = label.split("-", 1)[1] if "-" in label else "tcp"
             for r in recs:
@@ -1397,6 +1498,11 @@ def main():
     p.add_argument("--timeout", type=float, default=600, help="seconds allowed per command")
     p.add_argument("--repeat", type=int, default=None,
                    help="rounds of every command; tables show the median (default 3, 1 with --quick)")
+    p.add_argument("--steady", type=float, default=0, metavar="SECONDS",
+                   help="before each command of the smallest sizes (up to 1 KiB), wait up to this long "
+                        "for the machine to pass a cache line between two processes within %.1fx of the "
+                        "fastest it has in this run (bench/peers/limits -only line); each such command's "
+                        "run line records the exchange seen before it" % STEADY_RATIO)
     p.add_argument("--wait-idle", type=float, default=0, metavar="SECONDS",
                    help="before each command, wait up to this long for the machine to be idle")
     p.add_argument("--verbose", action="store_true", help="show every command's stderr")

@@ -29,7 +29,12 @@
 //
 //	go run ./bench/peers/limits [-memcpy-mib 64] [-reps 5] [-tcp-mib 1024]
 //	    [-chunk-kib 1024] [-rtt-iters 20000] [-line-iters 200000]
-//	    [-peer process|goroutine]
+//	    [-peer process|goroutine] [-only line]
+//
+// -only line measures the shared-memory line alone, in tens of
+// milliseconds: compare.py's --steady asks it, before each command of the
+// smallest sizes, how fast the machine passes a line between processes
+// at that moment.
 package main
 
 import (
@@ -91,7 +96,12 @@ func main() {
 	rttIters := flag.Int("rtt-iters", 20000, "ping-pong round trips for the latency test")
 	lineIters := flag.Int("line-iters", 200000, "rounds of each shared-memory line test")
 	peerMode := flag.String("peer", "process", "where the TCP peer runs: process or goroutine")
+	only := flag.String("only", "", "measure only this: line (the shared-memory line tests)")
 	flag.Parse()
+	if *only != "" && *only != "line" {
+		fmt.Fprintln(os.Stderr, "limits: -only takes line")
+		os.Exit(2)
+	}
 	if *memMiB < 1 || *reps < 1 || *tcpMiB < 1 || *chunkKiB < 1 || *rttIters < 1 || *lineIters < 1 {
 		fmt.Fprintln(os.Stderr, "limits: sizes, reps and iterations must be positive")
 		os.Exit(2)
@@ -109,16 +119,17 @@ func main() {
 		}
 	}
 
-	emit(measureMemcpy(int64(*memMiB)<<20, *reps))
-
-	bw, bidir, rtt, err := measureTCP(*peerMode, int64(*tcpMiB)<<20, *chunkKiB<<10, *reps, *rttIters)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "limits: tcp:", err)
-		os.Exit(1)
+	if *only == "" {
+		emit(measureMemcpy(int64(*memMiB)<<20, *reps))
+		bw, bidir, rtt, err := measureTCP(*peerMode, int64(*tcpMiB)<<20, *chunkKiB<<10, *reps, *rttIters)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "limits: tcp:", err)
+			os.Exit(1)
+		}
+		emit(bw)
+		emit(bidir)
+		emit(rtt)
 	}
-	emit(bw)
-	emit(bidir)
-	emit(rtt)
 
 	lrtt, lexch, err := measureLine(*lineIters)
 	if err != nil {

@@ -509,26 +509,29 @@ func comparePython(t *testing.T, code string, v any) {
 
 // TestCompareSteady checks --steady's wait (compare.Steady) against a
 // scripted probe and clock: it runs a command once the line exchange is
-// within compare.STEADY_RATIO of the fastest seen (the limits run's or an
-// earlier probe's), gives up after its bound, and runs at once when the
-// probe fails; and it waits before the commands of the smallest sizes
-// alone.
+// within compare.STEADY_RATIO of the median seen before the wait (the
+// limits run's, and each earlier wait's last probe), neither waits for a
+// rare fast exchange nor lets a slow spell it waits out move that median,
+// gives up after its bound, and runs at once when the probe fails; and it
+// waits before the commands of the smallest sizes alone.
 func TestCompareSteady(t *testing.T) {
 	pyvenv.Require(t)
 	const code = `import json, compare
-def run(seed, probes, max_wait):
+def run(seen, probes, max_wait):
     seq, now = iter(probes), [0.0]
     def sleep(d):
         now[0] += d
     st = compare.Steady(lambda: next(seq), max_wait, sleep=sleep, clock=lambda: now[0])
-    st.seen(seed)
-    return list(st.wait()) + [st.best]
+    for us in seen:
+        st.seen(us)
+    return list(st.wait()) + [round(st.typical(), 6)]
 out = {
-    "slow then fast": run(0.058, [0.28, 0.27, 0.06], 10),
-    "slow throughout": run(0.058, [0.28] * 100, 3),
-    "first probe sets the pace": run(None, [0.3], 10),
-    "within the ratio": run(0.058, [0.085], 10),
-    "probe fails": run(0.058, [None], 10),
+    "slow then usual": run([0.06, 0.06], [0.28, 0.27, 0.07], 10),
+    "slow throughout": run([0.06, 0.06], [0.28] * 100, 3),
+    "first probe sets the pace": run([], [0.3], 10),
+    "a rare fast one is no reason to wait": run([0.06, 0.027, 0.06], [0.07], 10),
+    "within the ratio": run([0.06], [0.11], 10),
+    "probe fails": run([0.06], [None], 10),
     "cases": [[c.e, compare.steady_case(c)] for c in compare.grid_cases(False, ops=("allreduce",), nps=(2,))],
     "legacy": [[c.name, compare.steady_case(c)] for c in compare.legacy_cases(False)],
 }
@@ -536,14 +539,15 @@ print(json.dumps(out))`
 	var got map[string]any
 	comparePython(t, code, &got)
 	want := map[string]string{
-		// [exchange us, seconds waited, steady, fastest seen]
-		"slow then fast":            "[0.06,2,true,0.058]",
-		"slow throughout":           "[0.28,3,false,0.058]",
-		"first probe sets the pace": "[0.3,0,true,0.3]",
-		"within the ratio":          "[0.085,0,true,0.058]",
-		"probe fails":               "[null,0,false,0.058]",
-		"cases":                     `[["1024",true],["1048576",false],["67108864",false]]`,
-		"legacy":                    `[["allreduce-np2-small",false],["allreduce-np2-large",false],["allreduce-64M-np4",false],["alltoall-16M-np4",false],["allreduce-8B-np2",true]]`,
+		// [exchange us, seconds waited, steady, median seen]
+		"slow then usual":                      "[0.07,2,true,0.06]",
+		"slow throughout":                      "[0.28,3,false,0.06]",
+		"first probe sets the pace":            "[0.3,0,true,0.3]",
+		"a rare fast one is no reason to wait": "[0.07,0,true,0.06]",
+		"within the ratio":                     "[0.11,0,true,0.085]",
+		"probe fails":                          "[null,0,false,0.06]",
+		"cases":                                `[["1024",true],["1048576",false],["67108864",false]]`,
+		"legacy":                               `[["allreduce-np2-small",false],["allreduce-np2-large",false],["allreduce-64M-np4",false],["alltoall-16M-np4",false],["allreduce-8B-np2",true]]`,
 	}
 	for k, w := range want {
 		b, err := json.Marshal(got[k])

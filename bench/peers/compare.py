@@ -148,7 +148,7 @@ waits up to N seconds for an idle machine before each command.
 
 --steady N waits, before each command of the smallest sizes (up to 1 KiB),
 up to N seconds for the machine to pass a cache line between two processes
-within 1.5x of the fastest exchange it has shown in the run
+within 2x of the median exchange measured in the run so far
 (bench/peers/limits -only line, a few tens of milliseconds). On a virtual
 machine whose host now and then moves the two cores apart, a 2-process
 call of a few bytes slows down severalfold for seconds or minutes, every
@@ -156,7 +156,7 @@ implementation alike, and a command that lands in such a spell measures
 the host. Each such command's run line records the exchange seen before it
 (line_exchange_us), how long it waited (steady_wait_s) and whether the
 machine was steady; the limits run, when not skipped, gives the first
-fastest exchange.
+exchange.
 
 A peer that is missing (torch not importable, no mpirun/mpicc, occl-bench not
 building, a transport that occl-bench does not offer) gets a clear message and
@@ -358,46 +358,57 @@ def wait_idle(max_wait):
 
 # --steady: a command of the smallest sizes runs once the machine passes a
 # cache line between two processes (limits -only line, STEADY_ITERS rounds
-# of its exchange) within STEADY_RATIO of the fastest it has shown in this
-# run. Where the host moves the two virtual cores apart, a 2-process call
-# of a few bytes slows down several times for seconds or minutes, every
-# implementation alike; a command that lands in such a spell measures the
-# host, not the implementation.
-STEADY_RATIO = 1.5
+# of its exchange) within STEADY_RATIO of the median of every exchange
+# measured so far in this run. Where the host moves the two virtual cores
+# apart, a 2-process call of a few bytes slows down severalfold for
+# seconds or minutes, every implementation alike; a command that lands in
+# such a spell measures the host, not the implementation. The median, not
+# the fastest: the host also, more rarely, puts the two cores closer than
+# usual (an exchange of half the usual time), which is no reason to wait.
+STEADY_RATIO = 2.0
 STEADY_ITERS = 100000
 
 
 class Steady:
     """Waits, before a command, for the machine's line exchange to be
-    within STEADY_RATIO of the fastest seen (see --steady). probe returns
-    the exchange in us, or None if it cannot be measured."""
+    within STEADY_RATIO of the median exchange seen (see --steady). probe
+    returns the exchange in us, or None if it cannot be measured."""
 
     def __init__(self, probe, max_wait, sleep=time.sleep, clock=time.monotonic):
         self.probe, self.max_wait = probe, max_wait
         self.sleep, self.clock = sleep, clock
-        self.best = None
+        self.exchanges = []
 
     def seen(self, us):
         """Takes in an exchange measured elsewhere (the limits run)."""
-        if us is not None and (self.best is None or us < self.best):
-            self.best = us
+        if us is not None:
+            self.exchanges.append(us)
+
+    def typical(self):
+        """The median of the exchanges seen, None before the first."""
+        if not self.exchanges:
+            return None
+        v = sorted(self.exchanges)
+        mid = len(v) // 2
+        return v[mid] if len(v) % 2 else (v[mid - 1] + v[mid]) / 2
 
     def wait(self):
-        """Probes until the exchange is within STEADY_RATIO of the fastest
-        seen, or max_wait seconds have passed. Returns the last exchange
-        measured (None if the probe failed), the seconds waited, and
-        whether the machine was steady."""
-        start = self.clock()
+        """Probes until the exchange is within STEADY_RATIO of the median
+        of those seen before the wait (any exchange, if none was), or
+        max_wait seconds have passed. Only the last probe joins them: the
+        probes of a slow spell waited out would otherwise drag the median
+        into it. Returns the last exchange measured (None if the probe
+        failed), the seconds waited, and whether the machine was steady."""
+        start, ref = self.clock(), self.typical()
         while True:
             us = self.probe()
-            if us is None:
-                return None, round(self.clock() - start, 2), False
-            self.seen(us)
             waited = round(self.clock() - start, 2)
-            if us <= STEADY_RATIO * self.best:
-                return us, waited, True
-            if waited >= self.max_wait:
-                return us, waited, False
+            if us is None:
+                return None, waited, False
+            steady = ref is None or us <= STEADY_RATIO * ref
+            if steady or waited >= self.max_wait:
+                self.seen(us)
+                return us, waited, steady
             self.sleep(1.0)
 
 
@@ -816,8 +827,8 @@ def run_all(args):
                 us, waited, ok = steady.wait()
                 line = {"line_exchange_us": us, "steady_wait_s": waited, "steady": ok}
                 if not ok:
-                    log("compare:          line exchange %s us, fastest seen %s us, after waiting %.0f s; "
-                        "running anyway" % (fmt_num(us, 3), fmt_num(steady.best, 3), waited))
+                    log("compare:          line exchange %s us, median seen %s us, after waiting %.0f s; "
+                        "running anyway" % (fmt_num(us, 3), fmt_num(steady.typical(), 3), waited))
             recs, rc, secs, err, other = run_one(label, argv, args.timeout, args.verbose)
             write(dict({"impl": "run", "case": case.name, "group": case.group, "run": label, "round": round_no,
                         "argv": argv, "rc": rc, "seconds": round(secs, 2), "other_cpu_s": rnd(other)}, **line))
@@ -1500,8 +1511,8 @@ def main():
                    help="rounds of every command; tables show the median (default 3, 1 with --quick)")
     p.add_argument("--steady", type=float, default=0, metavar="SECONDS",
                    help="before each command of the smallest sizes (up to 1 KiB), wait up to this long "
-                        "for the machine to pass a cache line between two processes within %.1fx of the "
-                        "fastest it has in this run (bench/peers/limits -only line); each such command's "
+                        "for the machine to pass a cache line between two processes within %.0fx of the "
+                        "median exchange in this run (bench/peers/limits -only line); each such command's "
                         "run line records the exchange seen before it" % STEADY_RATIO)
     p.add_argument("--wait-idle", type=float, default=0, metavar="SECONDS",
                    help="before each command, wait up to this long for the machine to be idle")

@@ -148,8 +148,9 @@ waits up to N seconds for an idle machine before each command.
 
 --steady N waits, before each command of the smallest sizes (up to 1 KiB),
 up to N seconds for the machine to pass a cache line between two processes
-within 2x of the median exchange measured in the run so far
-(bench/peers/limits -only line, a few tens of milliseconds). On a virtual
+within 2x of the median exchange of the run so far (the limits run's and
+the last probe before each earlier command; bench/peers/limits -only line,
+a few tens of milliseconds). On a virtual
 machine whose host now and then moves the two cores apart, a 2-process
 call of a few bytes slows down severalfold for seconds or minutes, every
 implementation alike, and a command that lands in such a spell measures
@@ -358,8 +359,9 @@ def wait_idle(max_wait):
 
 # --steady: a command of the smallest sizes runs once the machine passes a
 # cache line between two processes (limits -only line, STEADY_ITERS rounds
-# of its exchange) within STEADY_RATIO of the median of every exchange
-# measured so far in this run. Where the host moves the two virtual cores
+# of its exchange) within STEADY_RATIO of the median exchange of the run so
+# far: the limits run's, and the last probe before each earlier command
+# (see Steady.wait). Where the host moves the two virtual cores
 # apart, a 2-process call of a few bytes slows down severalfold for
 # seconds or minutes, every implementation alike; a command that lands in
 # such a spell measures the host, not the implementation. The median, not

@@ -59,3 +59,16 @@ func TestAwaitGivesUp(t *testing.T) {
 		t.Errorf("a word already past the value: %v", err)
 	}
 }
+
+// TestMeasureOnlyLine: -only line (what compare.py's --steady probes with)
+// runs the two line tests and nothing else.
+func TestMeasureOnlyLine(t *testing.T) {
+	var whats []string
+	err := measure(settings{only: "line", lineIters: 1000}, func(r Record) { whats = append(whats, r.What) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(whats) != 2 || whats[0] != "shm_line_rtt" || whats[1] != "shm_line_exchange" {
+		t.Fatalf("records %v, want shm_line_rtt and shm_line_exchange alone", whats)
+	}
+}

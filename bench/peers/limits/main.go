@@ -119,25 +119,42 @@ func main() {
 		}
 	}
 
-	if *only == "" {
-		emit(measureMemcpy(int64(*memMiB)<<20, *reps))
-		bw, bidir, rtt, err := measureTCP(*peerMode, int64(*tcpMiB)<<20, *chunkKiB<<10, *reps, *rttIters)
+	if err := measure(settings{only: *only, memBytes: int64(*memMiB) << 20, reps: *reps, tcpBytes: int64(*tcpMiB) << 20,
+		chunk: *chunkKiB << 10, rttIters: *rttIters, lineIters: *lineIters, peerMode: *peerMode}, emit); err != nil {
+		fmt.Fprintln(os.Stderr, "limits:", err)
+		os.Exit(1)
+	}
+}
+
+// settings are what the flags ask measure for.
+type settings struct {
+	only               string // "" for every test, "line" for the line tests alone
+	memBytes, tcpBytes int64
+	reps, chunk        int
+	rttIters           int
+	lineIters          int
+	peerMode           string
+}
+
+// measure runs the tests s asks for, in order, and emits their records.
+func measure(s settings, emit func(Record)) error {
+	if s.only == "" {
+		emit(measureMemcpy(s.memBytes, s.reps))
+		bw, bidir, rtt, err := measureTCP(s.peerMode, s.tcpBytes, s.chunk, s.reps, s.rttIters)
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "limits: tcp:", err)
-			os.Exit(1)
+			return fmt.Errorf("tcp: %w", err)
 		}
 		emit(bw)
 		emit(bidir)
 		emit(rtt)
 	}
-
-	lrtt, lexch, err := measureLine(*lineIters)
+	lrtt, lexch, err := measureLine(s.lineIters)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "limits: shared-memory line:", err)
-		os.Exit(1)
+		return fmt.Errorf("shared-memory line: %w", err)
 	}
 	emit(lrtt)
 	emit(lexch)
+	return nil
 }
 
 func gbps(bytes int64, d time.Duration) *float64 {

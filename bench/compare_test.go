@@ -312,6 +312,7 @@ func TestCompareQuickAllToAll(t *testing.T) {
 		RC     *int     `json:"rc"`
 		Case   string   `json:"case"`
 		Round  int      `json:"round"`
+		Line   *float64 `json:"line_exchange_us"`
 	}
 	seen := map[string]bool{}
 	round := 0         // the round of the last command
@@ -325,6 +326,9 @@ func TestCompareQuickAllToAll(t *testing.T) {
 		case r.Impl == "run":
 			if r.RC == nil || *r.RC != 0 {
 				t.Errorf("command failed: %s", line)
+			}
+			if r.Line != nil {
+				t.Errorf("a command probed the line without --steady: %s", line)
 			}
 			if r.Case != "limits" {
 				order = append(order, fmt.Sprintf("%s %s %d", r.Case, r.Run, r.Round))
@@ -532,8 +536,6 @@ out = {
     "a rare fast one is no reason to wait": run([0.06, 0.027, 0.06], [0.07], 10),
     "within the ratio": run([0.06], [0.11], 10),
     "probe fails": run([0.06], [None], 10),
-    "cases": [[c.e, compare.steady_case(c)] for c in compare.grid_cases(False, ops=("allreduce",), nps=(2,))],
-    "legacy": [[c.name, compare.steady_case(c)] for c in compare.legacy_cases(False)],
 }
 print(json.dumps(out))`
 	var got map[string]any
@@ -546,8 +548,6 @@ print(json.dumps(out))`
 		"a rare fast one is no reason to wait": "[0.07,0,true,0.06]",
 		"within the ratio":                     "[0.11,0,true,0.085]",
 		"probe fails":                          "[null,0,false,0.06]",
-		"cases":                                `[["1024",true],["1048576",false],["67108864",false]]`,
-		"legacy":                               `[["allreduce-np2-small",false],["allreduce-np2-large",false],["allreduce-64M-np4",false],["alltoall-16M-np4",false],["allreduce-8B-np2",true]]`,
 	}
 	for k, w := range want {
 		b, err := json.Marshal(got[k])
@@ -562,9 +562,8 @@ print(json.dumps(out))`
 
 // TestCompareSteadyRun runs a quick grid of occl alone with --steady and
 // --skip limits: compare.py builds bench/peers/limits all the same and
-// probes the line exchange (limits -only line) before each command of the
-// smallest sizes, and those commands' run lines record it; the others'
-// do not.
+// probes the line exchange (limits -only line) before every command, of
+// every size, and each command's run line records it.
 func TestCompareSteadyRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds occl-bench and limits and runs 6 benchmark commands")
@@ -577,7 +576,7 @@ func TestCompareSteadyRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var small, large int
+	var sizes []string
 	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
 		var r struct {
 			Impl   string   `json:"impl"`
@@ -592,20 +591,13 @@ func TestCompareSteadyRun(t *testing.T) {
 		if r.Impl != "run" {
 			continue
 		}
-		e := r.Argv[slices.Index(r.Argv, "-e")+1]
-		if e == "1024" {
-			small++
-			if r.Line == nil || *r.Line <= 0 || r.Waited == nil || *r.Waited < 0 || r.Steady == nil {
-				t.Errorf("a command of the smallest sizes without a probe: %s", line)
-			}
-		} else {
-			large++
-			if r.Line != nil || r.Waited != nil || r.Steady != nil {
-				t.Errorf("a command of larger sizes probed: %s", line)
-			}
+		sizes = append(sizes, r.Argv[slices.Index(r.Argv, "-e")+1])
+		if r.Line == nil || *r.Line <= 0 || r.Waited == nil || *r.Waited < 0 || r.Steady == nil {
+			t.Errorf("a command without a probe: %s", line)
 		}
 	}
-	if small != 2 || large != 4 {
-		t.Errorf("%d commands of the smallest sizes and %d others, want 2 and 4", small, large)
+	slices.Sort(sizes)
+	if got, want := strings.Join(sizes, " "), "1024 1024 1048576 1048576 67108864 67108864"; got != want {
+		t.Errorf("commands of sizes %s, want %s", got, want)
 	}
 }

@@ -146,18 +146,17 @@ used while the command ran; the script warns when it is large, because on a
 small machine anything else running distorts every number. --wait-idle N
 waits up to N seconds for an idle machine before each command.
 
---steady N waits, before each command of the smallest sizes (up to 1 KiB),
-up to N seconds for the machine to pass a cache line between two processes
-within 2x of the median exchange of the run so far (the limits run's and
-the last probe before each earlier command; bench/peers/limits -only line,
-a few tens of milliseconds). On a virtual
-machine whose host now and then moves the two cores apart, a 2-process
-call of a few bytes slows down severalfold for seconds or minutes, every
-implementation alike, and a command that lands in such a spell measures
-the host. Each such command's run line records the exchange seen before it
-(line_exchange_us), how long it waited (steady_wait_s) and whether the
-machine was steady; the limits run, when not skipped, gives the first
-exchange.
+--steady N waits, before each command, up to N seconds for the machine to
+pass a cache line between two processes within 2x of the median exchange
+of the run so far (the limits run's and the last probe before each earlier
+command; bench/peers/limits -only line, a few tens of milliseconds). On a
+virtual machine whose host now and then moves the two cores apart, a
+2-process call of a few bytes slows down severalfold for seconds or
+minutes, and calls of a MiB by up to half, and a command that lands in
+such a spell measures the host. Each command's run line records the
+exchange seen before it (line_exchange_us), how long it waited
+(steady_wait_s) and whether the machine was steady; the limits run, when
+not skipped, gives the first exchange.
 
 A peer that is missing (torch not importable, no mpirun/mpicc, occl-bench not
 building, a transport that occl-bench does not offer) gets a clear message and
@@ -357,14 +356,14 @@ def wait_idle(max_wait):
             said = True
 
 
-# --steady: a command of the smallest sizes runs once the machine passes a
-# cache line between two processes (limits -only line, STEADY_ITERS rounds
-# of its exchange) within STEADY_RATIO of the median exchange of the run so
-# far: the limits run's, and the last probe before each earlier command
-# (see Steady.wait). Where the host moves the two virtual cores
-# apart, a 2-process call of a few bytes slows down severalfold for
-# seconds or minutes, every implementation alike; a command that lands in
-# such a spell measures the host, not the implementation. The median, not
+# --steady: a command runs once the machine passes a cache line between two
+# processes (limits -only line, STEADY_ITERS rounds of its exchange) within
+# STEADY_RATIO of the median exchange of the run so far: the limits run's,
+# and the last probe before each earlier command (see Steady.wait). Where
+# the host moves the two virtual cores apart, a 2-process call of a few
+# bytes slows down severalfold for seconds or minutes, and one of a MiB by
+# up to half (bench/results/spells-20261204-epyc-sizes.txt); a command that
+# lands in such a spell measures the host, not the implementation. The median, not
 # the fastest: the host also, more rarely, puts the two cores closer than
 # usual (an exchange of half the usual time), which is no reason to wait.
 STEADY_RATIO = 2.0
@@ -425,22 +424,6 @@ def line_probe(limits):
         if r.get("what") == "shm_line_exchange":
             return r.get("us")
     return None
-
-
-def size_bytes(text):
-    """Bytes of a size as the benchmarks take it: a number, or one with a
-    K, M or G suffix (powers of 1024)."""
-    text = str(text).strip().upper()
-    for suffix, mult in (("K", 1 << 10), ("M", 1 << 20), ("G", 1 << 30)):
-        if text.endswith(suffix):
-            return int(text[:-1]) * mult
-    return int(text)
-
-
-def steady_case(case):
-    """Whether --steady waits before the commands of case: those of the
-    smallest sizes (up to 1 KiB)."""
-    return size_bytes(case.e) <= 1 << 10
 
 
 def children_seconds():
@@ -825,7 +808,7 @@ def run_all(args):
             if args.wait_idle > 0:
                 wait_idle(args.wait_idle)
             line = {}
-            if steady and steady_case(case):
+            if steady:
                 us, waited, ok = steady.wait()
                 line = {"line_exchange_us": us, "steady_wait_s": waited, "steady": ok}
                 if not ok:
@@ -1512,10 +1495,10 @@ def main():
     p.add_argument("--repeat", type=int, default=None,
                    help="rounds of every command; tables show the median (default 3, 1 with --quick)")
     p.add_argument("--steady", type=float, default=0, metavar="SECONDS",
-                   help="before each command of the smallest sizes (up to 1 KiB), wait up to this long "
-                        "for the machine to pass a cache line between two processes within %.0fx of the "
-                        "median exchange in this run (bench/peers/limits -only line); each such command's "
-                        "run line records the exchange seen before it" % STEADY_RATIO)
+                   help="before each command, wait up to this long for the machine to pass a cache "
+                        "line between two processes within %.0fx of the median exchange in this run "
+                        "(bench/peers/limits -only line); each command's run line records the exchange "
+                        "seen before it" % STEADY_RATIO)
     p.add_argument("--wait-idle", type=float, default=0, metavar="SECONDS",
                    help="before each command, wait up to this long for the machine to be idle")
     p.add_argument("--verbose", action="store_true", help="show every command's stderr")

@@ -152,7 +152,7 @@ of the run so far (the limits run's and the last probe before each earlier
 command; bench/peers/limits -only line, a few tens of milliseconds). On a
 virtual machine whose host now and then moves the two cores apart, a
 2-process call of a few bytes slows down severalfold for seconds or
-minutes, and calls of a MiB by up to half, and a command that lands in
+minutes, and calls of a MiB by up to 60%, and a command that lands in
 such a spell measures the host. Each command's run line records the
 exchange seen before it (line_exchange_us), how long it waited
 (steady_wait_s) and whether the machine was steady; the limits run, when
@@ -362,7 +362,7 @@ def wait_idle(max_wait):
 # and the last probe before each earlier command (see Steady.wait). Where
 # the host moves the two virtual cores apart, a 2-process call of a few
 # bytes slows down severalfold for seconds or minutes, and one of a MiB by
-# up to half (bench/results/spells-20261204-epyc-sizes.txt); a command that
+# up to 60% (bench/results/spells-20261204-epyc-sizes.txt); a command that
 # lands in such a spell measures the host, not the implementation. The median, not
 # the fastest: the host also, more rarely, puts the two cores closer than
 # usual (an exchange of half the usual time), which is no reason to wait.

@@ -34,9 +34,17 @@ import (
 // that a rank keeps moving data with whichever peers are running instead
 // of waiting for one peer's whole block (4 processes on 2 cores, 64 MiB,
 // pieces of 1 MiB: 20.3-20.6 -> 15.7-17.0 ms).
-// It cannot deadlock either: a send waits only for a receiver behind it,
-// and the receiver waiting on the earliest piece waits for a sender that
-// nothing blocks.
+// With more than two ranks, the sender keeps pace with the rank's own
+// receives: it sends round c only once piece c-1 of every peer's block has
+// arrived, so that at most two rounds of pieces are in flight on any link.
+// A sender left to run ahead fills the sockets with pieces their receivers
+// are not yet taking; kept in step, the ranks move through the rounds
+// together (TCP over loopback, 4 processes on 2 cores: see
+// docs/performance.md). Between two ranks the one link's buffer already
+// bounds the lead, and pacing measured slower at 2 and 16 MiB.
+// It cannot deadlock either: a send waits only for a receiver behind it
+// and for its own rank's receives of earlier rounds, and the receiver
+// waiting on the earliest piece waits for a sender that nothing blocks.
 // Empty blocks are skipped by both sides: a block is skipped by its sender
 // exactly when its receiver skips it, as the block sizes agree.
 // When every block this rank sends fits in its connection's eager limit
@@ -149,6 +157,14 @@ func allToAllPairwise(ctx context.Context, p Peers, send []byte, sendOffs, sendL
 	for i := range sendLens {
 		rounds = max(rounds, pieces(sendLens[i]))
 	}
+	b := rankBlocks{send: send, sendOffs: sendOffs, sendLens: sendLens, recv: recv, recvOffs: recvOffs, recvLens: recvLens}
+	// With more than one peer, the sender starts round c once this rank
+	// has received round c-1 (or everything): it keeps at most two rounds
+	// of pieces in flight.
+	var received chan struct{}
+	if rounds > 1 && size > 2 {
+		received = make(chan struct{}, recvRounds(size, r, lp, &b))
+	}
 	var done chan struct{}
 	if nsend+nlent > 0 {
 		done = make(chan struct{})
@@ -156,6 +172,9 @@ func allToAllPairwise(ctx context.Context, p Peers, send []byte, sendOffs, sendL
 			defer close(done)
 			defer RecoverTo(g.fail)
 			for c := range rounds {
+				if c > 0 && received != nil && g.wait(received) != nil {
+					return
+				}
 				for s := 1; s < size; s++ {
 					to := mod(r+s, size)
 					var err error
@@ -180,8 +199,7 @@ func allToAllPairwise(ctx context.Context, p Peers, send []byte, sendOffs, sendL
 			}
 		}()
 	}
-	b := rankBlocks{send: send, sendOffs: sendOffs, sendLens: sendLens, recv: recv, recvOffs: recvOffs, recvLens: recvLens}
-	g.fail(recvBlocks(g.ctx, p, size, r, lp, &b))
+	g.fail(recvBlocks(g.ctx, p, size, r, lp, &b, received))
 	if done != nil {
 		<-done
 	}
@@ -221,24 +239,37 @@ func pairDuplex(ctx context.Context, d DuplexPeers, r int, sblk, rblk []byte) er
 // sender uses whatever the path it takes: whole where the sender lends it
 // (lp: lentFrom) or it is at most a piece, else in pieces, round robin
 // over the peers (piece c from every peer, then piece c+1) as the pieces
-// are sent; a whole block is received in the first round.
-func recvBlocks(ctx context.Context, p Peers, size, r int, lp LendPeers, b *rankBlocks) error {
+// are sent; a whole block is received in the first round. If received is
+// not nil, it gets a token after each round (it must hold
+// recvRounds) and is closed when the receives end.
+func recvBlocks(ctx context.Context, p Peers, size, r int, lp LendPeers, b *rankBlocks, received chan<- struct{}) error {
+	if received != nil {
+		defer close(received)
+	}
+	for c := range recvRounds(size, r, lp, b) {
+		if err := recvRound(ctx, p, size, r, lp, b, c); err != nil {
+			return err
+		}
+		if received != nil {
+			received <- struct{}{}
+		}
+	}
+	return nil
+}
+
+// recvRounds is how many rounds recvBlocks receives in: the pieces of the
+// longest block that is not lent, at least one.
+func recvRounds(size, r int, lp LendPeers, b *rankBlocks) int {
 	longest := 0
 	for i, n := range b.recvLens {
 		if i != r && n > longest && (lp == nil || !lentFrom(lp, i, n)) {
 			longest = n
 		}
 	}
-	rounds := 1
 	if longest > pairwiseChunk {
-		rounds = pieces(longest)
+		return pieces(longest)
 	}
-	for c := range rounds {
-		if err := recvRound(ctx, p, size, r, lp, b, c); err != nil {
-			return err
-		}
-	}
-	return nil
+	return 1
 }
 
 // recvRound receives round c of recvBlocks: piece c of every peer's block
@@ -572,7 +603,7 @@ func exchangeInline(ctx context.Context, p Peers, size, r int, lp LendPeers, b *
 		}
 	}
 	b.copyOwn(r, inPlace)
-	return recvBlocks(ctx, p, size, r, lp, b)
+	return recvBlocks(ctx, p, size, r, lp, b, nil)
 }
 
 // lendable reports whether any block of lens but rank me's own is large

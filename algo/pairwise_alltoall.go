@@ -158,12 +158,12 @@ func allToAllPairwise(ctx context.Context, p Peers, send []byte, sendOffs, sendL
 		rounds = max(rounds, pieces(sendLens[i]))
 	}
 	b := rankBlocks{send: send, sendOffs: sendOffs, sendLens: sendLens, recv: recv, recvOffs: recvOffs, recvLens: recvLens}
-	// With more than one peer, the sender starts round c once this rank
+	// With more than two ranks, the sender starts round c once this rank
 	// has received round c-1 (or everything): it keeps at most two rounds
 	// of pieces in flight.
 	var received chan struct{}
 	if rounds > 1 && size > 2 {
-		received = make(chan struct{}, recvRounds(size, r, lp, &b))
+		received = make(chan struct{}, recvRounds(r, lp, &b))
 	}
 	var done chan struct{}
 	if nsend+nlent > 0 {
@@ -246,7 +246,7 @@ func recvBlocks(ctx context.Context, p Peers, size, r int, lp LendPeers, b *rank
 	if received != nil {
 		defer close(received)
 	}
-	for c := range recvRounds(size, r, lp, b) {
+	for c := range recvRounds(r, lp, b) {
 		if err := recvRound(ctx, p, size, r, lp, b, c); err != nil {
 			return err
 		}
@@ -259,7 +259,7 @@ func recvBlocks(ctx context.Context, p Peers, size, r int, lp LendPeers, b *rank
 
 // recvRounds is how many rounds recvBlocks receives in: the pieces of the
 // longest block that is not lent, at least one.
-func recvRounds(size, r int, lp LendPeers, b *rankBlocks) int {
+func recvRounds(r int, lp LendPeers, b *rankBlocks) int {
 	longest := 0
 	for i, n := range b.recvLens {
 		if i != r && n > longest && (lp == nil || !lentFrom(lp, i, n)) {

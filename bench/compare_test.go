@@ -512,8 +512,9 @@ func comparePython(t *testing.T, code string, v any) {
 // within compare.STEADY_RATIO of the median seen before the wait (the
 // limits run's, and each earlier wait's last probe), neither waits for a
 // rare fast exchange nor lets a slow spell it waits out move that median,
-// gives up after its bound, and runs at once when the probe fails; and it
-// waits before the commands of the smallest sizes alone.
+// gives up after its bound, and runs at once when the probe fails; and
+// that compare.py waits only with --steady and a limits binary
+// (compare.steady_for).
 func TestCompareSteady(t *testing.T) {
 	pyvenv.Require(t)
 	const code = `import json, compare
@@ -533,6 +534,9 @@ out = {
     "within the ratio": run([0.06], [0.11], 10),
     "probe fails": run([0.06], [None], 10),
 }
+gate = compare.steady_for(30, "limits")
+out["gate"] = [compare.steady_for(0, "limits") is None, compare.steady_for(30, None) is None,
+               isinstance(gate, compare.Steady) and gate.max_wait == 30]
 print(json.dumps(out))`
 	var got map[string]any
 	comparePython(t, code, &got)
@@ -544,6 +548,8 @@ print(json.dumps(out))`
 		"a rare fast one is no reason to wait": "[0.07,0,true,0.06]",
 		"within the ratio":                     "[0.11,0,true,0.085]",
 		"probe fails":                          "[null,0,false,0.06]",
+		// [no --steady: none, no limits: none, --steady 30: a Steady of 30 s]
+		"gate": "[true,true,true]",
 	}
 	for k, w := range want {
 		b, err := json.Marshal(got[k])

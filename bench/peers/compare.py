@@ -413,6 +413,17 @@ class Steady:
             self.sleep(1.0)
 
 
+def steady_for(seconds, limits):
+    """The Steady that --steady SECONDS waits with, probing with the limits
+    binary; None without --steady, or if limits did not build."""
+    if seconds <= 0:
+        return None
+    if not limits:
+        log("compare: --steady needs bench/peers/limits, which did not build; not waiting")
+        return None
+    return Steady(lambda: line_probe(limits), seconds)
+
+
 def line_probe(limits):
     """The probe of Steady: limits' shared-memory line exchange, in us."""
     try:
@@ -766,12 +777,7 @@ def run_all(args):
             log("compare: warning: %.1f CPUs busy with other work before starting; it will "
                 "distort the numbers (see --wait-idle)" % meta["busy_cpus_at_start"])
 
-        steady = None
-        if args.steady > 0:
-            if tools.limits:
-                steady = Steady(lambda: line_probe(tools.limits), args.steady)
-            else:
-                log("compare: --steady needs bench/peers/limits, which did not build; not waiting")
+        steady = steady_for(args.steady, tools.limits)
         if tools.limits and "limits" not in skip:
             log("compare: measuring the machine's limits")
             if args.wait_idle > 0:

@@ -76,36 +76,40 @@ func TestAllToAllPairwisePieces(t *testing.T) {
 }
 
 // TestAllToAllPairwisePaced: a rank sends piece c of its blocks only once
-// it has received piece c-1 of every peer's, even where every send is
-// buffered and nothing else would hold the sender back.
+// it has received piece c-1 of every peer's (c-2 between two ranks), even
+// where every send is buffered and nothing else would hold the sender
+// back.
 func TestAllToAllPairwisePaced(t *testing.T) {
 	defer func(c int) { pairwiseChunk = c }(pairwiseChunk)
 	pairwiseChunk = 7
-	const p, per = 4, 5 * 7 // 5 pieces a block
-	size := make([][]int, p)
-	for a := range size {
-		size[a] = slices.Repeat([]int{per}, p)
+	for _, tc := range []struct{ p, lead int }{{2, 2}, {3, 1}, {4, 1}} {
+		const per = 5 * 7 // 5 pieces a block
+		size := make([][]int, tc.p)
+		for a := range size {
+			size[a] = slices.Repeat([]int{per}, tc.p)
+		}
+		opts := fakepeers.Options{EagerLimit: 1 << 20, MaxDelay: time.Millisecond}
+		checkAllToAll(t, size, opts, func(ctx context.Context, rank int, peers Peers, b *a2aBufs) error {
+			return AllToAllPairwise(ctx, &pacedPeers{Peers: peers, t: t, lead: int64(tc.lead)}, b.send, b.sOffs, b.sLens, b.recv, b.rOffs, b.rLens)
+		})
 	}
-	opts := fakepeers.Options{EagerLimit: 1 << 20, MaxDelay: time.Millisecond}
-	checkAllToAll(t, size, opts, func(ctx context.Context, rank int, peers Peers, b *a2aBufs) error {
-		return AllToAllPairwise(ctx, &pacedPeers{Peers: peers, t: t}, b.send, b.sOffs, b.sLens, b.recv, b.rOffs, b.rLens)
-	})
 }
 
 // pacedPeers checks, at every send of a uniform pairwise all-to-all in
-// pieces, that the rank has received every piece of the rounds before the
-// one it sends. It hides every method but Peers', so the exchange takes
-// its sender goroutine.
+// pieces, that the rank has received every piece of the rounds up to lead
+// before the one it sends. It hides every method but Peers', so the
+// exchange takes its sender goroutine.
 type pacedPeers struct {
 	Peers
 	t    *testing.T
+	lead int64
 	recv atomic.Int64 // receives done
 }
 
 func (q *pacedPeers) Send(ctx context.Context, peer int, step uint32, buf []byte) error {
 	round := int64(step) / int64(q.Size())
-	if want := round * int64(q.Size()-1); q.recv.Load() < want {
-		q.t.Errorf("rank %d sends round %d after %d receives, want at least %d (rounds 0 to %d)", q.Rank(), round, q.recv.Load(), want, round-1)
+	if want := max(0, round-q.lead+1) * int64(q.Size()-1); q.recv.Load() < want {
+		q.t.Errorf("%d ranks: rank %d sends round %d after %d receives, want at least %d (rounds 0 to %d)", q.Size(), q.Rank(), round, q.recv.Load(), want, round-q.lead)
 	}
 	return q.Peers.Send(ctx, peer, step, buf)
 }

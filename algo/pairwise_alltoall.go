@@ -34,14 +34,15 @@ import (
 // that a rank keeps moving data with whichever peers are running instead
 // of waiting for one peer's whole block (4 processes on 2 cores, 64 MiB,
 // pieces of 1 MiB: 20.3-20.6 -> 15.7-17.0 ms).
-// With more than two ranks, the sender keeps pace with the rank's own
-// receives: it sends round c only once piece c-1 of every peer's block has
-// arrived, so that at most two rounds of pieces are in flight on any link.
-// A sender left to run ahead fills the sockets with pieces their receivers
-// are not yet taking; kept in step, the ranks move through the rounds
-// together (TCP over loopback, 4 processes on 2 cores: see
-// docs/performance.md). Between two ranks the one link's buffer already
-// bounds the lead, and pacing measured slower at 2 and 16 MiB.
+// The sender keeps pace with the rank's own receives: it sends round c
+// only once piece c-1 of every peer's block has arrived, so that at most
+// two rounds of pieces are in flight on any link; between two ranks, where
+// a round is one piece, c-2 (paceLead). A sender left to run ahead fills
+// the sockets with pieces their receivers are not yet taking; kept in
+// step, the ranks move through the rounds together (TCP over loopback on
+// 2 cores, 4 processes: 16 and 64 MiB 1.17x and 1.20x faster; 2
+// processes, 8-64 MiB 1.08x-1.18x; see docs/performance.md). Two ranks
+// kept to one round ahead were slower (2 and 16 MiB: 0.81x and 0.75x).
 // It cannot deadlock either: a send waits only for a receiver behind it
 // and for its own rank's receives of earlier rounds, and the receiver
 // waiting on the earliest piece waits for a sender that nothing blocks.
@@ -158,11 +159,11 @@ func allToAllPairwise(ctx context.Context, p Peers, send []byte, sendOffs, sendL
 		rounds = max(rounds, pieces(sendLens[i]))
 	}
 	b := rankBlocks{send: send, sendOffs: sendOffs, sendLens: sendLens, recv: recv, recvOffs: recvOffs, recvLens: recvLens}
-	// With more than two ranks, the sender starts round c once this rank
-	// has received round c-1 (or everything): it keeps at most two rounds
-	// of pieces in flight.
+	// The sender starts round c once this rank has received round c-lead
+	// (or everything).
+	lead := paceLead(size)
 	var received chan struct{}
-	if rounds > 1 && size > 2 {
+	if rounds > lead {
 		received = make(chan struct{}, recvRounds(r, lp, &b))
 	}
 	var done chan struct{}
@@ -172,7 +173,7 @@ func allToAllPairwise(ctx context.Context, p Peers, send []byte, sendOffs, sendL
 			defer close(done)
 			defer RecoverTo(g.fail)
 			for c := range rounds {
-				if c > 0 && received != nil && g.wait(received) != nil {
+				if c >= lead && received != nil && g.wait(received) != nil {
 					return
 				}
 				for s := 1; s < size; s++ {
@@ -233,6 +234,17 @@ func pairDuplex(ctx context.Context, d DuplexPeers, r int, sblk, rblk []byte) er
 		}
 	}
 	return nil
+}
+
+// paceLead is how many rounds of pieces the sender of a pairwise exchange
+// among size ranks may run ahead of its rank's receives: one, or two
+// where a round is a single piece (two ranks), so that at least two pieces
+// beyond the round being received may be in flight.
+func paceLead(size int) int {
+	if size == 2 {
+		return 2
+	}
+	return 1
 }
 
 // recvBlocks receives every peer's block into b.recv, in the messages its

@@ -35,14 +35,16 @@ import (
 // of waiting for one peer's whole block (4 processes on 2 cores, 64 MiB,
 // pieces of 1 MiB: 20.3-20.6 -> 15.7-17.0 ms).
 // The sender keeps pace with the rank's own receives: it sends round c
-// only once piece c-1 of every peer's block has arrived, so that at most
-// two rounds of pieces are in flight on any link; between two ranks, where
-// a round is one piece, c-2 (paceLead). A sender left to run ahead fills
+// only once piece c-lead of every peer's block has arrived, lead being 1,
+// or 2 between two ranks, where a round is one piece (paceLead). Since its
+// receiver's sender was held the same way, at most 2*lead rounds of
+// pieces are then in flight on a link. A sender left to run ahead fills
 // the sockets with pieces their receivers are not yet taking; kept in
 // step, the ranks move through the rounds together (TCP over loopback on
 // 2 cores, 4 processes: 16 and 64 MiB 1.17x and 1.20x faster; 2
-// processes, 8-64 MiB 1.08x-1.18x; see docs/performance.md). Two ranks
-// kept to one round ahead were slower (2 and 16 MiB: 0.81x and 0.75x).
+// processes: 64 MiB 1.10x-1.12x, 8-16 MiB even; see docs/performance.md).
+// Two ranks kept to one round ahead were slower (2 and 16 MiB: 0.81x and
+// 0.75x).
 // It cannot deadlock either: a send waits only for a receiver behind it
 // and for its own rank's receives of earlier rounds, and the receiver
 // waiting on the earliest piece waits for a sender that nothing blocks.
@@ -238,8 +240,8 @@ func pairDuplex(ctx context.Context, d DuplexPeers, r int, sblk, rblk []byte) er
 
 // paceLead is how many rounds of pieces the sender of a pairwise exchange
 // among size ranks may run ahead of its rank's receives: one, or two
-// where a round is a single piece (two ranks), so that at least two pieces
-// beyond the round being received may be in flight.
+// where a round is a single piece (two ranks), so that a sender may have
+// at least two pieces out beyond the round its rank is receiving.
 func paceLead(size int) int {
 	if size == 2 {
 		return 2
@@ -252,8 +254,9 @@ func paceLead(size int) int {
 // (lp: lentFrom) or it is at most a piece, else in pieces, round robin
 // over the peers (piece c from every peer, then piece c+1) as the pieces
 // are sent; a whole block is received in the first round. If received is
-// not nil, it gets a token after each round (it must hold
-// recvRounds) and is closed when the receives end.
+// not nil, it gets a token after each round (its capacity must be at
+// least recvRounds, so that this never blocks) and is closed when the
+// receives end, whether they succeed or not.
 func recvBlocks(ctx context.Context, p Peers, size, r int, lp LendPeers, b *rankBlocks, received chan<- struct{}) error {
 	if received != nil {
 		defer close(received)

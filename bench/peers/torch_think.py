@@ -26,12 +26,42 @@ call time is the call path's alone, with no peer to wait for:
     OMP_NUM_THREADS=1 venv/bin/python -m torch.distributed.run --redirects 1 --tee 1 \\
         --nproc_per_node 1 bench/peers/torch_think.py --op all_reduce --bytes 8 --think 0 \\
         --copy 0,1048576
+
+With --completion the call is issued with async_op=True and its end is
+awaited another way (the time is still from the call to its end):
+
+    call     the blocking call (the default);
+    wait     the work's wait();
+    future   the work's get_future().wait(): DistributedDataParallel's
+             reducer waits for each bucket's all_reduce through its future;
+    then     get_future().then(fn).wait(), fn returning the result's first
+             tensor, as torch's allreduce_hook (ddp_comm_hooks) does.
+
+A future is completed, and its callbacks run, by a thread of the backend's
+own, so "future" and "then" add that thread's wake-up to the call:
+
+    venv/bin/python -m torch.distributed.run --redirects 1 --tee 1 --nproc_per_node 2 \\
+        bench/peers/torch_think.py --op all_reduce --bytes 8 --think 0 --completion call,future,then
 """
 import argparse
 import time
 
 import torch
 import torch.distributed as dist
+
+
+def first(fut):
+    return fut.value()[0]
+
+
+# How a call's end is awaited (--completion): each makes, from issue (which
+# issues the operation, async_op as given), the call that is timed.
+COMPLETIONS = {
+    "call": lambda issue: lambda: issue(False),
+    "wait": lambda issue: lambda: issue(True).wait(),
+    "future": lambda issue: lambda: issue(True).get_future().wait(),
+    "then": lambda issue: lambda: issue(True).get_future().then(first).wait(),
+}
 
 
 def main():
@@ -43,7 +73,13 @@ def main():
     p.add_argument("--copy", default="0", help="comma-separated bytes each rank copies before every call")
     p.add_argument("--iters", type=int, default=20000, help="timed calls per think time and copy")
     p.add_argument("--warmup", type=int, default=500)
+    p.add_argument("--completion", default="call",
+                   help="comma-separated: call, wait, future, then (see above)")
     args = p.parse_args()
+    completions = args.completion.split(",")
+    for c in completions:
+        if c not in COMPLETIONS:
+            p.error("--completion %s: want one of %s" % (c, ", ".join(COMPLETIONS)))
     if args.backend == "occl":
         import occl.torch  # noqa: F401  registers the backend
     dist.init_process_group(args.backend)
@@ -54,15 +90,17 @@ def main():
         x = torch.ones(n, dtype=torch.float32)
         y = torch.empty_like(x)
 
-        def call():
-            dist.all_to_all_single(y, x)
+        def issue(async_op):
+            return dist.all_to_all_single(y, x, async_op=async_op)
     else:
         x = torch.ones(n, dtype=torch.float32)
 
-        def call():
-            dist.all_reduce(x)
+        def issue(async_op):
+            return dist.all_reduce(x, async_op=async_op)
     clock = time.perf_counter
-    for think, copy in ((float(t), int(c)) for t in args.think.split(",") for c in args.copy.split(",")):
+    for completion, think, copy in ((m, float(t), int(c)) for m in completions for t in args.think.split(",")
+                                    for c in args.copy.split(",")):
+        call = COMPLETIONS[completion](issue)
         src, dst = torch.ones(max(1, copy // 4)), torch.empty(max(1, copy // 4))
         times = []
         for i in range(args.warmup + args.iters):
@@ -80,9 +118,9 @@ def main():
         k = len(times)
         if rank == 0:
             over = sum(1 for t in times if t > 20) / k
-            print("%s %s %d B np %d think %4.0f us copy %d B: p50 %.1f p90 %.1f p99 %.1f max %.0f us, over 20 us %.1f%%"
-                  % (args.backend, args.op, n * 4, size, think, copy, times[k // 2], times[k * 9 // 10],
-                     times[k * 99 // 100], times[-1], over * 100), flush=True)
+            print("%s %s %d B np %d %s think %4.0f us copy %d B: p50 %.1f p90 %.1f p99 %.1f max %.0f us, "
+                  "over 20 us %.1f%%" % (args.backend, args.op, n * 4, size, completion, think, copy, times[k // 2],
+                                         times[k * 9 // 10], times[k * 99 // 100], times[-1], over * 100), flush=True)
     dist.destroy_process_group()
 
 

@@ -4,12 +4,13 @@
 // queued on the communicator in call order (the order every rank must
 // follow) and progresses on occl's own threads. Work::wait calls occlWait on
 // the calling thread: a blocking torch.distributed call pays no thread hop.
-// A future (Work::getFuture, which DDP's reducer uses) is waited for by the
-// process group's completion thread, which waits for the operations whose
-// futures were asked for, in issue order, and completed (its callbacks run)
-// on a Publisher thread: a callback may wait for another future. Work::wait
-// and isCompleted of a work whose future was asked for wait for (or ask
-// about) that completion, never run it. No lock is
+// A future (Work::getFuture, which DDP's reducer uses) is completed by the
+// process group's Completer: its threads take turns at waiting for the
+// operations whose futures were asked for, in issue order, and each
+// completes (runs the callbacks of) the future of the operation it waited
+// for once another has taken the turn: a callback may wait for another
+// future. Work::wait and isCompleted of a work whose future was asked for
+// wait for (or ask about) that completion, never run it. No lock is
 // held across occlWait, and a thread that may hold the GIL never waits for
 // one that may need it (see State, releaseGIL).
 //
@@ -182,7 +183,7 @@ struct State {
   std::vector<at::Tensor> outputs;
   c10::intrusive_ptr<c10::ivalue::Future> future;
   std::atomic<bool> published{false};
-  std::atomic<bool> posted{false};  // handed to the Publisher (postOnce)
+  std::atomic<bool> posted{false};  // completed by the Completer or handed to the Publisher (postOnce)
 
   // finish records r, the outcome of the request, on the thread that owns
   // it (waiting set), without mu: it runs the epilogue, and releases the
@@ -293,7 +294,7 @@ void releaseGIL(Fn fn) {
 }
 
 // Background counts the operations that the backend's own threads hold:
-// queued for or handled by the Completer or a Publisher thread. Those
+// queued for or handled by a Completer's or a Publisher's threads. Those
 // threads take the GIL to run a future's Python callbacks and to release
 // them and the tensors they hold, and a thread that takes the GIL once
 // the interpreter is finalizing is ended by Python (pthread_exit), which
@@ -332,17 +333,18 @@ class Background {
   int n_ = 0;
 };
 
-// Publisher completes futures, off the threads that wait for operations:
-// a future's callbacks (DDP's communication hooks, then's functions) may
-// issue operations and wait for their futures, which another publisher
-// thread completes. A thread is started whenever a future is posted and no
-// thread is idle, so callbacks that block cannot starve the others (at::launch's
-// pool has one thread under OMP_NUM_THREADS=1); idle threads end after a while.
-// One per process, never destroyed: its threads may outlive every group.
+// Publisher completes the futures that a work's wait or isCompleted found
+// done but not yet completed (see OcclWork::futureDone), off the calling
+// thread: a future's callbacks (DDP's communication hooks, then's
+// functions) may issue operations and wait for their futures. A thread is
+// started whenever a future is posted and no thread is idle, so callbacks
+// that block cannot starve the others (at::launch's pool has one thread
+// under OMP_NUM_THREADS=1); idle threads end after a while. One per
+// process, never destroyed: its threads may outlive every group.
 class Publisher {
  public:
   // postOnce hands s to a publisher thread, unless it was handed over
-  // before (by the completion thread, or by a wait on its work).
+  // before (by a wait on its work), or completed by the Completer.
   static void postOnce(std::shared_ptr<State> s) {
     if (s->posted.exchange(true)) return;
     static Publisher* p = new Publisher();
@@ -388,60 +390,100 @@ class Publisher {
   int idle_ = 0;
 };
 
-// Completer is the process group's completion thread: it waits, in issue
-// order, for the operations whose futures were asked for (and for those
-// whose Work was dropped before completing, so that their tensors live as
-// long as occl uses them), then hands their futures to the Publisher.
+// Completer completes the futures of a process group's operations: its
+// threads take turns at waiting, in issue order, for the operations whose
+// futures were asked for (and for those whose Work was dropped before
+// completing, so that their tensors live as long as occl uses them). One
+// thread at a time waits (the waiter); once its operation is done it hands
+// the turn to an idle thread (starting one if none is idle and more are
+// queued) and then completes that operation's future itself, running its
+// callbacks. A future so completes on the thread that saw its operation
+// end, with no hand-over between the two (a hand-over to a Publisher
+// thread was a thread wake-up on every future), while callbacks that block
+// (on another future, say) never hold up the waiting. Idle threads end
+// after a while.
 class Completer {
  public:
-  Completer() : q_(std::make_shared<Queue>()) {
-    auto q = q_;  // the thread's own reference: see ~Completer
-    thread_ = std::thread([q] { run(*q); });
-  }
+  Completer() : q_(std::make_shared<Queue>()) {}
+
+  // ~Completer waits until every operation handed over has been waited for
+  // (their callbacks may still run), unless it runs on one of the queue's
+  // own threads (the last reference to the group went away there): the
+  // threads then finish the queue by themselves.
   ~Completer() {
-    {
-      std::lock_guard<std::mutex> l(q_->mu);
-      q_->stop = true;
-    }
-    q_->cv.notify_one();
-    if (thread_.get_id() == std::this_thread::get_id()) {
-      // The last reference went away on the thread itself: it keeps the
-      // queue alive and ends once the queue is empty.
-      thread_.detach();
-    } else {
-      // The thread may need the GIL to release a tensor.
-      releaseGIL([this] { thread_.join(); });
-    }
+    std::unique_lock<std::mutex> l(q_->mu);
+    q_->stop = true;
+    q_->cv.notify_all();
+    if (current == q_.get()) return;
+    l.unlock();
+    // A waiter may need the GIL to release a tensor.
+    releaseGIL([this] {
+      std::unique_lock<std::mutex> l(q_->mu);
+      q_->drained.wait(l, [this] { return q_->items.empty() && !q_->waiting; });
+    });
   }
+
   void add(std::shared_ptr<State> s) {
     Background::get().enter();
+    bool start = false, wake = false;
     {
       std::lock_guard<std::mutex> l(q_->mu);
       q_->items.push_back(std::move(s));
+      // The waiter, when done, hands the turn on; else a starting thread
+      // takes it, or an idle one, or a new one.
+      if (!q_->waiting && q_->starting == 0) {
+        wake = q_->idle > 0;
+        start = !wake;
+        if (start) q_->starting++;
+      }
     }
-    q_->cv.notify_one();
+    if (start) {
+      spawn(q_);
+    } else if (wake) {
+      q_->cv.notify_one();
+    }
   }
 
  private:
   struct Queue {
     std::mutex mu;
-    std::condition_variable cv;
+    std::condition_variable cv;       // an item to wait for, or stop
+    std::condition_variable drained;  // nothing queued, nobody waiting
     std::deque<std::shared_ptr<State>> items;
     bool stop = false;
+    bool waiting = false;  // a thread has taken the queue's head and waits for it
+    int idle = 0;          // threads waiting on cv
+    int starting = 0;      // threads started that have not yet looked at the queue
   };
-  static void run(Queue& q) {
+
+  // current is the queue whose thread this is, if any.
+  static thread_local Queue* current;
+
+  static void spawn(std::shared_ptr<Queue> q) {
+    std::thread([q] { run(q); }).detach();
+  }
+
+  static void run(std::shared_ptr<Queue> q) {
+    current = q.get();
+    std::unique_lock<std::mutex> l(q->mu);
+    q->starting--;
     for (;;) {
-      std::shared_ptr<State> s;
-      {
-        std::unique_lock<std::mutex> l(q.mu);
-        q.cv.wait(l, [&q] { return q.stop || !q.items.empty(); });
-        if (q.items.empty()) return;  // stopping, nothing left
-        s = std::move(q.items.front());
-        q.items.pop_front();
+      while (q->waiting || q->items.empty()) {
+        if (q->stop && q->items.empty()) return;
+        q->idle++;
+        bool turn = q->cv.wait_for(l, std::chrono::seconds(10), [&q] {
+          return (!q->waiting && !q->items.empty()) || (q->stop && q->items.empty());
+        });
+        q->idle--;
+        if (!turn) return;  // idle for long
       }
+      std::shared_ptr<State> s = std::move(q->items.front());
+      q->items.pop_front();
+      q->waiting = true;
+      l.unlock();
       bool publish;
       {
-        std::lock_guard<std::mutex> l(s->mu);
+        std::lock_guard<std::mutex> sl(s->mu);
         publish = s->issued;
       }
       if (publish) {
@@ -449,21 +491,37 @@ class Completer {
           s->wait();
         } catch (...) {
         }
-        Publisher::postOnce(std::move(s));
       }
+      l.lock();
+      q->waiting = false;
+      bool more = !q->items.empty(), start = more && q->idle + q->starting == 0;
+      if (start) q->starting++;
+      if (!more) q->drained.notify_all();
+      l.unlock();
+      if (start) {
+        spawn(q);
+      } else if (more) {
+        q->cv.notify_one();
+      }
+      // Completed here unless a wait on its work handed it to a Publisher
+      // thread first.
+      if (publish && !s->posted.exchange(true)) s->publish();
       s.reset();
       Background::get().leave();
+      l.lock();
     }
   }
+
   std::shared_ptr<Queue> q_;
-  std::thread thread_;
 };
+
+thread_local Completer::Queue* Completer::current = nullptr;
 
 // OcclWork is what every operation returns: wait, isCompleted and
 // getFuture behave as with Gloo, and a failure (a dead rank, a timeout, a
 // mismatch) is raised as RuntimeError with occl's message naming the rank.
 // Only wait blocks; the accessors read the state, and dropping a work
-// hands an operation still in flight to the completion thread.
+// hands an operation still in flight to the Completer.
 class OcclWork : public c10d::Work {
  public:
   OcclWork(int rank, c10d::OpType type, std::shared_ptr<State> st, std::shared_ptr<Completer> completer)
@@ -479,8 +537,9 @@ class OcclWork : public c10d::Work {
   }
 
   // isCompleted reports the operation done once its outcome is known and,
-  // if its future was asked for, that future completed (by the Publisher:
-  // as with Gloo, whose work completes its future before it completes).
+  // if its future was asked for, that future completed (by the Completer
+  // or a Publisher thread: as with Gloo, whose work completes its future
+  // before it completes).
   bool isCompleted() override { return st_->test() && futureDone(); }
 
   bool isSuccess() const override {
@@ -499,9 +558,9 @@ class OcclWork : public c10d::Work {
   }
 
   // wait waits for the outcome and, if the work's future was asked for,
-  // until the Publisher has completed it, so that the future is done when
-  // wait returns (as with Gloo) while its callbacks run on a Publisher
-  // thread, never on this one.
+  // until the Completer (or a Publisher thread) has completed it, so that
+  // the future is done when wait returns (as with Gloo) while its callbacks
+  // run on one of those threads, never on this one.
   bool wait(std::chrono::milliseconds timeout) override {
     if (timeout == kNoTimeout) {
       st_->wait();
@@ -553,9 +612,9 @@ class OcclWork : public c10d::Work {
 
   // futureDone reports, once the outcome is known, whether the work's
   // future (if it was asked for) is completed; if not, it makes sure a
-  // publisher thread completes it: the completion thread does, for a
-  // work it was given, but not for a batch that failed before it was
-  // issued.
+  // thread other than the caller completes it: the Completer does, for a
+  // work it was given (unless this hands it to a Publisher thread first),
+  // but nobody would for a batch that failed before it was issued.
   bool futureDone() const {
     auto f = future();
     if (!f || f->completed()) return true;
@@ -608,7 +667,7 @@ class ProcessGroupOccl : public c10d::ProcessGroup {
       : c10d::ProcessGroup(rank, size), comm_(comm), completer_(std::make_shared<Completer>()) {}
 
   // Called from Python's deallocation (destroy_process_group) with the GIL
-  // held: it is released while the completion thread ends (it may need it
+  // held: it is released while the Completer finishes waiting (it may need it
   // to release a tensor) and the communicator is destroyed.
   ~ProcessGroupOccl() override {
     releaseGIL([this] {
@@ -962,7 +1021,7 @@ class ProcessGroupOccl : public c10d::ProcessGroup {
       std::lock_guard<std::mutex> l(st->mu);
       st->issued = true;
       st->req = req;
-      // The completion thread completes a future asked for within the
+      // The Completer completes a future asked for within the
       // batch, and keeps the tensors of a batch whose works are all gone.
       handOver = r == occlSuccess && (st->future || st.use_count() == 1);
     }

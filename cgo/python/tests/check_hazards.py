@@ -22,7 +22,8 @@ exits with 1 when it passes), so a hang fails rather than blocks.
     --scenario tags:      a nonzero send/recv tag raises, also in a batch,
                           and leaves the group usable.
     --scenario abort:     operations after abort() raise that the group was
-                          aborted, and destroying it is safe.
+                          aborted (also the future of a batch aborted
+                          before it was issued), and destroying it is safe.
 Each rank prints "rank R: ok" at the end; any failure raises.
 """
 
@@ -226,8 +227,18 @@ def abort(rank, n):
     store.set("check_hazards/reduced%d" % rank, "1")
     store.wait(["check_hazards/reduced%d" % (1 - rank)])
     pg = dist.distributed_c10d._get_default_group()
-    pg.abort()
     words = ["the process group was aborted"]
+    # The abort comes inside a batch whose send's future was asked for:
+    # the batch fails as it is issued, and its future with it.
+    futs = []
+
+    def batch():
+        with dist.distributed_c10d._coalescing_manager(pg, []):
+            futs.append(dist.isend(t, 1 - rank).get_future())
+            pg.abort()
+
+    expect_error(batch, words, "batch aborted before it was issued")
+    expect_error(futs[0].wait, words, "future of the aborted batch")
     expect_error(lambda: dist.all_reduce(t), words, "all_reduce after abort")
     expect_error(lambda: dist.batch_isend_irecv([dist.P2POp(dist.isend, t, 1 - rank)]), words, "batch after abort")
     expect_error(lambda: occl.torch.shrink(), words, "shrink after abort")

@@ -183,7 +183,6 @@ struct State {
   std::vector<at::Tensor> outputs;
   c10::intrusive_ptr<c10::ivalue::Future> future;
   std::atomic<bool> published{false};
-  std::atomic<bool> posted{false};  // completed by the Completer or handed to the Publisher (postOnce)
 
   // finish records r, the outcome of the request, on the thread that owns
   // it (waiting set), without mu: it runs the epilogue, and releases the
@@ -294,7 +293,7 @@ void releaseGIL(Fn fn) {
 }
 
 // Background counts the operations that the backend's own threads hold:
-// queued for or handled by a Completer's or a Publisher's threads. Those
+// queued for or handled by a Completer's threads. Those
 // threads take the GIL to run a future's Python callbacks and to release
 // them and the tensors they hold, and a thread that takes the GIL once
 // the interpreter is finalizing is ended by Python (pthread_exit), which
@@ -304,7 +303,7 @@ void releaseGIL(Fn fn) {
 class Background {
  public:
   static Background& get() {
-    static Background* b = new Background();  // never destroyed: see Publisher
+    static Background* b = new Background();  // never destroyed: Completer threads may outlive every group
     return *b;
   }
   void enter() {
@@ -333,63 +332,6 @@ class Background {
   int n_ = 0;
 };
 
-// Publisher completes the futures that a work's wait or isCompleted found
-// done but not yet completed (see OcclWork::futureDone), off the calling
-// thread: a future's callbacks (DDP's communication hooks, then's
-// functions) may issue operations and wait for their futures. A thread is
-// started whenever a future is posted and no thread is idle, so callbacks
-// that block cannot starve the others (at::launch's pool has one thread
-// under OMP_NUM_THREADS=1); idle threads end after a while. One per
-// process, never destroyed: its threads may outlive every group.
-class Publisher {
- public:
-  // postOnce hands s to a publisher thread, unless it was handed over
-  // before (by a wait on its work), or completed by the Completer.
-  static void postOnce(std::shared_ptr<State> s) {
-    if (s->posted.exchange(true)) return;
-    static Publisher* p = new Publisher();
-    p->add(std::move(s));
-  }
-
- private:
-  void add(std::shared_ptr<State> s) {
-    Background::get().enter();
-    bool spawn;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      items_.push_back(std::move(s));
-      spawn = static_cast<size_t>(idle_) < items_.size();
-    }
-    if (spawn) {
-      std::thread([this] { run(); }).detach();
-    } else {
-      cv_.notify_one();
-    }
-  }
-  void run() {
-    std::unique_lock<std::mutex> l(mu_);
-    for (;;) {
-      if (items_.empty()) {
-        idle_++;
-        bool got = cv_.wait_for(l, std::chrono::seconds(10), [this] { return !items_.empty(); });
-        idle_--;
-        if (!got) return;
-      }
-      auto s = std::move(items_.front());
-      items_.pop_front();
-      l.unlock();
-      s->publish();
-      s.reset();
-      Background::get().leave();
-      l.lock();
-    }
-  }
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::shared_ptr<State>> items_;
-  int idle_ = 0;
-};
-
 // Completer completes the futures of a process group's operations: its
 // threads take turns at waiting, in issue order, for the operations whose
 // futures were asked for (and for those whose Work was dropped before
@@ -398,10 +340,12 @@ class Publisher {
 // the turn to an idle thread (starting one if none is idle and more are
 // queued) and then completes that operation's future itself, running its
 // callbacks. A future so completes on the thread that saw its operation
-// end, with no hand-over between the two (a hand-over to a Publisher
-// thread was a thread wake-up on every future), while callbacks that block
-// (on another future, say) never hold up the waiting. Idle threads end
-// after a while.
+// end, with no hand-over between the two (a hand-over to another thread
+// was a thread wake-up on every future), while callbacks that block (on
+// another future, say) never hold up the waiting: a thread is started
+// whenever the turn is free and no thread is idle, so they cannot starve
+// the others (at::launch's pool has one thread under OMP_NUM_THREADS=1).
+// Idle threads end after a while.
 class Completer {
  public:
   Completer() : q_(std::make_shared<Queue>()) {}
@@ -481,6 +425,8 @@ class Completer {
       q->items.pop_front();
       q->waiting = true;
       l.unlock();
+      // A work of a batch not yet issued is dropped: it is handed over
+      // again when the batch is issued or fails (failBatch).
       bool publish;
       {
         std::lock_guard<std::mutex> sl(s->mu);
@@ -503,9 +449,8 @@ class Completer {
       } else if (more) {
         q->cv.notify_one();
       }
-      // Completed here unless a wait on its work handed it to a Publisher
-      // thread first.
-      if (publish && !s->posted.exchange(true)) s->publish();
+      // Once only, however often it was handed over (see publish).
+      if (publish) s->publish();
       s.reset();
       Background::get().leave();
       l.lock();
@@ -537,9 +482,8 @@ class OcclWork : public c10d::Work {
   }
 
   // isCompleted reports the operation done once its outcome is known and,
-  // if its future was asked for, that future completed (by the Completer
-  // or a Publisher thread: as with Gloo, whose work completes its future
-  // before it completes).
+  // if its future was asked for, that future completed (by the Completer:
+  // as with Gloo, whose work completes its future before it completes).
   bool isCompleted() override { return st_->test() && futureDone(); }
 
   bool isSuccess() const override {
@@ -558,9 +502,9 @@ class OcclWork : public c10d::Work {
   }
 
   // wait waits for the outcome and, if the work's future was asked for,
-  // until the Completer (or a Publisher thread) has completed it, so that
-  // the future is done when wait returns (as with Gloo) while its callbacks
-  // run on one of those threads, never on this one.
+  // until the Completer has completed it, so that the future is done when
+  // wait returns (as with Gloo) while its callbacks run on the Completer's
+  // threads, never on this one.
   bool wait(std::chrono::milliseconds timeout) override {
     if (timeout == kNoTimeout) {
       st_->wait();
@@ -611,15 +555,12 @@ class OcclWork : public c10d::Work {
   }
 
   // futureDone reports, once the outcome is known, whether the work's
-  // future (if it was asked for) is completed; if not, it makes sure a
-  // thread other than the caller completes it: the Completer does, for a
-  // work it was given (unless this hands it to a Publisher thread first),
-  // but nobody would for a batch that failed before it was issued.
+  // future (if it was asked for) is completed. If not, the Completer
+  // completes it: it was handed the work when the future was asked for
+  // (again when its batch was issued, or failed: see failBatch).
   bool futureDone() const {
     auto f = future();
-    if (!f || f->completed()) return true;
-    Publisher::postOnce(st_);
-    return false;
+    return !f || f->completed();
   }
 
   std::shared_ptr<State> st_;
@@ -992,11 +933,7 @@ class ProcessGroupOccl : public c10d::ProcessGroup {
     if (batchRefused_) {
       // The refusal is already on its way to the caller.
       batchRefused_ = false;
-      {
-        std::lock_guard<std::mutex> l(st->mu);
-        st->issued = true;
-      }
-      st->finish(occlSuccess, std::make_exception_ptr(std::runtime_error(kTagged)));
+      failBatch(st, occlSuccess, std::make_exception_ptr(std::runtime_error(kTagged)));
       return;
     }
     std::vector<occlP2POp_t> list;
@@ -1006,13 +943,8 @@ class ProcessGroupOccl : public c10d::ProcessGroup {
       st->keep.push_back(o.t);
     }
     if (aborted_) {
-      auto e = std::make_exception_ptr(std::runtime_error(kAborted));
-      {
-        std::lock_guard<std::mutex> l(st->mu);
-        st->issued = true;
-      }
-      st->finish(occlSuccess, e);
-      std::rethrow_exception(e);
+      failBatch(st, occlSuccess, std::make_exception_ptr(std::runtime_error(kAborted)));
+      std::rethrow_exception(st->error);
     }
     occlRequest_t req = nullptr;
     occlResult_t r = lib.occlSendRecvAsync(list.data(), static_cast<int>(list.size()), comm_, &req);
@@ -1026,13 +958,28 @@ class ProcessGroupOccl : public c10d::ProcessGroup {
       handOver = r == occlSuccess && (st->future || st.use_count() == 1);
     }
     if (r != occlSuccess) {
-      st->finish(r);
+      failBatch(st, r);
       std::rethrow_exception(st->error);
     }
     if (handOver) completer_->add(st);
   }
 
+
  private:
+  // failBatch ends st, a batch that failed before it was issued, with r or
+  // e (see State::finish), and completes the future a work of it was asked
+  // for: the Completer dropped the work, unissued, when it was asked.
+  void failBatch(const std::shared_ptr<State>& st, occlResult_t r, std::exception_ptr e = nullptr) {
+    bool future;
+    {
+      std::lock_guard<std::mutex> l(st->mu);
+      st->issued = true;
+      future = st->future != nullptr;
+    }
+    st->finish(r, e);
+    if (future) completer_->add(st);
+  }
+
   // checkTag refuses tags: occl matches sends and receives between two
   // ranks in issue order, as NCCL does, so a tag could not select one.
   // In a batch, the refusal also cancels the batch: endCoalescing (which

@@ -219,7 +219,11 @@ int main(void) {
   EXPECT(occlAllReduceAsync(&x, &x, 1, occlInt32, occlSum, comm, &req), occlSuccess);
   EXPECT(occlCommCount((occlComm_t)(void*)req, &n), occlInvalidArgument);
   EXPECT(occlWait((occlRequest_t)(void*)comm), occlInvalidArgument);
+  EXPECT(occlRequestOverlap(req), occlSuccess);
+  EXPECT(occlRequestOverlap((occlRequest_t)(void*)comm), occlInvalidArgument);
+  EXPECT(occlRequestOverlap(NULL), occlInvalidArgument);
   EXPECT(occlWait(req), occlSuccess);
+  EXPECT(occlRequestOverlap(req), occlInvalidArgument);
   EXPECT(occlCommCount((occlComm_t)(void*)1, &n), occlInvalidArgument);
   EXPECT(occlAllReduce((void*)1, &x, 1, occlInt32, occlSum, comm), occlInvalidArgument);
   EXPECT(occlAllReduce(&x, (void*)4095, 1, occlInt32, occlSum, comm), occlInvalidArgument);

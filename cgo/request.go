@@ -126,3 +126,20 @@ func occlRequestFree(request C.occlRequest_t) (res C.occlResult_t) {
 	defer k.end(&res)
 	return k.release(requestH, false)
 }
+
+// occlRequestOverlap tells the library that the caller computes while the
+// request's operation runs. See occl.h.
+//
+//export occlRequestOverlap
+func occlRequestOverlap(request C.occlRequest_t) (res C.occlResult_t) {
+	requestH := handle(request) // first: see handle
+	k := begin("occlRequestOverlap")
+	defer k.end(&res)
+	re, r := k.request(requestH)
+	if r != resSuccess {
+		return r
+	}
+	defer re.unuse()
+	re.req.Overlap()
+	return resSuccess
+}

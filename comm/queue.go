@@ -254,6 +254,8 @@ type Request struct {
 	mu       sync.Mutex
 	done     chan struct{}
 	err      error
+	// overlap is set by Overlap: the caller computes while it runs.
+	overlap atomic.Bool
 }
 
 // opFunc runs an operation on its arguments.
@@ -372,6 +374,20 @@ func (r *Request) Release() {
 	}
 	r.recycle()
 }
+
+// Overlap tells the communicator that its caller computes on the
+// process's cores while the operation runs, as a training step's backward
+// pass does while its gradients are reduced (torch's DistributedDataParallel
+// asks each reduction for its future and goes on computing). The
+// operation's waits on shared memory then poll only briefly and give the
+// core away, as where the processes outnumber the cores, instead of polling
+// for the spin time (WithSpin): a core kept polling is taken from that
+// computation, and the peers wait for its result. It applies if called
+// before the operation starts (an Async operation issued alone starts at
+// the earliest 20 microseconds after its call unless it is waited for or
+// tested), and may be called from any goroutine until the request is
+// released.
+func (r *Request) Overlap() { r.overlap.Store(true) }
 
 // Done returns a channel closed when the operation completes.
 func (r *Request) Done() <-chan struct{} {

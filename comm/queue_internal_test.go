@@ -347,6 +347,64 @@ func TestAsyncRunsUnwaited(t *testing.T) {
 	}
 }
 
+// TestOverlapRequest: the schedules of a request whose caller computes
+// meanwhile (Request.Overlap, asked before it starts) run under
+// transport.WithOverlap, with their twin's other settings, made once per
+// context; the requests after one that did run as before. Under the
+// shared default-timeout context and under a caller's own.
+func TestOverlapRequest(t *testing.T) {
+	c, ctx := stoppedWorker(t)
+	for _, base := range []context.Context{ctx, context.Background()} {
+		var first context.Context
+		probe := func(overlap bool) bool {
+			var s context.Context
+			r := c.issue(c.postCall(base, "Probe", transport.Header{}, func(ctx context.Context, p *opPeers) error {
+				s = c.worker.op.schedule(ctx, waitShort)
+				return nil
+			}))
+			if overlap {
+				r.Overlap()
+			}
+			if err := r.Wait(base); err != nil {
+				t.Fatal(err)
+			}
+			r.Release()
+			if transport.Yields(s) || !transport.CoreYields(s) {
+				t.Errorf("overlap %v: the schedule's context yields %v, gives the core away %v (want false, true)", overlap, transport.Yields(s), transport.CoreYields(s))
+			}
+			if transport.Overlaps(s) {
+				if first == nil {
+					first = s
+				} else if s != first {
+					t.Error("the overlap twin was made again for the same context")
+				}
+			}
+			return transport.Overlaps(s)
+		}
+		for i, want := range []bool{false, true, false, true, true, false} {
+			if got := probe(want); got != want {
+				t.Errorf("request %d (deadline %v): the schedule's context overlaps: %v, want %v", i, base != context.Background(), got, want)
+			}
+		}
+		// A blocking call without a request (see takeAlone) after a
+		// request that overlapped.
+		probe(true)
+		if !c.queue.exec.tryLock(c.queue.alone) {
+			t.Fatal("exec is held")
+		}
+		var s context.Context
+		if err := c.runTaken(base, "Probe", algo.OpAllReduce, Float32, Sum, 0, 1, func(ctx context.Context, p *opPeers) error {
+			s = c.worker.op.schedule(ctx, waitShort)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if transport.Overlaps(s) {
+			t.Errorf("deadline %v: a blocking call after a request that overlapped runs under an overlap context", base != context.Background())
+		}
+	}
+}
+
 // TestGraceStoppedWhileCallerRuns: an Async call's caller that waits at
 // once and runs the request itself stops the worker's wake-up before the
 // operation starts, not after it: an operation longer than the grace

@@ -156,7 +156,9 @@ func (c *Communicator) run(r *Request) (err error) {
 	start := c.now()
 	c.hist.begin(r, start)
 	o := opName{r.name, r.seq}
+	c.worker.op.overlap = r.overlap.Load()
 	defer func() {
+		c.worker.op.overlap = false
 		if v := recover(); v != nil {
 			err = c.panicked(o, v, debug.Stack())
 		}
@@ -269,6 +271,13 @@ type opContext struct {
 
 	caller      context.Context
 	callerTwins [numWaits]context.Context
+
+	// overlap is set while a request whose caller computes meanwhile
+	// (Request.Overlap) runs: its schedules run under the twins' own
+	// twins made by transport.WithOverlap, overlaps and callerOverlaps,
+	// each made when first needed.
+	overlap                  bool
+	overlaps, callerOverlaps [numWaits]context.Context
 }
 
 // waits is how a schedule's waits on a polling transport behave (see
@@ -300,7 +309,7 @@ func (o *opContext) get(user context.Context, timeout time.Duration, now stamp) 
 	// Saturating: a timeout of hundreds of years means none.
 	o.deadline = now.addSat(timeout + min(timeout/64, math.MaxInt64-timeout))
 	o.ctx, o.cancel = context.WithDeadline(user, o.deadline.time())
-	o.twins = twins(o.ctx)
+	o.twins, o.overlaps = twins(o.ctx), [numWaits]context.Context{}
 	o.parent = user.Done()
 	return o.ctx
 }
@@ -374,11 +383,26 @@ func (o *opContext) schedule(ctx context.Context, w waits) context.Context {
 		return ctx
 	case ctx != o.ctx:
 		if !o.sameCaller(ctx) {
-			o.caller, o.callerTwins = ctx, twins(ctx)
+			o.caller, o.callerTwins, o.callerOverlaps = ctx, twins(ctx), [numWaits]context.Context{}
+		}
+		if o.overlap {
+			return overlapTwin(&o.callerOverlaps, &o.callerTwins, w)
 		}
 		return o.callerTwins[w]
 	}
+	if o.overlap {
+		return overlapTwin(&o.overlaps, &o.twins, w)
+	}
 	return o.twins[w]
+}
+
+// overlapTwin returns the twin of twins[w] for an operation whose caller
+// computes meanwhile, kept in overlaps (see opContext.overlap).
+func overlapTwin(overlaps, twins *[numWaits]context.Context, w waits) context.Context {
+	if overlaps[w] == nil {
+		overlaps[w] = transport.WithOverlap(twins[w])
+	}
+	return overlaps[w]
 }
 
 // sameCaller reports whether ctx is the caller context whose twins o
@@ -398,9 +422,9 @@ func (o *opContext) sameCaller(ctx context.Context) (same bool) {
 func (o *opContext) release() {
 	if o.cancel != nil {
 		o.cancel()
-		o.ctx, o.twins, o.cancel = nil, [numWaits]context.Context{}, nil
+		o.ctx, o.twins, o.overlaps, o.cancel = nil, [numWaits]context.Context{}, [numWaits]context.Context{}, nil
 	}
-	o.caller, o.callerTwins = nil, [numWaits]context.Context{}
+	o.caller, o.callerTwins, o.callerOverlaps = nil, [numWaits]context.Context{}, [numWaits]context.Context{}
 }
 
 // opPeers is the algo.Peers view of the communicator for the running

@@ -96,3 +96,23 @@ func CopyWaits(ctx context.Context) bool {
 	v, _ := ctx.Value(copyWaitKey{}).(bool)
 	return v
 }
+
+// overlapKey is the context key of the overlap setting.
+type overlapKey struct{}
+
+// WithOverlap returns a copy of ctx for an operation whose caller computes
+// on its process's cores while the operation runs, as a training step's
+// backward pass does while its gradients are reduced. A polling
+// transport's waits under it poll only briefly, then give the core away
+// and sleep, as they do where the processes outnumber the cores, instead
+// of polling for their spin time: a core kept polling is taken from the
+// computation, and so from the peer waiting for its result.
+func WithOverlap(ctx context.Context) context.Context {
+	return context.WithValue(ctx, overlapKey{}, true)
+}
+
+// Overlaps reports whether ctx was made by WithOverlap.
+func Overlaps(ctx context.Context) bool {
+	v, _ := ctx.Value(overlapKey{}).(bool)
+	return v
+}

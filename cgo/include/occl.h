@@ -551,6 +551,18 @@ occlResult_t occlTest(occlRequest_t request, int* done);
  * on the same communicator implies. */
 occlResult_t occlRequestFree(occlRequest_t request);
 
+/* Tells the library that the caller computes on its process's cores while
+ * the request's operation runs, as a training step's backward pass does
+ * while its gradients are reduced. The operation's waits on shared memory
+ * then poll only briefly before they give the core away and sleep, instead
+ * of polling for OCCL_SHM_SPIN, which would take the core from that
+ * computation. It applies if called before the operation starts: an
+ * operation issued alone starts 20 microseconds after its call at the
+ * earliest unless it is waited for or tested. May be called from any thread,
+ * also while another waits for or tests the request; a request already
+ * released returns occlInvalidArgument. */
+occlResult_t occlRequestOverlap(occlRequest_t request);
+
 /* ---- Reconfiguration and traffic -------------------------------------- */
 
 /* Rewires comm to the topology described by targetTopologyJSON (occl's

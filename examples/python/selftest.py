@@ -75,7 +75,9 @@ def main():
     # Non-blocking, then a group ring exchange.
     big = np.ones(1 << 16, dtype=np.float32)
     w = comm.all_reduce(big, async_op=True)
+    w.overlap()  # the caller would compute until it waits: occl's waits leave it the core
     w.wait()
+    w.overlap()  # once waited for, nothing to do
     assert w.is_completed() and (big == n).all()
     src = np.full(5, r, dtype=np.int64)
     dst = np.empty(5, dtype=np.int64)

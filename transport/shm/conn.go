@@ -108,9 +108,9 @@ type Conn struct {
 	// yieldHook, if set (by tests), runs whenever a polling wait lets
 	// other goroutines run; coreYieldHook after every sched_yield;
 	// lockHook when a wait locks its goroutine to its thread (true) and
-	// unlocks it (false).
-	yieldHook, coreYieldHook func()
-	lockHook                 func(locked bool)
+	// unlocks it (false); sleepHook before a wait sleeps on its futex word.
+	yieldHook, coreYieldHook, sleepHook func()
+	lockHook                            func(locked bool)
 	// coreYield decides whether waits give their core away.
 	coreYield transport.CoreYield
 	// peerSpin is how many rounds a wait that would yield its core polls
@@ -982,6 +982,9 @@ func (c *Conn) wait(ctx context.Context, w waitFor) error {
 		peerPolls = 0
 	}
 	locked, flagged := false, false
+	// spinFor is c.spin, or 0 once the wait finds that its caller computes
+	// meanwhile (transport.WithOverlap).
+	spinFor := c.spin
 	defer func() {
 		if flagged {
 			flag.Store(0)
@@ -1009,7 +1012,15 @@ func (c *Conn) wait(ctx context.Context, w waitFor) error {
 			}
 			return c.peerErr(peerErr)
 		}
-		if c.spin == 0 && !decided {
+		if i == spinTight && spinFor != 0 && transport.Overlaps(ctx) {
+			// Past the tight polls, and the caller computes
+			// meanwhile: wait from here as where the processes
+			// outnumber the cores, leaving the core to the
+			// computation (looked at here, not before the first
+			// poll, where the peer's answer is usually found).
+			spinFor = 0
+		}
+		if spinFor == 0 && !decided {
 			yield, core, decided = c.local || transport.Yields(ctx), transport.CoreYields(ctx), true
 			// Only a wait that nothing else of its process waits for
 			// may keep the processor between its yields.
@@ -1026,11 +1037,11 @@ func (c *Conn) wait(ctx context.Context, w waitFor) error {
 		// core away skips the tight polls: it decides at once, by the
 		// peer's mark, whether to poll on or yield (see below), since
 		// polls of a peer that is not running only delay it.
-		if i < spinTight && (c.spin != 0 || !core) {
+		if i < spinTight && (spinFor != 0 || !core) {
 			spin.Pause()
 			continue
 		}
-		if c.spin == 0 {
+		if spinFor == 0 {
 			// The processes outnumber the cores: poll only briefly,
 			// letting the process's other goroutines run between polls
 			// (from a thread locked to its goroutine, as a call from C
@@ -1084,10 +1095,10 @@ func (c *Conn) wait(ctx context.Context, w waitFor) error {
 		// every call from C is, a Gosched hands the P to another thread
 		// and back, two futex calls.
 		now := time.Now()
-		if c.spin == 0 {
+		if spinFor == 0 {
 			spinUntil = now
 		} else if spinUntil.IsZero() {
-			spinUntil = now.Add(c.spin)
+			spinUntil = now.Add(spinFor)
 		}
 		if now.Before(spinUntil) {
 			if !decided {
@@ -1135,6 +1146,9 @@ func (c *Conn) wait(ctx context.Context, w waitFor) error {
 			return err
 		}
 		if !c.closed.Load() && !c.gone.Load() && peerClosed.Load() == 0 {
+			if c.sleepHook != nil {
+				c.sleepHook()
+			}
 			offCoreDuring(func() { futexWait(seqw, seq, d) })
 		}
 	}

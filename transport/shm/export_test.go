@@ -13,6 +13,9 @@ const PieceSize = cmaPiece
 // goroutines run.
 func SetYieldHook(c *Conn, f func()) { c.yieldHook = f }
 
+// SetSleepHook makes c call f before a wait sleeps on its futex word.
+func SetSleepHook(c *Conn, f func()) { c.sleepHook = f }
+
 // SetLocal sets whether c takes its peer to be in this process.
 func SetLocal(c *Conn, local bool) { c.local = local }
 

@@ -760,6 +760,54 @@ func TestWaitCopyWait(t *testing.T) {
 	})
 }
 
+// TestWaitOverlap: a wait whose caller computes meanwhile
+// (transport.WithOverlap) polls only briefly and then sleeps, however long
+// the connection's spin time, as a small operation's wait that gives its
+// core away does; without it the same wait polls for its spin time and
+// never sleeps. The message arrives whole either way.
+func TestWaitOverlap(t *testing.T) {
+	base := transport.WithoutYield(context.Background())
+	for _, tc := range []struct {
+		name      string
+		ctx       context.Context
+		wantSleep bool
+	}{
+		{"polling", base, false},
+		{"overlap", transport.WithOverlap(base), true},
+		{"overlap, small operation", transport.WithOverlap(transport.WithCoreYield(base)), true},
+		{"overlap, yielding", transport.WithOverlap(context.Background()), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := pairWith(t, func(c *shm.Config) { c.Spin = time.Minute })
+			defer a.Close()
+			defer b.Close()
+			shm.SetLocal(a, false)
+			var sleeps atomic.Int64
+			shm.SetSleepHook(a, func() { sleeps.Add(1) })
+			h := transport.Header{Kind: transport.KindCollective, Seq: 1, Len: 8}
+			want := []byte("overlaps")
+			sent := make(chan error, 1)
+			go func() {
+				time.Sleep(50 * time.Millisecond)
+				sent <- b.Send(context.Background(), h, want)
+			}()
+			got := make([]byte, 8)
+			if err := a.Recv(tc.ctx, h, got); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-sent; err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != string(want) {
+				t.Errorf("received %q, want %q", got, want)
+			}
+			if got := sleeps.Load() > 0; got != tc.wantSleep {
+				t.Errorf("slept %d times during a 50 ms wait with a minute's spin time, want sleeps: %v", sleeps.Load(), tc.wantSleep)
+			}
+		})
+	}
+}
+
 // TestWaitYieldsCore: when the processes outnumber the cores (Spin 0) a
 // wait under transport.WithCoreYield gives its core to the other processes
 // between polls, and stops doing so, sleeping instead, once a yield kept

@@ -174,6 +174,7 @@ _SIGNATURES = {
     "occlWait": [_c],
     "occlTest": [_c, ctypes.POINTER(_i)],
     "occlRequestFree": [_c],
+    "occlRequestOverlap": [_c],
     "occlCommReconfigure": [_c, ctypes.c_char_p],
     "occlCommReconfigureMany": [ctypes.POINTER(_c), _i, ctypes.c_char_p],
     "occlCommSetTrafficTag": [_c, ctypes.c_char_p],
@@ -439,6 +440,15 @@ class Work:
             self._bufs = None
         _check(code, self._comm)
         return bool(done.value)
+
+    def overlap(self):
+        """Tells occl that the caller computes until it waits: the
+        operation's waits on shared memory then leave the cores to that
+        computation after a short poll (see occlRequestOverlap). Call it
+        right after the call that issued the operation."""
+        if self._req is None:
+            return
+        _check(library().occlRequestOverlap(self._req), self._comm)
 
     def wait(self):
         if self._req is None:

@@ -217,6 +217,23 @@ func TestTorchShrink(t *testing.T) {
 	}
 }
 
+// TestBackendOverlap runs tests/check_overlap.py on 2 processes with a
+// 10 s shared-memory spin and OCCL_FUTURE_OVERLAP=1: an all_reduce waited
+// for through its future (DDP's way) must not poll while its peer is late,
+// where a blocking wait would.
+func TestBackendOverlap(t *testing.T) {
+	python := venv.Python(t)
+	j := pyvenv.Job{Python: python, NP: 2, Args: []string{"tests/check_overlap.py", "--deadline", "30"},
+		KeepGoing: true, Limit: 90 * time.Second, Env: []string{"TMPDIR=" + t.TempDir(), "OCCL_SHM_SPIN=10s", "OCCL_FUTURE_OVERLAP=1"}}
+	outs, errs := j.Run(t)
+	for r := range 2 {
+		if errs[r] != nil || !strings.Contains(outs[r], fmt.Sprintf("rank %d: ok", r)) {
+			t.Errorf("rank %d: %v\n%s", r, errs[r], outs[r])
+		}
+	}
+	t.Log(outs[0])
+}
+
 // TestBackendHazards runs each scenario of tests/check_hazards.py on 2
 // processes, each under a deadline that turns a hang into a failure with
 // every thread's stack: a future's callback that waits for another
@@ -224,7 +241,7 @@ func TestTorchShrink(t *testing.T) {
 // works whose operation waits for a late peer (pending),
 // destroy_process_group with a callback or a fire-and-forget isend still
 // pending (destroy_then, destroy_isend), the interpreter's exit while a
-// publisher thread still releases a callback (exit_callback), send/recv
+// Completer thread still releases a callback (exit_callback), send/recv
 // tags, which occl refuses (tags), and operations after abort (abort).
 func TestBackendHazards(t *testing.T) {
 	python := venv.Python(t)

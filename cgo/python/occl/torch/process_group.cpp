@@ -10,7 +10,11 @@
 // completes (runs the callbacks of) the future of the operation it waited
 // for once another has taken the turn: a callback may wait for another
 // future. Work::wait and isCompleted of a work whose future was asked for
-// wait for (or ask about) that completion, never run it. No lock is
+// wait for (or ask about) that completion, never run it. With
+// OCCL_FUTURE_OVERLAP=1, an operation whose future is asked for is marked as
+// overlapping its caller's computation (occlRequestOverlap): DDP's backward
+// pass goes on computing while its buckets are reduced, and a wait that kept
+// polling would take its core. No lock is
 // held across occlWait, and a thread that may hold the GIL never waits for
 // one that may need it (see State, releaseGIL).
 //
@@ -21,6 +25,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdlib>
 #include <deque>
 #include <mutex>
 #include <thread>
@@ -64,7 +69,8 @@ namespace occl_torch {
   X(occlSendRecvAsync)                                                                            \
   X(occlWait)                                                                                     \
   X(occlTest)                                                                                     \
-  X(occlRequestFree)
+  X(occlRequestFree)                                                                              \
+  X(occlRequestOverlap)
 
 struct Lib {
 #define OCCL_FIELD(name) decltype(&::name) name = nullptr;
@@ -95,6 +101,16 @@ void load(const std::string& path) {
   });
   TORCH_CHECK(err.empty(), "occl: ", err);
   TORCH_CHECK(lib.occlWait != nullptr, "occl: the library failed to load earlier in this process");
+}
+
+// futureOverlap reports whether OCCL_FUTURE_OVERLAP asks for the operations
+// whose futures are asked for to be marked as overlapping computation ("1";
+// the default, "0", leaves their waits as the blocking calls' are).
+bool futureOverlap() {
+  const char* v = std::getenv("OCCL_FUTURE_OVERLAP");
+  if (v == nullptr || *v == 0 || std::string(v) == "0") return false;
+  TORCH_CHECK(std::string(v) == "1", "occl: OCCL_FUTURE_OVERLAP=", v, ": want 0 or 1");
+  return true;
 }
 
 // lastError is the calling thread's most recent occl failure.
@@ -348,7 +364,11 @@ class Background {
 // Idle threads end after a while.
 class Completer {
  public:
-  Completer() : q_(std::make_shared<Queue>()) {}
+  // overlap: mark the operations whose futures are asked for as
+  // overlapping their caller's computation (OCCL_FUTURE_OVERLAP).
+  explicit Completer(bool overlap) : overlap(overlap), q_(std::make_shared<Queue>()) {}
+
+  const bool overlap;
 
   // ~Completer waits until every operation handed over has been waited for
   // (their callbacks may still run), unless it runs on one of the queue's
@@ -530,16 +550,23 @@ class OcclWork : public c10d::Work {
 
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
     bool enqueue = false;
+    occlRequest_t req = nullptr;
     c10::intrusive_ptr<c10::ivalue::Future> f;
     {
       std::lock_guard<std::mutex> l(st_->mu);
       if (!st_->future) {
         st_->future = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
         enqueue = !st_->completed;
+        if (enqueue && st_->issued) req = st_->req;
       }
       f = st_->future;
     }
     if (enqueue) {
+      // With OCCL_FUTURE_OVERLAP, whoever asks for a future computes
+      // meanwhile, as DDP's backward pass does. A request completed and
+      // released since it was read is refused; it does not matter then
+      // (a batch not issued yet is marked when it is).
+      if (req != nullptr && completer_->overlap) lib.occlRequestOverlap(req);
       completer_->add(st_);
     } else {
       st_->publish();
@@ -590,7 +617,7 @@ class ProcessGroupOccl : public c10d::ProcessGroup {
   // for the world group.
   ProcessGroupOccl(int rank, int size, const std::string& uniqueId, std::chrono::milliseconds timeout,
                    std::vector<int> fabricRanks)
-      : c10d::ProcessGroup(rank, size), completer_(std::make_shared<Completer>()) {
+      : c10d::ProcessGroup(rank, size), completer_(std::make_shared<Completer>(futureOverlap())) {
     occlUniqueId id = parseId(uniqueId);
     occlConfig_t cfg = OCCL_CONFIG_INITIALIZER;
     cfg.timeoutMs = timeout.count();
@@ -605,7 +632,7 @@ class ProcessGroupOccl : public c10d::ProcessGroup {
   // Takes over comm, a communicator made by occl (occlCommShrink): rank and
   // size are its own.
   ProcessGroupOccl(occlComm_t comm, int rank, int size)
-      : c10d::ProcessGroup(rank, size), comm_(comm), completer_(std::make_shared<Completer>()) {}
+      : c10d::ProcessGroup(rank, size), comm_(comm), completer_(std::make_shared<Completer>(futureOverlap())) {}
 
   // Called from Python's deallocation (destroy_process_group) with the GIL
   // held: it is released while the Completer finishes waiting (it may need it
@@ -948,7 +975,7 @@ class ProcessGroupOccl : public c10d::ProcessGroup {
     }
     occlRequest_t req = nullptr;
     occlResult_t r = lib.occlSendRecvAsync(list.data(), static_cast<int>(list.size()), comm_, &req);
-    bool handOver;
+    bool handOver, overlap;
     {
       std::lock_guard<std::mutex> l(st->mu);
       st->issued = true;
@@ -956,11 +983,13 @@ class ProcessGroupOccl : public c10d::ProcessGroup {
       // The Completer completes a future asked for within the
       // batch, and keeps the tensors of a batch whose works are all gone.
       handOver = r == occlSuccess && (st->future || st.use_count() == 1);
+      overlap = r == occlSuccess && st->future && completer_->overlap;
     }
     if (r != occlSuccess) {
       failBatch(st, r);
       std::rethrow_exception(st->error);
     }
+    if (overlap) lib.occlRequestOverlap(req);  // see getFuture
     if (handOver) completer_->add(st);
   }
 

@@ -382,11 +382,9 @@ func (r *Request) Release() {
 // operation's waits on shared memory then poll only briefly and give the
 // core away, as where the processes outnumber the cores, instead of polling
 // for the spin time (WithSpin): a core kept polling is taken from that
-// computation, and the peers wait for its result. It applies if called
-// before the operation starts (an Async operation issued alone starts at
-// the earliest 20 microseconds after its call unless it is waited for or
-// tested), and may be called from any goroutine until the request is
-// released.
+// computation, and the peers wait for its result. It may be called from
+// any goroutine until the request is released, also while the operation
+// runs: its waits look again every few microseconds of polling.
 func (r *Request) Overlap() { r.overlap.Store(true) }
 
 // Done returns a channel closed when the operation completes.

@@ -347,48 +347,55 @@ func TestAsyncRunsUnwaited(t *testing.T) {
 	}
 }
 
-// TestOverlapRequest: the schedules of a request whose caller computes
-// meanwhile (Request.Overlap, asked before it starts) run under
-// transport.WithOverlap, with their twin's other settings, made once per
-// context; the requests after one that did run as before. Under the
-// shared default-timeout context and under a caller's own.
+// TestOverlapRequest: the schedules of a request run under a context whose
+// waits see whether the request's caller computes meanwhile
+// (Request.Overlap), said before it starts or while it runs, with their
+// twin's other settings; the requests after one that did, and a blocking
+// call without a request, do not. Under the shared default-timeout context
+// and under a caller's own.
 func TestOverlapRequest(t *testing.T) {
 	c, ctx := stoppedWorker(t)
 	for _, base := range []context.Context{ctx, context.Background()} {
-		var first context.Context
-		probe := func(overlap bool) bool {
-			var s context.Context
-			r := c.issue(c.postCall(base, "Probe", transport.Header{}, func(ctx context.Context, p *opPeers) error {
-				s = c.worker.op.schedule(ctx, waitShort)
+		// probe runs a request marked before it starts (before) or
+		// while it runs (during), and returns whether its schedule's
+		// context overlapped at its start and at its end.
+		probe := func(before, during bool) (start, end bool) {
+			var r *Request
+			r = c.issue(c.postCall(base, "Probe", transport.Header{}, func(ctx context.Context, p *opPeers) error {
+				s := c.worker.op.schedule(ctx, waitShort)
+				if transport.Yields(s) || !transport.CoreYields(s) {
+					t.Errorf("the schedule's context yields %v, gives the core away %v (want false, true)", transport.Yields(s), transport.CoreYields(s))
+				}
+				start = transport.Overlaps(s)
+				if during {
+					r.Overlap()
+				}
+				end = transport.Overlaps(s)
 				return nil
 			}))
-			if overlap {
+			if before {
 				r.Overlap()
 			}
 			if err := r.Wait(base); err != nil {
 				t.Fatal(err)
 			}
 			r.Release()
-			if transport.Yields(s) || !transport.CoreYields(s) {
-				t.Errorf("overlap %v: the schedule's context yields %v, gives the core away %v (want false, true)", overlap, transport.Yields(s), transport.CoreYields(s))
-			}
-			if transport.Overlaps(s) {
-				if first == nil {
-					first = s
-				} else if s != first {
-					t.Error("the overlap twin was made again for the same context")
-				}
-			}
-			return transport.Overlaps(s)
+			return start, end
 		}
-		for i, want := range []bool{false, true, false, true, true, false} {
-			if got := probe(want); got != want {
-				t.Errorf("request %d (deadline %v): the schedule's context overlaps: %v, want %v", i, base != context.Background(), got, want)
+		for i, tc := range []struct{ before, during bool }{{false, false}, {true, false}, {false, false}, {false, true}, {true, false}, {false, false}} {
+			start, end := probe(tc.before, tc.during)
+			if start != tc.before || end != (tc.before || tc.during) {
+				t.Errorf("request %d (deadline %v, marked before %v, during %v): overlapped at its start %v, at its end %v", i, base != context.Background(), tc.before, tc.during, start, end)
 			}
 		}
 		// A blocking call without a request (see takeAlone) after a
-		// request that overlapped.
-		probe(true)
+		// request that overlapped, not released yet.
+		r := c.issue(c.postCall(base, "Probe", transport.Header{}, func(context.Context, *opPeers) error { return nil }))
+		r.Overlap()
+		if err := r.Wait(base); err != nil {
+			t.Fatal(err)
+		}
+		defer r.Release()
 		if !c.queue.exec.tryLock(c.queue.alone) {
 			t.Fatal("exec is held")
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 
 	"github.com/occl/occl/algo"
@@ -156,9 +157,9 @@ func (c *Communicator) run(r *Request) (err error) {
 	start := c.now()
 	c.hist.begin(r, start)
 	o := opName{r.name, r.seq}
-	c.worker.op.overlap = r.overlap.Load()
+	c.worker.op.running.Store(r)
 	defer func() {
-		c.worker.op.overlap = false
+		c.worker.op.running.Store(nil)
 		if v := recover(); v != nil {
 			err = c.panicked(o, v, debug.Stack())
 		}
@@ -272,12 +273,18 @@ type opContext struct {
 	caller      context.Context
 	callerTwins [numWaits]context.Context
 
-	// overlap is set while a request whose caller computes meanwhile
-	// (Request.Overlap) runs: its schedules run under the twins' own
-	// twins made by transport.WithOverlap, overlaps and callerOverlaps,
-	// each made when first needed.
-	overlap                  bool
-	overlaps, callerOverlaps [numWaits]context.Context
+	// running is the request running, nil while none does or a blocking
+	// call runs without one: the twins' transport.Overlap (see
+	// Overlapping).
+	running atomic.Pointer[Request]
+}
+
+// Overlapping implements transport.Overlap for the twins: the running
+// request's caller computes meanwhile (Request.Overlap), which it may say
+// after the request has started.
+func (o *opContext) Overlapping() bool {
+	r := o.running.Load()
+	return r != nil && r.overlap.Load()
 }
 
 // waits is how a schedule's waits on a polling transport behave (see
@@ -291,9 +298,10 @@ const (
 	numWaits
 )
 
-// twins returns the twins of ctx, one per kind of wait.
-func twins(ctx context.Context) [numWaits]context.Context {
-	alone := transport.WithoutYield(ctx)
+// twins returns the twins of ctx, one per kind of wait, whose operations
+// overlap their caller's computation while o says so.
+func twins(ctx context.Context, o transport.Overlap) [numWaits]context.Context {
+	alone := transport.WithoutYield(transport.WithOverlap(ctx, o))
 	return [numWaits]context.Context{waitAlone: alone, waitShort: transport.WithCoreYield(alone), waitCopy: transport.WithCopyWait(alone)}
 }
 
@@ -309,7 +317,7 @@ func (o *opContext) get(user context.Context, timeout time.Duration, now stamp) 
 	// Saturating: a timeout of hundreds of years means none.
 	o.deadline = now.addSat(timeout + min(timeout/64, math.MaxInt64-timeout))
 	o.ctx, o.cancel = context.WithDeadline(user, o.deadline.time())
-	o.twins, o.overlaps = twins(o.ctx), [numWaits]context.Context{}
+	o.twins = twins(o.ctx, o)
 	o.parent = user.Done()
 	return o.ctx
 }
@@ -383,26 +391,11 @@ func (o *opContext) schedule(ctx context.Context, w waits) context.Context {
 		return ctx
 	case ctx != o.ctx:
 		if !o.sameCaller(ctx) {
-			o.caller, o.callerTwins, o.callerOverlaps = ctx, twins(ctx), [numWaits]context.Context{}
-		}
-		if o.overlap {
-			return overlapTwin(&o.callerOverlaps, &o.callerTwins, w)
+			o.caller, o.callerTwins = ctx, twins(ctx, o)
 		}
 		return o.callerTwins[w]
 	}
-	if o.overlap {
-		return overlapTwin(&o.overlaps, &o.twins, w)
-	}
 	return o.twins[w]
-}
-
-// overlapTwin returns the twin of twins[w] for an operation whose caller
-// computes meanwhile, kept in overlaps (see opContext.overlap).
-func overlapTwin(overlaps, twins *[numWaits]context.Context, w waits) context.Context {
-	if overlaps[w] == nil {
-		overlaps[w] = transport.WithOverlap(twins[w])
-	}
-	return overlaps[w]
 }
 
 // sameCaller reports whether ctx is the caller context whose twins o
@@ -422,9 +415,9 @@ func (o *opContext) sameCaller(ctx context.Context) (same bool) {
 func (o *opContext) release() {
 	if o.cancel != nil {
 		o.cancel()
-		o.ctx, o.twins, o.overlaps, o.cancel = nil, [numWaits]context.Context{}, [numWaits]context.Context{}, nil
+		o.ctx, o.twins, o.cancel = nil, [numWaits]context.Context{}, nil
 	}
-	o.caller, o.callerTwins, o.callerOverlaps = nil, [numWaits]context.Context{}, [numWaits]context.Context{}
+	o.caller, o.callerTwins = nil, [numWaits]context.Context{}
 }
 
 // opPeers is the algo.Peers view of the communicator for the running

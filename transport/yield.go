@@ -100,19 +100,25 @@ func CopyWaits(ctx context.Context) bool {
 // overlapKey is the context key of the overlap setting.
 type overlapKey struct{}
 
-// WithOverlap returns a copy of ctx for an operation whose caller computes
-// on its process's cores while the operation runs, as a training step's
-// backward pass does while its gradients are reduced. A polling
-// transport's waits under it poll only briefly, then give the core away
-// and sleep, as they do where the processes outnumber the cores, instead
-// of polling for their spin time: a core kept polling is taken from the
-// computation, and so from the peer waiting for its result.
-func WithOverlap(ctx context.Context) context.Context {
-	return context.WithValue(ctx, overlapKey{}, true)
+// An Overlap reports whether the operation a wait belongs to overlaps its
+// caller's computation, as a training step's backward pass runs while its
+// gradients are reduced. A wait asks it more than once, since the caller
+// may say so after the operation has started.
+type Overlap interface{ Overlapping() bool }
+
+// WithOverlap returns a copy of ctx whose operations overlap their caller's
+// computation while o says so. A polling transport's waits then poll only
+// briefly and give the core away and sleep, as they do where the processes
+// outnumber the cores, instead of polling for their spin time: a core kept
+// polling is taken from the computation, and so from the peer waiting for
+// its result.
+func WithOverlap(ctx context.Context, o Overlap) context.Context {
+	return context.WithValue(ctx, overlapKey{}, o)
 }
 
-// Overlaps reports whether ctx was made by WithOverlap.
+// Overlaps reports whether the operation of a wait under ctx overlaps its
+// caller's computation now (see WithOverlap).
 func Overlaps(ctx context.Context) bool {
-	v, _ := ctx.Value(overlapKey{}).(bool)
-	return v
+	o, _ := ctx.Value(overlapKey{}).(Overlap)
+	return o != nil && o.Overlapping()
 }

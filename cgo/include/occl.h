@@ -556,9 +556,8 @@ occlResult_t occlRequestFree(occlRequest_t request);
  * while its gradients are reduced. The operation's waits on shared memory
  * then poll only briefly before they give the core away and sleep, instead
  * of polling for OCCL_SHM_SPIN, which would take the core from that
- * computation. It applies if called before the operation starts: an
- * operation issued alone starts 20 microseconds after its call at the
- * earliest unless it is waited for or tested. May be called from any thread,
+ * computation. It may be called before or while the operation runs (its
+ * waits look again every few microseconds of polling), from any thread,
  * also while another waits for or tests the request; a request already
  * released returns occlInvalidArgument. */
 occlResult_t occlRequestOverlap(occlRequest_t request);

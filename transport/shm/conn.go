@@ -983,7 +983,7 @@ func (c *Conn) wait(ctx context.Context, w waitFor) error {
 	}
 	locked, flagged := false, false
 	// spinFor is c.spin, or 0 once the wait finds that its caller computes
-	// meanwhile (transport.WithOverlap).
+	// meanwhile (transport.Overlaps).
 	spinFor := c.spin
 	defer func() {
 		if flagged {
@@ -1012,13 +1012,14 @@ func (c *Conn) wait(ctx context.Context, w waitFor) error {
 			}
 			return c.peerErr(peerErr)
 		}
-		if i == spinTight && spinFor != 0 && transport.Overlaps(ctx) {
+		if spinFor != 0 && i >= spinTight && i%16 == 0 && transport.Overlaps(ctx) {
 			// Past the tight polls, and the caller computes
 			// meanwhile: wait from here as where the processes
 			// outnumber the cores, leaving the core to the
-			// computation (looked at here, not before the first
-			// poll, where the peer's answer is usually found).
-			spinFor = 0
+			// computation. Looked at every 16th round of the spin
+			// (the caller may say so late), not before the first
+			// poll, where the peer's answer is usually found.
+			spinFor, decided = 0, false
 		}
 		if spinFor == 0 && !decided {
 			yield, core, decided = c.local || transport.Yields(ctx), transport.CoreYields(ctx), true

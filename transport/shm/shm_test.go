@@ -760,22 +760,34 @@ func TestWaitCopyWait(t *testing.T) {
 	})
 }
 
+// overlapFlag is a transport.Overlap that says what its flag holds.
+type overlapFlag struct{ atomic.Bool }
+
+func (f *overlapFlag) Overlapping() bool { return f.Load() }
+
 // TestWaitOverlap: a wait whose caller computes meanwhile
 // (transport.WithOverlap) polls only briefly and then sleeps, however long
 // the connection's spin time, as a small operation's wait that gives its
-// core away does; without it the same wait polls for its spin time and
-// never sleeps. The message arrives whole either way.
+// core away does, also when the caller says so after the wait began;
+// without it, or while the caller does not say so, the same wait polls for
+// its spin time and never sleeps. The message arrives whole either way.
 func TestWaitOverlap(t *testing.T) {
 	base := transport.WithoutYield(context.Background())
+	plain := func(ctx context.Context, _ transport.Overlap) context.Context { return ctx }
+	small := func(ctx context.Context, o transport.Overlap) context.Context {
+		return transport.WithCoreYield(transport.WithOverlap(ctx, o))
+	}
 	for _, tc := range []struct {
 		name      string
-		ctx       context.Context
+		wrap      func(context.Context, transport.Overlap) context.Context
+		from      time.Duration // when the caller says so (-1: never)
 		wantSleep bool
 	}{
-		{"polling", base, false},
-		{"overlap", transport.WithOverlap(base), true},
-		{"overlap, small operation", transport.WithOverlap(transport.WithCoreYield(base)), true},
-		{"overlap, yielding", transport.WithOverlap(context.Background()), true},
+		{"polling", plain, 0, false},
+		{"not overlapping", transport.WithOverlap, -1, false},
+		{"overlap", transport.WithOverlap, 0, true},
+		{"overlap said late", transport.WithOverlap, 10 * time.Millisecond, true},
+		{"overlap, small operation", small, 0, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a, b := pairWith(t, func(c *shm.Config) { c.Spin = time.Minute })
@@ -784,6 +796,12 @@ func TestWaitOverlap(t *testing.T) {
 			shm.SetLocal(a, false)
 			var sleeps atomic.Int64
 			shm.SetSleepHook(a, func() { sleeps.Add(1) })
+			var o overlapFlag
+			if tc.from == 0 {
+				o.Store(true)
+			} else if tc.from > 0 {
+				time.AfterFunc(tc.from, func() { o.Store(true) })
+			}
 			h := transport.Header{Kind: transport.KindCollective, Seq: 1, Len: 8}
 			want := []byte("overlaps")
 			sent := make(chan error, 1)
@@ -792,7 +810,7 @@ func TestWaitOverlap(t *testing.T) {
 				sent <- b.Send(context.Background(), h, want)
 			}()
 			got := make([]byte, 8)
-			if err := a.Recv(tc.ctx, h, got); err != nil {
+			if err := a.Recv(tc.wrap(base, &o), h, got); err != nil {
 				t.Fatal(err)
 			}
 			if err := <-sent; err != nil {

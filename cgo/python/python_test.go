@@ -217,21 +217,27 @@ func TestTorchShrink(t *testing.T) {
 	}
 }
 
-// TestBackendOverlap runs tests/check_overlap.py on 2 processes with a
-// 10 s shared-memory spin and OCCL_FUTURE_OVERLAP=1: an all_reduce waited
-// for through its future (DDP's way) must not poll while its peer is late,
-// where a blocking wait would.
+// TestBackendOverlap runs each case of tests/check_overlap.py on 2
+// processes with a 10 s shared-memory spin: an all_reduce waited for
+// through its future while its peer is late must not poll if the process
+// group marked it as overlapping computation, as it does for every future
+// with OCCL_FUTURE_OVERLAP=1 (always) and, by default, for a future asked
+// for while an earlier one is pending (auto).
 func TestBackendOverlap(t *testing.T) {
 	python := venv.Python(t)
-	j := pyvenv.Job{Python: python, NP: 2, Args: []string{"tests/check_overlap.py", "--deadline", "30"},
-		KeepGoing: true, Limit: 90 * time.Second, Env: []string{"TMPDIR=" + t.TempDir(), "OCCL_SHM_SPIN=10s", "OCCL_FUTURE_OVERLAP=1"}}
-	outs, errs := j.Run(t)
-	for r := range 2 {
-		if errs[r] != nil || !strings.Contains(outs[r], fmt.Sprintf("rank %d: ok", r)) {
-			t.Errorf("rank %d: %v\n%s", r, errs[r], outs[r])
-		}
+	for _, c := range []struct{ name, env string }{{"always", "OCCL_FUTURE_OVERLAP=1"}, {"auto", "OCCL_FUTURE_OVERLAP="}} {
+		t.Run(c.name, func(t *testing.T) {
+			j := pyvenv.Job{Python: python, NP: 2, Args: []string{"tests/check_overlap.py", "--case", c.name, "--deadline", "30"},
+				KeepGoing: true, Limit: 90 * time.Second, Env: []string{"TMPDIR=" + t.TempDir(), "OCCL_SHM_SPIN=10s", c.env}}
+			outs, errs := j.Run(t)
+			for r := range 2 {
+				if errs[r] != nil || !strings.Contains(outs[r], fmt.Sprintf("rank %d: ok", r)) {
+					t.Errorf("rank %d: %v\n%s", r, errs[r], outs[r])
+				}
+			}
+			t.Log(outs[0])
+		})
 	}
-	t.Log(outs[0])
 }
 
 // TestBackendHazards runs each scenario of tests/check_hazards.py on 2

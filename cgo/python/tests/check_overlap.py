@@ -1,14 +1,23 @@
-"""With OCCL_FUTURE_OVERLAP=1, a future's operation leaves the cores to its
-caller (2 ranks, run with OCCL_SHM_SPIN=10s so that a polling wait would
-poll for its whole wait): DDP's reducer asks each bucket's all_reduce for
-its future and goes on computing, and the process group then marks such
-operations as overlapping computation (occlRequestOverlap), whose
-shared-memory waits give the core away and sleep instead of polling. Rank 1 comes 0.3 s late to an
-all_reduce; rank 0 waits for it through the work's future and then through
-a blocking wait(), and reports how much processor time its process used
-during each. The future's must be under half of its wait (the blocking
-wait, which polls, is reported for comparison). Each result is checked
-against the sum. Each rank prints "rank R: ok" at the end.
+"""Operations whose futures are asked for leave the cores to their caller
+(2 ranks, run with OCCL_SHM_SPIN=10s so that a polling wait would poll for
+its whole wait). DDP's reducer asks each bucket's all_reduce for its future
+and goes on computing; the process group marks such an operation as
+overlapping computation (occlRequestOverlap) when OCCL_FUTURE_OVERLAP=1, and
+by default when an earlier future is still pending, and a marked operation's
+shared-memory waits give the core away and sleep instead of polling.
+
+    --case always: with OCCL_FUTURE_OVERLAP=1, rank 1 comes 0.3 s late to
+                   an all_reduce; rank 0 waits for it through the work's
+                   future, then for another through a blocking wait().
+    --case auto:   with OCCL_FUTURE_OVERLAP unset, rank 0 issues two
+                   all_reduces and asks for both futures at once (the
+                   second is asked while the first is pending), and rank 1
+                   comes 0.3 s late to each.
+
+Rank 0 reports the processor time its process used while it waited for
+each; while it waited through a marked operation's future it must be under
+half of the wait. Each result is checked against the sum. Each rank prints
+"rank R: ok" at the end.
 """
 
 import argparse
@@ -30,8 +39,59 @@ def cpu():
     return ru.ru_utime + ru.ru_stime
 
 
+def timed(what, fn, took):
+    """Runs fn, recording in took[what] its wall and processor time."""
+    c0, w0 = cpu(), time.monotonic()
+    got = fn()
+    took[what] = (time.monotonic() - w0, cpu() - c0)
+    return got
+
+
+def want_sum(got, what):
+    if not torch.equal(got, torch.full((1024,), 3.0)):
+        raise AssertionError("%s: all_reduce gave %s, want 3.0" % (what, got[:4].tolist()))
+
+
+def always(rank, took):
+    for mode in ("future", "blocking wait"):
+        t = torch.full((1024,), float(rank + 1))
+        dist.barrier()
+        if rank == 1:
+            time.sleep(LATE)
+            dist.all_reduce(t)
+        elif mode == "future":
+            fut = dist.all_reduce(t, async_op=True).get_future()
+            timed(mode, fut.wait, took)
+        else:
+            work = dist.all_reduce(t, async_op=True)
+            timed(mode, work.wait, took)
+        want_sum(t, mode)
+    return ["future"]
+
+
+def auto(rank, took):
+    a, b = torch.full((1024,), float(rank + 1)), torch.full((1024,), float(rank + 1))
+    dist.barrier()
+    if rank == 1:
+        for t in (a, b):
+            time.sleep(LATE)
+            dist.all_reduce(t)
+    else:
+        fa = dist.all_reduce(a, async_op=True).get_future()
+        fb = dist.all_reduce(b, async_op=True).get_future()
+        timed("first future", fa.wait, took)
+        timed("second future, asked while the first was pending", fb.wait, took)
+    want_sum(a, "first all_reduce")
+    want_sum(b, "second all_reduce")
+    return ["second future, asked while the first was pending"]
+
+
+CASES = {"always": always, "auto": auto}
+
+
 def main():
     p = argparse.ArgumentParser()
+    p.add_argument("--case", choices=sorted(CASES), required=True)
     p.add_argument("--deadline", type=float, default=30)
     a = p.parse_args()
     faulthandler.dump_traceback_later(a.deadline, exit=True)
@@ -39,30 +99,16 @@ def main():
     rank, n = dist.get_rank(), dist.get_world_size()
     assert n == 2, "run on 2 processes"
     took = {}
-    for mode in ("future", "wait"):
-        t = torch.full((1024,), float(rank + 1))
-        dist.barrier()
-        if rank == 1:
-            time.sleep(LATE)
-        c0, w0 = cpu(), time.monotonic()
-        work = dist.all_reduce(t, async_op=True)
-        if mode == "future":
-            got = work.get_future().wait()[0]
-        else:
-            work.wait()
-            got = t
-        took[mode] = (time.monotonic() - w0, cpu() - c0)
-        if not torch.equal(got, torch.full((1024,), 3.0)):
-            raise AssertionError("%s: all_reduce gave %s, want 3.0" % (mode, got[:4].tolist()))
+    marked = CASES[a.case](rank, took)
     if rank == 0:
-        (fw, fc), (ww, wc) = took["future"], took["wait"]
-        print("rank 0: through the future %.0f ms, %.0f ms of processor time; blocking wait %.0f ms, %.0f ms"
-              % (fw * 1e3, fc * 1e3, ww * 1e3, wc * 1e3), flush=True)
-        if fw < LATE / 2:
-            raise AssertionError("the wait through the future took %.0f ms: the peer was not late" % (fw * 1e3))
-        if fc > fw / 2:
-            raise AssertionError("waiting through the future used %.0f ms of processor time in %.0f ms: it polled"
-                                 % (fc * 1e3, fw * 1e3))
+        for what, (wall, proc) in took.items():
+            print("rank 0: %s: %.0f ms, %.0f ms of processor time" % (what, wall * 1e3, proc * 1e3), flush=True)
+        for what in marked:
+            wall, proc = took[what]
+            if wall < LATE / 2:
+                raise AssertionError("%s took %.0f ms: the peer was not late" % (what, wall * 1e3))
+            if proc > wall / 2:
+                raise AssertionError("%s used %.0f ms of processor time in %.0f ms: it polled" % (what, proc * 1e3, wall * 1e3))
     dist.barrier()
     dist.destroy_process_group()
     faulthandler.cancel_dump_traceback_later()

@@ -10,11 +10,12 @@
 // completes (runs the callbacks of) the future of the operation it waited
 // for once another has taken the turn: a callback may wait for another
 // future. Work::wait and isCompleted of a work whose future was asked for
-// wait for (or ask about) that completion, never run it. With
-// OCCL_FUTURE_OVERLAP=1, an operation whose future is asked for is marked as
-// overlapping its caller's computation (occlRequestOverlap): DDP's backward
-// pass goes on computing while its buckets are reduced, and a wait that kept
-// polling would take its core. No lock is
+// wait for (or ask about) that completion, never run it. An operation whose
+// future is asked for while an earlier one is pending (or any, or none, as
+// OCCL_FUTURE_OVERLAP says) is marked as overlapping its caller's
+// computation (occlRequestOverlap): DDP's backward pass goes on computing
+// while its buckets are reduced, and a wait that kept polling would take
+// its core. No lock is
 // held across occlWait, and a thread that may hold the GIL never waits for
 // one that may need it (see State, releaseGIL).
 //
@@ -103,14 +104,18 @@ void load(const std::string& path) {
   TORCH_CHECK(lib.occlWait != nullptr, "occl: the library failed to load earlier in this process");
 }
 
-// futureOverlap reports whether OCCL_FUTURE_OVERLAP asks for the operations
-// whose futures are asked for to be marked as overlapping computation ("1";
-// the default, "0", leaves their waits as the blocking calls' are).
-bool futureOverlap() {
+// Overlap is which operations whose futures are asked for are marked as
+// overlapping their caller's computation (see Completer::overlaps).
+enum class Overlap { kAuto, kAlways, kNever };
+
+// futureOverlap reads OCCL_FUTURE_OVERLAP: "1" always, "0" never, unset or
+// "auto" when an earlier future is still pending.
+Overlap futureOverlap() {
   const char* v = std::getenv("OCCL_FUTURE_OVERLAP");
-  if (v == nullptr || *v == 0 || std::string(v) == "0") return false;
-  TORCH_CHECK(std::string(v) == "1", "occl: OCCL_FUTURE_OVERLAP=", v, ": want 0 or 1");
-  return true;
+  if (v == nullptr || *v == 0 || std::string(v) == "auto") return Overlap::kAuto;
+  if (std::string(v) == "1") return Overlap::kAlways;
+  TORCH_CHECK(std::string(v) == "0", "occl: OCCL_FUTURE_OVERLAP=", v, ": want auto, 1 or 0");
+  return Overlap::kNever;
 }
 
 // lastError is the calling thread's most recent occl failure.
@@ -364,11 +369,23 @@ class Background {
 // Idle threads end after a while.
 class Completer {
  public:
-  // overlap: mark the operations whose futures are asked for as
-  // overlapping their caller's computation (OCCL_FUTURE_OVERLAP).
-  explicit Completer(bool overlap) : overlap(overlap), q_(std::make_shared<Queue>()) {}
+  // overlap says which operations whose futures are asked for are marked
+  // as overlapping their caller's computation (OCCL_FUTURE_OVERLAP).
+  explicit Completer(Overlap overlap) : overlap_(overlap), q_(std::make_shared<Queue>()) {}
 
-  const bool overlap;
+  // overlaps reports whether an operation whose future is being asked for
+  // is to be marked as overlapping its caller's computation: always or
+  // never as OCCL_FUTURE_OVERLAP says, or, by default, if an operation
+  // handed over earlier is still queued or waited for. A caller that asks
+  // for a future while an earlier one is pending is not waiting for each
+  // as it comes, as DDP's backward pass does not while it computes; one
+  // that waits for each future at once has none pending when it asks for
+  // the next, and its waits keep polling.
+  bool overlaps() {
+    if (overlap_ != Overlap::kAuto) return overlap_ == Overlap::kAlways;
+    std::lock_guard<std::mutex> l(q_->mu);
+    return q_->waiting || !q_->items.empty();
+  }
 
   // ~Completer waits until every operation handed over has been waited for
   // (their callbacks may still run), unless it runs on one of the queue's
@@ -477,6 +494,7 @@ class Completer {
     }
   }
 
+  const Overlap overlap_;
   std::shared_ptr<Queue> q_;
 };
 
@@ -562,11 +580,11 @@ class OcclWork : public c10d::Work {
       f = st_->future;
     }
     if (enqueue) {
-      // With OCCL_FUTURE_OVERLAP, whoever asks for a future computes
-      // meanwhile, as DDP's backward pass does. A request completed and
-      // released since it was read is refused; it does not matter then
-      // (a batch not issued yet is marked when it is).
-      if (req != nullptr && completer_->overlap) lib.occlRequestOverlap(req);
+      // Asked before the work is handed over, so that it does not count
+      // itself. A request completed and released since it was read is
+      // refused; it does not matter then (a batch not issued yet is
+      // marked when it is).
+      if (req != nullptr && completer_->overlaps()) lib.occlRequestOverlap(req);
       completer_->add(st_);
     } else {
       st_->publish();
@@ -983,13 +1001,13 @@ class ProcessGroupOccl : public c10d::ProcessGroup {
       // The Completer completes a future asked for within the
       // batch, and keeps the tensors of a batch whose works are all gone.
       handOver = r == occlSuccess && (st->future || st.use_count() == 1);
-      overlap = r == occlSuccess && st->future && completer_->overlap;
+      overlap = r == occlSuccess && st->future;
     }
     if (r != occlSuccess) {
       failBatch(st, r);
       std::rethrow_exception(st->error);
     }
-    if (overlap) lib.occlRequestOverlap(req);  // see getFuture
+    if (overlap && completer_->overlaps()) lib.occlRequestOverlap(req);  // see getFuture
     if (handOver) completer_->add(st);
   }
 

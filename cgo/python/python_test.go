@@ -217,7 +217,7 @@ func TestTorchShrink(t *testing.T) {
 	}
 }
 
-// TestBackendOverlap runs each case of tests/check_overlap.py on 2
+// TestBackendOverlap runs each scenario of tests/check_overlap.py on 2
 // processes with a 10 s shared-memory spin: an all_reduce waited for
 // through its future while its peer is late must not poll if the process
 // group marked it as overlapping computation, as it does for every future
@@ -227,7 +227,7 @@ func TestBackendOverlap(t *testing.T) {
 	python := venv.Python(t)
 	for _, c := range []struct{ name, env string }{{"always", "OCCL_FUTURE_OVERLAP=1"}, {"auto", "OCCL_FUTURE_OVERLAP="}} {
 		t.Run(c.name, func(t *testing.T) {
-			j := pyvenv.Job{Python: python, NP: 2, Args: []string{"tests/check_overlap.py", "--case", c.name, "--deadline", "30"},
+			j := pyvenv.Job{Python: python, NP: 2, Args: []string{"tests/check_overlap.py", "--scenario", c.name, "--deadline", "30"},
 				KeepGoing: true, Limit: 90 * time.Second, Env: []string{"TMPDIR=" + t.TempDir(), "OCCL_SHM_SPIN=10s", c.env}}
 			outs, errs := j.Run(t)
 			for r := range 2 {

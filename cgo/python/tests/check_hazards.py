@@ -24,18 +24,16 @@ exits with 1 when it passes), so a hang fails rather than blocks.
     --scenario abort:     operations after abort() raise that the group was
                           aborted (also the future of a batch aborted
                           before it was issued), and destroying it is safe.
-Each rank prints "rank R: ok" at the end; any failure raises.
+Each rank prints "rank R: ok" at the end (see two_ranks.py); any failure raises.
 """
 
-import argparse
-import datetime
-import faulthandler
 import time
 
 import torch
 import torch.distributed as dist
 
 import occl.torch
+import two_ranks
 
 LATE = 2.0  # seconds the late peer sleeps
 
@@ -250,22 +248,5 @@ def abort(rank, n):
 SCENARIOS = {f.__name__: f for f in (chain, powersgd, pending, destroy_then, destroy_isend, exit_callback, tags, abort)}
 
 
-def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--scenario", choices=sorted(SCENARIOS), required=True)
-    p.add_argument("--deadline", type=float, default=30)
-    a = p.parse_args()
-    faulthandler.dump_traceback_later(a.deadline, exit=True)
-    dist.init_process_group("occl", timeout=datetime.timedelta(seconds=60))
-    rank, n = dist.get_rank(), dist.get_world_size()
-    assert n == 2, "run on 2 processes"
-    SCENARIOS[a.scenario](rank, n)
-    if dist.is_initialized():
-        dist.barrier()
-        dist.destroy_process_group()
-    faulthandler.cancel_dump_traceback_later()
-    print("rank %d: ok" % rank, flush=True)
-
-
 if __name__ == "__main__":
-    main()
+    two_ranks.main(SCENARIOS)

@@ -6,30 +6,28 @@ overlapping computation (occlRequestOverlap) when OCCL_FUTURE_OVERLAP=1, and
 by default when an earlier future is still pending, and a marked operation's
 shared-memory waits give the core away and sleep instead of polling.
 
-    --case always: with OCCL_FUTURE_OVERLAP=1, rank 1 comes 0.3 s late to
-                   an all_reduce; rank 0 waits for it through the work's
-                   future, then for another through a blocking wait().
-    --case auto:   with OCCL_FUTURE_OVERLAP unset, rank 0 issues two
-                   all_reduces and asks for both futures at once (the
-                   second is asked while the first is pending), and rank 1
-                   comes 0.3 s late to each.
+    --scenario always: with OCCL_FUTURE_OVERLAP=1, rank 1 comes 0.3 s late
+                       to an all_reduce; rank 0 waits for it through the
+                       work's future, then for another through a blocking
+                       wait().
+    --scenario auto:   with OCCL_FUTURE_OVERLAP unset, rank 0 issues two
+                       all_reduces and asks for both futures at once (the
+                       second is asked while the first is pending), and
+                       rank 1 comes 0.3 s late to each.
 
 Rank 0 reports the processor time its process used while it waited for
 each; while it waited through a marked operation's future it must be under
 half of the wait. Each result is checked against the sum. Each rank prints
-"rank R: ok" at the end.
+"rank R: ok" at the end (see two_ranks.py).
 """
 
-import argparse
-import datetime
-import faulthandler
 import resource
 import time
 
 import torch
 import torch.distributed as dist
 
-import occl.torch
+import two_ranks
 
 LATE = 0.3  # seconds rank 1 comes late
 
@@ -39,12 +37,29 @@ def cpu():
     return ru.ru_utime + ru.ru_stime
 
 
-def timed(what, fn, took):
-    """Runs fn, recording in took[what] its wall and processor time."""
-    c0, w0 = cpu(), time.monotonic()
-    got = fn()
-    took[what] = (time.monotonic() - w0, cpu() - c0)
-    return got
+class Waits:
+    """Rank 0's waits: their wall and processor times, and which must not
+    have polled."""
+
+    def __init__(self):
+        self.took, self.marked = {}, []
+
+    def time(self, what, fn, marked):
+        c0, w0 = cpu(), time.monotonic()
+        fn()
+        self.took[what] = (time.monotonic() - w0, cpu() - c0)
+        if marked:
+            self.marked.append(what)
+
+    def check(self):
+        for what, (wall, proc) in self.took.items():
+            print("rank 0: %s: %.0f ms, %.0f ms of processor time" % (what, wall * 1e3, proc * 1e3), flush=True)
+        for what in self.marked:
+            wall, proc = self.took[what]
+            if wall < LATE / 2:
+                raise AssertionError("%s took %.0f ms: the peer was not late" % (what, wall * 1e3))
+            if proc > wall / 2:
+                raise AssertionError("%s used %.0f ms of processor time in %.0f ms: it polled" % (what, proc * 1e3, wall * 1e3))
 
 
 def want_sum(got, what):
@@ -52,7 +67,8 @@ def want_sum(got, what):
         raise AssertionError("%s: all_reduce gave %s, want 3.0" % (what, got[:4].tolist()))
 
 
-def always(rank, took):
+def always(rank, n):
+    w = Waits()
     for mode in ("future", "blocking wait"):
         t = torch.full((1024,), float(rank + 1))
         dist.barrier()
@@ -61,15 +77,16 @@ def always(rank, took):
             dist.all_reduce(t)
         elif mode == "future":
             fut = dist.all_reduce(t, async_op=True).get_future()
-            timed(mode, fut.wait, took)
+            w.time(mode, fut.wait, True)
         else:
-            work = dist.all_reduce(t, async_op=True)
-            timed(mode, work.wait, took)
+            w.time(mode, dist.all_reduce(t, async_op=True).wait, False)
         want_sum(t, mode)
-    return ["future"]
+    if rank == 0:
+        w.check()
 
 
-def auto(rank, took):
+def auto(rank, n):
+    w = Waits()
     a, b = torch.full((1024,), float(rank + 1)), torch.full((1024,), float(rank + 1))
     dist.barrier()
     if rank == 1:
@@ -79,41 +96,14 @@ def auto(rank, took):
     else:
         fa = dist.all_reduce(a, async_op=True).get_future()
         fb = dist.all_reduce(b, async_op=True).get_future()
-        timed("first future", fa.wait, took)
-        timed("second future, asked while the first was pending", fb.wait, took)
+        w.time("first future", fa.wait, False)
+        w.time("second future, asked while the first was pending", fb.wait, True)
+        w.check()
     want_sum(a, "first all_reduce")
     want_sum(b, "second all_reduce")
-    return ["second future, asked while the first was pending"]
 
 
-CASES = {"always": always, "auto": auto}
-
-
-def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--case", choices=sorted(CASES), required=True)
-    p.add_argument("--deadline", type=float, default=30)
-    a = p.parse_args()
-    faulthandler.dump_traceback_later(a.deadline, exit=True)
-    dist.init_process_group("occl", timeout=datetime.timedelta(seconds=60))
-    rank, n = dist.get_rank(), dist.get_world_size()
-    assert n == 2, "run on 2 processes"
-    took = {}
-    marked = CASES[a.case](rank, took)
-    if rank == 0:
-        for what, (wall, proc) in took.items():
-            print("rank 0: %s: %.0f ms, %.0f ms of processor time" % (what, wall * 1e3, proc * 1e3), flush=True)
-        for what in marked:
-            wall, proc = took[what]
-            if wall < LATE / 2:
-                raise AssertionError("%s took %.0f ms: the peer was not late" % (what, wall * 1e3))
-            if proc > wall / 2:
-                raise AssertionError("%s used %.0f ms of processor time in %.0f ms: it polled" % (what, proc * 1e3, wall * 1e3))
-    dist.barrier()
-    dist.destroy_process_group()
-    faulthandler.cancel_dump_traceback_later()
-    print("rank %d: ok" % rank, flush=True)
-
+SCENARIOS = {"always": always, "auto": auto}
 
 if __name__ == "__main__":
-    main()
+    two_ranks.main(SCENARIOS)

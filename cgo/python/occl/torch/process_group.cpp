@@ -377,10 +377,10 @@ class Completer {
   // is to be marked as overlapping its caller's computation: always or
   // never as OCCL_FUTURE_OVERLAP says, or, by default, if an operation
   // handed over earlier is still queued or waited for. A caller that asks
-  // for a future while an earlier one is pending is not waiting for each
-  // as it comes, as DDP's backward pass does not while it computes; one
-  // that waits for each future at once has none pending when it asks for
-  // the next, and its waits keep polling.
+  // for a future while an earlier one is pending does not wait for each as
+  // it comes (DDP's backward pass goes on computing); one that waits for
+  // each future at once has none pending when it asks for the next, and
+  // its waits keep polling.
   bool overlaps() {
     if (overlap_ != Overlap::kAuto) return overlap_ == Overlap::kAlways;
     std::lock_guard<std::mutex> l(q_->mu);

@@ -379,12 +379,13 @@ func (r *Request) Release() {
 // process's cores while the operation runs, as a training step's backward
 // pass does while its gradients are reduced (torch's DistributedDataParallel
 // asks each reduction for its future and goes on computing). The
-// operation's waits on shared memory then poll only briefly and give the
-// core away, as where the processes outnumber the cores, instead of polling
-// for the spin time (WithSpin): a core kept polling is taken from that
-// computation, and the peers wait for its result. It may be called from
-// any goroutine until the request is released, also while the operation
-// runs: its waits look again every few microseconds of polling.
+// operation's waits on shared memory then wait as where the processes
+// outnumber the cores (they poll on only while the peer runs, then give the
+// core away and sleep) instead of polling for the spin time (WithSpin): a
+// core kept polling is taken from that computation, and the peers wait for
+// its result. It may be called from any goroutine until the request is
+// released, also while the operation runs: a polling wait looks again every
+// 16th poll.
 func (r *Request) Overlap() { r.overlap.Store(true) }
 
 // Done returns a channel closed when the operation completes.

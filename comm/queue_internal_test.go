@@ -366,11 +366,11 @@ func TestOverlapRequest(t *testing.T) {
 				if transport.Yields(s) || !transport.CoreYields(s) {
 					t.Errorf("the schedule's context yields %v, gives the core away %v (want false, true)", transport.Yields(s), transport.CoreYields(s))
 				}
-				start = transport.Overlaps(s)
+				start = transport.OverlapOf(s).Overlapping()
 				if during {
 					r.Overlap()
 				}
-				end = transport.Overlaps(s)
+				end = transport.OverlapOf(s).Overlapping()
 				return nil
 			}))
 			if before {
@@ -406,7 +406,7 @@ func TestOverlapRequest(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		if transport.Overlaps(s) {
+		if transport.OverlapOf(s).Overlapping() {
 			t.Errorf("deadline %v: a blocking call after a request that overlapped runs under an overlap context", base != context.Background())
 		}
 	}

@@ -107,18 +107,26 @@ type overlapKey struct{}
 type Overlap interface{ Overlapping() bool }
 
 // WithOverlap returns a copy of ctx whose operations overlap their caller's
-// computation while o says so. A polling transport's waits then poll only
-// briefly and give the core away and sleep, as they do where the processes
-// outnumber the cores, instead of polling for their spin time: a core kept
-// polling is taken from the computation, and so from the peer waiting for
-// its result.
+// computation while o says so. A polling transport's waits then wait as
+// where the processes outnumber the cores (shared memory: poll on only
+// while the peer runs, then give the core away and sleep) instead of
+// polling for their spin time: a core kept polling is taken from the
+// computation, and so from the peer waiting for its result.
 func WithOverlap(ctx context.Context, o Overlap) context.Context {
 	return context.WithValue(ctx, overlapKey{}, o)
 }
 
-// Overlaps reports whether the operation of a wait under ctx overlaps its
-// caller's computation now (see WithOverlap).
-func Overlaps(ctx context.Context) bool {
-	o, _ := ctx.Value(overlapKey{}).(Overlap)
-	return o != nil && o.Overlapping()
+// OverlapOf returns the Overlap of ctx (see WithOverlap), one that never
+// overlaps if it has none. A wait looks it up once and asks it as often as
+// it needs: the lookup walks ctx's chain.
+func OverlapOf(ctx context.Context) Overlap {
+	if o, ok := ctx.Value(overlapKey{}).(Overlap); ok && o != nil {
+		return o
+	}
+	return noOverlap{}
 }
+
+// noOverlap is the Overlap of a context without one.
+type noOverlap struct{}
+
+func (noOverlap) Overlapping() bool { return false }

@@ -983,8 +983,9 @@ func (c *Conn) wait(ctx context.Context, w waitFor) error {
 	}
 	locked, flagged := false, false
 	// spinFor is c.spin, or 0 once the wait finds that its caller computes
-	// meanwhile (transport.Overlaps).
+	// meanwhile (ov, looked up at the first look).
 	spinFor := c.spin
+	var ov transport.Overlap
 	defer func() {
 		if flagged {
 			flag.Store(0)
@@ -1011,15 +1012,6 @@ func (c *Conn) wait(ctx context.Context, w waitFor) error {
 				return err
 			}
 			return c.peerErr(peerErr)
-		}
-		if spinFor != 0 && i >= spinTight && i%16 == 0 && transport.Overlaps(ctx) {
-			// Past the tight polls, and the caller computes
-			// meanwhile: wait from here as where the processes
-			// outnumber the cores, leaving the core to the
-			// computation. Looked at every 16th round of the spin
-			// (the caller may say so late), not before the first
-			// poll, where the peer's answer is usually found.
-			spinFor, decided = 0, false
 		}
 		if spinFor == 0 && !decided {
 			yield, core, decided = c.local || transport.Yields(ctx), transport.CoreYields(ctx), true
@@ -1095,6 +1087,19 @@ func (c *Conn) wait(ctx context.Context, w waitFor) error {
 		// Not every round: from a thread locked to its goroutine, as
 		// every call from C is, a Gosched hands the P to another thread
 		// and back, two futex calls.
+		if spinFor != 0 && ov == nil {
+			ov = transport.OverlapOf(ctx)
+		}
+		if spinFor != 0 && ov.Overlapping() {
+			// The caller computes meanwhile: wait from here as
+			// where the processes outnumber the cores, leaving the
+			// core to the computation. Looked at here, every 16th
+			// round of the spin (the caller may say so late), not in
+			// the tight polls, where the peer's answer is usually
+			// found.
+			spinFor, decided = 0, false
+			continue
+		}
 		now := time.Now()
 		if spinFor == 0 {
 			spinUntil = now

@@ -554,10 +554,11 @@ occlResult_t occlRequestFree(occlRequest_t request);
 /* Tells the library that the caller computes on its process's cores while
  * the request's operation runs, as a training step's backward pass does
  * while its gradients are reduced. The operation's waits on shared memory
- * then poll only briefly before they give the core away and sleep, instead
- * of polling for OCCL_SHM_SPIN, which would take the core from that
- * computation. It may be called before or while the operation runs (its
- * waits look again every few microseconds of polling), from any thread,
+ * then wait as where the processes outnumber the cores (they poll on only
+ * while the peer runs, then give the core away and sleep), instead of
+ * polling for OCCL_SHM_SPIN, which would take the core from that
+ * computation. It may be called before or while the operation runs (a
+ * polling wait looks again every 16th poll), from any thread,
  * also while another waits for or tests the request; a request already
  * released returns occlInvalidArgument. */
 occlResult_t occlRequestOverlap(occlRequest_t request);

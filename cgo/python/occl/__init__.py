@@ -444,7 +444,7 @@ class Work:
     def overlap(self):
         """Tells occl that the caller computes until it waits: the
         operation's waits on shared memory then leave the cores to that
-        computation after a short poll (see occlRequestOverlap)."""
+        computation instead of polling (see occlRequestOverlap)."""
         if self._req is None:
             return
         _check(library().occlRequestOverlap(self._req), self._comm)

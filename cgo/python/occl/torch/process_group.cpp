@@ -993,7 +993,7 @@ class ProcessGroupOccl : public c10d::ProcessGroup {
     }
     occlRequest_t req = nullptr;
     occlResult_t r = lib.occlSendRecvAsync(list.data(), static_cast<int>(list.size()), comm_, &req);
-    bool handOver, overlap;
+    bool handOver, asked;
     {
       std::lock_guard<std::mutex> l(st->mu);
       st->issued = true;
@@ -1001,13 +1001,13 @@ class ProcessGroupOccl : public c10d::ProcessGroup {
       // The Completer completes a future asked for within the
       // batch, and keeps the tensors of a batch whose works are all gone.
       handOver = r == occlSuccess && (st->future || st.use_count() == 1);
-      overlap = r == occlSuccess && st->future;
+      asked = r == occlSuccess && st->future;  // a future, before the issue
     }
     if (r != occlSuccess) {
       failBatch(st, r);
       std::rethrow_exception(st->error);
     }
-    if (overlap && completer_->overlaps()) lib.occlRequestOverlap(req);  // see getFuture
+    if (asked && completer_->overlaps()) lib.occlRequestOverlap(req);  // see getFuture
     if (handOver) completer_->add(st);
   }
 

@@ -381,11 +381,12 @@ func (r *Request) Release() {
 // asks each reduction for its future and goes on computing). The
 // operation's waits on shared memory then wait as where the processes
 // outnumber the cores (they poll on only while the peer runs, then give the
-// core away and sleep) instead of polling for the spin time (WithSpin): a
-// core kept polling is taken from that computation, and the peers wait for
-// its result. It may be called from any goroutine until the request is
-// released, also while the operation runs: a polling wait looks again every
-// 16th poll.
+// core away and sleep) instead of polling for the spin time (WithSpin), and
+// its TCP reads and writes wait in the netpoller instead of polling the
+// socket: a core kept polling is taken from that computation, and the peers
+// wait for its result. It may be called from any goroutine until the
+// request is released, also while the operation runs: a polling wait looks
+// again every 16th poll on shared memory, before every poll over TCP.
 func (r *Request) Overlap() { r.overlap.Store(true) }
 
 // Done returns a channel closed when the operation completes.

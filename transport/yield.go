@@ -109,9 +109,10 @@ type Overlap interface{ Overlapping() bool }
 // WithOverlap returns a copy of ctx whose operations overlap their caller's
 // computation while o says so. A polling transport's waits then wait as
 // where the processes outnumber the cores (shared memory: poll on only
-// while the peer runs, then give the core away and sleep) instead of
-// polling for their spin time: a core kept polling is taken from the
-// computation, and so from the peer waiting for its result.
+// while the peer runs, then give the core away and sleep; TCP: wait in the
+// netpoller at once) instead of polling for their spin time: a core kept
+// polling is taken from the computation, and so from the peer waiting for
+// its result.
 func WithOverlap(ctx context.Context, o Overlap) context.Context {
 	return context.WithValue(ctx, overlapKey{}, o)
 }

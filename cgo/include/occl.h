@@ -556,9 +556,11 @@ occlResult_t occlRequestFree(occlRequest_t request);
  * while its gradients are reduced. The operation's waits on shared memory
  * then wait as where the processes outnumber the cores (they poll on only
  * while the peer runs, then give the core away and sleep), instead of
- * polling for OCCL_SHM_SPIN, which would take the core from that
- * computation. It may be called before or while the operation runs (a
- * polling wait looks again every 16th poll), from any thread,
+ * polling for OCCL_SHM_SPIN, and its TCP reads and writes sleep until the
+ * socket is ready instead of polling it: a polling wait takes the core from
+ * that computation. It may be called before or while the operation runs (a
+ * polling wait looks again every 16th poll on shared memory, before every
+ * poll over TCP), from any thread,
  * also while another waits for or tests the request; a request already
  * released returns occlInvalidArgument. */
 occlResult_t occlRequestOverlap(occlRequest_t request);

@@ -83,7 +83,9 @@ type Options struct {
 	// polling process takes the core from the one that would send: then
 	// it should not poll. 0 means DefaultSpinReads; negative means never,
 	// for large frames and full socket buffers too (which otherwise poll
-	// up to 1024 times without progress). A read that does not poll
+	// up to 1024 times without progress). Neither polls for a call whose
+	// context says that its caller computes meanwhile
+	// (transport.WithOverlap). A read that does not poll
 	// still gives its core away (sched_yield) between tries, up to
 	// transport.CoreYieldRounds times, if it is a small frame's under
 	// transport.WithCoreYield: the process about to send it may be the
@@ -213,14 +215,14 @@ func (c *Conn) Send(ctx context.Context, h transport.Header, payload []byte) err
 	k := c.stripes(len(payload))
 	if k == 1 {
 		h.Len = uint64(len(payload))
-		return c.mapErr(ctx, c.streams[0].writeFrame(&h, payload))
+		return c.mapErr(ctx, c.streams[0].writeFrame(ctx, &h, payload))
 	}
-	if err := c.hand(k, h, payload, false); err != nil {
+	if err := c.hand(ctx, k, h, payload, false); err != nil {
 		return err
 	}
 	lo, hi := span(len(payload), k, 0)
 	h.Len = uint64(hi - lo)
-	err := c.streams[0].writeFrame(&h, payload[lo:hi])
+	err := c.streams[0].writeFrame(ctx, &h, payload[lo:hi])
 	if err != nil {
 		c.abort(true)
 	}
@@ -245,16 +247,16 @@ func (c *Conn) Recv(ctx context.Context, want transport.Header, buf []byte) erro
 		// Asked only where reads do not poll: a context's values are
 		// looked up through its chain.
 		s.rcore = s.spin == 0 && transport.CoreYields(ctx)
-		err := s.readFrame(&want, buf)
+		err := s.readFrame(ctx, &want, buf)
 		s.rcore = false
 		return c.mapErr(ctx, err)
 	}
-	if err := c.hand(k, want, buf, true); err != nil {
+	if err := c.hand(ctx, k, want, buf, true); err != nil {
 		return err
 	}
 	lo, hi := span(len(buf), k, 0)
 	want.Len = uint64(hi - lo)
-	err := c.streams[0].readFrame(&want, buf[lo:hi])
+	err := c.streams[0].readFrame(ctx, &want, buf[lo:hi])
 	if err != nil {
 		c.abort(false)
 	}
@@ -301,11 +303,13 @@ func (c *Conn) SendRecv(ctx context.Context, sh transport.Header, payload []byte
 	s.werr = nil
 	rh.Len = uint64(len(buf))
 	s.duplex = true
-	err := s.readv(s.rhdr[:], buf, &rh)
+	err := s.readv(ctx, s.rhdr[:], buf, &rh)
 	s.duplex = false
 	if err == nil && (len(s.wbufs[0]) > 0 || len(s.wbufs[1]) > 0) {
 		s.wspin = s.largeSpin()
+		s.wctx = ctx
 		err = s.rc.Write(s.wfn)
+		s.wctx, s.wov = nil, nil
 		if err == nil {
 			err = s.werr
 		}
@@ -328,7 +332,7 @@ func (c *Conn) RecvMessage(ctx context.Context, max int, dst []byte) (transport.
 		return h, dst, err
 	}
 	s := c.streams[0]
-	if err := s.readv(s.rhdr[:], nil, nil); err != nil {
+	if err := s.readv(ctx, s.rhdr[:], nil, nil); err != nil {
 		return h, dst, c.mapErr(ctx, err)
 	}
 	if err := h.Decode(s.rhdr[:]); err != nil {
@@ -342,7 +346,7 @@ func (c *Conn) RecvMessage(ctx context.Context, max int, dst []byte) (transport.
 		dst = make([]byte, n)
 	}
 	dst = dst[:n]
-	if err := s.readv(dst, nil, nil); err != nil {
+	if err := s.readv(ctx, dst, nil, nil); err != nil {
 		return h, dst, c.mapErr(ctx, err)
 	}
 	return h, dst, nil
@@ -370,10 +374,10 @@ func (c *Conn) Close() error {
 // the Conn closes first it returns ErrClosed, but only once the workers of
 // the stripes already handed are done with buf: the caller owns it again
 // when the call returns.
-func (c *Conn) hand(k int, h transport.Header, buf []byte, recv bool) error {
+func (c *Conn) hand(ctx context.Context, k int, h transport.Header, buf []byte, recv bool) error {
 	for i := 1; i < k; i++ {
 		lo, hi := span(len(buf), k, i)
-		t := task{h: h, buf: buf[lo:hi]}
+		t := task{ctx: ctx, h: h, buf: buf[lo:hi]}
 		t.h.Len = uint64(hi - lo)
 		if c.handHook != nil {
 			c.handHook(i)
@@ -544,6 +548,7 @@ func (w *watch) set(t time.Time) {
 
 // task is one stripe of a message handed to a stream's worker.
 type task struct {
+	ctx context.Context
 	h   transport.Header
 	buf []byte
 }
@@ -560,6 +565,12 @@ type stream struct {
 	werr  error
 	wfn   func(fd uintptr) bool
 	wspin int // polls left without progress (see spinLarge)
+	// wctx is the context of the write under way, wov its
+	// transport.Overlap once a poll has looked it up (see overlapping).
+	wctx context.Context
+	wov  transport.Overlap
+	// wpolls counts the polls of writes that found no room (tests).
+	wpolls int
 
 	rhdr   [transport.HeaderSize]byte
 	rbufs  [2][]byte
@@ -570,6 +581,11 @@ type stream struct {
 	rcheck bool
 	rspin  int // polls left without progress
 	rlarge bool
+	// rctx and rov are wctx and wov for the read under way.
+	rctx context.Context
+	rov  transport.Overlap
+	// rpolls counts the polls of reads that found nothing (tests).
+	rpolls int
 	// duplex: the read also writes what is left of wbufs (SendRecv).
 	duplex bool
 	// rcore: the read may give its core away while it waits (see
@@ -670,7 +686,7 @@ func (s *stream) startWorkers(quit chan struct{}, abort func(write bool)) {
 		for {
 			select {
 			case t := <-s.sendq:
-				err := s.writeFrame(&t.h, t.buf)
+				err := s.writeFrame(t.ctx, &t.h, t.buf)
 				if err != nil {
 					abort(true)
 				}
@@ -684,7 +700,7 @@ func (s *stream) startWorkers(quit chan struct{}, abort func(write bool)) {
 		for {
 			select {
 			case t := <-s.recvq:
-				err := s.readFrame(&t.h, t.buf)
+				err := s.readFrame(t.ctx, &t.h, t.buf)
 				if err != nil {
 					abort(false)
 				}
@@ -697,14 +713,16 @@ func (s *stream) startWorkers(quit chan struct{}, abort func(write bool)) {
 }
 
 // writeFrame writes header h (with h.Len already set) and payload with as
-// few writev calls as the socket buffer allows.
-func (s *stream) writeFrame(h *transport.Header, payload []byte) error {
+// few writev calls as the socket buffer allows, for a call under ctx.
+func (s *stream) writeFrame(ctx context.Context, h *transport.Header, payload []byte) error {
 	h.Encode(s.whdr[:])
 	s.wbufs[0], s.wbufs[1] = s.whdr[:], payload
 	s.werr = nil
 	s.wspin = s.largeSpin()
+	s.wctx = ctx
 	err := s.rc.Write(s.wfn)
 	s.wbufs[0], s.wbufs[1] = nil, nil
+	s.wctx, s.wov = nil, nil
 	if err != nil {
 		return err
 	}
@@ -738,12 +756,16 @@ func (s *stream) doWrite(fd uintptr) bool {
 		switch errno {
 		case 0:
 		case unix.EAGAIN:
+			if s.wspin > 0 && s.overlapping(true) {
+				s.wspin = 0
+			}
 			if s.wspin > 0 {
 				// The peer is taking the previous pieces: poll (see
 				// spinLarge), letting the process's other goroutines
 				// run in between, among them the one that reads
 				// what the peer sends meanwhile.
 				s.wspin--
+				s.wpolls++
 				runtime.Gosched()
 				continue
 			}
@@ -759,15 +781,17 @@ func (s *stream) doWrite(fd uintptr) bool {
 	}
 }
 
-// readFrame reads one frame whose header must equal *want into buf.
-func (s *stream) readFrame(want *transport.Header, buf []byte) error {
-	return s.readv(s.rhdr[:], buf, want)
+// readFrame reads one frame whose header must equal *want into buf, for
+// a call under ctx.
+func (s *stream) readFrame(ctx context.Context, want *transport.Header, buf []byte) error {
+	return s.readv(ctx, s.rhdr[:], buf, want)
 }
 
 // readv fills a then b completely. When want is not nil, a is a frame
 // header: it is decoded and checked against *want as soon as it has
 // arrived, before b is considered valid.
-func (s *stream) readv(a, b []byte, want *transport.Header) error {
+func (s *stream) readv(ctx context.Context, a, b []byte, want *transport.Header) error {
+	s.rctx = ctx
 	s.rbufs[0], s.rbufs[1] = a, b
 	s.rcheck, s.rerr, s.rdone = want != nil, nil, 0
 	// Large: a large frame to read, or, in SendRecv, to write.
@@ -785,6 +809,7 @@ func (s *stream) readv(a, b []byte, want *transport.Header) error {
 	}
 	err := s.rc.Read(s.rfn)
 	s.rbufs[0], s.rbufs[1] = nil, nil
+	s.rctx, s.rov = nil, nil
 	if err != nil {
 		return err
 	}
@@ -843,6 +868,9 @@ func (s *stream) doRead(fd uintptr) bool {
 				}
 				s.ryield = 0
 			}
+			if s.rspin > 0 && s.overlapping(false) {
+				s.rspin = 0
+			}
 			if s.rspin > 0 {
 				// A small message is probably on its way, or the rest
 				// of a large one (see spinLarge): polling for a few
@@ -853,6 +881,7 @@ func (s *stream) doRead(fd uintptr) bool {
 				// to send (with one P, a tight loop would keep it
 				// from running until the spin ends).
 				s.rspin--
+				s.rpolls++
 				runtime.Gosched()
 				continue
 			}
@@ -889,6 +918,31 @@ func (s *stream) doRead(fd uintptr) bool {
 			}
 		}
 	}
+}
+
+// overlapping reports whether the caller of the read under way (write:
+// of the write) computes while it waits (transport.Overlap): then it does
+// not poll but waits in the netpoller at once, and leaves the processor to
+// that computation. Asked before every poll, since a caller may say so
+// after its call began; the Overlap is looked up in the call's context at
+// the first poll, so that a call that does not poll pays nothing.
+func (s *stream) overlapping(write bool) bool {
+	if write {
+		return overlapping(s.wctx, &s.wov)
+	}
+	return overlapping(s.rctx, &s.rov)
+}
+
+// overlapping reports whether the call under ctx overlaps its caller's
+// computation, looking its Overlap up into *ov if it is not there yet.
+func overlapping(ctx context.Context, ov *transport.Overlap) bool {
+	if *ov == nil {
+		if ctx == nil {
+			return false
+		}
+		*ov = transport.OverlapOf(ctx)
+	}
+	return (*ov).Overlapping()
 }
 
 // iovecs points iov at the non-empty buffers of bufs and returns how many

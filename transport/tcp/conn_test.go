@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -279,5 +280,97 @@ func benchExchange(b *testing.B, x, y transport.Conn, n int) {
 	}
 	if err := <-errc; err != nil {
 		b.Fatal(err)
+	}
+}
+
+// countdown is a transport.Overlap that says no to its first asks (as many
+// as n holds), and yes from then on.
+type countdown struct{ n atomic.Int32 }
+
+func (c *countdown) Overlapping() bool { return c.n.Add(-1) < 0 }
+
+func marked(ctx context.Context, noes int32) context.Context {
+	o := &countdown{}
+	o.n.Store(noes)
+	return transport.WithOverlap(ctx, o)
+}
+
+// A read or write whose caller computes meanwhile (transport.WithOverlap)
+// does not poll the socket: it waits in the netpoller at once, or as soon
+// as the Overlap says so, which it asks before every poll. Reads of small
+// and large frames, on one stream and striped, and writes that find the
+// socket's buffer full, each with the peer 20 ms late; unmarked, they
+// poll.
+func TestOverlapDoesNotPoll(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	h := transport.Header{Kind: transport.KindCollective, Step: 1}
+	polls := func(c transport.Conn) int {
+		n := 0
+		for _, s := range c.(*Conn).streams {
+			n += s.rpolls + s.wpolls
+			s.rpolls, s.wpolls = 0, 0
+		}
+		return n
+	}
+	for _, tc := range []struct {
+		name    string
+		streams int
+		bytes   int
+		write   bool // the write is marked and late-read, not the read late-sent
+	}{
+		{"small read", 1, 8, false},
+		{"large read", 1, 1 << 20, false},
+		{"striped read", 3, 1 << 20, false},
+		{"full socket write", 1, 64 << 20, true},
+	} {
+		a, b := pairN(t, tc.streams)
+		for _, mc := range []struct {
+			name  string
+			ctx   context.Context
+			polls func(n int) bool
+			want  string
+		}{
+			{"unmarked", ctx, func(n int) bool { return n > 0 }, "some"},
+			{"marked", marked(ctx, 0), func(n int) bool { return n == 0 }, "none"},
+			{"marked after 5 asks", marked(ctx, 5), func(n int) bool { return n == 5 }, "5"},
+		} {
+			payload := bytes.Repeat([]byte{7}, tc.bytes)
+			buf := make([]byte, tc.bytes)
+			sctx, rctx := ctx, mc.ctx
+			if tc.write {
+				sctx, rctx = mc.ctx, ctx
+			}
+			done := make(chan error, 1)
+			late := func(f func() error) {
+				time.Sleep(20 * time.Millisecond)
+				done <- f()
+			}
+			var err error
+			if tc.write {
+				go late(func() error { return b.Recv(rctx, h, buf) })
+				err = a.Send(sctx, h, payload)
+			} else {
+				go late(func() error { return a.Send(sctx, h, payload) })
+				err = b.Recv(rctx, h, buf)
+			}
+			if err2 := <-done; err == nil {
+				err = err2
+			}
+			if err != nil || !bytes.Equal(buf, payload) {
+				t.Fatalf("%s, %s: %v (payload whole: %v)", tc.name, mc.name, err, bytes.Equal(buf, payload))
+			}
+			c := b
+			if tc.write {
+				c = a
+			}
+			if n := polls(c); !mc.polls(n) {
+				t.Errorf("%s, %s: %d polls, want %s", tc.name, mc.name, n, mc.want)
+			}
+			polls(a)
+			polls(b)
+		}
+		a.Close()
+		b.Close()
 	}
 }

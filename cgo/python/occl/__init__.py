@@ -443,8 +443,8 @@ class Work:
 
     def overlap(self):
         """Tells occl that the caller computes until it waits: the
-        operation's waits on shared memory then leave the cores to that
-        computation instead of polling (see occlRequestOverlap)."""
+        operation's waits on shared memory and TCP then leave the cores to
+        that computation instead of polling (see occlRequestOverlap)."""
         if self._req is None:
             return
         _check(library().occlRequestOverlap(self._req), self._comm)

@@ -11,13 +11,13 @@
 // for once another has taken the turn: a callback may wait for another
 // future. Work::wait and isCompleted of a work whose future was asked for
 // wait for (or ask about) that completion, never run it. An operation whose
-// future is asked for while an earlier one is pending (or any, or none, as
-// OCCL_FUTURE_OVERLAP says) is marked as overlapping its caller's
-// computation (occlRequestOverlap): DDP's backward pass goes on computing
-// while its buckets are reduced, and a wait that kept polling would take
-// its core. No lock is
-// held across occlWait, and a thread that may hold the GIL never waits for
-// one that may need it (see State, releaseGIL).
+// future is asked for while an earlier one is pending, or within two
+// seconds of the last time one was (or any, or none, as OCCL_FUTURE_OVERLAP
+// says), is marked as overlapping its caller's computation
+// (occlRequestOverlap): DDP's backward pass goes on computing while its
+// buckets are reduced, and a wait that kept polling would take its core.
+// No lock is held across occlWait, and a thread that may hold the GIL never
+// waits for one that may need it (see State, releaseGIL).
 //
 // liboccl.so is loaded with dlopen from the path the Python package gives
 // (the same library its ctypes layer uses), so one process holds one copy.
@@ -25,6 +25,7 @@
 #include <dlfcn.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
@@ -109,7 +110,8 @@ void load(const std::string& path) {
 enum class Overlap { kAuto, kAlways, kNever };
 
 // futureOverlap reads OCCL_FUTURE_OVERLAP: "1" always, "0" never, unset or
-// "auto" when an earlier future is still pending.
+// "auto" when an earlier future is still pending or was lately (see
+// Completer::overlaps).
 Overlap futureOverlap() {
   const char* v = std::getenv("OCCL_FUTURE_OVERLAP");
   if (v == nullptr || *v == 0 || std::string(v) == "auto") return Overlap::kAuto;
@@ -376,16 +378,29 @@ class Completer {
   // overlaps reports whether an operation whose future is being asked for
   // is to be marked as overlapping its caller's computation: always or
   // never as OCCL_FUTURE_OVERLAP says, or, by default, if an operation
-  // handed over earlier is still queued or waited for. A caller that asks
-  // for a future while an earlier one is pending does not wait for each as
-  // it comes (DDP's backward pass goes on computing); one that waits for
-  // each future at once has none pending when it asks for the next, and
-  // its waits keep polling.
+  // handed over earlier is still queued or waited for, or was when a future
+  // was asked for less than kOverlapMemory ago. A caller that asks for a
+  // future while an earlier one is pending does not wait for each as it
+  // comes (DDP's backward pass goes on computing), and its next futures
+  // likely overlap too, also those asked for once the earlier ones are done,
+  // as the first bucket of DDP's next step is; one that waits for each
+  // future at once has none pending when it asks for the next, and its
+  // waits keep polling.
   bool overlaps() {
     if (overlap_ != Overlap::kAuto) return overlap_ == Overlap::kAlways;
+    auto now = std::chrono::steady_clock::now();
     std::lock_guard<std::mutex> l(q_->mu);
-    return q_->waiting || !q_->items.empty();
+    if (q_->waiting || !q_->items.empty()) {
+      q_->overlapSeen = now;
+      return true;
+    }
+    return q_->overlapSeen != std::chrono::steady_clock::time_point{} && now - q_->overlapSeen < kOverlapMemory;
   }
+
+  // kOverlapMemory is how long after a future was asked for while an
+  // earlier one was pending the futures asked for are marked too (see
+  // overlaps): longer than a training step, in most jobs.
+  static constexpr std::chrono::seconds kOverlapMemory{2};
 
   // ~Completer waits until every operation handed over has been waited for
   // (their callbacks may still run), unless it runs on one of the queue's
@@ -435,6 +450,9 @@ class Completer {
     bool waiting = false;  // a thread has taken the queue's head and waits for it
     int idle = 0;          // threads waiting on cv
     int starting = 0;      // threads started that have not yet looked at the queue
+    // overlapSeen is when a future was last asked for while an earlier
+    // one was pending (see overlaps); zero if never.
+    std::chrono::steady_clock::time_point overlapSeen{};
   };
 
   // current is the queue whose thread this is, if any.

@@ -289,6 +289,7 @@ type countdown struct{ n atomic.Int32 }
 
 func (c *countdown) Overlapping() bool { return c.n.Add(-1) < 0 }
 
+// marked returns ctx with a countdown Overlap that says no noes times.
 func marked(ctx context.Context, noes int32) context.Context {
 	o := &countdown{}
 	o.n.Store(noes)

@@ -566,7 +566,7 @@ type stream struct {
 	wfn   func(fd uintptr) bool
 	wspin int // polls left without progress (see spinLarge)
 	// wctx is the context of the write under way, wov its
-	// transport.Overlap once a poll has looked it up (see overlapping).
+	// transport.Overlap once a poll has looked it up (overlapping).
 	wctx context.Context
 	wov  transport.Overlap
 	// wpolls counts the polls of writes that found no room (tests).
@@ -756,7 +756,7 @@ func (s *stream) doWrite(fd uintptr) bool {
 		switch errno {
 		case 0:
 		case unix.EAGAIN:
-			if s.wspin > 0 && s.overlapping(true) {
+			if s.wspin > 0 && overlapping(s.wctx, &s.wov) {
 				s.wspin = 0
 			}
 			if s.wspin > 0 {
@@ -868,7 +868,7 @@ func (s *stream) doRead(fd uintptr) bool {
 				}
 				s.ryield = 0
 			}
-			if s.rspin > 0 && s.overlapping(false) {
+			if s.rspin > 0 && overlapping(s.rctx, &s.rov) {
 				s.rspin = 0
 			}
 			if s.rspin > 0 {
@@ -920,21 +920,12 @@ func (s *stream) doRead(fd uintptr) bool {
 	}
 }
 
-// overlapping reports whether the caller of the read under way (write:
-// of the write) computes while it waits (transport.Overlap): then it does
-// not poll but waits in the netpoller at once, and leaves the processor to
-// that computation. Asked before every poll, since a caller may say so
-// after its call began; the Overlap is looked up in the call's context at
-// the first poll, so that a call that does not poll pays nothing.
-func (s *stream) overlapping(write bool) bool {
-	if write {
-		return overlapping(s.wctx, &s.wov)
-	}
-	return overlapping(s.rctx, &s.rov)
-}
-
-// overlapping reports whether the call under ctx overlaps its caller's
-// computation, looking its Overlap up into *ov if it is not there yet.
+// overlapping reports whether the caller of the read or write under ctx
+// computes while it waits (transport.Overlap): then it does not poll but
+// waits in the netpoller at once, and leaves the processor to that
+// computation. Asked before every poll, since a caller may say so after its
+// call began; the Overlap is looked up in ctx into *ov at the first poll,
+// so that a call that does not poll pays only for keeping ctx.
 func overlapping(ctx context.Context, ov *transport.Overlap) bool {
 	if *ov == nil {
 		if ctx == nil {

@@ -138,6 +138,7 @@ type Conn struct {
 	offered      uint64   // ticket of the offer (lent[0]) not yet settled, 0 if none
 	shdr         [transport.HeaderSize]byte
 	sdesc        [descSize]byte
+	sdigest      digestMemo // of the short frames sent
 
 	_ pad
 	// Consumer state, used only by Recv.
@@ -152,6 +153,7 @@ type Conn struct {
 	rticket uint64 // descriptors completed on in
 	rhdr    [transport.HeaderSize]byte
 	rdesc   [descSize]byte
+	rdigest digestMemo // of the short frames received
 	// regions maps the peer's shared buffers whose blocks it lends (see
 	// peermem.go); nil where the peer is this process or lends nothing.
 	regions *peerRegions
@@ -297,10 +299,12 @@ func (c *Conn) send(ctx context.Context, h transport.Header, payload []byte) err
 		// consumer may be polling for the seal, is written last and
 		// at once: the header, the payload's first bytes, the seal.
 		b := c.out.data[off : off+(end-c.tail)]
+		var flags byte
 		if shortFits(len(payload)) {
 			// One line instead of the two a full header needs.
 			end = c.tail + frameAlign
-			encodeShort(b, &h, payload)
+			encodeShort(b, &h, payload, c.sdigest.of(&h))
+			flags = flagShort
 		} else {
 			first := min(len(payload), frameAlign-transport.HeaderSize)
 			copy(b[frameAlign:], payload[first:])
@@ -308,8 +312,10 @@ func (c *Conn) send(ctx context.Context, h transport.Header, payload []byte) err
 			copy(b[transport.HeaderSize:], payload[:first])
 		}
 		if int64(c.cleared-end) > 0 {
-			b[flagsOff] |= flagArmed
+			flags |= flagArmed
 		}
+		// Stored, not or-ed in: the line's flags byte is not read back.
+		b[flagsOff] = flags
 		c.out.seal(off, sealOf(c.tail))
 		size := end - c.tail
 		c.tail = end
@@ -500,7 +506,7 @@ func (c *Conn) recvFrame(ctx context.Context, want transport.Header, buf []byte)
 	} else if ok {
 		// A small frame, all there and in one piece: checked and
 		// copied out in place.
-		flags, err := decodeFrame(c.in.data[off:off+transport.HeaderSize], &want, c.head, c.in.cap)
+		flags, err := decodeFrame(c.in.data[off:off+transport.HeaderSize], &want, c.head, c.in.cap, &c.rdigest)
 		if err != nil {
 			return false, err
 		}
@@ -533,7 +539,7 @@ func (c *Conn) recvFrame(ctx context.Context, want transport.Header, buf []byte)
 	if err := c.get(ctx, c.rhdr[:]); err != nil {
 		return false, err
 	}
-	flags, err := decodeFrame(c.rhdr[:], &want, start, c.in.cap)
+	flags, err := decodeFrame(c.rhdr[:], &want, start, c.in.cap, &c.rdigest)
 	if err != nil {
 		return false, err
 	}

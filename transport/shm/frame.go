@@ -114,6 +114,26 @@ func digest(h *transport.Header) uint64 {
 	return mix64(mix64(mix64(h.Comm)^h.Count) ^ (uint64(h.Epoch)<<32 | uint64(h.Root)))
 }
 
+// digestMemo remembers the digest of the last header it was asked about:
+// the fields a digest covers stay the same over an operation's frames and
+// mostly from one operation to the next, and three words compared cost
+// less than the digest's chain of six multiplications (on both the
+// sender's path and the receiver's, from a frame's arrival to its next
+// send). The zero memo holds the
+// zero fields and their digest, 0 (mix64(0) is 0).
+type digestMemo struct {
+	comm, count, er uint64 // the fields digested (er: Epoch and Root)
+	d               uint64
+}
+
+// of returns digest(h).
+func (m *digestMemo) of(h *transport.Header) uint64 {
+	if er := uint64(h.Epoch)<<32 | uint64(h.Root); h.Comm != m.comm || h.Count != m.count || er != m.er {
+		m.comm, m.count, m.er, m.d = h.Comm, h.Count, er, digest(h)
+	}
+	return m.d
+}
+
 // mix64 is splitmix64's finalizer.
 func mix64(x uint64) uint64 {
 	x ^= x >> 30
@@ -124,8 +144,9 @@ func mix64(x uint64) uint64 {
 }
 
 // encodeShort writes the short frame (flagShort) of h and payload, which
-// is at most shortMax bytes, into the line b, all but its seal.
-func encodeShort(b []byte, h *transport.Header, payload []byte) {
+// is at most shortMax bytes, into the line b, all but its seal; d is h's
+// digest.
+func encodeShort(b []byte, h *transport.Header, payload []byte, d uint64) {
 	_ = b[frameAlign-1]
 	binary.LittleEndian.PutUint16(b[0:], transport.Magic)
 	b[2] = transport.Version
@@ -137,15 +158,66 @@ func encodeShort(b []byte, h *transport.Header, payload []byte) {
 	binary.LittleEndian.PutUint32(b[shortStepOff:], h.Step)
 	binary.LittleEndian.PutUint32(b[shortLenOff:], uint32(len(payload)))
 	binary.LittleEndian.PutUint64(b[shortSeqOff:], h.Seq)
-	binary.LittleEndian.PutUint64(b[shortDigestOff:], digest(h))
+	binary.LittleEndian.PutUint64(b[shortDigestOff:], d)
 	binary.LittleEndian.PutUint32(b[shortZeroOff:], 0)
 	copy(b[shortPayloadOff:], payload)
 }
 
+// The checks of a received header against the one its receiver wants
+// compare the line's words with the wanted fields in place, and decode a
+// header only when they differ, to say how. A header decoded field by
+// field and then compared as a whole (or copied) is read back 16 bytes at
+// a time from the narrower stores that just built it, which the processor
+// cannot forward: a stall of tens of cycles on every message, on the
+// receiver's path from the frame's arrival to its next send.
+
+// word0 is the first 8 bytes of a frame's line as h's frame has them, but
+// for the flags byte (flagsOff), which is left zero.
+func word0(h *transport.Header) uint64 {
+	return uint64(transport.Magic) | uint64(transport.Version)<<16 | uint64(h.Kind)<<24 |
+		uint64(h.Op)<<32 | uint64(h.DType)<<40 | uint64(h.RedOp)<<48
+}
+
+// word0Mask keeps the bytes word0 compares: all but the flags.
+const word0Mask = ^uint64(0xff << (8 * flagsOff))
+
+// isFrameOf reports whether b, at least transport.HeaderSize bytes, holds
+// a full header equal to want, but for the flags and the seal: then
+// decoding it would find it valid and Check would find it equal.
+func isFrameOf(b []byte, want *transport.Header) bool {
+	_ = b[transport.HeaderSize-1]
+	le := binary.LittleEndian
+	return le.Uint64(b[0:])&word0Mask == word0(want) && want.Kind.Valid() &&
+		le.Uint64(b[8:]) == want.Comm && le.Uint64(b[16:]) == uint64(want.Epoch)|uint64(want.Step)<<32 &&
+		le.Uint64(b[24:]) == want.Seq && le.Uint32(b[32:]) == want.Root &&
+		le.Uint64(b[40:]) == want.Count && le.Uint64(b[48:]) == want.Len && want.Len <= transport.MaxLen
+}
+
+// isShortOf reports whether b holds a short frame of want, whose digest is
+// d: what decodeShort would accept.
+func isShortOf(b []byte, want *transport.Header, d uint64) bool {
+	_ = b[shortZeroOff+3]
+	le := binary.LittleEndian
+	return le.Uint64(b[0:])&word0Mask == word0(want) && want.Kind.Valid() &&
+		le.Uint64(b[shortStepOff:]) == uint64(want.Step)|want.Len<<32 && shortFits(int(want.Len)) &&
+		le.Uint64(b[shortSeqOff:]) == want.Seq && le.Uint64(b[shortDigestOff:]) == d &&
+		le.Uint32(b[shortZeroOff:]) == 0
+}
+
 // decodeShort decodes and checks the short frame (flagShort) whose header
-// is in b, at least transport.HeaderSize bytes, against want: the fields
-// it carries as a header's, the others through their digest.
-func decodeShort(b []byte, want *transport.Header) error {
+// is in b, at least transport.HeaderSize bytes, against want, whose digest
+// is d: the fields it carries as a header's, the others through their
+// digest.
+func decodeShort(b []byte, want *transport.Header, d uint64) error {
+	if isShortOf(b, want, d) {
+		return nil
+	}
+	return shortError(b, want, d)
+}
+
+// shortError is the error of the short frame in b, which isShortOf found
+// is not one of want (digest d).
+func shortError(b []byte, want *transport.Header, d uint64) error {
 	if m := binary.LittleEndian.Uint16(b[0:]); m != transport.Magic || b[2] != transport.Version {
 		return &transport.FrameError{Reason: fmt.Sprintf("shared ring: short frame with magic %#04x version %d", m, b[2])}
 	}
@@ -159,7 +231,7 @@ func decodeShort(b []byte, want *transport.Header) error {
 	}
 	got := transport.Header{Kind: k, Op: b[4], DType: b[5], RedOp: b[6],
 		Step: binary.LittleEndian.Uint32(b[shortStepOff:]), Seq: binary.LittleEndian.Uint64(b[shortSeqOff:]), Len: uint64(n)}
-	if binary.LittleEndian.Uint64(b[shortDigestOff:]) != digest(want) {
+	if binary.LittleEndian.Uint64(b[shortDigestOff:]) != d {
 		return &transport.MismatchError{Got: got, Want: *want, Digested: true}
 	}
 	got.Comm, got.Epoch, got.Root, got.Count = want.Comm, want.Epoch, want.Root, want.Count
@@ -212,17 +284,25 @@ func smallSlot(r *ring, pos uint64, n int, desc bool) (off, end uint64, ok bool)
 
 // decodeFrame decodes and checks the header of a frame in the ring that
 // starts at stream position pos of a ring of capacity bytes, returning its
-// flags. The wire format's reserved fields carry the ring's flags and seal.
-// A skip frame (flagSkip) is checked against what its producer writes
-// (skipHeader) instead of want, a short frame (flagShort) as decodeShort
-// reads it.
-func decodeFrame(b []byte, want *transport.Header, pos, capacity uint64) (flags byte, err error) {
+// flags; memo gives want's digest. The wire format's reserved fields carry
+// the ring's flags and seal. A skip frame (flagSkip) is checked against
+// what its producer writes (skipHeader) instead of want, a short frame
+// (flagShort) as decodeShort reads it.
+func decodeFrame(b []byte, want *transport.Header, pos, capacity uint64, memo *digestMemo) (flags byte, err error) {
 	if flags = b[flagsOff]; flags&flagShort != 0 {
 		if flags&^(flagArmed|flagShort) != 0 {
 			return 0, &transport.FrameError{Reason: fmt.Sprintf("shared ring: unknown short frame flags %#x", flags)}
 		}
-		return flags, decodeShort(b, want)
+		return flags, decodeShort(b, want, memo.of(want))
 	}
+	if flags&^flagArmed == 0 && isFrameOf(b, want) {
+		return flags, nil
+	}
+	return decodeFull(b, want, pos, capacity)
+}
+
+// decodeFull is decodeFrame for a frame with a full header, decoded.
+func decodeFull(b []byte, want *transport.Header, pos, capacity uint64) (flags byte, err error) {
 	var got transport.Header
 	flags, _, err = got.DecodeReserved(b)
 	if err != nil {

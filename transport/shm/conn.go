@@ -138,7 +138,6 @@ type Conn struct {
 	offered      uint64   // ticket of the offer (lent[0]) not yet settled, 0 if none
 	shdr         [transport.HeaderSize]byte
 	sdesc        [descSize]byte
-	sdigest      digestMemo // of the short frames sent
 
 	_ pad
 	// Consumer state, used only by Recv.
@@ -153,7 +152,6 @@ type Conn struct {
 	rticket uint64 // descriptors completed on in
 	rhdr    [transport.HeaderSize]byte
 	rdesc   [descSize]byte
-	rdigest digestMemo // of the short frames received
 	// regions maps the peer's shared buffers whose blocks it lends (see
 	// peermem.go); nil where the peer is this process or lends nothing.
 	regions *peerRegions
@@ -303,7 +301,7 @@ func (c *Conn) send(ctx context.Context, h transport.Header, payload []byte) err
 		if shortFits(len(payload)) {
 			// One line instead of the two a full header needs.
 			end = c.tail + frameAlign
-			encodeShort(b, &h, payload, c.sdigest.of(&h))
+			encodeShort(b, &h, payload)
 			flags = flagShort
 		} else {
 			first := min(len(payload), frameAlign-transport.HeaderSize)
@@ -506,7 +504,7 @@ func (c *Conn) recvFrame(ctx context.Context, want transport.Header, buf []byte)
 	} else if ok {
 		// A small frame, all there and in one piece: checked and
 		// copied out in place.
-		flags, err := decodeFrame(c.in.data[off:off+transport.HeaderSize], &want, c.head, c.in.cap, &c.rdigest)
+		flags, err := decodeFrame(c.in.data[off:off+transport.HeaderSize], &want, c.head, c.in.cap)
 		if err != nil {
 			return false, err
 		}
@@ -539,7 +537,7 @@ func (c *Conn) recvFrame(ctx context.Context, want transport.Header, buf []byte)
 	if err := c.get(ctx, c.rhdr[:]); err != nil {
 		return false, err
 	}
-	flags, err := decodeFrame(c.rhdr[:], &want, start, c.in.cap, &c.rdigest)
+	flags, err := decodeFrame(c.rhdr[:], &want, start, c.in.cap)
 	if err != nil {
 		return false, err
 	}

@@ -114,26 +114,6 @@ func digest(h *transport.Header) uint64 {
 	return mix64(mix64(mix64(h.Comm)^h.Count) ^ (uint64(h.Epoch)<<32 | uint64(h.Root)))
 }
 
-// digestMemo remembers the digest of the last header it was asked about:
-// the fields a digest covers stay the same over an operation's frames and
-// mostly from one operation to the next, and three words compared cost
-// less than the digest's chain of six multiplications (on both the
-// sender's path and the receiver's, from a frame's arrival to its next
-// send). The zero memo holds the
-// zero fields and their digest, 0 (mix64(0) is 0).
-type digestMemo struct {
-	comm, count, er uint64 // the fields digested (er: Epoch and Root)
-	d               uint64
-}
-
-// of returns digest(h).
-func (m *digestMemo) of(h *transport.Header) uint64 {
-	if er := uint64(h.Epoch)<<32 | uint64(h.Root); h.Comm != m.comm || h.Count != m.count || er != m.er {
-		m.comm, m.count, m.er, m.d = h.Comm, h.Count, er, digest(h)
-	}
-	return m.d
-}
-
 // mix64 is splitmix64's finalizer.
 func mix64(x uint64) uint64 {
 	x ^= x >> 30
@@ -144,9 +124,8 @@ func mix64(x uint64) uint64 {
 }
 
 // encodeShort writes the short frame (flagShort) of h and payload, which
-// is at most shortMax bytes, into the line b, all but its seal; d is h's
-// digest.
-func encodeShort(b []byte, h *transport.Header, payload []byte, d uint64) {
+// is at most shortMax bytes, into the line b, all but its seal.
+func encodeShort(b []byte, h *transport.Header, payload []byte) {
 	_ = b[frameAlign-1]
 	binary.LittleEndian.PutUint16(b[0:], transport.Magic)
 	b[2] = transport.Version
@@ -158,7 +137,7 @@ func encodeShort(b []byte, h *transport.Header, payload []byte, d uint64) {
 	binary.LittleEndian.PutUint32(b[shortStepOff:], h.Step)
 	binary.LittleEndian.PutUint32(b[shortLenOff:], uint32(len(payload)))
 	binary.LittleEndian.PutUint64(b[shortSeqOff:], h.Seq)
-	binary.LittleEndian.PutUint64(b[shortDigestOff:], d)
+	binary.LittleEndian.PutUint64(b[shortDigestOff:], digest(h))
 	binary.LittleEndian.PutUint32(b[shortZeroOff:], 0)
 	copy(b[shortPayloadOff:], payload)
 }
@@ -205,10 +184,10 @@ func isShortOf(b []byte, want *transport.Header, d uint64) bool {
 }
 
 // decodeShort decodes and checks the short frame (flagShort) whose header
-// is in b, at least transport.HeaderSize bytes, against want, whose digest
-// is d: the fields it carries as a header's, the others through their
-// digest.
-func decodeShort(b []byte, want *transport.Header, d uint64) error {
+// is in b, at least transport.HeaderSize bytes, against want: the fields
+// it carries as a header's, the others through their digest.
+func decodeShort(b []byte, want *transport.Header) error {
+	d := digest(want)
 	if isShortOf(b, want, d) {
 		return nil
 	}
@@ -284,16 +263,16 @@ func smallSlot(r *ring, pos uint64, n int, desc bool) (off, end uint64, ok bool)
 
 // decodeFrame decodes and checks the header of a frame in the ring that
 // starts at stream position pos of a ring of capacity bytes, returning its
-// flags; memo gives want's digest. The wire format's reserved fields carry
-// the ring's flags and seal. A skip frame (flagSkip) is checked against
-// what its producer writes (skipHeader) instead of want, a short frame
-// (flagShort) as decodeShort reads it.
-func decodeFrame(b []byte, want *transport.Header, pos, capacity uint64, memo *digestMemo) (flags byte, err error) {
+// flags. The wire format's reserved fields carry the ring's flags and seal.
+// A skip frame (flagSkip) is checked against what its producer writes
+// (skipHeader) instead of want, a short frame (flagShort) as decodeShort
+// reads it.
+func decodeFrame(b []byte, want *transport.Header, pos, capacity uint64) (flags byte, err error) {
 	if flags = b[flagsOff]; flags&flagShort != 0 {
 		if flags&^(flagArmed|flagShort) != 0 {
 			return 0, &transport.FrameError{Reason: fmt.Sprintf("shared ring: unknown short frame flags %#x", flags)}
 		}
-		return flags, decodeShort(b, want, memo.of(want))
+		return flags, decodeShort(b, want)
 	}
 	if flags&^flagArmed == 0 && isFrameOf(b, want) {
 		return flags, nil

@@ -61,7 +61,7 @@ func shortFrame(pos uint64, n int, flags byte) []byte {
 	for i := range p {
 		p[i] = byte(i)
 	}
-	encodeShort(b, &h, p, digest(&h))
+	encodeShort(b, &h, p)
 	b[flagsOff] |= flags
 	binary.LittleEndian.PutUint32(b[sealOff:], sealOf(pos))
 	return b

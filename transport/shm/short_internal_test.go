@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"testing"
 
 	"github.com/occl/occl/transport"
@@ -148,34 +147,6 @@ func TestDigest(t *testing.T) {
 		if i < 32 {
 			add("epoch", i, func(h *transport.Header) { h.Epoch ^= 1 << i })
 			add("root", i, func(h *transport.Header) { h.Root ^= 1 << i })
-		}
-	}
-}
-
-// A digest memo gives the digest of the header it is asked about, whichever
-// field the last one differed in, the zero header's first.
-func TestDigestMemo(t *testing.T) {
-	var m digestMemo
-	rng := rand.New(rand.NewPCG(1, 2))
-	h := transport.Header{}
-	for i := range 2000 {
-		switch rng.IntN(6) {
-		case 0:
-			h.Comm = rng.Uint64()
-		case 1:
-			h.Count = rng.Uint64N(4)
-		case 2:
-			h.Epoch = rng.Uint32N(3)
-		case 3:
-			h.Root = rng.Uint32N(3)
-		case 4:
-			h.Seq++ // not digested
-		}
-		if i == 0 {
-			h = transport.Header{}
-		}
-		if got, want := m.of(&h), digest(&h); got != want {
-			t.Fatalf("call %d: memo gives %#x for %+v, digest %#x", i, got, h, want)
 		}
 	}
 }

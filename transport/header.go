@@ -182,6 +182,34 @@ func (h *Header) decode(b []byte, reserved bool) (flags uint8, word uint32, err 
 	return flags, word, nil
 }
 
+// LeadWord returns the first 8 bytes of h's encoding as a little-endian
+// word, with the reserved flags byte (offset 7) zero: magic, version,
+// kind, op, dtype and redop. A transport's own frame that starts as the
+// wire format does (shared memory's short frames) compares it in place.
+func (h *Header) LeadWord() uint64 {
+	return uint64(Magic) | uint64(Version)<<16 | uint64(h.Kind)<<24 |
+		uint64(h.Op)<<32 | uint64(h.DType)<<40 | uint64(h.RedOp)<<48
+}
+
+// IsEncodedIn reports whether b holds h as Encode writes it, whatever its
+// reserved fields (the flags byte and the word DecodeReserved returns):
+// whether DecodeReserved would decode b, without an error, into a header
+// equal to h. It compares b's words with h's fields in place. A receiver
+// that decodes a header and then compares it as a whole (Check) reads it
+// back 16 bytes at a time from the narrower stores that just built it,
+// which the processor cannot forward: a stall on every message.
+func (h *Header) IsEncodedIn(b []byte) bool {
+	if len(b) < HeaderSize {
+		return false
+	}
+	b = b[:HeaderSize]
+	le := binary.LittleEndian
+	return le.Uint64(b[0:])&^(0xff<<56) == h.LeadWord() && h.Kind.Valid() &&
+		le.Uint64(b[8:]) == h.Comm && le.Uint64(b[16:]) == uint64(h.Epoch)|uint64(h.Step)<<32 &&
+		le.Uint64(b[24:]) == h.Seq && le.Uint32(b[32:]) == h.Root &&
+		le.Uint64(b[40:]) == h.Count && le.Uint64(b[48:]) == h.Len && h.Len <= MaxLen
+}
+
 // MismatchError reports a frame that is well formed but is not the frame the
 // receiver expected: it belongs to another communicator, epoch, operation or
 // step, describes a different operation, or has a different length.

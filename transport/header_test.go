@@ -128,3 +128,51 @@ func FuzzHeaderDecode(f *testing.F) {
 		}
 	})
 }
+
+// FuzzIsEncodedIn holds IsEncodedIn to DecodeReserved and a comparison of
+// what it decodes: it must accept exactly the bytes that decode without an
+// error into a header equal to h. The bytes are h's encoding, or that of
+// h with one field off, with one byte possibly overwritten (the reserved
+// flags byte and word included, which it must ignore), and possibly cut
+// short.
+func FuzzIsEncodedIn(f *testing.F) {
+	f.Add(byte(1), byte(2), byte(7), byte(0), uint64(0xC0FFEE), uint64(5), uint32(3), uint32(1), uint32(2), uint64(99), uint64(8), uint8(0), byte(0), uint8(0), false)
+	f.Add(byte(9), byte(0), byte(0), byte(0), uint64(1), uint64(1), uint32(0), uint32(0), uint32(0), uint64(0), uint64(0), uint8(7), byte(1), uint8(0), false)
+	f.Add(byte(1), byte(0), byte(0), byte(0), uint64(1), uint64(1), uint32(0), uint32(0), uint32(0), uint64(0), uint64(1)<<41, uint8(0), byte(0), uint8(0), false)
+	f.Add(byte(2), byte(1), byte(1), byte(1), uint64(7), uint64(9), uint32(1), uint32(4), uint32(0), uint64(3), uint64(12), uint8(37), byte(40), uint8(3), false)
+	f.Add(byte(3), byte(0), byte(0), byte(0), uint64(0), uint64(0), uint32(0), uint32(0), uint32(0), uint64(0), uint64(0), uint8(0), byte(0), uint8(0), true)
+	f.Fuzz(func(t *testing.T, kind, op, dtype, redop byte, comm, seq uint64, epoch, step, root uint32, count, n uint64, at uint8, val byte, off uint8, cut bool) {
+		h := Header{Kind: Kind(kind), Op: op, DType: dtype, RedOp: redop, Comm: comm, Epoch: epoch, Step: step, Seq: seq, Root: root, Count: count, Len: n}
+		sent := h
+		switch off % 8 {
+		case 1:
+			sent.Comm++
+		case 2:
+			sent.Epoch ^= 1 << (at % 32)
+		case 3:
+			sent.Root++
+		case 4:
+			sent.Count ^= 1 << (at % 64)
+		case 5:
+			sent.Step++
+		case 6:
+			sent.Seq--
+		case 7:
+			sent.Len++
+		}
+		b := make([]byte, HeaderSize)
+		sent.Encode(b)
+		if int(at) < HeaderSize {
+			b[at] = val
+		}
+		if cut {
+			b = b[:int(at)%HeaderSize]
+		}
+		var got Header
+		_, _, err := got.DecodeReserved(b)
+		want := err == nil && got == h
+		if is := h.IsEncodedIn(b); is != want {
+			t.Fatalf("IsEncodedIn = %v, DecodeReserved says %v (%v): bytes %x, header %+v", is, want, err, b, h)
+		}
+	})
+}

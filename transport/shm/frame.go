@@ -142,42 +142,18 @@ func encodeShort(b []byte, h *transport.Header, payload []byte) {
 	copy(b[shortPayloadOff:], payload)
 }
 
-// The checks of a received header against the one its receiver wants
-// compare the line's words with the wanted fields in place, and decode a
-// header only when they differ, to say how. A header decoded field by
-// field and then compared as a whole (or copied) is read back 16 bytes at
-// a time from the narrower stores that just built it, which the processor
-// cannot forward: a stall of tens of cycles on every message, on the
-// receiver's path from the frame's arrival to its next send.
-
-// word0 is the first 8 bytes of a frame's line as h's frame has them, but
-// for the flags byte (flagsOff), which is left zero.
-func word0(h *transport.Header) uint64 {
-	return uint64(transport.Magic) | uint64(transport.Version)<<16 | uint64(h.Kind)<<24 |
-		uint64(h.Op)<<32 | uint64(h.DType)<<40 | uint64(h.RedOp)<<48
-}
-
-// word0Mask keeps the bytes word0 compares: all but the flags.
-const word0Mask = ^uint64(0xff << (8 * flagsOff))
-
-// isFrameOf reports whether b, at least transport.HeaderSize bytes, holds
-// a full header equal to want, but for the flags and the seal: then
-// decoding it would find it valid and Check would find it equal.
-func isFrameOf(b []byte, want *transport.Header) bool {
-	_ = b[transport.HeaderSize-1]
-	le := binary.LittleEndian
-	return le.Uint64(b[0:])&word0Mask == word0(want) && want.Kind.Valid() &&
-		le.Uint64(b[8:]) == want.Comm && le.Uint64(b[16:]) == uint64(want.Epoch)|uint64(want.Step)<<32 &&
-		le.Uint64(b[24:]) == want.Seq && le.Uint32(b[32:]) == want.Root &&
-		le.Uint64(b[40:]) == want.Count && le.Uint64(b[48:]) == want.Len && want.Len <= transport.MaxLen
-}
+// leadMask keeps the bytes of a line's first word that
+// transport.Header.LeadWord gives: all but the flags.
+const leadMask = ^uint64(0xff << (8 * flagsOff))
 
 // isShortOf reports whether b holds a short frame of want, whose digest is
-// d: what decodeShort would accept.
+// d: what decodeShort would accept. It compares the line's words with the
+// wanted fields in place, as transport.Header.IsEncodedIn does a full
+// header, and the error path decodes the frame to say how it differs.
 func isShortOf(b []byte, want *transport.Header, d uint64) bool {
 	_ = b[shortZeroOff+3]
 	le := binary.LittleEndian
-	return le.Uint64(b[0:])&word0Mask == word0(want) && want.Kind.Valid() &&
+	return le.Uint64(b[0:])&leadMask == want.LeadWord() && want.Kind.Valid() &&
 		le.Uint64(b[shortStepOff:]) == uint64(want.Step)|want.Len<<32 && shortFits(int(want.Len)) &&
 		le.Uint64(b[shortSeqOff:]) == want.Seq && le.Uint64(b[shortDigestOff:]) == d &&
 		le.Uint32(b[shortZeroOff:]) == 0
@@ -274,7 +250,7 @@ func decodeFrame(b []byte, want *transport.Header, pos, capacity uint64) (flags 
 		}
 		return flags, decodeShort(b, want)
 	}
-	if flags&^flagArmed == 0 && isFrameOf(b, want) {
+	if flags&^flagArmed == 0 && want.IsEncodedIn(b) {
 		return flags, nil
 	}
 	return decodeFull(b, want, pos, capacity)

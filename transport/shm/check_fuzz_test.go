@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/occl/occl/transport"
+	"github.com/occl/occl/transport/transporttest"
 )
 
 // FuzzShortChecks checks the receiver's in-place check of a short frame
@@ -23,24 +24,7 @@ func FuzzShortChecks(f *testing.F) {
 	f.Fuzz(func(t *testing.T, kind, op, dtype, redop byte, comm, seq uint64, epoch, step, root uint32, count, n uint64, at uint8, val byte, off uint8) {
 		want := transport.Header{Kind: transport.Kind(kind), Op: op, DType: dtype, RedOp: redop, Comm: comm, Epoch: epoch,
 			Step: step, Seq: seq, Root: root, Count: count, Len: n % (shortMax + 1)}
-		// The sender's header: want, or want with one field off.
-		sent := want
-		switch off % 8 {
-		case 1:
-			sent.Comm++
-		case 2:
-			sent.Epoch ^= 1 << (at % 32)
-		case 3:
-			sent.Root++
-		case 4:
-			sent.Count ^= 1 << (at % 64)
-		case 5:
-			sent.Step++
-		case 6:
-			sent.Seq--
-		case 7:
-			sent.Len++
-		}
+		sent := transporttest.OneFieldOff(want, off, at)
 		line := make([]byte, frameAlign)
 		encodeShort(line, &sent, make([]byte, min(sent.Len, shortMax)))
 		binary.LittleEndian.PutUint32(line[shortLenOff:], uint32(sent.Len))
